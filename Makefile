@@ -1,0 +1,79 @@
+# quorumbus developer targets. `make` alone lists them; every target that a
+# person is meant to call carries a `## help` comment that `make help` prints.
+
+GO ?= go
+GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
+
+BIN := $(CURDIR)/bin
+
+FUZZTIME ?= 60s
+BENCH ?= .
+BENCHTIME ?= 1s
+
+# Pinned tools, installed into ./bin with `go install pkg@version`.
+# staticcheck v0.6.1 is the module version of the release named 2025.1.1
+# (`staticcheck -version` prints "2025.1.1 (0.6.1)"); the Go module proxy
+# only resolves the semver form.
+STATICCHECK_VERSION := v0.6.1
+PROTOC_GEN_GO_VERSION := v1.36.10
+PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help run build test vet fmt-check fuzz bench proto lint clean
+
+help: ## Show this list of targets
+	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
+	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z0-9_-]+:[^#]*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+# `run` becomes `quorumbus dev` (a replicated three-node cluster in one
+# process) once cmd/quorumbus and the dev cluster exist.
+run: ## Start the example in-memory AMQP 1.0 broker on 127.0.0.1:5672
+	$(GO) run ./cmd/amqp-testbroker
+
+build: ## Compile every package and put the commands in ./bin
+	$(GO) build ./...
+	@if [ -d cmd ]; then echo "$(GO) build -o bin/ ./cmd/..."; $(GO) build -o bin/ ./cmd/...; \
+	else echo "no cmd/ directory yet: no binaries to build"; fi
+
+test: vet fmt-check ## Vet, check formatting, run all tests with -race, then a short fuzz pass
+	$(GO) test -race -count=1 -timeout 9m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+vet: ## Run go vet on every package
+	$(GO) vet ./...
+
+fmt-check: ## Fail, listing the files, if any Go file (except *.pb.go) is not gofmt-formatted
+	@files=$$(find . \( -name .git -o -name node_modules -o -name testdata -o -path ./bin -o -path ./data \) -prune \
+		-o -type f -name '*.go' ! -name '*.pb.go' -print0 | xargs -0 -r $(GOFMT) -l) || \
+		{ echo "fmt-check: gofmt could not read every file (see above)"; exit 1; }; \
+	if [ -n "$$files" ]; then \
+		echo "fmt-check: these files need gofmt -w:"; echo "$$files" | sed 's/^/  /'; exit 1; \
+	fi
+
+fuzz: ## Run every FuzzXxx target for FUZZTIME each (default 60s)
+	GO="$(GO)" ./scripts/fuzz.sh $(FUZZTIME)
+
+bench: ## Run benchmarks matching BENCH for BENCHTIME each, with allocations
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+proto: ## Regenerate the Go code beside every proto/**/*.proto (needs protoc)
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	@protos=$$(find proto -type f -name '*.proto' 2>/dev/null | LC_ALL=C sort); \
+	if [ -z "$$protos" ]; then echo "no .proto files yet"; exit 0; fi; \
+	command -v protoc >/dev/null || { echo "protoc not found (Debian: apt-get install protobuf-compiler)"; exit 1; }; \
+	echo "protoc $$(echo $$protos)"; \
+	protoc -I proto \
+		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
+		--plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
+		--go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+		$$protos
+
+lint: vet fmt-check ## Vet, check formatting and run the pinned staticcheck
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(BIN)/staticcheck ./...
+
+clean: ## Remove ./bin and ./data
+	rm -rf bin data

@@ -1,0 +1,486 @@
+package amqp
+
+import "fmt"
+
+// Link is one attached link. Which half of its methods apply depends on
+// the direction: on a link where the peer sends (PeerRole is RoleSender)
+// the handler receives messages and settles them; on a link where the peer
+// receives it sends with Send and reacts to credit. Methods may be called
+// from any goroutine.
+type Link struct {
+	session *Session
+	attach  Attach // the peer's attach frame
+	handle  uint32
+
+	handler  LinkHandler
+	receiver MessageHandler // set when the peer sends
+	sender   SenderHandler  // set when the peer receives
+
+	// Guarded by conn.mu.
+	maxMessageSize uint64 // the largest message we accept
+	detachSent     bool   // we sent detach; waiting for the peer's
+	detached       bool   // Detached has been (or is being) called
+	sndSettle      uint8  // effective settle modes
+	rcvSettle      uint8
+
+	// Peer sends: credit we granted and deliveries handed to the handler.
+	creditWindow  uint32
+	credit        uint32
+	deliveryCount uint32
+	outstanding   uint32
+	asm           []byte // a multi-frame message being assembled
+	asmActive     bool
+	asmID         uint32
+	asmTag        []byte
+	asmFormat     uint32
+	asmSettled    bool
+
+	// Peer receives: credit the peer granted us.
+	sendCredit        uint32
+	sendDeliveryCount uint32
+	drainRequested    bool
+}
+
+// Attach returns the peer's attach frame: name, role, settle modes,
+// source, target, properties. It must not be modified.
+func (l *Link) Attach() *Attach { return &l.attach }
+
+// Name returns the link name.
+func (l *Link) Name() string { return l.attach.Name }
+
+// PeerRole is the peer's role: RoleSender when it sends messages to us.
+func (l *Link) PeerRole() Role { return l.attach.Role }
+
+// Session returns the link's session.
+func (l *Link) Session() *Session { return l.session }
+
+// Conn returns the link's connection.
+func (l *Link) Conn() *Conn { return l.session.conn }
+
+// SetMaxMessageSize sets the largest message the link accepts. Call it from
+// ConnHandler.Attach, before the attach reply announces it.
+func (l *Link) SetMaxMessageSize(n uint64) {
+	c := l.session.conn
+	c.mu.Lock()
+	l.maxMessageSize = n
+	c.mu.Unlock()
+}
+
+// SetCreditWindow sets how many unsettled messages the peer may have in
+// flight on a link where it sends. The engine tops credit up as the handler
+// settles; a window of 0 stops the peer once its current credit is spent.
+func (l *Link) SetCreditWindow(n uint32) {
+	c := l.session.conn
+	c.mu.Lock()
+	l.creditWindow = n
+	l.topUpLocked()
+	c.mu.Unlock()
+}
+
+func (s *Session) onAttach(d *decoder) error {
+	l := &Link{session: s}
+	if err := l.attach.decode(d); err != nil {
+		return err
+	}
+	l.handle = l.attach.Handle
+	c := s.conn
+	c.mu.Lock()
+	if l.attach.Handle > handleMax {
+		c.mu.Unlock()
+		return Errorf(ErrCondNotAllowed, "handle %d exceeds handle-max %d", l.attach.Handle, handleMax)
+	}
+	if _, busy := s.links[l.handle]; busy {
+		c.mu.Unlock()
+		return Errorf(ErrCondHandleInUse, "handle %d is already attached", l.handle)
+	}
+	s.links[l.handle] = l
+	c.linkCount++
+	tooMany := c.linkCount > maxLinksPerConn
+	l.maxMessageSize = c.srv.maxMessageSize()
+	l.creditWindow = c.srv.linkCredit()
+	c.mu.Unlock()
+
+	var h LinkHandler
+	var err error
+	if tooMany {
+		err = Errorf(ErrCondResourceLimitExceeded, "more than %d links on one connection", maxLinksPerConn)
+	} else {
+		h, err = c.handler.Attach(l)
+	}
+	if err == nil {
+		if l.attach.Role == RoleSender {
+			if l.receiver, _ = h.(MessageHandler); l.receiver == nil {
+				err = Errorf(ErrCondNotImplemented, "this node does not accept messages")
+			}
+		} else if l.sender, _ = h.(SenderHandler); l.sender == nil {
+			err = Errorf(ErrCondNotImplemented, "this node does not send messages")
+		}
+	}
+	l.handler = h
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reply := Attach{
+		Name:          l.attach.Name,
+		Handle:        l.handle,
+		Role:          !l.attach.Role,
+		SndSettleMode: l.attach.SndSettleMode,
+		RcvSettleMode: l.attach.RcvSettleMode,
+		Source:        l.attach.Source,
+		Target:        l.attach.Target,
+	}
+	if err != nil {
+		// Refuse the way clients expect (spec 2.6.3): attach with a null
+		// terminus on our side, then detach with the reason.
+		if l.attach.Role == RoleSender {
+			reply.Target = nil
+		} else {
+			reply.Source = nil
+		}
+		c.writeFrameLocked(s.channel, reply.append)
+		detach := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
+		c.writeFrameLocked(s.channel, detach.append)
+		l.detachSent, l.detached = true, true
+		return nil
+	}
+	l.sndSettle, l.rcvSettle = SenderSettleMixed, ReceiverSettleFirst
+	if m := l.attach.SndSettleMode; m != nil {
+		l.sndSettle = *m
+	}
+	if m := l.attach.RcvSettleMode; m != nil {
+		l.rcvSettle = *m
+	}
+	reply.MaxMessageSize = l.maxMessageSize
+	c.writeFrameLocked(s.channel, reply.append)
+	if l.receiver != nil {
+		l.topUpLocked()
+	}
+	return nil
+}
+
+// markDetachedLocked records that the link is over and reports whether
+// the handler still has to be told.
+func (l *Link) markDetachedLocked() bool {
+	if l.detached {
+		return false
+	}
+	l.detached = true
+	l.asm = nil
+	return l.handler != nil
+}
+
+// Detach detaches the link from our side (closing it) with an optional
+// error for the peer. The handler's Detached follows when the peer answers
+// or the session ends.
+func (l *Link) Detach(err error) {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.detachSent || l.detached || l.session.ended {
+		return
+	}
+	l.detachSent = true
+	p := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
+	c.writeFrameLocked(l.session.channel, p.append)
+}
+
+// linkFlowLocked builds a flow frame carrying the link's state.
+func (l *Link) linkFlowLocked() Flow {
+	f := l.session.flowLocked()
+	f.Handle, f.HasHandle = l.handle, true
+	f.HasDeliveryCount, f.HasLinkCredit = true, true
+	if l.receiver != nil {
+		f.DeliveryCount, f.LinkCredit = l.deliveryCount, l.credit
+	} else {
+		f.DeliveryCount, f.LinkCredit = l.sendDeliveryCount, l.sendCredit
+		f.Drain = l.drainRequested
+	}
+	return f
+}
+
+// onFlowLocked applies the peer's link flow. For links where we send it
+// returns the new credit and whether the handler should hear of it.
+func (l *Link) onFlowLocked(p *Flow) (credit uint32, drain, notify bool) {
+	if l.detachSent || l.detached {
+		return 0, false, false
+	}
+	if l.sender != nil {
+		if p.HasLinkCredit {
+			// Spec 2.6.7: credit = delivery-count(rcv) + link-credit(rcv) -
+			// delivery-count(snd); the receiver's count defaults to our
+			// initial delivery count, 0.
+			var rcvCount uint32
+			if p.HasDeliveryCount {
+				rcvCount = p.DeliveryCount
+			}
+			l.sendCredit = rcvCount + p.LinkCredit - l.sendDeliveryCount
+			if int32(l.sendCredit) < 0 {
+				l.sendCredit = 0
+			}
+			l.drainRequested = p.Drain
+			notify = true
+		}
+	}
+	if p.Echo {
+		f := l.linkFlowLocked()
+		l.session.writeFlowLocked(&f)
+	}
+	return l.sendCredit, l.drainRequested, notify
+}
+
+// topUpLocked grants the peer more credit once enough of the window is free
+// again: in steps of a quarter window, so that flow frames stay rare.
+func (l *Link) topUpLocked() {
+	if l.receiver == nil || l.detachSent || l.detached {
+		return
+	}
+	var target uint32
+	if l.creditWindow > l.outstanding {
+		target = l.creditWindow - l.outstanding
+	}
+	if target <= l.credit {
+		return
+	}
+	if l.credit > 0 && target-l.credit < max(1, l.creditWindow/4) {
+		return
+	}
+	l.credit = target
+	f := l.linkFlowLocked()
+	l.session.writeFlowLocked(&f)
+}
+
+// onTransferLocked takes one transfer frame. It returns the delivery to
+// hand to the handler once a message is complete; an error detaches the
+// link.
+func (l *Link) onTransferLocked(p *Transfer, payload []byte) (*Delivery, error) {
+	if l.detachSent || l.detached {
+		return nil, nil // in flight before the peer saw our detach
+	}
+	if l.receiver == nil {
+		return nil, Errorf(ErrCondIllegalState, "transfer on a link where the peer is the receiver")
+	}
+	if p.Aborted {
+		l.asmActive, l.asm = false, l.asm[:0]
+		return nil, nil
+	}
+	if !l.asmActive {
+		if !p.HasDeliveryID {
+			return nil, Errorf(ErrCondInvalidField, "first transfer of a delivery without delivery-id")
+		}
+		if l.credit == 0 {
+			return nil, Errorf(ErrCondTransferLimitExceeded, "transfer without link credit")
+		}
+		l.credit--
+		l.deliveryCount++
+		l.asmID, l.asmFormat, l.asmSettled = p.DeliveryID, p.MessageFormat, p.Settled
+		l.asmTag = append(l.asmTag[:0], p.DeliveryTag...)
+	} else {
+		l.asmSettled = l.asmSettled || p.Settled
+	}
+	if l.sndSettle == SenderSettleSettled {
+		l.asmSettled = true
+	}
+	size := uint64(len(l.asm)) + uint64(len(payload))
+	if l.maxMessageSize > 0 && size > l.maxMessageSize {
+		l.asmActive, l.asm = false, nil
+		return nil, Errorf(ErrCondMessageSizeExceeded, "message of more than %d bytes exceeds the link's maximum of %d", size, l.maxMessageSize)
+	}
+	d := &l.session.conn.delivery
+	if p.More {
+		l.asmActive = true
+		l.asm = append(l.asm, payload...)
+		return nil, nil
+	}
+	*d = Delivery{ID: l.asmID, Tag: l.asmTag, Format: l.asmFormat, Settled: l.asmSettled, Payload: payload}
+	if l.asmActive {
+		l.asm = append(l.asm, payload...)
+		d.Payload = l.asm
+	}
+	if !d.Settled {
+		l.outstanding++
+	}
+	return d, nil
+}
+
+// finishMessageLocked runs after the handler took a message.
+func (l *Link) finishMessageLocked() {
+	if l.asmActive {
+		l.asmActive = false
+		if cap(l.asm) > 1<<20 {
+			l.asm = nil // don't pin a large message's buffer
+		} else {
+			l.asm = l.asm[:0]
+		}
+	}
+	l.topUpLocked()
+}
+
+// Settle settles a delivery with an outcome. On a link where the peer
+// sends it settles one of the peer's messages; on a link where the peer
+// receives it confirms the peer's disposition (receiver settle mode
+// second).
+func (l *Link) Settle(deliveryID uint32, state DeliveryState) error {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.detachSent || l.detached || l.session.ended || c.closing {
+		return ErrLinkClosed
+	}
+	if l.receiver != nil {
+		if l.outstanding == 0 {
+			return fmt.Errorf("%w: %d", ErrUnknownDelivery, deliveryID)
+		}
+		l.outstanding--
+		// In receiver settle mode second the peer settles after seeing our
+		// outcome.
+		settled := l.rcvSettle != ReceiverSettleSecond
+		l.session.addRunLocked(RoleReceiver, deliveryID, settled, state)
+		l.topUpLocked()
+		return nil
+	}
+	if l.session.unsettled[deliveryID] != l {
+		return fmt.Errorf("%w: %d", ErrUnknownDelivery, deliveryID)
+	}
+	delete(l.session.unsettled, deliveryID)
+	l.session.addRunLocked(RoleSender, deliveryID, true, state)
+	return nil
+}
+
+// Credit returns the credit the peer granted for Send.
+func (l *Link) Credit() uint32 {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return l.sendCredit
+}
+
+// Drain answers a drain request when the handler has nothing more to send:
+// the remaining credit is used up and the peer is told (spec 2.6.7).
+func (l *Link) Drain() {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.sender == nil || !l.drainRequested || l.detachSent || l.detached {
+		return
+	}
+	l.sendDeliveryCount += l.sendCredit
+	l.sendCredit = 0
+	f := l.linkFlowLocked()
+	l.session.writeFlowLocked(&f)
+	l.drainRequested = false
+}
+
+// outgoing is a delivery waiting for the peer's session window.
+type outgoing struct {
+	link    *Link
+	id      uint32
+	tag     []byte
+	payload []byte
+	sent    int // payload bytes already framed
+	settled bool
+	first   bool // no frame of it has gone out yet
+}
+
+// Send sends one message on a link where the peer receives, consuming one
+// credit. tag and payload are copied before Send returns. It returns the
+// delivery id, which the peer's Disposition and Settle refer to.
+func (l *Link) Send(tag, payload []byte, settled bool) (uint32, error) {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.sender == nil {
+		return 0, Errorf(ErrCondIllegalState, "send on a link where the peer sends")
+	}
+	if l.detachSent || l.detached || l.session.ended || c.closing {
+		return 0, ErrLinkClosed
+	}
+	if l.sendCredit == 0 {
+		return 0, ErrNoCredit
+	}
+	switch l.sndSettle {
+	case SenderSettleSettled:
+		settled = true
+	case SenderSettleUnsettled:
+		settled = false
+	}
+	s := l.session
+	l.sendCredit--
+	l.sendDeliveryCount++
+	id := s.nextDeliveryID
+	s.nextDeliveryID++
+	if !settled {
+		s.unsettled[id] = l
+	}
+	o := outgoing{link: l, id: id, tag: tag, payload: payload, settled: settled, first: true}
+	if len(s.blocked) == 0 {
+		s.frameLocked(&o)
+	}
+	if o.first || o.sent < len(o.payload) {
+		// The peer's window is closed: keep a copy until it opens.
+		o.tag = append([]byte(nil), tag...)
+		o.payload = append([]byte(nil), payload...)
+		s.blocked = append(s.blocked, &o)
+	}
+	return id, nil
+}
+
+// frameLocked writes as many transfer frames of o as the peer's session
+// window allows.
+func (s *Session) frameLocked(o *outgoing) {
+	c := s.conn
+	if c.closing {
+		o.first, o.sent = false, len(o.payload)
+		return
+	}
+	for s.remoteIncomingWindow > 0 && (o.first || o.sent < len(o.payload)) {
+		t := Transfer{Handle: o.link.handle, More: true}
+		if o.first {
+			t.DeliveryID, t.HasDeliveryID = o.id, true
+			t.DeliveryTag = o.tag
+			if t.DeliveryTag == nil {
+				t.DeliveryTag = []byte{}
+			}
+			t.MessageFormat, t.HasMessageFormat = 0, true
+			t.Settled = o.settled
+		}
+		c.flushRunsLocked()
+		b, start := appendFrameHeader(c.wbuf, frameTypeAMQP, s.channel)
+		b = t.append(b)
+		room := int(c.peerMaxFrame) - (len(b) - start)
+		if room < 1 {
+			room = 1 // cannot happen with max-frame-size >= 512
+		}
+		chunk := len(o.payload) - o.sent
+		if chunk <= room {
+			// Last frame: re-encode without more=true.
+			t.More = false
+			b = t.append(c.wbuf[:start+frameHeaderSize])
+		} else {
+			chunk = room
+		}
+		b = append(b, o.payload[o.sent:o.sent+chunk]...)
+		c.wbuf = finishFrame(b, start)
+		o.sent += chunk
+		o.first = false
+		s.nextOutgoingID++
+		s.remoteIncomingWindow--
+	}
+	c.signal()
+}
+
+// sendBlockedLocked frames waiting deliveries after the window opened.
+func (s *Session) sendBlockedLocked() {
+	for len(s.blocked) > 0 && s.remoteIncomingWindow > 0 {
+		o := s.blocked[0]
+		if o.link.detached || o.link.detachSent {
+			s.blocked = s.blocked[1:]
+			continue
+		}
+		s.frameLocked(o)
+		if o.first || o.sent < len(o.payload) {
+			return
+		}
+		s.blocked[0] = nil
+		s.blocked = s.blocked[1:]
+	}
+}

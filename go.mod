@@ -1,0 +1,3 @@
+module github.com/quorumbus/quorumbus
+
+go 1.26
