@@ -126,8 +126,8 @@ func (c *Conn) serve() {
 // handshake negotiates the protocol headers, SASL and the open frames. On
 // return without error the connection is open and the handler chosen.
 func (c *Conn) handshake() error {
-	var hdr [8]byte
-	if _, err := io.ReadFull(c.fr.r, hdr[:]); err != nil {
+	hdr, err := c.fr.protoHeader()
+	if err != nil {
 		return err
 	}
 	switch hdr {
@@ -135,7 +135,7 @@ func (c *Conn) handshake() error {
 		if err := c.negotiateSASL(); err != nil {
 			return err
 		}
-		if _, err := io.ReadFull(c.fr.r, hdr[:]); err != nil {
+		if hdr, err = c.fr.protoHeader(); err != nil {
 			return err
 		}
 		if hdr != protoHeaderAMQP {

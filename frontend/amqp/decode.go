@@ -736,9 +736,9 @@ func (d *decoder) arrayAfter(code byte) (any, error) {
 		}
 		count, _ = d.u32()
 	}
-	end := d.off + size - 1
+	end := d.off + size - 1 // size counts the count field too
 	if code == codeArray32 {
-		end = d.off + size - 5
+		end = d.off + size - 4
 	}
 	// Elements of zero-width types (null, true, uint0 ...) take no bytes,
 	// so the count is bounded by the array's byte size instead: nothing a

@@ -53,6 +53,18 @@ func framingErrorf(format string, args ...any) *Error {
 	return &Error{Condition: ErrCondFramingError, Description: fmt.Sprintf(format, args...)}
 }
 
+// protoHeader reads an 8-byte protocol header.
+func (fr *frameReader) protoHeader() (h [8]byte, err error) {
+	if fr.pending > 0 {
+		if _, err := fr.r.Discard(fr.pending); err != nil {
+			return h, err
+		}
+		fr.pending = 0
+	}
+	_, err = io.ReadFull(fr.r, h[:])
+	return h, err
+}
+
 // next reads the next frame. The returned body stays valid until the next
 // call.
 func (fr *frameReader) next() (frame, error) {
@@ -87,7 +99,13 @@ func (fr *frameReader) next() (frame, error) {
 		return frame{}, err
 	}
 	f.body = whole[doff:]
-	fr.pending = int(size)
+	// Consume the frame now, so that a caller reading fr.r directly next
+	// (the protocol header after SASL) starts after it. Discarding bytes
+	// that are already buffered only advances the read index: body stays
+	// valid until the next read from fr.r.
+	if _, err := fr.r.Discard(int(size)); err != nil {
+		return frame{}, err
+	}
 	return f, nil
 }
 

@@ -433,7 +433,7 @@ func (s *Session) frameLocked(o *outgoing) {
 		return
 	}
 	for s.remoteIncomingWindow > 0 && (o.first || o.sent < len(o.payload)) {
-		t := Transfer{Handle: o.link.handle, More: true}
+		t := Transfer{Handle: o.link.handle}
 		if o.first {
 			t.DeliveryID, t.HasDeliveryID = o.id, true
 			t.DeliveryTag = o.tag
@@ -444,19 +444,15 @@ func (s *Session) frameLocked(o *outgoing) {
 			t.Settled = o.settled
 		}
 		c.flushRunsLocked()
+		// Encode as the last frame first, which it usually is; re-encode
+		// with more=true when the rest does not fit.
 		b, start := appendFrameHeader(c.wbuf, frameTypeAMQP, s.channel)
 		b = t.append(b)
-		room := int(c.peerMaxFrame) - (len(b) - start)
-		if room < 1 {
-			room = 1 // cannot happen with max-frame-size >= 512
-		}
 		chunk := len(o.payload) - o.sent
-		if chunk <= room {
-			// Last frame: re-encode without more=true.
-			t.More = false
-			b = t.append(c.wbuf[:start+frameHeaderSize])
-		} else {
-			chunk = room
+		if room := int(c.peerMaxFrame) - (len(b) - start); chunk > room {
+			t.More = true
+			b = t.append(b[:start+frameHeaderSize])
+			chunk = max(int(c.peerMaxFrame)-(len(b)-start), 1)
 		}
 		b = append(b, o.payload[o.sent:o.sent+chunk]...)
 		c.wbuf = finishFrame(b, start)

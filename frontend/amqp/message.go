@@ -1,0 +1,334 @@
+package amqp
+
+import "time"
+
+// BatchMessageFormat is the message format of a Service Bus batch: the
+// body's data sections each hold one encoded message.
+const BatchMessageFormat uint32 = 0x80013700
+
+// Header is the message header section (spec 3.2.1).
+type Header struct {
+	Durable       bool
+	Priority      uint8         // default 4
+	TTL           time.Duration // 0: none; milliseconds on the wire
+	FirstAcquirer bool
+	DeliveryCount uint32
+}
+
+// Properties is the properties section (spec 3.2.4). Zero values are
+// absent fields. MessageID and CorrelationID hold an ulong (uint64), UUID,
+// []byte or string.
+type Properties struct {
+	MessageID          any
+	UserID             []byte
+	To                 string
+	Subject            string
+	ReplyTo            string
+	CorrelationID      any
+	ContentType        Symbol
+	ContentEncoding    Symbol
+	AbsoluteExpiryTime time.Time
+	CreationTime       time.Time
+	GroupID            string
+	GroupSequence      uint32
+	ReplyToGroupID     string
+}
+
+// Message is a decoded AMQP message: the annotated message of spec 3.2.
+// Exactly one body kind is used: Data sections, Sequence sections, or a
+// Value (HasValue distinguishes a null value from no value section).
+type Message struct {
+	Header                *Header
+	DeliveryAnnotations   Map
+	MessageAnnotations    Map
+	Properties            *Properties
+	ApplicationProperties Map
+	Data                  [][]byte
+	Sequence              [][]any
+	Value                 any
+	HasValue              bool
+	Footer                Map
+}
+
+// Section is one encoded section of a message, found without decoding it.
+type Section struct {
+	Descriptor uint64
+	Raw        []byte // the whole section, descriptor included
+}
+
+// Sections splits an encoded message into its sections without decoding
+// their contents. Raw slices alias payload. It lets a broker keep the bare
+// message's bytes as the sender made them (spec 3.2: the bare message is
+// immutable) while it rewrites the annotations around them.
+func Sections(payload []byte, dst []Section) ([]Section, error) {
+	d := decoder{b: payload}
+	for d.remaining() > 0 {
+		start := d.off
+		c, err := d.byte()
+		if err != nil {
+			return nil, err
+		}
+		if c != codeDescribed {
+			return nil, decodeErrorf("message section is not described (0x%02x)", c)
+		}
+		desc, err := d.descriptor()
+		if err != nil {
+			return nil, err
+		}
+		if desc < descHeader || desc > descFooter {
+			return nil, decodeErrorf("unknown message section 0x%x", desc)
+		}
+		if err := d.skip(); err != nil {
+			return nil, err
+		}
+		dst = append(dst, Section{Descriptor: desc, Raw: payload[start:d.off]})
+	}
+	return dst, nil
+}
+
+// Decode parses an encoded message. Byte slices in the result are copies,
+// so the message outlives payload.
+func (m *Message) Decode(payload []byte) error {
+	*m = Message{}
+	d := decoder{b: payload}
+	last := uint64(0)
+	for d.remaining() > 0 {
+		c, err := d.byte()
+		if err != nil {
+			return err
+		}
+		if c != codeDescribed {
+			return decodeErrorf("message section is not described (0x%02x)", c)
+		}
+		desc, err := d.descriptor()
+		if err != nil {
+			return err
+		}
+		// Sections come in the spec's order; body sections may repeat.
+		if desc < last || (desc == last && desc != descData && desc != descAmqpSequence) {
+			return decodeErrorf("message section 0x%x out of order", desc)
+		}
+		last = desc
+		switch desc {
+		case descHeader:
+			m.Header = new(Header)
+			err = m.Header.decode(&d)
+		case descDeliveryAnnotations:
+			m.DeliveryAnnotations, err = d.readMap()
+		case descMessageAnnotations:
+			m.MessageAnnotations, err = d.readMap()
+		case descProperties:
+			m.Properties = new(Properties)
+			err = m.Properties.decode(&d)
+		case descApplicationProperties:
+			m.ApplicationProperties, err = d.readMap()
+		case descData:
+			if m.HasValue || m.Sequence != nil {
+				return decodeErrorf("message mixes body kinds")
+			}
+			var b []byte
+			if b, err = d.readBinary(); err == nil {
+				m.Data = append(m.Data, append([]byte{}, b...))
+			}
+		case descAmqpSequence:
+			if m.HasValue || m.Data != nil {
+				return decodeErrorf("message mixes body kinds")
+			}
+			var v any
+			if v, err = d.value(); err == nil {
+				list, ok := v.([]any)
+				if !ok {
+					return decodeErrorf("amqp-sequence section holds %T, not a list", v)
+				}
+				m.Sequence = append(m.Sequence, list)
+			}
+		case descAmqpValue:
+			if m.Data != nil || m.Sequence != nil {
+				return decodeErrorf("message mixes body kinds")
+			}
+			m.Value, err = d.value()
+			m.HasValue = true
+		case descFooter:
+			m.Footer, err = d.readMap()
+		default:
+			return decodeErrorf("unknown message section 0x%x", desc)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Append encodes the message.
+func (m *Message) Append(b []byte) ([]byte, error) {
+	var err error
+	if m.Header != nil {
+		b = m.Header.append(b)
+	}
+	if m.DeliveryAnnotations != nil {
+		if b, err = appendMap(appendDescriptor(b, descDeliveryAnnotations), m.DeliveryAnnotations); err != nil {
+			return nil, err
+		}
+	}
+	if m.MessageAnnotations != nil {
+		if b, err = appendMap(appendDescriptor(b, descMessageAnnotations), m.MessageAnnotations); err != nil {
+			return nil, err
+		}
+	}
+	if m.Properties != nil {
+		if b, err = m.Properties.append(b); err != nil {
+			return nil, err
+		}
+	}
+	if m.ApplicationProperties != nil {
+		if b, err = appendMap(appendDescriptor(b, descApplicationProperties), m.ApplicationProperties); err != nil {
+			return nil, err
+		}
+	}
+	for _, data := range m.Data {
+		b = appendBinary(appendDescriptor(b, descData), data)
+	}
+	for _, seq := range m.Sequence {
+		if b, err = appendValue(appendDescriptor(b, descAmqpSequence), seq); err != nil {
+			return nil, err
+		}
+	}
+	if m.HasValue {
+		if b, err = appendValue(appendDescriptor(b, descAmqpValue), m.Value); err != nil {
+			return nil, err
+		}
+	}
+	if m.Footer != nil {
+		if b, err = appendMap(appendDescriptor(b, descFooter), m.Footer); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// SplitBatch returns the encoded messages inside a batch message (format
+// BatchMessageFormat): one per data section. The slices alias payload.
+func SplitBatch(payload []byte) ([][]byte, error) {
+	secs, err := Sections(payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, s := range secs {
+		if s.Descriptor != descData {
+			continue
+		}
+		d := decoder{b: s.Raw}
+		d.off = 1
+		if _, err := d.descriptor(); err != nil {
+			return nil, err
+		}
+		b, err := d.readBinary()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (h *Header) decode(d *decoder) error {
+	h.Priority = 4
+	f := d.openFields()
+	f.boolean(&h.Durable)
+	f.u8(&h.Priority)
+	var ttl uint32
+	if f.u32(&ttl) {
+		h.TTL = time.Duration(ttl) * time.Millisecond
+	}
+	f.boolean(&h.FirstAcquirer)
+	f.u32(&h.DeliveryCount)
+	return f.done()
+}
+
+func (h *Header) append(b []byte) []byte {
+	b, f := beginFields(b, descHeader)
+	b = appendOptBool(b, f, h.Durable)
+	if h.Priority != 4 {
+		b = appendUbyte(b, h.Priority)
+	} else {
+		b = appendNull(b)
+	}
+	f.field(b, h.Priority == 4)
+	b = appendOptUint(b, f, uint32(h.TTL/time.Millisecond))
+	b = appendOptBool(b, f, h.FirstAcquirer)
+	b = appendOptUint(b, f, h.DeliveryCount)
+	return f.end(b)
+}
+
+func (p *Properties) decode(d *decoder) error {
+	f := d.openFields()
+	f.value(&p.MessageID)
+	var user []byte
+	if f.binary(&user) {
+		p.UserID = append([]byte{}, user...)
+	}
+	f.str(&p.To)
+	f.str(&p.Subject)
+	f.str(&p.ReplyTo)
+	f.value(&p.CorrelationID)
+	f.sym(&p.ContentType)
+	f.sym(&p.ContentEncoding)
+	f.timestamp(&p.AbsoluteExpiryTime)
+	f.timestamp(&p.CreationTime)
+	f.str(&p.GroupID)
+	f.u32(&p.GroupSequence)
+	f.str(&p.ReplyToGroupID)
+	if err := f.done(); err != nil {
+		return err
+	}
+	for _, id := range []any{p.MessageID, p.CorrelationID} {
+		switch id.(type) {
+		case nil, uint64, UUID, []byte, string:
+		default:
+			return decodeErrorf("message id of type %T", id)
+		}
+	}
+	return nil
+}
+
+func (p *Properties) append(b []byte) ([]byte, error) {
+	b, f := beginFields(b, descProperties)
+	var err error
+	if b, err = appendValue(b, p.MessageID); err != nil {
+		return nil, err
+	}
+	f.field(b, p.MessageID == nil)
+	if p.UserID != nil {
+		b = appendBinary(b, p.UserID)
+	} else {
+		b = appendNull(b)
+	}
+	f.field(b, p.UserID == nil)
+	b = appendOptString(b, f, p.To)
+	b = appendOptString(b, f, p.Subject)
+	b = appendOptString(b, f, p.ReplyTo)
+	if b, err = appendValue(b, p.CorrelationID); err != nil {
+		return nil, err
+	}
+	f.field(b, p.CorrelationID == nil)
+	b = appendOptSymbol(b, f, p.ContentType)
+	b = appendOptSymbol(b, f, p.ContentEncoding)
+	b = appendOptTime(b, f, p.AbsoluteExpiryTime)
+	b = appendOptTime(b, f, p.CreationTime)
+	b = appendOptString(b, f, p.GroupID)
+	b = appendOptUint(b, f, p.GroupSequence)
+	b = appendOptString(b, f, p.ReplyToGroupID)
+	return f.end(b), nil
+}
+
+func appendOptTime(b []byte, f *fieldList, t time.Time) []byte {
+	if t.IsZero() {
+		b = appendNull(b)
+	} else {
+		b = appendTimestamp(b, t)
+	}
+	f.field(b, t.IsZero())
+	return b
+}
