@@ -50,6 +50,7 @@ type Conn struct {
 	done      chan struct{}
 
 	delivery Delivery // scratch handed to MessageHandler.Message
+	dec      decoder  // decodes the frame being dispatched
 }
 
 func newConn(s *Server, nc net.Conn) *Conn {
@@ -284,15 +285,19 @@ func (c *Conn) dispatch(f frame) (peerClosed bool, err error) {
 	if f.typ != frameTypeAMQP {
 		return false, framingErrorf("SASL frame after the SASL layer")
 	}
-	code, d, err := framePerformative(f.body)
+	// The decoder lives in the Conn: handing a pointer to a local one down
+	// the dispatch path would cost a heap allocation per frame.
+	c.dec = decoder{b: f.body}
+	d := &c.dec
+	code, err := d.performative()
 	if err != nil {
 		return false, err
 	}
 	switch code {
 	case descBegin:
-		return false, c.onBegin(f.channel, &d)
+		return false, c.onBegin(f.channel, d)
 	case descClose:
-		e, err := decodeErrorOnly(&d)
+		e, err := decodeErrorOnly(d)
 		if err != nil {
 			return false, err
 		}
@@ -310,7 +315,7 @@ func (c *Conn) dispatch(f frame) (peerClosed bool, err error) {
 		if s == nil {
 			return false, Errorf(ErrCondIllegalState, "frame on channel %d, which has no session", f.channel)
 		}
-		return false, s.dispatch(code, &d, f.body)
+		return false, s.dispatch(code, d, f.body)
 	}
 	return false, Errorf(ErrCondDecodeError, "unknown performative 0x%x", code)
 }

@@ -76,6 +76,9 @@ func (fr *frameReader) next() (frame, error) {
 	}
 	h, err := fr.r.Peek(frameHeaderSize)
 	if err != nil {
+		if err == io.EOF && len(h) > 0 {
+			err = io.ErrUnexpectedEOF // the stream ended inside a header
+		}
 		return frame{}, err
 	}
 	size := binary.BigEndian.Uint32(h[0:4])
@@ -99,13 +102,7 @@ func (fr *frameReader) next() (frame, error) {
 		return frame{}, err
 	}
 	f.body = whole[doff:]
-	// Consume the frame now, so that a caller reading fr.r directly next
-	// (the protocol header after SASL) starts after it. Discarding bytes
-	// that are already buffered only advances the read index: body stays
-	// valid until the next read from fr.r.
-	if _, err := fr.r.Discard(int(size)); err != nil {
-		return frame{}, err
-	}
+	fr.pending = int(size)
 	return f, nil
 }
 
@@ -128,15 +125,21 @@ var keepAlive = []byte{0, 0, 0, 8, 2, 0, 0, 0}
 // performative codes found by peeking at a frame body's descriptor.
 func framePerformative(body []byte) (code uint64, d decoder, err error) {
 	d = decoder{b: body}
+	code, err = d.performative()
+	return code, d, err
+}
+
+// performative reads the descriptor of the performative that starts a
+// frame body.
+func (d *decoder) performative() (uint64, error) {
 	c, err := d.byte()
 	if err != nil {
-		return 0, d, err
+		return 0, err
 	}
 	if c != codeDescribed {
-		return 0, d, decodeErrorf("frame body is not a described performative (0x%02x)", c)
+		return 0, decodeErrorf("frame body is not a described performative (0x%02x)", c)
 	}
-	code, err = d.descriptor()
-	return code, d, err
+	return d.descriptor()
 }
 
 // SASL performatives (spec 5.3.3).

@@ -417,9 +417,10 @@ func (l *Link) Send(tag, payload []byte, settled bool) (uint32, error) {
 	}
 	if o.first || o.sent < len(o.payload) {
 		// The peer's window is closed: keep a copy until it opens.
-		o.tag = append([]byte(nil), tag...)
-		o.payload = append([]byte(nil), payload...)
-		s.blocked = append(s.blocked, &o)
+		held := o
+		held.tag = append([]byte(nil), tag...)
+		held.payload = append([]byte(nil), payload...)
+		s.blocked = append(s.blocked, &held)
 	}
 	return id, nil
 }
