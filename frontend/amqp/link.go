@@ -397,6 +397,9 @@ func (l *Link) Send(tag, payload []byte, settled bool) (uint32, error) {
 	if l.sendCredit == 0 {
 		return 0, ErrNoCredit
 	}
+	if limit := l.attach.MaxMessageSize; limit != 0 && uint64(len(payload)) > limit {
+		return 0, Errorf(ErrCondMessageSizeExceeded, "message of %d bytes exceeds the receiver's maximum of %d", len(payload), limit)
+	}
 	switch l.sndSettle {
 	case SenderSettleSettled:
 		settled = true

@@ -144,6 +144,10 @@ type outLink struct {
 }
 
 func (o *outLink) Flow(l *amqp.Link, credit uint32, drain bool) {
+	if drain && credit == 0 {
+		l.Drain() // nothing to use up: answer at once
+		return
+	}
 	o.b.mu.Lock()
 	o.credit, o.drain = credit, drain
 	q := o.b.queueLocked(o.address)
