@@ -1,0 +1,29 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Backend is what the front-end needs from the cluster: where an entity
+// lives and the partition operations on it. frontend/routing implements it
+// over gRPC with the routing table that placement publishes; every call
+// reaches the leader of the partition's group, following leader changes
+// without surfacing them.
+type Backend interface {
+	// Entity looks an entity up by name (case-insensitively).
+	Entity(name string) (*placementpb.Entity, error)
+	Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error)
+	Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error)
+	Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error)
+	RenewLocks(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewLocks) (*partitionpb.Result, error)
+}
+
+// Errors a Backend returns; errorCondition maps them to what clients see.
+var (
+	ErrEntityNotFound = errors.New("frontend: entity not found")
+	ErrUnavailable    = errors.New("frontend: partition unavailable")
+)

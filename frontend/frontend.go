@@ -1,0 +1,156 @@
+// Package frontend serves Azure Service Bus over AMQP 1.0: $cbs, the
+// $management node, senders and receivers of queues, on the engine in
+// frontend/amqp. It keeps no durable state: every message and lock lives in
+// a partition group, reached through a Backend.
+package frontend
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Config configures a Server. The zero value (with a Backend) is usable.
+type Config struct {
+	Backend Backend
+	Logger  *slog.Logger
+	// ContainerID is announced in the AMQP open frame. Default "quorumbus".
+	ContainerID string
+	// ReceiveWait bounds one long-poll of a partition for a receiver with
+	// credit. Default 5s.
+	ReceiveWait time.Duration
+	// SendBatch caps how many messages of one link go into one partition
+	// request. Default 256.
+	SendBatch int
+}
+
+func (c *Config) validate() error {
+	if c.Backend == nil {
+		return errors.New("frontend: Config.Backend is nil")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ContainerID == "" {
+		c.ContainerID = "quorumbus"
+	}
+	if c.ReceiveWait == 0 {
+		c.ReceiveWait = 5 * time.Second
+	}
+	if c.SendBatch == 0 {
+		c.SendBatch = 256
+	}
+	return nil
+}
+
+// Server is the Service Bus front-end: an AMQP listener.
+type Server struct {
+	cfg  Config
+	amqp *amqp.Server
+}
+
+// New validates cfg and builds a Server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg}
+	s.amqp = &amqp.Server{
+		Handler:     s,
+		ContainerID: cfg.ContainerID,
+		// Service Bus allows messages up to 100 MB on entities that say so;
+		// each link announces its entity's own limit.
+		MaxMessageSize: 100 << 20,
+		// The SDKs offer ANONYMOUS only; MSSBCBS tells them claims come via $cbs.
+		SASL:   amqp.SASL{Anonymous: true, Extra: []amqp.Symbol{"MSSBCBS"}},
+		Logger: cfg.Logger,
+	}
+	return s, nil
+}
+
+// Serve accepts AMQP connections on l.
+func (s *Server) Serve(l net.Listener) error { return s.amqp.Serve(l) }
+
+// Shutdown closes every connection and waits for them or for ctx.
+func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ctx) }
+
+// OpenConn implements amqp.Handler.
+func (s *Server) OpenConn(c *amqp.Conn) (amqp.ConnHandler, error) {
+	return &conn{srv: s, amqp: c, log: s.cfg.Logger.With("remote", c.RemoteAddr().String())}, nil
+}
+
+// conn is the state of one client connection. The engine calls its methods
+// from the connection's reading goroutine only, so it needs no lock.
+type conn struct {
+	srv     *Server
+	amqp    *amqp.Conn
+	log     *slog.Logger
+	replies replyLinks
+}
+
+func (c *conn) Closed(error) {}
+
+// Attach routes a link by its address: $cbs, <entity>/$management, or an
+// entity (optionally its /$DeadLetterQueue).
+func (c *conn) Attach(l *amqp.Link) (amqp.LinkHandler, error) {
+	a := l.Attach()
+	if a.Role == amqp.RoleSender {
+		if a.Target == nil {
+			return nil, amqp.Errorf(amqp.ErrCondInvalidField, "a sending link needs a target")
+		}
+		addr := a.Target.Address
+		switch {
+		case strings.EqualFold(addr, cbsNode):
+			return &rpcLink{c: c, node: cbsNode, serve: c.serveCBS}, nil
+		case hasSuffixFold(addr, "/"+managementNode):
+			entity := addr[:len(addr)-len(managementNode)-1]
+			return &rpcLink{c: c, node: addr, serve: func(r *rpcRequest) { c.serveManagement(entity, r) }}, nil
+		}
+		e, sub, err := c.lookup(addr)
+		if err != nil {
+			return nil, err
+		}
+		if sub != "" {
+			return nil, amqp.Errorf(amqp.ErrCondNotAllowed, "cannot send to %s", addr)
+		}
+		return c.newSender(l, e)
+	}
+	if a.Source == nil {
+		return nil, amqp.Errorf(amqp.ErrCondInvalidField, "a receiving link needs a source")
+	}
+	addr := a.Source.Address
+	if strings.EqualFold(addr, cbsNode) || hasSuffixFold(addr, "/"+managementNode) {
+		rl := &replyLink{c: c, link: l}
+		c.replies.add(rl)
+		return rl, nil
+	}
+	e, sub, err := c.lookup(addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.newReceiver(l, e, sub)
+}
+
+// lookup resolves an entity address. The dead-letter sub-queue is addressed
+// as <entity>/$DeadLetterQueue.
+func (c *conn) lookup(addr string) (*placementpb.Entity, string, error) {
+	name, sub := addr, ""
+	if i := strings.LastIndex(addr, "/"); i >= 0 && strings.EqualFold(addr[i+1:], "$DeadLetterQueue") {
+		name, sub = addr[:i], "$DeadLetterQueue"
+	}
+	e, err := c.srv.cfg.Backend.Entity(name)
+	if err != nil {
+		return nil, "", errFailure(err).amqpError(name)
+	}
+	return e, sub, nil
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
+}

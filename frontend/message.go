@@ -1,0 +1,218 @@
+package frontend
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Annotation keys Service Bus uses (shared/sdk-compat.md 6).
+const (
+	annSequenceNumber   amqp.Symbol = "x-opt-sequence-number"
+	annEnqueuedTime     amqp.Symbol = "x-opt-enqueued-time"
+	annLockedUntil      amqp.Symbol = "x-opt-locked-until"
+	annLockToken        amqp.Symbol = "x-opt-lock-token"
+	annPartitionKey     amqp.Symbol = "x-opt-partition-key"
+	annScheduledTime    amqp.Symbol = "x-opt-scheduled-enqueue-time"
+	annMessageState     amqp.Symbol = "x-opt-message-state"
+	annDeadLetterSource amqp.Symbol = "x-opt-deadletter-source"
+)
+
+// Section descriptors of the message format (AMQP 1.0 part 3.2).
+const (
+	secHeader                = 0x70
+	secDeliveryAnnotations   = 0x71
+	secMessageAnnotations    = 0x72
+	secProperties            = 0x73
+	secApplicationProperties = 0x74
+)
+
+// incoming turns one encoded message from a sender into what a partition
+// stores. The bare message is kept byte for byte (AMQP 3.2: it is
+// immutable) except that a message without a message-id gets one, as
+// Service Bus gives one to every message. Everything is copied: payload
+// belongs to the engine.
+func incoming(payload []byte) (*partitionpb.NewMessage, error) {
+	var secs [8]amqp.Section
+	sections, err := amqp.Sections(payload, secs[:0])
+	if err != nil {
+		return nil, err
+	}
+	nm := &partitionpb.NewMessage{}
+	bareStart := len(payload)
+	var props *amqp.Properties
+	for _, s := range sections {
+		switch s.Descriptor {
+		case secHeader:
+			var m amqp.Message
+			if err := m.Decode(s.Raw); err != nil {
+				return nil, err
+			}
+			nm.TtlMs = m.Header.TTL.Milliseconds()
+			nm.Header = append(nm.Header, s.Raw...)
+		case secDeliveryAnnotations:
+			nm.Header = append(nm.Header, s.Raw...)
+		case secMessageAnnotations:
+			var m amqp.Message
+			if err := m.Decode(s.Raw); err != nil {
+				return nil, err
+			}
+			if v, ok := m.MessageAnnotations.Get(annPartitionKey); ok {
+				if pk, ok := v.(string); ok {
+					nm.PartitionKey = pk
+				}
+			}
+			if v, ok := m.MessageAnnotations.Get(annScheduledTime); ok {
+				if t, ok := v.(time.Time); ok {
+					nm.ScheduledEnqueueTimeMs = t.UnixMilli()
+				}
+			}
+			nm.Annotations = append([]byte(nil), s.Raw...)
+		default:
+			if bareStart == len(payload) {
+				bareStart = len(payload) - len(payloadFrom(payload, s.Raw))
+			}
+			if s.Descriptor == secProperties {
+				var m amqp.Message
+				if err := m.Decode(s.Raw); err != nil {
+					return nil, err
+				}
+				props = m.Properties
+			}
+		}
+	}
+	bare := payload[bareStart:]
+	if props == nil || props.MessageID == nil {
+		// Give the message an id, rewriting (or adding) its properties.
+		if props == nil {
+			props = &amqp.Properties{}
+		}
+		props.MessageID = newMessageID()
+		enc, err := (&amqp.Message{Properties: props}).Append(nil)
+		if err != nil {
+			return nil, err
+		}
+		rest := bare
+		if len(sections) > 0 && bareStart < len(payload) {
+			if first := sectionAt(sections, bareStart, payload); first != nil && first.Descriptor == secProperties {
+				rest = bare[len(first.Raw):]
+			}
+		}
+		nm.Bare = append(enc, rest...)
+	} else {
+		nm.Bare = append([]byte(nil), bare...)
+	}
+	nm.MessageId = messageIDString(props.MessageID)
+	nm.SessionId = props.GroupID
+	return nm, nil
+}
+
+// payloadFrom returns payload from the start of sub (a slice of payload)
+// to its end.
+func payloadFrom(payload, sub []byte) []byte {
+	off := cap(payload) - cap(sub)
+	return payload[off:]
+}
+
+func sectionAt(sections []amqp.Section, off int, payload []byte) *amqp.Section {
+	for i := range sections {
+		if cap(payload)-cap(sections[i].Raw) == off {
+			return &sections[i]
+		}
+	}
+	return nil
+}
+
+func newMessageID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func messageIDString(id any) string {
+	switch v := id.(type) {
+	case string:
+		return v
+	case amqp.UUID:
+		return v.String()
+	case []byte:
+		return hex.EncodeToString(v)
+	case uint64:
+		return fmt.Sprint(v)
+	}
+	return ""
+}
+
+// outgoing renders a stored message for delivery: the broker's header and
+// annotations around the sender's bare message.
+func outgoing(m *partitionpb.StoredMessage, locked bool) ([]byte, error) {
+	var pre amqp.Message
+	if len(m.Header) > 0 {
+		if err := pre.Decode(m.Header); err != nil {
+			return nil, err
+		}
+	}
+	if pre.Header == nil {
+		pre.Header = &amqp.Header{Priority: 4}
+	}
+	pre.Header.DeliveryCount = m.DeliveryCount
+	if locked {
+		pre.DeliveryAnnotations.Set(annLockToken, amqp.UUID(lockTokenUUID(m.LockToken)))
+	}
+	if len(m.Annotations) > 0 {
+		var a amqp.Message
+		if err := a.Decode(m.Annotations); err != nil {
+			return nil, err
+		}
+		pre.MessageAnnotations = a.MessageAnnotations
+	}
+	ma := &pre.MessageAnnotations
+	ma.Set(annSequenceNumber, int64(m.SequenceNumber))
+	ma.Set(annEnqueuedTime, time.UnixMilli(m.EnqueuedTimeMs).UTC())
+	if locked {
+		ma.Set(annLockedUntil, time.UnixMilli(m.LockedUntilMs).UTC())
+	}
+	switch m.State {
+	case partitionpb.MessageState_MESSAGE_STATE_DEFERRED:
+		ma.Set(annMessageState, int64(1))
+	case partitionpb.MessageState_MESSAGE_STATE_SCHEDULED:
+		ma.Set(annMessageState, int64(2))
+	}
+	if m.DeadLetterSource != "" {
+		ma.Set(annDeadLetterSource, m.DeadLetterSource)
+	}
+	out, err := pre.Append(make([]byte, 0, 128+len(m.Bare)))
+	if err != nil {
+		return nil, err
+	}
+	return append(out, m.Bare...), nil
+}
+
+// lockTokenUUID returns the 16 token bytes as a UUID value (RFC 4122
+// order: what x-opt-lock-token and $management requests carry).
+func lockTokenUUID(token []byte) [16]byte {
+	var u [16]byte
+	copy(u[:], token)
+	return u
+}
+
+// deliveryTag renders a lock token as the delivery tag: the GUID in .NET
+// byte order (the first three groups little-endian), which the SDK
+// converts back (shared/sdk-compat.md 5.4).
+func deliveryTag(token []byte) []byte {
+	t := lockTokenUUID(token)
+	return []byte{t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15]}
+}
+
+// partitionOfToken routes a lock token to its partition: a token starts
+// with the message's sequence number, whose top 16 bits are the partition.
+func partitionOfToken(token []byte) uint32 {
+	if len(token) < 2 {
+		return 0
+	}
+	return uint32(token[0])<<8 | uint32(token[1])
+}

@@ -1,0 +1,348 @@
+package frontend
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// receiver serves a link on which a client receives from an entity (or its
+// dead-letter sub-queue). A pump goroutine fetches messages from the
+// partitions while the client has credit; dispositions are settled through
+// the partitions by a settle goroutine that batches them.
+type receiver struct {
+	c         *conn
+	link      *amqp.Link
+	entity    *placementpb.Entity
+	subQueue  partitionpb.SubQueue
+	rad       bool // receive-and-delete: the client's link is sender-settled
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wake      chan struct{} // credit arrived
+	settles   chan settleReq
+	mu        sync.Mutex
+	credit    uint32
+	drain     bool
+	tokens    map[uint32][]byte // delivery id -> lock token, until settled
+	nextStart uint32            // partition to poll first, rotating
+}
+
+type settleReq struct {
+	id    uint32
+	state amqp.DeliveryState
+	token []byte
+}
+
+func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amqp.LinkHandler, error) {
+	if sub == "" && (e.Status == placementpb.EntityStatus_ENTITY_STATUS_DISABLED || e.Status == placementpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED) {
+		return nil, failDisabled.amqpError(e.Name)
+	}
+	r := &receiver{
+		c:       c,
+		link:    l,
+		entity:  e,
+		wake:    make(chan struct{}, 1),
+		settles: make(chan settleReq, 8192),
+		tokens:  make(map[uint32][]byte),
+	}
+	if sub != "" {
+		r.subQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
+	}
+	if m := l.Attach().SndSettleMode; m != nil && *m == amqp.SenderSettleSettled {
+		r.rad = true
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	go r.pump()
+	go r.settleLoop()
+	return r, nil
+}
+
+// Detached stops the pump. Locks of delivered messages are not released:
+// they belong to the entity and end by settlement (possibly through
+// $management on another connection) or expiry.
+func (r *receiver) Detached(*amqp.Link, error) { r.cancel() }
+
+func (r *receiver) Flow(l *amqp.Link, credit uint32, drain bool) {
+	r.mu.Lock()
+	r.credit, r.drain = credit, drain
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *receiver) Disposition(l *amqp.Link, id uint32, state amqp.DeliveryState, settled bool) {
+	r.mu.Lock()
+	token, ok := r.tokens[id]
+	delete(r.tokens, id)
+	r.mu.Unlock()
+	if !ok {
+		if !settled {
+			l.Settle(id, amqp.Rejected{Error: failLockLost.amqpError("unknown delivery")})
+		}
+		return
+	}
+	select {
+	case r.settles <- settleReq{id: id, state: state, token: token}:
+	case <-r.ctx.Done():
+	}
+}
+
+// pump delivers messages while the client has credit.
+func (r *receiver) pump() {
+	partitions := uint32(max(len(r.entity.PartitionGroups), 1))
+	for {
+		r.mu.Lock()
+		credit, drain := r.credit, r.drain
+		r.mu.Unlock()
+		if credit == 0 {
+			select {
+			case <-r.wake:
+				continue
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		got := 0
+		// One pass over the partitions without waiting, then a long-poll of
+		// one partition (rotating) when nothing was there.
+		for i := uint32(0); i < partitions && credit > 0; i++ {
+			p := (r.nextStart + i) % partitions
+			n := r.fetch(p, credit, 0)
+			got += n
+			credit -= uint32(n)
+		}
+		if r.ctx.Err() != nil {
+			return
+		}
+		if got > 0 {
+			continue
+		}
+		if drain {
+			r.mu.Lock()
+			r.drain = false
+			r.credit = 0
+			r.mu.Unlock()
+			r.link.Drain()
+			continue
+		}
+		p := r.nextStart % partitions
+		r.nextStart++
+		if r.fetch(p, credit, r.c.srv.cfg.ReceiveWait) == 0 {
+			// Nothing arrived: check for new credit or a drain before
+			// polling again.
+			select {
+			case <-r.wake:
+			case <-r.ctx.Done():
+				return
+			default:
+			}
+		}
+	}
+}
+
+// fetch takes up to max messages of one partition and sends them. It
+// returns how many were delivered.
+func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
+	req := &partitionpb.ReceiveRequest{
+		Partition:        partition,
+		SubQueue:         r.subQueue,
+		MaxCount:         max,
+		ReceiveAndDelete: r.rad,
+		WaitMs:           wait.Milliseconds(),
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, wait+sendTimeout)
+	res, err := r.c.srv.cfg.Backend.Receive(ctx, r.entity, req)
+	cancel()
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.c.log.Debug("receive failed", "entity", r.entity.Name, "partition", partition, "err", err)
+			time.Sleep(100 * time.Millisecond) // do not spin on a partition without a leader
+		}
+		return 0
+	}
+	if _, failed := resultFailure(res.GetCode()); failed {
+		time.Sleep(100 * time.Millisecond)
+		return 0
+	}
+	sent := 0
+	var unsent [][]byte
+	for _, m := range res.Messages {
+		if sent == int(max) || r.ctx.Err() != nil {
+			unsent = append(unsent, m.LockToken)
+			continue
+		}
+		payload, err := outgoing(m, !r.rad)
+		if err != nil {
+			r.c.log.Error("stored message cannot be rendered", "entity", r.entity.Name, "seq", m.SequenceNumber, "err", err)
+			continue
+		}
+		tag := deliveryTag(m.LockToken)
+		if r.rad {
+			tag = seqTag(m.SequenceNumber)
+		}
+		r.mu.Lock()
+		id, err := r.link.Send(tag, payload, r.rad)
+		if err == nil {
+			if !r.rad {
+				r.tokens[id] = m.LockToken
+			}
+			if r.credit > 0 {
+				r.credit--
+			}
+		}
+		r.mu.Unlock()
+		if err != nil {
+			unsent = append(unsent, m.LockToken)
+			continue
+		}
+		sent++
+	}
+	if len(unsent) > 0 && !r.rad {
+		// Locked but not delivered: give them back without counting.
+		r.settleTokens(partitionpb.Disposition_DISPOSITION_RELEASE, unsent, nil)
+	}
+	return sent
+}
+
+func seqTag(seq uint64) []byte {
+	return []byte{byte(seq >> 56), byte(seq >> 48), byte(seq >> 40), byte(seq >> 32), byte(seq >> 24), byte(seq >> 16), byte(seq >> 8), byte(seq)}
+}
+
+// settleLoop turns the client's dispositions into partition settles,
+// packing those that arrive together and share a disposition.
+func (r *receiver) settleLoop() {
+	for {
+		var first settleReq
+		select {
+		case first = <-r.settles:
+		case <-r.ctx.Done():
+			return
+		}
+		batch := []settleReq{first}
+	fill:
+		for len(batch) < 512 {
+			select {
+			case s := <-r.settles:
+				batch = append(batch, s)
+			default:
+				break fill
+			}
+		}
+		r.settleBatch(batch)
+	}
+}
+
+// settleBatch settles simple outcomes (complete, release) together; the
+// others one by one, since they carry per-message details.
+func (r *receiver) settleBatch(batch []settleReq) {
+	groups := map[partitionpb.Disposition][]settleReq{}
+	for _, s := range batch {
+		d, simple := simpleDisposition(s.state)
+		if simple {
+			groups[d] = append(groups[d], s)
+			continue
+		}
+		r.settleOne(s)
+	}
+	for d, items := range groups {
+		tokens := make([][]byte, len(items))
+		for i, it := range items {
+			tokens[i] = it.token
+		}
+		f, ok := r.settleTokens(d, tokens, nil)
+		if !ok && len(items) > 1 {
+			// One lost lock fails the whole command: settle one by one so
+			// the others still succeed.
+			for _, it := range items {
+				r.settleOne(it)
+			}
+			continue
+		}
+		for _, it := range items {
+			r.confirm(it.id, f, ok)
+		}
+	}
+}
+
+func (r *receiver) settleOne(s settleReq) {
+	d, _ := simpleDisposition(s.state)
+	var settle partitionpb.Settle
+	switch st := s.state.(type) {
+	case amqp.Modified:
+		d = partitionpb.Disposition_DISPOSITION_ABANDON
+		if st.UndeliverableHere {
+			d = partitionpb.Disposition_DISPOSITION_DEFER
+		}
+		if len(st.MessageAnnotations) > 0 {
+			enc, err := (&amqp.Message{ApplicationProperties: st.MessageAnnotations}).Append(nil)
+			if err == nil {
+				settle.PropertiesToModify = enc
+			}
+		}
+	case amqp.Rejected:
+		d = partitionpb.Disposition_DISPOSITION_DEAD_LETTER
+		if st.Error != nil {
+			if v, ok := st.Error.Info.Get("DeadLetterReason"); ok {
+				settle.DeadLetterReason, _ = v.(string)
+			}
+			if v, ok := st.Error.Info.Get("DeadLetterErrorDescription"); ok {
+				settle.DeadLetterDescription, _ = v.(string)
+			}
+		}
+	}
+	f, ok := r.settleTokens(d, [][]byte{s.token}, &settle)
+	r.confirm(s.id, f, ok)
+}
+
+// simpleDisposition maps outcomes that carry nothing but themselves.
+func simpleDisposition(state amqp.DeliveryState) (partitionpb.Disposition, bool) {
+	switch state.(type) {
+	case amqp.Accepted:
+		return partitionpb.Disposition_DISPOSITION_COMPLETE, true
+	case amqp.Released:
+		return partitionpb.Disposition_DISPOSITION_RELEASE, true
+	}
+	return partitionpb.Disposition_DISPOSITION_ABANDON, false
+}
+
+// settleTokens settles tokens of one disposition, grouped by partition.
+func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl *partitionpb.Settle) (failure, bool) {
+	byPartition := map[uint32][][]byte{}
+	for _, t := range tokens {
+		p := partitionOfToken(t)
+		byPartition[p] = append(byPartition[p], t)
+	}
+	for p, ts := range byPartition {
+		s := &partitionpb.Settle{}
+		if tmpl != nil {
+			s.DeadLetterReason, s.DeadLetterDescription, s.PropertiesToModify = tmpl.DeadLetterReason, tmpl.DeadLetterDescription, tmpl.PropertiesToModify
+		}
+		s.Partition, s.SubQueue, s.LockTokens, s.Disposition = p, r.subQueue, ts, d
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		res, err := r.c.srv.cfg.Backend.Settle(ctx, r.entity, s)
+		cancel()
+		if err != nil {
+			return errFailure(err), false
+		}
+		if f, failed := resultFailure(res.GetCode()); failed {
+			return f, false
+		}
+	}
+	return failure{}, true
+}
+
+// confirm answers the client's disposition: accepted on success (the SDKs
+// take it for every outcome), rejected with the reason otherwise.
+func (r *receiver) confirm(id uint32, f failure, ok bool) {
+	if ok {
+		r.link.Settle(id, amqp.Accepted{})
+		return
+	}
+	r.link.Settle(id, amqp.Rejected{Error: f.amqpError("")})
+}

@@ -1,0 +1,360 @@
+// Package routing finds partition leaders for the front-end: it watches the
+// routing table that placement publishes and calls PartitionService on the
+// leader of each partition's group, following leader hints and node
+// failures so that clients never see a leader change.
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Config configures a Router.
+type Config struct {
+	// Placement lists gRPC addresses of placement members; any one that
+	// answers serves the routing table.
+	Placement []string
+	Logger    *slog.Logger
+	// DialOptions are added to every gRPC dial (TLS later).
+	DialOptions []grpc.DialOption
+}
+
+// Router implements frontend.Backend.
+type Router struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	table   *placementpb.RoutingTable
+	byName  map[string]*placementpb.Entity
+	groups  map[uint64]*placementpb.Group
+	nodes   map[string]*placementpb.Node
+	leaders map[uint64]string // group -> node id learnt from hints and answers
+	ready   chan struct{}     // closed when the first table arrived
+
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn // by address
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+var _ frontend.Backend = (*Router)(nil)
+
+// New returns a Router; Start begins watching routes.
+func New(cfg Config) (*Router, error) {
+	if len(cfg.Placement) == 0 {
+		return nil, errors.New("routing: no placement addresses")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Router{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		leaders: make(map[uint64]string),
+		ready:   make(chan struct{}),
+		conns:   make(map[string]*grpc.ClientConn),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Start watches the routing table in the background.
+func (r *Router) Start(ctx context.Context) {
+	ctx, r.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(r.done)
+		r.watch(ctx)
+	}()
+}
+
+// Ready is closed once the first routing table has arrived.
+func (r *Router) Ready() <-chan struct{} { return r.ready }
+
+// Close stops watching and closes connections.
+func (r *Router) Close() error {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+	}
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+	return nil
+}
+
+// watch keeps a WatchRoutes stream open to some placement member.
+func (r *Router) watch(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for i := 0; ctx.Err() == nil; i++ {
+		addr := r.cfg.Placement[i%len(r.cfg.Placement)]
+		err := r.watchOnce(ctx, addr)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Debug("routing table stream ended", "placement", addr, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (r *Router) watchOnce(ctx context.Context, addr string) error {
+	cc, err := r.conn(addr)
+	if err != nil {
+		return err
+	}
+	var after uint64
+	r.mu.RLock()
+	if r.table != nil {
+		after = r.table.Version
+	}
+	r.mu.RUnlock()
+	stream, err := placementpb.NewPlacementServiceClient(cc).WatchRoutes(ctx, &placementpb.WatchRoutesRequest{AfterVersion: after})
+	if err != nil {
+		return err
+	}
+	for {
+		t, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		r.install(t)
+	}
+}
+
+func (r *Router) install(t *placementpb.RoutingTable) {
+	byName := make(map[string]*placementpb.Entity, len(t.Entities))
+	for _, e := range t.Entities {
+		byName[strings.ToLower(e.Name)] = e
+	}
+	groups := make(map[uint64]*placementpb.Group, len(t.Groups))
+	for _, g := range t.Groups {
+		groups[g.Id] = g
+	}
+	nodes := make(map[string]*placementpb.Node, len(t.Nodes))
+	for _, n := range t.Nodes {
+		nodes[n.Id] = n
+	}
+	r.mu.Lock()
+	if r.table != nil && t.Version < r.table.Version {
+		r.mu.Unlock()
+		return // an older table from a lagging member
+	}
+	first := r.table == nil
+	r.table, r.byName, r.groups, r.nodes = t, byName, groups, nodes
+	r.mu.Unlock()
+	if first {
+		close(r.ready)
+	}
+}
+
+// Entity implements frontend.Backend.
+func (r *Router) Entity(name string) (*placementpb.Entity, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e := r.byName[strings.ToLower(name)]
+	if e == nil {
+		return nil, fmt.Errorf("%w: %s", frontend.ErrEntityNotFound, name)
+	}
+	return e, nil
+}
+
+// Send implements frontend.Backend.
+func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	err := r.call(ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs})
+		res = resp.GetResult()
+		return err
+	})
+	return res, err
+}
+
+// Receive implements frontend.Backend.
+func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	err := r.call(ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		rq := proto.Clone(req).(*partitionpb.ReceiveRequest)
+		rq.GroupId, rq.EntityId = group, e.Id
+		resp, err := c.Receive(ctx, rq)
+		res = resp.GetResult()
+		return err
+	})
+	return res, err
+}
+
+// Settle implements frontend.Backend.
+func (r *Router) Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	s.EntityId = e.Id
+	err := r.call(ctx, e, s.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := c.Settle(ctx, &partitionpb.SettleRequest{GroupId: group, Settle: s})
+		res = resp.GetResult()
+		return err
+	})
+	return res, err
+}
+
+// RenewLocks implements frontend.Backend.
+func (r *Router) RenewLocks(ctx context.Context, e *placementpb.Entity, rl *partitionpb.RenewLocks) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	rl.EntityId = e.Id
+	err := r.call(ctx, e, rl.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := c.RenewLocks(ctx, &partitionpb.RenewLocksRequest{GroupId: group, Renew: rl})
+		res = resp.GetResult()
+		return err
+	})
+	return res, err
+}
+
+// attemptTimeout bounds one try against one node, so that a dead node
+// costs a retry rather than the caller's whole deadline. Long-polls get
+// their wait on top.
+const attemptTimeout = 3 * time.Second
+
+// call runs op against the leader of the partition's group, retrying on
+// other replicas and after leader hints until ctx ends.
+func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint32, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
+	if int(partition) >= len(e.PartitionGroups) {
+		return fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
+	}
+	group := e.PartitionGroups[partition]
+	backoff := 10 * time.Millisecond
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		nodeID, addr := r.target(group, attempt)
+		if addr == "" {
+			lastErr = fmt.Errorf("group %d has no known replicas", group)
+		} else {
+			cc, err := r.conn(addr)
+			if err != nil {
+				return err
+			}
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout+waitOf(ctx))
+			err = op(actx, partitionpb.NewPartitionServiceClient(cc), group)
+			cancel()
+			if err == nil {
+				r.setLeader(group, nodeID)
+				return nil
+			}
+			lastErr = err
+			st, _ := status.FromError(err)
+			switch st.Code() {
+			case codes.FailedPrecondition:
+				if hint := leaderHint(st); hint != "" {
+					r.setLeader(group, hint)
+					continue // straight to the hinted leader
+				}
+				r.setLeader(group, "")
+			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+				r.setLeader(group, "")
+			case codes.NotFound:
+				return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
+			default:
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: group %d: %v", frontend.ErrUnavailable, group, lastErr)
+		}
+		select {
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		case <-ctx.Done():
+			return fmt.Errorf("%w: group %d: %v", frontend.ErrUnavailable, group, lastErr)
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// waitOf returns how long a long-poll may wait (the caller's deadline minus
+// the attempt budget), so a long-poll attempt is not cut short.
+func waitOf(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d) - attemptTimeout; left > 0 {
+			return left
+		}
+	}
+	return 0
+}
+
+func leaderHint(st *status.Status) string {
+	for _, d := range st.Details() {
+		if h, ok := d.(*partitionpb.LeaderHint); ok {
+			return h.LeaderId
+		}
+	}
+	return ""
+}
+
+func (r *Router) setLeader(group uint64, node string) {
+	r.mu.Lock()
+	if node == "" {
+		delete(r.leaders, group)
+	} else {
+		r.leaders[group] = node
+	}
+	r.mu.Unlock()
+}
+
+// target picks the node to try: the known leader, else the replicas in
+// turn.
+func (r *Router) target(group uint64, attempt int) (id, addr string) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	id = r.leaders[group]
+	g := r.groups[group]
+	if id == "" && g != nil {
+		id = g.LeaderId
+		if attempt > 0 || id == "" {
+			if len(g.Replicas) == 0 {
+				return "", ""
+			}
+			id = g.Replicas[attempt%len(g.Replicas)].NodeId
+		}
+	}
+	if n := r.nodes[id]; n != nil {
+		return id, n.GrpcAddr
+	}
+	return id, ""
+}
+
+func (r *Router) conn(addr string) (*grpc.ClientConn, error) {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	if r.conns == nil {
+		return nil, errors.New("routing: closed")
+	}
+	if c := r.conns[addr]; c != nil {
+		return c, nil
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, r.cfg.DialOptions...)
+	c, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	r.conns[addr] = c
+	return c, nil
+}

@@ -1,0 +1,194 @@
+package frontend
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+)
+
+// Service Bus clients talk to two request/response nodes: $cbs (put-token)
+// and <entity>/$management. A client attaches a request link (it sends) and
+// a reply link (it receives) on one session and names the reply link's
+// address in each request's reply-to (shared/sdk-compat.md 3.1, 7.1).
+
+const (
+	cbsNode        = "$cbs"
+	managementNode = "$management"
+)
+
+// rpcRequest is one decoded request with what is needed to answer it.
+type rpcRequest struct {
+	msg       amqp.Message
+	operation string
+	reply     *replyLink
+	messageID any
+}
+
+// replyLinks keeps the reply links of a connection, per session, so that a
+// request finds the link its reply-to names. Only the connection's engine
+// goroutine touches it.
+type replyLinks struct {
+	bySession map[*amqp.Session][]*replyLink
+}
+
+func (r *replyLinks) add(rl *replyLink) {
+	if r.bySession == nil {
+		r.bySession = make(map[*amqp.Session][]*replyLink)
+	}
+	s := rl.link.Session()
+	r.bySession[s] = append(r.bySession[s], rl)
+}
+
+func (r *replyLinks) remove(rl *replyLink) {
+	s := rl.link.Session()
+	links := r.bySession[s]
+	for i, x := range links {
+		if x == rl {
+			links = append(links[:i], links[i+1:]...)
+			break
+		}
+	}
+	if len(links) == 0 {
+		delete(r.bySession, s)
+	} else {
+		r.bySession[s] = links
+	}
+}
+
+// find picks the reply link for a request: the one whose target address or
+// name equals reply-to (Go SDK and JS SDK), else any reply link of the same
+// node on the session.
+func (r *replyLinks) find(s *amqp.Session, node, replyTo string) *replyLink {
+	var fallback *replyLink
+	for _, rl := range r.bySession[s] {
+		a := rl.link.Attach()
+		if replyTo != "" && ((a.Target != nil && a.Target.Address == replyTo) || a.Name == replyTo) {
+			return rl
+		}
+		if fallback == nil && a.Source != nil && strings.EqualFold(a.Source.Address, node) {
+			fallback = rl
+		}
+	}
+	return fallback
+}
+
+// replyLink serves the client's reply link of $cbs or $management. The Go
+// SDK sends its first request before it grants credit on the reply link,
+// so a response that finds no credit waits for it.
+type replyLink struct {
+	c       *conn
+	link    *amqp.Link
+	mu      sync.Mutex
+	pending [][]byte
+}
+
+// maxPendingReplies bounds responses held for a client that grants no
+// credit.
+const maxPendingReplies = 1024
+
+func (rl *replyLink) send(payload []byte) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if len(rl.pending) == 0 {
+		// Reply links are sender-settled: a response needs no disposition.
+		if _, err := rl.link.Send(nil, payload, true); err != amqp.ErrNoCredit {
+			return
+		}
+	}
+	if len(rl.pending) < maxPendingReplies {
+		rl.pending = append(rl.pending, payload)
+	}
+}
+
+func (rl *replyLink) Flow(l *amqp.Link, credit uint32, _ bool) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	for len(rl.pending) > 0 && credit > 0 {
+		if _, err := l.Send(nil, rl.pending[0], true); err != nil {
+			return
+		}
+		rl.pending = rl.pending[1:]
+		credit--
+	}
+}
+
+func (rl *replyLink) Detached(*amqp.Link, error) { rl.c.replies.remove(rl) }
+
+func (*replyLink) Disposition(*amqp.Link, uint32, amqp.DeliveryState, bool) {}
+
+// rpcLink is the handler of a request link. Requests are decoded on the
+// engine's goroutine and answered by serve, which may do slow work on its
+// own goroutine.
+type rpcLink struct {
+	c     *conn
+	node  string // "$cbs" or "<entity>/$management"
+	serve func(req *rpcRequest)
+}
+
+func (r *rpcLink) Detached(*amqp.Link, error) {}
+
+func (r *rpcLink) Message(l *amqp.Link, d *amqp.Delivery) {
+	if !d.Settled {
+		l.Settle(d.ID, amqp.Accepted{})
+	}
+	req := &rpcRequest{}
+	if err := req.msg.Decode(d.Payload); err != nil {
+		r.c.log.Debug("undecodable request", "node", r.node, "err", err)
+		return
+	}
+	replyTo := ""
+	if p := req.msg.Properties; p != nil {
+		replyTo = p.ReplyTo
+		req.messageID = p.MessageID
+	}
+	if v, ok := req.msg.ApplicationProperties.Get("operation"); ok {
+		req.operation, _ = v.(string)
+	}
+	req.reply = r.c.replies.find(l.Session(), r.node, replyTo)
+	if req.reply == nil {
+		r.c.log.Debug("request without a reply link", "node", r.node, "reply-to", replyTo)
+		return
+	}
+	r.serve(req)
+}
+
+// respond sends the response to a request: status-code (an AMQP int, as the
+// SDKs require) and description in the application properties, the request's
+// message-id as correlation-id, and body as an amqp-value when not nil.
+func (req *rpcRequest) respond(status int32, description string, body any) {
+	resp := amqp.Message{
+		Properties: &amqp.Properties{CorrelationID: req.messageID},
+		ApplicationProperties: amqp.Map{
+			{Key: "status-code", Value: status},
+			{Key: "status-description", Value: description},
+		},
+	}
+	if body != nil {
+		resp.Value, resp.HasValue = body, true
+	}
+	payload, err := resp.Append(nil)
+	if err != nil {
+		return
+	}
+	req.reply.send(payload)
+}
+
+func (req *rpcRequest) fail(f failure, detail string) {
+	req.respond(f.status, f.describe(detail), nil)
+}
+
+// serveCBS answers put-token. Every token is accepted for now; validating
+// SAS signatures is the security issue's work.
+func (c *conn) serveCBS(req *rpcRequest) {
+	if req.operation != "put-token" {
+		req.fail(failInvalid, "unknown $cbs operation "+req.operation)
+		return
+	}
+	req.respond(202, "Accepted", nil)
+}
+
+// serveManagement answers <entity>/$management operations.
+func (c *conn) serveManagement(entity string, req *rpcRequest) {
+	req.fail(failNotImpl, "$management operation "+req.operation+" on "+entity)
+}

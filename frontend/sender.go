@@ -1,0 +1,175 @@
+package frontend
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+const (
+	defaultMaxMessageBytes = 256 << 10
+	// sendsInFlight bounds the partition requests one link has outstanding.
+	sendsInFlight = 8
+	// sendTimeout bounds one partition request, leader changes included.
+	sendTimeout = 30 * time.Second
+)
+
+// sender serves a link on which a client sends to an entity. Messages are
+// handed from the engine's goroutine to the link's worker, which packs what
+// accumulated into one partition request per partition (the front-end half
+// of group commit) and settles each transfer once its request committed.
+type sender struct {
+	c      *conn
+	entity *placementpb.Entity
+	queue  chan pendingSend
+	done   chan struct{}
+	once   sync.Once
+	rr     uint32 // round-robin cursor for unkeyed messages
+}
+
+type pendingSend struct {
+	link      *amqp.Link
+	id        uint32
+	settled   bool
+	partition uint32
+	msgs      []*partitionpb.NewMessage
+}
+
+func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler, error) {
+	if e.Status == placementpb.EntityStatus_ENTITY_STATUS_DISABLED || e.Status == placementpb.EntityStatus_ENTITY_STATUS_SEND_DISABLED {
+		return nil, failDisabled.amqpError(e.Name)
+	}
+	max := uint64(defaultMaxMessageBytes)
+	if kb := e.GetProperties().GetMaxMessageSizeInKilobytes(); kb > 0 {
+		max = uint64(kb) << 10
+	}
+	l.SetMaxMessageSize(max)
+	s := &sender{c: c, entity: e, queue: make(chan pendingSend, 4096), done: make(chan struct{})}
+	go s.run()
+	return s, nil
+}
+
+func (s *sender) Detached(*amqp.Link, error) { s.once.Do(func() { close(s.done) }) }
+
+// Message decodes the transfer (a single message or a batch) and queues it.
+func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
+	parts := [][]byte{d.Payload}
+	if d.Format == amqp.BatchMessageFormat {
+		var err error
+		if parts, err = amqp.SplitBatch(d.Payload); err != nil {
+			s.reject(l, d, failBadRequest, err.Error())
+			return
+		}
+	}
+	msgs := make([]*partitionpb.NewMessage, 0, len(parts))
+	for _, p := range parts {
+		m, err := incoming(p)
+		if err != nil {
+			s.reject(l, d, failBadRequest, err.Error())
+			return
+		}
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 {
+		if !d.Settled {
+			l.Settle(d.ID, amqp.Accepted{})
+		}
+		return
+	}
+	p := s.partitionFor(msgs[0])
+	select {
+	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs}:
+	case <-s.done:
+	}
+}
+
+func (s *sender) reject(l *amqp.Link, d *amqp.Delivery, f failure, detail string) {
+	if !d.Settled {
+		l.Settle(d.ID, amqp.Rejected{Error: f.amqpError(detail)})
+	}
+}
+
+// partitionFor chooses the partition of a message (MISSION: SessionId,
+// else PartitionKey, else MessageId with duplicate detection, else
+// round-robin).
+func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
+	n := uint32(len(s.entity.PartitionGroups))
+	if n <= 1 {
+		return 0
+	}
+	key := m.SessionId
+	if key == "" {
+		key = m.PartitionKey
+	}
+	if key == "" && s.entity.GetProperties().GetRequiresDuplicateDetection() {
+		key = m.MessageId
+	}
+	if key == "" {
+		s.rr++
+		return s.rr % n
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return h.Sum32() % n
+}
+
+// run packs queued messages into partition requests until the link ends.
+// Requests run concurrently (up to sendsInFlight), so completions may be
+// settled out of send order, as Service Bus allows.
+func (s *sender) run() {
+	slots := make(chan struct{}, sendsInFlight)
+	max := s.c.srv.cfg.SendBatch
+	for {
+		var first pendingSend
+		select {
+		case first = <-s.queue:
+		case <-s.done:
+			return
+		}
+		batch := map[uint32][]pendingSend{first.partition: {first}}
+		n := len(first.msgs)
+	fill:
+		for n < max {
+			select {
+			case p := <-s.queue:
+				batch[p.partition] = append(batch[p.partition], p)
+				n += len(p.msgs)
+			default:
+				break fill
+			}
+		}
+		for part, items := range batch {
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots }()
+				s.send(part, items)
+			}()
+		}
+	}
+}
+
+func (s *sender) send(partition uint32, items []pendingSend) {
+	var msgs []*partitionpb.NewMessage
+	for _, it := range items {
+		msgs = append(msgs, it.msgs...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	res, err := s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
+	cancel()
+	var state amqp.DeliveryState = amqp.Accepted{}
+	if err != nil {
+		state = amqp.Rejected{Error: errFailure(err).amqpError(s.entity.Name)}
+	} else if f, failed := resultFailure(res.GetCode()); failed {
+		state = amqp.Rejected{Error: f.amqpError(res.GetDescription())}
+	}
+	for _, it := range items {
+		if !it.settled {
+			it.link.Settle(it.id, state)
+		}
+	}
+}
