@@ -393,7 +393,14 @@ func (d *decoder) readBinary() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return d.binaryAfter(code)
+}
+
+// binaryAfter reads the size and bytes of a binary whose constructor has
+// been consumed (or is an array's element constructor).
+func (d *decoder) binaryAfter(code byte) ([]byte, error) {
 	var n int
+	var err error
 	switch code {
 	case codeVbin8:
 		n, err = d.size(1)
@@ -628,8 +635,7 @@ func (d *decoder) valueAfter(code byte) (any, error) {
 		copy(v[:], s)
 		return v, err
 	case codeVbin8, codeVbin32:
-		d.off--
-		b, err := d.readBinary()
+		b, err := d.binaryAfter(code)
 		if err != nil {
 			return nil, err
 		}

@@ -346,7 +346,8 @@ func appendArray(b []byte, a Array) ([]byte, error) {
 			return nil, err
 		}
 	}
-	b = append(b, a.Constructor)
+	elem := wideConstructor(a.Constructor)
+	b = append(b, elem)
 	var scratch []byte
 	for _, e := range a.Elems {
 		if d, ok := e.(Described); ok && a.Descriptor != nil {
@@ -357,7 +358,7 @@ func appendArray(b []byte, a Array) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		body, err := reencodeAs(scratch, a.Constructor)
+		body, err := reencodeAs(scratch, elem)
 		if err != nil {
 			return nil, err
 		}
@@ -365,6 +366,38 @@ func appendArray(b []byte, a Array) ([]byte, error) {
 	}
 	binary.BigEndian.PutUint32(b[start+1:], uint32(len(b)-start-5))
 	return b, nil
+}
+
+// wideConstructor returns the element constructor appendArray writes for
+// the constructor an Array carries: compact forms that not every element
+// value fits (uint0, smalluint, list8, str8 ...) are widened to the full
+// form of the same type, which every value of that type fits.
+func wideConstructor(code byte) byte {
+	switch code {
+	case codeTrue, codeFalse:
+		return codeBool
+	case codeUint0, codeSmallUint:
+		return codeUint
+	case codeUlong0, codeSmallUlong:
+		return codeUlong
+	case codeSmallInt:
+		return codeInt
+	case codeSmallLong:
+		return codeLong
+	case codeVbin8:
+		return codeVbin32
+	case codeStr8:
+		return codeStr32
+	case codeSym8:
+		return codeSym32
+	case codeList0, codeList8:
+		return codeList32
+	case codeMap8:
+		return codeMap32
+	case codeArray8:
+		return codeArray32
+	}
+	return code
 }
 
 // reencodeAs converts one encoded value (constructor plus data) into the
