@@ -45,6 +45,7 @@ type Conn struct {
 	sessions  map[uint16]*Session // by the peer's channel, which we mirror
 	dispRuns  []*Session          // sessions holding a disposition run
 	linkCount int
+	open      bool // the handshake is over and the writer runs
 	closing   bool // our close frame is queued; no more frames after it
 	writeErr  error
 	done      chan struct{}
@@ -81,8 +82,15 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // Close closes the connection with an optional error for the peer.
 func (c *Conn) Close(err error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.open {
+		// Still in the handshake: there is no writer to send a close
+		// frame, so cut the connection instead of waiting for the peer.
+		c.closing = true
+		c.nc.Close()
+		return
+	}
 	c.closeLocked(asError(err))
-	c.mu.Unlock()
 }
 
 // closeLocked queues our close frame; the writer closes the socket once it
@@ -116,6 +124,13 @@ func (c *Conn) serve() {
 	}
 	c.nc.SetDeadline(time.Time{})
 
+	c.mu.Lock()
+	c.open = true
+	closed := c.closing
+	c.mu.Unlock()
+	if closed {
+		return // Shutdown came during the handshake
+	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); c.writeLoop() }()
 
@@ -163,10 +178,16 @@ func (c *Conn) handshake() error {
 	}
 
 	f, err := c.fr.next()
-	if err != nil {
-		return err
+	var framing *Error
+	if err != nil && !errors.As(err, &framing) {
+		return err // the peer went away
 	}
-	code, d, err := framePerformative(f.body)
+	// A malformed first frame still gets our open and a close saying why.
+	var code uint64
+	var d decoder
+	if err == nil {
+		code, d, err = framePerformative(f.body)
+	}
 	if err == nil && (f.typ != frameTypeAMQP || code != descOpen) {
 		err = framingErrorf("the first frame must be open")
 	}
@@ -292,6 +313,10 @@ func (c *Conn) dispatch(f frame) (peerClosed bool, err error) {
 	code, err := d.performative()
 	if err != nil {
 		return false, err
+	}
+	if f.channel > c.srv.channelMax() {
+		// Spec 2.7.1: a channel above channel-max is a framing error.
+		return false, framingErrorf("channel %d exceeds channel-max %d", f.channel, c.srv.channelMax())
 	}
 	switch code {
 	case descBegin:

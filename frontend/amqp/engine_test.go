@@ -263,14 +263,6 @@ func (e *engEnv) closedWith() error {
 	}
 }
 
-// engKnownBug skips a test that pins an engine bug, unless
-// AMQP_ENGINE_BUGS is set in the environment (to watch it fail).
-func engKnownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("AMQP_ENGINE_BUGS") == "" {
-		t.Skip("engine bug: " + bug)
-	}
-}
 
 func engWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -1009,7 +1001,6 @@ func TestEngineFirstFrameNotOpen(t *testing.T) {
 	}
 	t.Run("malformed frame header", func(t *testing.T) {
 		env := env.with(t)
-		engKnownBug(t, "a malformed first frame header (size < 8) after the AMQP header drops the socket without open+close(framing-error)")
 		c := env.dial()
 		c.write(append(protoHeaderAMQP[:], 0, 0, 0, 4, 2, 0, 0, 0))
 		c.expectHeader(protoHeaderAMQP)
@@ -1321,7 +1312,6 @@ func TestEngineFrameWithoutSession(t *testing.T) {
 	})
 	t.Run("attach beyond channel-max", func(t *testing.T) {
 		env := env.with(t)
-		engKnownBug(t, "a non-begin frame on a channel above our channel-max closes with amqp:illegal-state; spec 2.7.1 (open/channel-max) requires amqp:connection:framing-error")
 		c := env.dialOpen()
 		env.conn()
 		a := engSenderAttach(0, "x")
@@ -1390,7 +1380,6 @@ func TestEngineUnattachedHandle(t *testing.T) {
 	})
 	t.Run("attach beyond handle-max", func(t *testing.T) {
 		env := env.with(t)
-		engKnownBug(t, "attach with handle > handle-max ends the session with amqp:not-allowed; spec 2.7.2 (begin/handle-max) requires closing the connection with amqp:connection:framing-error")
 		c := env.dialOpen()
 		env.conn()
 		b := c.begin(0)
@@ -1985,7 +1974,6 @@ func TestEngineSessionEndWithAttachedLinks(t *testing.T) {
 }
 
 func TestEngineLinkLimitAfterSessionEnd(t *testing.T) {
-	engKnownBug(t, "links ended with their session (Session.end/onEnd -> detachAllLocked) never decrement Conn.linkCount, so after maxLinksPerConn such links every attach on the connection is refused with amqp:resource-limit-exceeded")
 	// Attach maxLinksPerConn links over sessions that end without
 	// detaching them, then one more: it must be accepted, since no link is
 	// attached any more.
@@ -2091,7 +2079,6 @@ func TestEngineShutdown(t *testing.T) {
 }
 
 func TestEngineShutdownDuringHandshake(t *testing.T) {
-	engKnownBug(t, "Shutdown only queues a close frame for connections still in the handshake; nothing closes their socket, so Shutdown blocks until ctx ends (or the handshake deadline, IdleTimeout, passes)")
 	env := startEngine(t, nil, nil)
 	c := env.dial()
 	c.write(protoHeaderAMQP[:1]) // connected, handshake incomplete

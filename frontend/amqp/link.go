@@ -19,6 +19,7 @@ type Link struct {
 	// Guarded by conn.mu.
 	maxMessageSize uint64 // the largest message we accept
 	detachSent     bool   // we sent detach; waiting for the peer's
+	detachErr      error  // why we detached, for the handler
 	detached       bool   // Detached has been (or is being) called
 	sndSettle      uint8  // effective settle modes
 	rcvSettle      uint8
@@ -87,7 +88,8 @@ func (s *Session) onAttach(d *decoder) error {
 	c.mu.Lock()
 	if l.attach.Handle > handleMax {
 		c.mu.Unlock()
-		return Errorf(ErrCondNotAllowed, "handle %d exceeds handle-max %d", l.attach.Handle, handleMax)
+		// Spec 2.7.2: a handle above handle-max is a framing error.
+		return framingErrorf("handle %d exceeds handle-max %d", l.attach.Handle, handleMax)
 	}
 	if _, busy := s.links[l.handle]; busy {
 		c.mu.Unlock()
@@ -180,6 +182,7 @@ func (l *Link) Detach(err error) {
 		return
 	}
 	l.detachSent = true
+	l.detachErr = err
 	p := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
 	c.writeFrameLocked(l.session.channel, p.append)
 }

@@ -515,8 +515,15 @@ func (s *Source) append(b []byte) []byte {
 	b = appendOptMap(b, f, s.DynamicNodeProperties)
 	b = appendOptSymbol(b, f, s.DistributionMode)
 	b = appendOptMap(b, f, s.Filter)
-	b = appendValueMust(b, s.DefaultOutcome)
-	f.field(b, s.DefaultOutcome == nil)
+	// default-outcome comes from the peer when we echo its source: a value
+	// we cannot encode back becomes null rather than a panic.
+	if enc, err := appendValue(b, s.DefaultOutcome); err == nil {
+		b = enc
+		f.field(b, s.DefaultOutcome == nil)
+	} else {
+		b = appendNull(b)
+		f.field(b, true)
+	}
 	b = appendOptSymbols(b, f, s.Outcomes)
 	b = appendOptSymbols(b, f, s.Capabilities)
 	return f.end(b)

@@ -55,9 +55,6 @@ func (c *Conn) onBegin(channel uint16, d *decoder) error {
 	if p.HasRemoteChannel {
 		return Errorf(ErrCondNotAllowed, "begin with remote-channel: this endpoint does not begin sessions")
 	}
-	if channel > c.srv.channelMax() {
-		return Errorf(ErrCondFramingError, "channel %d exceeds channel-max %d", channel, c.srv.channelMax())
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, busy := c.sessions[channel]; busy {
@@ -171,6 +168,7 @@ func (s *Session) detachAllLocked(out []*Link) []*Link {
 			out = append(out, l)
 		}
 		delete(s.links, h)
+		s.conn.linkCount--
 	}
 	clear(s.unsettled)
 	s.blocked = nil
@@ -338,7 +336,9 @@ func (s *Session) onDetach(d *decoder) error {
 	notify := l.markDetachedLocked()
 	c.mu.Unlock()
 	if notify {
-		var err error
+		// The handler hears why the link ended: the peer's error, or ours
+		// when we detached it.
+		err := l.detachErr
 		if p.Error != nil {
 			err = p.Error
 		}
