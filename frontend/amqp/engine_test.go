@@ -263,7 +263,6 @@ func (e *engEnv) closedWith() error {
 	}
 }
 
-
 func engWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(engTimeout)
