@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+)
+
+// benchConfig is what `quorumbus bench` drives: any AMQP 1.0 endpoint,
+// through github.com/Azure/go-amqp (the client under the Azure SDKs).
+type benchConfig struct {
+	url         string
+	address     string
+	mode        string // send, receive, both
+	conns       int
+	links       int
+	size        int
+	count       int
+	duration    time.Duration
+	window      int // sends in flight per link
+	credit      int // receiver credit per link
+	receiveMode string
+}
+
+func benchCmd(args []string) error {
+	var c benchConfig
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&c.url, "url", "amqp://127.0.0.1:5672", "AMQP endpoint")
+	fs.StringVar(&c.address, "queue", "bench", "queue (link address) to use; link i of connection j uses it as is")
+	fs.StringVar(&c.mode, "mode", "both", "send, receive, or both (senders and receivers at once)")
+	fs.IntVar(&c.conns, "conns", 1, "connections per role")
+	fs.IntVar(&c.links, "links", 1, "links per connection")
+	fs.IntVar(&c.size, "size", 1024, "message body size in bytes")
+	fs.IntVar(&c.count, "count", 100000, "messages to send (and receive) in all; 0 runs for -duration")
+	fs.DurationVar(&c.duration, "duration", 0, "run for this long instead of a count")
+	fs.IntVar(&c.window, "window", 256, "sends in flight per sender link (1 = synchronous)")
+	fs.IntVar(&c.credit, "credit", 1000, "credit per receiver link")
+	fs.StringVar(&c.receiveMode, "receive-mode", "peeklock", "peeklock (receive, then complete) or receiveanddelete")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: quorumbus bench [flags]\n\nDrives an AMQP 1.0 endpoint with pipelined sends and/or peek-lock receives,\nthen prints msgs/s, MB/s and latency percentiles (a progress line each second).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.count == 0 && c.duration == 0 {
+		return errors.New("bench: give -count or -duration")
+	}
+	return runBench(context.Background(), c, os.Stdout)
+}
+
+// benchStats collects latencies per goroutine and merges them at the end,
+// so that measuring costs no lock per message.
+type benchStats struct {
+	mu       sync.Mutex
+	lat      []time.Duration
+	sent     atomic.Int64
+	received atomic.Int64
+	errors   atomic.Int64
+}
+
+func (s *benchStats) merge(l []time.Duration) {
+	s.mu.Lock()
+	s.lat = append(s.lat, l...)
+	s.mu.Unlock()
+}
+
+func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
+	if c.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.duration)
+		defer cancel()
+	}
+	var st benchStats
+	payload := make([]byte, c.size)
+	var wg sync.WaitGroup
+	errc := make(chan error, 2*c.conns*c.links)
+	quota := func(n int) int { // this link's share of -count
+		if c.count == 0 {
+			return 0
+		}
+		total := c.conns * c.links
+		return c.count/total + btoi(n < c.count%total)
+	}
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	dial := func() (*goamqp.Session, error) {
+		conn, err := goamqp.Dial(ctx, c.url, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { conn.Close() })
+		return conn.NewSession(ctx, nil)
+	}
+	start := time.Now()
+	if c.mode == "send" || c.mode == "both" {
+		for i := range c.conns {
+			sess, err := dial()
+			if err != nil {
+				return err
+			}
+			for j := range c.links {
+				snd, err := sess.NewSender(ctx, c.address, nil)
+				if err != nil {
+					return err
+				}
+				n := quota(i*c.links + j)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errc <- benchSend(ctx, snd, payload, n, c.window, &st)
+				}()
+			}
+		}
+	}
+	if c.mode == "receive" || c.mode == "both" {
+		for i := range c.conns {
+			sess, err := dial()
+			if err != nil {
+				return err
+			}
+			for j := range c.links {
+				opts := &goamqp.ReceiverOptions{Credit: int32(c.credit), SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()}
+				if c.receiveMode == "receiveanddelete" {
+					opts.SettlementMode = goamqp.ReceiverSettleModeFirst.Ptr()
+					opts.RequestedSenderSettleMode = goamqp.SenderSettleModeSettled.Ptr()
+				}
+				rcv, err := sess.NewReceiver(ctx, c.address, opts)
+				if err != nil {
+					return err
+				}
+				n := quota(i*c.links + j)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errc <- benchReceive(ctx, rcv, n, c.receiveMode != "receiveanddelete", &st)
+				}()
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastS, lastR int64
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-tick.C:
+			s, r := st.sent.Load(), st.received.Load()
+			fmt.Fprintf(out, "%6.1fs  sent %9d (%7d/s)  received %9d (%7d/s)  errors %d\n",
+				time.Since(start).Seconds(), s, s-lastS, r, r-lastR, st.errors.Load())
+			lastS, lastR = s, r
+		}
+	}
+	elapsed := time.Since(start)
+	close(errc)
+	var firstErr error
+	for err := range errc {
+		if err != nil && firstErr == nil && !errors.Is(err, context.DeadlineExceeded) {
+			firstErr = err
+		}
+	}
+	report(out, c, &st, elapsed)
+	return firstErr
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// benchSend keeps `window` sends in flight on one link.
+func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, window int, st *benchStats) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, window)
+	for range window {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 1024)
+			defer func() { st.merge(lat) }()
+			for n == 0 || next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				if err := snd.Send(ctx, goamqp.NewMessage(payload), nil); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					st.errors.Add(1)
+					errc <- err
+					return
+				}
+				lat = append(lat, time.Since(t0))
+				st.sent.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// benchReceive receives n messages and, in peek-lock, completes them from
+// a pool of goroutines, as a consumer with prefetch does: completing one at
+// a time would measure one round trip per message, not the broker.
+func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n int, complete bool, st *benchStats) error {
+	var wg sync.WaitGroup
+	msgs := make(chan *goamqp.Message, 256)
+	errc := make(chan error, 1)
+	fail := func(err error) {
+		st.errors.Add(1)
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+	if complete {
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for m := range msgs {
+					if err := rcv.AcceptMessage(ctx, m); err != nil {
+						if ctx.Err() == nil {
+							fail(err)
+						}
+						continue
+					}
+					st.received.Add(1)
+				}
+			}()
+		}
+	}
+	for i := 0; n == 0 || i < n; i++ {
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(err)
+			}
+			break
+		}
+		if complete {
+			msgs <- m
+		} else {
+			st.received.Add(1)
+		}
+	}
+	close(msgs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func report(out io.Writer, c benchConfig, st *benchStats, elapsed time.Duration) {
+	secs := elapsed.Seconds()
+	s, r := st.sent.Load(), st.received.Load()
+	fmt.Fprintf(out, "\n%s mode=%s conns=%d links=%d size=%d window=%d credit=%d\n", c.url, c.mode, c.conns, c.links, c.size, c.window, c.credit)
+	fmt.Fprintf(out, "elapsed %.2fs  errors %d\n", secs, st.errors.Load())
+	if s > 0 {
+		fmt.Fprintf(out, "send:    %8.0f msgs/s  %7.2f MB/s\n", float64(s)/secs, float64(s)*float64(c.size)/secs/1e6)
+	}
+	if r > 0 {
+		fmt.Fprintf(out, "receive: %8.0f msgs/s  %7.2f MB/s\n", float64(r)/secs, float64(r)*float64(c.size)/secs/1e6)
+	}
+	if len(st.lat) > 0 {
+		slices.Sort(st.lat)
+		q := func(p float64) time.Duration { return st.lat[int(p*float64(len(st.lat)-1))] }
+		fmt.Fprintf(out, "send latency: p50 %v  p99 %v  p999 %v  max %v\n",
+			q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(0.999).Round(time.Microsecond), st.lat[len(st.lat)-1].Round(time.Microsecond))
+	}
+}

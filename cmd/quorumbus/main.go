@@ -1,0 +1,51 @@
+// Command quorumbus is the one binary of the broker: each subcommand runs
+// one part (or, with dev, all of them in one process). main only parses
+// flags into component configs and wires components together.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+type subcommand struct {
+	name    string
+	summary string
+	run     func(args []string) error
+}
+
+var subcommands = []subcommand{
+	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", benchCmd},
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: quorumbus <command> [flags]\n\ncommands:\n")
+	for _, s := range subcommands {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", s.name, s.summary)
+	}
+	fmt.Fprintf(os.Stderr, "\n`quorumbus <command> -help` lists a command's flags.\n")
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	for _, s := range subcommands {
+		if s.name == os.Args[1] {
+			err := s.run(os.Args[2:])
+			if errors.Is(err, flag.ErrHelp) {
+				os.Exit(0)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "quorumbus %s: %v\n", s.name, err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	usage()
+	os.Exit(2)
+}
