@@ -443,8 +443,13 @@ type StoredMessage struct {
 	DeadLetterDescription  string                 `protobuf:"bytes,17,opt,name=dead_letter_description,json=deadLetterDescription,proto3" json:"dead_letter_description,omitempty"`
 	DeadLetterSource       string                 `protobuf:"bytes,18,opt,name=dead_letter_source,json=deadLetterSource,proto3" json:"dead_letter_source,omitempty"`
 	TtlMs                  int64                  `protobuf:"varint,19,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Encoded AMQP maps from settles that carried properties_to_modify
+	// (abandon, dead-letter, defer), oldest first. The state machine only keeps
+	// them; the frontend merges them, in order, over `annotations` when it
+	// delivers the message.
+	ModifiedProperties [][]byte `protobuf:"bytes,20,rep,name=modified_properties,json=modifiedProperties,proto3" json:"modified_properties,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StoredMessage) Reset() {
@@ -608,6 +613,13 @@ func (x *StoredMessage) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *StoredMessage) GetModifiedProperties() [][]byte {
+	if x != nil {
+		return x.ModifiedProperties
+	}
+	return nil
 }
 
 type Batch struct {
@@ -2294,7 +2306,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10requires_session\x18\n" +
 	" \x01(\bR\x0frequiresSession\x12$\n" +
 	"\x0emax_size_bytes\x18\v \x01(\x03R\fmaxSizeBytes\x12\x16\n" +
-	"\x06status\x18\f \x01(\rR\x06status\"\x86\x06\n" +
+	"\x06status\x18\f \x01(\rR\x06status\"\xb7\x06\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -2318,7 +2330,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12dead_letter_reason\x18\x10 \x01(\tR\x10deadLetterReason\x126\n" +
 	"\x17dead_letter_description\x18\x11 \x01(\tR\x15deadLetterDescription\x12,\n" +
 	"\x12dead_letter_source\x18\x12 \x01(\tR\x10deadLetterSource\x12\x15\n" +
-	"\x06ttl_ms\x18\x13 \x01(\x03R\x05ttlMs\"[\n" +
+	"\x06ttl_ms\x18\x13 \x01(\x03R\x05ttlMs\x12/\n" +
+	"\x13modified_properties\x18\x14 \x03(\fR\x12modifiedProperties\"[\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\"\xec\x03\n" +

@@ -126,6 +126,52 @@ func (EntityStatus) EnumDescriptor() ([]byte, []int) {
 	return file_placementpb_placement_proto_rawDescGZIP(), []int{1}
 }
 
+type TaskKind int32
+
+const (
+	TaskKind_TASK_KIND_UPSERT TaskKind = 0 // UpsertEntity with the entity's current config
+	TaskKind_TASK_KIND_DELETE TaskKind = 1 // DeleteEntity of the partition
+)
+
+// Enum value maps for TaskKind.
+var (
+	TaskKind_name = map[int32]string{
+		0: "TASK_KIND_UPSERT",
+		1: "TASK_KIND_DELETE",
+	}
+	TaskKind_value = map[string]int32{
+		"TASK_KIND_UPSERT": 0,
+		"TASK_KIND_DELETE": 1,
+	}
+)
+
+func (x TaskKind) Enum() *TaskKind {
+	p := new(TaskKind)
+	*p = x
+	return p
+}
+
+func (x TaskKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_placementpb_placement_proto_enumTypes[2].Descriptor()
+}
+
+func (TaskKind) Type() protoreflect.EnumType {
+	return &file_placementpb_placement_proto_enumTypes[2]
+}
+
+func (x TaskKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskKind.Descriptor instead.
+func (TaskKind) EnumDescriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{2}
+}
+
 // QueueProperties uses the names of the Service Bus admin API and the
 // emulator's Config.json. Durations are milliseconds; 0 means the default.
 type QueueProperties struct {
@@ -142,8 +188,11 @@ type QueueProperties struct {
 	PartitionCount                   uint32                 `protobuf:"varint,10,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`                                       // 0 or 1: not partitioned; else fixed at creation
 	ForwardTo                        string                 `protobuf:"bytes,11,opt,name=forward_to,json=forwardTo,proto3" json:"forward_to,omitempty"`
 	ForwardDeadLetteredMessagesTo    string                 `protobuf:"bytes,12,opt,name=forward_dead_lettered_messages_to,json=forwardDeadLetteredMessagesTo,proto3" json:"forward_dead_lettered_messages_to,omitempty"`
-	unknownFields                    protoimpl.UnknownFields
-	sizeCache                        protoimpl.SizeCache
+	// enable_partitioning without a partition_count asks for the default of
+	// 16 partitions (the admin API's EnablePartitioning).
+	EnablePartitioning bool `protobuf:"varint,13,opt,name=enable_partitioning,json=enablePartitioning,proto3" json:"enable_partitioning,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *QueueProperties) Reset() {
@@ -258,6 +307,13 @@ func (x *QueueProperties) GetForwardDeadLetteredMessagesTo() string {
 		return x.ForwardDeadLetteredMessagesTo
 	}
 	return ""
+}
+
+func (x *QueueProperties) GetEnablePartitioning() bool {
+	if x != nil {
+		return x.EnablePartitioning
+	}
+	return false
 }
 
 type Entity struct {
@@ -1165,11 +1221,868 @@ func (*ReportGroupsResponse) Descriptor() ([]byte, []int) {
 	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
 }
 
+type CatalogCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	NowMs int64                  `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*CatalogCommand_RegisterNodes
+	//	*CatalogCommand_CreateGroups
+	//	*CatalogCommand_CreateEntity
+	//	*CatalogCommand_UpdateEntity
+	//	*CatalogCommand_DeleteEntity
+	//	*CatalogCommand_ReportGroups
+	//	*CatalogCommand_CompleteTasks
+	Op            isCatalogCommand_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogCommand) Reset() {
+	*x = CatalogCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogCommand) ProtoMessage() {}
+
+func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogCommand.ProtoReflect.Descriptor instead.
+func (*CatalogCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CatalogCommand) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
+
+func (x *CatalogCommand) GetOp() isCatalogCommand_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetRegisterNodes() *RegisterNodes {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_RegisterNodes); ok {
+			return x.RegisterNodes
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetCreateGroups() *CreateGroups {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_CreateGroups); ok {
+			return x.CreateGroups
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetCreateEntity() *CreateEntityCommand {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_CreateEntity); ok {
+			return x.CreateEntity
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetUpdateEntity() *UpdateEntityCommand {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_UpdateEntity); ok {
+			return x.UpdateEntity
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetDeleteEntity() *DeleteEntityCommand {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_DeleteEntity); ok {
+			return x.DeleteEntity
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetReportGroups() *ReportGroupsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_ReportGroups); ok {
+			return x.ReportGroups
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetCompleteTasks() *CompleteTasks {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_CompleteTasks); ok {
+			return x.CompleteTasks
+		}
+	}
+	return nil
+}
+
+type isCatalogCommand_Op interface {
+	isCatalogCommand_Op()
+}
+
+type CatalogCommand_RegisterNodes struct {
+	RegisterNodes *RegisterNodes `protobuf:"bytes,2,opt,name=register_nodes,json=registerNodes,proto3,oneof"`
+}
+
+type CatalogCommand_CreateGroups struct {
+	CreateGroups *CreateGroups `protobuf:"bytes,3,opt,name=create_groups,json=createGroups,proto3,oneof"`
+}
+
+type CatalogCommand_CreateEntity struct {
+	CreateEntity *CreateEntityCommand `protobuf:"bytes,4,opt,name=create_entity,json=createEntity,proto3,oneof"`
+}
+
+type CatalogCommand_UpdateEntity struct {
+	UpdateEntity *UpdateEntityCommand `protobuf:"bytes,5,opt,name=update_entity,json=updateEntity,proto3,oneof"`
+}
+
+type CatalogCommand_DeleteEntity struct {
+	DeleteEntity *DeleteEntityCommand `protobuf:"bytes,6,opt,name=delete_entity,json=deleteEntity,proto3,oneof"`
+}
+
+type CatalogCommand_ReportGroups struct {
+	ReportGroups *ReportGroupsRequest `protobuf:"bytes,7,opt,name=report_groups,json=reportGroups,proto3,oneof"`
+}
+
+type CatalogCommand_CompleteTasks struct {
+	CompleteTasks *CompleteTasks `protobuf:"bytes,8,opt,name=complete_tasks,json=completeTasks,proto3,oneof"`
+}
+
+func (*CatalogCommand_RegisterNodes) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_CreateGroups) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_CreateEntity) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_UpdateEntity) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_DeleteEntity) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_ReportGroups) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_CompleteTasks) isCatalogCommand_Op() {}
+
+// RegisterNodes adds storage nodes to the catalog or updates them (address,
+// zone, alive). Nodes are never removed by this command.
+type RegisterNodes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterNodes) Reset() {
+	*x = RegisterNodes{}
+	mi := &file_placementpb_placement_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterNodes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterNodes) ProtoMessage() {}
+
+func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterNodes.ProtoReflect.Descriptor instead.
+func (*RegisterNodes) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RegisterNodes) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// CreateGroups adds partition groups with the replicas the leader chose. It
+// applies only while the catalog holds exactly expected_groups groups, so a
+// proposal made twice (by an old and a new leader) creates the groups once.
+// Ids are assigned in order while applying.
+type CreateGroups struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ExpectedGroups uint64                 `protobuf:"varint,1,opt,name=expected_groups,json=expectedGroups,proto3" json:"expected_groups,omitempty"`
+	Groups         []*NewGroup            `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreateGroups) Reset() {
+	*x = CreateGroups{}
+	mi := &file_placementpb_placement_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGroups) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGroups) ProtoMessage() {}
+
+func (x *CreateGroups) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGroups.ProtoReflect.Descriptor instead.
+func (*CreateGroups) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateGroups) GetExpectedGroups() uint64 {
+	if x != nil {
+		return x.ExpectedGroups
+	}
+	return 0
+}
+
+func (x *CreateGroups) GetGroups() []*NewGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type NewGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replicas      []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewGroup) Reset() {
+	*x = NewGroup{}
+	mi := &file_placementpb_placement_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewGroup) ProtoMessage() {}
+
+func (x *NewGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewGroup.ProtoReflect.Descriptor instead.
+func (*NewGroup) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *NewGroup) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// CreateEntityCommand carries properties already normalized by the leader and
+// the group of every partition (one per partition).
+type CreateEntityCommand struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind            EntityKind             `protobuf:"varint,2,opt,name=kind,proto3,enum=quorumbus.placement.v1.EntityKind" json:"kind,omitempty"`
+	Properties      *QueueProperties       `protobuf:"bytes,3,opt,name=properties,proto3" json:"properties,omitempty"`
+	Status          EntityStatus           `protobuf:"varint,4,opt,name=status,proto3,enum=quorumbus.placement.v1.EntityStatus" json:"status,omitempty"`
+	PartitionGroups []uint64               `protobuf:"varint,5,rep,packed,name=partition_groups,json=partitionGroups,proto3" json:"partition_groups,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CreateEntityCommand) Reset() {
+	*x = CreateEntityCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEntityCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEntityCommand) ProtoMessage() {}
+
+func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEntityCommand.ProtoReflect.Descriptor instead.
+func (*CreateEntityCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CreateEntityCommand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateEntityCommand) GetKind() EntityKind {
+	if x != nil {
+		return x.Kind
+	}
+	return EntityKind_ENTITY_KIND_QUEUE
+}
+
+func (x *CreateEntityCommand) GetProperties() *QueueProperties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *CreateEntityCommand) GetStatus() EntityStatus {
+	if x != nil {
+		return x.Status
+	}
+	return EntityStatus_ENTITY_STATUS_ACTIVE
+}
+
+func (x *CreateEntityCommand) GetPartitionGroups() []uint64 {
+	if x != nil {
+		return x.PartitionGroups
+	}
+	return nil
+}
+
+// UpdateEntityCommand replaces the properties (when given) and the status.
+type UpdateEntityCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Properties    *QueueProperties       `protobuf:"bytes,2,opt,name=properties,proto3" json:"properties,omitempty"`
+	Status        EntityStatus           `protobuf:"varint,3,opt,name=status,proto3,enum=quorumbus.placement.v1.EntityStatus" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateEntityCommand) Reset() {
+	*x = UpdateEntityCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateEntityCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateEntityCommand) ProtoMessage() {}
+
+func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateEntityCommand.ProtoReflect.Descriptor instead.
+func (*UpdateEntityCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UpdateEntityCommand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateEntityCommand) GetProperties() *QueueProperties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *UpdateEntityCommand) GetStatus() EntityStatus {
+	if x != nil {
+		return x.Status
+	}
+	return EntityStatus_ENTITY_STATUS_ACTIVE
+}
+
+type DeleteEntityCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteEntityCommand) Reset() {
+	*x = DeleteEntityCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteEntityCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteEntityCommand) ProtoMessage() {}
+
+func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteEntityCommand.ProtoReflect.Descriptor instead.
+func (*DeleteEntityCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeleteEntityCommand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// CompleteTasks removes tasks that the leader carried out. A task is removed
+// only if its version still matches: a newer task of the same partition (the
+// entity changed again meanwhile) stays.
+type CompleteTasks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tasks         []*PartitionTask       `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTasks) Reset() {
+	*x = CompleteTasks{}
+	mi := &file_placementpb_placement_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTasks) ProtoMessage() {}
+
+func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTasks.ProtoReflect.Descriptor instead.
+func (*CompleteTasks) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CompleteTasks) GetTasks() []*PartitionTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// PartitionTask is work the meta leader owes a partition group. At most one
+// task exists per (entity_id, partition); a later change replaces it.
+type PartitionTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	GroupId       uint64                 `protobuf:"varint,3,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Kind          TaskKind               `protobuf:"varint,4,opt,name=kind,proto3,enum=quorumbus.placement.v1.TaskKind" json:"kind,omitempty"`
+	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index of the command that made the task
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionTask) Reset() {
+	*x = PartitionTask{}
+	mi := &file_placementpb_placement_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionTask) ProtoMessage() {}
+
+func (x *PartitionTask) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionTask.ProtoReflect.Descriptor instead.
+func (*PartitionTask) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PartitionTask) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *PartitionTask) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionTask) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *PartitionTask) GetKind() TaskKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TaskKind_TASK_KIND_UPSERT
+}
+
+func (x *PartitionTask) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// CatalogSnapshot is the whole catalog, written after a format byte (1).
+type CatalogSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	NextEntityId  uint64                 `protobuf:"varint,2,opt,name=next_entity_id,json=nextEntityId,proto3" json:"next_entity_id,omitempty"`
+	NextGroupId   uint64                 `protobuf:"varint,3,opt,name=next_group_id,json=nextGroupId,proto3" json:"next_group_id,omitempty"`
+	Entities      []*Entity              `protobuf:"bytes,4,rep,name=entities,proto3" json:"entities,omitempty"`
+	Groups        []*Group               `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	Nodes         []*Node                `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Tasks         []*PartitionTask       `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	ModifiedIndex uint64                 `protobuf:"varint,8,opt,name=modified_index,json=modifiedIndex,proto3" json:"modified_index,omitempty"` // last command that changed anything
+	RoutesIndex   uint64                 `protobuf:"varint,9,opt,name=routes_index,json=routesIndex,proto3" json:"routes_index,omitempty"`       // last command that changed the routing table
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogSnapshot) Reset() {
+	*x = CatalogSnapshot{}
+	mi := &file_placementpb_placement_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogSnapshot) ProtoMessage() {}
+
+func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogSnapshot.ProtoReflect.Descriptor instead.
+func (*CatalogSnapshot) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CatalogSnapshot) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *CatalogSnapshot) GetNextEntityId() uint64 {
+	if x != nil {
+		return x.NextEntityId
+	}
+	return 0
+}
+
+func (x *CatalogSnapshot) GetNextGroupId() uint64 {
+	if x != nil {
+		return x.NextGroupId
+	}
+	return 0
+}
+
+func (x *CatalogSnapshot) GetEntities() []*Entity {
+	if x != nil {
+		return x.Entities
+	}
+	return nil
+}
+
+func (x *CatalogSnapshot) GetGroups() []*Group {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *CatalogSnapshot) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *CatalogSnapshot) GetTasks() []*PartitionTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *CatalogSnapshot) GetModifiedIndex() uint64 {
+	if x != nil {
+		return x.ModifiedIndex
+	}
+	return 0
+}
+
+func (x *CatalogSnapshot) GetRoutesIndex() uint64 {
+	if x != nil {
+		return x.RoutesIndex
+	}
+	return 0
+}
+
+// MetaLeaderHint rides in the details of a FAILED_PRECONDITION status from a
+// placement member that is not the meta leader.
+type MetaLeaderHint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`       // empty when unknown
+	LeaderAddr    string                 `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"` // its gRPC address, when known
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaLeaderHint) Reset() {
+	*x = MetaLeaderHint{}
+	mi := &file_placementpb_placement_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaLeaderHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaLeaderHint) ProtoMessage() {}
+
+func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaLeaderHint.ProtoReflect.Descriptor instead.
+func (*MetaLeaderHint) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MetaLeaderHint) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *MetaLeaderHint) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+// MemberMeta is the metadata every process gossips through memberlist,
+// written after a format byte (1).
+type MemberMeta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"` // storage, frontend or gateway
+	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	Zone          string                 `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberMeta) Reset() {
+	*x = MemberMeta{}
+	mi := &file_placementpb_placement_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberMeta) ProtoMessage() {}
+
+func (x *MemberMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberMeta.ProtoReflect.Descriptor instead.
+func (*MemberMeta) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MemberMeta) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *MemberMeta) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *MemberMeta) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *MemberMeta) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
 var File_placementpb_placement_proto protoreflect.FileDescriptor
 
 const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
-	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xa5\x05\n" +
+	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xd6\x05\n" +
 	"\x0fQueueProperties\x12(\n" +
 	"\x10lock_duration_ms\x18\x01 \x01(\x03R\x0elockDurationMs\x12,\n" +
 	"\x12max_delivery_count\x18\x02 \x01(\rR\x10maxDeliveryCount\x123\n" +
@@ -1184,7 +2097,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	" \x01(\rR\x0epartitionCount\x12\x1d\n" +
 	"\n" +
 	"forward_to\x18\v \x01(\tR\tforwardTo\x12H\n" +
-	"!forward_dead_lettered_messages_to\x18\f \x01(\tR\x1dforwardDeadLetteredMessagesTo\"\xfa\x02\n" +
+	"!forward_dead_lettered_messages_to\x18\f \x01(\tR\x1dforwardDeadLetteredMessagesTo\x12/\n" +
+	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\"\xfa\x02\n" +
 	"\x06Entity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x126\n" +
@@ -1249,7 +2163,68 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x13ReportGroupsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
 	"\x06groups\x18\x02 \x03(\v2#.quorumbus.placement.v1.GroupReportR\x06groups\"\x16\n" +
-	"\x14ReportGroupsResponse*X\n" +
+	"\x14ReportGroupsResponse\"\xf1\x04\n" +
+	"\x0eCatalogCommand\x12\x15\n" +
+	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12N\n" +
+	"\x0eregister_nodes\x18\x02 \x01(\v2%.quorumbus.placement.v1.RegisterNodesH\x00R\rregisterNodes\x12K\n" +
+	"\rcreate_groups\x18\x03 \x01(\v2$.quorumbus.placement.v1.CreateGroupsH\x00R\fcreateGroups\x12R\n" +
+	"\rcreate_entity\x18\x04 \x01(\v2+.quorumbus.placement.v1.CreateEntityCommandH\x00R\fcreateEntity\x12R\n" +
+	"\rupdate_entity\x18\x05 \x01(\v2+.quorumbus.placement.v1.UpdateEntityCommandH\x00R\fupdateEntity\x12R\n" +
+	"\rdelete_entity\x18\x06 \x01(\v2+.quorumbus.placement.v1.DeleteEntityCommandH\x00R\fdeleteEntity\x12R\n" +
+	"\rreport_groups\x18\a \x01(\v2+.quorumbus.placement.v1.ReportGroupsRequestH\x00R\freportGroups\x12N\n" +
+	"\x0ecomplete_tasks\x18\b \x01(\v2%.quorumbus.placement.v1.CompleteTasksH\x00R\rcompleteTasksB\x04\n" +
+	"\x02opJ\x05\bd\x10\xc8\x01\"C\n" +
+	"\rRegisterNodes\x122\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"q\n" +
+	"\fCreateGroups\x12'\n" +
+	"\x0fexpected_groups\x18\x01 \x01(\x04R\x0eexpectedGroups\x128\n" +
+	"\x06groups\x18\x02 \x03(\v2 .quorumbus.placement.v1.NewGroupR\x06groups\"G\n" +
+	"\bNewGroup\x12;\n" +
+	"\breplicas\x18\x01 \x03(\v2\x1f.quorumbus.placement.v1.ReplicaR\breplicas\"\x93\x02\n" +
+	"\x13CreateEntityCommand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12G\n" +
+	"\n" +
+	"properties\x18\x03 \x01(\v2'.quorumbus.placement.v1.QueuePropertiesR\n" +
+	"properties\x12<\n" +
+	"\x06status\x18\x04 \x01(\x0e2$.quorumbus.placement.v1.EntityStatusR\x06status\x12)\n" +
+	"\x10partition_groups\x18\x05 \x03(\x04R\x0fpartitionGroups\"\xb0\x01\n" +
+	"\x13UpdateEntityCommand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12G\n" +
+	"\n" +
+	"properties\x18\x02 \x01(\v2'.quorumbus.placement.v1.QueuePropertiesR\n" +
+	"properties\x12<\n" +
+	"\x06status\x18\x03 \x01(\x0e2$.quorumbus.placement.v1.EntityStatusR\x06status\")\n" +
+	"\x13DeleteEntityCommand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"L\n" +
+	"\rCompleteTasks\x12;\n" +
+	"\x05tasks\x18\x01 \x03(\v2%.quorumbus.placement.v1.PartitionTaskR\x05tasks\"\xb5\x01\n" +
+	"\rPartitionTask\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x19\n" +
+	"\bgroup_id\x18\x03 \x01(\x04R\agroupId\x124\n" +
+	"\x04kind\x18\x04 \x01(\x0e2 .quorumbus.placement.v1.TaskKindR\x04kind\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\xae\x03\n" +
+	"\x0fCatalogSnapshot\x12#\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12$\n" +
+	"\x0enext_entity_id\x18\x02 \x01(\x04R\fnextEntityId\x12\"\n" +
+	"\rnext_group_id\x18\x03 \x01(\x04R\vnextGroupId\x12:\n" +
+	"\bentities\x18\x04 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\x125\n" +
+	"\x06groups\x18\x05 \x03(\v2\x1d.quorumbus.placement.v1.GroupR\x06groups\x122\n" +
+	"\x05nodes\x18\x06 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12;\n" +
+	"\x05tasks\x18\a \x03(\v2%.quorumbus.placement.v1.PartitionTaskR\x05tasks\x12%\n" +
+	"\x0emodified_index\x18\b \x01(\x04R\rmodifiedIndex\x12!\n" +
+	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\"N\n" +
+	"\x0eMetaLeaderHint\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
+	"\vleader_addr\x18\x02 \x01(\tR\n" +
+	"leaderAddr\"j\n" +
+	"\n" +
+	"MemberMeta\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x12\n" +
+	"\x04zone\x18\x04 \x01(\tR\x04zone*X\n" +
 	"\n" +
 	"EntityKind\x12\x15\n" +
 	"\x11ENTITY_KIND_QUEUE\x10\x00\x12\x15\n" +
@@ -1259,7 +2234,10 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x14ENTITY_STATUS_ACTIVE\x10\x00\x12\x1a\n" +
 	"\x16ENTITY_STATUS_DISABLED\x10\x01\x12\x1f\n" +
 	"\x1bENTITY_STATUS_SEND_DISABLED\x10\x02\x12\"\n" +
-	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x032\xc7\x05\n" +
+	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x03*6\n" +
+	"\bTaskKind\x12\x14\n" +
+	"\x10TASK_KIND_UPSERT\x10\x00\x12\x14\n" +
+	"\x10TASK_KIND_DELETE\x10\x012\xc7\x05\n" +
 	"\x10PlacementService\x12[\n" +
 	"\fCreateEntity\x12+.quorumbus.placement.v1.CreateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12[\n" +
 	"\fUpdateEntity\x12+.quorumbus.placement.v1.UpdateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
@@ -1281,64 +2259,98 @@ func file_placementpb_placement_proto_rawDescGZIP() []byte {
 	return file_placementpb_placement_proto_rawDescData
 }
 
-var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_placementpb_placement_proto_goTypes = []any{
 	(EntityKind)(0),              // 0: quorumbus.placement.v1.EntityKind
 	(EntityStatus)(0),            // 1: quorumbus.placement.v1.EntityStatus
-	(*QueueProperties)(nil),      // 2: quorumbus.placement.v1.QueueProperties
-	(*Entity)(nil),               // 3: quorumbus.placement.v1.Entity
-	(*Replica)(nil),              // 4: quorumbus.placement.v1.Replica
-	(*Group)(nil),                // 5: quorumbus.placement.v1.Group
-	(*Node)(nil),                 // 6: quorumbus.placement.v1.Node
-	(*RoutingTable)(nil),         // 7: quorumbus.placement.v1.RoutingTable
-	(*CreateEntityRequest)(nil),  // 8: quorumbus.placement.v1.CreateEntityRequest
-	(*UpdateEntityRequest)(nil),  // 9: quorumbus.placement.v1.UpdateEntityRequest
-	(*DeleteEntityRequest)(nil),  // 10: quorumbus.placement.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil), // 11: quorumbus.placement.v1.DeleteEntityResponse
-	(*GetEntityRequest)(nil),     // 12: quorumbus.placement.v1.GetEntityRequest
-	(*ListEntitiesRequest)(nil),  // 13: quorumbus.placement.v1.ListEntitiesRequest
-	(*ListEntitiesResponse)(nil), // 14: quorumbus.placement.v1.ListEntitiesResponse
-	(*WatchRoutesRequest)(nil),   // 15: quorumbus.placement.v1.WatchRoutesRequest
-	(*GroupReport)(nil),          // 16: quorumbus.placement.v1.GroupReport
-	(*ReportGroupsRequest)(nil),  // 17: quorumbus.placement.v1.ReportGroupsRequest
-	(*ReportGroupsResponse)(nil), // 18: quorumbus.placement.v1.ReportGroupsResponse
+	(TaskKind)(0),                // 2: quorumbus.placement.v1.TaskKind
+	(*QueueProperties)(nil),      // 3: quorumbus.placement.v1.QueueProperties
+	(*Entity)(nil),               // 4: quorumbus.placement.v1.Entity
+	(*Replica)(nil),              // 5: quorumbus.placement.v1.Replica
+	(*Group)(nil),                // 6: quorumbus.placement.v1.Group
+	(*Node)(nil),                 // 7: quorumbus.placement.v1.Node
+	(*RoutingTable)(nil),         // 8: quorumbus.placement.v1.RoutingTable
+	(*CreateEntityRequest)(nil),  // 9: quorumbus.placement.v1.CreateEntityRequest
+	(*UpdateEntityRequest)(nil),  // 10: quorumbus.placement.v1.UpdateEntityRequest
+	(*DeleteEntityRequest)(nil),  // 11: quorumbus.placement.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil), // 12: quorumbus.placement.v1.DeleteEntityResponse
+	(*GetEntityRequest)(nil),     // 13: quorumbus.placement.v1.GetEntityRequest
+	(*ListEntitiesRequest)(nil),  // 14: quorumbus.placement.v1.ListEntitiesRequest
+	(*ListEntitiesResponse)(nil), // 15: quorumbus.placement.v1.ListEntitiesResponse
+	(*WatchRoutesRequest)(nil),   // 16: quorumbus.placement.v1.WatchRoutesRequest
+	(*GroupReport)(nil),          // 17: quorumbus.placement.v1.GroupReport
+	(*ReportGroupsRequest)(nil),  // 18: quorumbus.placement.v1.ReportGroupsRequest
+	(*ReportGroupsResponse)(nil), // 19: quorumbus.placement.v1.ReportGroupsResponse
+	(*CatalogCommand)(nil),       // 20: quorumbus.placement.v1.CatalogCommand
+	(*RegisterNodes)(nil),        // 21: quorumbus.placement.v1.RegisterNodes
+	(*CreateGroups)(nil),         // 22: quorumbus.placement.v1.CreateGroups
+	(*NewGroup)(nil),             // 23: quorumbus.placement.v1.NewGroup
+	(*CreateEntityCommand)(nil),  // 24: quorumbus.placement.v1.CreateEntityCommand
+	(*UpdateEntityCommand)(nil),  // 25: quorumbus.placement.v1.UpdateEntityCommand
+	(*DeleteEntityCommand)(nil),  // 26: quorumbus.placement.v1.DeleteEntityCommand
+	(*CompleteTasks)(nil),        // 27: quorumbus.placement.v1.CompleteTasks
+	(*PartitionTask)(nil),        // 28: quorumbus.placement.v1.PartitionTask
+	(*CatalogSnapshot)(nil),      // 29: quorumbus.placement.v1.CatalogSnapshot
+	(*MetaLeaderHint)(nil),       // 30: quorumbus.placement.v1.MetaLeaderHint
+	(*MemberMeta)(nil),           // 31: quorumbus.placement.v1.MemberMeta
 }
 var file_placementpb_placement_proto_depIdxs = []int32{
 	0,  // 0: quorumbus.placement.v1.Entity.kind:type_name -> quorumbus.placement.v1.EntityKind
 	1,  // 1: quorumbus.placement.v1.Entity.status:type_name -> quorumbus.placement.v1.EntityStatus
-	2,  // 2: quorumbus.placement.v1.Entity.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	4,  // 3: quorumbus.placement.v1.Group.replicas:type_name -> quorumbus.placement.v1.Replica
-	3,  // 4: quorumbus.placement.v1.RoutingTable.entities:type_name -> quorumbus.placement.v1.Entity
-	5,  // 5: quorumbus.placement.v1.RoutingTable.groups:type_name -> quorumbus.placement.v1.Group
-	6,  // 6: quorumbus.placement.v1.RoutingTable.nodes:type_name -> quorumbus.placement.v1.Node
+	3,  // 2: quorumbus.placement.v1.Entity.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	5,  // 3: quorumbus.placement.v1.Group.replicas:type_name -> quorumbus.placement.v1.Replica
+	4,  // 4: quorumbus.placement.v1.RoutingTable.entities:type_name -> quorumbus.placement.v1.Entity
+	6,  // 5: quorumbus.placement.v1.RoutingTable.groups:type_name -> quorumbus.placement.v1.Group
+	7,  // 6: quorumbus.placement.v1.RoutingTable.nodes:type_name -> quorumbus.placement.v1.Node
 	0,  // 7: quorumbus.placement.v1.CreateEntityRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
-	2,  // 8: quorumbus.placement.v1.CreateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	3,  // 8: quorumbus.placement.v1.CreateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
 	1,  // 9: quorumbus.placement.v1.CreateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
-	2,  // 10: quorumbus.placement.v1.UpdateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	3,  // 10: quorumbus.placement.v1.UpdateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
 	1,  // 11: quorumbus.placement.v1.UpdateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
 	0,  // 12: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 13: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
-	16, // 14: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
-	8,  // 15: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
-	9,  // 16: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
-	10, // 17: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
-	12, // 18: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
-	13, // 19: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
-	15, // 20: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
-	17, // 21: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
-	3,  // 22: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
-	3,  // 23: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
-	11, // 24: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
-	3,  // 25: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
-	14, // 26: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
-	7,  // 27: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
-	18, // 28: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 13: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
+	17, // 14: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
+	21, // 15: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
+	22, // 16: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
+	24, // 17: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
+	25, // 18: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
+	26, // 19: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
+	18, // 20: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
+	27, // 21: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
+	7,  // 22: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
+	23, // 23: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
+	5,  // 24: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
+	0,  // 25: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 26: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 27: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	3,  // 28: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 29: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	28, // 30: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	2,  // 31: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
+	4,  // 32: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
+	6,  // 33: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
+	7,  // 34: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
+	28, // 35: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	9,  // 36: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
+	10, // 37: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
+	11, // 38: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
+	13, // 39: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
+	14, // 40: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
+	16, // 41: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
+	18, // 42: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
+	4,  // 43: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
+	4,  // 44: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
+	12, // 45: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
+	4,  // 46: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
+	15, // 47: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
+	8,  // 48: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
+	19, // 49: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_placementpb_placement_proto_init() }
@@ -1346,13 +2358,22 @@ func file_placementpb_placement_proto_init() {
 	if File_placementpb_placement_proto != nil {
 		return
 	}
+	file_placementpb_placement_proto_msgTypes[17].OneofWrappers = []any{
+		(*CatalogCommand_RegisterNodes)(nil),
+		(*CatalogCommand_CreateGroups)(nil),
+		(*CatalogCommand_CreateEntity)(nil),
+		(*CatalogCommand_UpdateEntity)(nil),
+		(*CatalogCommand_DeleteEntity)(nil),
+		(*CatalogCommand_ReportGroups)(nil),
+		(*CatalogCommand_CompleteTasks)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_placementpb_placement_proto_rawDesc), len(file_placementpb_placement_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   17,
+			NumEnums:      3,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
