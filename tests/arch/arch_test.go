@@ -33,6 +33,11 @@ type rule struct {
 	pkgs   []string // packages the rule covers
 	except []string // covered by pkgs, but not by this rule
 	forbid []string // imports the covered packages must not have
+	// direct are forbidden as direct imports only: what the covered code
+	// itself must not use, though a library it builds on may (pebble
+	// imports net/url; generated service stubs beside protobuf messages
+	// import grpc).
+	direct []string
 	// stdOnly also forbids every import outside the standard library,
 	// except those matching allow.
 	stdOnly bool
@@ -51,11 +56,10 @@ var rules = []rule{
 		except: []string{our("partition/partitiontest/...")},
 		forbid: []string{
 			"github.com/hashicorp/raft/...",
-			"google.golang.org/grpc/...",
-			"net/...",
 			our("node/..."), our("placement/..."), our("frontend/..."),
 			our("gateway/..."), our("cmd/..."),
 		},
+		direct: []string{"google.golang.org/grpc/...", "net/...", "time"},
 		reason: "the partition state machine must be deterministic and know nothing of Raft or networking; node wraps it",
 	},
 	{
@@ -106,8 +110,11 @@ var rules = []rule{
 		// amqp-testbroker is the engine's example broker, served by
 		// `make run` until the dev cluster exists; it is not the product.
 		except: []string{our("cmd/amqp-testbroker")},
-		forbid: []string{".../*test"},
-		reason: "nothing whose name ends in 'test' (our helpers, httptest, ...) may be compiled into a command",
+		// Our xxxtest helpers and the standard library's test packages.
+		// (The runtime's own internal/synctest, imported by sync, is not a
+		// test helper.)
+		forbid: []string{helpers, our(".../*test"), "testing", "testing/...", "net/http/httptest"},
+		reason: "test helpers (ours, testing, httptest) must not be compiled into a command",
 	},
 }
 
@@ -222,6 +229,18 @@ func check(rules []rule, graph []pkg) (violations []violation, unused []string) 
 				violations = append(violations, violation{
 					rule: r.name, pkg: p.ImportPath, dep: d, via: via, reason: r.reason,
 				})
+			}
+		}
+		for _, p := range graph {
+			if !r.covers(p.ImportPath) {
+				continue
+			}
+			for _, d := range p.Imports {
+				if matchAny(r.direct, d) {
+					violations = append(violations, violation{
+						rule: r.name, pkg: p.ImportPath, dep: d, via: []string{p.ImportPath, d}, reason: r.reason,
+					})
+				}
 			}
 		}
 		if covered == 0 {
@@ -389,6 +408,14 @@ func TestCheck(t *testing.T) {
 			want: []string{P("partition/store") + " -> github.com/hashicorp/raft"},
 		},
 		{
+			name: "partition uses the network and the clock itself",
+			graph: []pkg{
+				{ImportPath: P("partition"), Imports: []string{"net", "time", "google.golang.org/grpc", P("proto/partitionpb")}, Deps: []string{"net", "time", "google.golang.org/grpc", P("proto/partitionpb")}},
+				{ImportPath: P("proto/partitionpb"), Imports: []string{"google.golang.org/grpc"}},
+			},
+			want: []string{P("partition") + " -> net", P("partition") + " -> time", P("partition") + " -> google.golang.org/grpc"},
+		},
+		{
 			name: "AMQP engine imports a third-party module and our frontend",
 			graph: []pkg{
 				{ImportPath: P("frontend/amqp"), Imports: []string{"golang.org/x/sync/errgroup", P("frontend/routing")}},
@@ -452,15 +479,15 @@ func TestCheck(t *testing.T) {
 
 func TestViolationMessage(t *testing.T) {
 	graph := []pkg{
-		{ImportPath: our("partition"), Imports: []string{"example.com/kv"}, Deps: []string{"example.com/kv", "net"}},
-		{ImportPath: "example.com/kv", Imports: []string{"net"}},
+		{ImportPath: our("partition"), Imports: []string{"example.com/kv"}, Deps: []string{"example.com/kv", "github.com/hashicorp/raft"}},
+		{ImportPath: "example.com/kv", Imports: []string{"github.com/hashicorp/raft"}},
 	}
 	violations, _ := check(rules, graph)
 	if len(violations) != 1 {
 		t.Fatalf("got %d violations, want 1: %v", len(violations), violations)
 	}
 	msg := violations[0].String()
-	for _, want := range []string{our("partition"), "net", "example.com/kv", "partition is pure", "deterministic"} {
+	for _, want := range []string{our("partition"), "github.com/hashicorp/raft", "example.com/kv", "partition is pure", "deterministic"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not mention %q", msg, want)
 		}
