@@ -1,0 +1,604 @@
+package partition
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Bounds on the work of one command, so that a store batch stays bounded
+// whatever the backlog. They are part of the replicated behaviour: change
+// them only with a new batch format.
+const (
+	// MaxLockCount caps Lock.max_count.
+	MaxLockCount = 5000
+	// MaxLockBytes bounds what one Lock takes: it stops once the messages
+	// it took reach this size (see messageSize), but takes at least one.
+	MaxLockBytes = 8 << 20
+)
+
+// The bounds the code uses: the ones above, and more. Only tests change
+// them (see export_test.go), to reach them with few messages.
+var (
+	lockCount = MaxLockCount
+	lockBytes = int64(MaxLockBytes)
+
+	// maxExpiredPerLock bounds the expired messages one Lock drops on its
+	// way; it returns what it took so far when it reaches the bound.
+	maxExpiredPerLock = 10_000
+	// maxExpiredLocks bounds the locks one ExpireLocks ends; the leader
+	// proposes another while NextLockExpiry is still due.
+	maxExpiredLocks = 10_000
+)
+
+// Dead-letter reasons the broker sets (the Service Bus names).
+const (
+	ReasonMaxDeliveryCount = "MaxDeliveryCountExceeded"
+	ReasonTTLExpired       = "TTLExpiredException"
+)
+
+// applier applies the commands of one Apply call to one indexed batch,
+// through which it also reads, so that each command sees the ones before.
+type applier struct {
+	entities map[ekey]*entity // the machine's, changed in place
+	b        *pebble.Batch
+	now      int64
+	dirty    map[ekey]bool // entity records to write (or delete)
+	locks    map[ekey]bool // entities whose locks changed
+	notify   bool          // a message became available, or an entity went
+}
+
+func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
+	if len(e.Data) == 0 {
+		return nil, nil
+	}
+	batch, err := DecodeBatch(e.Data)
+	if err != nil {
+		return nil, err
+	}
+	a.now = batch.NowMs
+	results := make([]*partitionpb.Result, len(batch.Commands))
+	for i, c := range batch.Commands {
+		r, err := a.apply(c)
+		if code, ok := Code(err); err != nil && ok {
+			r = &partitionpb.Result{Code: code, Description: err.Error()}
+		} else if err != nil {
+			return nil, fmt.Errorf("command %d: %w", i, err)
+		}
+		results[i] = r
+	}
+	return results, nil
+}
+
+// apply applies one command. A rejection (see Code) is returned before
+// anything is written; any other error is a failure.
+func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
+	switch op := c.GetOp().(type) {
+	case *partitionpb.Command_UpsertEntity:
+		return a.upsertEntity(op.UpsertEntity)
+	case *partitionpb.Command_DeleteEntity:
+		return a.deleteEntity(op.DeleteEntity)
+	case *partitionpb.Command_Enqueue:
+		return a.enqueue(op.Enqueue)
+	case *partitionpb.Command_Lock:
+		return a.lock(op.Lock)
+	case *partitionpb.Command_Settle:
+		return a.settle(op.Settle)
+	case *partitionpb.Command_RenewLocks:
+		return a.renewLocks(op.RenewLocks)
+	case *partitionpb.Command_ExpireLocks:
+		return a.expireLocks()
+	default:
+		// A newer leader's command: applying nothing would diverge from the
+		// replicas that know it, so the group stops.
+		return nil, ErrUnknownCommand
+	}
+}
+
+func okResult() *partitionpb.Result { return &partitionpb.Result{} }
+
+func (a *applier) entity(id uint64, part uint32) (*entity, error) {
+	e, ok := a.entities[ekey{id, part}]
+	if !ok {
+		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, id, part)
+	}
+	return e, nil
+}
+
+func (e *entity) status() partitionpb.EntityStatus { return partitionpb.EntityStatus(e.cfg.Status) }
+
+func (e *entity) checkSend() error {
+	switch e.status() {
+	case partitionpb.EntityStatus_ENTITY_STATUS_DISABLED, partitionpb.EntityStatus_ENTITY_STATUS_SEND_DISABLED:
+		return fmt.Errorf("%w: %s is %s", ErrEntityDisabled, e.cfg.Name, e.status())
+	}
+	return nil
+}
+
+// checkReceive guards Lock, Settle and RenewLocks: settling is part of
+// receiving.
+func (e *entity) checkReceive() error {
+	switch e.status() {
+	case partitionpb.EntityStatus_ENTITY_STATUS_DISABLED, partitionpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED:
+		return fmt.Errorf("%w: %s is %s", ErrEntityDisabled, e.cfg.Name, e.status())
+	}
+	return nil
+}
+
+func checkSubQueue(q partitionpb.SubQueue) error {
+	if !validSubQueue(q) {
+		return fmt.Errorf("%w: sub-queue %d", ErrInvalid, q)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Writing messages. Every change of a message goes through put, remove or
+// update, which keep the message, its index entries and the counters in
+// step.
+
+func (a *applier) put(e *entity, m *partitionpb.StoredMessage) error {
+	p, err := marshal.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("marshal message: %w", err)
+	}
+	key := messageKey(e.key, m.SubQueue, m.SequenceNumber)
+	if err := a.b.Set(key, seal(key, p), nil); err != nil {
+		return err
+	}
+	s := slotOf(m)
+	if err := a.index(e, s, true); err != nil {
+		return err
+	}
+	e.n.add(s, +1)
+	a.dirty[e.key] = true
+	return nil
+}
+
+func (a *applier) remove(e *entity, s slot) error {
+	if err := a.index(e, s, false); err != nil {
+		return err
+	}
+	if err := a.b.Delete(messageKey(e.key, s.sub, s.seq), nil); err != nil {
+		return err
+	}
+	e.n.add(s, -1)
+	a.dirty[e.key] = true
+	return nil
+}
+
+// update replaces the message that sat in slot old by m.
+func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) error {
+	if old.sub != m.SubQueue || old.seq != m.SequenceNumber {
+		if err := a.remove(e, old); err != nil {
+			return err
+		}
+		return a.put(e, m)
+	}
+	if err := a.index(e, old, false); err != nil {
+		return err
+	}
+	e.n.add(old, -1)
+	return a.put(e, m)
+}
+
+// index sets (or deletes) the index entries of a message in slot s.
+func (a *applier) index(e *entity, s slot, set bool) error {
+	var keys [][]byte
+	if s.available() {
+		keys = append(keys, availableKey(e.key, s.sub, s.seq))
+		if set {
+			a.notify = true
+			e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
+		}
+	}
+	if s.locked {
+		keys = append(keys, lockKey(e.key, s.until, s.sub, s.seq))
+		a.locks[e.key] = true
+		if set {
+			e.lowerLockFloor(keys[len(keys)-1])
+		}
+	}
+	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
+	}
+	for _, k := range keys {
+		var err error
+		if set {
+			err = a.b.Set(k, seal(k, nil), nil)
+		} else {
+			err = a.b.Delete(k, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func unlock(m *partitionpb.StoredMessage) {
+	m.LockToken = nil
+	m.LockedUntilMs = 0
+}
+
+// deadLetter turns m into a dead-lettered message (update stores it).
+func deadLetter(e *entity, m *partitionpb.StoredMessage, reason, description string) {
+	unlock(m)
+	m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
+	m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
+	m.DeadLetterReason = reason
+	m.DeadLetterDescription = description
+	m.DeadLetterSource = e.cfg.Name
+}
+
+// countDelivery counts a failed delivery of an unlocked message and
+// dead-letters it in the main sub-queue once it reached max_delivery_count.
+func countDelivery(e *entity, m *partitionpb.StoredMessage) {
+	m.DeliveryCount++
+	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && m.DeliveryCount >= e.cfg.MaxDeliveryCount {
+		deadLetter(e, m, ReasonMaxDeliveryCount,
+			fmt.Sprintf("Message could not be consumed after %d delivery attempts.", e.cfg.MaxDeliveryCount))
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Commands.
+
+func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result, error) {
+	cfg, err := normalizeConfig(c.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	k := ekey{cfg.EntityId, cfg.Partition}
+	e, ok := a.entities[k]
+	if !ok {
+		e = newEntity(k)
+		a.entities[k] = e
+	}
+	e.cfg = cfg // the counters and the next sequence number stay
+	a.dirty[k] = true
+	a.notify = true // receiving may have been enabled
+	return okResult(), nil
+}
+
+func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	p := dataPrefix(e.key)
+	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+		return nil, err
+	}
+	delete(a.entities, e.key)
+	a.dirty[e.key] = true
+	a.locks[e.key] = true
+	a.notify = true // wake receivers, who will find it gone
+	return okResult(), nil
+}
+
+func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkSend(); err != nil {
+		return nil, err
+	}
+	var size int64
+	for i, nm := range c.Messages {
+		if nm.TtlMs < 0 {
+			return nil, fmt.Errorf("%w: message %d: ttl %d ms", ErrInvalid, i, nm.TtlMs)
+		}
+		size += newMessageSize(nm)
+	}
+	if max := e.cfg.MaxSizeBytes; max > 0 && e.n.size+size > max {
+		return nil, fmt.Errorf("%w: %s holds %d bytes, %d more exceed its %d", ErrQuotaExceeded, e.cfg.Name, e.n.size, size, max)
+	}
+	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
+	for _, nm := range c.Messages {
+		m := &partitionpb.StoredMessage{
+			SequenceNumber:         e.nextSequence(),
+			EnqueuedTimeMs:         a.now,
+			SubQueue:               partitionpb.SubQueue_SUB_QUEUE_MAIN,
+			State:                  partitionpb.MessageState_MESSAGE_STATE_ACTIVE,
+			ScheduledEnqueueTimeMs: nm.ScheduledEnqueueTimeMs,
+			MessageId:              nm.MessageId,
+			SessionId:              nm.SessionId,
+			PartitionKey:           nm.PartitionKey,
+			Header:                 nm.Header,
+			Annotations:            nm.Annotations,
+			Bare:                   nm.Bare,
+			TtlMs:                  nm.TtlMs,
+		}
+		if m.TtlMs == 0 {
+			m.TtlMs = e.cfg.DefaultTtlMs
+		}
+		// A scheduled message's time to live starts when it is due.
+		from := a.now
+		if nm.ScheduledEnqueueTimeMs > a.now {
+			m.State = partitionpb.MessageState_MESSAGE_STATE_SCHEDULED
+			from = nm.ScheduledEnqueueTimeMs
+		}
+		if m.TtlMs > 0 && from <= math.MaxInt64-m.TtlMs {
+			m.ExpiresAtMs = from + m.TtlMs
+		}
+		if err := a.put(e, m); err != nil {
+			return nil, err
+		}
+		r.SequenceNumbers = append(r.SequenceNumbers, m.SequenceNumber)
+	}
+	return r, nil
+}
+
+func expired(m *partitionpb.StoredMessage, now int64) bool {
+	return m.ExpiresAtMs != 0 && m.ExpiresAtMs <= now
+}
+
+func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkReceive(); err != nil {
+		return nil, err
+	}
+	if err := checkSubQueue(c.SubQueue); err != nil {
+		return nil, err
+	}
+	if !c.ReceiveAndDelete && len(c.TokenSeed) != 8 {
+		return nil, fmt.Errorf("%w: token seed of %d bytes, want 8", ErrInvalid, len(c.TokenSeed))
+	}
+	want := int(min(c.MaxCount, uint32(lockCount)))
+	r := okResult()
+	if want == 0 {
+		return r, nil
+	}
+	// The iterator sees the batch as it is now; the writes below do not
+	// disturb it. It starts at the head: everything before is gone.
+	head := e.availHead[c.SubQueue]
+	it, err := a.b.NewIter(&pebble.IterOptions{
+		LowerBound: availableKey(e.key, c.SubQueue, head),
+		UpperBound: prefixEnd(subPrefix(e.key, kindAvailable, c.SubQueue)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition: iterator: %w", err)
+	}
+	next, dropped, taken := head, 0, int64(0)
+	for valid := it.First(); valid && len(r.Messages) < want && taken < lockBytes && dropped < maxExpiredPerLock; valid = it.Next() {
+		m, err := a.indexed(e, c.SubQueue, it, parseAvailableKey)
+		if err != nil {
+			return nil, closeIter(it, err)
+		}
+		old := slotOf(m)
+		if !old.available() {
+			return nil, closeIter(it, fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, old.seq))
+		}
+		switch {
+		case c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now):
+			dropped++
+			if e.cfg.DeadLetteringOnExpiration {
+				deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
+				err = a.update(e, old, m)
+			} else {
+				err = a.remove(e, old)
+			}
+		case c.ReceiveAndDelete:
+			err = a.remove(e, old)
+			r.Messages = append(r.Messages, m)
+			taken += old.size
+		default:
+			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
+			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
+			err = a.update(e, old, m)
+			r.Messages = append(r.Messages, m)
+			taken += old.size
+		}
+		if err != nil {
+			return nil, closeIter(it, err)
+		}
+		next = m.SequenceNumber + 1 // every entry passed is gone
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return nil, err
+	}
+	if e.availHead[c.SubQueue] == head { // unless a write went below it
+		e.availHead[c.SubQueue] = next
+	}
+	return r, nil
+}
+
+// indexed reads the message an index entry under the iterator points to.
+func (a *applier) indexed(e *entity, sub partitionpb.SubQueue, it *pebble.Iterator, parse func([]byte) (uint64, bool)) (*partitionpb.StoredMessage, error) {
+	if _, err := iterValue(it); err != nil {
+		return nil, err
+	}
+	seq, ok := parse(it.Key())
+	if !ok {
+		return nil, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
+	}
+	m, err := getMessage(a.b, messageKey(e.key, sub, seq))
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%w: index key %x names no message", ErrCorrupt, it.Key())
+	}
+	return m, nil
+}
+
+// lockedMessages returns the messages the tokens lock, each once, or
+// ErrLockLost if any token does not name a current lock in the sub-queue.
+func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte) ([]*partitionpb.StoredMessage, error) {
+	seen := make(map[string]bool, len(tokens))
+	msgs := make([]*partitionpb.StoredMessage, 0, len(tokens))
+	for _, tok := range tokens {
+		if seen[string(tok)] {
+			continue // the same token twice settles once
+		}
+		seen[string(tok)] = true
+		if len(tok) != 16 {
+			return nil, fmt.Errorf("%w: lock token %x is not 16 bytes", ErrLockLost, tok)
+		}
+		seq := binary.BigEndian.Uint64(tok)
+		if uint32(seq>>seqBits) != e.key.part {
+			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
+		}
+		m, err := getMessage(a.b, messageKey(e.key, sub, seq))
+		switch {
+		case err != nil:
+			return nil, err
+		case m == nil:
+			return nil, fmt.Errorf("%w: lock token %x: message %d is not in %s", ErrLockLost, tok, seq, sub)
+		case !sameToken(m.LockToken, tok):
+			return nil, fmt.Errorf("%w: lock token %x: message %d is not locked by it", ErrLockLost, tok, seq)
+		case m.LockedUntilMs <= a.now:
+			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, m.LockedUntilMs)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// settle settles messages by lock token. It is all or nothing: when one
+// token is lost, the command is rejected with RESULT_LOCK_LOST and none of
+// its messages changes. (Per-token results would let a client settle the
+// rest of a batch, but the SDKs settle one message per disposition anyway.)
+func (a *applier) settle(c *partitionpb.Settle) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkReceive(); err != nil {
+		return nil, err
+	}
+	if err := checkSubQueue(c.SubQueue); err != nil {
+		return nil, err
+	}
+	switch c.Disposition {
+	case partitionpb.Disposition_DISPOSITION_COMPLETE, partitionpb.Disposition_DISPOSITION_ABANDON,
+		partitionpb.Disposition_DISPOSITION_DEFER, partitionpb.Disposition_DISPOSITION_RELEASE:
+	case partitionpb.Disposition_DISPOSITION_DEAD_LETTER:
+		if c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER {
+			return nil, fmt.Errorf("%w: a dead-lettered message cannot be dead-lettered again", ErrInvalid)
+		}
+	default:
+		return nil, fmt.Errorf("%w: disposition %d", ErrInvalid, c.Disposition)
+	}
+	msgs, err := a.lockedMessages(e, c.SubQueue, c.LockTokens)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		old := slotOf(m)
+		if c.Disposition == partitionpb.Disposition_DISPOSITION_COMPLETE {
+			if err := a.remove(e, old); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		unlock(m)
+		if len(c.PropertiesToModify) > 0 && c.Disposition != partitionpb.Disposition_DISPOSITION_RELEASE {
+			m.ModifiedProperties = append(m.ModifiedProperties, c.PropertiesToModify)
+		}
+		switch c.Disposition {
+		case partitionpb.Disposition_DISPOSITION_ABANDON:
+			countDelivery(e, m)
+		case partitionpb.Disposition_DISPOSITION_DEAD_LETTER:
+			deadLetter(e, m, c.DeadLetterReason, c.DeadLetterDescription)
+		case partitionpb.Disposition_DISPOSITION_DEFER:
+			m.State = partitionpb.MessageState_MESSAGE_STATE_DEFERRED
+		}
+		if err := a.update(e, old, m); err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}
+
+// renewLocks extends the locks of the tokens to now + lock duration, all or
+// nothing like settle.
+func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkReceive(); err != nil {
+		return nil, err
+	}
+	if err := checkSubQueue(c.SubQueue); err != nil {
+		return nil, err
+	}
+	msgs, err := a.lockedMessages(e, c.SubQueue, c.LockTokens)
+	if err != nil {
+		return nil, err
+	}
+	until := a.now + e.cfg.LockDurationMs
+	for _, m := range msgs {
+		old := slotOf(m)
+		m.LockedUntilMs = until
+		if err := a.update(e, old, m); err != nil {
+			return nil, err
+		}
+	}
+	r := &partitionpb.Result{LockedUntilMs: make([]int64, len(c.LockTokens))}
+	for i := range r.LockedUntilMs {
+		r.LockedUntilMs[i] = until
+	}
+	return r, nil
+}
+
+// expireLocks ends every lock whose locked_until_ms <= now, entity by
+// entity in key order, earliest first, at most maxExpiredLocks of them.
+// Each counts a delivery; the message is available again at its place in
+// sequence order, or dead-lettered at max_delivery_count.
+func (a *applier) expireLocks() (*partitionpb.Result, error) {
+	budget := maxExpiredLocks
+	for _, k := range sortedKeys(a.entities) {
+		if budget == 0 {
+			break
+		}
+		e := a.entities[k]
+		if e.lockFloorTime() > a.now {
+			continue
+		}
+		it, err := a.b.NewIter(&pebble.IterOptions{
+			LowerBound: e.lockFloor,
+			UpperBound: prefixEnd(kindPrefix(k, kindLock)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("partition: iterator: %w", err)
+		}
+		for valid := it.First(); valid && budget > 0; valid = it.Next() {
+			until, sub, seq, ok := parseLockKey(it.Key())
+			if !ok {
+				return nil, closeIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
+			}
+			if until > a.now {
+				break
+			}
+			m, err := a.indexed(e, sub, it, func([]byte) (uint64, bool) { return seq, true })
+			if err != nil {
+				return nil, closeIter(it, err)
+			}
+			old := slotOf(m)
+			if !old.locked || old.until != until {
+				return nil, closeIter(it, fmt.Errorf("%w: %s: message %d is indexed locked until %d but is not", ErrCorrupt, k, seq, until))
+			}
+			unlock(m)
+			countDelivery(e, m)
+			if err := a.update(e, old, m); err != nil {
+				return nil, closeIter(it, err)
+			}
+			budget--
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}

@@ -1,0 +1,238 @@
+package partition_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/partition"
+	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+var workloadEntities = []struct {
+	id   uint64
+	part uint32
+	cfg  *partitionpb.EntityConfig
+}{
+	{1, 0, &partitionpb.EntityConfig{EntityId: 1, Partition: 0, Name: "q1", LockDurationMs: 10_000, MaxDeliveryCount: 3}},
+	{1, 1, &partitionpb.EntityConfig{EntityId: 1, Partition: 1, Name: "q1", LockDurationMs: 10_000, MaxDeliveryCount: 3, DefaultTtlMs: 30_000, DeadLetteringOnExpiration: true}},
+	{2, 0, &partitionpb.EntityConfig{EntityId: 2, Partition: 0, Name: "q2", LockDurationMs: 5_000, MaxDeliveryCount: 2, MaxSizeBytes: 4000}},
+}
+
+// randomLog drives a machine with a random mix of every command and returns
+// the entries and the machine's results. Tokens for settles come from
+// earlier results, so many are stale.
+func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.Result) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	d := pt.NewDriver(t, 1_000_000)
+	var results [][]*partitionpb.Result
+	var cmds []*partitionpb.Command
+	for _, e := range workloadEntities {
+		cmds = append(cmds, pt.Upsert(e.cfg))
+	}
+	results = append(results, d.Apply(cmds...))
+	tokens := map[int][]struct {
+		tok []byte
+		sub partitionpb.SubQueue
+	}{}
+	for range n {
+		d.Now += rng.Int64N(4000)
+		var cmds []*partitionpb.Command
+		for range 1 + rng.IntN(4) {
+			ei := rng.IntN(len(workloadEntities))
+			e := workloadEntities[ei]
+			sub := main
+			if rng.IntN(4) == 0 {
+				sub = dlq
+			}
+			switch k := rng.IntN(100); {
+			case k < 30:
+				var ms []*partitionpb.NewMessage
+				for range 1 + rng.IntN(8) {
+					body := make([]byte, rng.IntN(200))
+					for i := range body {
+						body[i] = byte(rng.Uint32())
+					}
+					m := &partitionpb.NewMessage{MessageId: fmt.Sprint(rng.Uint64()), Bare: body}
+					switch rng.IntN(6) {
+					case 0:
+						m.TtlMs = 1 + rng.Int64N(20_000)
+					case 1:
+						m.ScheduledEnqueueTimeMs = d.Now + rng.Int64N(60_000)
+					}
+					ms = append(ms, m)
+				}
+				cmds = append(cmds, pt.Enqueue(e.id, e.part, ms...))
+			case k < 55:
+				if rng.IntN(5) == 0 {
+					cmds = append(cmds, pt.ReceiveAndDelete(e.id, e.part, sub, uint32(1+rng.IntN(3))))
+				} else {
+					cmds = append(cmds, pt.Lock(e.id, e.part, sub, uint32(1+rng.IntN(5)), rng.Uint64()))
+				}
+			case k < 85, k < 93 && rng.IntN(2) == 0:
+				known := tokens[ei]
+				if len(known) == 0 {
+					continue
+				}
+				var toks [][]byte
+				sub := known[rng.IntN(len(known))].sub
+				for range 1 + rng.IntN(3) {
+					if c := known[len(known)-1-rng.IntN(min(len(known), 8))]; c.sub == sub {
+						toks = append(toks, c.tok)
+					}
+				}
+				if k < 85 {
+					s := &partitionpb.Settle{EntityId: e.id, Partition: e.part, SubQueue: sub,
+						Disposition: partitionpb.Disposition(rng.IntN(5)), LockTokens: toks,
+						DeadLetterReason: "r", DeadLetterDescription: "d"}
+					if rng.IntN(3) == 0 {
+						s.PropertiesToModify = []byte{byte(rng.Uint32())}
+					}
+					cmds = append(cmds, pt.SettleCmd(s))
+				} else {
+					cmds = append(cmds, pt.Renew(e.id, e.part, sub, toks...))
+				}
+			case k < 97:
+				cmds = append(cmds, pt.ExpireLocks())
+			case k < 98:
+				if rng.IntN(4) == 0 {
+					cmds = append(cmds, pt.Delete(e.id, e.part))
+				}
+			default:
+				cmds = append(cmds, pt.Upsert(e.cfg))
+			}
+		}
+		res := d.Apply(cmds...)
+		results = append(results, res)
+		for i, c := range cmds {
+			l := c.GetLock()
+			if l == nil {
+				continue
+			}
+			ei := entityIndex(l.EntityId, l.Partition)
+			for _, m := range res[i].Messages {
+				if len(m.LockToken) > 0 {
+					tokens[ei] = append(tokens[ei], struct {
+						tok []byte
+						sub partitionpb.SubQueue
+					}{m.LockToken, l.SubQueue})
+				}
+			}
+		}
+	}
+	return d, results
+}
+
+func entityIndex(id uint64, part uint32) int {
+	for i, e := range workloadEntities {
+		if e.id == id && e.part == part {
+			return i
+		}
+	}
+	panic("unknown entity")
+}
+
+// TestDeterminism feeds the same entries to machines in different
+// chunkings, one of them restarted midway and fed overlapping entries
+// again: results and snapshots must be identical.
+func TestDeterminism(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			a, want := randomLog(t, seed, 300)
+			checkCounters(t, a.M)
+			codes := map[partitionpb.ResultCode]int{}
+			for _, res := range want {
+				for _, r := range res {
+					codes[r.Code]++
+				}
+			}
+			t.Logf("result codes: %v", codes)
+			entries := a.Entries
+
+			b := pt.Open(t)
+			rng := rand.New(rand.NewPCG(seed, 99))
+			var got [][]*partitionpb.Result
+			for i := 0; i < len(entries); {
+				j := min(len(entries), i+1+rng.IntN(20))
+				res, err := b.Apply(entries[i:j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, res...)
+				i = j
+			}
+			for i := range want {
+				for k := range want[i] {
+					if !proto.Equal(want[i][k], got[i][k]) {
+						t.Fatalf("entry %d command %d: results differ:\n%v\n%v", i+1, k, want[i][k], got[i][k])
+					}
+				}
+			}
+
+			dir := t.TempDir()
+			c := pt.OpenDir(t, dir)
+			half := len(entries) / 2
+			if _, err := c.Apply(entries[:half]); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			c = pt.OpenDir(t, dir)
+			if _, err := c.Apply(entries[half-10:]); err != nil {
+				t.Fatal(err)
+			}
+
+			sa := snapshotBytes(t, a.M)
+			if !bytes.Equal(sa, snapshotBytes(t, b)) {
+				t.Fatal("snapshots of a and b differ")
+			}
+			if !bytes.Equal(sa, snapshotBytes(t, c)) {
+				t.Fatal("snapshots of a and the restarted c differ")
+			}
+			t.Logf("%d entries, snapshot of %d bytes", len(entries), len(sa))
+		})
+	}
+}
+
+// checkCounters recounts every entity's messages and compares with Stats.
+func checkCounters(t *testing.T, m *partition.Machine) {
+	t.Helper()
+	for _, e := range workloadEntities {
+		s, err := m.Stats(e.id, e.part)
+		if err != nil {
+			continue // deleted
+		}
+		var want partitionpb.StatsResponse
+		for _, sub := range []partitionpb.SubQueue{main, dlq} {
+			ms, err := partition.Messages(m, e.id, e.part, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, msg := range ms {
+				switch {
+				case sub == dlq:
+					want.DeadLetterMessages++
+				case msg.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED:
+					want.ScheduledMessages++
+				default:
+					want.ActiveMessages++
+				}
+				if len(msg.LockToken) > 0 {
+					want.LockedMessages++
+				}
+				want.SizeBytes += uint64(len(msg.Bare))
+			}
+		}
+		if !proto.Equal(s, &want) {
+			t.Errorf("%d/%d: stats %v, recounted %v", e.id, e.part, s, &want)
+		}
+		if want.ActiveMessages+want.DeadLetterMessages == 0 {
+			t.Logf("%d/%d is empty", e.id, e.part)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+// Package partition is the replicated state machine of one partition group:
+// the messages of many entity partitions, their sequence numbers, locks,
+// delivery counts and sub-queues, kept on disk in pebble together with the
+// last applied Raft index. node wraps a Machine in a Raft FSM.
+//
+// # Purity
+//
+// Apply reads no clock, no randomness and no network. Time arrives in each
+// Batch (now_ms, stamped by the leader); lock tokens derive from a seed the
+// leader chose and the sequence number. Replicas fed the same entries hold
+// the same state: their snapshot streams are byte-equal (DESIGN.md rule 2).
+//
+// # Results and failures
+//
+// A command that breaks a rule is answered with a Result whose code names
+// the rule (entity not found, lock lost, quota exceeded, entity disabled,
+// invalid) and nothing of it is applied; Code and Err map between those
+// codes and this package's sentinel errors. An error from Apply is a
+// failure instead: a record that fails its checksum, a write the store
+// refused, or an entry this version cannot apply (unknown format byte or
+// command). Nothing of that Apply call is applied and the machine refuses
+// further work; the caller stops the group (fail-stop) and may reopen it.
+//
+// # Durability
+//
+// pebble runs without its write-ahead log, because the Raft log is the
+// write-ahead log. Apply writes one pebble batch per call, holding the
+// applied index, and commits it without sync. Snapshot flushes the store
+// before it captures it, so what a Raft snapshot covers is on disk before
+// Raft truncates its log; Close flushes too. After a crash the store holds
+// a prefix of the applied calls together with the matching applied index,
+// never less than the last snapshot: Raft replays the tail and Apply skips
+// the entries at or below AppliedIndex.
+//
+// Restore loads a snapshot into a new store beside the current one and
+// swaps it in when complete; Open finishes a swap a crash interrupted. If
+// a crash interrupts the load itself, the old store stays, and it may be
+// behind the snapshot Raft recorded: the caller must then restore that
+// snapshot again (compare AppliedIndex with the snapshot's index at start).
+//
+// # Memory
+//
+// Only entity configs and counters live in memory; messages and their
+// indexes are on disk, read through a block cache of Options.CacheBytes.
+// Every command does bounded work (MaxLockCount, MaxLockBytes, and bounds
+// on the expired messages and locks one command handles), so a store batch
+// stays small whatever the backlog.
+//
+// # What Stats counts
+//
+// active_messages: the main sub-queue's active and deferred messages,
+// locked or not; dead_letter_messages: the dead-letter sub-queue;
+// scheduled_messages: scheduled ones; locked_messages: locks in either
+// sub-queue; size_bytes: header, annotations and bare message of all.
+//
+// # Not yet here
+//
+// Activation of scheduled messages, a TTL sweep of messages Lock does not
+// meet (deferred, or far behind the head), duplicate detection, sessions,
+// receive-deferred and peek. Scheduled messages are stored and indexed by
+// their due time already.
+package partition

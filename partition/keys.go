@@ -1,0 +1,139 @@
+package partition
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// The store's key space. Every integer is big-endian so that byte order is
+// numeric order.
+//
+//	0x00 "applied"                               last applied Raft index
+//	0x00 "format"                                store format version
+//	0x01 eid(8) part(4)                          entity record (config and counters)
+//	0x02 eid(8) part(4) 0x01 sub(1) seq(8)       message
+//	0x02 eid(8) part(4) 0x02 sub(1) seq(8)       available: active, unlocked (Lock's order)
+//	0x02 eid(8) part(4) 0x03 until(8) sub(1) seq(8)  lock, by locked_until_ms
+//	0x02 eid(8) part(4) 0x04 at(8) seq(8)        scheduled, by scheduled_enqueue_time_ms
+//
+// Everything of an entity partition lives under its 0x02 prefix, so
+// DeleteEntity is one range deletion. A lock token carries the sequence
+// number, so the message key is the lock-token index. Times are encoded
+// with the sign bit flipped so that negative values sort first.
+const (
+	prefixMeta    byte = 0x00
+	prefixEntity  byte = 0x01
+	prefixEntData byte = 0x02
+
+	kindMessage   byte = 0x01
+	kindAvailable byte = 0x02
+	kindLock      byte = 0x03
+	kindScheduled byte = 0x04
+)
+
+var (
+	keyApplied = []byte("\x00applied")
+	keyFormat  = []byte("\x00format")
+)
+
+// storeFormat is the layout version above; Open refuses any other.
+const storeFormat = 1
+
+// ekey names an entity partition.
+type ekey struct {
+	id   uint64
+	part uint32
+}
+
+func (k ekey) String() string { return fmt.Sprintf("%d/%d", k.id, k.part) }
+
+func (k ekey) less(o ekey) bool {
+	return k.id < o.id || k.id == o.id && k.part < o.part
+}
+
+func entityKey(k ekey) []byte {
+	b := make([]byte, 0, 13)
+	b = append(b, prefixEntity)
+	b = binary.BigEndian.AppendUint64(b, k.id)
+	return binary.BigEndian.AppendUint32(b, k.part)
+}
+
+func parseEntityKey(b []byte) (ekey, bool) {
+	if len(b) != 13 || b[0] != prefixEntity {
+		return ekey{}, false
+	}
+	return ekey{binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint32(b[9:])}, true
+}
+
+// dataPrefix is the prefix of everything an entity partition holds.
+func dataPrefix(k ekey) []byte {
+	b := make([]byte, 0, 40)
+	b = append(b, prefixEntData)
+	b = binary.BigEndian.AppendUint64(b, k.id)
+	return binary.BigEndian.AppendUint32(b, k.part)
+}
+
+func kindPrefix(k ekey, kind byte) []byte { return append(dataPrefix(k), kind) }
+
+func subPrefix(k ekey, kind byte, sub partitionpb.SubQueue) []byte {
+	return append(kindPrefix(k, kind), byte(sub))
+}
+
+func messageKey(k ekey, sub partitionpb.SubQueue, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(subPrefix(k, kindMessage, sub), seq)
+}
+
+func availableKey(k ekey, sub partitionpb.SubQueue, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(subPrefix(k, kindAvailable, sub), seq)
+}
+
+func lockKey(k ekey, until int64, sub partitionpb.SubQueue, seq uint64) []byte {
+	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindLock), timeBits(until))
+	b = append(b, byte(sub))
+	return binary.BigEndian.AppendUint64(b, seq)
+}
+
+func scheduledKey(k ekey, at int64, seq uint64) []byte {
+	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindScheduled), timeBits(at))
+	return binary.BigEndian.AppendUint64(b, seq)
+}
+
+// The lengths of the prefixes above: 0x02 eid part kind.
+const kindPrefixLen = 14
+
+// parseAvailableKey returns the sequence number of an available key.
+func parseAvailableKey(b []byte) (uint64, bool) {
+	if len(b) != kindPrefixLen+1+8 || b[kindPrefixLen-1] != kindAvailable {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[kindPrefixLen+1:]), true
+}
+
+// parseLockKey returns the locked-until time, sub-queue and sequence number
+// of a lock key.
+func parseLockKey(b []byte) (until int64, sub partitionpb.SubQueue, seq uint64, ok bool) {
+	if len(b) != kindPrefixLen+8+1+8 || b[kindPrefixLen-1] != kindLock {
+		return 0, 0, 0, false
+	}
+	until = timeFromBits(binary.BigEndian.Uint64(b[kindPrefixLen:]))
+	sub = partitionpb.SubQueue(b[kindPrefixLen+8])
+	seq = binary.BigEndian.Uint64(b[kindPrefixLen+9:])
+	return until, sub, seq, true
+}
+
+func timeBits(t int64) uint64     { return uint64(t) ^ 1<<63 }
+func timeFromBits(u uint64) int64 { return int64(u ^ 1<<63) }
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // p is all 0xff: no upper bound
+}

@@ -1,0 +1,494 @@
+package partition
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Options configure a Machine. The zero value is usable.
+type Options struct {
+	// CacheBytes bounds the store's block cache; default 64 MiB. The store's
+	// memory is about 1.5 times this (the cache and up to two memtables of a
+	// quarter of it, 4 to 64 MiB each), whatever the backlog.
+	CacheBytes int64
+	// Logger receives the store's log; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultCacheBytes is the block cache size when Options.CacheBytes is 0.
+const DefaultCacheBytes = 64 << 20
+
+// Entry is a Raft log entry.
+type Entry struct {
+	Index uint64
+	Data  []byte
+}
+
+// Machine is the state machine of one partition group. Apply, Snapshot and
+// Restore must not run concurrently with each other (Raft calls them from
+// one goroutine); the reads (Stats, Available, ...) and Snapshot.WriteTo may
+// run concurrently with anything.
+type Machine struct {
+	dir        string
+	log        *slog.Logger
+	cacheBytes int64
+	cache      *pebble.Cache
+
+	restoreMu sync.Mutex // one Restore at a time
+
+	mu       sync.RWMutex
+	db       *pebble.DB
+	applied  uint64
+	entities map[ekey]*entity
+	changed  chan struct{}
+	failed   error // the storage failure that stopped the machine
+	closed   bool
+
+	snapMu sync.Mutex
+	snaps  map[*Snapshot]struct{}
+}
+
+const (
+	dbDir      = "db"
+	restoreTmp = "restore.tmp"   // a Restore in progress
+	restoreNew = "restore.ready" // a complete restored store, not yet swapped in
+)
+
+// Open opens the machine whose store is in dir, creating it if needed, and
+// reads back its applied index and entities.
+func Open(dir string, opts Options) (*Machine, error) {
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("partition: open: %w", err)
+	}
+	if err := finishRestore(dir); err != nil {
+		return nil, err
+	}
+	m := &Machine{
+		dir:        dir,
+		log:        opts.Logger,
+		cacheBytes: opts.CacheBytes,
+		cache:      pebble.NewCache(opts.CacheBytes),
+		changed:    make(chan struct{}),
+		snaps:      make(map[*Snapshot]struct{}),
+	}
+	db, err := m.openDB(filepath.Join(dir, dbDir))
+	if err != nil {
+		m.cache.Unref()
+		return nil, err
+	}
+	m.db = db
+	if err := m.load(); err != nil {
+		_ = db.Close()
+		m.cache.Unref()
+		return nil, err
+	}
+	return m, nil
+}
+
+// finishRestore completes a Restore that was interrupted after its store
+// was complete, and removes the remains of one interrupted before.
+func finishRestore(dir string) error {
+	if err := os.RemoveAll(filepath.Join(dir, restoreTmp)); err != nil {
+		return fmt.Errorf("partition: open: %w", err)
+	}
+	ready := filepath.Join(dir, restoreNew)
+	if _, err := os.Stat(ready); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := swapDir(dir, ready); err != nil {
+		return fmt.Errorf("partition: open: finish restore: %w", err)
+	}
+	return nil
+}
+
+// swapDir replaces dir/db by from.
+func swapDir(dir, from string) error {
+	if err := os.RemoveAll(filepath.Join(dir, dbDir)); err != nil {
+		return err
+	}
+	if err := os.Rename(from, filepath.Join(dir, dbDir)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
+
+// openDB opens a pebble store and checks (or, when empty, writes) its
+// format version.
+func (m *Machine) openDB(path string) (*pebble.DB, error) {
+	db, err := m.openPebble(path)
+	if err != nil {
+		return nil, err
+	}
+	err = checkFormat(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func (m *Machine) openPebble(path string) (*pebble.DB, error) {
+	db, err := pebble.Open(path, pebbleOptions(m.cache, m.cacheBytes, m.log))
+	if err != nil {
+		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func checkFormat(db *pebble.DB) error {
+	p, found, err := get(db, keyFormat)
+	if err != nil {
+		return err
+	}
+	if found {
+		if len(p) != 8 || binary.BigEndian.Uint64(p) != storeFormat {
+			return fmt.Errorf("%w: store format %x, want %d", ErrCorrupt, p, storeFormat)
+		}
+		return nil
+	}
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	empty := !it.First()
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("%w: store without format version", ErrCorrupt)
+	}
+	v := seal(keyFormat, binary.BigEndian.AppendUint64(nil, storeFormat))
+	if err := db.Set(keyFormat, v, pebble.NoSync); err != nil {
+		return fmt.Errorf("partition: write format: %w", err)
+	}
+	return nil
+}
+
+// load reads the applied index and the entities from the store.
+func (m *Machine) load() error {
+	applied, err := readApplied(m.db)
+	if err != nil {
+		return err
+	}
+	entities := make(map[ekey]*entity)
+	it, err := prefixIter(m.db, []byte{prefixEntity})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k, ok := parseEntityKey(it.Key())
+		if !ok {
+			return closeIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
+		}
+		p, err := iterValue(it)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		e, err := parseEntityRecord(k, p)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		entities[k] = e
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	for _, e := range entities {
+		if err := e.loadMinLock(m.db); err != nil {
+			return err
+		}
+	}
+	m.applied, m.entities = applied, entities
+	return nil
+}
+
+func readApplied(r pebble.Reader) (uint64, error) {
+	p, found, err := get(r, keyApplied)
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(p) != 8 {
+		return 0, fmt.Errorf("%w: applied index of %d bytes", ErrCorrupt, len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
+}
+
+// loadMinLock reads the entity's earliest lock expiry from r, scanning
+// from lockFloor, and raises lockFloor to it.
+func (e *entity) loadMinLock(r pebble.Reader) error {
+	end := prefixEnd(kindPrefix(e.key, kindLock))
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: e.lockFloor, UpperBound: end})
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	e.hasLock = false
+	e.lockFloor = end
+	if it.First() {
+		if _, err := iterValue(it); err != nil {
+			return closeIter(it, err)
+		}
+		until, _, _, ok := parseLockKey(it.Key())
+		if !ok {
+			return closeIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
+		}
+		e.minLock, e.hasLock = until, true
+		e.lockFloor = append([]byte(nil), it.Key()...)
+	}
+	return closeIter(it, it.Error())
+}
+
+// Close flushes the store, so that everything applied survives, and closes
+// it. Open snapshots are released.
+func (m *Machine) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	close(m.changed)
+	m.releaseSnapshots()
+	defer m.cache.Unref()
+	if m.db == nil { // a failed Restore closed it
+		return nil
+	}
+	err := m.db.Flush()
+	if err != nil {
+		err = fmt.Errorf("partition: flush: %w", err)
+	}
+	if cerr := m.db.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("partition: close: %w", cerr))
+	}
+	m.db = nil
+	return err
+}
+
+// usable returns why the machine cannot serve, or nil. Call with m.mu held.
+func (m *Machine) usable() error {
+	switch {
+	case m.closed:
+		return ErrClosed
+	case m.failed != nil:
+		return fmt.Errorf("partition: stopped after a storage failure: %w", m.failed)
+	}
+	return nil
+}
+
+// AppliedIndex returns the index of the last applied entry (durable or not:
+// see the package comment).
+func (m *Machine) AppliedIndex() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.applied
+}
+
+// Apply applies entries in one store batch and returns, per entry, one
+// Result per command of its Batch. Entries at or below AppliedIndex are
+// skipped (nil results); indexes must increase but may have gaps (entries
+// that are not commands). An entry with empty Data only advances the
+// applied index. A returned error is a storage failure or an entry this
+// version cannot apply: nothing of the call is applied, the machine refuses
+// further work, and the caller stops the group.
+func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	a := &applier{
+		entities: m.entities,
+		b:        m.db.NewIndexedBatch(),
+		dirty:    make(map[ekey]bool),
+		locks:    make(map[ekey]bool),
+	}
+	defer a.b.Close()
+	results := make([][]*partitionpb.Result, len(entries))
+	applied := m.applied
+	for i, e := range entries {
+		if e.Index <= applied {
+			continue
+		}
+		res, err := a.applyEntry(e)
+		if err != nil {
+			m.failed = fmt.Errorf("apply entry %d: %w", e.Index, err)
+			m.log.Error("partition: apply failed; the machine stops", "index", e.Index, "err", err)
+			return nil, m.failed
+		}
+		results[i] = res
+		applied = e.Index
+	}
+	if applied == m.applied {
+		return results, nil
+	}
+	for _, k := range sortedKeys(a.dirty) {
+		var err error
+		if e, ok := m.entities[k]; ok {
+			err = a.b.Set(entityKey(k), seal(entityKey(k), e.record()), nil)
+		} else {
+			err = a.b.Delete(entityKey(k), nil)
+		}
+		if err != nil {
+			return nil, m.fail(err)
+		}
+	}
+	if err := a.b.Set(keyApplied, seal(keyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
+		return nil, m.fail(err)
+	}
+	if err := a.b.Commit(pebble.NoSync); err != nil {
+		return nil, m.fail(err)
+	}
+	m.applied = applied
+	for k := range a.locks {
+		if e, ok := m.entities[k]; ok {
+			if err := e.loadMinLock(m.db); err != nil {
+				return nil, m.fail(err)
+			}
+		}
+	}
+	if a.notify {
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+	return results, nil
+}
+
+// fail stops the machine after a storage failure.
+func (m *Machine) fail(err error) error {
+	m.failed = fmt.Errorf("partition: store: %w", err)
+	m.log.Error("partition: storage failure; the machine stops", "err", err)
+	return m.failed
+}
+
+func sortedKeys[V any](m map[ekey]V) []ekey {
+	keys := make([]ekey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b ekey) int {
+		switch {
+		case a.less(b):
+			return -1
+		case b.less(a):
+			return 1
+		}
+		return 0
+	})
+	return keys
+}
+
+// Stats returns an entity partition's counters.
+func (m *Machine) Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	e, ok := m.entities[ekey{entityID, partition}]
+	if !ok {
+		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
+	}
+	return e.n.stats(), nil
+}
+
+// HasEntity reports whether the group hosts the entity partition (false
+// once the machine stopped).
+func (m *Machine) HasEntity(entityID uint64, partition uint32) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.entities[ekey{entityID, partition}]
+	return ok && m.usable() == nil
+}
+
+// NextLockExpiry returns the earliest locked_until_ms of any lock in the
+// group; ok is false when nothing is locked. The leader proposes
+// ExpireLocks once its clock passes it.
+func (m *Machine) NextLockExpiry() (ms int64, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.usable() != nil {
+		return 0, false
+	}
+	for _, e := range m.entities {
+		if e.hasLock && (!ok || e.minLock < ms) {
+			ms, ok = e.minLock, true
+		}
+	}
+	return ms, ok
+}
+
+// Available reports whether the sub-queue holds an active, unlocked
+// message (it may have expired: Lock drops those).
+func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	k := ekey{entityID, partition}
+	e, ok := m.entities[k]
+	if !ok || m.usable() != nil || !validSubQueue(q) {
+		return false
+	}
+	it, err := m.db.NewIter(&pebble.IterOptions{
+		LowerBound: availableKey(k, q, e.availHead[q]),
+		UpperBound: prefixEnd(subPrefix(k, kindAvailable, q)),
+	})
+	if err != nil {
+		m.log.Error("partition: available", "entity", k, "err", err)
+		return false
+	}
+	found := it.First()
+	if found {
+		_, err = iterValue(it)
+	}
+	if err = closeIter(it, errors.Join(err, it.Error())); err != nil {
+		m.log.Error("partition: available", "entity", k, "err", err)
+		return false
+	}
+	return found
+}
+
+// Changed returns a channel that is closed after the next Apply that made a
+// message available (an enqueue, an abandon, an expired lock, ...) or
+// deleted an entity, and when the machine closes. Call it again for the
+// next change.
+func (m *Machine) Changed() <-chan struct{} {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.changed
+}
+
+func validSubQueue(q partitionpb.SubQueue) bool {
+	return q == partitionpb.SubQueue_SUB_QUEUE_MAIN || q == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
+}
+
+// lockToken is the token of a lock: the sequence number, then the leader's
+// seed, so that the token alone names its partition (seq >> 48).
+func lockToken(seq uint64, seed []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 16), seq), seed...)
+}
+
+func sameToken(a, b []byte) bool { return len(a) == 16 && bytes.Equal(a, b) }

@@ -1,0 +1,208 @@
+// Package partitiontest helps tests drive a partition.Machine: it opens
+// machines in temporary directories, numbers Raft entries, and builds
+// commands tersely.
+package partitiontest
+
+import (
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/quorumbus/quorumbus/partition"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// The sub-queues, for brevity.
+const (
+	Main       = partitionpb.SubQueue_SUB_QUEUE_MAIN
+	DeadLetter = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
+)
+
+// Options are the machine options tests use: a small cache and no log.
+func Options() partition.Options {
+	return partition.Options{
+		CacheBytes: 8 << 20,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// Open opens a machine in a new temporary directory; it is closed when the
+// test ends.
+func Open(t testing.TB) *partition.Machine {
+	t.Helper()
+	return OpenDir(t, t.TempDir())
+}
+
+// OpenDir opens the machine in dir; it is closed when the test ends.
+func OpenDir(t testing.TB, dir string) *partition.Machine {
+	t.Helper()
+	m, err := partition.Open(dir, Options())
+	if err != nil {
+		t.Fatalf("partition.Open(%s): %v", dir, err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// Log numbers entries: the first gets index 1.
+type Log struct {
+	Last uint64 // index of the last entry made
+}
+
+// Entry encodes a batch of commands stamped nowMs as the next entry.
+func (l *Log) Entry(t testing.TB, nowMs int64, cmds ...*partitionpb.Command) partition.Entry {
+	t.Helper()
+	data, err := partition.EncodeBatch(&partitionpb.Batch{NowMs: nowMs, Commands: cmds})
+	if err != nil {
+		t.Fatalf("EncodeBatch: %v", err)
+	}
+	l.Last++
+	return partition.Entry{Index: l.Last, Data: data}
+}
+
+// Driver applies commands to a machine, one entry per call, at its clock.
+type Driver struct {
+	T   testing.TB
+	M   *partition.Machine
+	Log Log
+	Now int64
+	// Entries keeps every entry applied, for replaying them elsewhere.
+	Entries []partition.Entry
+}
+
+// NewDriver opens a machine for t and a driver for it starting at nowMs.
+func NewDriver(t testing.TB, nowMs int64) *Driver {
+	return &Driver{T: t, M: Open(t), Now: nowMs}
+}
+
+// Apply applies the commands as one entry and returns their results.
+func (d *Driver) Apply(cmds ...*partitionpb.Command) []*partitionpb.Result {
+	d.T.Helper()
+	e := d.Log.Entry(d.T, d.Now, cmds...)
+	res, err := d.M.Apply([]partition.Entry{e})
+	if err != nil {
+		d.T.Fatalf("Apply entry %d: %v", e.Index, err)
+	}
+	d.Entries = append(d.Entries, e)
+	return res[0]
+}
+
+// Do applies one command and returns its result.
+func (d *Driver) Do(cmd *partitionpb.Command) *partitionpb.Result {
+	d.T.Helper()
+	return d.Apply(cmd)[0]
+}
+
+// OK applies one command and fails the test unless its result is OK.
+func (d *Driver) OK(cmd *partitionpb.Command) *partitionpb.Result {
+	d.T.Helper()
+	r := d.Do(cmd)
+	if r.Code != partitionpb.ResultCode_RESULT_OK {
+		d.T.Fatalf("%v: %v %s", cmd, r.Code, r.Description)
+	}
+	return r
+}
+
+// Stats returns an entity partition's counters, failing the test on error.
+func (d *Driver) Stats(id uint64, part uint32) *partitionpb.StatsResponse {
+	d.T.Helper()
+	s, err := d.M.Stats(id, part)
+	if err != nil {
+		d.T.Fatalf("Stats(%d, %d): %v", id, part, err)
+	}
+	return s
+}
+
+// Queue returns a config for entity partition id/part named name, with
+// the defaults the machine fills in.
+func Queue(id uint64, part uint32, name string) *partitionpb.EntityConfig {
+	return &partitionpb.EntityConfig{EntityId: id, Partition: part, Name: name}
+}
+
+func cmd(c any) *partitionpb.Command {
+	switch c := c.(type) {
+	case *partitionpb.UpsertEntity:
+		return &partitionpb.Command{Op: &partitionpb.Command_UpsertEntity{UpsertEntity: c}}
+	case *partitionpb.DeleteEntity:
+		return &partitionpb.Command{Op: &partitionpb.Command_DeleteEntity{DeleteEntity: c}}
+	case *partitionpb.Enqueue:
+		return &partitionpb.Command{Op: &partitionpb.Command_Enqueue{Enqueue: c}}
+	case *partitionpb.Lock:
+		return &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: c}}
+	case *partitionpb.Settle:
+		return &partitionpb.Command{Op: &partitionpb.Command_Settle{Settle: c}}
+	case *partitionpb.RenewLocks:
+		return &partitionpb.Command{Op: &partitionpb.Command_RenewLocks{RenewLocks: c}}
+	case *partitionpb.ExpireLocks:
+		return &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: c}}
+	}
+	panic("partitiontest: not a command")
+}
+
+// Upsert creates or updates an entity partition.
+func Upsert(cfg *partitionpb.EntityConfig) *partitionpb.Command {
+	return cmd(&partitionpb.UpsertEntity{Config: cfg})
+}
+
+// Delete deletes an entity partition.
+func Delete(id uint64, part uint32) *partitionpb.Command {
+	return cmd(&partitionpb.DeleteEntity{EntityId: id, Partition: part})
+}
+
+// Enqueue enqueues messages.
+func Enqueue(id uint64, part uint32, msgs ...*partitionpb.NewMessage) *partitionpb.Command {
+	return cmd(&partitionpb.Enqueue{EntityId: id, Partition: part, Messages: msgs})
+}
+
+// Msg is a message whose bare section is body.
+func Msg(body string) *partitionpb.NewMessage {
+	return &partitionpb.NewMessage{MessageId: body, Bare: []byte(body)}
+}
+
+// Seed is a token seed made of n.
+func Seed(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+
+// Lock peek-locks up to max messages of a sub-queue with a seed made of seed.
+func Lock(id uint64, part uint32, sub partitionpb.SubQueue, max uint32, seed uint64) *partitionpb.Command {
+	return cmd(&partitionpb.Lock{EntityId: id, Partition: part, SubQueue: sub, MaxCount: max, TokenSeed: Seed(seed)})
+}
+
+// ReceiveAndDelete takes up to max messages of a sub-queue.
+func ReceiveAndDelete(id uint64, part uint32, sub partitionpb.SubQueue, max uint32) *partitionpb.Command {
+	return cmd(&partitionpb.Lock{EntityId: id, Partition: part, SubQueue: sub, MaxCount: max, ReceiveAndDelete: true})
+}
+
+// Settle settles messages by lock token.
+func Settle(id uint64, part uint32, sub partitionpb.SubQueue, d partitionpb.Disposition, tokens ...[]byte) *partitionpb.Command {
+	return cmd(&partitionpb.Settle{EntityId: id, Partition: part, SubQueue: sub, Disposition: d, LockTokens: tokens})
+}
+
+// SettleCmd wraps a Settle built by the caller.
+func SettleCmd(s *partitionpb.Settle) *partitionpb.Command { return cmd(s) }
+
+// Renew renews locks.
+func Renew(id uint64, part uint32, sub partitionpb.SubQueue, tokens ...[]byte) *partitionpb.Command {
+	return cmd(&partitionpb.RenewLocks{EntityId: id, Partition: part, SubQueue: sub, LockTokens: tokens})
+}
+
+// ExpireLocks ends the locks that ran out.
+func ExpireLocks() *partitionpb.Command { return cmd(&partitionpb.ExpireLocks{}) }
+
+// Tokens returns the lock tokens of a Lock result's messages.
+func Tokens(r *partitionpb.Result) [][]byte {
+	var ts [][]byte
+	for _, m := range r.Messages {
+		ts = append(ts, m.LockToken)
+	}
+	return ts
+}
+
+// Seqs returns the sequence numbers of a Lock result's messages.
+func Seqs(r *partitionpb.Result) []uint64 {
+	var s []uint64
+	for _, m := range r.Messages {
+		s = append(s, m.SequenceNumber)
+	}
+	return s
+}

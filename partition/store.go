@@ -1,0 +1,148 @@
+package partition
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Every value in the store is sealed: its payload followed by the CRC-32C
+// of key and payload. Covering the key too catches a record read back
+// under the wrong key. Every read unseals and fails with ErrCorrupt on a
+// mismatch.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+const crcLen = 4
+
+func checksum(key, payload []byte) uint32 {
+	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, payload)
+}
+
+func seal(key, payload []byte) []byte {
+	v := make([]byte, len(payload), len(payload)+crcLen)
+	copy(v, payload)
+	return binary.BigEndian.AppendUint32(v, checksum(key, payload))
+}
+
+// unseal verifies a stored value and returns its payload, which aliases v.
+func unseal(key, v []byte) ([]byte, error) {
+	if len(v) < crcLen {
+		return nil, fmt.Errorf("%w: key %x: value of %d bytes", ErrCorrupt, key, len(v))
+	}
+	p := v[:len(v)-crcLen]
+	if binary.BigEndian.Uint32(v[len(p):]) != checksum(key, p) {
+		return nil, fmt.Errorf("%w: key %x", ErrCorrupt, key)
+	}
+	return p, nil
+}
+
+// get reads and unseals one value; found is false if the key is absent.
+// The payload is a copy.
+func get(r pebble.Reader, key []byte) (payload []byte, found bool, err error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("partition: read %x: %w", key, err)
+	}
+	defer closer.Close()
+	p, err := unseal(key, v)
+	if err != nil {
+		return nil, false, err
+	}
+	return append([]byte(nil), p...), true, nil
+}
+
+// getMessage reads a message; nil if absent.
+func getMessage(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition: read %x: %w", key, err)
+	}
+	defer closer.Close()
+	p, err := unseal(key, v)
+	if err != nil {
+		return nil, err
+	}
+	msg := new(partitionpb.StoredMessage)
+	if err := proto.Unmarshal(p, msg); err != nil { // copies what it keeps
+		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
+	}
+	return msg, nil
+}
+
+// prefixIter returns an iterator over the keys with prefix p.
+func prefixIter(r pebble.Reader, p []byte) (*pebble.Iterator, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return nil, fmt.Errorf("partition: iterator: %w", err)
+	}
+	return it, nil
+}
+
+// iterValue unseals the value under the iterator.
+func iterValue(it *pebble.Iterator) ([]byte, error) {
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, fmt.Errorf("partition: read %x: %w", it.Key(), err)
+	}
+	return unseal(it.Key(), v)
+}
+
+// closeIter closes it and returns the first of err and its error.
+func closeIter(it *pebble.Iterator, err error) error {
+	if cerr := it.Close(); err == nil && cerr != nil {
+		return fmt.Errorf("partition: iterator: %w", cerr)
+	}
+	return err
+}
+
+// pebbleOptions are the store's options: no WAL, because the Raft log is
+// the write-ahead log (Apply commits with NoSync and Snapshot flushes), and
+// memory bounded by the shared block cache plus at most two memtables.
+func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *pebble.Options {
+	memtable := uint64(cacheBytes / 4)
+	memtable = max(memtable, 4<<20)
+	memtable = min(memtable, 64<<20)
+	return &pebble.Options{
+		Cache:                       cache,
+		DisableWAL:                  true,
+		MemTableSize:                memtable,
+		MemTableStopWritesThreshold: 2,
+		// Pinned, so that a pebble upgrade does not move the on-disk format
+		// by itself.
+		FormatMajorVersion: pebble.FormatValueSeparation,
+		Logger:             pebbleLogger{log},
+	}
+}
+
+// pebbleLogger sends pebble's log lines to slog.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf reports an invariant pebble found broken. pebble expects it not to
+// return.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Log(context.Background(), slog.LevelError+4, msg, "component", "pebble")
+	panic("pebble: " + msg)
+}
