@@ -925,11 +925,12 @@ func (x *GetEntityRequest) GetName() string {
 	return ""
 }
 
+// ListEntities lists one kind's entities ordered by name (ignoring case).
 type ListEntitiesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          EntityKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=quorumbus.placement.v1.EntityKind" json:"kind,omitempty"`
 	Skip          uint32                 `protobuf:"varint,2,opt,name=skip,proto3" json:"skip,omitempty"`
-	Top           uint32                 `protobuf:"varint,3,opt,name=top,proto3" json:"top,omitempty"`
+	Top           uint32                 `protobuf:"varint,3,opt,name=top,proto3" json:"top,omitempty"` // 0: no limit
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1029,6 +1030,8 @@ func (x *ListEntitiesResponse) GetEntities() []*Entity {
 	return nil
 }
 
+// after_version: send the first table only once its version is above this
+// (a reconnecting watcher skips the table it has); 0 sends one at once.
 type WatchRoutesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AfterVersion  uint64                 `protobuf:"varint,1,opt,name=after_version,json=afterVersion,proto3" json:"after_version,omitempty"`

@@ -1,0 +1,197 @@
+package catalog
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// FSM is the catalog as a hashicorp/raft state machine. Apply results are
+// Result values. It is safe for concurrent use: reads (Read, Table,
+// Changed) run alongside Raft's applies.
+//
+// When an entry cannot be applied (another format, undecodable bytes, an op
+// this version does not know) the FSM stops: it keeps the catalog as it was,
+// answers every later entry with ErrStopped, and closes Stopped. The owner
+// then shuts the meta group down on this member; the other members, and the
+// process, carry on.
+type FSM struct {
+	mu      sync.RWMutex
+	state   *State
+	err     error            // why the FSM stopped; nil while it runs
+	stopped chan struct{}    // closed when err is set
+	changed chan struct{}    // closed and replaced whenever the catalog changes
+	table   *pb.RoutingTable // the routing table of state.routes, built on demand
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+)
+
+// NewFSM returns a state machine holding an empty catalog.
+func NewFSM() *FSM {
+	return &FSM{state: New(), stopped: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// Apply applies one committed entry.
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies committed entries in order under one lock, and wakes
+// the watchers once.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before := f.state.Modified()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue // configuration entries: Raft keeps the membership itself
+		}
+		out[i] = f.applyLocked(l)
+	}
+	if f.state.Modified() != before {
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+	return out
+}
+
+func (f *FSM) applyLocked(l *raft.Log) Result {
+	if f.err != nil {
+		return Result{Index: l.Index, Err: f.err}
+	}
+	cmd, err := Decode(l.Data)
+	var res Result
+	if err == nil {
+		res, err = f.state.Apply(l.Index, cmd)
+	}
+	if err != nil {
+		f.err = fmt.Errorf("%w: entry %d: %w", ErrStopped, l.Index, err)
+		close(f.stopped)
+		return Result{Index: l.Index, Err: f.err}
+	}
+	return res
+}
+
+// Read calls fn with the catalog under a read lock. fn must not keep the
+// State; what its read methods return are copies and may be kept.
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
+// Changed returns a channel that is closed at the next change of the
+// catalog after the call.
+func (f *FSM) Changed() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.changed
+}
+
+// Table returns the current routing table. It is shared between callers
+// and must not be changed.
+func (f *FSM) Table() *pb.RoutingTable {
+	f.mu.RLock()
+	t := f.table
+	v := f.state.RoutesVersion()
+	f.mu.RUnlock()
+	if t != nil && t.Version == v {
+		return t
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.table == nil || f.table.Version != f.state.RoutesVersion() {
+		f.table = f.state.Table()
+	}
+	return f.table
+}
+
+// Err says why the FSM stopped; nil while it runs.
+func (f *FSM) Err() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.err
+}
+
+// Stopped is closed when the FSM stops.
+func (f *FSM) Stopped() <-chan struct{} { return f.stopped }
+
+// Snapshot captures the catalog. It is small (a few MB at the entity limit),
+// so it is encoded right away and Persist only writes bytes.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	data, err := EncodeSnapshot(f.state.Snapshot())
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(data), nil
+}
+
+// Restore replaces the catalog with the one in a snapshot.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("catalog: reading snapshot: %w", err)
+	}
+	snap, err := DecodeSnapshot(data)
+	if err != nil {
+		return err
+	}
+	s, err := FromSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	f.state, f.table = s, nil
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return nil
+}
+
+// EncodeSnapshot writes a snapshot: the format byte, then protobuf.
+func EncodeSnapshot(snap *pb.CatalogSnapshot) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.MarshalAppend([]byte{FormatV1}, snap)
+}
+
+// DecodeSnapshot reads what EncodeSnapshot wrote.
+func DecodeSnapshot(data []byte) (*pb.CatalogSnapshot, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty snapshot", ErrCorrupt)
+	}
+	if data[0] != FormatV1 {
+		return nil, fmt.Errorf("%w: snapshot format %d", ErrUnknownFormat, data[0])
+	}
+	snap := &pb.CatalogSnapshot{}
+	if err := proto.Unmarshal(data[1:], snap); err != nil {
+		return nil, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
+	}
+	return snap, nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("catalog: writing snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (snapshot) Release() {}

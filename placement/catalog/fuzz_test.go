@@ -1,0 +1,56 @@
+package catalog
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// FuzzApply decodes arbitrary entries and applies what decodes to a
+// populated catalog. Nothing may panic; a rejected or refused command
+// leaves the catalog exactly as it was; an accepted one leaves a catalog
+// whose snapshot still rebuilds (ids, names and groups hold together).
+func FuzzApply(f *testing.F) {
+	for _, cmd := range []*pb.CatalogCommand{
+		create("q", 0),
+		create("p", 4),
+		wrap(&pb.UpdateEntityCommand{Name: "A", Properties: &pb.QueueProperties{LockDurationMs: 5000}}),
+		wrap(&pb.DeleteEntityCommand{Name: "a"}),
+		wrap(&pb.CreateGroups{ExpectedGroups: 3, Groups: []*pb.NewGroup{{Replicas: []*pb.Replica{{NodeId: "n1"}}}}}),
+		wrap(&pb.RegisterNodes{Nodes: []*pb.Node{{Id: "n9", Alive: true}}}),
+		wrap(&pb.ReportGroupsRequest{Groups: []*pb.GroupReport{{GroupId: 1, LeaderId: "n2"}}}),
+		wrap(&pb.CompleteTasks{Tasks: []*pb.PartitionTask{{EntityId: 1, Partition: 1, Version: 3}}}),
+	} {
+		data, err := Encode(cmd)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{2})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a := newApplier(t, 3)
+		a.must(create("a", 3))
+		a.must(create("b", 0))
+		before := a.s.Snapshot()
+		cmd, err := Decode(data)
+		if err != nil {
+			return
+		}
+		res, err := a.s.Apply(a.index+1, cmd)
+		after := a.s.Snapshot()
+		if err != nil || res.Err != nil {
+			after.AppliedIndex = before.AppliedIndex
+			if !proto.Equal(before, after) {
+				t.Fatalf("a refused command (%v, %v) changed the catalog", err, res.Err)
+			}
+			return
+		}
+		if _, err := FromSnapshot(after); err != nil {
+			t.Fatalf("accepted %v, and the catalog no longer holds together: %v", cmd, err)
+		}
+	})
+}

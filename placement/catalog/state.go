@@ -1,0 +1,443 @@
+// Package catalog is the state machine of the meta Raft group: the entities
+// of the namespace, the partition groups and their replicas, the storage
+// nodes, and the work the meta leader still owes the partition groups.
+//
+// State is pure: applying a command reads nothing but the command and the
+// state (the time comes in the command, stamped by the leader), so every
+// member that applies the same log holds the same catalog. FSM wraps it for
+// hashicorp/raft and adds locking, change notification and fail-stop.
+package catalog
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+type taskKey struct {
+	entity    uint64
+	partition uint32
+}
+
+func keyOf(t *pb.PartitionTask) taskKey { return taskKey{t.EntityId, t.Partition} }
+
+// State is the catalog in memory. It is small and bounded (at most
+// MaxEntities entities), persisted by Raft through the log and snapshots.
+// It is not safe for concurrent use; FSM guards it.
+type State struct {
+	applied      uint64 // index of the last command applied
+	modified     uint64 // index of the last command that changed anything
+	routes       uint64 // index of the last command that changed the routing table
+	nextEntityID uint64
+	nextGroupID  uint64
+	entities     map[uint64]*pb.Entity
+	names        map[string]uint64 // Key(name) -> entity id
+	groups       map[uint64]*pb.Group
+	nodes        map[string]*pb.Node
+	tasks        map[taskKey]*pb.PartitionTask
+	partitioned  int // entities with more than one partition
+}
+
+// New returns an empty catalog.
+func New() *State {
+	return &State{
+		nextEntityID: 1,
+		nextGroupID:  1,
+		entities:     map[uint64]*pb.Entity{},
+		names:        map[string]uint64{},
+		groups:       map[uint64]*pb.Group{},
+		nodes:        map[string]*pb.Node{},
+		tasks:        map[taskKey]*pb.PartitionTask{},
+	}
+}
+
+// Result is the outcome of one command.
+type Result struct {
+	Index  uint64     // the command's log index
+	Entity *pb.Entity // create and update: the entity as stored (a copy)
+	Groups []uint64   // create groups: the ids assigned
+	Err    error      // a rejection; the catalog is unchanged
+}
+
+// Apply applies the command at log index. A rule the command breaks is a
+// rejection in Result.Err. An error return means the command cannot be
+// applied by this version at all (an op it does not know); the state is
+// then unchanged and the caller must stop applying (fail-stop).
+func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
+	var r Result
+	var changed, routes bool
+	switch op := cmd.Op.(type) {
+	case *pb.CatalogCommand_RegisterNodes:
+		r.Err, changed = s.registerNodes(op.RegisterNodes)
+		routes = changed
+	case *pb.CatalogCommand_CreateGroups:
+		r.Groups, r.Err = s.createGroups(op.CreateGroups)
+		changed = len(r.Groups) > 0
+		routes = changed
+	case *pb.CatalogCommand_CreateEntity:
+		r.Entity, r.Err = s.createEntity(index, cmd.NowMs, op.CreateEntity)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_UpdateEntity:
+		r.Entity, r.Err = s.updateEntity(index, cmd.NowMs, op.UpdateEntity)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_DeleteEntity:
+		r.Err = s.deleteEntity(index, op.DeleteEntity)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_ReportGroups:
+		changed = s.reportGroups(op.ReportGroups)
+		routes = changed
+	case *pb.CatalogCommand_CompleteTasks:
+		changed = s.completeTasks(op.CompleteTasks)
+	default:
+		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
+	}
+	r.Index = index
+	s.applied = index
+	if changed {
+		s.modified = index
+	}
+	if routes {
+		s.routes = index
+	}
+	return r, nil
+}
+
+func (s *State) registerNodes(c *pb.RegisterNodes) (err error, changed bool) {
+	for _, n := range c.Nodes {
+		if n.GetId() == "" {
+			return fmt.Errorf("%w: a node without an id", ErrInvalidCommand), false
+		}
+	}
+	for _, n := range c.Nodes {
+		if cur, ok := s.nodes[n.Id]; ok && proto.Equal(cur, n) {
+			continue
+		}
+		s.nodes[n.Id] = proto.Clone(n).(*pb.Node)
+		changed = true
+	}
+	return nil, changed
+}
+
+func (s *State) createGroups(c *pb.CreateGroups) ([]uint64, error) {
+	if c.ExpectedGroups != uint64(len(s.groups)) {
+		return nil, fmt.Errorf("%w: expected %d groups, the catalog has %d", ErrConflict, c.ExpectedGroups, len(s.groups))
+	}
+	for _, g := range c.Groups {
+		if len(g.GetReplicas()) == 0 {
+			return nil, fmt.Errorf("%w: a group without replicas", ErrInvalidCommand)
+		}
+		seen := map[string]bool{}
+		for _, r := range g.Replicas {
+			if _, ok := s.nodes[r.GetNodeId()]; !ok {
+				return nil, fmt.Errorf("%w: %q", ErrUnknownNode, r.GetNodeId())
+			}
+			if seen[r.NodeId] {
+				return nil, fmt.Errorf("%w: node %q twice in one group", ErrInvalidCommand, r.NodeId)
+			}
+			seen[r.NodeId] = true
+		}
+	}
+	ids := make([]uint64, 0, len(c.Groups))
+	for _, g := range c.Groups {
+		id := s.nextGroupID
+		s.nextGroupID++
+		grp := &pb.Group{Id: id}
+		for _, r := range g.Replicas {
+			grp.Replicas = append(grp.Replicas, &pb.Replica{NodeId: r.NodeId})
+		}
+		s.groups[id] = grp
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand) (*pb.Entity, error) {
+	if err := CheckName(c.Name); err != nil {
+		return nil, err
+	}
+	if err := checkKind(c.Kind, c.Status); err != nil {
+		return nil, err
+	}
+	props, err := Normalize(c.Properties)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkForwarding(c.Name, props); err != nil {
+		return nil, err
+	}
+	if _, ok := s.names[Key(c.Name)]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrNameTaken, c.Name)
+	}
+	if len(c.PartitionGroups) != int(props.PartitionCount) {
+		return nil, fmt.Errorf("%w: %d partitions but %d partition groups", ErrInvalidCommand, props.PartitionCount, len(c.PartitionGroups))
+	}
+	for _, g := range c.PartitionGroups {
+		if _, ok := s.groups[g]; !ok {
+			return nil, fmt.Errorf("%w: %d", ErrUnknownGroup, g)
+		}
+	}
+	if len(s.entities) >= MaxEntities {
+		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyEntities, MaxEntities)
+	}
+	if props.PartitionCount > 1 && s.partitioned >= MaxPartitionedEntities {
+		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyPartitioned, MaxPartitionedEntities)
+	}
+
+	e := &pb.Entity{
+		Id:              s.nextEntityID,
+		Name:            c.Name,
+		Kind:            c.Kind,
+		Status:          c.Status,
+		Properties:      props,
+		PartitionGroups: slices.Clone(c.PartitionGroups),
+		CreatedAtMs:     now,
+		UpdatedAtMs:     now,
+	}
+	s.nextEntityID++
+	s.entities[e.Id] = e
+	s.names[Key(e.Name)] = e.Id
+	if props.PartitionCount > 1 {
+		s.partitioned++
+	}
+	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
+	return proto.Clone(e).(*pb.Entity), nil
+}
+
+func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand) (*pb.Entity, error) {
+	e := s.byName(c.Name)
+	if e == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, c.Name)
+	}
+	if err := checkKind(e.Kind, c.Status); err != nil {
+		return nil, err
+	}
+	props := e.Properties
+	if c.Properties != nil {
+		var err error
+		if props, err = mergeUpdate(e.Properties, c.Properties); err != nil {
+			return nil, err
+		}
+		if err := checkForwarding(e.Name, props); err != nil {
+			return nil, err
+		}
+	}
+	e.Properties = props
+	e.Status = c.Status
+	e.UpdatedAtMs = now
+	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
+	return proto.Clone(e).(*pb.Entity), nil
+}
+
+func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
+	e := s.byName(c.Name)
+	if e == nil {
+		return fmt.Errorf("%w: %q", ErrNotFound, c.Name)
+	}
+	delete(s.entities, e.Id)
+	delete(s.names, Key(e.Name))
+	if len(e.PartitionGroups) > 1 {
+		s.partitioned--
+	}
+	s.setTasks(e, pb.TaskKind_TASK_KIND_DELETE, index)
+	return nil
+}
+
+// setTasks makes one task of the given kind per partition of e, replacing
+// whatever task the partition had.
+func (s *State) setTasks(e *pb.Entity, kind pb.TaskKind, index uint64) {
+	for i, g := range e.PartitionGroups {
+		t := &pb.PartitionTask{EntityId: e.Id, Partition: uint32(i), GroupId: g, Kind: kind, Version: index}
+		s.tasks[keyOf(t)] = t
+	}
+}
+
+func (s *State) reportGroups(c *pb.ReportGroupsRequest) (changed bool) {
+	for _, r := range c.Groups {
+		g, ok := s.groups[r.GetGroupId()]
+		if !ok {
+			continue // a report may name a group this catalog never made; it says nothing
+		}
+		if g.LeaderId != r.LeaderId || g.HasQuorum != r.HasQuorum {
+			g.LeaderId, g.HasQuorum = r.LeaderId, r.HasQuorum
+			changed = true
+		}
+	}
+	return changed
+}
+
+func (s *State) completeTasks(c *pb.CompleteTasks) (changed bool) {
+	for _, t := range c.Tasks {
+		k := keyOf(t)
+		if cur, ok := s.tasks[k]; ok && cur.Version == t.Version && cur.Kind == t.Kind {
+			delete(s.tasks, k)
+			changed = true
+		}
+	}
+	return changed
+}
+
+func checkKind(kind pb.EntityKind, status pb.EntityStatus) error {
+	if _, ok := pb.EntityKind_name[int32(kind)]; !ok {
+		return fmt.Errorf("%w: unknown entity kind %d", ErrInvalidProperties, kind)
+	}
+	if _, ok := pb.EntityStatus_name[int32(status)]; !ok {
+		return fmt.Errorf("%w: unknown entity status %d", ErrInvalidProperties, status)
+	}
+	return nil
+}
+
+func (s *State) byName(name string) *pb.Entity {
+	id, ok := s.names[Key(name)]
+	if !ok {
+		return nil
+	}
+	return s.entities[id]
+}
+
+// ---------------------------------------------------------------------------
+// Reads. Every read returns copies that the caller may keep and change.
+
+// Applied is the index of the last command applied.
+func (s *State) Applied() uint64 { return s.applied }
+
+// Modified is the index of the last command that changed the catalog.
+func (s *State) Modified() uint64 { return s.modified }
+
+// RoutesVersion is the index of the last command that changed what the
+// routing table shows (entities, groups, nodes; not tasks).
+func (s *State) RoutesVersion() uint64 { return s.routes }
+
+// Entity looks an entity up by name, ignoring case; nil if there is none.
+func (s *State) Entity(name string) *pb.Entity {
+	return cloneOrNil(s.byName(name))
+}
+
+// EntityByID looks an entity up by id; nil if there is none.
+func (s *State) EntityByID(id uint64) *pb.Entity { return cloneOrNil(s.entities[id]) }
+
+// Entities lists the entities of one kind ordered by name (ignoring case),
+// skipping the first skip; top 0 means no limit.
+func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
+	var list []*pb.Entity
+	for _, e := range s.entities {
+		if e.Kind == kind {
+			list = append(list, e)
+		}
+	}
+	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
+	if skip >= len(list) {
+		return nil
+	}
+	list = list[skip:]
+	if top > 0 && top < len(list) {
+		list = list[:top]
+	}
+	return cloneAll(list)
+}
+
+// Len is the number of entities.
+func (s *State) Len() int { return len(s.entities) }
+
+// Groups lists the partition groups by id.
+func (s *State) Groups() []*pb.Group {
+	return sortedClones(s.groups, func(g *pb.Group) uint64 { return g.Id })
+}
+
+// Group returns one group; nil if there is none.
+func (s *State) Group(id uint64) *pb.Group { return cloneOrNil(s.groups[id]) }
+
+// Nodes lists the storage nodes by id.
+func (s *State) Nodes() []*pb.Node {
+	return sortedClones(s.nodes, func(n *pb.Node) string { return n.Id })
+}
+
+// Node returns one node; nil if there is none.
+func (s *State) Node(id string) *pb.Node { return cloneOrNil(s.nodes[id]) }
+
+// Tasks lists the work owed to partition groups, by entity and partition.
+func (s *State) Tasks() []*pb.PartitionTask {
+	list := make([]*pb.PartitionTask, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		list = append(list, t)
+	}
+	slices.SortFunc(list, compareTasks)
+	return cloneAll(list)
+}
+
+// Task returns the task of one entity partition; nil if there is none.
+func (s *State) Task(entityID uint64, partition uint32) *pb.PartitionTask {
+	return cloneOrNil(s.tasks[taskKey{entityID, partition}])
+}
+
+// HasTasks reports whether any partition of the entity has work pending.
+func (s *State) HasTasks(entityID uint64) bool {
+	for k := range s.tasks {
+		if k.entity == entityID {
+			return true
+		}
+	}
+	return false
+}
+
+// GroupLoads counts the entity partitions each group holds; every group is
+// present, with 0 if it holds none.
+func (s *State) GroupLoads() map[uint64]int {
+	loads := make(map[uint64]int, len(s.groups))
+	for id := range s.groups {
+		loads[id] = 0
+	}
+	for _, e := range s.entities {
+		for _, g := range e.PartitionGroups {
+			loads[g]++
+		}
+	}
+	return loads
+}
+
+// Table is the routing table: everything but the tasks, as of RoutesVersion.
+func (s *State) Table() *pb.RoutingTable {
+	list := make([]*pb.Entity, 0, len(s.entities))
+	for _, e := range s.entities {
+		list = append(list, e)
+	}
+	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(a.Id, b.Id) })
+	return &pb.RoutingTable{
+		Version:  s.routes,
+		Entities: cloneAll(list),
+		Groups:   s.Groups(),
+		Nodes:    s.Nodes(),
+	}
+}
+
+func compareTasks(a, b *pb.PartitionTask) int {
+	return cmp.Or(cmp.Compare(a.EntityId, b.EntityId), cmp.Compare(a.Partition, b.Partition))
+}
+
+func cloneOrNil[M proto.Message](m M) M {
+	var zero M
+	if any(m) == any(zero) {
+		return zero
+	}
+	return proto.Clone(m).(M)
+}
+
+func cloneAll[M proto.Message](list []M) []M {
+	out := make([]M, len(list))
+	for i, m := range list {
+		out[i] = proto.Clone(m).(M)
+	}
+	return out
+}
+
+func sortedClones[K cmp.Ordered, M proto.Message](m map[K]M, key func(M) K) []M {
+	list := make([]M, 0, len(m))
+	for _, v := range m {
+		list = append(list, v)
+	}
+	slices.SortFunc(list, func(a, b M) int { return cmp.Compare(key(a), key(b)) })
+	return cloneAll(list)
+}

@@ -1,0 +1,142 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Members is the live member list the service works from. A
+// *membership.Memberlist is one; MembersFunc adapts a function.
+//
+// If it also has a `Changed() <-chan struct{}` method (as Memberlist has),
+// the meta leader reacts to changes at once instead of at its next tick.
+type Members interface {
+	Members() []membership.Member
+}
+
+// MembersFunc adapts a function to Members.
+type MembersFunc func() []membership.Member
+
+// Members calls f.
+func (f MembersFunc) Members() []membership.Member { return f() }
+
+type changeNotifier interface {
+	Changed() <-chan struct{}
+}
+
+// Config configures one member of the meta group. The zero value of every
+// optional field is a working default.
+type Config struct {
+	// NodeID is this member's Raft server id and its id among members.
+	NodeID string
+	// DataDir holds the meta group's Raft log and stable store (raft.db)
+	// and its snapshots.
+	DataDir string
+	// Transport carries the meta group's Raft traffic. Its LocalAddr is the
+	// address the other members know this one by.
+	Transport raft.Transport
+	// Bootstrap lists the meta group's initial voters (this member among
+	// them). Every initial member gets the same list; it is used once, when
+	// DataDir holds no Raft state. Empty: join a group that exists, once
+	// its leader adds this member.
+	Bootstrap []raft.Server
+
+	// Groups is how many partition groups the meta leader creates once
+	// ReplicationFactor storage nodes are alive. Default 3. Raising it later
+	// adds groups; lowering it removes none.
+	Groups int
+	// ReplicationFactor is the number of replicas of each partition group.
+	// Default 3.
+	ReplicationFactor int
+
+	// Members is the live member list: storage nodes to place replicas on,
+	// and the gRPC addresses of meta members to forward requests to.
+	// Default: none (this member serves the catalog but places nothing).
+	Members Members
+	// DialPartition returns a PartitionService client for a storage node's
+	// gRPC address. Default: an insecure gRPC connection, kept per address.
+	DialPartition func(addr string) (partitionpb.PartitionServiceClient, error)
+	// DialPlacement returns a PlacementService client for another meta
+	// member's gRPC address, to forward requests to the leader. Default: an
+	// insecure gRPC connection, kept per address.
+	DialPlacement func(addr string) (placementpb.PlacementServiceClient, error)
+
+	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
+	// lease is half of it. Default 1 s.
+	ElectionTimeout time.Duration
+	// ControlInterval is how often the meta leader looks for work when
+	// nothing wakes it earlier. Default 1 s.
+	ControlInterval time.Duration
+	// CreateWait bounds how long CreateEntity waits for the entity's
+	// partitions to be configured on their groups before it answers (it
+	// answers with the created entity either way). Default 5 s; negative:
+	// do not wait.
+	CreateWait time.Duration
+
+	Logger *slog.Logger
+}
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("placement: invalid config")
+
+func (c Config) withDefaults() Config {
+	if c.Groups == 0 {
+		c.Groups = 3
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 3
+	}
+	if c.Members == nil {
+		c.Members = MembersFunc(func() []membership.Member { return nil })
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = time.Second
+	}
+	if c.ControlInterval == 0 {
+		c.ControlInterval = time.Second
+	}
+	if c.CreateWait == 0 {
+		c.CreateWait = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports whether the config, with defaults filled in, can run.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.NodeID == "":
+		return bad("NodeID is required")
+	case c.DataDir == "":
+		return bad("DataDir is required")
+	case c.Transport == nil:
+		return bad("Transport is required")
+	case c.Groups < 0:
+		return bad("Groups %d is negative", c.Groups)
+	case c.ReplicationFactor < 1:
+		return bad("ReplicationFactor %d is below 1", c.ReplicationFactor)
+	case c.ElectionTimeout < 10*time.Millisecond:
+		return bad("ElectionTimeout %v is below 10ms", c.ElectionTimeout)
+	case c.ControlInterval < 0:
+		return bad("ControlInterval %v is negative", c.ControlInterval)
+	}
+	if len(c.Bootstrap) > 0 && !slices.ContainsFunc(c.Bootstrap, func(s raft.Server) bool { return s.ID == raft.ServerID(c.NodeID) }) {
+		return bad("Bootstrap does not list this member (%s)", c.NodeID)
+	}
+	return nil
+}

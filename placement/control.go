@@ -1,0 +1,379 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/placement/catalog"
+	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/placement/planner"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+const (
+	rpcTimeout     = 5 * time.Second
+	maxTaskBackoff = 2 * time.Second
+	maxTaskRPCs    = 32 // partition RPCs in flight at once
+)
+
+// lead is the meta leader's control loop. It runs until ctx ends (the
+// member lost leadership or is closing). Each round it brings the catalog's
+// nodes in line with the live storage members, creates the partition groups
+// still missing, and starts work on every pending partition task. A round
+// runs when the catalog or the member list changes, when a task finishes,
+// and every ControlInterval.
+//
+// Everything it does is recorded in the catalog before or after it is
+// done, so a new leader picks up where this one stopped: tasks are removed
+// only once their RPC succeeded, and a repeated RPC is harmless.
+func (s *Service) lead(ctx context.Context) {
+	r := s.raft.Load()
+	s.log.Info("leading the meta group")
+	defer s.log.Info("no longer leading the meta group")
+	// Apply everything earlier leaders committed before acting on the catalog.
+	if err := s.await(ctx, r.Barrier(0)); err != nil {
+		s.log.Warn("barrier failed", "err", err)
+		return
+	}
+	tasks := &taskRunner{s: s, running: map[taskKey]bool{}, done: make(chan taskDone, maxTaskRPCs), sem: make(chan struct{}, maxTaskRPCs)}
+	defer tasks.wg.Wait()
+	tick := time.NewTicker(s.cfg.ControlInterval)
+	defer tick.Stop()
+	for {
+		catalogChanged := s.fsm.Changed()
+		var membersChanged <-chan struct{}
+		if n, ok := s.cfg.Members.(changeNotifier); ok {
+			membersChanged = n.Changed()
+		}
+		s.syncNodes(ctx)
+		s.addGroups(ctx)
+		tasks.startPending(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-catalogChanged:
+		case <-membersChanged:
+		case <-tick.C:
+		case d := <-tasks.done:
+			tasks.finish(ctx, d)
+		}
+	}
+}
+
+// syncNodes registers the live storage members as alive nodes and marks
+// the catalog's other nodes not alive.
+func (s *Service) syncNodes(ctx context.Context) {
+	want := map[string]*pb.Node{}
+	for _, m := range s.cfg.Members.Members() {
+		if m.Role == membership.RoleStorage {
+			want[m.NodeID] = &pb.Node{Id: m.NodeID, GrpcAddr: m.GRPCAddr, Zone: m.Zone, Alive: true}
+		}
+	}
+	var current []*pb.Node
+	s.fsm.Read(func(st *catalog.State) { current = st.Nodes() })
+	var changes []*pb.Node
+	for _, n := range current {
+		w, live := want[n.Id]
+		delete(want, n.Id)
+		switch {
+		case live && !proto.Equal(n, w):
+			changes = append(changes, w)
+		case !live && n.Alive:
+			n.Alive = false
+			changes = append(changes, n)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(want)) {
+		changes = append(changes, want[id])
+	}
+	if len(changes) == 0 {
+		return
+	}
+	cmd := &pb.CatalogCommand{Op: &pb.CatalogCommand_RegisterNodes{RegisterNodes: &pb.RegisterNodes{Nodes: changes}}}
+	if _, err := s.propose(ctx, cmd); err != nil {
+		s.log.Warn("registering nodes", "err", err)
+		return
+	}
+	for _, n := range changes {
+		s.log.Info("storage node", "id", n.Id, "addr", n.GrpcAddr, "zone", n.Zone, "alive", n.Alive)
+	}
+}
+
+// addGroups creates the partition groups the config asks for and the
+// catalog lacks, once enough storage nodes are alive to hold their
+// replicas.
+func (s *Service) addGroups(ctx context.Context) {
+	var groups []*pb.Group
+	var nodes []*pb.Node
+	s.fsm.Read(func(st *catalog.State) { groups, nodes = st.Groups(), st.Nodes() })
+	missing := s.cfg.Groups - len(groups)
+	if missing <= 0 {
+		return
+	}
+	replicas := map[string]int{}
+	for _, g := range groups {
+		for _, r := range g.Replicas {
+			replicas[r.NodeId]++
+		}
+	}
+	var alive []planner.Node
+	for _, n := range nodes {
+		if n.Alive {
+			alive = append(alive, planner.Node{ID: n.Id, Zone: n.Zone, Replicas: replicas[n.Id]})
+		}
+	}
+	if len(alive) < s.cfg.ReplicationFactor {
+		return // the next change of the member list brings us back
+	}
+	plan, err := planner.PlaceGroups(alive, s.cfg.ReplicationFactor, missing)
+	if err != nil {
+		s.log.Error("placing partition groups", "err", err)
+		return
+	}
+	cg := &pb.CreateGroups{ExpectedGroups: uint64(len(groups))}
+	for _, ids := range plan {
+		g := &pb.NewGroup{}
+		for _, id := range ids {
+			g.Replicas = append(g.Replicas, &pb.Replica{NodeId: id})
+		}
+		cg.Groups = append(cg.Groups, g)
+	}
+	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_CreateGroups{CreateGroups: cg}})
+	if err != nil {
+		s.log.Warn("creating partition groups", "err", err)
+		return
+	}
+	s.log.Info("created partition groups", "ids", res.Groups, "replicas", plan)
+}
+
+// ---------------------------------------------------------------------------
+// Partition tasks
+
+type taskKey struct {
+	entity    uint64
+	partition uint32
+}
+
+type taskDone struct {
+	key  taskKey
+	task *pb.PartitionTask // carried out; nil if there was nothing left to do
+}
+
+// taskRunner carries out partition tasks, one goroutine per entity
+// partition with work, each retrying until it succeeds or leadership ends.
+// running and finish belong to the control loop's goroutine.
+type taskRunner struct {
+	s       *Service
+	running map[taskKey]bool
+	done    chan taskDone
+	sem     chan struct{}
+	wg      sync.WaitGroup
+}
+
+func (t *taskRunner) startPending(ctx context.Context) {
+	var pending []*pb.PartitionTask
+	t.s.fsm.Read(func(st *catalog.State) { pending = st.Tasks() })
+	for _, task := range pending {
+		k := taskKey{task.EntityId, task.Partition}
+		if t.running[k] {
+			continue
+		}
+		t.running[k] = true
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			d := t.run(ctx, k)
+			select {
+			case t.done <- d:
+			case <-ctx.Done():
+			}
+		}()
+	}
+}
+
+// finish records finished tasks in the catalog, d and whatever else
+// finished meanwhile in one command.
+func (t *taskRunner) finish(ctx context.Context, d taskDone) {
+	var carried []*pb.PartitionTask
+	for more := true; more; {
+		delete(t.running, d.key)
+		if d.task != nil {
+			carried = append(carried, d.task)
+		}
+		select {
+		case d = <-t.done:
+		default:
+			more = false
+		}
+	}
+	if len(carried) == 0 {
+		return
+	}
+	cmd := &pb.CatalogCommand{Op: &pb.CatalogCommand_CompleteTasks{CompleteTasks: &pb.CompleteTasks{Tasks: carried}}}
+	if _, err := t.s.propose(ctx, cmd); err != nil {
+		// The tasks stay in the catalog and run again; repeating them is harmless.
+		t.s.log.Warn("recording finished partition tasks", "err", err)
+	}
+}
+
+// run carries out the current task of one entity partition, reading it
+// afresh before every attempt, so an update or delete that replaced it is
+// what gets done.
+func (t *taskRunner) run(ctx context.Context, k taskKey) taskDone {
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		var task *pb.PartitionTask
+		var entity *pb.Entity
+		var group *pb.Group
+		t.s.fsm.Read(func(st *catalog.State) {
+			if task = st.Task(k.entity, k.partition); task != nil {
+				entity, group = st.EntityByID(task.EntityId), st.Group(task.GroupId)
+			}
+		})
+		if task == nil {
+			return taskDone{key: k}
+		}
+		select {
+		case t.sem <- struct{}{}:
+		case <-ctx.Done():
+			return taskDone{key: k}
+		}
+		err := t.s.execute(ctx, task, entity, group)
+		<-t.sem
+		if err == nil {
+			return taskDone{key: k, task: task}
+		}
+		if ctx.Err() != nil {
+			return taskDone{key: k}
+		}
+		level := t.s.log.Debug
+		if attempt%20 == 0 {
+			level = t.s.log.Warn
+		}
+		level("partition task failed; retrying", "entity", task.EntityId, "partition", task.Partition,
+			"group", task.GroupId, "kind", task.Kind, "attempt", attempt, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return taskDone{key: k}
+		}
+		backoff = min(2*backoff, maxTaskBackoff)
+	}
+}
+
+var errNoGroup = errors.New("placement: task names a group the catalog does not have")
+
+// execute carries out one task with one call on the group's leader.
+func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *pb.Entity, group *pb.Group) error {
+	if group == nil {
+		return errNoGroup
+	}
+	switch task.Kind {
+	case pb.TaskKind_TASK_KIND_UPSERT:
+		if entity == nil {
+			return catalog.ErrNotFound // cannot happen: a delete replaces the task
+		}
+		req := &partitionpb.UpsertEntityRequest{GroupId: group.Id, Config: catalog.PartitionConfig(entity, task.Partition)}
+		return s.callGroup(ctx, group, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
+			_, err := c.UpsertEntity(ctx, req)
+			return err
+		})
+	case pb.TaskKind_TASK_KIND_DELETE:
+		req := &partitionpb.DeleteEntityRequest{GroupId: group.Id, EntityId: task.EntityId, Partition: task.Partition}
+		err := s.callGroup(ctx, group, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
+			_, err := c.DeleteEntity(ctx, req)
+			return err
+		})
+		if status.Code(err) == codes.NotFound {
+			return nil // the group's leader has no such partition: nothing to delete
+		}
+		return err
+	default:
+		return errors.New("placement: unknown task kind " + task.Kind.String())
+	}
+}
+
+// callGroup makes one call on a partition group's leader. It starts with
+// the node that answered as leader last time (or the leader the group
+// reported), follows LeaderHints in FAILED_PRECONDITION answers, and falls
+// back to the replicas in order. Other errors end the attempt.
+func (s *Service) callGroup(ctx context.Context, g *pb.Group, call func(context.Context, partitionpb.PartitionServiceClient) error) error {
+	var candidates []string
+	s.leadersMu.Lock()
+	if addr := s.leaders[g.Id]; addr != "" {
+		candidates = append(candidates, addr)
+	}
+	s.leadersMu.Unlock()
+	if g.LeaderId != "" {
+		candidates = append(candidates, s.grpcAddr(g.LeaderId))
+	}
+	for _, r := range g.Replicas {
+		candidates = append(candidates, s.grpcAddr(r.NodeId))
+	}
+
+	tried := map[string]bool{}
+	lastErr := status.Errorf(codes.Unavailable, "placement: no address for any replica of group %d", g.Id)
+	for len(candidates) > 0 {
+		addr := candidates[0]
+		candidates = candidates[1:]
+		if addr == "" || tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		client, err := s.dial.partition(addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		err = call(cctx, client)
+		cancel()
+		if err == nil {
+			s.leadersMu.Lock()
+			s.leaders[g.Id] = addr
+			s.leadersMu.Unlock()
+			return nil
+		}
+		lastErr = err
+		switch status.Code(err) {
+		case codes.FailedPrecondition:
+			if hint := partitionLeaderHint(err); hint != nil {
+				addr := hint.LeaderAddr
+				if addr == "" && hint.LeaderId != "" {
+					addr = s.grpcAddr(hint.LeaderId)
+				}
+				candidates = append([]string{addr}, candidates...)
+			}
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		default:
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return lastErr
+}
+
+// partitionLeaderHint finds the LeaderHint in a status's details.
+func partitionLeaderHint(err error) *partitionpb.LeaderHint {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if h, ok := d.(*partitionpb.LeaderHint); ok {
+			return h
+		}
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package placement
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/placement/catalog"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+var (
+	ErrNotLeader      = errors.New("placement: not the meta leader")
+	ErrNoLeader       = errors.New("placement: no meta leader known")
+	ErrOutcomeUnknown = errors.New("placement: leadership lost while the change was in flight; it may or may not have been applied")
+	ErrNoGroups       = errors.New("placement: no partition groups yet (waiting for enough storage nodes)")
+	ErrNotRunning     = errors.New("placement: not running")
+)
+
+// grpcCodes is the one table from our errors to gRPC codes; the first
+// entry that matches wins.
+var grpcCodes = []struct {
+	err  error
+	code codes.Code
+}{
+	{catalog.ErrNameTaken, codes.AlreadyExists},
+	{catalog.ErrNotFound, codes.NotFound},
+	{catalog.ErrTooManyEntities, codes.ResourceExhausted},
+	{catalog.ErrTooManyPartitioned, codes.ResourceExhausted},
+	{catalog.ErrInvalidName, codes.InvalidArgument},
+	{catalog.ErrInvalidProperties, codes.InvalidArgument},
+	// The plan was made against a catalog that changed before it applied;
+	// trying again plans afresh.
+	{catalog.ErrConflict, codes.Aborted},
+	{catalog.ErrUnknownGroup, codes.Aborted},
+	{catalog.ErrUnknownNode, codes.Aborted},
+	{catalog.ErrInvalidCommand, codes.Internal},
+	{catalog.ErrStopped, codes.Unavailable},
+	{ErrNotLeader, codes.FailedPrecondition},
+	{ErrNoLeader, codes.Unavailable},
+	{ErrOutcomeUnknown, codes.Unavailable},
+	{ErrNoGroups, codes.Unavailable},
+	{ErrNotRunning, codes.Unavailable},
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+	{context.Canceled, codes.Canceled},
+}
+
+// toStatus turns an error of this package or of catalog into a gRPC status
+// error.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, e := range grpcCodes {
+		if errors.Is(err, e.err) {
+			return status.Error(e.code, err.Error())
+		}
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// notLeaderStatus is the answer of a member that is not the meta leader and
+// does not forward: FAILED_PRECONDITION with a MetaLeaderHint.
+func notLeaderStatus(hint *placementpb.MetaLeaderHint) error {
+	st := status.New(codes.FailedPrecondition, ErrNotLeader.Error())
+	if hint.LeaderId == "" {
+		st = status.New(codes.Unavailable, ErrNoLeader.Error())
+	}
+	if withHint, err := st.WithDetails(hint); err == nil {
+		st = withHint
+	}
+	return st.Err()
+}
