@@ -1,0 +1,113 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Log stores a group can keep its Raft log in (Config.LogStore).
+const (
+	LogStoreWAL    = "wal"    // hashicorp/raft-wal: append-only segments, one fsync per write
+	LogStoreBoltDB = "boltdb" // hashicorp/raft-boltdb/v2 (bbolt)
+)
+
+// Defaults of Config.
+const (
+	DefaultElectionTimeout   = time.Second
+	DefaultSnapshotThreshold = 8192
+	DefaultSnapshotInterval  = 30 * time.Second
+	DefaultTrailingLogs      = 4096
+)
+
+// Config configures a Node. Only ID and DataDir are required.
+type Config struct {
+	// ID names the node in every group's Raft configuration. It must stay
+	// the same across restarts.
+	ID string
+	// DataDir holds the node's groups, one directory each under groups/.
+	DataDir string
+
+	// Listener is the node's one gRPC port (Raft traffic of all groups and
+	// PartitionService). If nil, New listens on Addr.
+	Listener net.Listener
+	Addr     string
+	// AdvertiseAddr is the address peers and clients dial. Default: the
+	// listener's address.
+	AdvertiseAddr string
+
+	// LogStore is LogStoreWAL (default) or LogStoreBoltDB. Either syncs
+	// every write.
+	LogStore string
+
+	// CacheBytes bounds the block cache of each group's message store
+	// (partition.Options.CacheBytes); 0 means the partition default.
+	CacheBytes int64
+
+	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
+	// lease is half of it. Default DefaultElectionTimeout.
+	ElectionTimeout time.Duration
+	// SnapshotThreshold, SnapshotInterval and TrailingLogs are passed to
+	// raft.Config. A snapshot streams a group's whole store, so it is taken
+	// rarely; TrailingLogs entries stay behind it for followers that lag.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	// Logger receives the node's and Raft's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.LogStore == "" {
+		c.LogStore = LogStoreWAL
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = DefaultElectionTimeout
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports what makes the configuration unusable, after defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("ID is empty"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("DataDir is empty"))
+	}
+	if c.Listener == nil && c.Addr == "" {
+		errs = append(errs, errors.New("neither Listener nor Addr is set"))
+	}
+	if c.LogStore != LogStoreWAL && c.LogStore != LogStoreBoltDB {
+		errs = append(errs, fmt.Errorf("LogStore %q is neither %q nor %q", c.LogStore, LogStoreWAL, LogStoreBoltDB))
+	}
+	if c.CacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("negative CacheBytes %d", c.CacheBytes))
+	}
+	if c.ElectionTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ElectionTimeout %v is below 10ms", c.ElectionTimeout))
+	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("SnapshotInterval %v is below 5ms", c.SnapshotInterval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node: config: %w", err)
+	}
+	return nil
+}

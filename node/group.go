@@ -1,0 +1,513 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+
+	"github.com/quorumbus/quorumbus/partition"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// StateMachine is what a group needs of its replicated state; a
+// *partition.Machine is one.
+type StateMachine interface {
+	Apply(entries []partition.Entry) ([][]*partitionpb.Result, error)
+	AppliedIndex() uint64
+	Snapshot() (*partition.Snapshot, error)
+	Restore(r io.Reader) error
+	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
+	NextLockExpiry() (ms int64, ok bool)
+	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
+	Changed() <-chan struct{}
+	HasEntity(entityID uint64, partition uint32) bool
+	Close() error
+}
+
+var _ StateMachine = (*partition.Machine)(nil)
+
+// Raft settings that are not in Config.
+const (
+	// maxAppendEntries bounds the entries of one AppendEntries request.
+	// Entries are at most maxEntryBytes plus one request (maxRequestBytes),
+	// so a request stays below raftmux.MaxMessageBytes.
+	maxAppendEntries = 32
+	// logCacheEntries keeps the newest entries in memory so that the leader
+	// replicates them without reading its log back.
+	logCacheEntries = 256
+	retainSnapshots = 2
+	// maxExpiryPoll bounds how long the lock-expiry loop sleeps without
+	// looking at the machine's next expiry again.
+	maxExpiryPoll = time.Second
+)
+
+// group is one Raft group hosted by the node: its raft instance, stores,
+// state machine and group-commit proposer.
+type group struct {
+	id   uint64
+	node *Node
+	dir  string
+	log  *slog.Logger
+
+	machine StateMachine
+	raft    *raft.Raft
+	logs    io.Closer
+	stable  *raftboltdb.BoltStore
+	prop    *proposer
+
+	notifyCh chan bool     // raft.Config.NotifyCh
+	locksCh  chan struct{} // a batch granted or renewed locks: look at the next expiry again
+
+	ctx    context.Context // cancelled when the group closes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	failOnce sync.Once
+	failed   chan struct{} // closed on fail-stop
+	failErr  atomic.Pointer[error]
+
+	// leading is the context of the current leadership term once this
+	// replica is leader and has applied every entry of earlier terms; nil
+	// otherwise.
+	leadMu  sync.Mutex
+	leading context.Context
+
+	// Proposals made while leader: raft entries and the client requests
+	// they carried.
+	entries  atomic.Uint64
+	requests atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// groupDirs are the paths inside a group's directory.
+func raftDir(dir string) string  { return filepath.Join(dir, "raft") }
+func stateDir(dir string) string { return filepath.Join(dir, "state") }
+
+// openGroup opens (or creates) group id in dir and starts its raft. If the
+// group has no Raft state yet and this node is replicas[0], it bootstraps
+// the group with all replicas as voters.
+func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err error) {
+	g := &group{
+		id:       id,
+		node:     n,
+		dir:      dir,
+		log:      n.log.With("group", id),
+		notifyCh: make(chan bool, 1),
+		locksCh:  make(chan struct{}, 1),
+		failed:   make(chan struct{}),
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	var closers []io.Closer
+	defer func() {
+		if err != nil {
+			g.cancel()
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i].Close()
+			}
+		}
+	}()
+	if err := os.MkdirAll(raftDir(dir), 0o750); err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
+	hlog := newHCLogger(g.log, "raft")
+
+	g.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "stable.db")})
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: stable store: %w", id, err)
+	}
+	closers = append(closers, g.stable)
+
+	var logs raft.LogStore
+	switch n.cfg.LogStore {
+	case LogStoreBoltDB:
+		s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "log.db")})
+		if err != nil {
+			return nil, fmt.Errorf("node: group %d: log store: %w", id, err)
+		}
+		logs, g.logs = s, s
+	default:
+		walDir := filepath.Join(raftDir(dir), "wal")
+		if err := os.MkdirAll(walDir, 0o750); err != nil {
+			return nil, fmt.Errorf("node: group %d: %w", id, err)
+		}
+		w, err := wal.Open(walDir, wal.WithLogger(hlog.Named("wal")))
+		if err != nil {
+			return nil, fmt.Errorf("node: group %d: log store: %w", id, err)
+		}
+		logs, g.logs = w, w
+	}
+	closers = append(closers, g.logs)
+	cached, err := raft.NewLogCache(logCacheEntries, logs)
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
+
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir(dir), retainSnapshots, hlog.Named("snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: snapshot store: %w", id, err)
+	}
+
+	g.machine, err = n.openMachine(stateDir(dir))
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: state machine: %w", id, err)
+	}
+	closers = append(closers, g.machine)
+
+	hasState, err := raft.HasExistingState(cached, g.stable, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
+
+	trans := n.mux.Transport(id, raft.ServerAddress(n.Addr()))
+	g.raft, err = raft.NewRaft(n.raftConfig(g, hlog), &fsm{g: g}, cached, g.stable, snaps, trans)
+	if err != nil {
+		trans.Close()
+		return nil, fmt.Errorf("node: group %d: raft: %w", id, err)
+	}
+	if !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID {
+		servers := make([]raft.Server, len(replicas))
+		for i, p := range replicas {
+			servers[i] = raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)}
+		}
+		if err := g.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+			g.raft.Shutdown().Error()
+			return nil, fmt.Errorf("node: group %d: bootstrap: %w", id, err)
+		}
+		g.log.Info("bootstrapped group", "replicas", len(replicas))
+	}
+
+	g.prop = newProposer(g)
+	g.wg.Add(3)
+	go func() { defer g.wg.Done(); g.prop.run() }()
+	go func() { defer g.wg.Done(); g.watchLeadership() }()
+	go func() { defer g.wg.Done(); g.superviseFailure() }()
+	return g, nil
+}
+
+func (n *Node) raftConfig(g *group, hlog *hclogger) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(n.cfg.ID)
+	c.Logger = hlog
+	c.HeartbeatTimeout = n.cfg.ElectionTimeout
+	c.ElectionTimeout = n.cfg.ElectionTimeout
+	c.LeaderLeaseTimeout = n.cfg.ElectionTimeout / 2
+	c.MaxAppendEntries = maxAppendEntries
+	// Let raft's leader loop take several of our in-flight proposals in
+	// one pass (one log write, one AppendEntries).
+	c.BatchApplyCh = true
+	c.SnapshotThreshold = n.cfg.SnapshotThreshold
+	c.SnapshotInterval = n.cfg.SnapshotInterval
+	c.TrailingLogs = n.cfg.TrailingLogs
+	// The store already holds the applied state with its applied index: a
+	// restart replays only the log tail, and the machine skips entries it
+	// has (DESIGN.md rule 4).
+	c.NoSnapshotRestoreOnStart = true
+	c.NotifyCh = g.notifyCh
+	return c
+}
+
+// fail stops the group after a storage failure in its state machine
+// (fail-stop, STYLE 4): the group's raft shuts down and every request is
+// refused with ErrGroupFailed. The process and the other groups go on.
+func (g *group) fail(err error) {
+	g.failOnce.Do(func() {
+		g.failErr.Store(&err)
+		g.log.Error("GROUP STOPPED: the state machine failed; this replica no longer serves the group until it is reopened",
+			"err", err)
+		close(g.failed)
+	})
+}
+
+// failure returns why the group stopped, or nil.
+func (g *group) failure() error {
+	if p := g.failErr.Load(); p != nil {
+		return fmt.Errorf("%w: group %d: %v", ErrGroupFailed, g.id, *p)
+	}
+	return nil
+}
+
+// superviseFailure shuts raft down after a fail-stop. Raft cannot be shut
+// down from inside the FSM, which fail is called from.
+func (g *group) superviseFailure() {
+	select {
+	case <-g.failed:
+		g.clearLeading()
+		if err := g.raft.Shutdown().Error(); err != nil {
+			g.log.Error("shutting down raft after a failure", "err", err)
+		}
+		g.prop.stop(g.failure())
+	case <-g.ctx.Done():
+	}
+}
+
+// close stops the group and closes its stores. Closing twice is harmless.
+func (g *group) close() error {
+	g.closeOnce.Do(func() {
+		g.cancel()
+		g.prop.stop(ErrGroupClosed)
+		errs := []error{g.raft.Shutdown().Error()}
+		g.wg.Wait()
+		errs = append(errs, g.machine.Close(), g.logs.Close(), g.stable.Close())
+		g.closeErr = errors.Join(errs...)
+	})
+	return g.closeErr
+}
+
+// watchLeadership follows raft's leadership notifications. On becoming
+// leader it waits until every entry of earlier terms is applied (a Barrier)
+// before it serves reads and runs the lock-expiry loop.
+func (g *group) watchLeadership() {
+	var cancel context.CancelFunc
+	stop := func() {
+		if cancel != nil {
+			cancel()
+			cancel = nil
+		}
+		g.clearLeading()
+	}
+	newTerm := func() context.Context {
+		ctx, c := context.WithCancel(g.ctx)
+		cancel = c
+		return ctx
+	}
+	defer stop()
+	for {
+		select {
+		case leader := <-g.notifyCh:
+			stop()
+			if !leader {
+				continue
+			}
+			ctx := newTerm()
+			g.wg.Add(1)
+			go func() {
+				defer g.wg.Done()
+				g.lead(ctx)
+			}()
+		case <-g.ctx.Done():
+			return
+		}
+	}
+}
+
+// setLeading records that this replica serves as leader for the term of
+// ctx, unless that term has already ended.
+func (g *group) setLeading(ctx context.Context) {
+	g.leadMu.Lock()
+	if ctx.Err() == nil {
+		g.leading = ctx
+	}
+	g.leadMu.Unlock()
+}
+
+func (g *group) clearLeading() {
+	g.leadMu.Lock()
+	g.leading = nil
+	g.leadMu.Unlock()
+}
+
+// leadership returns the context of the current leadership term, or nil if
+// this replica is not a ready leader.
+func (g *group) leadership() context.Context {
+	g.leadMu.Lock()
+	defer g.leadMu.Unlock()
+	if g.leading != nil && g.leading.Err() != nil {
+		g.leading = nil
+	}
+	return g.leading
+}
+
+func (g *group) lead(ctx context.Context) {
+	if err := g.raft.Barrier(0).Error(); err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("barrier after winning the election failed", "err", err)
+		}
+		return
+	}
+	g.setLeading(ctx)
+	g.log.Debug("leading", "applied", g.machine.AppliedIndex())
+	g.expireLocks(ctx)
+}
+
+// expireLocks proposes ExpireLocks whenever the leader's clock passes the
+// earliest lock expiry of the group (DESIGN.md rule 2).
+func (g *group) expireLocks(ctx context.Context) {
+	timer := time.NewTimer(maxExpiryPoll)
+	defer timer.Stop()
+	// Each ExpireLocks ends a bounded number of locks, so the loop proposes
+	// again while the earliest expiry is due. If that expiry stays the
+	// same over several proposals, nothing moves it: wait for the next
+	// poll instead of spinning.
+	var lastDue int64
+	stuck := 0
+	for {
+		now := time.Now().UnixMilli()
+		wait := maxExpiryPoll
+		if due, ok := g.machine.NextLockExpiry(); ok {
+			if due == lastDue {
+				stuck++
+			} else {
+				stuck = 0
+			}
+			switch {
+			case due > now:
+				wait = min(wait, time.Duration(due-now)*time.Millisecond)
+			case stuck < 3:
+				lastDue = due
+				cmd := &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: &partitionpb.ExpireLocks{}}}
+				_, err := g.propose(ctx, cmd)
+				if err == nil {
+					continue
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				g.log.Warn("proposing ExpireLocks", "err", err)
+				wait = 100 * time.Millisecond
+			default:
+				g.log.Warn("lock expiry does not move after ExpireLocks", "due_ms", due)
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			lastDue, stuck = 0, 0
+		case <-g.locksCh:
+			// Since Go 1.23 Reset needs no draining of the channel.
+		}
+	}
+}
+
+// hint returns the group's leader as this replica knows it.
+func (g *group) hint() *partitionpb.LeaderHint {
+	addr, id := g.raft.LeaderWithID()
+	return &partitionpb.LeaderHint{GroupId: g.id, LeaderId: string(id), LeaderAddr: string(addr)}
+}
+
+// checkLeader returns nil if this replica may serve the group's requests:
+// it is the leader and has applied its predecessors' entries.
+func (g *group) checkLeader() error {
+	if err := g.failure(); err != nil {
+		return err
+	}
+	if g.ctx.Err() != nil {
+		return ErrGroupClosed
+	}
+	if g.raft.State() != raft.Leader {
+		return &notLeaderError{hint: g.hint()}
+	}
+	if g.leadership() == nil {
+		return fmt.Errorf("%w: group %d", ErrLeaderNotReady, g.id)
+	}
+	return nil
+}
+
+// fsm adapts the group's state machine to raft.BatchingFSM.
+type fsm struct {
+	g *group
+}
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+func (f *fsm) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies the command entries of logs in one machine.Apply (one
+// store batch). The response of an entry is its []*partitionpb.Result, or
+// an error once the group has failed.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	fail := func(err error) []any {
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	}
+	if err := f.g.failure(); err != nil {
+		return fail(err)
+	}
+	entries := make([]partition.Entry, 0, len(logs))
+	at := make([]int, 0, len(logs))
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue // membership changes are raft's own business
+		}
+		entries = append(entries, partition.Entry{Index: l.Index, Data: l.Data})
+		at = append(at, i)
+	}
+	if len(entries) == 0 {
+		return out
+	}
+	results, err := f.g.machine.Apply(entries)
+	if err != nil {
+		f.g.fail(err)
+		return fail(f.g.failure())
+	}
+	for k, i := range at {
+		out[i] = results[k]
+	}
+	return out
+}
+
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.g.failure(); err != nil {
+		return nil, err
+	}
+	s, err := f.g.machine.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: snapshot: %w", f.g.id, err)
+	}
+	return fsmSnapshot{s}, nil
+}
+
+// Restore replaces the machine's state with a snapshot from the leader. A
+// machine that fails to restore cannot be trusted: the group stops.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.g.failure(); err != nil {
+		return err
+	}
+	if err := f.g.machine.Restore(rc); err != nil {
+		f.g.fail(fmt.Errorf("restore: %w", err))
+		return f.g.failure()
+	}
+	return nil
+}
+
+type fsmSnapshot struct {
+	s *partition.Snapshot
+}
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.s.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s fsmSnapshot) Release() { s.s.Release() }
+
+// leaderError adds the leader hint to raft's "not the leader".
+func (g *group) leaderError(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) {
+		return &notLeaderError{hint: g.hint()}
+	}
+	return err
+}

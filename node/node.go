@@ -1,0 +1,371 @@
+// Package node is a quorumbus storage node. A node hosts many partition
+// groups; each is one hashicorp/raft instance with its own log store
+// (raft-wal or raft-boltdb), stable store, snapshot store and partition
+// state machine, all in DataDir/groups/<id>/. All groups share the node's
+// one gRPC port: Raft traffic travels through a raftmux.Mux, and the node
+// serves PartitionService for the groups it leads, packing concurrent
+// requests of a group into shared Raft entries (group commit).
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+
+	"github.com/quorumbus/quorumbus/node/raftmux"
+	"github.com/quorumbus/quorumbus/partition"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// MetaGroup is the id of the placement service's catalog group. Its raft
+// runs in placement, over RaftTransport(MetaGroup); EnsureGroup refuses it.
+const MetaGroup uint64 = 0
+
+// Peer is one replica of a group: a node's ID and gRPC address.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// Node is a storage node.
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	lis  net.Listener
+	addr string
+	srv  *grpc.Server
+	mux  *raftmux.Mux
+
+	// openMachine opens a group's state machine; tests replace it.
+	openMachine func(dir string) (StateMachine, error)
+
+	openMu sync.Mutex // serialises EnsureGroup, RemoveGroup, Start and Close
+
+	mu      sync.RWMutex
+	groups  map[uint64]*group
+	started bool
+	closed  bool
+}
+
+// New returns a node that listens (on cfg.Listener, or on cfg.Addr) but
+// does not serve until Start.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "groups"), 0o750); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	lis := cfg.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	log := cfg.Logger.With("node", cfg.ID)
+	mux, err := raftmux.New(raftmux.Config{Logger: log})
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	n := &Node{
+		cfg:    cfg,
+		log:    log,
+		lis:    lis,
+		addr:   cfg.AdvertiseAddr,
+		srv:    grpc.NewServer(raftmux.ServerOptions()...),
+		mux:    mux,
+		groups: make(map[uint64]*group),
+	}
+	if n.addr == "" {
+		n.addr = lis.Addr().String()
+	}
+	n.openMachine = func(dir string) (StateMachine, error) {
+		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log})
+	}
+	mux.Register(n.srv)
+	partitionpb.RegisterPartitionServiceServer(n.srv, &service{n: n})
+	return n, nil
+}
+
+// ID returns the node's ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Addr returns the address peers and clients dial.
+func (n *Node) Addr() string { return n.addr }
+
+// Start serves gRPC and reopens every group found under DataDir, so that a
+// restarted node rejoins its groups without waiting for placement. It
+// returns once serving has begun; the node runs until Close.
+func (n *Node) Start(ctx context.Context) error {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	n.mu.Lock()
+	if n.closed || n.started {
+		n.mu.Unlock()
+		return errors.New("node: Start after Start or Close")
+	}
+	n.started = true
+	n.mu.Unlock()
+	go func() {
+		if err := n.srv.Serve(n.lis); err != nil {
+			n.log.Error("gRPC server stopped", "err", err)
+		}
+	}()
+	ids, err := n.groupsOnDisk()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := n.ensureGroup(id, nil); err != nil {
+			n.log.Error("reopening group", "group", id, "err", err)
+		}
+	}
+	n.log.Info("node serving", "addr", n.addr, "groups", len(ids))
+	return nil
+}
+
+func (n *Node) groupsDir() string { return filepath.Join(n.cfg.DataDir, "groups") }
+
+func (n *Node) groupDir(id uint64) string {
+	return filepath.Join(n.groupsDir(), strconv.FormatUint(id, 10))
+}
+
+func (n *Node) groupsOnDisk() ([]uint64, error) {
+	entries, err := os.ReadDir(n.groupsDir())
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	var ids []uint64
+	for _, e := range entries {
+		if id, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && e.IsDir() && id != MetaGroup {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// Close stops every group and the server. Groups are not handed over: to
+// the other replicas this looks like a crash, followed by an election.
+func (n *Node) Close() error {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	groups := n.groups
+	n.groups = map[uint64]*group{}
+	started := n.started
+	n.mu.Unlock()
+
+	var wg sync.WaitGroup
+	errs := make([]error, 0, len(groups)+2)
+	var errMu sync.Mutex
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.close(); err != nil {
+				errMu.Lock()
+				errs = append(errs, fmt.Errorf("group %d: %w", g.id, err))
+				errMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	n.srv.Stop()
+	if !started {
+		n.lis.Close()
+	}
+	errs = append(errs, n.mux.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node: close: %w", err)
+	}
+	return nil
+}
+
+// EnsureGroup opens group id, creating it if this node has no state for
+// it. A new group is bootstrapped by replicas[0] with all replicas as
+// voters; the other replicas start empty and wait for it. EnsureGroup on a
+// group that is open does nothing; on a group that failed, it reopens it
+// (raft then replays the log tail past the store's applied index).
+func (n *Node) EnsureGroup(id uint64, replicas []Peer) error {
+	if id == MetaGroup {
+		return fmt.Errorf("%w: group %d is the meta group", ErrInvalid, id)
+	}
+	seen := map[string]bool{}
+	for _, p := range replicas {
+		if p.ID == "" || p.Addr == "" || seen[p.ID] {
+			return fmt.Errorf("%w: replicas %v", ErrInvalid, replicas)
+		}
+		seen[p.ID] = true
+	}
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	return n.ensureGroup(id, slices.Clone(replicas))
+}
+
+func (n *Node) ensureGroup(id uint64, replicas []Peer) error {
+	n.mu.RLock()
+	g, closed := n.groups[id], n.closed
+	n.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if g != nil {
+		if g.failure() == nil {
+			return nil
+		}
+		n.log.Warn("reopening failed group", "group", id, "err", g.failure())
+		if err := g.close(); err != nil {
+			n.log.Warn("closing failed group", "group", id, "err", err)
+		}
+	}
+	g, err := n.openGroup(id, n.groupDir(id), replicas)
+	if err != nil {
+		n.mu.Lock()
+		delete(n.groups, id)
+		n.mu.Unlock()
+		return err
+	}
+	n.mu.Lock()
+	n.groups[id] = g
+	n.mu.Unlock()
+	return nil
+}
+
+// RemoveGroup stops group id on this node and deletes its data. It does not
+// change the group's membership: that is for the leader (RemoveServer).
+func (n *Node) RemoveGroup(id uint64) error {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	n.mu.Lock()
+	g := n.groups[id]
+	delete(n.groups, id)
+	n.mu.Unlock()
+	var err error
+	if g != nil {
+		err = g.close()
+	}
+	if rerr := os.RemoveAll(n.groupDir(id)); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("node: remove group %d: %w", id, err)
+	}
+	return nil
+}
+
+// RaftTransport returns a Raft transport for groupID on the node's port,
+// for a raft the node does not run itself (the placement service's meta
+// group). Raft closes it on shutdown.
+func (n *Node) RaftTransport(groupID uint64) raft.Transport {
+	return n.mux.Transport(groupID, raft.ServerAddress(n.addr))
+}
+
+func (n *Node) group(id uint64) (*group, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		return nil, ErrClosed
+	}
+	g := n.groups[id]
+	if g == nil {
+		return nil, fmt.Errorf("%w: %d", ErrGroupNotFound, id)
+	}
+	return g, nil
+}
+
+// Groups returns the ids of the groups open on the node.
+func (n *Node) Groups() []uint64 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	ids := make([]uint64, 0, len(n.groups))
+	for id := range n.groups {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TransferLeadership hands the leadership of a group this node leads to
+// another voter: to, or one raft picks when to.ID is empty. It returns once
+// the transfer is done or has failed.
+func (n *Node) TransferLeadership(groupID uint64, to Peer) error {
+	g, err := n.group(groupID)
+	if err != nil {
+		return err
+	}
+	var f raft.Future
+	if to.ID == "" {
+		f = g.raft.LeadershipTransfer()
+	} else {
+		f = g.raft.LeadershipTransferToServer(raft.ServerID(to.ID), raft.ServerAddress(to.Addr))
+	}
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("node: group %d: leadership transfer: %w", groupID, g.leaderError(err))
+	}
+	return nil
+}
+
+// GroupStatus describes a group as one replica sees it.
+type GroupStatus struct {
+	ID     uint64
+	State  raft.RaftState
+	Leader Peer // empty when unknown
+	// Serving is true on the leader once it has applied the entries of
+	// earlier terms and answers PartitionService requests.
+	Serving bool
+	// AppliedIndex is the state machine's; LastIndex is the Raft log's.
+	AppliedIndex uint64
+	LastIndex    uint64
+	// SnapshotIndex is the last index of the newest Raft snapshot.
+	SnapshotIndex uint64
+	// Entries and Requests count the Raft entries this replica proposed as
+	// leader and the client requests they carried (group commit packs many
+	// requests into one entry).
+	Entries  uint64
+	Requests uint64
+	// Err is set once the group stopped after a storage failure.
+	Err error
+}
+
+// Group returns the status of group id.
+func (n *Node) Group(id uint64) (GroupStatus, error) {
+	g, err := n.group(id)
+	if err != nil {
+		return GroupStatus{}, err
+	}
+	addr, lid := g.raft.LeaderWithID()
+	snap, _ := strconv.ParseUint(g.raft.Stats()["last_snapshot_index"], 10, 64)
+	return GroupStatus{
+		SnapshotIndex: snap,
+		ID:            id,
+		State:         g.raft.State(),
+		Leader:        Peer{ID: string(lid), Addr: string(addr)},
+		Serving:       g.raft.State() == raft.Leader && g.leadership() != nil,
+		AppliedIndex:  g.machine.AppliedIndex(),
+		LastIndex:     g.raft.LastIndex(),
+		Entries:       g.entries.Load(),
+		Requests:      g.requests.Load(),
+		Err:           g.failure(),
+	}, nil
+}

@@ -1,0 +1,438 @@
+// Package nodetest starts real storage nodes on 127.0.0.1 for tests: a
+// cluster of n nodes replicating the same groups, with helpers to find a
+// group's leader, kill and restart nodes, and a PartitionService client
+// that follows leader hints.
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/node"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Timeout bounds every wait of the helpers.
+const Timeout = 30 * time.Second
+
+// Options configure a test cluster.
+type Options struct {
+	Nodes  int      // default 3
+	Groups []uint64 // each replicated on every node
+	// Configure adjusts each node's configuration before it starts (on
+	// restarts too).
+	Configure func(i int, cfg *node.Config)
+}
+
+// Cluster is a set of nodes that replicate the same groups.
+type Cluster struct {
+	t      testing.TB
+	opts   Options
+	log    *slog.Logger
+	ids    []string
+	addrs  []string
+	dirs   []string
+	peers  []node.Peer
+	groups []uint64
+
+	mu    sync.Mutex
+	nodes []*node.Node // nil while killed
+	conns map[string]*grpc.ClientConn
+}
+
+// StartCluster starts n nodes on 127.0.0.1:0 in t.TempDir(), each
+// replicating every group, and waits until every group has a leader. The
+// cluster is closed when the test ends.
+func StartCluster(t testing.TB, n int, groups ...uint64) *Cluster {
+	t.Helper()
+	return Start(t, Options{Nodes: n, Groups: groups})
+}
+
+// Start is StartCluster with options.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	c := &Cluster{
+		t:      t,
+		opts:   opts,
+		log:    Logger(t),
+		groups: opts.Groups,
+		nodes:  make([]*node.Node, opts.Nodes),
+		conns:  map[string]*grpc.ClientConn{},
+	}
+	base := t.TempDir()
+	lis := make([]net.Listener, opts.Nodes)
+	for i := range opts.Nodes {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("nodetest: %v", err)
+		}
+		lis[i] = l
+		c.ids = append(c.ids, fmt.Sprintf("n%d", i))
+		c.addrs = append(c.addrs, l.Addr().String())
+		c.dirs = append(c.dirs, filepath.Join(base, c.ids[i]))
+		c.peers = append(c.peers, node.Peer{ID: c.ids[i], Addr: c.addrs[i]})
+	}
+	t.Cleanup(c.close)
+	for i := range opts.Nodes {
+		c.start(i, lis[i])
+	}
+	for _, g := range c.groups {
+		c.Leader(g)
+	}
+	return c
+}
+
+func (c *Cluster) start(i int, lis net.Listener) {
+	c.t.Helper()
+	cfg := node.Config{
+		ID:       c.ids[i],
+		DataDir:  c.dirs[i],
+		Listener: lis,
+		Logger:   c.log,
+		// Small caches: tests run many stores at once.
+		CacheBytes: 8 << 20,
+	}
+	if c.opts.Configure != nil {
+		c.opts.Configure(i, &cfg)
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		lis.Close()
+		c.t.Fatalf("nodetest: node %d: %v", i, err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		n.Close()
+		c.t.Fatalf("nodetest: node %d: %v", i, err)
+	}
+	for _, g := range c.groups {
+		if err := n.EnsureGroup(g, c.peers); err != nil {
+			n.Close()
+			c.t.Fatalf("nodetest: node %d: group %d: %v", i, g, err)
+		}
+	}
+	c.mu.Lock()
+	c.nodes[i] = n
+	c.mu.Unlock()
+}
+
+func (c *Cluster) close() {
+	c.mu.Lock()
+	nodes := c.nodes
+	c.nodes = make([]*node.Node, len(nodes))
+	conns := c.conns
+	c.conns = map[string]*grpc.ClientConn{}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		if n == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Close(); err != nil {
+				c.t.Errorf("nodetest: closing node %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, cc := range conns {
+		cc.Close()
+	}
+}
+
+// Len returns the number of nodes, running or not.
+func (c *Cluster) Len() int { return len(c.ids) }
+
+// Node returns node i, or nil while it is killed.
+func (c *Cluster) Node(i int) *node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Addr returns the gRPC address of node i (the same across restarts).
+func (c *Cluster) Addr(i int) string { return c.addrs[i] }
+
+// Peers returns the replicas of every group.
+func (c *Cluster) Peers() []node.Peer { return c.peers }
+
+// Leader waits until a running node leads groupID and serves it, and
+// returns its index.
+func (c *Cluster) Leader(groupID uint64) int {
+	c.t.Helper()
+	leader := -1
+	c.WaitFor(fmt.Sprintf("a serving leader of group %d", groupID), func() bool {
+		for i := range c.ids {
+			n := c.Node(i)
+			if n == nil {
+				continue
+			}
+			if st, err := n.Group(groupID); err == nil && st.Serving {
+				leader = i
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+// WaitFor polls cond until it holds, failing the test after Timeout.
+func (c *Cluster) WaitFor(what string, cond func() bool) {
+	c.t.Helper()
+	WaitFor(c.t, what, cond)
+}
+
+// WaitFor polls cond every few milliseconds until it holds, failing the
+// test after Timeout.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("nodetest: timed out after %v waiting for %s", Timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Kill closes node i without handing its groups over: to the other
+// replicas it is a crash. (Its own stores are closed cleanly; a torn write
+// on disk is not simulated.)
+func (c *Cluster) Kill(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	n := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if n == nil {
+		c.t.Fatalf("nodetest: node %d is not running", i)
+	}
+	if err := n.Close(); err != nil {
+		c.t.Errorf("nodetest: killing node %d: %v", i, err)
+	}
+}
+
+// Restart starts node i again on the same directory and address.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	if c.Node(i) != nil {
+		c.t.Fatalf("nodetest: node %d is running", i)
+	}
+	var lis net.Listener
+	c.WaitFor(fmt.Sprintf("listening again on %s", c.addrs[i]), func() bool {
+		var err error
+		lis, err = net.Listen("tcp", c.addrs[i])
+		return err == nil
+	})
+	c.start(i, lis)
+}
+
+// conn returns the cluster's shared connection to addr.
+func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Client returns a PartitionService client for groupID that sends each
+// call to the node it believes leads the group and, until the call's
+// context ends, retries elsewhere when told to: on a leader hint it goes
+// to the leader; on Unavailable, or NotFound for the group, it tries the
+// next node after a short backoff. A retried Send whose first attempt
+// failed with an unknown outcome (raft.ErrLeadershipLost, a broken
+// connection) may therefore be applied twice, like any at-least-once send.
+func (c *Cluster) Client(groupID uint64) partitionpb.PartitionServiceClient {
+	return &Client{c: c, group: groupID}
+}
+
+// Client is the leader-following client Cluster.Client returns.
+type Client struct {
+	c     *Cluster
+	group uint64
+
+	target atomic.Int64 // index of the node tried first
+	// Retries counts attempts after the first, over all calls.
+	Retries atomic.Int64
+}
+
+var _ partitionpb.PartitionServiceClient = (*Client)(nil)
+
+func (cl *Client) indexOf(addr string) int {
+	for i, a := range cl.c.addrs {
+		if a == addr {
+			return i
+		}
+	}
+	return -1
+}
+
+// do runs call against the believed leader until it succeeds, fails for
+// good, or ctx ends.
+func do[T any](ctx context.Context, cl *Client, call func(partitionpb.PartitionServiceClient) (T, error)) (T, error) {
+	wait := 5 * time.Millisecond
+	for {
+		i := int(cl.target.Load())
+		var err error
+		var out T
+		cc, err := cl.c.conn(cl.c.addrs[i])
+		if err == nil {
+			out, err = call(partitionpb.NewPartitionServiceClient(cc))
+			if err == nil {
+				return out, nil
+			}
+		}
+		next, immediate, retry := cl.route(err, i)
+		if !retry || ctx.Err() != nil {
+			return out, err
+		}
+		cl.Retries.Add(1)
+		cl.target.CompareAndSwap(int64(i), int64(next))
+		if immediate {
+			continue
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return out, err
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// route decides where a failed call goes next.
+func (cl *Client) route(err error, i int) (next int, immediate, retry bool) {
+	st := status.Convert(err)
+	rotate := (i + 1) % len(cl.c.addrs)
+	switch st.Code() {
+	case codes.FailedPrecondition:
+		for _, d := range st.Details() {
+			if h, ok := d.(*partitionpb.LeaderHint); ok {
+				if j := cl.indexOf(h.LeaderAddr); j >= 0 && j != i {
+					return j, true, true
+				}
+				return rotate, false, true
+			}
+		}
+	case codes.Unavailable:
+		return rotate, false, true
+	case codes.NotFound:
+		for _, d := range st.Details() {
+			if _, ok := d.(*partitionpb.Result); ok {
+				return i, false, false // the entity, not the group, is missing
+			}
+		}
+		return rotate, false, true
+	}
+	return i, false, false
+}
+
+func (cl *Client) UpsertEntity(ctx context.Context, in *partitionpb.UpsertEntityRequest, opts ...grpc.CallOption) (*partitionpb.UpsertEntityResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.UpsertEntityResponse, error) {
+		return c.UpsertEntity(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) DeleteEntity(ctx context.Context, in *partitionpb.DeleteEntityRequest, opts ...grpc.CallOption) (*partitionpb.DeleteEntityResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.DeleteEntityResponse, error) {
+		return c.DeleteEntity(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) Send(ctx context.Context, in *partitionpb.SendRequest, opts ...grpc.CallOption) (*partitionpb.SendResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.SendResponse, error) {
+		return c.Send(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) Receive(ctx context.Context, in *partitionpb.ReceiveRequest, opts ...grpc.CallOption) (*partitionpb.ReceiveResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.ReceiveResponse, error) {
+		return c.Receive(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) Settle(ctx context.Context, in *partitionpb.SettleRequest, opts ...grpc.CallOption) (*partitionpb.SettleResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.SettleResponse, error) {
+		return c.Settle(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) RenewLocks(ctx context.Context, in *partitionpb.RenewLocksRequest, opts ...grpc.CallOption) (*partitionpb.RenewLocksResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.RenewLocksResponse, error) {
+		return c.RenewLocks(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) Stats(ctx context.Context, in *partitionpb.StatsRequest, opts ...grpc.CallOption) (*partitionpb.StatsResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.StatsResponse, error) {
+		return c.Stats(ctx, in, opts...)
+	})
+}
+
+// Logger returns a logger that writes to t's log at Warn and above, or at
+// the level QUORUMBUS_TEST_LOG names (debug, info, warn, error). It goes
+// quiet once the test has finished.
+func Logger(t testing.TB) *slog.Logger {
+	var level slog.Level = slog.LevelWarn
+	if s := os.Getenv("QUORUMBUS_TEST_LOG"); s != "" {
+		if err := level.UnmarshalText([]byte(s)); err != nil {
+			t.Fatalf("nodetest: QUORUMBUS_TEST_LOG=%q: %v", s, err)
+		}
+	}
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) }) // registered first, so it runs last
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+type testWriter struct {
+	t    testing.TB
+	done atomic.Bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}

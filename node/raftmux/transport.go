@@ -1,0 +1,361 @@
+package raftmux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/proto/raftpb"
+)
+
+var (
+	_ raft.Transport   = (*Transport)(nil)
+	_ raft.WithPreVote = (*Transport)(nil)
+	_ raft.WithClose   = (*Transport)(nil)
+)
+
+// Transport is the raft.Transport of one group on one node. It sends
+// through its Mux's shared connections and receives what the Mux's server
+// routes to its group.
+type Transport struct {
+	mux   *Mux
+	group uint64
+	local raft.ServerAddress
+
+	consumeCh chan raft.RPC
+
+	hbMu        sync.Mutex
+	heartbeatFn func(raft.RPC)
+
+	// ctx is cancelled when the transport closes; every outgoing call
+	// derives from it.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+}
+
+func newTransport(m *Mux, group uint64, local raft.ServerAddress) *Transport {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Transport{
+		mux:       m,
+		group:     group,
+		local:     local,
+		consumeCh: make(chan raft.RPC),
+		ctx:       ctx,
+		cancel:    cancel,
+	}
+}
+
+// Consumer implements raft.Transport.
+func (t *Transport) Consumer() <-chan raft.RPC { return t.consumeCh }
+
+// LocalAddr implements raft.Transport.
+func (t *Transport) LocalAddr() raft.ServerAddress { return t.local }
+
+// Group returns the id of the group the transport carries.
+func (t *Transport) Group() uint64 { return t.group }
+
+// SetHeartbeatHandler implements raft.Transport.
+func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	t.hbMu.Lock()
+	t.heartbeatFn = cb
+	t.hbMu.Unlock()
+}
+
+// EncodePeer implements raft.Transport: a peer is its gRPC address.
+func (t *Transport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
+	return []byte(addr)
+}
+
+// DecodePeer implements raft.Transport.
+func (t *Transport) DecodePeer(buf []byte) raft.ServerAddress {
+	return raft.ServerAddress(buf)
+}
+
+// Close implements raft.WithClose. Raft calls it when it shuts down.
+func (t *Transport) Close() error {
+	t.mux.unregister(t)
+	t.shutdown()
+	return nil
+}
+
+func (t *Transport) shutdown() {
+	t.closeOnce.Do(t.cancel)
+}
+
+// deliver hands an incoming RPC to raft: to the heartbeat handler if it is
+// a heartbeat and one is set, else to the consumer channel.
+func (t *Transport) deliver(ctx context.Context, rpc raft.RPC, heartbeat bool) error {
+	if heartbeat {
+		t.hbMu.Lock()
+		fn := t.heartbeatFn
+		t.hbMu.Unlock()
+		if fn != nil {
+			fn(rpc)
+			return nil
+		}
+	}
+	select {
+	case t.consumeCh <- rpc:
+		return nil
+	case <-t.ctx.Done():
+		return status.Errorf(codes.Unavailable, "raftmux: group %d: %v", t.group, raft.ErrTransportShutdown)
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// await waits for raft's answer to a delivered RPC.
+func (t *Transport) await(ctx context.Context, respCh <-chan raft.RPCResponse) (raft.RPCResponse, error) {
+	select {
+	case resp := <-respCh:
+		return resp, nil
+	case <-t.ctx.Done():
+		return raft.RPCResponse{}, status.Errorf(codes.Unavailable, "raftmux: group %d: %v", t.group, raft.ErrTransportShutdown)
+	case <-ctx.Done():
+		return raft.RPCResponse{}, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// call runs one unary RPC to target under the transport's timeout.
+func call[Req, Resp any](t *Transport, target raft.ServerAddress, timeout time.Duration, req *Req,
+	rpc func(raftpb.RaftClient, context.Context, *Req, ...grpc.CallOption) (*Resp, error)) (*Resp, error) {
+	c, err := t.mux.client(target)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	defer cancel()
+	resp, err := rpc(c, ctx, req)
+	if err != nil {
+		return nil, t.callError(target, err)
+	}
+	return resp, nil
+}
+
+func (t *Transport) callError(target raft.ServerAddress, err error) error {
+	if t.ctx.Err() != nil {
+		return raft.ErrTransportShutdown
+	}
+	return fmt.Errorf("raftmux: group %d to %s: %s", t.group, target, status.Convert(err).Message())
+}
+
+// AppendEntries implements raft.Transport.
+func (t *Transport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	out, err := call(t, target, t.mux.cfg.Timeout, appendEntriesRequestToPB(t.group, args), raftpb.RaftClient.AppendEntries)
+	if err != nil {
+		return err
+	}
+	appendEntriesResponseFromPB(out, resp)
+	return nil
+}
+
+// RequestVote implements raft.Transport.
+func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	out, err := call(t, target, t.mux.cfg.Timeout, requestVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestVote)
+	if err != nil {
+		return err
+	}
+	requestVoteResponseFromPB(out, resp)
+	return nil
+}
+
+// RequestPreVote implements raft.WithPreVote.
+func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	out, err := call(t, target, t.mux.cfg.Timeout, requestPreVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestPreVote)
+	if err != nil {
+		return err
+	}
+	requestPreVoteResponseFromPB(out, resp)
+	return nil
+}
+
+// TimeoutNow implements raft.Transport.
+func (t *Transport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	out, err := call(t, target, t.mux.cfg.Timeout, timeoutNowRequestToPB(t.group, args), raftpb.RaftClient.TimeoutNow)
+	if err != nil {
+		return err
+	}
+	timeoutNowResponseFromPB(out, resp)
+	return nil
+}
+
+// InstallSnapshot implements raft.Transport. It streams the snapshot in
+// ChunkBytes pieces after the request; the deadline grows with the size,
+// Timeout per DefaultChunkBytes, as raft's NetworkTransport does.
+func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	c, err := t.mux.client(target)
+	if err != nil {
+		return err
+	}
+	timeout := t.mux.cfg.Timeout * time.Duration(1+args.Size/DefaultChunkBytes)
+	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	defer cancel()
+	stream, err := c.InstallSnapshot(ctx)
+	if err != nil {
+		return t.callError(target, err)
+	}
+	chunk := &raftpb.InstallSnapshotChunk{Request: installSnapshotRequestToPB(t.group, args)}
+	var sent int64
+	for {
+		// A fresh buffer each time: gRPC does not promise to be done with
+		// a message when Send returns.
+		buf := make([]byte, t.mux.cfg.ChunkBytes)
+		n, rerr := io.ReadFull(data, buf)
+		if n > 0 {
+			chunk.Data = buf[:n]
+			sent += int64(n)
+		}
+		if n > 0 || chunk.Request != nil {
+			// Send fails with io.EOF when the receiver has already
+			// answered; CloseAndRecv below then returns its status.
+			if err := stream.Send(chunk); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return t.callError(target, err)
+			}
+		}
+		chunk = &raftpb.InstallSnapshotChunk{}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		} else if rerr != nil {
+			return fmt.Errorf("raftmux: group %d: reading snapshot after %d bytes: %w", t.group, sent, rerr)
+		}
+	}
+	out, err := stream.CloseAndRecv()
+	if err != nil {
+		return t.callError(target, err)
+	}
+	installSnapshotResponseFromPB(out, resp)
+	return nil
+}
+
+// AppendEntriesPipeline implements raft.Transport with one gRPC
+// bidirectional stream per (group, follower). Up to MaxInFlight requests
+// are outstanding; AppendEntries blocks beyond that, which is raft's
+// back-pressure.
+func (t *Transport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	c, err := t.mux.client(target)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	stream, err := c.AppendEntriesPipeline(ctx)
+	if err != nil {
+		cancel()
+		return nil, t.callError(target, err)
+	}
+	p := &pipeline{
+		t:        t,
+		target:   target,
+		stream:   stream,
+		cancel:   cancel,
+		inflight: make(chan *appendFuture, t.mux.cfg.MaxInFlight),
+		doneCh:   make(chan raft.AppendFuture, t.mux.cfg.MaxInFlight),
+		closed:   make(chan struct{}),
+	}
+	go p.receive()
+	return p, nil
+}
+
+type pipeline struct {
+	t        *Transport
+	target   raft.ServerAddress
+	stream   grpc.BidiStreamingClient[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]
+	cancel   context.CancelFunc
+	inflight chan *appendFuture
+	doneCh   chan raft.AppendFuture
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// AppendEntries implements raft.AppendPipeline. Raft calls it from one
+// goroutine, so requests enter the stream in the order of inflight.
+func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	f := &appendFuture{start: time.Now(), args: args, resp: resp, done: make(chan struct{})}
+	select {
+	case p.inflight <- f:
+	case <-p.closed:
+		return nil, raft.ErrPipelineShutdown
+	}
+	if err := p.stream.Send(appendEntriesRequestToPB(p.t.group, args)); err != nil {
+		// The receiver fails f and everything after it once Recv fails.
+		return nil, p.t.callError(p.target, err)
+	}
+	return f, nil
+}
+
+// receive completes the futures in order as the answers arrive.
+func (p *pipeline) receive() {
+	var broken error
+	for {
+		var f *appendFuture
+		select {
+		case f = <-p.inflight:
+		case <-p.closed:
+			return
+		}
+		if broken == nil {
+			out, err := p.stream.Recv()
+			switch {
+			case err != nil:
+				broken = p.t.callError(p.target, err)
+			case out.Error != "":
+				f.err = errors.New(out.Error)
+			default:
+				appendEntriesResponseFromPB(out, f.resp)
+			}
+		}
+		if broken != nil {
+			f.err = broken
+		}
+		close(f.done)
+		select {
+		case p.doneCh <- f:
+		case <-p.closed:
+			return
+		}
+	}
+}
+
+// Consumer implements raft.AppendPipeline.
+func (p *pipeline) Consumer() <-chan raft.AppendFuture { return p.doneCh }
+
+// Close implements raft.AppendPipeline: it cancels the stream and with it
+// every request in flight.
+func (p *pipeline) Close() error {
+	p.closeOnce.Do(func() {
+		close(p.closed)
+		p.cancel()
+	})
+	return nil
+}
+
+// appendFuture is a pipelined AppendEntries request.
+type appendFuture struct {
+	start time.Time
+	args  *raft.AppendEntriesRequest
+	resp  *raft.AppendEntriesResponse
+	err   error
+	done  chan struct{}
+}
+
+func (f *appendFuture) Error() error {
+	<-f.done
+	return f.err
+}
+
+func (f *appendFuture) Start() time.Time                    { return f.start }
+func (f *appendFuture) Request() *raft.AppendEntriesRequest { return f.args }
+func (f *appendFuture) Response() *raft.AppendEntriesResponse {
+	return f.resp
+}

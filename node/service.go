@@ -1,0 +1,195 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/quorumbus/quorumbus/partition"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// service is the node's PartitionService. Every call names a group; only
+// the group's leader answers, others return FailedPrecondition with a
+// LeaderHint. Rejections by the state machine come back as the Result of
+// the response where there is one; errors go through toStatus.
+type service struct {
+	partitionpb.UnimplementedPartitionServiceServer
+	n *Node
+}
+
+// leader returns the group if this node may serve it.
+func (s *service) leader(id uint64) (*group, error) {
+	g, err := s.n.group(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.checkLeader(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// propose1 proposes one command on the group's leader and returns its
+// result.
+func (s *service) propose1(ctx context.Context, groupID uint64, cmd *partitionpb.Command) (*partitionpb.Result, error) {
+	g, err := s.leader(groupID)
+	if err != nil {
+		return nil, err
+	}
+	return g.propose1(ctx, cmd)
+}
+
+func (g *group) propose1(ctx context.Context, cmd *partitionpb.Command) (*partitionpb.Result, error) {
+	res, err := g.propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+func (s *service) UpsertEntity(ctx context.Context, req *partitionpb.UpsertEntityRequest) (*partitionpb.UpsertEntityResponse, error) {
+	if req.Config == nil {
+		return nil, toStatus(fmt.Errorf("%w: UpsertEntity without config", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_UpsertEntity{
+		UpsertEntity: &partitionpb.UpsertEntity{Config: req.Config},
+	}})
+	if err == nil {
+		err = partition.ResultErr(res)
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.UpsertEntityResponse{}, nil
+}
+
+func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntityRequest) (*partitionpb.DeleteEntityResponse, error) {
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_DeleteEntity{
+		DeleteEntity: &partitionpb.DeleteEntity{EntityId: req.EntityId, Partition: req.Partition},
+	}})
+	if err == nil {
+		err = partition.ResultErr(res)
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.DeleteEntityResponse{}, nil
+}
+
+func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Enqueue{
+		Enqueue: &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages},
+	}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.SendResponse{Result: res}, nil
+}
+
+// Receive locks (or takes) up to max_count messages. With wait_ms it waits
+// for a message to become available, then tries once more when the time is
+// up; running out of time is an empty result, not an error.
+func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) (*partitionpb.ReceiveResponse, error) {
+	if req.MaxCount == 0 {
+		return nil, toStatus(fmt.Errorf("%w: Receive with max_count 0", ErrInvalid))
+	}
+	g, err := s.leader(req.GroupId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	lead := g.leadership()
+	if lead == nil {
+		return nil, toStatus(g.checkLeader())
+	}
+	var deadline time.Time
+	if req.WaitMs > 0 {
+		deadline = time.Now().Add(time.Duration(req.WaitMs) * time.Millisecond)
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		// Take the channel before looking, so that a message that
+		// arrives in between still wakes us.
+		changed := g.machine.Changed()
+		last := !time.Now().Before(deadline)
+		// An unknown entity goes to the machine too: its Result says so.
+		if !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.Available(req.EntityId, req.Partition, req.SubQueue) {
+			res, err := g.propose1(ctx, lockCommand(req))
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			if res.Code != partitionpb.ResultCode_RESULT_OK || len(res.Messages) > 0 || last {
+				return &partitionpb.ReceiveResponse{Result: res}, nil
+			}
+			// Another receiver took them first; wait for more.
+		} else if last {
+			return &partitionpb.ReceiveResponse{Result: &partitionpb.Result{}}, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+		case <-lead.Done():
+			return nil, toStatus(g.checkLeader())
+		case <-ctx.Done():
+			return nil, toStatus(ctx.Err())
+		}
+	}
+}
+
+func lockCommand(req *partitionpb.ReceiveRequest) *partitionpb.Command {
+	seed := make([]byte, 8)
+	rand.Read(seed) // never fails (crypto/rand)
+	return &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: &partitionpb.Lock{
+		EntityId:         req.EntityId,
+		Partition:        req.Partition,
+		SubQueue:         req.SubQueue,
+		MaxCount:         req.MaxCount,
+		ReceiveAndDelete: req.ReceiveAndDelete,
+		TokenSeed:        seed,
+	}}}
+}
+
+func (s *service) Settle(ctx context.Context, req *partitionpb.SettleRequest) (*partitionpb.SettleResponse, error) {
+	if req.Settle == nil {
+		return nil, toStatus(fmt.Errorf("%w: Settle without settle", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Settle{Settle: req.Settle}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.SettleResponse{Result: res}, nil
+}
+
+func (s *service) RenewLocks(ctx context.Context, req *partitionpb.RenewLocksRequest) (*partitionpb.RenewLocksResponse, error) {
+	if req.Renew == nil {
+		return nil, toStatus(fmt.Errorf("%w: RenewLocks without renew", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_RenewLocks{RenewLocks: req.Renew}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.RenewLocksResponse{Result: res}, nil
+}
+
+// Stats reads the leader's own state machine: it has applied every entry
+// of earlier terms, but an entry committed a moment ago may not show yet.
+func (s *service) Stats(ctx context.Context, req *partitionpb.StatsRequest) (*partitionpb.StatsResponse, error) {
+	g, err := s.leader(req.GroupId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	st, err := g.machine.Stats(req.EntityId, req.Partition)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return st, nil
+}
