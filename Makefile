@@ -20,15 +20,16 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run build test vet fmt-check fuzz bench proto lint clean
+.PHONY: help run run-testbroker build test vet fmt-check fuzz bench proto lint clean
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
 	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z0-9_-]+:[^#]*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-# `run` becomes `quorumbus dev` (a replicated three-node cluster in one
-# process) once cmd/quorumbus and the dev cluster exist.
-run: ## Start the example in-memory AMQP 1.0 broker on 127.0.0.1:5672
+run: ## Start the replicated dev cluster (3 storage nodes, placement, AMQP front-end on 127.0.0.1:5672)
+	$(GO) run ./cmd/quorumbus dev $(RUNFLAGS)
+
+run-testbroker: ## Start the engine's in-memory example broker on 127.0.0.1:5672 (no replication)
 	$(GO) run ./cmd/amqp-testbroker
 
 build: ## Compile every package and put the commands in ./bin

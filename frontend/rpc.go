@@ -187,8 +187,3 @@ func (c *conn) serveCBS(req *rpcRequest) {
 	}
 	req.respond(202, "Accepted", nil)
 }
-
-// serveManagement answers <entity>/$management operations.
-func (c *conn) serveManagement(entity string, req *rpcRequest) {
-	req.fail(failNotImpl, "$management operation "+req.operation+" on "+entity)
-}

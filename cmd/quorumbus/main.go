@@ -17,6 +17,10 @@ type subcommand struct {
 }
 
 var subcommands = []subcommand{
+	{"dev", "run a whole replicated cluster (3 storage nodes, placement, front-end) in one process", devCmd},
+	{"node", "run a storage node (partition groups, placement member)", nodeCmd},
+	{"frontend", "run a stateless AMQP front-end", frontendCmd},
+	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", benchCmd},
 }
 

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// These tests run the real thing in one process: three storage nodes
+// (Raft, fsync on), the placement meta group and the AMQP front-end, as
+// `quorumbus dev` does, and talk to it with the official Azure SDK and
+// go-amqp.
+
+func startTestDev(t *testing.T, queues ...queueSpec) *devCluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := startDev(ctx, devOptions{
+		dataDir:  t.TempDir(),
+		amqpAddr: "127.0.0.1:0",
+		nodes:    3,
+		nodePort: 0,
+		groups:   3,
+		logLevel: "error",
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		cancel()
+	})
+	if err := createQueues(ctx, c.nodeAddr, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	// The front-end learns of the queues through the routing table.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, q := range queues {
+		for {
+			if _, err := c.router.Entity(q.name); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("queue %s never reached the front-end's routing table", q.name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+func devClient(t *testing.T, c *devCluster) *azservicebus.Client {
+	t.Helper()
+	client, err := azservicebus.NewClientFromConnectionString(fmt.Sprintf(devConnectionString, c.amqpAddr), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(context.Background()) })
+	return client
+}
+
+func TestDevSDKThousandMessages(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "orders", props: &placementpb.QueueProperties{}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	snd, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 20 {
+				if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte(fmt.Sprint(i))}, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("send: %v", err)
+	}
+
+	rcv, err := client.NewReceiverForQueue("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]bool, n)
+	var lastSeq int64
+	for len(seen) < n {
+		msgs, err := rcv.ReceiveMessages(ctx, 100, nil)
+		if err != nil {
+			t.Fatalf("receive after %d: %v", len(seen), err)
+		}
+		for _, m := range msgs {
+			if seen[string(m.Body)] {
+				t.Fatalf("message %s delivered twice", m.Body)
+			}
+			seen[string(m.Body)] = true
+			if *m.SequenceNumber <= lastSeq {
+				t.Fatalf("sequence numbers not increasing: %d after %d", *m.SequenceNumber, lastSeq)
+			}
+			lastSeq = *m.SequenceNumber
+			if err := rcv.CompleteMessage(ctx, m, nil); err != nil {
+				t.Fatalf("complete: %v", err)
+			}
+		}
+	}
+	// Nothing is left: a peek-lock receive finds no message.
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	msgs, _ := rcv.ReceiveMessages(short, 1, nil)
+	if len(msgs) != 0 {
+		t.Fatalf("a message was left after completing all %d: %q", n, msgs[0].Body)
+	}
+}
+
+func TestDevSDKAbandonAndReceiveAndDelete(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "work", props: &placementpb.QueueProperties{}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("work", nil)
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("again")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rcv, _ := client.NewReceiverForQueue("work", nil)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs[0].DeliveryCount != 1 {
+		t.Fatalf("first delivery count %d, want 1", msgs[0].DeliveryCount)
+	}
+	if err := rcv.AbandonMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs[0].DeliveryCount != 2 || string(msgs[0].Body) != "again" {
+		t.Fatalf("after abandon: delivery count %d body %q, want 2 and again", msgs[0].DeliveryCount, msgs[0].Body)
+	}
+	if err := rcv.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range 5 {
+		if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte{byte(i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rad, _ := client.NewReceiverForQueue("work", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	got := 0
+	for got < 5 {
+		msgs, err := rad.ReceiveMessages(ctx, 5, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(msgs)
+	}
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if msgs, _ := rad.ReceiveMessages(short, 1, nil); len(msgs) != 0 {
+		t.Fatal("receive-and-delete left a message behind")
+	}
+}
+
+func TestDevGoAMQPPipelinedSends(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "pipe", props: &placementpb.QueueProperties{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := goamqp.Dial(ctx, "amqp://"+c.amqpAddr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := sess.NewSender(ctx, "pipe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	payload := make([]byte, 1024)
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 64 {
+				if err := snd.Send(ctx, goamqp.NewMessage(payload), nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rcv, err := sess.NewReceiver(ctx, "pipe", &goamqp.ReceiverOptions{Credit: 500, RequestedSenderSettleMode: goamqp.SenderSettleModeSettled.Ptr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := rcv.Receive(ctx, nil); err != nil {
+			t.Fatalf("receive %d of %d: %v", i, n, err)
+		}
+	}
+}
+
+func TestDevUnknownQueue(t *testing.T) {
+	c := startTestDev(t)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snd, _ := client.NewSender("missing", nil)
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil); err == nil {
+		t.Fatal("a send to a queue that does not exist succeeded")
+	}
+}
+
+// Locks belong to the entity: a message received on one connection is
+// renewed and completed through $management on another after the first
+// receiver closed, and a second complete is refused as lock lost, never
+// silently repeated.
+func TestDevSettleThroughManagement(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "mgmt", props: &placementpb.QueueProperties{}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := devClient(t, c)
+	snd, _ := first.NewSender("mgmt", nil)
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("settle me elsewhere")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rcv, _ := first.NewReceiverForQueue("mgmt", nil)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msgs[0]
+	before := *m.LockedUntil
+	time.Sleep(20 * time.Millisecond)
+	if err := rcv.RenewMessageLock(ctx, m, nil); err != nil {
+		t.Fatalf("renew lock: %v", err)
+	}
+	if !m.LockedUntil.After(before) {
+		t.Fatalf("renewing did not extend the lock: %v then %v", before, *m.LockedUntil)
+	}
+	if err := rcv.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	second := devClient(t, c)
+	other, _ := second.NewReceiverForQueue("mgmt", nil)
+	if err := other.CompleteMessage(ctx, m, nil); err != nil {
+		t.Fatalf("complete through $management on another connection: %v", err)
+	}
+	err = other.CompleteMessage(ctx, m, nil)
+	var sbErr *azservicebus.Error
+	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeLockLost {
+		t.Fatalf("second complete: %v, want lock lost", err)
+	}
+}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// TestFailoverKillLeader runs the cluster as separate processes — three
+// `quorumbus node` and one `quorumbus frontend` — sends continuously, and
+// kill -9s the leader of the queue's partition group. Every acknowledged
+// message must be received afterwards, the senders must see no error, and
+// the killed node must rejoin and catch up: after it restarts, the test
+// kills the next leader too, so the cluster only has a quorum if the
+// restarted node holds the log.
+func TestFailoverKillLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	grpcAddrs := freeAddrs(t, 3)
+	gossipAddrs := freeAddrs(t, 3)
+	var boot []string
+	for i := range 3 {
+		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
+	}
+	nodeArgs := func(i int) []string {
+		return []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
+			"-bootstrap", strings.Join(boot, ","), "-log-level", "error"}
+	}
+	procs := make([]*process, 3)
+	for i := range 3 {
+		procs[i] = startProcess(t, bin, nodeArgs(i)...)
+	}
+	amqpAddr := freeAddrs(t, 1)[0]
+	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-log-level", "error")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := createQueues(ctx, grpcAddrs, []queueSpec{{name: "fo", props: &placementpb.QueueProperties{}}}, quiet); err != nil {
+		t.Fatal(err)
+	}
+	group := queueGroup(t, ctx, grpcAddrs[0], "fo")
+
+	conn := dialUntil(t, ctx, amqpAddr)
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd := senderUntil(t, ctx, sess, "fo")
+
+	// Producers: each message body is a unique number; acked collects the
+	// numbers whose send was acknowledged.
+	var acked sync.Map
+	var next, sendErrors atomic.Int64
+	var firstErr atomic.Value
+	produce := func(stop <-chan struct{}) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := next.Add(1)
+					if err := snd.Send(ctx, goamqp.NewMessage([]byte(strconv.FormatInt(id, 10))), nil); err != nil {
+						sendErrors.Add(1)
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					acked.Store(id, true)
+				}
+			}()
+		}
+		return &wg
+	}
+	phase := func(name string, d time.Duration, during func()) {
+		stop := make(chan struct{})
+		wg := produce(stop)
+		time.Sleep(d / 2)
+		during()
+		time.Sleep(d / 2)
+		close(stop)
+		wg.Wait()
+		if n := sendErrors.Load(); n > 0 {
+			t.Fatalf("%s: %d sends failed, first: %v", name, n, firstErr.Load())
+		}
+	}
+
+	var killed int
+	phase("kill the leader", 6*time.Second, func() {
+		killed = leaderIndex(t, ctx, grpcAddrs, group)
+		t.Logf("killing n%d, the leader of group %d, after %d sends", killed+1, group, next.Load())
+		procs[killed].kill9()
+	})
+	procs[killed] = startProcess(t, bin, nodeArgs(killed)...)
+	phase("after the restart", 4*time.Second, func() {})
+	// The restarted node must have caught up: with the next leader gone,
+	// only it and the remaining follower can form a quorum.
+	phase("kill the next leader", 6*time.Second, func() {
+		second := leaderIndex(t, ctx, grpcAddrs, group)
+		if second == killed {
+			second = (killed + 1) % 3 // the restarted node leads: kill another
+		}
+		t.Logf("killing n%d after %d sends", second+1, next.Load())
+		procs[second].kill9()
+	})
+
+	total := 0
+	acked.Range(func(_, _ any) bool { total++; return true })
+	t.Logf("%d messages acknowledged; receiving them", total)
+	rcv, err := sess.NewReceiver(ctx, "fo", &goamqp.ReceiverOptions{Credit: 1000, SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[int64]int)
+	for missing := total; missing > 0; {
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		m, err := rcv.Receive(rctx, nil)
+		rcancel()
+		if err != nil {
+			t.Fatalf("receive with %d acknowledged messages still missing: %v", missing, err)
+		}
+		id, _ := strconv.ParseInt(string(m.GetData()), 10, 64)
+		if _, ok := acked.Load(id); ok && got[id] == 0 {
+			missing--
+		}
+		got[id]++
+		if err := rcv.AcceptMessage(ctx, m); err != nil {
+			t.Fatalf("complete: %v", err)
+		}
+	}
+	dups := 0
+	for _, n := range got {
+		dups += n - 1
+	}
+	t.Logf("all %d acknowledged messages received (%d duplicates, %d unacknowledged extras)", total, dups, len(got)-total)
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "quorumbus")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeAddrs returns loopback addresses with ports that were free a moment
+// ago (for processes that must keep their address across restarts).
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = io.Discard
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *process) kill9() {
+	p.cmd.Process.Kill() // SIGKILL: no shutdown, no flush
+	<-p.done
+}
+
+func dialUntil(t *testing.T, ctx context.Context, addr string) *goamqp.Conn {
+	t.Helper()
+	for {
+		c, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// senderUntil attaches once the front-end knows the queue.
+func senderUntil(t *testing.T, ctx context.Context, s *goamqp.Session, queue string) *goamqp.Sender {
+	t.Helper()
+	for {
+		snd, err := s.NewSender(ctx, queue, nil)
+		if err == nil {
+			return snd
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func queueGroup(t *testing.T, ctx context.Context, addr, queue string) uint64 {
+	t.Helper()
+	client, closeFn, err := dialPlacement(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	e, err := client.GetEntity(ctx, &placementpb.GetEntityRequest{Name: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.PartitionGroups[0]
+}
+
+// leaderIndex asks the nodes which of them leads the group: a follower
+// answers with a leader hint.
+func leaderIndex(t *testing.T, ctx context.Context, addrs []string, group uint64) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, addr := range addrs {
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err = partitionpb.NewPartitionServiceClient(cc).Stats(sctx, &partitionpb.StatsRequest{GroupId: group})
+			cancel()
+			cc.Close()
+			// The leader answers (an unknown entity is its answer too);
+			// others refuse with FailedPrecondition, dead ones are
+			// Unavailable.
+			switch status.Code(err) {
+			case codes.OK, codes.NotFound:
+				return i
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no leader for group %d", group)
+	return -1
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/frontend/routing"
+	"github.com/quorumbus/quorumbus/placement/membership"
+)
+
+// nodeCmd runs one storage process: a storage node and a member of the
+// placement meta group, on one gRPC port, finding the others by gossip.
+func nodeCmd(args []string) error {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	id := fs.String("id", "", "node id, stable across restarts (required)")
+	dataDir := fs.String("data", "", "data directory (required)")
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7101", "gRPC listener: Raft traffic of every group, PartitionService, PlacementService")
+	gossipAddr := fs.String("gossip-addr", "127.0.0.1:7946", "memberlist gossip address (UDP and TCP)")
+	join := fs.String("join", "", "comma-separated gossip addresses of other members")
+	bootstrap := fs.String("bootstrap", "", "initial meta-group voters as id=grpc-addr,...; give the same list to each of them on first start, nothing to later joiners")
+	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
+	groups := fs.Int("groups", 3, "partition groups the cluster creates")
+	replicas := fs.Int("replicas", 3, "replicas per partition group")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *id == "" || *dataDir == "" {
+		return errors.New("-id and -data are required")
+	}
+	servers, err := parseServers(*bootstrap)
+	if err != nil {
+		return err
+	}
+	log := newLogger(*logLevel).With("node", *id)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	ln, err := net.Listen("tcp", *grpcAddr)
+	if err != nil {
+		return err
+	}
+	ml, err := membership.New(membership.Config{
+		NodeID: *id, Role: membership.RoleStorage, GRPCAddr: ln.Addr().String(), Zone: *zone,
+		BindAddr: *gossipAddr, Seeds: splitList(*join), Network: "local", Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := ml.Start(ctx); err != nil {
+		return err
+	}
+	defer ml.Close()
+	s, err := startStorage(ctx, storageOptions{
+		id: *id, dataDir: *dataDir, listener: ln, bootstrap: servers,
+		members: ml, groups: *groups, replicas: *replicas, logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("quorumbus node %s: gRPC on %s, gossip on %s\n", *id, ln.Addr(), ml.Addr())
+	<-ctx.Done()
+	return s.Close()
+}
+
+// frontendCmd runs a stateless AMQP front-end.
+func frontendCmd(args []string) error {
+	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
+	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener")
+	httpAddr := fs.String("http-addr", "127.0.0.1:5300", "HTTP listener: /healthz and /readyz (empty: none)")
+	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(*logLevel).With("part", "frontend")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log})
+	if err != nil {
+		return err
+	}
+	router.Start(ctx)
+	defer router.Close()
+	srv, err := frontend.New(frontend.Config{Backend: router, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *amqpAddr)
+	if err != nil {
+		return err
+	}
+	go srv.Serve(ln)
+	if *httpAddr != "" {
+		hln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return err
+		}
+		hs := &http.Server{Handler: healthHandler(router), ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(hln)
+		defer hs.Close()
+	}
+	fmt.Printf("quorumbus frontend: AMQP on %s\n", ln.Addr())
+	fmt.Println(fmt.Sprintf(devConnectionString, ln.Addr()))
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseServers reads "id=addr,id=addr".
+func parseServers(s string) ([]raft.Server, error) {
+	var ids, addrs []string
+	for _, p := range splitList(s) {
+		id, addr, ok := strings.Cut(p, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("bootstrap entry %q is not id=addr", p)
+		}
+		ids, addrs = append(ids, id), append(addrs, addr)
+	}
+	return fmtServers(ids, addrs), nil
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// queueCmd manages queues on a running cluster through the placement
+// service, until the HTTP gateway exists.
+func queueCmd(args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return errors.New("usage: quorumbus queue create|list|get|delete [flags] [NAME]")
+	}
+	verb, args := args[0], args[1:]
+	// Accept the name before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("queue "+verb, flag.ContinueOnError)
+	addr := fs.String("placement", "127.0.0.1:7101", "gRPC address of any storage node (placement member)")
+	lock := fs.Duration("lock-duration", 0, "LockDuration (default 1m, max 5m)")
+	maxDel := fs.Uint("max-delivery-count", 0, "MaxDeliveryCount (default 10)")
+	ttl := fs.Duration("default-ttl", 0, "DefaultMessageTimeToLive (default: none)")
+	dlq := fs.Bool("dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
+	partitions := fs.Uint("partitions", 0, "partition count (0: not partitioned)")
+	maxKB := fs.Int64("max-message-size-kb", 0, "MaxMessageSizeInKilobytes (default 256)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	client, closeFn, err := dialPlacement(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if name == "" {
+		name = fs.Arg(0)
+	}
+	if verb != "list" && name == "" {
+		return fmt.Errorf("queue %s needs a queue name", verb)
+	}
+	switch verb {
+	case "create":
+		props := &placementpb.QueueProperties{
+			LockDurationMs:                   lock.Milliseconds(),
+			MaxDeliveryCount:                 uint32(*maxDel),
+			DefaultMessageTtlMs:              ttl.Milliseconds(),
+			DeadLetteringOnMessageExpiration: *dlq,
+			PartitionCount:                   uint32(*partitions),
+			MaxMessageSizeInKilobytes:        *maxKB,
+		}
+		e, err := client.CreateEntity(ctx, &placementpb.CreateEntityRequest{Name: name, Properties: props})
+		if err != nil {
+			return err
+		}
+		printEntities([]*placementpb.Entity{e})
+	case "get":
+		e, err := client.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+		if err != nil {
+			return err
+		}
+		printEntities([]*placementpb.Entity{e})
+	case "list":
+		resp, err := client.ListEntities(ctx, &placementpb.ListEntitiesRequest{})
+		if err != nil {
+			return err
+		}
+		printEntities(resp.Entities)
+	case "delete":
+		if _, err := client.DeleteEntity(ctx, &placementpb.DeleteEntityRequest{Name: name}); err != nil {
+			return err
+		}
+		fmt.Println("deleted", name)
+	default:
+		return fmt.Errorf("unknown queue command %q", verb)
+	}
+	return nil
+}
+
+func printEntities(es []*placementpb.Entity) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tID\tSTATUS\tPARTITIONS\tGROUPS\tLOCK\tMAX-DELIVERY")
+	for _, e := range es {
+		p := e.GetProperties()
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%v\t%v\t%d\n", e.Name, e.Id, strings.TrimPrefix(e.Status.String(), "ENTITY_STATUS_"),
+			len(e.PartitionGroups), e.PartitionGroups, time.Duration(p.GetLockDurationMs())*time.Millisecond, p.GetMaxDeliveryCount())
+	}
+	w.Flush()
+}
+
+func dialPlacement(addr string) (placementpb.PlacementServiceClient, func(), error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return placementpb.NewPlacementServiceClient(cc), func() { cc.Close() }, nil
+}
+
+func isAlreadyExists(err error) bool { return status.Code(err) == codes.AlreadyExists }
