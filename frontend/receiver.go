@@ -214,9 +214,15 @@ func seqTag(seq uint64) []byte {
 	return []byte{byte(seq >> 56), byte(seq >> 48), byte(seq >> 40), byte(seq >> 32), byte(seq >> 24), byte(seq >> 16), byte(seq >> 8), byte(seq)}
 }
 
+// settlesInFlight bounds the settle batches one link has outstanding: each
+// waits for a Raft commit, so one at a time would cap a consumer at one
+// batch per commit round trip.
+const settlesInFlight = 4
+
 // settleLoop turns the client's dispositions into partition settles,
 // packing those that arrive together and share a disposition.
 func (r *receiver) settleLoop() {
+	slots := make(chan struct{}, settlesInFlight)
 	for {
 		var first settleReq
 		select {
@@ -234,7 +240,11 @@ func (r *receiver) settleLoop() {
 				break fill
 			}
 		}
-		r.settleBatch(batch)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots }()
+			r.settleBatch(batch)
+		}()
 	}
 }
 

@@ -17,8 +17,8 @@ const (
 // Defaults of Config.
 const (
 	DefaultElectionTimeout   = time.Second
-	DefaultSnapshotThreshold = 8192
-	DefaultSnapshotInterval  = 30 * time.Second
+	DefaultSnapshotThreshold = 65536
+	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
 )
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -116,7 +117,7 @@ func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *peb
 	memtable := uint64(cacheBytes / 4)
 	memtable = max(memtable, 4<<20)
 	memtable = min(memtable, 64<<20)
-	return &pebble.Options{
+	opts := &pebble.Options{
 		Cache:                       cache,
 		DisableWAL:                  true,
 		MemTableSize:                memtable,
@@ -126,6 +127,12 @@ func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *peb
 		FormatMajorVersion: pebble.FormatValueSeparation,
 		Logger:             pebbleLogger{log},
 	}
+	// Compressing blocks of message bodies costs CPU for little gain:
+	// bodies are often compressed or encrypted already.
+	for i := range opts.Levels {
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	}
+	return opts
 }
 
 // pebbleLogger sends pebble's log lines to slog.

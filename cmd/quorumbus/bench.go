@@ -127,12 +127,12 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 		}
 	}
 	if c.mode == "receive" || c.mode == "both" {
-		for i := range c.conns {
+		for range c.conns {
 			sess, err := dial()
 			if err != nil {
 				return err
 			}
-			for j := range c.links {
+			for range c.links {
 				opts := &goamqp.ReceiverOptions{Credit: int32(c.credit), SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()}
 				if c.receiveMode == "receiveanddelete" {
 					opts.SettlementMode = goamqp.ReceiverSettleModeFirst.Ptr()
@@ -142,11 +142,10 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 				if err != nil {
 					return err
 				}
-				n := quota(i*c.links + j)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					errc <- benchReceive(ctx, rcv, n, c.receiveMode != "receiveanddelete", &st)
+					errc <- benchReceive(ctx, rcv, c.count, c.credit, c.receiveMode != "receiveanddelete", &st)
 				}()
 			}
 		}
@@ -217,12 +216,15 @@ func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, windo
 	return <-errc
 }
 
-// benchReceive receives n messages and, in peek-lock, completes them from
+// benchReceive receives until the receivers of all links together have n
+// messages (one shared count: a fixed share per link would strand the
+// messages a finished link had prefetched until their locks expire) and, in
+// peek-lock, completes them from
 // a pool of goroutines, as a consumer with prefetch does: completing one at
 // a time would measure one round trip per message, not the broker.
-func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n int, complete bool, st *benchStats) error {
+func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n, credit int, complete bool, st *benchStats) error {
 	var wg sync.WaitGroup
-	msgs := make(chan *goamqp.Message, 256)
+	msgs := make(chan *goamqp.Message, credit)
 	errc := make(chan error, 1)
 	fail := func(err error) {
 		st.errors.Add(1)
@@ -232,7 +234,8 @@ func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n int, complete boo
 		}
 	}
 	if complete {
-		for range 64 {
+		// As many completes in flight as the credit lets messages in.
+		for range max(64, min(cap(msgs), 512)) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -248,10 +251,21 @@ func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n int, complete boo
 			}()
 		}
 	}
-	for i := 0; n == 0 || i < n; i++ {
-		m, err := rcv.Receive(ctx, nil)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // stop waiting once the other links completed the count
+		for n > 0 && rctx.Err() == nil {
+			if st.received.Load() >= int64(n) {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	for n == 0 || st.received.Load()+int64(len(msgs)) < int64(n) {
+		m, err := rcv.Receive(rctx, nil)
 		if err != nil {
-			if ctx.Err() == nil {
+			if rctx.Err() == nil {
 				fail(err)
 			}
 			break

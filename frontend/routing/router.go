@@ -171,15 +171,45 @@ func (r *Router) install(t *placementpb.RoutingTable) {
 	}
 }
 
-// Entity implements frontend.Backend.
+// lookupTimeout bounds asking placement for an entity the routing table
+// does not have yet.
+const lookupTimeout = 3 * time.Second
+
+// Entity implements frontend.Backend. The routing table arrives a moment
+// after a change, so an entity created just now may be missing from it:
+// before answering not-found the router asks placement, which answers from
+// the committed catalog, so that an entity is usable as soon as its
+// creation returned.
 func (r *Router) Entity(name string) (*placementpb.Entity, error) {
+	key := strings.ToLower(name)
 	r.mu.RLock()
-	defer r.mu.RUnlock()
-	e := r.byName[strings.ToLower(name)]
-	if e == nil {
-		return nil, fmt.Errorf("%w: %s", frontend.ErrEntityNotFound, name)
+	e := r.byName[key]
+	r.mu.RUnlock()
+	if e != nil {
+		return e, nil
 	}
-	return e, nil
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	for _, addr := range r.cfg.Placement {
+		cc, err := r.conn(addr)
+		if err != nil {
+			continue
+		}
+		e, err = placementpb.NewPlacementServiceClient(cc).GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+		if status.Code(err) == codes.NotFound {
+			break
+		}
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		if r.byName != nil && r.byName[key] == nil {
+			r.byName[key] = e // until the next table replaces it
+		}
+		r.mu.Unlock()
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %s", frontend.ErrEntityNotFound, name)
 }
 
 // Send implements frontend.Backend.
