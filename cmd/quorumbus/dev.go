@@ -34,6 +34,7 @@ type devOptions struct {
 	nodes    int
 	nodePort int
 	groups   int
+	cacheMB  int64
 	logLevel string
 }
 
@@ -47,6 +48,7 @@ func devCmd(args []string) error {
 	fs.IntVar(&o.nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.nodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
 	fs.IntVar(&o.groups, "groups", 3, "partition groups")
+	fs.Int64Var(&o.cacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to half of it); bounds memory, not the backlog")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus dev [flags]\n\nRuns a whole replicated cluster in one process: storage nodes (Raft, fsync on),\nthe placement catalog and an AMQP front-end, on loopback. Prints the\nconnection string for the SDKs.\n\n")
@@ -122,6 +124,7 @@ func startDev(ctx context.Context, o devOptions) (_ *devCluster, err error) {
 			members:   staticMembers(members),
 			groups:    o.groups,
 			replicas:  min(o.nodes, 3),
+			cacheMB:   o.cacheMB,
 			logger:    log.With("node", ids[i]),
 		})
 		if err != nil {

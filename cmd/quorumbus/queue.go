@@ -64,7 +64,16 @@ func queueCmd(args []string) error {
 			PartitionCount:                   uint32(*partitions),
 			MaxMessageSizeInKilobytes:        *maxKB,
 		}
-		e, err := client.CreateEntity(ctx, &placementpb.CreateEntityRequest{Name: name, Properties: props})
+		var e *placementpb.Entity
+		// Right after a cluster starts the meta group may still be
+		// electing: wait for it within the deadline.
+		for {
+			e, err = client.CreateEntity(ctx, &placementpb.CreateEntityRequest{Name: name, Properties: props})
+			if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		if err != nil {
 			return err
 		}

@@ -28,6 +28,7 @@ type storageOptions struct {
 	members   placement.Members
 	groups    int
 	replicas  int
+	cacheMB   int64 // block cache of each group's store
 	logger    *slog.Logger
 }
 
@@ -40,7 +41,7 @@ type storage struct {
 }
 
 func startStorage(ctx context.Context, o storageOptions) (*storage, error) {
-	n, err := node.New(node.Config{ID: o.id, DataDir: filepath.Join(o.dataDir, "node"), Listener: o.listener, Logger: o.logger})
+	n, err := node.New(node.Config{ID: o.id, DataDir: filepath.Join(o.dataDir, "node"), Listener: o.listener, CacheBytes: o.cacheMB << 20, Logger: o.logger})
 	if err != nil {
 		return nil, err
 	}
