@@ -9,6 +9,7 @@ BIN := $(CURDIR)/bin
 FUZZTIME ?= 60s
 BENCH ?= .
 BENCHTIME ?= 1s
+BACKLOG_MESSAGES ?= 2000000
 
 # Pinned tools, installed into ./bin with `go install pkg@version`.
 # staticcheck v0.6.1 is the module version of the release named 2025.1.1
@@ -20,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker build test vet fmt-check fuzz bench proto lint clean
+.PHONY: help run run-testbroker soak-backlog build test vet fmt-check fuzz bench proto lint clean
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -59,6 +60,9 @@ fuzz: ## Run every FuzzXxx target for FUZZTIME each (default 60s)
 
 bench: ## Run benchmarks matching BENCH for BENCHTIME each, with allocations
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+soak-backlog: ## Send a 2 GB backlog to the dev cluster and report its RSS (minutes; needs ~15 GB of disk)
+	scripts/backlog-rss.sh $(BACKLOG_MESSAGES) 1024 32
 
 proto: ## Regenerate the Go code beside every proto/**/*.proto (needs protoc)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

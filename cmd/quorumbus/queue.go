@@ -38,6 +38,7 @@ func queueCmd(args []string) error {
 	dlq := fs.Bool("dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
 	partitions := fs.Uint("partitions", 0, "partition count (0: not partitioned)")
 	maxKB := fs.Int64("max-message-size-kb", 0, "MaxMessageSizeInKilobytes (default 256)")
+	maxMB := fs.Int64("max-size-mb", 0, "MaxSizeInMegabytes: sends fail with quota exceeded beyond it (default 1024)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,6 +64,7 @@ func queueCmd(args []string) error {
 			DeadLetteringOnMessageExpiration: *dlq,
 			PartitionCount:                   uint32(*partitions),
 			MaxMessageSizeInKilobytes:        *maxKB,
+			MaxSizeInMegabytes:               *maxMB,
 		}
 		var e *placementpb.Entity
 		// Right after a cluster starts the meta group may still be
