@@ -189,7 +189,72 @@ func outgoing(m *partitionpb.StoredMessage, locked bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || len(m.ModifiedProperties) > 0 {
+		return appendRewrittenBare(out, m)
+	}
 	return append(out, m.Bare...), nil
+}
+
+// appendRewrittenBare appends the bare message with its
+// application-properties updated by what settlement recorded: the
+// properties a client asked to modify when it abandoned, deferred or
+// dead-lettered the message, and for a dead-lettered message the
+// DeadLetterReason and DeadLetterErrorDescription (always strings: the SDK
+// type-asserts them). Only that section is re-encoded; the others keep the
+// sender's bytes.
+func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, error) {
+	var secs [8]amqp.Section
+	sections, err := amqp.Sections(m.Bare, secs[:0])
+	if err != nil {
+		return nil, err
+	}
+	var props amqp.Map
+	at := -1 // index of the section the new application-properties go before
+	for i, sec := range sections {
+		if sec.Descriptor == secApplicationProperties {
+			var a amqp.Message
+			if err := a.Decode(sec.Raw); err != nil {
+				return nil, err
+			}
+			props, at = a.ApplicationProperties, i
+			break
+		}
+		if sec.Descriptor > secApplicationProperties && at < 0 {
+			at = i
+		}
+	}
+	for _, enc := range m.ModifiedProperties {
+		var mod amqp.Message
+		if err := mod.Decode(enc); err != nil {
+			return nil, err
+		}
+		for _, p := range mod.ApplicationProperties {
+			props.Set(p.Key, p.Value)
+		}
+	}
+	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER {
+		props.Set("DeadLetterReason", m.DeadLetterReason)
+		props.Set("DeadLetterErrorDescription", m.DeadLetterDescription)
+	}
+	if props == nil {
+		props = amqp.Map{}
+	}
+	replaced := at >= 0 && at < len(sections) && sections[at].Descriptor == secApplicationProperties
+	for i, sec := range sections {
+		if i == at {
+			if out, err = (&amqp.Message{ApplicationProperties: props}).Append(out); err != nil {
+				return nil, err
+			}
+			if replaced {
+				continue
+			}
+		}
+		out = append(out, sec.Raw...)
+	}
+	if at < 0 { // no body or footer after it: the section goes last
+		return (&amqp.Message{ApplicationProperties: props}).Append(out)
+	}
+	return out, nil
 }
 
 // lockTokenUUID returns the 16 token bytes as a UUID value (RFC 4122

@@ -296,13 +296,26 @@ func (r *receiver) settleOne(s settleReq) {
 			}
 		}
 	case amqp.Rejected:
+		// The SDKs dead-letter with rejected{error{com.microsoft:dead-letter,
+		// info: {DeadLetterReason, DeadLetterErrorDescription, ...the
+		// properties to modify}}} (shared/sdk-compat.md 5.6).
 		d = partitionpb.Disposition_DISPOSITION_DEAD_LETTER
 		if st.Error != nil {
-			if v, ok := st.Error.Info.Get("DeadLetterReason"); ok {
-				settle.DeadLetterReason, _ = v.(string)
+			var modify amqp.Map
+			for _, p := range st.Error.Info {
+				switch p.Key {
+				case "DeadLetterReason":
+					settle.DeadLetterReason, _ = p.Value.(string)
+				case "DeadLetterErrorDescription":
+					settle.DeadLetterDescription, _ = p.Value.(string)
+				default:
+					modify = append(modify, p)
+				}
 			}
-			if v, ok := st.Error.Info.Get("DeadLetterErrorDescription"); ok {
-				settle.DeadLetterDescription, _ = v.(string)
+			if len(modify) > 0 {
+				if enc, err := (&amqp.Message{ApplicationProperties: modify}).Append(nil); err == nil {
+					settle.PropertiesToModify = enc
+				}
 			}
 		}
 	}

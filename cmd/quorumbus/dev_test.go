@@ -288,3 +288,60 @@ func TestDevSettleThroughManagement(t *testing.T) {
 		t.Fatalf("second complete: %v, want lock lost", err)
 	}
 }
+
+// Abandon with properties to modify, dead-letter with reason and
+// description, and the dead-letter sub-queue: receivable, completable,
+// each message keeping its reason, description and source.
+func TestDevDeadLetterAndModifiedProperties(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "dlq", props: &placementpb.QueueProperties{}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("dlq", nil)
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("poison"), ApplicationProperties: map[string]any{"kept": "yes"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rcv, _ := client.NewReceiverForQueue("dlq", nil)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.AbandonMessage(ctx, msgs[0], &azservicebus.AbandonMessageOptions{PropertiesToModify: map[string]any{"hello": "world"}}); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msgs[0]
+	if m.ApplicationProperties["hello"] != "world" || m.ApplicationProperties["kept"] != "yes" || m.DeliveryCount != 2 {
+		t.Fatalf("after abandon with properties: %v, delivery count %d", m.ApplicationProperties, m.DeliveryCount)
+	}
+	reason, desc := "BadPayload", "could not parse"
+	if err := rcv.DeadLetterMessage(ctx, m, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc}); err != nil {
+		t.Fatal(err)
+	}
+	dlq, err := client.NewReceiverForQueue("dlq", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = dlq.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := msgs[0]
+	if string(d.Body) != "poison" || d.DeadLetterReason == nil || *d.DeadLetterReason != reason ||
+		d.DeadLetterErrorDescription == nil || *d.DeadLetterErrorDescription != desc ||
+		d.DeadLetterSource == nil || *d.DeadLetterSource != "dlq" || d.ApplicationProperties["hello"] != "world" {
+		t.Fatalf("dead-lettered message: body %q reason %v description %v source %v props %v",
+			d.Body, d.DeadLetterReason, d.DeadLetterErrorDescription, d.DeadLetterSource, d.ApplicationProperties)
+	}
+	if err := dlq.CompleteMessage(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if msgs, _ := dlq.ReceiveMessages(short, 1, nil); len(msgs) != 0 {
+		t.Fatal("the dead-letter queue kept a completed message")
+	}
+}
