@@ -32,6 +32,14 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		op = c.renewLock
 	case "com.microsoft:update-disposition":
 		op = c.updateDisposition
+	case "com.microsoft:schedule-message":
+		op = c.scheduleMessages
+	case "com.microsoft:cancel-scheduled-message":
+		op = c.cancelScheduled
+	case "com.microsoft:peek-message":
+		op = c.peekMessages
+	case "com.microsoft:receive-by-sequence-number":
+		op = c.receiveBySequence
 	default:
 		req.fail(failNotImpl, "$management operation "+req.operation)
 		return
@@ -159,4 +167,188 @@ func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q p
 		}
 	}
 	req.respond(200, "OK", nil)
+}
+
+// sequenceNumbers reads a sequence-numbers field: an array of longs.
+func sequenceNumbers(body amqp.Map) ([]int64, bool) {
+	v, _ := body.Get("sequence-numbers")
+	switch ns := v.(type) {
+	case []int64:
+		return ns, len(ns) > 0
+	case int64:
+		return []int64{ns}, true
+	}
+	return nil, false
+}
+
+// byPartition groups sequence numbers by the partition in their top bits.
+func byPartition(seqs []int64) map[uint32][]uint64 {
+	out := map[uint32][]uint64{}
+	for _, n := range seqs {
+		p := uint32(uint64(n) >> 48)
+		out[p] = append(out[p], uint64(n))
+	}
+	return out
+}
+
+// scheduleMessages: messages (a list of maps, each with the encoded
+// message under "message", carrying x-opt-scheduled-enqueue-time) → 200
+// {sequence-numbers: array of longs}, one per message in order.
+func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	v, _ := body.Get("messages")
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		req.fail(failInvalid, "schedule-message needs messages")
+		return
+	}
+	s := &sender{c: c, entity: e}
+	seqs := make([]int64, 0, len(list))
+	for _, item := range list {
+		m, _ := item.(amqp.Map)
+		enc, _ := m.Get("message")
+		payload, ok := enc.([]byte)
+		if !ok {
+			req.fail(failInvalid, "a scheduled message without its encoding")
+			return
+		}
+		nm, err := incoming(payload)
+		if err != nil {
+			req.fail(failBadRequest, err.Error())
+			return
+		}
+		res, err := c.srv.cfg.Backend.Send(ctx, e, s.partitionFor(nm), []*partitionpb.NewMessage{nm})
+		if err != nil {
+			req.fail(errFailure(err), "")
+			return
+		}
+		if f, failed := resultFailure(res.GetCode()); failed {
+			req.fail(f, res.GetDescription())
+			return
+		}
+		for _, n := range res.SequenceNumbers {
+			seqs = append(seqs, int64(n))
+		}
+	}
+	req.respond(200, "OK", amqp.Map{{Key: "sequence-numbers", Value: seqs}})
+}
+
+// cancelScheduled: sequence-numbers → 200. Numbers that name no scheduled
+// message are ignored, as Service Bus does.
+func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	seqs, ok := sequenceNumbers(body)
+	if !ok {
+		req.fail(failInvalid, "cancel-scheduled-message needs sequence-numbers")
+		return
+	}
+	for p, ns := range byPartition(seqs) {
+		res, err := c.srv.cfg.Backend.CancelScheduled(ctx, e, &partitionpb.CancelScheduled{Partition: p, SequenceNumbers: ns})
+		if err != nil {
+			req.fail(errFailure(err), "")
+			return
+		}
+		if f, failed := resultFailure(res.GetCode()); failed {
+			req.fail(f, res.GetDescription())
+			return
+		}
+	}
+	req.respond(200, "OK", nil)
+}
+
+// maxPeek bounds one peek request.
+const maxPeek = 1000
+
+// peekMessages: from-sequence-number, message-count → 200 {messages: list
+// of {message: bin}}, or 204 when there is none. Partitions are read in
+// the order of the partition bits of the sequence numbers, so a client
+// that continues from the last number it saw walks them all.
+func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	fromV, _ := body.Get("from-sequence-number")
+	countV, _ := body.Get("message-count")
+	from, _ := fromV.(int64)
+	count, _ := countV.(int32)
+	if count <= 0 {
+		count = 1
+	}
+	count = min(count, maxPeek)
+	partitions := uint32(max(len(e.PartitionGroups), 1))
+	var found []*partitionpb.StoredMessage
+	for p := uint32(uint64(from) >> 48); p < partitions && len(found) < int(count); p++ {
+		start := uint64(from)
+		if uint64(p)<<48 > start {
+			start = uint64(p) << 48
+		}
+		msgs, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{
+			Partition: p, SubQueue: q, FromSequenceNumber: start, MaxCount: uint32(int(count) - len(found)),
+		})
+		if err != nil {
+			req.fail(errFailure(err), "")
+			return
+		}
+		found = append(found, msgs...)
+	}
+	if len(found) == 0 {
+		// Go does not read the body of a 204; the JavaScript SDK reads
+		// its messages field all the same.
+		req.respond(204, "No Content", amqp.Map{{Key: "messages", Value: []any{}}})
+		return
+	}
+	list := make([]any, 0, len(found))
+	for _, m := range found {
+		payload, err := outgoing(m, false)
+		if err != nil {
+			req.fail(failInternal, err.Error())
+			return
+		}
+		list = append(list, amqp.Map{{Key: "message", Value: payload}})
+	}
+	req.respond(200, "OK", amqp.Map{{Key: "messages", Value: list}})
+}
+
+// receiveBySequence: sequence-numbers, receiver-settle-mode (1 peek-lock,
+// 0 receive-and-delete) → 200 {messages: list of {message: bin,
+// lock-token: uuid}}. The Go SDK reads the lock token from the message's
+// x-opt-lock-token annotation, the others from lock-token: both are there.
+func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	seqs, ok := sequenceNumbers(body)
+	if !ok {
+		req.fail(failInvalid, "receive-by-sequence-number needs sequence-numbers")
+		return
+	}
+	modeV, _ := body.Get("receiver-settle-mode")
+	mode, _ := modeV.(uint32)
+	rad := mode == 0
+	var list []any
+	for p, ns := range byPartition(seqs) {
+		res, err := c.srv.cfg.Backend.ReceiveDeferred(ctx, e, &partitionpb.ReceiveDeferredRequest{
+			Partition: p, SubQueue: q, SequenceNumbers: ns, ReceiveAndDelete: rad,
+		})
+		if err != nil {
+			req.fail(errFailure(err), "")
+			return
+		}
+		if res.GetCode() == partitionpb.ResultCode_RESULT_INVALID {
+			continue // none of this partition's numbers is a deferred message
+		}
+		if f, failed := resultFailure(res.GetCode()); failed {
+			req.fail(f, res.GetDescription())
+			return
+		}
+		for _, m := range res.Messages {
+			payload, err := outgoing(m, !rad)
+			if err != nil {
+				req.fail(failInternal, err.Error())
+				return
+			}
+			item := amqp.Map{{Key: "message", Value: payload}}
+			if !rad {
+				item.Set("lock-token", amqp.UUID(lockTokenUUID(m.LockToken)))
+			}
+			list = append(list, item)
+		}
+	}
+	if len(list) == 0 {
+		req.fail(failNotFound, "no deferred message with those sequence numbers")
+		return
+	}
+	req.respond(200, "OK", amqp.Map{{Key: "messages", Value: list}})
 }

@@ -139,6 +139,18 @@ func (b *memBackend) RenewLocks(context.Context, *placementpb.Entity, *partition
 	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
 }
 
+func (b *memBackend) Peek(context.Context, *placementpb.Entity, *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+	return nil, nil
+}
+
+func (b *memBackend) CancelScheduled(context.Context, *placementpb.Entity, *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
+	return &partitionpb.Result{}, nil
+}
+
+func (b *memBackend) ReceiveDeferred(context.Context, *placementpb.Entity, *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
+	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
+}
+
 func (b *memBackend) left(queue string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -29,6 +29,9 @@ type StateMachine interface {
 	Restore(r io.Reader) error
 	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
 	NextLockExpiry() (ms int64, ok bool)
+	NextScheduledDue() (ms int64, ok bool)
+	NextMessageExpiry() (ms int64, ok bool)
+	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
 	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
 	Changed() <-chan struct{}
 	HasEntity(entityID uint64, partition uint32) bool
@@ -47,8 +50,8 @@ const (
 	// replicates them without reading its log back.
 	logCacheEntries = 256
 	retainSnapshots = 2
-	// maxExpiryPoll bounds how long the lock-expiry loop sleeps without
-	// looking at the machine's next expiry again.
+	// maxExpiryPoll bounds how long the leader's clock loop sleeps without
+	// looking at the machine's next due times again.
 	maxExpiryPoll = time.Second
 )
 
@@ -67,7 +70,7 @@ type group struct {
 	prop    *proposer
 
 	notifyCh chan bool     // raft.Config.NotifyCh
-	locksCh  chan struct{} // a batch granted or renewed locks: look at the next expiry again
+	locksCh  chan struct{} // a batch was applied: look at the next due times again
 
 	ctx    context.Context // cancelled when the group closes
 	cancel context.CancelFunc
@@ -339,58 +342,94 @@ func (g *group) lead(ctx context.Context) {
 	}
 	g.setLeading(ctx)
 	g.log.Debug("leading", "applied", g.machine.AppliedIndex())
-	g.expireLocks(ctx)
+	g.runClock(ctx)
 }
 
-// expireLocks proposes ExpireLocks whenever the leader's clock passes the
-// earliest lock expiry of the group (DESIGN.md rule 2).
-func (g *group) expireLocks(ctx context.Context) {
+// timedCommand is a leader-clock command (DESIGN.md rule 2): the leader
+// proposes it once its clock passes the machine's next due time for it.
+type timedCommand struct {
+	name string
+	next func() (ms int64, ok bool)
+	cmd  *partitionpb.Command
+
+	lastDue int64 // the due time the last proposal was for
+	stuck   int   // proposals in a row that left the due time where it was
+}
+
+// runClock proposes ExpireLocks, ActivateScheduled and ExpireMessages
+// whenever the leader's clock passes the earliest lock expiry, scheduled
+// time or message expiry of the group. The due ones go out together in one
+// request.
+func (g *group) runClock(ctx context.Context) {
+	cmds := []*timedCommand{
+		{name: "ExpireLocks", next: g.machine.NextLockExpiry,
+			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: &partitionpb.ExpireLocks{}}}},
+		{name: "ActivateScheduled", next: g.machine.NextScheduledDue,
+			cmd: &partitionpb.Command{Op: &partitionpb.Command_ActivateScheduled{ActivateScheduled: &partitionpb.ActivateScheduled{}}}},
+		{name: "ExpireMessages", next: g.machine.NextMessageExpiry,
+			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireMessages{ExpireMessages: &partitionpb.ExpireMessages{}}}},
+	}
 	timer := time.NewTimer(maxExpiryPoll)
 	defer timer.Stop()
-	// Each ExpireLocks ends a bounded number of locks, so the loop proposes
-	// again while the earliest expiry is due. If that expiry stays the
-	// same over several proposals, nothing moves it: wait for the next
-	// poll instead of spinning.
-	var lastDue int64
-	stuck := 0
 	for {
-		now := time.Now().UnixMilli()
-		wait := maxExpiryPoll
-		if due, ok := g.machine.NextLockExpiry(); ok {
-			if due == lastDue {
-				stuck++
-			} else {
-				stuck = 0
+		wait, due := g.dueCommands(cmds, time.Now().UnixMilli())
+		if len(due) > 0 {
+			_, err := g.propose(ctx, due...)
+			if err == nil {
+				continue
 			}
-			switch {
-			case due > now:
-				wait = min(wait, time.Duration(due-now)*time.Millisecond)
-			case stuck < 3:
-				lastDue = due
-				cmd := &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: &partitionpb.ExpireLocks{}}}
-				_, err := g.propose(ctx, cmd)
-				if err == nil {
-					continue
-				}
-				if ctx.Err() != nil {
-					return
-				}
-				g.log.Warn("proposing ExpireLocks", "err", err)
-				wait = 100 * time.Millisecond
-			default:
-				g.log.Warn("lock expiry does not move after ExpireLocks", "due_ms", due)
+			if ctx.Err() != nil {
+				return
 			}
+			g.log.Warn("proposing leader-clock commands", "err", err)
+			wait = 100 * time.Millisecond
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-			lastDue, stuck = 0, 0
+			for _, c := range cmds {
+				c.lastDue, c.stuck = 0, 0
+			}
 		case <-g.locksCh:
 			// Since Go 1.23 Reset needs no draining of the channel.
 		}
 	}
+}
+
+// dueCommands returns the commands due at now and how long to sleep
+// otherwise. Each command does a bounded amount of work, so a command is
+// proposed again while its due time stays due; if that time stays the same
+// over several proposals nothing moves it, and the command waits for the
+// next poll instead of spinning.
+func (g *group) dueCommands(cmds []*timedCommand, now int64) (time.Duration, []*partitionpb.Command) {
+	wait := maxExpiryPoll
+	var due []*partitionpb.Command
+	for _, c := range cmds {
+		at, ok := c.next()
+		if !ok {
+			continue
+		}
+		if at > now {
+			wait = min(wait, time.Duration(at-now)*time.Millisecond)
+			continue
+		}
+		if at == c.lastDue {
+			c.stuck++
+		} else {
+			c.stuck = 0
+		}
+		if c.stuck >= 3 {
+			if c.stuck == 3 {
+				g.log.Warn("due time does not move after proposals", "command", c.name, "due_ms", at)
+			}
+			continue
+		}
+		c.lastDue = at
+		due = append(due, c.cmd)
+	}
+	return wait, due
 }
 
 // hint returns the group's leader as this replica knows it.

@@ -197,13 +197,16 @@ func (p *proposer) apply(batch []*proposal) {
 		n += len(pr.cmds)
 	}
 	b := &partitionpb.Batch{NowMs: time.Now().UnixMilli(), Commands: make([]*partitionpb.Command, 0, n)}
-	locks := false
+	// Commands that may move a due time of the leader's clock loop (a
+	// lock, a scheduled message, a message with a time to live).
+	timed := false
 	for _, pr := range batch {
 		b.Commands = append(b.Commands, pr.cmds...)
 		for _, c := range pr.cmds {
 			switch c.Op.(type) {
-			case *partitionpb.Command_Lock, *partitionpb.Command_RenewLocks, *partitionpb.Command_UpsertEntity:
-				locks = true
+			case *partitionpb.Command_Lock, *partitionpb.Command_RenewLocks, *partitionpb.Command_UpsertEntity,
+				*partitionpb.Command_Enqueue, *partitionpb.Command_Settle, *partitionpb.Command_LockBySequence:
+				timed = true
 			}
 		}
 	}
@@ -211,7 +214,7 @@ func (p *proposer) apply(batch []*proposal) {
 	if err == nil && len(results) != n {
 		err = fmt.Errorf("node: group %d: %d results for %d commands", g.id, len(results), n)
 	}
-	if locks && err == nil {
+	if timed && err == nil {
 		select {
 		case g.locksCh <- struct{}{}:
 		default:

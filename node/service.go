@@ -193,3 +193,49 @@ func (s *service) Stats(ctx context.Context, req *partitionpb.StatsRequest) (*pa
 	}
 	return st, nil
 }
+
+// Peek reads the leader's own state machine, like Stats, and locks
+// nothing. Expiry is judged by the leader's clock.
+func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*partitionpb.PeekResponse, error) {
+	g, err := s.leader(req.GroupId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	msgs, err := g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.PeekResponse{Messages: msgs}, nil
+}
+
+func (s *service) CancelScheduled(ctx context.Context, req *partitionpb.CancelScheduledRequest) (*partitionpb.CancelScheduledResponse, error) {
+	if req.Cancel == nil {
+		return nil, toStatus(fmt.Errorf("%w: CancelScheduled without cancel", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_CancelScheduled{CancelScheduled: req.Cancel}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.CancelScheduledResponse{Result: res}, nil
+}
+
+// ReceiveDeferred locks (or takes) deferred messages by sequence number. It
+// does not wait: a deferred message is there or not.
+func (s *service) ReceiveDeferred(ctx context.Context, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.ReceiveDeferredResponse, error) {
+	l := &partitionpb.LockBySequence{
+		EntityId:         req.EntityId,
+		Partition:        req.Partition,
+		SubQueue:         req.SubQueue,
+		SequenceNumbers:  req.SequenceNumbers,
+		ReceiveAndDelete: req.ReceiveAndDelete,
+	}
+	if !req.ReceiveAndDelete {
+		l.TokenSeed = make([]byte, 8)
+		rand.Read(l.TokenSeed) // never fails (crypto/rand)
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_LockBySequence{LockBySequence: l}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.ReceiveDeferredResponse{Result: res}, nil
+}

@@ -19,6 +19,13 @@ const (
 	// MaxLockBytes bounds what one Lock takes: it stops once the messages
 	// it took reach this size (see messageSize), but takes at least one.
 	MaxLockBytes = 8 << 20
+	// MaxSequenceNumbers caps the sequence numbers of one CancelScheduled
+	// or LockBySequence.
+	MaxSequenceNumbers = 5000
+	// MaxMessageIDBytes caps a message id on an entity with duplicate
+	// detection (Service Bus allows 128 characters), so that dedup keys
+	// stay small.
+	MaxMessageIDBytes = 512
 )
 
 // The bounds the code uses: the ones above, and more. Only tests change
@@ -33,6 +40,16 @@ var (
 	// maxExpiredLocks bounds the locks one ExpireLocks ends; the leader
 	// proposes another while NextLockExpiry is still due.
 	maxExpiredLocks = 10_000
+	// maxActivated and activateBytes bound the scheduled messages one
+	// ActivateScheduled activates (by count, and by size but at least
+	// one); the leader proposes another while NextScheduledDue is due.
+	maxActivated  = 10_000
+	activateBytes = int64(MaxLockBytes)
+	// maxExpiredMessages bounds the messages one ExpireMessages ends.
+	maxExpiredMessages = 10_000
+	// dedupPrune is the number of stale dedup entries one Enqueue prunes
+	// at least (plus one per message it carries).
+	dedupPrune = 64
 )
 
 // Dead-letter reasons the broker sets (the Service Bus names).
@@ -49,6 +66,8 @@ type applier struct {
 	now      int64
 	dirty    map[ekey]bool // entity records to write (or delete)
 	locks    map[ekey]bool // entities whose locks changed
+	scheds   map[ekey]bool // entities whose scheduled index changed
+	exps     map[ekey]bool // entities whose expiry index changed
 	notify   bool          // a message became available, or an entity went
 }
 
@@ -92,6 +111,14 @@ func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
 		return a.renewLocks(op.RenewLocks)
 	case *partitionpb.Command_ExpireLocks:
 		return a.expireLocks()
+	case *partitionpb.Command_ActivateScheduled:
+		return a.activateScheduled()
+	case *partitionpb.Command_CancelScheduled:
+		return a.cancelScheduled(op.CancelScheduled)
+	case *partitionpb.Command_LockBySequence:
+		return a.lockBySequence(op.LockBySequence)
+	case *partitionpb.Command_ExpireMessages:
+		return a.expireMessages()
 	default:
 		// A newer leader's command: applying nothing would diverge from the
 		// replicas that know it, so the group stops.
@@ -205,6 +232,17 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 	}
 	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
+		a.scheds[e.key] = true
+		if set {
+			e.sched.lower(keys[len(keys)-1])
+		}
+	}
+	if s.expiring() {
+		keys = append(keys, expiryKey(e.key, s.exp, s.seq))
+		a.exps[e.key] = true
+		if set {
+			e.exp.lower(keys[len(keys)-1])
+		}
 	}
 	for _, k := range keys {
 		var err error
@@ -289,18 +327,42 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 	if err := e.checkSend(); err != nil {
 		return nil, err
 	}
+	dedup := e.cfg.RequiresDuplicateDetection
 	var size int64
 	for i, nm := range c.Messages {
 		if nm.TtlMs < 0 {
 			return nil, fmt.Errorf("%w: message %d: ttl %d ms", ErrInvalid, i, nm.TtlMs)
+		}
+		if dedup && len(nm.MessageId) > MaxMessageIDBytes {
+			return nil, fmt.Errorf("%w: message %d: message id of %d bytes, at most %d", ErrInvalid, i, len(nm.MessageId), MaxMessageIDBytes)
 		}
 		size += newMessageSize(nm)
 	}
 	if max := e.cfg.MaxSizeBytes; max > 0 && e.n.size+size > max {
 		return nil, fmt.Errorf("%w: %s holds %d bytes, %d more exceed its %d", ErrQuotaExceeded, e.cfg.Name, e.n.size, size, max)
 	}
+	if err := a.pruneDedup(e, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
 	for _, nm := range c.Messages {
+		var seen *dedupEntry
+		if dedup && nm.MessageId != "" {
+			d, err := a.dedupEntry(e, nm.MessageId)
+			if err != nil {
+				return nil, err
+			}
+			if d != nil && a.now-d.at < e.cfg.DuplicateDetectionWindowMs {
+				// A duplicate: acknowledged, dropped, answered with the
+				// number of the message it duplicates.
+				r.SequenceNumbers = append(r.SequenceNumbers, d.seq)
+				continue
+			}
+			seen = &dedupEntry{}
+			if d != nil {
+				seen = d
+			}
+		}
 		m := &partitionpb.StoredMessage{
 			SequenceNumber:         e.nextSequence(),
 			EnqueuedTimeMs:         a.now,
@@ -329,6 +391,11 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		}
 		if err := a.put(e, m); err != nil {
 			return nil, err
+		}
+		if seen != nil {
+			if err := a.recordDedup(e, nm.MessageId, m.SequenceNumber, seen); err != nil {
+				return nil, err
+			}
 		}
 		r.SequenceNumbers = append(r.SequenceNumbers, m.SequenceNumber)
 	}

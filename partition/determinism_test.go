@@ -20,7 +20,8 @@ var workloadEntities = []struct {
 }{
 	{1, 0, &partitionpb.EntityConfig{EntityId: 1, Partition: 0, Name: "q1", LockDurationMs: 10_000, MaxDeliveryCount: 3}},
 	{1, 1, &partitionpb.EntityConfig{EntityId: 1, Partition: 1, Name: "q1", LockDurationMs: 10_000, MaxDeliveryCount: 3, DefaultTtlMs: 30_000, DeadLetteringOnExpiration: true}},
-	{2, 0, &partitionpb.EntityConfig{EntityId: 2, Partition: 0, Name: "q2", LockDurationMs: 5_000, MaxDeliveryCount: 2, MaxSizeBytes: 4000}},
+	{2, 0, &partitionpb.EntityConfig{EntityId: 2, Partition: 0, Name: "q2", LockDurationMs: 5_000, MaxDeliveryCount: 2, MaxSizeBytes: 4000,
+		RequiresDuplicateDetection: true, DuplicateDetectionWindowMs: 20_000}},
 }
 
 // randomLog drives a machine with a random mix of every command and returns
@@ -57,7 +58,8 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 					for i := range body {
 						body[i] = byte(rng.Uint32())
 					}
-					m := &partitionpb.NewMessage{MessageId: fmt.Sprint(rng.Uint64()), Bare: body}
+					// Ids from a small set, so that duplicates happen.
+					m := &partitionpb.NewMessage{MessageId: fmt.Sprint(rng.IntN(40)), Bare: body}
 					switch rng.IntN(6) {
 					case 0:
 						m.TtlMs = 1 + rng.Int64N(20_000)
@@ -97,7 +99,25 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 					cmds = append(cmds, pt.Renew(e.id, e.part, sub, toks...))
 				}
 			case k < 97:
-				cmds = append(cmds, pt.ExpireLocks())
+				// A sequence number that often names a message.
+				seq := func() uint64 { return uint64(e.part)<<48 | (1 + rng.Uint64N(150)) }
+				switch rng.IntN(5) {
+				case 0:
+					cmds = append(cmds, pt.ExpireLocks())
+				case 1:
+					cmds = append(cmds, pt.ActivateScheduled())
+				case 2:
+					cmds = append(cmds, pt.ExpireMessages())
+				case 3:
+					cmds = append(cmds, pt.CancelScheduled(e.id, e.part, seq(), seq(), seq()))
+				default:
+					l := &partitionpb.LockBySequence{EntityId: e.id, Partition: e.part, SubQueue: sub,
+						SequenceNumbers: []uint64{seq(), seq(), seq(), seq()}, TokenSeed: pt.Seed(rng.Uint64())}
+					if rng.IntN(4) == 0 {
+						l.ReceiveAndDelete, l.TokenSeed = true, nil
+					}
+					cmds = append(cmds, pt.LockBySequence(l))
+				}
 			case k < 98:
 				if rng.IntN(4) == 0 {
 					cmds = append(cmds, pt.Delete(e.id, e.part))
@@ -109,17 +129,23 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 		res := d.Apply(cmds...)
 		results = append(results, res)
 		for i, c := range cmds {
-			l := c.GetLock()
-			if l == nil {
+			var id uint64
+			var part uint32
+			var lsub partitionpb.SubQueue
+			if l := c.GetLock(); l != nil {
+				id, part, lsub = l.EntityId, l.Partition, l.SubQueue
+			} else if l := c.GetLockBySequence(); l != nil {
+				id, part, lsub = l.EntityId, l.Partition, l.SubQueue
+			} else {
 				continue
 			}
-			ei := entityIndex(l.EntityId, l.Partition)
+			ei := entityIndex(id, part)
 			for _, m := range res[i].Messages {
 				if len(m.LockToken) > 0 {
 					tokens[ei] = append(tokens[ei], struct {
 						tok []byte
 						sub partitionpb.SubQueue
-					}{m.LockToken, l.SubQueue})
+					}{m.LockToken, lsub})
 				}
 			}
 		}
@@ -230,6 +256,9 @@ func checkCounters(t *testing.T, m *partition.Machine) {
 		}
 		if !proto.Equal(s, &want) {
 			t.Errorf("%d/%d: stats %v, recounted %v", e.id, e.part, s, &want)
+		}
+		if err := partition.CheckIndexes(m, e.id, e.part); err != nil {
+			t.Error(err)
 		}
 		if want.ActiveMessages+want.DeadLetterMessages == 0 {
 			t.Logf("%d/%d is empty", e.id, e.part)

@@ -42,8 +42,9 @@
 //
 // Only entity configs and counters live in memory; messages and their
 // indexes are on disk, read through a block cache of Options.CacheBytes.
-// Every command does bounded work (MaxLockCount, MaxLockBytes, and bounds
-// on the expired messages and locks one command handles), so a store batch
+// Every command does bounded work (MaxLockCount, MaxLockBytes,
+// MaxSequenceNumbers, and bounds on the messages and locks one time-driven
+// command handles), so a store batch
 // stays small whatever the backlog.
 //
 // # What Stats counts
@@ -53,10 +54,26 @@
 // scheduled_messages: scheduled ones; locked_messages: locks in either
 // sub-queue; size_bytes: header, annotations and bare message of all.
 //
+// # Time-driven commands
+//
+// Three leader commands carry the leader's clock into the state: ExpireLocks
+// (locks that ran out), ActivateScheduled (scheduled messages that are due:
+// each is re-keyed under a new sequence number, enqueued at activation, its
+// time to live counting from then) and ExpireMessages (unlocked main-queue
+// messages past expires_at_ms, active or deferred: removed, or
+// dead-lettered with TTLExpiredException). Each has an index by time on
+// disk and a NextXxx method the leader polls; each does bounded work.
+//
+// # Duplicate detection
+//
+// With requires_duplicate_detection, Enqueue keeps, per message id, when it
+// was first accepted and its sequence number; a message with the same id
+// within duplicate_detection_window_ms (also within the same Enqueue) is
+// acknowledged with that number and dropped. Stale entries are pruned a
+// few at a time by later Enqueues, by the batch's now_ms. The index lives
+// in the store, so it survives restarts, snapshots and failovers.
+//
 // # Not yet here
 //
-// Activation of scheduled messages, a TTL sweep of messages Lock does not
-// meet (deferred, or far behind the head), duplicate detection, sessions,
-// receive-deferred and peek. Scheduled messages are stored and indexed by
-// their due time already.
+// Sessions.
 package partition

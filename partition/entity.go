@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -18,6 +19,12 @@ const (
 	MaxLockDurationMs       = 300_000
 	DefaultMaxDeliveryCount = 10
 	MaxPartition            = 1<<16 - 1 // the top 16 bits of a sequence number
+
+	// Duplicate detection history: ten minutes by default, from 20
+	// seconds to 7 days.
+	DefaultDuplicateDetectionWindowMs = 10 * 60_000
+	MinDuplicateDetectionWindowMs     = 20_000
+	MaxDuplicateDetectionWindowMs     = 7 * 24 * 3600_000
 )
 
 // Sequence numbers: the partition index in the top 16 bits, a 48-bit
@@ -48,10 +55,80 @@ type entity struct {
 	// they change no result. Every write below a bound lowers it.
 	availHead [2]uint64 // per sub-queue: no available entry below this sequence number
 	lockFloor []byte    // no lock entry below this key
+
+	// The scheduled and expiry indexes: their earliest time in the
+	// committed store, and where their scans start.
+	sched, exp timeIndex
+	// dedupFloor: no dedup time entry is earlier than this.
+	dedupFloor int64
 }
 
 func newEntity(k ekey) *entity {
-	return &entity{key: k, next: 1, lockFloor: kindPrefix(k, kindLock)}
+	return &entity{
+		key: k, next: 1, lockFloor: kindPrefix(k, kindLock),
+		sched:      newTimeIndex(k, kindScheduled),
+		exp:        newTimeIndex(k, kindExpiry),
+		dedupFloor: math.MinInt64,
+	}
+}
+
+// timeIndex follows an index whose keys start with a time (kindPrefix,
+// then at(8)): min is its earliest time in the committed store (has is
+// false when it is empty), and floor a key below which it has no entry.
+type timeIndex struct {
+	prefix []byte
+	floor  []byte
+	min    int64
+	has    bool
+}
+
+func newTimeIndex(k ekey, kind byte) timeIndex {
+	p := kindPrefix(k, kind)
+	return timeIndex{prefix: p, floor: p}
+}
+
+// lower notes an entry written at key.
+func (x *timeIndex) lower(key []byte) {
+	if bytes.Compare(key, x.floor) < 0 {
+		x.floor = key
+	}
+}
+
+// end is the upper bound of the index's keys.
+func (x *timeIndex) end() []byte { return prefixEnd(x.prefix) }
+
+// floorTime is the earliest time an entry may have.
+func (x *timeIndex) floorTime() int64 {
+	if len(x.floor) >= kindPrefixLen+8 {
+		return timeFromBits(binary.BigEndian.Uint64(x.floor[kindPrefixLen:]))
+	}
+	if bytes.Compare(x.floor, x.prefix) <= 0 {
+		return math.MinInt64
+	}
+	return math.MaxInt64 // past the end: empty
+}
+
+// load reads the earliest entry from r, scanning from floor, and raises
+// floor to it.
+func (x *timeIndex) load(r pebble.Reader) error {
+	end := x.end()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: end})
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	x.has = false
+	x.floor = end
+	if it.First() {
+		if _, err := iterValue(it); err != nil {
+			return closeIter(it, err)
+		}
+		if len(it.Key()) < kindPrefixLen+8 {
+			return closeIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
+		}
+		x.min, x.has = timeFromBits(binary.BigEndian.Uint64(it.Key()[kindPrefixLen:])), true
+		x.floor = append([]byte(nil), it.Key()...)
+	}
+	return closeIter(it, it.Error())
 }
 
 // lowerLockFloor notes a lock entry written at key.
@@ -96,6 +173,7 @@ type slot struct {
 	locked bool
 	until  int64
 	at     int64 // scheduled enqueue time
+	exp    int64 // expires at, 0: never
 	size   int64
 }
 
@@ -107,6 +185,7 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		locked: len(m.LockToken) > 0,
 		until:  m.LockedUntilMs,
 		at:     m.ScheduledEnqueueTimeMs,
+		exp:    m.ExpiresAtMs,
 		size:   messageSize(m),
 	}
 }
@@ -115,6 +194,14 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 // aside).
 func (s slot) available() bool {
 	return s.state == partitionpb.MessageState_MESSAGE_STATE_ACTIVE && !s.locked
+}
+
+// expiring reports whether a message in this slot is in the expiry index:
+// ExpireMessages may end it. Dead-lettered messages do not expire;
+// scheduled ones only once active; locked ones once their lock ends.
+func (s slot) expiring() bool {
+	return s.sub == partitionpb.SubQueue_SUB_QUEUE_MAIN && s.exp != 0 && !s.locked &&
+		s.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED
 }
 
 // messageSize is what a message counts against max_size_bytes: the
@@ -167,8 +254,10 @@ func normalizeConfig(c *partitionpb.EntityConfig) (*partitionpb.EntityConfig, er
 		return nil, fmt.Errorf("%w: default ttl %d ms", ErrInvalid, c.DefaultTtlMs)
 	case c.MaxSizeBytes < 0:
 		return nil, fmt.Errorf("%w: max size %d bytes", ErrInvalid, c.MaxSizeBytes)
-	case c.DuplicateDetectionWindowMs < 0:
-		return nil, fmt.Errorf("%w: duplicate detection window %d ms", ErrInvalid, c.DuplicateDetectionWindowMs)
+	case c.DuplicateDetectionWindowMs != 0 &&
+		(c.DuplicateDetectionWindowMs < MinDuplicateDetectionWindowMs || c.DuplicateDetectionWindowMs > MaxDuplicateDetectionWindowMs):
+		return nil, fmt.Errorf("%w: duplicate detection window %d ms not in [%d, %d]", ErrInvalid,
+			c.DuplicateDetectionWindowMs, MinDuplicateDetectionWindowMs, MaxDuplicateDetectionWindowMs)
 	case c.Status > uint32(partitionpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED):
 		return nil, fmt.Errorf("%w: status %d", ErrInvalid, c.Status)
 	}
@@ -177,6 +266,9 @@ func normalizeConfig(c *partitionpb.EntityConfig) (*partitionpb.EntityConfig, er
 	}
 	if c.MaxDeliveryCount == 0 {
 		c.MaxDeliveryCount = DefaultMaxDeliveryCount
+	}
+	if c.DuplicateDetectionWindowMs == 0 {
+		c.DuplicateDetectionWindowMs = DefaultDuplicateDetectionWindowMs
 	}
 	return c, nil
 }

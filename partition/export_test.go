@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -57,18 +58,31 @@ func SetNextSequence(m *Machine, id uint64, part uint32, next uint64) {
 	m.entities[ekey{id, part}].next = next
 }
 
-// Bounds are the per-command bounds.
+// Bounds are the per-command bounds. Zero fields of the time-driven
+// commands keep their value.
 type Bounds struct {
 	LockCount, ExpiredPerLock, ExpiredLocks int
 	LockBytes                               int64
+	Activated, ExpiredMessages              int
+	ActivateBytes                           int64
 }
 
 // LowerBounds sets the per-command bounds for the test, so that tests reach
 // them with few messages.
 func LowerBounds(t testing.TB, b Bounds) {
-	old := Bounds{lockCount, maxExpiredPerLock, maxExpiredLocks, lockBytes}
+	old := Bounds{lockCount, maxExpiredPerLock, maxExpiredLocks, lockBytes, maxActivated, maxExpiredMessages, activateBytes}
+	if b.Activated == 0 {
+		b.Activated = maxActivated
+	}
+	if b.ExpiredMessages == 0 {
+		b.ExpiredMessages = maxExpiredMessages
+	}
+	if b.ActivateBytes == 0 {
+		b.ActivateBytes = activateBytes
+	}
 	set := func(b Bounds) {
 		lockCount, maxExpiredPerLock, maxExpiredLocks, lockBytes = b.LockCount, b.ExpiredPerLock, b.ExpiredLocks, b.LockBytes
+		maxActivated, maxExpiredMessages, activateBytes = b.Activated, b.ExpiredMessages, b.ActivateBytes
 	}
 	set(b)
 	t.Cleanup(func() { set(old) })
@@ -91,4 +105,54 @@ func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
 		}
 		records++
 	}
+}
+
+// CheckIndexes checks that the scheduled and expiry indexes of an entity
+// partition hold exactly the entries its messages call for.
+func CheckIndexes(m *Machine, id uint64, part uint32) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	k := ekey{id, part}
+	want := map[string]bool{}
+	for _, sub := range []partitionpb.SubQueue{partitionpb.SubQueue_SUB_QUEUE_MAIN, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER} {
+		it, err := prefixIter(m.db, subPrefix(k, kindMessage, sub))
+		if err != nil {
+			return err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			msg, err := getMessage(m.db, append([]byte(nil), it.Key()...))
+			if err != nil {
+				return closeIter(it, err)
+			}
+			s := slotOf(msg)
+			if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+				want[string(scheduledKey(k, s.at, s.seq))] = true
+			}
+			if s.expiring() {
+				want[string(expiryKey(k, s.exp, s.seq))] = true
+			}
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return err
+		}
+	}
+	for _, kind := range []byte{kindScheduled, kindExpiry} {
+		it, err := prefixIter(m.db, kindPrefix(k, kind))
+		if err != nil {
+			return err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			if !want[string(it.Key())] {
+				return closeIter(it, fmt.Errorf("%s: stray index entry %x", k, it.Key()))
+			}
+			delete(want, string(it.Key()))
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return err
+		}
+	}
+	for key := range want {
+		return fmt.Errorf("%s: missing index entry %x", k, key)
+	}
+	return nil
 }

@@ -17,6 +17,9 @@ import (
 //	0x02 eid(8) part(4) 0x02 sub(1) seq(8)       available: active, unlocked (Lock's order)
 //	0x02 eid(8) part(4) 0x03 until(8) sub(1) seq(8)  lock, by locked_until_ms
 //	0x02 eid(8) part(4) 0x04 at(8) seq(8)        scheduled, by scheduled_enqueue_time_ms
+//	0x02 eid(8) part(4) 0x05 at(8) seq(8)        expiry: unlocked, unscheduled main messages with a TTL, by expires_at_ms
+//	0x02 eid(8) part(4) 0x06 message_id          dedup: first sent at(8), its sequence number(8)
+//	0x02 eid(8) part(4) 0x07 at(8) message_id    dedup by time, for pruning
 //
 // Everything of an entity partition lives under its 0x02 prefix, so
 // DeleteEntity is one range deletion. A lock token carries the sequence
@@ -31,6 +34,9 @@ const (
 	kindAvailable byte = 0x02
 	kindLock      byte = 0x03
 	kindScheduled byte = 0x04
+	kindExpiry    byte = 0x05
+	kindDedup     byte = 0x06
+	kindDedupTime byte = 0x07
 )
 
 var (
@@ -98,6 +104,35 @@ func lockKey(k ekey, until int64, sub partitionpb.SubQueue, seq uint64) []byte {
 func scheduledKey(k ekey, at int64, seq uint64) []byte {
 	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindScheduled), timeBits(at))
 	return binary.BigEndian.AppendUint64(b, seq)
+}
+
+func expiryKey(k ekey, at int64, seq uint64) []byte {
+	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindExpiry), timeBits(at))
+	return binary.BigEndian.AppendUint64(b, seq)
+}
+
+func dedupKey(k ekey, id string) []byte { return append(kindPrefix(k, kindDedup), id...) }
+
+func dedupTimeKey(k ekey, at int64, id string) []byte {
+	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindDedupTime), timeBits(at))
+	return append(b, id...)
+}
+
+// parseTimeSeqKey returns the time and sequence number of a scheduled or
+// expiry key of the given kind.
+func parseTimeSeqKey(b []byte, kind byte) (at int64, seq uint64, ok bool) {
+	if len(b) != kindPrefixLen+8+8 || b[kindPrefixLen-1] != kind {
+		return 0, 0, false
+	}
+	return timeFromBits(binary.BigEndian.Uint64(b[kindPrefixLen:])), binary.BigEndian.Uint64(b[kindPrefixLen+8:]), true
+}
+
+// parseDedupTimeKey returns the time and message id of a dedup time key.
+func parseDedupTimeKey(b []byte) (at int64, id string, ok bool) {
+	if len(b) < kindPrefixLen+8 || b[kindPrefixLen-1] != kindDedupTime {
+		return 0, "", false
+	}
+	return timeFromBits(binary.BigEndian.Uint64(b[kindPrefixLen:])), string(b[kindPrefixLen+8:]), true
 }
 
 // The lengths of the prefixes above: 0x02 eid part kind.

@@ -223,6 +223,12 @@ func (m *Machine) load() error {
 		if err := e.loadMinLock(m.db); err != nil {
 			return err
 		}
+		if err := e.sched.load(m.db); err != nil {
+			return err
+		}
+		if err := e.exp.load(m.db); err != nil {
+			return err
+		}
 	}
 	m.applied, m.entities = applied, entities
 	return nil
@@ -326,6 +332,8 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		b:        m.db.NewIndexedBatch(),
 		dirty:    make(map[ekey]bool),
 		locks:    make(map[ekey]bool),
+		scheds:   make(map[ekey]bool),
+		exps:     make(map[ekey]bool),
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))
@@ -367,6 +375,20 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	for k := range a.locks {
 		if e, ok := m.entities[k]; ok {
 			if err := e.loadMinLock(m.db); err != nil {
+				return nil, m.fail(err)
+			}
+		}
+	}
+	for k := range a.scheds {
+		if e, ok := m.entities[k]; ok {
+			if err := e.sched.load(m.db); err != nil {
+				return nil, m.fail(err)
+			}
+		}
+	}
+	for k := range a.exps {
+		if e, ok := m.entities[k]; ok {
+			if err := e.exp.load(m.db); err != nil {
 				return nil, m.fail(err)
 			}
 		}
@@ -442,6 +464,35 @@ func (m *Machine) NextLockExpiry() (ms int64, ok bool) {
 	return ms, ok
 }
 
+// NextScheduledDue returns the earliest scheduled_enqueue_time_ms of any
+// scheduled message in the group; ok is false when none is scheduled. The
+// leader proposes ActivateScheduled once its clock passes it.
+func (m *Machine) NextScheduledDue() (ms int64, ok bool) {
+	return m.earliest(func(e *entity) *timeIndex { return &e.sched })
+}
+
+// NextMessageExpiry returns the earliest expires_at_ms of any message that
+// ExpireMessages may end (unlocked, not scheduled, in a main sub-queue);
+// ok is false when there is none. The leader proposes ExpireMessages once
+// its clock passes it.
+func (m *Machine) NextMessageExpiry() (ms int64, ok bool) {
+	return m.earliest(func(e *entity) *timeIndex { return &e.exp })
+}
+
+func (m *Machine) earliest(index func(*entity) *timeIndex) (ms int64, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.usable() != nil {
+		return 0, false
+	}
+	for _, e := range m.entities {
+		if x := index(e); x.has && (!ok || x.min < ms) {
+			ms, ok = x.min, true
+		}
+	}
+	return ms, ok
+}
+
 // Available reports whether the sub-queue holds an active, unlocked
 // message (it may have expired: Lock drops those).
 func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool {
@@ -492,3 +543,61 @@ func lockToken(seq uint64, seed []byte) []byte {
 }
 
 func sameToken(a, b []byte) bool { return len(a) == 16 && bytes.Equal(a, b) }
+
+// Bounds of one Peek.
+const (
+	MaxPeekCount = 1000
+	MaxPeekBytes = 8 << 20 // stops once the messages reach this size, but returns at least one
+)
+
+// Peek returns the messages of a sub-queue with sequence number >= from,
+// in order, at most max (capped at MaxPeekCount, and MaxPeekBytes):
+// active (locked or not), deferred and scheduled ones, without their lock
+// tokens. Messages expired by nowMs, the reader's clock, are left out
+// (ExpireMessages will end them). It locks nothing and changes nothing.
+func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	k := ekey{entityID, partition}
+	if _, ok := m.entities[k]; !ok {
+		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
+	}
+	if err := checkSubQueue(q); err != nil {
+		return nil, err
+	}
+	want := int(min(max, MaxPeekCount))
+	if want == 0 {
+		return nil, nil
+	}
+	it, err := m.db.NewIter(&pebble.IterOptions{
+		LowerBound: messageKey(k, q, from),
+		UpperBound: prefixEnd(subPrefix(k, kindMessage, q)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition: iterator: %w", err)
+	}
+	var out []*partitionpb.StoredMessage
+	var size int64
+	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
+		msg, err := getMessage(m.db, append([]byte(nil), it.Key()...))
+		if err != nil {
+			return nil, closeIter(it, err)
+		}
+		if msg == nil {
+			return nil, closeIter(it, fmt.Errorf("%w: message %x vanished", ErrCorrupt, it.Key()))
+		}
+		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
+			continue
+		}
+		unlock(msg)
+		out = append(out, msg)
+		size += messageSize(msg)
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -24,14 +24,17 @@ var update = flag.Bool("update", false, "rewrite the expected output of the tran
 //
 //	@T cmd / +D cmd      set the clock to T, or advance it by D ms, first
 //	a ; b                two commands in one Raft entry
-//	upsert E/P [name=N lock=MS maxdc=N ttl=MS dle max=BYTES status=S]
+//	upsert E/P [name=N lock=MS maxdc=N ttl=MS dle max=BYTES status=S dedup dupwin=MS]
 //	delete E/P
-//	enqueue E/P body[/ttl=MS][/at=T] ...
+//	enqueue E/P body[/ttl=MS][/at=T][/id=ID] ...   (the message id is the body unless id= says)
 //	lock E/P [dlq] [n=N] [seed=S] [rad]
+//	deferred E/P [dlq] SEQ... [seed=S] [rad]      (LockBySequence)
 //	complete|abandon|release|defer|deadletter E/P [dlq] TOK... [reason=R desc=D props=P]
 //	renew E/P [dlq] TOK...
-//	expire
-//	stats E/P | dump E/P [dlq] | available E/P [dlq] | next-lock | restart
+//	cancel E/P SEQ...
+//	expire | activate | expire-msgs
+//	stats E/P | dump E/P [dlq] | available E/P [dlq] | peek E/P [dlq] [from=SEQ] [n=N]
+//	next-lock | next-scheduled | next-expiry | restart
 //
 // TOK is a sequence number (its latest lock token), old:SEQ (the token
 // before that) or bad (a token never issued).
@@ -182,8 +185,13 @@ var statuses = map[string]partitionpb.EntityStatus{
 // command builds the command of a line, or returns nil for a query.
 func (tr *transcript) command(f []string) *partitionpb.Command {
 	name, args := f[0], f[1:]
-	if name == "expire" {
+	switch name {
+	case "expire":
 		return pt.ExpireLocks()
+	case "activate":
+		return pt.ActivateScheduled()
+	case "expire-msgs":
+		return pt.ExpireMessages()
 	}
 	if len(args) == 0 {
 		return nil
@@ -214,6 +222,10 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 				cfg.MaxSizeBytes = tr.num(v)
 			case "status":
 				cfg.Status = uint32(statuses[v])
+			case "dedup":
+				cfg.RequiresDuplicateDetection = true
+			case "dupwin":
+				cfg.DuplicateDetectionWindowMs = tr.num(v)
 			default:
 				tr.t.Fatalf("upsert: unknown option %q", a)
 			}
@@ -233,6 +245,8 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 					m.TtlMs = tr.num(v)
 				case "at":
 					m.ScheduledEnqueueTimeMs = tr.num(v)
+				case "id":
+					m.MessageId = v
 				default:
 					tr.t.Fatalf("enqueue: unknown option %q", o)
 				}
@@ -258,6 +272,26 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 		return &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: l}}
 	case "renew":
 		return pt.Renew(id, part, sub, tr.tokenArgs(args)...)
+	case "cancel":
+		var seqs []uint64
+		for _, a := range args {
+			seqs = append(seqs, tr.seq(a))
+		}
+		return pt.CancelScheduled(id, part, seqs...)
+	case "deferred":
+		l := &partitionpb.LockBySequence{EntityId: id, Partition: part, SubQueue: sub, TokenSeed: pt.Seed(1)}
+		for _, a := range args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "seed":
+				l.TokenSeed = pt.Seed(uint64(tr.num(v)))
+			case "rad":
+				l.ReceiveAndDelete, l.TokenSeed = true, nil
+			default:
+				l.SequenceNumbers = append(l.SequenceNumbers, tr.seq(a))
+			}
+		}
+		return pt.LockBySequence(l)
 	}
 	if d, ok := dispositions[name]; ok {
 		s := &partitionpb.Settle{EntityId: id, Partition: part, SubQueue: sub, Disposition: d}
@@ -308,8 +342,11 @@ func (tr *transcript) tokenArgs(args []string) [][]byte {
 func (tr *transcript) query(f []string) []string {
 	m := tr.d.M
 	switch f[0] {
-	case "next-lock":
-		if ms, ok := m.NextLockExpiry(); ok {
+	case "next-lock", "next-scheduled", "next-expiry":
+		next := map[string]func() (int64, bool){
+			"next-lock": m.NextLockExpiry, "next-scheduled": m.NextScheduledDue, "next-expiry": m.NextMessageExpiry,
+		}[f[0]]
+		if ms, ok := next(); ok {
 			return []string{strconv.FormatInt(ms, 10)}
 		}
 		return []string{"none"}
@@ -338,6 +375,32 @@ func (tr *transcript) query(f []string) []string {
 			s.ActiveMessages, s.DeadLetterMessages, s.ScheduledMessages, s.LockedMessages, s.SizeBytes)}
 	case "available":
 		return []string{strconv.FormatBool(m.Available(id, part, sub))}
+	case "peek":
+		from, n := uint64(0), uint32(100)
+		for _, a := range f[2:] {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "from":
+				from = tr.seq(v)
+			case "n":
+				n = uint32(tr.num(v))
+			case "dlq":
+			default:
+				tr.t.Fatalf("peek: unknown option %q", a)
+			}
+		}
+		msgs, err := m.Peek(id, part, sub, from, n, tr.d.Now)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		if len(msgs) == 0 {
+			return []string{"(empty)"}
+		}
+		var out []string
+		for _, msg := range msgs {
+			out = append(out, renderMessage(msg))
+		}
+		return out
 	case "dump":
 		msgs, err := partition.Messages(m, id, part, sub)
 		if err != nil {
@@ -396,6 +459,9 @@ func renderResult(name string, r *partitionpb.Result) string {
 	}
 	if name == "lock" && r.Code == partitionpb.ResultCode_RESULT_OK && len(r.Messages) == 0 {
 		s += " (none)"
+	}
+	if name == "deferred" && r.Code != partitionpb.ResultCode_RESULT_OK {
+		s += " " + r.Description
 	}
 	return s
 }

@@ -345,3 +345,66 @@ func TestDevDeadLetterAndModifiedProperties(t *testing.T) {
 		t.Fatal("the dead-letter queue kept a completed message")
 	}
 }
+
+// Scheduled messages (by ScheduledEnqueueTime and by ScheduleMessages),
+// cancel, peek from a sequence number with their state, activation, and
+// defer with receive-deferred by sequence number.
+func TestDevScheduleDeferPeek(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "sched", props: &placementpb.QueueProperties{}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("sched", nil)
+	soon := time.Now().Add(3 * time.Second)
+	later := time.Now().Add(time.Hour)
+	seqs, err := snd.ScheduleMessages(ctx, []*azservicebus.Message{{Body: []byte("cancel me")}, {Body: []byte("keep me")}}, later, nil)
+	if err != nil {
+		t.Fatalf("schedule: %v", err)
+	}
+	if len(seqs) != 2 {
+		t.Fatalf("schedule returned %v", seqs)
+	}
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("soon"), ScheduledEnqueueTime: &soon}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.CancelScheduledMessages(ctx, seqs[:1], nil); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	rcv, _ := client.NewReceiverForQueue("sched", nil)
+	peeked, err := rcv.PeekMessages(ctx, 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &seqs[0]})
+	if err != nil {
+		t.Fatalf("peek: %v", err)
+	}
+	var bodies []string
+	for _, m := range peeked {
+		if m.State != azservicebus.MessageStateScheduled {
+			t.Fatalf("peeked %q in state %v, want scheduled", m.Body, m.State)
+		}
+		bodies = append(bodies, string(m.Body))
+	}
+	if len(bodies) != 2 || bodies[0] != "keep me" || bodies[1] != "soon" {
+		t.Fatalf("peek after cancel: %q", bodies)
+	}
+	// "soon" activates with a new sequence number and is received.
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msgs[0].Body) != "soon" || *msgs[0].SequenceNumber <= *peeked[1].SequenceNumber {
+		t.Fatalf("received %q with sequence number %d; scheduled one had %d", msgs[0].Body, *msgs[0].SequenceNumber, *peeked[1].SequenceNumber)
+	}
+	// Defer it, then fetch it back by its sequence number.
+	if err := rcv.DeferMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	deferred, err := rcv.ReceiveDeferredMessages(ctx, []int64{*msgs[0].SequenceNumber}, nil)
+	if err != nil {
+		t.Fatalf("receive deferred: %v", err)
+	}
+	if len(deferred) != 1 || string(deferred[0].Body) != "soon" || deferred[0].State != azservicebus.MessageStateDeferred {
+		t.Fatalf("receive deferred: %v", deferred)
+	}
+	if err := rcv.CompleteMessage(ctx, deferred[0], nil); err != nil {
+		t.Fatalf("complete a deferred message: %v", err)
+	}
+}

@@ -258,7 +258,11 @@ func (h *Header) append(b []byte) []byte {
 	f.field(b, h.Priority == 4)
 	b = appendOptUint(b, f, uint32(h.TTL/time.Millisecond))
 	b = appendOptBool(b, f, h.FirstAcquirer)
-	b = appendOptUint(b, f, h.DeliveryCount)
+	// delivery-count is written even at its default 0: some clients (rhea,
+	// under the JavaScript SDK) report an absent count as undefined rather
+	// than 0.
+	b = appendUint(b, h.DeliveryCount)
+	f.field(b, false)
 	return f.end(b)
 }
 

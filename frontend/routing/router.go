@@ -260,6 +260,44 @@ func (r *Router) RenewLocks(ctx context.Context, e *placementpb.Entity, rl *part
 	return res, err
 }
 
+// Peek implements frontend.Backend.
+func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+	var msgs []*partitionpb.StoredMessage
+	err := r.call(ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		rq := proto.Clone(req).(*partitionpb.PeekRequest)
+		rq.GroupId, rq.EntityId = group, e.Id
+		resp, err := c.Peek(ctx, rq)
+		msgs = resp.GetMessages()
+		return err
+	})
+	return msgs, err
+}
+
+// CancelScheduled implements frontend.Backend.
+func (r *Router) CancelScheduled(ctx context.Context, e *placementpb.Entity, cs *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	cs.EntityId = e.Id
+	err := r.call(ctx, e, cs.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := c.CancelScheduled(ctx, &partitionpb.CancelScheduledRequest{GroupId: group, Cancel: cs})
+		res = resp.GetResult()
+		return err
+	})
+	return res, err
+}
+
+// ReceiveDeferred implements frontend.Backend.
+func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	err := r.call(ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		rq := proto.Clone(req).(*partitionpb.ReceiveDeferredRequest)
+		rq.GroupId, rq.EntityId = group, e.Id
+		resp, err := c.ReceiveDeferred(ctx, rq)
+		res = resp.GetResult()
+		return err
+	})
+	return res, err
+}
+
 // attemptTimeout bounds one try against one node, so that a dead node
 // costs a retry rather than the caller's whole deadline. Long-polls get
 // their wait on top.

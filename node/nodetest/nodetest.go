@@ -410,6 +410,27 @@ func (cl *Client) Stats(ctx context.Context, in *partitionpb.StatsRequest, opts 
 	})
 }
 
+func (cl *Client) Peek(ctx context.Context, in *partitionpb.PeekRequest, opts ...grpc.CallOption) (*partitionpb.PeekResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.PeekResponse, error) {
+		return c.Peek(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) CancelScheduled(ctx context.Context, in *partitionpb.CancelScheduledRequest, opts ...grpc.CallOption) (*partitionpb.CancelScheduledResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.CancelScheduledResponse, error) {
+		return c.CancelScheduled(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) ReceiveDeferred(ctx context.Context, in *partitionpb.ReceiveDeferredRequest, opts ...grpc.CallOption) (*partitionpb.ReceiveDeferredResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.ReceiveDeferredResponse, error) {
+		return c.ReceiveDeferred(ctx, in, opts...)
+	})
+}
+
 // Logger returns a logger that writes to t's log at Warn and above, or at
 // the level QUORUMBUS_TEST_LOG names (debug, info, warn, error). It goes
 // quiet once the test has finished.

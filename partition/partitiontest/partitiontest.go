@@ -136,6 +136,14 @@ func cmd(c any) *partitionpb.Command {
 		return &partitionpb.Command{Op: &partitionpb.Command_RenewLocks{RenewLocks: c}}
 	case *partitionpb.ExpireLocks:
 		return &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: c}}
+	case *partitionpb.ActivateScheduled:
+		return &partitionpb.Command{Op: &partitionpb.Command_ActivateScheduled{ActivateScheduled: c}}
+	case *partitionpb.CancelScheduled:
+		return &partitionpb.Command{Op: &partitionpb.Command_CancelScheduled{CancelScheduled: c}}
+	case *partitionpb.LockBySequence:
+		return &partitionpb.Command{Op: &partitionpb.Command_LockBySequence{LockBySequence: c}}
+	case *partitionpb.ExpireMessages:
+		return &partitionpb.Command{Op: &partitionpb.Command_ExpireMessages{ExpireMessages: c}}
 	}
 	panic("partitiontest: not a command")
 }
@@ -188,6 +196,20 @@ func Renew(id uint64, part uint32, sub partitionpb.SubQueue, tokens ...[]byte) *
 
 // ExpireLocks ends the locks that ran out.
 func ExpireLocks() *partitionpb.Command { return cmd(&partitionpb.ExpireLocks{}) }
+
+// ActivateScheduled activates the scheduled messages that are due.
+func ActivateScheduled() *partitionpb.Command { return cmd(&partitionpb.ActivateScheduled{}) }
+
+// ExpireMessages ends the messages whose time to live ran out.
+func ExpireMessages() *partitionpb.Command { return cmd(&partitionpb.ExpireMessages{}) }
+
+// CancelScheduled cancels scheduled messages by sequence number.
+func CancelScheduled(id uint64, part uint32, seqs ...uint64) *partitionpb.Command {
+	return cmd(&partitionpb.CancelScheduled{EntityId: id, Partition: part, SequenceNumbers: seqs})
+}
+
+// LockBySequence wraps a LockBySequence built by the caller.
+func LockBySequence(l *partitionpb.LockBySequence) *partitionpb.Command { return cmd(l) }
 
 // Tokens returns the lock tokens of a Lock result's messages.
 func Tokens(r *partitionpb.Result) [][]byte {

@@ -685,6 +685,10 @@ type Command struct {
 	//	*Command_Settle
 	//	*Command_RenewLocks
 	//	*Command_ExpireLocks
+	//	*Command_ActivateScheduled
+	//	*Command_CancelScheduled
+	//	*Command_LockBySequence
+	//	*Command_ExpireMessages
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -790,6 +794,42 @@ func (x *Command) GetExpireLocks() *ExpireLocks {
 	return nil
 }
 
+func (x *Command) GetActivateScheduled() *ActivateScheduled {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ActivateScheduled); ok {
+			return x.ActivateScheduled
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCancelScheduled() *CancelScheduled {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CancelScheduled); ok {
+			return x.CancelScheduled
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetLockBySequence() *LockBySequence {
+	if x != nil {
+		if x, ok := x.Op.(*Command_LockBySequence); ok {
+			return x.LockBySequence
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetExpireMessages() *ExpireMessages {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ExpireMessages); ok {
+			return x.ExpireMessages
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -822,6 +862,22 @@ type Command_ExpireLocks struct {
 	ExpireLocks *ExpireLocks `protobuf:"bytes,7,opt,name=expire_locks,json=expireLocks,proto3,oneof"`
 }
 
+type Command_ActivateScheduled struct {
+	ActivateScheduled *ActivateScheduled `protobuf:"bytes,8,opt,name=activate_scheduled,json=activateScheduled,proto3,oneof"`
+}
+
+type Command_CancelScheduled struct {
+	CancelScheduled *CancelScheduled `protobuf:"bytes,9,opt,name=cancel_scheduled,json=cancelScheduled,proto3,oneof"`
+}
+
+type Command_LockBySequence struct {
+	LockBySequence *LockBySequence `protobuf:"bytes,10,opt,name=lock_by_sequence,json=lockBySequence,proto3,oneof"`
+}
+
+type Command_ExpireMessages struct {
+	ExpireMessages *ExpireMessages `protobuf:"bytes,11,opt,name=expire_messages,json=expireMessages,proto3,oneof"`
+}
+
 func (*Command_UpsertEntity) isCommand_Op() {}
 
 func (*Command_DeleteEntity) isCommand_Op() {}
@@ -835,6 +891,14 @@ func (*Command_Settle) isCommand_Op() {}
 func (*Command_RenewLocks) isCommand_Op() {}
 
 func (*Command_ExpireLocks) isCommand_Op() {}
+
+func (*Command_ActivateScheduled) isCommand_Op() {}
+
+func (*Command_CancelScheduled) isCommand_Op() {}
+
+func (*Command_LockBySequence) isCommand_Op() {}
+
+func (*Command_ExpireMessages) isCommand_Op() {}
 
 type UpsertEntity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1389,21 +1453,260 @@ func (*ExpireLocks) Descriptor() ([]byte, []int) {
 	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
 }
 
+// ActivateScheduled turns the scheduled messages whose
+// scheduled_enqueue_time_ms <= the batch's now_ms active, a bounded number
+// per command. Each gets a new sequence number and enqueued time (now_ms)
+// as if sent now; its time to live counts from then. The leader proposes it
+// when its clock passes the earliest due time (Machine.NextScheduledDue).
+type ActivateScheduled struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateScheduled) Reset() {
+	*x = ActivateScheduled{}
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateScheduled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateScheduled) ProtoMessage() {}
+
+func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateScheduled.ProtoReflect.Descriptor instead.
+func (*ActivateScheduled) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
+}
+
+// CancelScheduled deletes scheduled messages by the sequence numbers Enqueue
+// returned for them. Numbers that name no scheduled message (unknown,
+// already activated or cancelled) are ignored, as Service Bus does.
+type CancelScheduled struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EntityId        uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition       uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SequenceNumbers []uint64               `protobuf:"varint,3,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CancelScheduled) Reset() {
+	*x = CancelScheduled{}
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduled) ProtoMessage() {}
+
+func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduled.ProtoReflect.Descriptor instead.
+func (*CancelScheduled) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CancelScheduled) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *CancelScheduled) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CancelScheduled) GetSequenceNumbers() []uint64 {
+	if x != nil {
+		return x.SequenceNumbers
+	}
+	return nil
+}
+
+// LockBySequence locks (or, with receive_and_delete, removes) deferred
+// messages of a sub-queue by sequence number: receive-deferred. A locked
+// deferred message stays deferred: abandoning it (or its lock running out)
+// puts it back deferred. The result holds the messages found, in the order
+// asked; numbers that name no unlocked, unexpired deferred message are left
+// out, and when none is found the command is rejected (RESULT_INVALID,
+// "message not found").
+type LockBySequence struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	EntityId         uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition        uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SubQueue         SubQueue               `protobuf:"varint,3,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
+	SequenceNumbers  []uint64               `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
+	ReceiveAndDelete bool                   `protobuf:"varint,5,opt,name=receive_and_delete,json=receiveAndDelete,proto3" json:"receive_and_delete,omitempty"`
+	TokenSeed        []byte                 `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"` // 8 random bytes, as in Lock
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *LockBySequence) Reset() {
+	*x = LockBySequence{}
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockBySequence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockBySequence) ProtoMessage() {}
+
+func (x *LockBySequence) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockBySequence.ProtoReflect.Descriptor instead.
+func (*LockBySequence) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LockBySequence) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *LockBySequence) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *LockBySequence) GetSubQueue() SubQueue {
+	if x != nil {
+		return x.SubQueue
+	}
+	return SubQueue_SUB_QUEUE_MAIN
+}
+
+func (x *LockBySequence) GetSequenceNumbers() []uint64 {
+	if x != nil {
+		return x.SequenceNumbers
+	}
+	return nil
+}
+
+func (x *LockBySequence) GetReceiveAndDelete() bool {
+	if x != nil {
+		return x.ReceiveAndDelete
+	}
+	return false
+}
+
+func (x *LockBySequence) GetTokenSeed() []byte {
+	if x != nil {
+		return x.TokenSeed
+	}
+	return nil
+}
+
+// ExpireMessages removes the unlocked messages of main sub-queues whose
+// expires_at_ms <= the batch's now_ms (active and deferred; scheduled ones
+// expire only once active), or dead-letters them with reason
+// TTLExpiredException where the entity has dead_lettering_on_expiration. A
+// bounded number per command; the leader proposes it when its clock passes
+// Machine.NextMessageExpiry. A locked message waits for its lock to end.
+type ExpireMessages struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpireMessages) Reset() {
+	*x = ExpireMessages{}
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireMessages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireMessages) ProtoMessage() {}
+
+func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireMessages.ProtoReflect.Descriptor instead.
+func (*ExpireMessages) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
+}
+
 // Results, one per command, in order.
 type Result struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Code            ResultCode             `protobuf:"varint,1,opt,name=code,proto3,enum=quorumbus.partition.v1.ResultCode" json:"code,omitempty"`
-	Description     string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	Messages        []*StoredMessage       `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`                                              // Lock: the messages taken
-	SequenceNumbers []uint64               `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"` // Enqueue: assigned numbers
-	LockedUntilMs   []int64                `protobuf:"varint,5,rep,packed,name=locked_until_ms,json=lockedUntilMs,proto3" json:"locked_until_ms,omitempty"`     // RenewLocks: one per token
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Code        ResultCode             `protobuf:"varint,1,opt,name=code,proto3,enum=quorumbus.partition.v1.ResultCode" json:"code,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Messages    []*StoredMessage       `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"` // Lock: the messages taken
+	// Enqueue: the assigned numbers, one per message; for a duplicate dropped
+	// by duplicate detection, the number of the message it duplicates.
+	SequenceNumbers []uint64 `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
+	LockedUntilMs   []int64  `protobuf:"varint,5,rep,packed,name=locked_until_ms,json=lockedUntilMs,proto3" json:"locked_until_ms,omitempty"` // RenewLocks: one per token
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1718,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1731,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Result) GetCode() ResultCode {
@@ -1477,7 +1780,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1792,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1805,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaderHint) GetGroupId() uint64 {
@@ -1536,7 +1839,7 @@ type UpsertEntityRequest struct {
 
 func (x *UpsertEntityRequest) Reset() {
 	*x = UpsertEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1851,7 @@ func (x *UpsertEntityRequest) String() string {
 func (*UpsertEntityRequest) ProtoMessage() {}
 
 func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1864,7 @@ func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpsertEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpsertEntityRequest) GetGroupId() uint64 {
@@ -1586,7 +1889,7 @@ type UpsertEntityResponse struct {
 
 func (x *UpsertEntityResponse) Reset() {
 	*x = UpsertEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1901,7 @@ func (x *UpsertEntityResponse) String() string {
 func (*UpsertEntityResponse) ProtoMessage() {}
 
 func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1914,7 @@ func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityResponse.ProtoReflect.Descriptor instead.
 func (*UpsertEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
 }
 
 type DeleteEntityRequest struct {
@@ -1625,7 +1928,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1940,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1953,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteEntityRequest) GetGroupId() uint64 {
@@ -1682,7 +1985,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1997,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +2010,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
 }
 
 type SendRequest struct {
@@ -1722,7 +2025,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +2037,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +2050,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SendRequest) GetGroupId() uint64 {
@@ -1787,7 +2090,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +2102,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2115,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SendResponse) GetResult() *Result {
@@ -1839,7 +2142,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2154,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2167,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReceiveRequest) GetGroupId() uint64 {
@@ -1925,7 +2228,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2240,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2253,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReceiveResponse) GetResult() *Result {
@@ -1970,7 +2273,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2285,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2298,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SettleRequest) GetGroupId() uint64 {
@@ -2021,7 +2324,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2336,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2349,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -2066,7 +2369,7 @@ type RenewLocksRequest struct {
 
 func (x *RenewLocksRequest) Reset() {
 	*x = RenewLocksRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2381,7 @@ func (x *RenewLocksRequest) String() string {
 func (*RenewLocksRequest) ProtoMessage() {}
 
 func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2394,7 @@ func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksRequest.ProtoReflect.Descriptor instead.
 func (*RenewLocksRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewLocksRequest) GetGroupId() uint64 {
@@ -2117,7 +2420,7 @@ type RenewLocksResponse struct {
 
 func (x *RenewLocksResponse) Reset() {
 	*x = RenewLocksResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2432,7 @@ func (x *RenewLocksResponse) String() string {
 func (*RenewLocksResponse) ProtoMessage() {}
 
 func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2445,7 @@ func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksResponse.ProtoReflect.Descriptor instead.
 func (*RenewLocksResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenewLocksResponse) GetResult() *Result {
@@ -2163,7 +2466,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2478,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2491,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -2225,7 +2528,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2540,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2553,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -2286,6 +2589,365 @@ func (x *StatsResponse) GetSizeBytes() uint64 {
 		return x.SizeBytes
 	}
 	return 0
+}
+
+// Peek reads the leader's own state machine, like Stats, and locks nothing:
+// the messages of a sub-queue with sequence number >= from_sequence_number,
+// in order, at most max_count (capped at 1000, and about 8 MiB of messages,
+// at least one). Active (locked or not), deferred and scheduled messages
+// are returned, expired ones are not. Lock tokens are left out.
+type PeekRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	GroupId            uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId           uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition          uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	SubQueue           SubQueue               `protobuf:"varint,4,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
+	FromSequenceNumber uint64                 `protobuf:"varint,5,opt,name=from_sequence_number,json=fromSequenceNumber,proto3" json:"from_sequence_number,omitempty"`
+	MaxCount           uint32                 `protobuf:"varint,6,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PeekRequest) Reset() {
+	*x = PeekRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekRequest) ProtoMessage() {}
+
+func (x *PeekRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
+func (*PeekRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PeekRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetSubQueue() SubQueue {
+	if x != nil {
+		return x.SubQueue
+	}
+	return SubQueue_SUB_QUEUE_MAIN
+}
+
+func (x *PeekRequest) GetFromSequenceNumber() uint64 {
+	if x != nil {
+		return x.FromSequenceNumber
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetMaxCount() uint32 {
+	if x != nil {
+		return x.MaxCount
+	}
+	return 0
+}
+
+type PeekResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*StoredMessage       `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeekResponse) Reset() {
+	*x = PeekResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekResponse) ProtoMessage() {}
+
+func (x *PeekResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
+func (*PeekResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PeekResponse) GetMessages() []*StoredMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type CancelScheduledRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Cancel        *CancelScheduled       `protobuf:"bytes,2,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduledRequest) Reset() {
+	*x = CancelScheduledRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduledRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduledRequest) ProtoMessage() {}
+
+func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
+func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CancelScheduledRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *CancelScheduledRequest) GetCancel() *CancelScheduled {
+	if x != nil {
+		return x.Cancel
+	}
+	return nil
+}
+
+type CancelScheduledResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduledResponse) Reset() {
+	*x = CancelScheduledResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduledResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduledResponse) ProtoMessage() {}
+
+func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
+func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CancelScheduledResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ReceiveDeferred locks (or takes) deferred messages by sequence number;
+// see LockBySequence.
+type ReceiveDeferredRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	GroupId          uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId         uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition        uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	SubQueue         SubQueue               `protobuf:"varint,4,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
+	SequenceNumbers  []uint64               `protobuf:"varint,5,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
+	ReceiveAndDelete bool                   `protobuf:"varint,6,opt,name=receive_and_delete,json=receiveAndDelete,proto3" json:"receive_and_delete,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReceiveDeferredRequest) Reset() {
+	*x = ReceiveDeferredRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveDeferredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveDeferredRequest) ProtoMessage() {}
+
+func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
+func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *ReceiveDeferredRequest) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *ReceiveDeferredRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReceiveDeferredRequest) GetSubQueue() SubQueue {
+	if x != nil {
+		return x.SubQueue
+	}
+	return SubQueue_SUB_QUEUE_MAIN
+}
+
+func (x *ReceiveDeferredRequest) GetSequenceNumbers() []uint64 {
+	if x != nil {
+		return x.SequenceNumbers
+	}
+	return nil
+}
+
+func (x *ReceiveDeferredRequest) GetReceiveAndDelete() bool {
+	if x != nil {
+		return x.ReceiveAndDelete
+	}
+	return false
+}
+
+type ReceiveDeferredResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveDeferredResponse) Reset() {
+	*x = ReceiveDeferredResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveDeferredResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveDeferredResponse) ProtoMessage() {}
+
+func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
+func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReceiveDeferredResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
 }
 
 var File_partitionpb_partition_proto protoreflect.FileDescriptor
@@ -2334,7 +2996,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x13modified_properties\x18\x14 \x03(\fR\x12modifiedProperties\"[\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
-	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\"\xec\x03\n" +
+	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\"\xc5\x06\n" +
 	"\aCommand\x12K\n" +
 	"\rupsert_entity\x18\x01 \x01(\v2$.quorumbus.partition.v1.UpsertEntityH\x00R\fupsertEntity\x12K\n" +
 	"\rdelete_entity\x18\x02 \x01(\v2$.quorumbus.partition.v1.DeleteEntityH\x00R\fdeleteEntity\x12;\n" +
@@ -2343,7 +3005,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x06settle\x18\x05 \x01(\v2\x1e.quorumbus.partition.v1.SettleH\x00R\x06settle\x12E\n" +
 	"\vrenew_locks\x18\x06 \x01(\v2\".quorumbus.partition.v1.RenewLocksH\x00R\n" +
 	"renewLocks\x12H\n" +
-	"\fexpire_locks\x18\a \x01(\v2#.quorumbus.partition.v1.ExpireLocksH\x00R\vexpireLocksB\x04\n" +
+	"\fexpire_locks\x18\a \x01(\v2#.quorumbus.partition.v1.ExpireLocksH\x00R\vexpireLocks\x12Z\n" +
+	"\x12activate_scheduled\x18\b \x01(\v2).quorumbus.partition.v1.ActivateScheduledH\x00R\x11activateScheduled\x12T\n" +
+	"\x10cancel_scheduled\x18\t \x01(\v2'.quorumbus.partition.v1.CancelScheduledH\x00R\x0fcancelScheduled\x12R\n" +
+	"\x10lock_by_sequence\x18\n" +
+	" \x01(\v2&.quorumbus.partition.v1.LockBySequenceH\x00R\x0elockBySequence\x12Q\n" +
+	"\x0fexpire_messages\x18\v \x01(\v2&.quorumbus.partition.v1.ExpireMessagesH\x00R\x0eexpireMessagesB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"L\n" +
 	"\fUpsertEntity\x12<\n" +
 	"\x06config\x18\x01 \x01(\v2$.quorumbus.partition.v1.EntityConfigR\x06config\"I\n" +
@@ -2391,7 +3058,21 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\tsub_queue\x18\x03 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12\x1f\n" +
 	"\vlock_tokens\x18\x04 \x03(\fR\n" +
 	"lockTokens\"\r\n" +
-	"\vExpireLocks\"\xf8\x01\n" +
+	"\vExpireLocks\"\x13\n" +
+	"\x11ActivateScheduled\"w\n" +
+	"\x0fCancelScheduled\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12)\n" +
+	"\x10sequence_numbers\x18\x03 \x03(\x04R\x0fsequenceNumbers\"\x82\x02\n" +
+	"\x0eLockBySequence\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
+	"\tsub_queue\x18\x03 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12)\n" +
+	"\x10sequence_numbers\x18\x04 \x03(\x04R\x0fsequenceNumbers\x12,\n" +
+	"\x12receive_and_delete\x18\x05 \x01(\bR\x10receiveAndDelete\x12\x1d\n" +
+	"\n" +
+	"token_seed\x18\x06 \x01(\fR\ttokenSeed\"\x10\n" +
+	"\x0eExpireMessages\"\xf8\x01\n" +
 	"\x06Result\x126\n" +
 	"\x04code\x18\x01 \x01(\x0e2\".quorumbus.partition.v1.ResultCodeR\x04code\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12A\n" +
@@ -2450,7 +3131,30 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12scheduled_messages\x18\x03 \x01(\x04R\x11scheduledMessages\x12'\n" +
 	"\x0flocked_messages\x18\x04 \x01(\x04R\x0elockedMessages\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x05 \x01(\x04R\tsizeBytes*\x89\x01\n" +
+	"size_bytes\x18\x05 \x01(\x04R\tsizeBytes\"\xf1\x01\n" +
+	"\vPeekRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
+	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12=\n" +
+	"\tsub_queue\x18\x04 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x120\n" +
+	"\x14from_sequence_number\x18\x05 \x01(\x04R\x12fromSequenceNumber\x12\x1b\n" +
+	"\tmax_count\x18\x06 \x01(\rR\bmaxCount\"Q\n" +
+	"\fPeekResponse\x12A\n" +
+	"\bmessages\x18\x01 \x03(\v2%.quorumbus.partition.v1.StoredMessageR\bmessages\"t\n" +
+	"\x16CancelScheduledRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12?\n" +
+	"\x06cancel\x18\x02 \x01(\v2'.quorumbus.partition.v1.CancelScheduledR\x06cancel\"Q\n" +
+	"\x17CancelScheduledResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x86\x02\n" +
+	"\x16ReceiveDeferredRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
+	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12=\n" +
+	"\tsub_queue\x18\x04 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12)\n" +
+	"\x10sequence_numbers\x18\x05 \x03(\x04R\x0fsequenceNumbers\x12,\n" +
+	"\x12receive_and_delete\x18\x06 \x01(\bR\x10receiveAndDelete\"Q\n" +
+	"\x17ReceiveDeferredResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result*\x89\x01\n" +
 	"\fEntityStatus\x12\x18\n" +
 	"\x14ENTITY_STATUS_ACTIVE\x10\x00\x12\x1a\n" +
 	"\x16ENTITY_STATUS_DISABLED\x10\x01\x12\x1f\n" +
@@ -2476,7 +3180,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10RESULT_LOCK_LOST\x10\x02\x12\x19\n" +
 	"\x15RESULT_QUOTA_EXCEEDED\x10\x03\x12\x12\n" +
 	"\x0eRESULT_INVALID\x10\x04\x12\x1a\n" +
-	"\x16RESULT_ENTITY_DISABLED\x10\x052\xab\x05\n" +
+	"\x16RESULT_ENTITY_DISABLED\x10\x052\xe6\a\n" +
 	"\x10PartitionService\x12i\n" +
 	"\fUpsertEntity\x12+.quorumbus.partition.v1.UpsertEntityRequest\x1a,.quorumbus.partition.v1.UpsertEntityResponse\x12i\n" +
 	"\fDeleteEntity\x12+.quorumbus.partition.v1.DeleteEntityRequest\x1a,.quorumbus.partition.v1.DeleteEntityResponse\x12Q\n" +
@@ -2485,7 +3189,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x06Settle\x12%.quorumbus.partition.v1.SettleRequest\x1a&.quorumbus.partition.v1.SettleResponse\x12c\n" +
 	"\n" +
 	"RenewLocks\x12).quorumbus.partition.v1.RenewLocksRequest\x1a*.quorumbus.partition.v1.RenewLocksResponse\x12T\n" +
-	"\x05Stats\x12$.quorumbus.partition.v1.StatsRequest\x1a%.quorumbus.partition.v1.StatsResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
+	"\x05Stats\x12$.quorumbus.partition.v1.StatsRequest\x1a%.quorumbus.partition.v1.StatsResponse\x12Q\n" +
+	"\x04Peek\x12#.quorumbus.partition.v1.PeekRequest\x1a$.quorumbus.partition.v1.PeekResponse\x12r\n" +
+	"\x0fCancelScheduled\x12..quorumbus.partition.v1.CancelScheduledRequest\x1a/.quorumbus.partition.v1.CancelScheduledResponse\x12r\n" +
+	"\x0fReceiveDeferred\x12..quorumbus.partition.v1.ReceiveDeferredRequest\x1a/.quorumbus.partition.v1.ReceiveDeferredResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
 
 var (
 	file_partitionpb_partition_proto_rawDescOnce sync.Once
@@ -2500,41 +3207,51 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_partitionpb_partition_proto_goTypes = []any{
-	(EntityStatus)(0),            // 0: quorumbus.partition.v1.EntityStatus
-	(SubQueue)(0),                // 1: quorumbus.partition.v1.SubQueue
-	(MessageState)(0),            // 2: quorumbus.partition.v1.MessageState
-	(Disposition)(0),             // 3: quorumbus.partition.v1.Disposition
-	(ResultCode)(0),              // 4: quorumbus.partition.v1.ResultCode
-	(*EntityConfig)(nil),         // 5: quorumbus.partition.v1.EntityConfig
-	(*StoredMessage)(nil),        // 6: quorumbus.partition.v1.StoredMessage
-	(*Batch)(nil),                // 7: quorumbus.partition.v1.Batch
-	(*Command)(nil),              // 8: quorumbus.partition.v1.Command
-	(*UpsertEntity)(nil),         // 9: quorumbus.partition.v1.UpsertEntity
-	(*DeleteEntity)(nil),         // 10: quorumbus.partition.v1.DeleteEntity
-	(*Enqueue)(nil),              // 11: quorumbus.partition.v1.Enqueue
-	(*NewMessage)(nil),           // 12: quorumbus.partition.v1.NewMessage
-	(*Lock)(nil),                 // 13: quorumbus.partition.v1.Lock
-	(*Settle)(nil),               // 14: quorumbus.partition.v1.Settle
-	(*RenewLocks)(nil),           // 15: quorumbus.partition.v1.RenewLocks
-	(*ExpireLocks)(nil),          // 16: quorumbus.partition.v1.ExpireLocks
-	(*Result)(nil),               // 17: quorumbus.partition.v1.Result
-	(*LeaderHint)(nil),           // 18: quorumbus.partition.v1.LeaderHint
-	(*UpsertEntityRequest)(nil),  // 19: quorumbus.partition.v1.UpsertEntityRequest
-	(*UpsertEntityResponse)(nil), // 20: quorumbus.partition.v1.UpsertEntityResponse
-	(*DeleteEntityRequest)(nil),  // 21: quorumbus.partition.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil), // 22: quorumbus.partition.v1.DeleteEntityResponse
-	(*SendRequest)(nil),          // 23: quorumbus.partition.v1.SendRequest
-	(*SendResponse)(nil),         // 24: quorumbus.partition.v1.SendResponse
-	(*ReceiveRequest)(nil),       // 25: quorumbus.partition.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),      // 26: quorumbus.partition.v1.ReceiveResponse
-	(*SettleRequest)(nil),        // 27: quorumbus.partition.v1.SettleRequest
-	(*SettleResponse)(nil),       // 28: quorumbus.partition.v1.SettleResponse
-	(*RenewLocksRequest)(nil),    // 29: quorumbus.partition.v1.RenewLocksRequest
-	(*RenewLocksResponse)(nil),   // 30: quorumbus.partition.v1.RenewLocksResponse
-	(*StatsRequest)(nil),         // 31: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),        // 32: quorumbus.partition.v1.StatsResponse
+	(EntityStatus)(0),               // 0: quorumbus.partition.v1.EntityStatus
+	(SubQueue)(0),                   // 1: quorumbus.partition.v1.SubQueue
+	(MessageState)(0),               // 2: quorumbus.partition.v1.MessageState
+	(Disposition)(0),                // 3: quorumbus.partition.v1.Disposition
+	(ResultCode)(0),                 // 4: quorumbus.partition.v1.ResultCode
+	(*EntityConfig)(nil),            // 5: quorumbus.partition.v1.EntityConfig
+	(*StoredMessage)(nil),           // 6: quorumbus.partition.v1.StoredMessage
+	(*Batch)(nil),                   // 7: quorumbus.partition.v1.Batch
+	(*Command)(nil),                 // 8: quorumbus.partition.v1.Command
+	(*UpsertEntity)(nil),            // 9: quorumbus.partition.v1.UpsertEntity
+	(*DeleteEntity)(nil),            // 10: quorumbus.partition.v1.DeleteEntity
+	(*Enqueue)(nil),                 // 11: quorumbus.partition.v1.Enqueue
+	(*NewMessage)(nil),              // 12: quorumbus.partition.v1.NewMessage
+	(*Lock)(nil),                    // 13: quorumbus.partition.v1.Lock
+	(*Settle)(nil),                  // 14: quorumbus.partition.v1.Settle
+	(*RenewLocks)(nil),              // 15: quorumbus.partition.v1.RenewLocks
+	(*ExpireLocks)(nil),             // 16: quorumbus.partition.v1.ExpireLocks
+	(*ActivateScheduled)(nil),       // 17: quorumbus.partition.v1.ActivateScheduled
+	(*CancelScheduled)(nil),         // 18: quorumbus.partition.v1.CancelScheduled
+	(*LockBySequence)(nil),          // 19: quorumbus.partition.v1.LockBySequence
+	(*ExpireMessages)(nil),          // 20: quorumbus.partition.v1.ExpireMessages
+	(*Result)(nil),                  // 21: quorumbus.partition.v1.Result
+	(*LeaderHint)(nil),              // 22: quorumbus.partition.v1.LeaderHint
+	(*UpsertEntityRequest)(nil),     // 23: quorumbus.partition.v1.UpsertEntityRequest
+	(*UpsertEntityResponse)(nil),    // 24: quorumbus.partition.v1.UpsertEntityResponse
+	(*DeleteEntityRequest)(nil),     // 25: quorumbus.partition.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),    // 26: quorumbus.partition.v1.DeleteEntityResponse
+	(*SendRequest)(nil),             // 27: quorumbus.partition.v1.SendRequest
+	(*SendResponse)(nil),            // 28: quorumbus.partition.v1.SendResponse
+	(*ReceiveRequest)(nil),          // 29: quorumbus.partition.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),         // 30: quorumbus.partition.v1.ReceiveResponse
+	(*SettleRequest)(nil),           // 31: quorumbus.partition.v1.SettleRequest
+	(*SettleResponse)(nil),          // 32: quorumbus.partition.v1.SettleResponse
+	(*RenewLocksRequest)(nil),       // 33: quorumbus.partition.v1.RenewLocksRequest
+	(*RenewLocksResponse)(nil),      // 34: quorumbus.partition.v1.RenewLocksResponse
+	(*StatsRequest)(nil),            // 35: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),           // 36: quorumbus.partition.v1.StatsResponse
+	(*PeekRequest)(nil),             // 37: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),            // 38: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),  // 39: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil), // 40: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),  // 41: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil), // 42: quorumbus.partition.v1.ReceiveDeferredResponse
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
 	2,  // 0: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
@@ -2547,42 +3264,59 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	14, // 7: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
 	15, // 8: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
 	16, // 9: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
-	5,  // 10: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 11: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	1,  // 12: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 13: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 14: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 15: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	4,  // 16: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	6,  // 17: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	5,  // 18: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 19: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	17, // 20: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 21: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	17, // 22: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	14, // 23: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	17, // 24: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	15, // 25: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	17, // 26: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	19, // 27: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	21, // 28: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	23, // 29: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	25, // 30: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	27, // 31: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	29, // 32: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	31, // 33: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	20, // 34: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	22, // 35: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	24, // 36: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	26, // 37: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	28, // 38: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	30, // 39: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	32, // 40: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	17, // 10: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
+	18, // 11: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
+	19, // 12: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
+	20, // 13: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	5,  // 14: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 15: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	1,  // 16: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 17: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 18: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 19: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 20: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	4,  // 21: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	6,  // 22: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	5,  // 23: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 24: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	21, // 25: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 26: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	21, // 27: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	14, // 28: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	21, // 29: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	15, // 30: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	21, // 31: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 32: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	6,  // 33: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	18, // 34: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	21, // 35: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 36: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	21, // 37: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	23, // 38: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	25, // 39: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	27, // 40: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	29, // 41: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	31, // 42: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	33, // 43: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	35, // 44: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	37, // 45: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	39, // 46: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	41, // 47: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	24, // 48: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	26, // 49: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	28, // 50: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	30, // 51: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	32, // 52: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	34, // 53: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	36, // 54: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	38, // 55: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	40, // 56: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	42, // 57: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	48, // [48:58] is the sub-list for method output_type
+	38, // [38:48] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -2598,6 +3332,10 @@ func file_partitionpb_partition_proto_init() {
 		(*Command_Settle)(nil),
 		(*Command_RenewLocks)(nil),
 		(*Command_ExpireLocks)(nil),
+		(*Command_ActivateScheduled)(nil),
+		(*Command_CancelScheduled)(nil),
+		(*Command_LockBySequence)(nil),
+		(*Command_ExpireMessages)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2605,7 +3343,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   28,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

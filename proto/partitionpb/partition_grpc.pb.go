@@ -22,13 +22,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PartitionService_UpsertEntity_FullMethodName = "/quorumbus.partition.v1.PartitionService/UpsertEntity"
-	PartitionService_DeleteEntity_FullMethodName = "/quorumbus.partition.v1.PartitionService/DeleteEntity"
-	PartitionService_Send_FullMethodName         = "/quorumbus.partition.v1.PartitionService/Send"
-	PartitionService_Receive_FullMethodName      = "/quorumbus.partition.v1.PartitionService/Receive"
-	PartitionService_Settle_FullMethodName       = "/quorumbus.partition.v1.PartitionService/Settle"
-	PartitionService_RenewLocks_FullMethodName   = "/quorumbus.partition.v1.PartitionService/RenewLocks"
-	PartitionService_Stats_FullMethodName        = "/quorumbus.partition.v1.PartitionService/Stats"
+	PartitionService_UpsertEntity_FullMethodName    = "/quorumbus.partition.v1.PartitionService/UpsertEntity"
+	PartitionService_DeleteEntity_FullMethodName    = "/quorumbus.partition.v1.PartitionService/DeleteEntity"
+	PartitionService_Send_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Send"
+	PartitionService_Receive_FullMethodName         = "/quorumbus.partition.v1.PartitionService/Receive"
+	PartitionService_Settle_FullMethodName          = "/quorumbus.partition.v1.PartitionService/Settle"
+	PartitionService_RenewLocks_FullMethodName      = "/quorumbus.partition.v1.PartitionService/RenewLocks"
+	PartitionService_Stats_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Stats"
+	PartitionService_Peek_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Peek"
+	PartitionService_CancelScheduled_FullMethodName = "/quorumbus.partition.v1.PartitionService/CancelScheduled"
+	PartitionService_ReceiveDeferred_FullMethodName = "/quorumbus.partition.v1.PartitionService/ReceiveDeferred"
 )
 
 // PartitionServiceClient is the client API for PartitionService service.
@@ -42,6 +45,9 @@ type PartitionServiceClient interface {
 	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 	RenewLocks(ctx context.Context, in *RenewLocksRequest, opts ...grpc.CallOption) (*RenewLocksResponse, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
+	CancelScheduled(ctx context.Context, in *CancelScheduledRequest, opts ...grpc.CallOption) (*CancelScheduledResponse, error)
+	ReceiveDeferred(ctx context.Context, in *ReceiveDeferredRequest, opts ...grpc.CallOption) (*ReceiveDeferredResponse, error)
 }
 
 type partitionServiceClient struct {
@@ -122,6 +128,36 @@ func (c *partitionServiceClient) Stats(ctx context.Context, in *StatsRequest, op
 	return out, nil
 }
 
+func (c *partitionServiceClient) Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeekResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Peek_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) CancelScheduled(ctx context.Context, in *CancelScheduledRequest, opts ...grpc.CallOption) (*CancelScheduledResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelScheduledResponse)
+	err := c.cc.Invoke(ctx, PartitionService_CancelScheduled_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) ReceiveDeferred(ctx context.Context, in *ReceiveDeferredRequest, opts ...grpc.CallOption) (*ReceiveDeferredResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReceiveDeferredResponse)
+	err := c.cc.Invoke(ctx, PartitionService_ReceiveDeferred_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionServiceServer is the server API for PartitionService service.
 // All implementations must embed UnimplementedPartitionServiceServer
 // for forward compatibility.
@@ -133,6 +169,9 @@ type PartitionServiceServer interface {
 	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	RenewLocks(context.Context, *RenewLocksRequest) (*RenewLocksResponse, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
+	CancelScheduled(context.Context, *CancelScheduledRequest) (*CancelScheduledResponse, error)
+	ReceiveDeferred(context.Context, *ReceiveDeferredRequest) (*ReceiveDeferredResponse, error)
 	mustEmbedUnimplementedPartitionServiceServer()
 }
 
@@ -163,6 +202,15 @@ func (UnimplementedPartitionServiceServer) RenewLocks(context.Context, *RenewLoc
 }
 func (UnimplementedPartitionServiceServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedPartitionServiceServer) Peek(context.Context, *PeekRequest) (*PeekResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Peek not implemented")
+}
+func (UnimplementedPartitionServiceServer) CancelScheduled(context.Context, *CancelScheduledRequest) (*CancelScheduledResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CancelScheduled not implemented")
+}
+func (UnimplementedPartitionServiceServer) ReceiveDeferred(context.Context, *ReceiveDeferredRequest) (*ReceiveDeferredResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReceiveDeferred not implemented")
 }
 func (UnimplementedPartitionServiceServer) mustEmbedUnimplementedPartitionServiceServer() {}
 func (UnimplementedPartitionServiceServer) testEmbeddedByValue()                          {}
@@ -311,6 +359,60 @@ func _PartitionService_Stats_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionService_Peek_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeekRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Peek(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Peek_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Peek(ctx, req.(*PeekRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_CancelScheduled_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelScheduledRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).CancelScheduled(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_CancelScheduled_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).CancelScheduled(ctx, req.(*CancelScheduledRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_ReceiveDeferred_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReceiveDeferredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).ReceiveDeferred(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_ReceiveDeferred_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).ReceiveDeferred(ctx, req.(*ReceiveDeferredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionService_ServiceDesc is the grpc.ServiceDesc for PartitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -345,6 +447,18 @@ var PartitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _PartitionService_Stats_Handler,
+		},
+		{
+			MethodName: "Peek",
+			Handler:    _PartitionService_Peek_Handler,
+		},
+		{
+			MethodName: "CancelScheduled",
+			Handler:    _PartitionService_CancelScheduled_Handler,
+		},
+		{
+			MethodName: "ReceiveDeferred",
+			Handler:    _PartitionService_ReceiveDeferred_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// TestJSSDKEssentials drives the dev cluster with the official JavaScript
+// SDK (@azure/service-bus, tests/compat/js). Without node or the npm
+// modules it skips loudly on a developer's machine and fails in CI, whose
+// .ci/run installs them.
+func TestJSSDKEssentials(t *testing.T) {
+	dir, err := filepath.Abs("../../tests/compat/js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := ""
+	if _, err := exec.LookPath("node"); err != nil {
+		missing = "node is not installed"
+	} else if _, err := os.Stat(filepath.Join(dir, "node_modules", "@azure", "service-bus")); err != nil {
+		missing = "the npm modules are not installed (cd tests/compat/js && npm ci)"
+	}
+	if missing != "" {
+		msg := "SKIP: the JavaScript SDK tests did not run: " + missing
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + "; CI must install them (.ci/run)")
+		}
+		fmt.Fprintln(os.Stderr, msg)
+		t.Skip(msg)
+	}
+	c := startTestDev(t, queueSpec{name: "js", props: &placementpb.QueueProperties{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "essentials.mjs", fmt.Sprintf(devConnectionString, c.amqpAddr), "js")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+}

@@ -1,0 +1,354 @@
+package partition
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// This file holds the commands of scheduled, deferred and expiring
+// messages and the duplicate-detection index. Every time they compare is
+// the batch's now_ms (DESIGN.md rule 2).
+
+// errStop ends a scan early without failing.
+var errStop = errors.New("stop")
+
+// scanDue calls f, in index order, for the entries of e's index x (whose
+// keys are kindPrefix, at(8), seq(8)) with a time <= now, until f returns
+// errStop or the entries run out. Writes by f do not disturb the scan.
+func (a *applier) scanDue(e *entity, x *timeIndex, kind byte, f func(at int64, seq uint64) error) error {
+	if x.floorTime() > a.now {
+		return nil
+	}
+	upper := x.end()
+	if a.now < math.MaxInt64 {
+		upper = binary.BigEndian.AppendUint64(append([]byte(nil), x.prefix...), timeBits(a.now+1))
+	}
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if _, err := iterValue(it); err != nil {
+			return closeIter(it, err)
+		}
+		at, seq, ok := parseTimeSeqKey(it.Key(), kind)
+		if !ok {
+			return closeIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
+		}
+		if err := f(at, seq); err != nil {
+			if errors.Is(err, errStop) {
+				break
+			}
+			return closeIter(it, err)
+		}
+	}
+	return closeIter(it, it.Error())
+}
+
+// mainMessage reads a message of e's main sub-queue that an index names.
+func (a *applier) mainMessage(e *entity, seq uint64) (*partitionpb.StoredMessage, error) {
+	m, err := getMessage(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%w: %s: index names message %d, which is not there", ErrCorrupt, e.key, seq)
+	}
+	return m, nil
+}
+
+// expiresAt is when a message that becomes active at from expires: 0 for
+// never.
+func expiresAt(from, ttl int64) int64 {
+	if ttl > 0 && from <= math.MaxInt64-ttl {
+		return from + ttl
+	}
+	return 0
+}
+
+// activateScheduled makes due scheduled messages active, entity by entity
+// in key order, earliest first, within maxActivated and activateBytes.
+// Each is appended to its queue as if sent now: a new sequence number,
+// enqueued now, its time to live counting from now. Its old (scheduled)
+// sequence number is gone.
+func (a *applier) activateScheduled() (*partitionpb.Result, error) {
+	count, bytes := 0, int64(0)
+	for _, k := range sortedKeys(a.entities) {
+		if count >= maxActivated || count > 0 && bytes >= activateBytes {
+			break
+		}
+		e := a.entities[k]
+		err := a.scanDue(e, &e.sched, kindScheduled, func(at int64, seq uint64) error {
+			if count >= maxActivated || count > 0 && bytes >= activateBytes {
+				return errStop
+			}
+			m, err := a.mainMessage(e, seq)
+			if err != nil {
+				return err
+			}
+			old := slotOf(m)
+			if old.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED || old.at != at {
+				return fmt.Errorf("%w: %s: message %d is indexed scheduled at %d but is not", ErrCorrupt, k, seq, at)
+			}
+			if err := a.remove(e, old); err != nil {
+				return err
+			}
+			m.SequenceNumber = e.nextSequence()
+			m.EnqueuedTimeMs = a.now
+			m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
+			m.ExpiresAtMs = expiresAt(a.now, m.TtlMs)
+			if err := a.put(e, m); err != nil {
+				return err
+			}
+			count++
+			bytes += old.size
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}
+
+// expireMessages ends the unlocked main-queue messages whose time to live
+// ran out (the expiry index), entity by entity in key order, earliest
+// first, at most maxExpiredMessages: they are removed, or dead-lettered
+// where the entity dead-letters on expiration.
+func (a *applier) expireMessages() (*partitionpb.Result, error) {
+	budget := maxExpiredMessages
+	for _, k := range sortedKeys(a.entities) {
+		if budget == 0 {
+			break
+		}
+		e := a.entities[k]
+		err := a.scanDue(e, &e.exp, kindExpiry, func(at int64, seq uint64) error {
+			if budget == 0 {
+				return errStop
+			}
+			m, err := a.mainMessage(e, seq)
+			if err != nil {
+				return err
+			}
+			old := slotOf(m)
+			if !old.expiring() || old.exp != at {
+				return fmt.Errorf("%w: %s: message %d is indexed expiring at %d but is not", ErrCorrupt, k, seq, at)
+			}
+			budget--
+			return a.expire(e, old, m)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}
+
+// expire ends an expired message that sat in slot old.
+func (a *applier) expire(e *entity, old slot, m *partitionpb.StoredMessage) error {
+	if e.cfg.DeadLetteringOnExpiration {
+		deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
+		return a.update(e, old, m)
+	}
+	return a.remove(e, old)
+}
+
+// uniqueSeqs returns seqs without repeats, in first-seen order, or
+// ErrInvalid when there are too many.
+func uniqueSeqs(seqs []uint64) ([]uint64, error) {
+	if len(seqs) > MaxSequenceNumbers {
+		return nil, fmt.Errorf("%w: %d sequence numbers, at most %d", ErrInvalid, len(seqs), MaxSequenceNumbers)
+	}
+	seen := make(map[uint64]bool, len(seqs))
+	out := make([]uint64, 0, len(seqs))
+	for _, s := range seqs {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// cancelScheduled deletes the scheduled messages the sequence numbers
+// name and ignores the numbers that name none.
+func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	seqs, err := uniqueSeqs(c.SequenceNumbers)
+	if err != nil {
+		return nil, err
+	}
+	for _, seq := range seqs {
+		if uint32(seq>>seqBits) != e.key.part {
+			continue
+		}
+		m, err := getMessage(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+		if err != nil {
+			return nil, err
+		}
+		if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+			continue
+		}
+		if err := a.remove(e, slotOf(m)); err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}
+
+// ErrMessageNotFound rejects a LockBySequence that found none of its
+// messages. It is an ErrInvalid (RESULT_INVALID) whose description says
+// "message not found".
+var ErrMessageNotFound = fmt.Errorf("%w: message not found", ErrInvalid)
+
+// lockBySequence locks (or removes) deferred messages by sequence number.
+// A number that names no unlocked, unexpired deferred message of the
+// sub-queue is left out of the result; if none is found the command is
+// rejected with ErrMessageNotFound.
+func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkReceive(); err != nil {
+		return nil, err
+	}
+	if err := checkSubQueue(c.SubQueue); err != nil {
+		return nil, err
+	}
+	if !c.ReceiveAndDelete && len(c.TokenSeed) != 8 {
+		return nil, fmt.Errorf("%w: token seed of %d bytes, want 8", ErrInvalid, len(c.TokenSeed))
+	}
+	seqs, err := uniqueSeqs(c.SequenceNumbers)
+	if err != nil {
+		return nil, err
+	}
+	r := okResult()
+	for _, seq := range seqs {
+		if uint32(seq>>seqBits) != e.key.part {
+			continue
+		}
+		m, err := getMessage(a.b, messageKey(e.key, c.SubQueue, seq))
+		if err != nil {
+			return nil, err
+		}
+		if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_DEFERRED || len(m.LockToken) > 0 ||
+			c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now) {
+			continue
+		}
+		old := slotOf(m)
+		if c.ReceiveAndDelete {
+			err = a.remove(e, old)
+		} else {
+			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
+			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
+			err = a.update(e, old, m)
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Messages = append(r.Messages, m)
+	}
+	if len(r.Messages) == 0 {
+		return nil, fmt.Errorf("%w: no deferred message with sequence numbers %v in %s", ErrMessageNotFound, c.SequenceNumbers, c.SubQueue)
+	}
+	return r, nil
+}
+
+// ---------------------------------------------------------------------------
+// Duplicate detection. The dedup entry of a message id holds when it was
+// first accepted and its sequence number; a message with the same id
+// within the entity's window is a duplicate. A second index by time lets
+// Enqueue prune stale entries as it goes.
+
+type dedupEntry struct {
+	at  int64
+	seq uint64
+	ok  bool // found in the store
+}
+
+// dedupEntry returns the dedup entry of id, or nil.
+func (a *applier) dedupEntry(e *entity, id string) (*dedupEntry, error) {
+	p, found, err := get(a.b, dedupKey(e.key, id))
+	if err != nil || !found {
+		return nil, err
+	}
+	if len(p) != 16 {
+		return nil, fmt.Errorf("%w: %s: dedup entry of %d bytes", ErrCorrupt, e.key, len(p))
+	}
+	return &dedupEntry{at: timeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:]), ok: true}, nil
+}
+
+// recordDedup records id as accepted now with sequence number seq,
+// replacing old (a stale entry) if old.ok.
+func (a *applier) recordDedup(e *entity, id string, seq uint64, old *dedupEntry) error {
+	if old.ok {
+		if err := a.b.Delete(dedupTimeKey(e.key, old.at, id), nil); err != nil {
+			return err
+		}
+	}
+	v := binary.BigEndian.AppendUint64(nil, timeBits(a.now))
+	v = binary.BigEndian.AppendUint64(v, seq)
+	k := dedupKey(e.key, id)
+	if err := a.b.Set(k, seal(k, v), nil); err != nil {
+		return err
+	}
+	tk := dedupTimeKey(e.key, a.now, id)
+	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+		return err
+	}
+	e.dedupFloor = min(e.dedupFloor, a.now)
+	return nil
+}
+
+// pruneDedup deletes up to budget dedup entries older than the entity's
+// window, oldest first.
+func (a *applier) pruneDedup(e *entity, budget int) error {
+	window := e.cfg.DuplicateDetectionWindowMs
+	if window <= 0 || a.now < math.MinInt64+window {
+		return nil
+	}
+	cutoff := a.now - window // entries at or before it are stale
+	if e.dedupFloor > cutoff {
+		return nil
+	}
+	prefix := kindPrefix(e.key, kindDedupTime)
+	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(e.dedupFloor))
+	upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(cutoff+1))
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	floor := cutoff + 1 // unless the budget runs out
+	for valid := it.First(); valid; valid = it.Next() {
+		at, id, ok := parseDedupTimeKey(it.Key())
+		if !ok {
+			return closeIter(it, fmt.Errorf("%w: dedup key %x", ErrCorrupt, it.Key()))
+		}
+		if budget == 0 {
+			floor = at
+			break
+		}
+		budget--
+		if err := a.b.Delete(dedupKey(e.key, id), nil); err != nil {
+			return closeIter(it, err)
+		}
+		if err := a.b.Delete(append([]byte(nil), it.Key()...), nil); err != nil {
+			return closeIter(it, err)
+		}
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	e.dedupFloor = floor
+	return nil
+}
