@@ -408,3 +408,102 @@ func TestDevScheduleDeferPeek(t *testing.T) {
 		t.Fatalf("complete a deferred message: %v", err)
 	}
 }
+
+// Entity properties shortened through the entity, not test hooks: a lock
+// that runs out puts the message back with DeliveryCount + 1 and the old
+// lock is refused; MaxDeliveryCount dead-letters; TTL dead-letters with
+// DeadLetteringOnMessageExpiration; duplicate detection drops a resend.
+func TestDevLocksTTLAndDuplicates(t *testing.T) {
+	c := startTestDev(t,
+		queueSpec{name: "shortlock", props: &placementpb.QueueProperties{LockDurationMs: 1500, MaxDeliveryCount: 2}},
+		queueSpec{name: "ttl", props: &placementpb.QueueProperties{DeadLetteringOnMessageExpiration: true}},
+		queueSpec{name: "dedup", props: &placementpb.QueueProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindowMs: 60000}},
+	)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	t.Run("lock expiry and MaxDeliveryCount", func(t *testing.T) {
+		snd, _ := client.NewSender("shortlock", nil)
+		if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("slow")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		rcv, _ := client.NewReceiverForQueue("shortlock", nil)
+		first, err := rcv.ReceiveMessages(ctx, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond) // the 1.5 s lock runs out
+		second, err := rcv.ReceiveMessages(ctx, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second[0].DeliveryCount != 2 {
+			t.Fatalf("after lock expiry: delivery count %d, want 2", second[0].DeliveryCount)
+		}
+		var sbErr *azservicebus.Error
+		if err := rcv.CompleteMessage(ctx, first[0], nil); !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeLockLost {
+			t.Fatalf("complete under the expired lock: %v, want lock lost", err)
+		}
+		// The second delivery was the last allowed: abandoning it
+		// dead-letters the message.
+		if err := rcv.AbandonMessage(ctx, second[0], nil); err != nil {
+			t.Fatal(err)
+		}
+		dlq, _ := client.NewReceiverForQueue("shortlock", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+		dead, err := dlq.ReceiveMessages(ctx, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dead[0].DeadLetterReason == nil || *dead[0].DeadLetterReason != "MaxDeliveryCountExceeded" {
+			t.Fatalf("dead-letter reason %v, want MaxDeliveryCountExceeded", dead[0].DeadLetterReason)
+		}
+		if err := dlq.CompleteMessage(ctx, dead[0], nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("TTL to the dead-letter queue", func(t *testing.T) {
+		snd, _ := client.NewSender("ttl", nil)
+		ttl := time.Second
+		if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("stale"), TimeToLive: &ttl}, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		dlq, _ := client.NewReceiverForQueue("ttl", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+		dead, err := dlq.ReceiveMessages(ctx, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(dead[0].Body) != "stale" || dead[0].DeadLetterReason == nil || *dead[0].DeadLetterReason != "TTLExpiredException" {
+			t.Fatalf("expired message: %q reason %v", dead[0].Body, dead[0].DeadLetterReason)
+		}
+		rcv, _ := client.NewReceiverForQueue("ttl", nil)
+		short, cancelShort := context.WithTimeout(ctx, time.Second)
+		defer cancelShort()
+		if msgs, _ := rcv.ReceiveMessages(short, 1, nil); len(msgs) != 0 {
+			t.Fatal("an expired message was delivered")
+		}
+	})
+
+	t.Run("duplicate detection", func(t *testing.T) {
+		snd, _ := client.NewSender("dedup", nil)
+		id := "order-42"
+		for range 3 {
+			if err := snd.SendMessage(ctx, &azservicebus.Message{MessageID: &id, Body: []byte("once")}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rcv, _ := client.NewReceiverForQueue("dedup", nil)
+		msgs, err := rcv.ReceiveMessages(ctx, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancelShort := context.WithTimeout(ctx, time.Second)
+		defer cancelShort()
+		more, _ := rcv.ReceiveMessages(short, 10, nil)
+		if n := len(msgs) + len(more); n != 1 {
+			t.Fatalf("%d copies of a message sent three times with one id, want 1", n)
+		}
+	})
+}
