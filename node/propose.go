@@ -43,14 +43,16 @@ import (
 //     request that crosses it still joins the batch.
 //   - maxBatchRequests 1024: bounds the waiters one entry wakes and the
 //     work of one apply when requests are tiny (settles of one token).
-//   - maxRequestBytes 1 MiB: one request larger than this is refused, so
-//     that an entry stays below 1.25 MiB and maxAppendEntries entries stay
-//     below raftmux.MaxMessageBytes.
+//   - maxRequestBytes 101 MiB: one request larger than this is refused.
+//     Service Bus entities may allow messages of up to 100 MB, so one such
+//     message (with its request's overhead) must fit one entry; ordinary
+//     batches stay near maxBatchBytes, and raftmux.MaxMessageBytes leaves
+//     room for several large entries in one AppendEntries.
 const (
 	maxInFlight      = 8
 	maxBatchBytes    = 256 << 10
 	maxBatchRequests = 1024
-	maxRequestBytes  = 1 << 20
+	maxRequestBytes  = 101 << 20
 	proposeQueue     = 4096 // requests waiting for the proposer goroutine
 )
 

@@ -507,3 +507,40 @@ func TestDevLocksTTLAndDuplicates(t *testing.T) {
 		}
 	})
 }
+
+// A 10 MB message on an entity that allows it (MaxMessageSizeInKilobytes),
+// and a message over an entity's limit refused with message-size-exceeded
+// instead of hanging.
+func TestDevLargeMessages(t *testing.T) {
+	c := startTestDev(t,
+		queueSpec{name: "big", props: &placementpb.QueueProperties{MaxMessageSizeInKilobytes: 16 << 10}},
+		queueSpec{name: "small", props: &placementpb.QueueProperties{}},
+	)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	body := make([]byte, 10<<20)
+	for i := range body {
+		body[i] = byte(i * 31)
+	}
+	snd, _ := client.NewSender("big", nil)
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: body}, nil); err != nil {
+		t.Fatalf("send 10 MB: %v", err)
+	}
+	rcv, _ := client.NewReceiverForQueue("big", nil)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs[0].Body) != len(body) || string(msgs[0].Body) != string(body) {
+		t.Fatalf("received %d bytes, not the 10 MB sent", len(msgs[0].Body))
+	}
+	if err := rcv.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	small, _ := client.NewSender("small", nil)
+	err = small.SendMessage(ctx, &azservicebus.Message{Body: make([]byte, 300<<10)}, nil)
+	if !errors.Is(err, azservicebus.ErrMessageTooLarge) {
+		t.Fatalf("a 300 KB message on a 256 KB queue: %v, want ErrMessageTooLarge", err)
+	}
+}

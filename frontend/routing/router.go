@@ -298,6 +298,9 @@ func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req
 	return res, err
 }
 
+// maxPartitionMessage bounds one PartitionService request or response.
+const maxPartitionMessage = 256 << 20
+
 // attemptTimeout bounds one try against one node, so that a dead node
 // costs a retry rather than the caller's whole deadline. Long-polls get
 // their wait on top.
@@ -418,7 +421,12 @@ func (r *Router) conn(addr string) (*grpc.ClientConn, error) {
 	if c := r.conns[addr]; c != nil {
 		return c, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, r.cfg.DialOptions...)
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A receive may carry a message of up to 100 MB (gRPC's default
+		// limit is 4 MB).
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPartitionMessage), grpc.MaxCallSendMsgSize(maxPartitionMessage)),
+	}, r.cfg.DialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

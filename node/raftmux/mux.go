@@ -35,7 +35,12 @@ import (
 // AppendEntries request holds up to raft.Config.MaxAppendEntries log entries,
 // so a server must accept at least MaxAppendEntries times the largest entry;
 // ServerOptions sets this limit on the server.
-const MaxMessageBytes = 64 << 20
+//
+// Entries are normally a few hundred KiB, but one message may be up to
+// 100 MB (Service Bus premium entities), so the limit is generous: it bounds
+// what a peer may make us read, and the proposer keeps ordinary entries
+// small.
+const MaxMessageBytes = 1 << 30
 
 // Defaults of Config.
 const (
