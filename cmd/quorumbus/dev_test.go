@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	goamqp "github.com/Azure/go-amqp"
+	"github.com/hashicorp/raft"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -542,5 +543,58 @@ func TestDevLargeMessages(t *testing.T) {
 	err = small.SendMessage(ctx, &azservicebus.Message{Body: make([]byte, 300<<10)}, nil)
 	if !errors.Is(err, azservicebus.ErrMessageTooLarge) {
 		t.Fatalf("a 300 KB message on a 256 KB queue: %v, want ErrMessageTooLarge", err)
+	}
+}
+
+// Locks and the duplicate-detection window are replicated state: after the
+// leader of the queue's group stops, the lock taken before can be renewed
+// and settled on the new leader, and a resend of an id seen before is still
+// dropped. (node's tests do the same with kill -9 of real processes.)
+func TestDevLockAndDedupSurviveLeaderLoss(t *testing.T) {
+	c := startTestDev(t, queueSpec{name: "ha", props: &placementpb.QueueProperties{RequiresDuplicateDetection: true}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	snd, _ := client.NewSender("ha", nil)
+	id := "only-once"
+	if err := snd.SendMessage(ctx, &azservicebus.Message{MessageID: &id, Body: []byte("held")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rcv, _ := client.NewReceiverForQueue("ha", nil)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.router.Entity("ha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := e.PartitionGroups[0]
+	stopped := false
+	for _, s := range c.storage {
+		if st, err := s.node.Group(group); err == nil && st.State == raft.Leader {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			stopped = true
+			break
+		}
+	}
+	if !stopped {
+		t.Fatal("found no leader to stop")
+	}
+	if err := rcv.RenewMessageLock(ctx, msgs[0], nil); err != nil {
+		t.Fatalf("renew on the new leader: %v", err)
+	}
+	if err := snd.SendMessage(ctx, &azservicebus.Message{MessageID: &id, Body: []byte("again")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatalf("complete on the new leader: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if more, _ := rcv.ReceiveMessages(short, 1, nil); len(more) != 0 {
+		t.Fatalf("the resend of %s after the leader change was not dropped: %q", id, more[0].Body)
 	}
 }
