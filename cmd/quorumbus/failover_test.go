@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -61,7 +62,7 @@ func TestFailoverKillLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := createQueues(ctx, grpcAddrs, []queueSpec{{name: "fo", props: &placementpb.QueueProperties{}}}, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "fo", Props: &placementpb.QueueProperties{}}}, quiet); err != nil {
 		t.Fatal(err)
 	}
 	group := queueGroup(t, ctx, grpcAddrs[0], "fo")
@@ -259,7 +260,7 @@ func senderUntil(t *testing.T, ctx context.Context, s *goamqp.Session, queue str
 
 func queueGroup(t *testing.T, ctx context.Context, addr, queue string) uint64 {
 	t.Helper()
-	client, closeFn, err := dialPlacement(addr)
+	client, closeFn, err := cluster.DialPlacement(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/placement/membership"
@@ -49,7 +50,7 @@ func nodeCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(*logLevel).With("node", *id)
+	log := cluster.NewLogger(*logLevel).With("node", *id)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -68,9 +69,9 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	defer ml.Close()
-	s, err := startStorage(ctx, storageOptions{
-		id: *id, dataDir: *dataDir, listener: ln, bootstrap: servers,
-		members: ml, groups: *groups, replicas: *replicas, cacheMB: *cacheMB, logger: log,
+	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
+		ID: *id, DataDir: *dataDir, Listener: ln, Bootstrap: servers,
+		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -94,7 +95,7 @@ func frontendCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log := newLogger(*logLevel).With("part", "frontend")
+	log := cluster.NewLogger(*logLevel).With("part", "frontend")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log})
@@ -117,12 +118,12 @@ func frontendCmd(args []string) error {
 		if err != nil {
 			return err
 		}
-		hs := &http.Server{Handler: healthHandler(router), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: cluster.HealthHandler(router), ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(hln)
 		defer hs.Close()
 	}
 	fmt.Printf("quorumbus frontend: AMQP on %s\n", ln.Addr())
-	fmt.Println(fmt.Sprintf(devConnectionString, ln.Addr()))
+	fmt.Println(cluster.ConnectionString(ln.Addr().String()))
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -149,5 +150,5 @@ func parseServers(s string) ([]raft.Server, error) {
 		}
 		ids, addrs = append(ids, id), append(addrs, addr)
 	}
-	return fmtServers(ids, addrs), nil
+	return cluster.Servers(ids, addrs), nil
 }

@@ -10,11 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -42,7 +41,7 @@ func queueCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	client, closeFn, err := dialPlacement(*addr)
+	client, closeFn, err := cluster.DialPlacement(*addr)
 	if err != nil {
 		return err
 	}
@@ -113,13 +112,3 @@ func printEntities(es []*placementpb.Entity) {
 	}
 	w.Flush()
 }
-
-func dialPlacement(addr string) (placementpb.PlacementServiceClient, func(), error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, nil, err
-	}
-	return placementpb.NewPlacementServiceClient(cc), func() { cc.Close() }, nil
-}
-
-func isAlreadyExists(err error) bool { return status.Code(err) == codes.AlreadyExists }

@@ -1,4 +1,9 @@
-package main
+// Package cluster wires quorumbus's components into running processes: a
+// storage process (a node plus a placement member on one gRPC port), and the
+// whole replicated cluster in one process that `quorumbus dev` runs and the
+// conformance tests start. It only wires; the components live in their own
+// packages.
+package cluster
 
 import (
 	"context"
@@ -6,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -18,42 +24,44 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// storageOptions describes one storage process: a node, and a member of
+// StorageOptions describes one storage process: a node, and a member of
 // the placement meta group on the same gRPC port.
-type storageOptions struct {
-	id        string
-	dataDir   string
-	listener  net.Listener
-	bootstrap []raft.Server // the meta group's initial voters; empty joins
-	members   placement.Members
-	groups    int
-	replicas  int
-	cacheMB   int64 // block cache of each group's store
-	logger    *slog.Logger
+type StorageOptions struct {
+	ID        string
+	DataDir   string
+	Listener  net.Listener
+	Bootstrap []raft.Server // the meta group's initial voters; empty joins
+	Members   placement.Members
+	Groups    int
+	Replicas  int
+	CacheMB   int64 // block cache of each group's store
+	Logger    *slog.Logger
 }
 
 // storage is a running storage process.
-type storage struct {
-	node      *node.Node
-	placement *placement.Service
+type Storage struct {
+	Node      *node.Node
+	Placement *placement.Service
 	cancel    context.CancelFunc
 	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
-func startStorage(ctx context.Context, o storageOptions) (*storage, error) {
-	n, err := node.New(node.Config{ID: o.id, DataDir: filepath.Join(o.dataDir, "node"), Listener: o.listener, CacheBytes: o.cacheMB << 20, Logger: o.logger})
+func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
+	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, CacheBytes: o.CacheMB << 20, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
 	p, err := placement.New(placement.Config{
-		NodeID:            o.id,
-		DataDir:           filepath.Join(o.dataDir, "meta"),
+		NodeID:            o.ID,
+		DataDir:           filepath.Join(o.DataDir, "meta"),
 		Transport:         n.RaftTransport(node.MetaGroup),
-		Bootstrap:         o.bootstrap,
-		Members:           o.members,
-		Groups:            o.groups,
-		ReplicationFactor: o.replicas,
-		Logger:            o.logger,
+		Bootstrap:         o.Bootstrap,
+		Members:           o.Members,
+		Groups:            o.Groups,
+		ReplicationFactor: o.Replicas,
+		Logger:            o.Logger,
 	})
 	if err != nil {
 		n.Close()
@@ -72,18 +80,22 @@ func startStorage(ctx context.Context, o storageOptions) (*storage, error) {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	s := &storage{node: n, placement: p, cancel: cancel, done: make(chan struct{})}
+	s := &Storage{Node: n, Placement: p, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		reconcile(rctx, n, o.logger)
+		reconcile(rctx, n, o.Logger)
 	}()
 	return s, nil
 }
 
-func (s *storage) Close() error {
-	s.cancel()
-	<-s.done
-	return errors.Join(s.placement.Close(), s.node.Close())
+// Close stops the storage process; calling it again does nothing.
+func (s *Storage) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.done
+		s.closeErr = errors.Join(s.Placement.Close(), s.Node.Close())
+	})
+	return s.closeErr
 }
 
 // reconcile keeps the node's groups in line with the routing table: it
@@ -167,13 +179,13 @@ func reportGroups(ctx context.Context, n *node.Node, client placementpb.Placemen
 	}
 }
 
-// staticMembers is the member list of a dev cluster, whose processes are
+// StaticMembers is the member list of a dev cluster, whose processes are
 // all known up front.
-func staticMembers(ms []membership.Member) placement.Members {
+func StaticMembers(ms []membership.Member) placement.Members {
 	return placement.MembersFunc(func() []membership.Member { return ms })
 }
 
-func fmtServers(ids, addrs []string) []raft.Server {
+func Servers(ids, addrs []string) []raft.Server {
 	out := make([]raft.Server, len(ids))
 	for i := range ids {
 		out[i] = raft.Server{ID: raft.ServerID(ids[i]), Address: raft.ServerAddress(addrs[i]), Suffrage: raft.Voter}

@@ -1,4 +1,4 @@
-package main
+package compat
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/hashicorp/raft"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -22,16 +23,16 @@ import (
 // `quorumbus dev` does, and talk to it with the official Azure SDK and
 // go-amqp.
 
-func startTestDev(t *testing.T, queues ...queueSpec) *devCluster {
+func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := startDev(ctx, devOptions{
-		dataDir:  t.TempDir(),
-		amqpAddr: "127.0.0.1:0",
-		nodes:    3,
-		nodePort: 0,
-		groups:   3,
-		logLevel: "error",
+	c, err := cluster.StartDev(ctx, cluster.DevOptions{
+		DataDir:  t.TempDir(),
+		AMQPAddr: "127.0.0.1:0",
+		Nodes:    3,
+		Groups:   3,
+		CacheMB:  16,
+		LogLevel: "error",
 	})
 	if err != nil {
 		cancel()
@@ -41,18 +42,18 @@ func startTestDev(t *testing.T, queues ...queueSpec) *devCluster {
 		c.Close()
 		cancel()
 	})
-	if err := createQueues(ctx, c.nodeAddr, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	// The front-end learns of the queues through the routing table.
 	deadline := time.Now().Add(30 * time.Second)
 	for _, q := range queues {
 		for {
-			if _, err := c.router.Entity(q.name); err == nil {
+			if _, err := c.Router.Entity(q.Name); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("queue %s never reached the front-end's routing table", q.name)
+				t.Fatalf("queue %s never reached the front-end's routing table", q.Name)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -60,9 +61,9 @@ func startTestDev(t *testing.T, queues ...queueSpec) *devCluster {
 	return c
 }
 
-func devClient(t *testing.T, c *devCluster) *azservicebus.Client {
+func devClient(t *testing.T, c *cluster.Dev) *azservicebus.Client {
 	t.Helper()
-	client, err := azservicebus.NewClientFromConnectionString(fmt.Sprintf(devConnectionString, c.amqpAddr), nil)
+	client, err := azservicebus.NewClientFromConnectionString(cluster.ConnectionString(c.AMQPAddr), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func devClient(t *testing.T, c *devCluster) *azservicebus.Client {
 }
 
 func TestDevSDKThousandMessages(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "orders", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "orders", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -136,7 +137,7 @@ func TestDevSDKThousandMessages(t *testing.T) {
 }
 
 func TestDevSDKAbandonAndReceiveAndDelete(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "work", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "work", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -188,10 +189,10 @@ func TestDevSDKAbandonAndReceiveAndDelete(t *testing.T) {
 }
 
 func TestDevGoAMQPPipelinedSends(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "pipe", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "pipe", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+c.amqpAddr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, err := goamqp.Dial(ctx, "amqp://"+c.AMQPAddr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestDevUnknownQueue(t *testing.T) {
 // receiver closed, and a second complete is refused as lock lost, never
 // silently repeated.
 func TestDevSettleThroughManagement(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "mgmt", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "mgmt", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	first := devClient(t, c)
@@ -294,7 +295,7 @@ func TestDevSettleThroughManagement(t *testing.T) {
 // description, and the dead-letter sub-queue: receivable, completable,
 // each message keeping its reason, description and source.
 func TestDevDeadLetterAndModifiedProperties(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "dlq", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "dlq", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -351,7 +352,7 @@ func TestDevDeadLetterAndModifiedProperties(t *testing.T) {
 // cancel, peek from a sequence number with their state, activation, and
 // defer with receive-deferred by sequence number.
 func TestDevScheduleDeferPeek(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "sched", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "sched", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -416,9 +417,9 @@ func TestDevScheduleDeferPeek(t *testing.T) {
 // DeadLetteringOnMessageExpiration; duplicate detection drops a resend.
 func TestDevLocksTTLAndDuplicates(t *testing.T) {
 	c := startTestDev(t,
-		queueSpec{name: "shortlock", props: &placementpb.QueueProperties{LockDurationMs: 1500, MaxDeliveryCount: 2}},
-		queueSpec{name: "ttl", props: &placementpb.QueueProperties{DeadLetteringOnMessageExpiration: true}},
-		queueSpec{name: "dedup", props: &placementpb.QueueProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindowMs: 60000}},
+		cluster.QueueSpec{Name: "shortlock", Props: &placementpb.QueueProperties{LockDurationMs: 1500, MaxDeliveryCount: 2}},
+		cluster.QueueSpec{Name: "ttl", Props: &placementpb.QueueProperties{DeadLetteringOnMessageExpiration: true}},
+		cluster.QueueSpec{Name: "dedup", Props: &placementpb.QueueProperties{RequiresDuplicateDetection: true, DuplicateDetectionWindowMs: 60000}},
 	)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -514,8 +515,8 @@ func TestDevLocksTTLAndDuplicates(t *testing.T) {
 // instead of hanging.
 func TestDevLargeMessages(t *testing.T) {
 	c := startTestDev(t,
-		queueSpec{name: "big", props: &placementpb.QueueProperties{MaxMessageSizeInKilobytes: 16 << 10}},
-		queueSpec{name: "small", props: &placementpb.QueueProperties{}},
+		cluster.QueueSpec{Name: "big", Props: &placementpb.QueueProperties{MaxMessageSizeInKilobytes: 16 << 10}},
+		cluster.QueueSpec{Name: "small", Props: &placementpb.QueueProperties{}},
 	)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -551,7 +552,7 @@ func TestDevLargeMessages(t *testing.T) {
 // and settled on the new leader, and a resend of an id seen before is still
 // dropped. (node's tests do the same with kill -9 of real processes.)
 func TestDevLockAndDedupSurviveLeaderLoss(t *testing.T) {
-	c := startTestDev(t, queueSpec{name: "ha", props: &placementpb.QueueProperties{RequiresDuplicateDetection: true}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "ha", Props: &placementpb.QueueProperties{RequiresDuplicateDetection: true}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -565,14 +566,14 @@ func TestDevLockAndDedupSurviveLeaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := c.router.Entity("ha")
+	e, err := c.Router.Entity("ha")
 	if err != nil {
 		t.Fatal(err)
 	}
 	group := e.PartitionGroups[0]
 	stopped := false
-	for _, s := range c.storage {
-		if st, err := s.node.Group(group); err == nil && st.State == raft.Leader {
+	for _, s := range c.Storage {
+		if st, err := s.Node.Group(group); err == nil && st.State == raft.Leader {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"os"
@@ -28,7 +28,7 @@ func TestParseISODuration(t *testing.T) {
 		{in: "PTT1S", bad: true},
 		{in: "PT1", bad: true},
 	} {
-		got, err := parseISODuration(tc.in)
+		got, err := ParseISODuration(tc.in)
 		if tc.bad {
 			if err == nil {
 				t.Errorf("%s: parsed as %v, want an error", tc.in, got)
@@ -48,20 +48,20 @@ func TestLoadEmulatorConfig(t *testing.T) {
 		 "DuplicateDetectionHistoryTimeWindow": "PT20S", "LockDuration": "PT30S", "MaxDeliveryCount": 3,
 		 "RequiresDuplicateDetection": true, "RequiresSession": false}},
 		{"Name": "queue.2"}]}], "Logging": {"Type": "File"}}}`), 0o644)
-	qs, err := loadEmulatorConfig(path)
+	qs, err := LoadEmulatorConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(qs) != 2 || qs[0].name != "queue.1" || qs[1].name != "queue.2" {
+	if len(qs) != 2 || qs[0].Name != "queue.1" || qs[1].Name != "queue.2" {
 		t.Fatalf("queues %+v", qs)
 	}
-	p := qs[0].props
+	p := qs[0].Props
 	if p.LockDurationMs != 30000 || p.DefaultMessageTtlMs != 3600000 || p.DuplicateDetectionWindowMs != 20000 ||
 		p.MaxDeliveryCount != 3 || !p.DeadLetteringOnMessageExpiration || !p.RequiresDuplicateDetection {
 		t.Fatalf("properties %+v", p)
 	}
 	os.WriteFile(path, []byte(`{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"LockDuration": "1 minute"}}]}]}}`), 0o644)
-	if _, err := loadEmulatorConfig(path); err == nil {
+	if _, err := LoadEmulatorConfig(path); err == nil {
 		t.Fatal("a malformed duration was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"encoding/json"
@@ -46,16 +46,16 @@ type emulatorQueueProperties struct {
 	PartitionCount                      uint32
 }
 
-// queueSpec is one queue to create.
-type queueSpec struct {
-	name  string
-	props *placementpb.QueueProperties
+// QueueSpec is one queue to create.
+type QueueSpec struct {
+	Name  string
+	Props *placementpb.QueueProperties
 }
 
-// loadEmulatorConfig reads the queues of every namespace of a Config.json.
+// LoadEmulatorConfig reads the queues of every namespace of a Config.json.
 // Topics are reported, not silently dropped: they come with the topics
 // issue.
-func loadEmulatorConfig(path string) ([]queueSpec, error) {
+func LoadEmulatorConfig(path string) ([]QueueSpec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -64,7 +64,7 @@ func loadEmulatorConfig(path string) ([]queueSpec, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var out []queueSpec
+	var out []QueueSpec
 	for _, ns := range cfg.UserConfig.Namespaces {
 		if len(ns.Topics) > 0 {
 			return nil, fmt.Errorf("%s: namespace %s defines topics, which are not implemented yet", path, ns.Name)
@@ -74,7 +74,7 @@ func loadEmulatorConfig(path string) ([]queueSpec, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: queue %s: %w", path, q.Name, err)
 			}
-			out = append(out, queueSpec{name: q.Name, props: props})
+			out = append(out, QueueSpec{Name: q.Name, Props: props})
 		}
 	}
 	return out, nil
@@ -104,7 +104,7 @@ func (p emulatorQueueProperties) toProto() (*placementpb.QueueProperties, error)
 		if d.text == "" {
 			continue
 		}
-		v, err := parseISODuration(d.text)
+		v, err := ParseISODuration(d.text)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", d.name, err)
 		}
@@ -113,10 +113,10 @@ func (p emulatorQueueProperties) toProto() (*placementpb.QueueProperties, error)
 	return out, nil
 }
 
-// parseISODuration parses the ISO 8601 durations Service Bus uses:
+// ParseISODuration parses the ISO 8601 durations Service Bus uses:
 // PnDTnHnMnS with any part optional and fractional seconds (PT1M, PT20S,
 // P14D, P10675199DT2H48M5.4775807S for "forever").
-func parseISODuration(s string) (time.Duration, error) {
+func ParseISODuration(s string) (time.Duration, error) {
 	orig := s
 	if !strings.HasPrefix(s, "P") {
 		return 0, fmt.Errorf("duration %q does not start with P", orig)

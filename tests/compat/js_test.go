@@ -1,4 +1,4 @@
-package main
+package compat
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -17,7 +18,7 @@ import (
 // modules it skips loudly on a developer's machine and fails in CI, whose
 // .ci/run installs them.
 func TestJSSDKEssentials(t *testing.T) {
-	dir, err := filepath.Abs("../../tests/compat/js")
+	dir, err := filepath.Abs("js")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,10 +36,10 @@ func TestJSSDKEssentials(t *testing.T) {
 		fmt.Fprintln(os.Stderr, msg)
 		t.Skip(msg)
 	}
-	c := startTestDev(t, queueSpec{name: "js", props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "js", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "essentials.mjs", fmt.Sprintf(devConnectionString, c.amqpAddr), "js")
+	cmd := exec.CommandContext(ctx, "node", "essentials.mjs", cluster.ConnectionString(c.AMQPAddr), "js")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)

@@ -1,0 +1,212 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/frontend/routing"
+	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// ConnectionString is what the SDKs connect to a cluster with, given the
+// front-end's AMQP address. Keys are not checked yet (SAS validation is the
+// security issue's work); these are the emulator's.
+func ConnectionString(amqpAddr string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true", amqpAddr)
+}
+
+// DevOptions configures a whole cluster in one process.
+type DevOptions struct {
+	DataDir  string
+	AMQPAddr string
+	HTTPAddr string // empty: no HTTP listener
+	Nodes    int
+	NodePort int // gRPC port of the first node, the others follow; 0 picks free ports
+	Groups   int
+	CacheMB  int64
+	LogLevel string
+}
+
+// Dev is everything `quorumbus dev` runs.
+type Dev struct {
+	Storage   []*Storage
+	Router    *routing.Router
+	Frontend  *frontend.Server
+	HTTP      *http.Server
+	AMQPAddr  string
+	NodeAddrs []string
+}
+
+func NewLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
+	log := NewLogger(o.LogLevel)
+	if o.Nodes < 1 {
+		return nil, errors.New("need at least one storage node")
+	}
+	c := &Dev{}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	ids := make([]string, o.Nodes)
+	var members []membership.Member
+	lns := make([]net.Listener, o.Nodes)
+	for i := range o.Nodes {
+		ids[i] = "dev-" + strconv.Itoa(i+1)
+		addr := "127.0.0.1:" + strconv.Itoa(o.NodePort+i)
+		if o.NodePort == 0 {
+			addr = "127.0.0.1:0"
+		}
+		if lns[i], err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("node %s: %w", ids[i], err)
+		}
+		c.NodeAddrs = append(c.NodeAddrs, lns[i].Addr().String())
+		members = append(members, membership.Member{NodeID: ids[i], Role: membership.RoleStorage, GRPCAddr: c.NodeAddrs[i]})
+	}
+	servers := Servers(ids, c.NodeAddrs)
+	for i := range o.Nodes {
+		s, err := StartStorage(ctx, StorageOptions{
+			ID:        ids[i],
+			DataDir:   filepath.Join(o.DataDir, ids[i]),
+			Listener:  lns[i],
+			Bootstrap: servers,
+			Members:   StaticMembers(members),
+			Groups:    o.Groups,
+			Replicas:  min(o.Nodes, 3),
+			CacheMB:   o.CacheMB,
+			Logger:    log.With("node", ids[i]),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("storage node %s: %w", ids[i], err)
+		}
+		c.Storage = append(c.Storage, s)
+	}
+	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log}); err != nil {
+		return nil, err
+	}
+	c.Router.Start(ctx)
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Logger: log.With("part", "frontend")}); err != nil {
+		return nil, err
+	}
+	aln, err := net.Listen("tcp", o.AMQPAddr)
+	if err != nil {
+		return nil, err
+	}
+	c.AMQPAddr = aln.Addr().String()
+	go c.Frontend.Serve(aln)
+	if o.HTTPAddr != "" {
+		hln, err := net.Listen("tcp", o.HTTPAddr)
+		if err != nil {
+			return nil, err
+		}
+		c.HTTP = &http.Server{Handler: HealthHandler(c.Router), ReadHeaderTimeout: 5 * time.Second}
+		go c.HTTP.Serve(hln)
+	}
+	return c, nil
+}
+
+// CreateQueues creates queues through any placement member, waiting for
+// the meta group to elect a leader first. Queues that exist are left as
+// they are, so that a restart with the same --config is harmless.
+func CreateQueues(ctx context.Context, placementAddrs []string, queues []QueueSpec, log *slog.Logger) error {
+	client, closeFn, err := DialPlacement(placementAddrs[0])
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	for _, q := range queues {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := client.CreateEntity(cctx, &placementpb.CreateEntityRequest{Name: q.Name, Properties: q.Props})
+			cancel()
+			if err == nil || IsAlreadyExists(err) {
+				log.Info("queue ready", "queue", q.Name)
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("create queue %s: %w", q.Name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func (c *Dev) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	if c.HTTP != nil {
+		c.HTTP.Shutdown(ctx)
+	}
+	if c.Frontend != nil {
+		c.Frontend.Shutdown(ctx)
+	}
+	if c.Router != nil {
+		c.Router.Close()
+	}
+	for _, s := range c.Storage {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// HealthHandler serves /healthz (the process runs) and /readyz (the
+// front-end has a routing table, so it can serve clients).
+func HealthHandler(r *routing.Router) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	// Profiles of the running process, for `go tool pprof`.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-r.Ready():
+			fmt.Fprintln(w, "ready")
+		default:
+			http.Error(w, "no routing table yet", http.StatusServiceUnavailable)
+		}
+	})
+	return mux
+}
+
+// DialPlacement returns a PlacementService client for a storage node's
+// gRPC address, and a function that closes it.
+func DialPlacement(addr string) (placementpb.PlacementServiceClient, func(), error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return placementpb.NewPlacementServiceClient(cc), func() { cc.Close() }, nil
+}
+
+// IsAlreadyExists reports whether err says the entity exists.
+func IsAlreadyExists(err error) bool { return status.Code(err) == codes.AlreadyExists }
