@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -597,5 +598,92 @@ func TestDevLockAndDedupSurviveLeaderLoss(t *testing.T) {
 	defer cancelShort()
 	if more, _ := rcv.ReceiveMessages(short, 1, nil); len(more) != 0 {
 		t.Fatalf("the resend of %s after the leader change was not dropped: %q", id, more[0].Body)
+	}
+}
+
+// Entity status and size quota: a send-disabled queue refuses senders and
+// still serves receivers, a receive-disabled one the reverse, a disabled
+// one both; a full queue refuses sends with quota exceeded and keeps what
+// it has.
+func TestStatusAndQuota(t *testing.T) {
+	c := startTestDev(t, cluster.QueueSpec{Name: "tiny", Props: &placementpb.QueueProperties{MaxSizeInMegabytes: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, closeAdmin, err := cluster.DialPlacement(c.NodeAddrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAdmin()
+	for _, q := range []struct {
+		name   string
+		status placementpb.EntityStatus
+	}{
+		{"nosend", placementpb.EntityStatus_ENTITY_STATUS_SEND_DISABLED},
+		{"noreceive", placementpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED},
+		{"off", placementpb.EntityStatus_ENTITY_STATUS_DISABLED},
+	} {
+		if _, err := admin.CreateEntity(ctx, &placementpb.CreateEntityRequest{Name: q.name, Status: q.status, Properties: &placementpb.QueueProperties{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := devClient(t, c)
+	send := func(queue string) error {
+		snd, _ := client.NewSender(queue, nil)
+		return snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil)
+	}
+	receive := func(queue string) error {
+		rcv, _ := client.NewReceiverForQueue(queue, nil)
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := rcv.ReceiveMessages(short, 1, nil)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil // attached and waited: receiving is allowed
+		}
+		return err
+	}
+	disabled := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "com.microsoft:entity-disabled")
+	}
+	if err := send("nosend"); !disabled(err) {
+		t.Errorf("send to a send-disabled queue: %v", err)
+	}
+	if err := receive("nosend"); err != nil {
+		t.Errorf("receive from a send-disabled queue: %v", err)
+	}
+	if err := send("noreceive"); err != nil {
+		t.Errorf("send to a receive-disabled queue: %v", err)
+	}
+	if err := receive("noreceive"); !disabled(err) {
+		t.Errorf("receive from a receive-disabled queue: %v", err)
+	}
+	if err := send("off"); !disabled(err) {
+		t.Errorf("send to a disabled queue: %v", err)
+	}
+
+	// 1 MB of room: 64 KiB messages fill it within 16 sends.
+	snd, _ := client.NewSender("tiny", nil)
+	body := make([]byte, 64<<10)
+	sent := 0
+	for ; sent < 40; sent++ {
+		err := snd.SendMessage(ctx, &azservicebus.Message{Body: body}, nil)
+		if err == nil {
+			continue
+		}
+		if !strings.Contains(err.Error(), "amqp:resource-limit-exceeded") {
+			t.Fatalf("send %d to a full queue: %v, want quota exceeded", sent, err)
+		}
+		break
+	}
+	if sent == 0 || sent == 40 {
+		t.Fatalf("%d sends of 64 KiB to a 1 MB queue succeeded", sent)
+	}
+	rcv, _ := client.NewReceiverForQueue("tiny", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	got := 0
+	for got < sent {
+		msgs, err := rcv.ReceiveMessages(ctx, sent-got, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(msgs)
 	}
 }
