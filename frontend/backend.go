@@ -31,4 +31,7 @@ type Backend interface {
 var (
 	ErrEntityNotFound = errors.New("frontend: entity not found")
 	ErrUnavailable    = errors.New("frontend: partition unavailable")
+	// ErrInvalid: the partition refused the request itself (too large, or
+	// malformed); retrying cannot help.
+	ErrInvalid = errors.New("frontend: invalid request")
 )

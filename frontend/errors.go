@@ -65,6 +65,8 @@ func errFailure(err error) failure {
 		return failNotFound
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return failTimeout
+	case errors.Is(err, ErrInvalid):
+		return failInvalid
 	}
 	return failInternal
 }

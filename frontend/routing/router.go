@@ -344,6 +344,8 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 				r.setLeader(group, "")
 			case codes.NotFound:
 				return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
+			case codes.InvalidArgument:
+				return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
 			default:
 				return err
 			}
