@@ -51,6 +51,20 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 	}()
 }
 
+// answered answers the request with the failure when a partition call
+// failed, and reports whether it did.
+func answered(req *rpcRequest, res *partitionpb.Result, err error) bool {
+	if err != nil {
+		req.fail(errFailure(err), "")
+		return true
+	}
+	if f, failed := resultFailure(res.GetCode()); failed {
+		req.fail(f, res.GetDescription())
+		return true
+	}
+	return false
+}
+
 // lockTokens reads the lock-tokens field: an array of uuids.
 func lockTokens(body amqp.Map) ([][]byte, bool) {
 	v, _ := body.Get("lock-tokens")
@@ -90,12 +104,7 @@ func (c *conn) renewLock(ctx context.Context, e *placementpb.Entity, q partition
 			rl.LockTokens = append(rl.LockTokens, tokens[i])
 		}
 		res, err := c.srv.cfg.Backend.RenewLocks(ctx, e, rl)
-		if err != nil {
-			req.fail(errFailure(err), "")
-			return
-		}
-		if f, failed := resultFailure(res.GetCode()); failed {
-			req.fail(f, res.GetDescription())
+		if answered(req, res, err) {
 			return
 		}
 		for j, i := range idx {
@@ -157,12 +166,7 @@ func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q p
 			PropertiesToModify: tmpl.PropertiesToModify,
 		}
 		res, err := c.srv.cfg.Backend.Settle(ctx, e, s)
-		if err != nil {
-			req.fail(errFailure(err), "")
-			return
-		}
-		if f, failed := resultFailure(res.GetCode()); failed {
-			req.fail(f, res.GetDescription())
+		if answered(req, res, err) {
 			return
 		}
 	}
@@ -217,12 +221,7 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 			return
 		}
 		res, err := c.srv.cfg.Backend.Send(ctx, e, s.partitionFor(nm), []*partitionpb.NewMessage{nm})
-		if err != nil {
-			req.fail(errFailure(err), "")
-			return
-		}
-		if f, failed := resultFailure(res.GetCode()); failed {
-			req.fail(f, res.GetDescription())
+		if answered(req, res, err) {
 			return
 		}
 		for _, n := range res.SequenceNumbers {
@@ -242,12 +241,7 @@ func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ par
 	}
 	for p, ns := range byPartition(seqs) {
 		res, err := c.srv.cfg.Backend.CancelScheduled(ctx, e, &partitionpb.CancelScheduled{Partition: p, SequenceNumbers: ns})
-		if err != nil {
-			req.fail(errFailure(err), "")
-			return
-		}
-		if f, failed := resultFailure(res.GetCode()); failed {
-			req.fail(f, res.GetDescription())
+		if answered(req, res, err) {
 			return
 		}
 	}
