@@ -116,6 +116,17 @@ func (g *group) propose(ctx context.Context, cmds ...*partitionpb.Command) ([]*p
 	select {
 	case r := <-pr.done:
 		return r.results, r.err
+	case <-g.prop.stopped:
+		// The group stopped. Raft may never answer the entry that carries
+		// this request (a future buffered when it shut down stays
+		// unanswered: hashicorp/raft#498), so do not wait for it; like a
+		// lost leadership, the outcome is unknown to the caller.
+		select {
+		case r := <-pr.done:
+			return r.results, r.err
+		default:
+			return nil, g.prop.stopErr
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
