@@ -13,12 +13,9 @@ import (
 
 // Service Bus error conditions the SDKs know (shared/sdk-compat.md 8.2).
 const (
-	condLockLost        amqp.Symbol = "com.microsoft:message-lock-lost"
-	condTimeout         amqp.Symbol = "com.microsoft:timeout"
-	condServerBusy      amqp.Symbol = "com.microsoft:server-busy"
-	condEntityDisabled  amqp.Symbol = "com.microsoft:entity-disabled"
-	condDeadLetter      amqp.Symbol = "com.microsoft:dead-letter"
-	condSessionCantLock amqp.Symbol = "com.microsoft:session-cannot-be-locked"
+	condLockLost       amqp.Symbol = "com.microsoft:message-lock-lost"
+	condTimeout        amqp.Symbol = "com.microsoft:timeout"
+	condEntityDisabled amqp.Symbol = "com.microsoft:entity-disabled"
 )
 
 // failure is an error a client sees: an AMQP condition, the status code

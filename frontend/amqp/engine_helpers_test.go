@@ -502,21 +502,6 @@ func (c *engConn) expect(code uint64) engFrame {
 	return f
 }
 
-// skipTo reads frames until one with the given performative, skipping
-// flows and dispositions; any other frame fails the test.
-func (c *engConn) skipTo(code uint64) engFrame {
-	c.t.Helper()
-	for {
-		f := c.next()
-		if f.code == code {
-			return f
-		}
-		if f.code != descFlow && f.code != descDisposition {
-			c.t.Fatalf("got %v while waiting for %s", f, engPerfName(code))
-		}
-	}
-}
-
 // expectEOF checks that the server closes the socket without sending more.
 func (c *engConn) expectEOF() {
 	c.t.Helper()

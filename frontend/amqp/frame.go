@@ -23,7 +23,6 @@ const (
 // Protocol headers: "AMQP" followed by protocol id, major, minor, revision.
 var (
 	protoHeaderAMQP = [8]byte{'A', 'M', 'Q', 'P', 0, 1, 0, 0}
-	protoHeaderTLS  = [8]byte{'A', 'M', 'Q', 'P', 2, 1, 0, 0}
 	protoHeaderSASL = [8]byte{'A', 'M', 'Q', 'P', 3, 1, 0, 0}
 )
 
