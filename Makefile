@@ -38,11 +38,14 @@ build: ## Compile every package and put the commands in ./bin
 	@if [ -d cmd ]; then echo "$(GO) build -o bin/ ./cmd/..."; $(GO) build -o bin/ ./cmd/...; \
 	else echo "no cmd/ directory yet: no binaries to build"; fi
 
+# The short fuzz pass counts executions (20000x) rather than time: a
+# time-limited run can fail spuriously when its deadline passes in Go 1.26
+# (golang/go#75804), which scripts/fuzz.sh retries but still prints.
 test: vet fmt-check ## Vet, check formatting, run all tests with -race, then a short fuzz pass
 	@/usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || \
 		echo "SKIP: python3-qpid-proton is not installed for /usr/bin/python3, so the proton interop tests will skip (apt-get install python3-qpid-proton)"
 	$(GO) test -race -count=1 -timeout 9m ./...
-	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 
 vet: ## Run go vet on every package
 	$(GO) vet ./...
