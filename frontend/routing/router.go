@@ -214,50 +214,34 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 
 // Send implements frontend.Backend.
 func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
-	var res *partitionpb.Result
-	err := r.call(ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
-		resp, err := c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs})
-		res = resp.GetResult()
-		return err
+	return callResult(r, ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs})
 	})
-	return res, err
 }
 
 // Receive implements frontend.Backend.
 func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
-	var res *partitionpb.Result
-	err := r.call(ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	return callResult(r, ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveRequest)
 		rq.GroupId, rq.EntityId = group, e.Id
-		resp, err := c.Receive(ctx, rq)
-		res = resp.GetResult()
-		return err
+		return c.Receive(ctx, rq)
 	})
-	return res, err
 }
 
 // Settle implements frontend.Backend.
 func (r *Router) Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
-	var res *partitionpb.Result
 	s.EntityId = e.Id
-	err := r.call(ctx, e, s.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
-		resp, err := c.Settle(ctx, &partitionpb.SettleRequest{GroupId: group, Settle: s})
-		res = resp.GetResult()
-		return err
+	return callResult(r, ctx, e, s.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.Settle(ctx, &partitionpb.SettleRequest{GroupId: group, Settle: s})
 	})
-	return res, err
 }
 
 // RenewLocks implements frontend.Backend.
 func (r *Router) RenewLocks(ctx context.Context, e *placementpb.Entity, rl *partitionpb.RenewLocks) (*partitionpb.Result, error) {
-	var res *partitionpb.Result
 	rl.EntityId = e.Id
-	err := r.call(ctx, e, rl.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
-		resp, err := c.RenewLocks(ctx, &partitionpb.RenewLocksRequest{GroupId: group, Renew: rl})
-		res = resp.GetResult()
-		return err
+	return callResult(r, ctx, e, rl.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.RenewLocks(ctx, &partitionpb.RenewLocksRequest{GroupId: group, Renew: rl})
 	})
-	return res, err
 }
 
 // Peek implements frontend.Backend.
@@ -275,24 +259,32 @@ func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partition
 
 // CancelScheduled implements frontend.Backend.
 func (r *Router) CancelScheduled(ctx context.Context, e *placementpb.Entity, cs *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
-	var res *partitionpb.Result
 	cs.EntityId = e.Id
-	err := r.call(ctx, e, cs.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
-		resp, err := c.CancelScheduled(ctx, &partitionpb.CancelScheduledRequest{GroupId: group, Cancel: cs})
-		res = resp.GetResult()
-		return err
+	return callResult(r, ctx, e, cs.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.CancelScheduled(ctx, &partitionpb.CancelScheduledRequest{GroupId: group, Cancel: cs})
 	})
-	return res, err
 }
 
 // ReceiveDeferred implements frontend.Backend.
 func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
-	var res *partitionpb.Result
-	err := r.call(ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	return callResult(r, ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveDeferredRequest)
 		rq.GroupId, rq.EntityId = group, e.Id
-		resp, err := c.ReceiveDeferred(ctx, rq)
-		res = resp.GetResult()
+		return c.ReceiveDeferred(ctx, rq)
+	})
+}
+
+// resultOf is every PartitionService response that carries a Result.
+type resultOf interface{ GetResult() *partitionpb.Result }
+
+// callResult runs op through call and returns the Result of its response.
+func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition uint32, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) (*partitionpb.Result, error) {
+	var res *partitionpb.Result
+	err := r.call(ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := op(ctx, c, group)
+		if err == nil {
+			res = resp.GetResult()
+		}
 		return err
 	})
 	return res, err
