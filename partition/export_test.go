@@ -156,3 +156,6 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	}
 	return nil
 }
+
+// Metrics returns the store's pebble metrics.
+func Metrics(m *Machine) *pebble.Metrics { return m.db.Metrics() }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -129,6 +130,23 @@ func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *peb
 	}
 	// Compressing blocks of message bodies costs CPU for little gain:
 	// bodies are often compressed or encrypted already.
+	// Message bodies go to blob files when a memtable is flushed, and
+	// compactions then move only keys and small records. Without it every
+	// body was rewritten about 2.4 times by compactions over a growing
+	// backlog (a send-only run of 300 MB wrote 1 GB), and compactions took
+	// a quarter of the dev cluster's CPU; with it the same run writes
+	// 343 MB. A queue drains its oldest messages first, so blob files
+	// mostly die whole; the garbage ratio bounds the space the survivors
+	// (deferred or dead-lettered messages) keep alive.
+	opts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		return pebble.ValueSeparationPolicy{
+			Enabled:               true,
+			MinimumSize:           512,
+			MaxBlobReferenceDepth: 10,
+			RewriteMinimumAge:     5 * time.Minute,
+			TargetGarbageRatio:    0.5,
+		}
+	}
 	for i := range opts.Levels {
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}

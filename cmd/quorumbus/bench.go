@@ -66,6 +66,13 @@ type benchStats struct {
 	sent     atomic.Int64
 	received atomic.Int64
 	errors   atomic.Int64
+	firstErr atomic.Pointer[error] // the first error, shown on the progress line once
+}
+
+// fail counts an error and keeps the first.
+func (s *benchStats) fail(err error) {
+	s.errors.Add(1)
+	s.firstErr.CompareAndSwap(nil, &err)
 }
 
 func (s *benchStats) merge(l []time.Duration) {
@@ -155,6 +162,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastS, lastR int64
+	shown := false
 	for running := true; running; {
 		select {
 		case <-done:
@@ -164,6 +172,10 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 			fmt.Fprintf(out, "%6.1fs  sent %9d (%7d/s)  received %9d (%7d/s)  errors %d\n",
 				time.Since(start).Seconds(), s, s-lastS, r, r-lastR, st.errors.Load())
 			lastS, lastR = s, r
+			if e := st.firstErr.Load(); e != nil && !shown {
+				fmt.Fprintf(out, "        first error: %v\n", *e)
+				shown = true
+			}
 		}
 	}
 	elapsed := time.Since(start)
@@ -202,7 +214,7 @@ func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, windo
 					if ctx.Err() != nil {
 						return
 					}
-					st.errors.Add(1)
+					st.fail(err)
 					errc <- err
 					return
 				}
@@ -227,7 +239,7 @@ func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n, credit int, comp
 	msgs := make(chan *goamqp.Message, credit)
 	errc := make(chan error, 1)
 	fail := func(err error) {
-		st.errors.Add(1)
+		st.fail(err)
 		select {
 		case errc <- err:
 		default:

@@ -23,6 +23,7 @@ import (
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcbuf"
 )
 
 // Config configures a Router.
@@ -417,6 +418,7 @@ func (r *Router) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		rpcbuf.DialOption(),
 		// A receive may carry a message of up to 100 MB (gRPC's default
 		// limit is 4 MB).
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPartitionMessage), grpc.MaxCallSendMsgSize(maxPartitionMessage)),

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/proto/raftpb"
+	"github.com/quorumbus/quorumbus/proto/rpcbuf"
 )
 
 // MaxMessageBytes bounds one gRPC message of the Raft service. An
@@ -107,6 +108,7 @@ func (c Config) Validate() error {
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		rpcbuf.ServerOption(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,
@@ -215,6 +217,7 @@ func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		rpcbuf.DialOption(),
 		// A peer that restarts on the same address should be reachable
 		// again within about a second, not after gRPC's default 120 s
 		// maximum backoff.
