@@ -93,7 +93,7 @@ func New(cfg Config) (*Node, error) {
 		n.addr = lis.Addr().String()
 	}
 	n.openMachine = func(dir string) (StateMachine, error) {
-		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log})
+		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log, Replica: cfg.ID})
 	}
 	mux.Register(n.srv)
 	partitionpb.RegisterPartitionServiceServer(n.srv, &service{n: n})

@@ -209,7 +209,13 @@ func (p *proposer) apply(batch []*proposal) {
 	for _, pr := range batch {
 		n += len(pr.cmds)
 	}
-	b := &partitionpb.Batch{NowMs: time.Now().UnixMilli(), Commands: make([]*partitionpb.Command, 0, n)}
+	b := &partitionpb.Batch{
+		NowMs:    time.Now().UnixMilli(),
+		Commands: make([]*partitionpb.Command, 0, n),
+		// This replica answers the batch; the others skip reading back
+		// the message bodies its results carry.
+		Proposer: g.node.cfg.ID,
+	}
 	// Commands that may move a due time of the leader's clock loop (a
 	// lock, a scheduled message, a message with a time to live).
 	timed := false

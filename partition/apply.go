@@ -1,11 +1,13 @@
 package partition
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -69,6 +71,8 @@ type applier struct {
 	scheds   map[ekey]bool // entities whose scheduled index changed
 	exps     map[ekey]bool // entities whose expiry index changed
 	notify   bool          // a message became available, or an entity went
+	replica  string        // this replica's name (Options.Replica)
+	bodies   bool          // results carry message bodies: this replica answers the batch
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -80,6 +84,7 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		return nil, err
 	}
 	a.now = batch.NowMs
+	a.bodies = a.replica == "" || batch.Proposer == "" || batch.Proposer == a.replica
 	results := make([]*partitionpb.Result, len(batch.Commands))
 	for i, c := range batch.Commands {
 		r, err := a.apply(c)
@@ -164,12 +169,32 @@ func checkSubQueue(q partitionpb.SubQueue) error {
 }
 
 // ---------------------------------------------------------------------------
-// Writing messages. Every change of a message goes through put, remove or
-// update, which keep the message, its index entries and the counters in
-// step.
+// Writing messages. Every change of a message goes through add, remove or
+// update, which keep its two records (keys.go), its index entries and the
+// counters in step. Messages read from the store carry no sections unless
+// withBody added them; only add writes sections.
 
-func (a *applier) put(e *entity, m *partitionpb.StoredMessage) error {
+// add stores a new message, sections and all.
+func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
+	m.Size = messageSize(m)
+	body, err := marshal.Marshal(&partitionpb.StoredMessage{Header: m.Header, Annotations: m.Annotations, Bare: m.Bare})
+	if err != nil {
+		return fmt.Errorf("marshal message body: %w", err)
+	}
+	key := bodyKey(e.key, m.SubQueue, m.SequenceNumber)
+	if err := a.b.Set(key, seal(key, body), nil); err != nil {
+		return err
+	}
+	return a.putState(e, m)
+}
+
+// putState writes the state record of m, which the caller has taken out of
+// the indexes and counters, and puts it back into them.
+func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
+	h, an, bare := m.Header, m.Annotations, m.Bare
+	m.Header, m.Annotations, m.Bare = nil, nil, nil
 	p, err := marshal.Marshal(m)
+	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return fmt.Errorf("marshal message: %w", err)
 	}
@@ -186,7 +211,17 @@ func (a *applier) put(e *entity, m *partitionpb.StoredMessage) error {
 	return nil
 }
 
+// remove deletes the message in slot s.
 func (a *applier) remove(e *entity, s slot) error {
+	if err := a.unslot(e, s); err != nil {
+		return err
+	}
+	return a.b.Delete(bodyKey(e.key, s.sub, s.seq), nil)
+}
+
+// unslot deletes the state record of the message in slot s and takes it
+// out of the indexes and counters.
+func (a *applier) unslot(e *entity, s slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
@@ -198,19 +233,50 @@ func (a *applier) remove(e *entity, s slot) error {
 	return nil
 }
 
-// update replaces the message that sat in slot old by m.
+// update replaces the state of the message that sat in slot old by m's.
+// When m has moved (to another sub-queue, or to a new sequence number) its
+// body record moves with it, unread.
 func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) error {
 	if old.sub != m.SubQueue || old.seq != m.SequenceNumber {
-		if err := a.remove(e, old); err != nil {
+		if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
 			return err
 		}
-		return a.put(e, m)
+		if err := a.b.Delete(messageKey(e.key, old.sub, old.seq), nil); err != nil {
+			return err
+		}
 	}
 	if err := a.index(e, old, false); err != nil {
 		return err
 	}
 	e.n.add(old, -1)
-	return a.put(e, m)
+	return a.putState(e, m)
+}
+
+// moveBody moves the body record of the message in slot old to its new
+// place, sealed for its new key.
+func (a *applier) moveBody(e *entity, old slot, sub partitionpb.SubQueue, seq uint64) error {
+	from := bodyKey(e.key, old.sub, old.seq)
+	p, found, err := get(a.b, from)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.seq, e.key)
+	}
+	to := bodyKey(e.key, sub, seq)
+	if err := a.b.Set(to, seal(to, p), nil); err != nil {
+		return err
+	}
+	return a.b.Delete(from, nil)
+}
+
+// withBody reads the sections of m, which is about to be returned in a
+// result, when this replica answers the batch (see Batch.proposer).
+func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
+	if !a.bodies {
+		return nil
+	}
+	return readBody(a.b, e.key, m)
 }
 
 // index sets (or deletes) the index entries of a message in slot s.
@@ -281,6 +347,89 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 		deadLetter(e, m, ReasonMaxDeliveryCount,
 			fmt.Sprintf("Message could not be consumed after %d delivery attempts.", e.cfg.MaxDeliveryCount))
 	}
+}
+
+// messageCursor reads the messages of one sub-queue in ascending sequence
+// order, from a state iterator and (when this replica answers the batch) a
+// body iterator, each moved forward by seeks: a pass over an index in
+// sequence order costs one iterator step per message instead of a point
+// read through every level of the store.
+type messageCursor struct {
+	k      ekey
+	state0 []byte // prefix of the sub-queue's state records
+	body0  []byte // prefix of its body records
+	states *pebble.Iterator
+	bodies *pebble.Iterator // nil: results carry no bodies
+	key    []byte
+}
+
+func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64) (*messageCursor, error) {
+	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub)}
+	var err error
+	if c.states, err = a.b.NewIter(&pebble.IterOptions{
+		LowerBound: messageKey(e.key, sub, from),
+		UpperBound: prefixEnd(c.state0),
+	}); err != nil {
+		return nil, fmt.Errorf("partition: iterator: %w", err)
+	}
+	if a.bodies {
+		if c.bodies, err = a.b.NewIter(&pebble.IterOptions{
+			LowerBound: bodyKey(e.key, sub, from),
+			UpperBound: prefixEnd(c.body0),
+		}); err != nil {
+			return nil, closeIter(c.states, fmt.Errorf("partition: iterator: %w", err))
+		}
+	}
+	return c, nil
+}
+
+// seek positions it at key and returns its unsealed value.
+func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
+	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("partition: read %x: %w", key, err)
+		}
+		return nil, fmt.Errorf("%w: %s has no record %x", ErrCorrupt, c.k, key)
+	}
+	return iterValue(it)
+}
+
+// state reads the state record of seq, which must exist.
+func (c *messageCursor) state(seq uint64) (*partitionpb.StoredMessage, error) {
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	p, err := c.seek(c.states, c.key)
+	if err != nil {
+		return nil, err
+	}
+	m := new(partitionpb.StoredMessage)
+	if err := proto.Unmarshal(p, m); err != nil {
+		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.key, err)
+	}
+	return m, nil
+}
+
+// body fills in m's sections, if results carry bodies.
+func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
+	if c.bodies == nil {
+		return nil
+	}
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
+	p, err := c.seek(c.bodies, c.key)
+	if err != nil {
+		return err
+	}
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(p, m); err != nil {
+		return fmt.Errorf("%w: body %x: %v", ErrCorrupt, c.key, err)
+	}
+	return nil
+}
+
+// close closes the iterators and returns the first of err and their errors.
+func (c *messageCursor) close(err error) error {
+	if c.bodies != nil {
+		err = closeIter(c.bodies, err)
+	}
+	return closeIter(c.states, err)
 }
 
 // ---------------------------------------------------------------------------
@@ -389,7 +538,7 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		if m.TtlMs > 0 && from <= math.MaxInt64-m.TtlMs {
 			m.ExpiresAtMs = from + m.TtlMs
 		}
-		if err := a.put(e, m); err != nil {
+		if err := a.add(e, m); err != nil {
 			return nil, err
 		}
 		if seen != nil {
@@ -425,8 +574,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if want == 0 {
 		return r, nil
 	}
-	// The iterator sees the batch as it is now; the writes below do not
-	// disturb it. It starts at the head: everything before is gone.
+	// The iterators see the batch as it is now; the writes below do not
+	// disturb them. They start at the head: everything before is gone. The
+	// available index, the state records and the bodies are all in
+	// sequence order, so one forward pass over each reads them.
 	head := e.availHead[c.SubQueue]
 	it, err := a.b.NewIter(&pebble.IterOptions{
 		LowerBound: availableKey(e.key, c.SubQueue, head),
@@ -435,42 +586,60 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
 	}
-	next, dropped, taken := head, 0, int64(0)
-	for valid := it.First(); valid && len(r.Messages) < want && taken < lockBytes && dropped < maxExpiredPerLock; valid = it.Next() {
-		m, err := a.indexed(e, c.SubQueue, it, parseAvailableKey)
-		if err != nil {
-			return nil, closeIter(it, err)
-		}
-		old := slotOf(m)
-		if !old.available() {
-			return nil, closeIter(it, fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, old.seq))
-		}
-		switch {
-		case c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now):
-			dropped++
-			if e.cfg.DeadLetteringOnExpiration {
-				deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
-				err = a.update(e, old, m)
-			} else {
-				err = a.remove(e, old)
-			}
-		case c.ReceiveAndDelete:
-			err = a.remove(e, old)
-			r.Messages = append(r.Messages, m)
-			taken += old.size
-		default:
-			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
-			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
-			err = a.update(e, old, m)
-			r.Messages = append(r.Messages, m)
-			taken += old.size
-		}
-		if err != nil {
-			return nil, closeIter(it, err)
-		}
-		next = m.SequenceNumber + 1 // every entry passed is gone
+	cur, err := a.newMessageCursor(e, c.SubQueue, head)
+	if err != nil {
+		return nil, closeIter(it, err)
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	next, dropped, taken := head, 0, int64(0)
+	err = func() error {
+		for valid := it.First(); valid && len(r.Messages) < want && taken < lockBytes && dropped < maxExpiredPerLock; valid = it.Next() {
+			if _, err := iterValue(it); err != nil {
+				return err
+			}
+			seq, ok := parseAvailableKey(it.Key())
+			if !ok {
+				return fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
+			}
+			m, err := cur.state(seq)
+			if err != nil {
+				return err
+			}
+			old := slotOf(m)
+			if !old.available() {
+				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, old.seq)
+			}
+			switch {
+			case c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now):
+				dropped++
+				if e.cfg.DeadLetteringOnExpiration {
+					deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
+					err = a.update(e, old, m)
+				} else {
+					err = a.remove(e, old)
+				}
+			case c.ReceiveAndDelete:
+				if err = cur.body(m); err == nil { // before the body goes
+					err = a.remove(e, old)
+				}
+				r.Messages = append(r.Messages, m)
+				taken += old.size
+			default:
+				m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
+				m.LockedUntilMs = a.now + e.cfg.LockDurationMs
+				if err = a.update(e, old, m); err == nil {
+					err = cur.body(m)
+				}
+				r.Messages = append(r.Messages, m)
+				taken += old.size
+			}
+			if err != nil {
+				return err
+			}
+			next = m.SequenceNumber + 1 // every entry passed is gone
+		}
+		return it.Error()
+	}()
+	if err := closeIter(it, cur.close(err)); err != nil {
 		return nil, err
 	}
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
@@ -488,7 +657,7 @@ func (a *applier) indexed(e *entity, sub partitionpb.SubQueue, it *pebble.Iterat
 	if !ok {
 		return nil, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
 	}
-	m, err := getMessage(a.b, messageKey(e.key, sub, seq))
+	m, err := getState(a.b, messageKey(e.key, sub, seq))
 	if err != nil {
 		return nil, err
 	}
@@ -515,7 +684,7 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 		if uint32(seq>>seqBits) != e.key.part {
 			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
 		}
-		m, err := getMessage(a.b, messageKey(e.key, sub, seq))
+		m, err := getState(a.b, messageKey(e.key, sub, seq))
 		switch {
 		case err != nil:
 			return nil, err

@@ -265,3 +265,65 @@ func checkCounters(t *testing.T, m *partition.Machine) {
 		}
 	}
 }
+
+// TestAnsweringReplica applies batches that replica n1 proposed on n1 and
+// on n2: only n1 returns message bodies, and both stores are identical to
+// each other and to a machine that answers everything.
+func TestAnsweringReplica(t *testing.T) {
+	a, want := randomLog(t, 7, 300)
+	open := func(name string) *partition.Machine {
+		opts := pt.Options()
+		opts.Replica = name
+		m, err := partition.Open(t.TempDir(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	n1, n2 := open("n1"), open("n2")
+	bodies := 0
+	for i, e := range a.Entries {
+		b, err := partition.DecodeBatch(e.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Proposer = "n1"
+		data, err := partition.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = partition.Entry{Index: e.Index, Data: data}
+		r1, err := n1.Apply([]partition.Entry{e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := n2.Apply([]partition.Entry{e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range want[i] {
+			if !proto.Equal(want[i][k], r1[0][k]) {
+				t.Fatalf("entry %d command %d: the proposer's result differs:\n%v\n%v", i+1, k, want[i][k], r1[0][k])
+			}
+			stripped := proto.Clone(want[i][k]).(*partitionpb.Result)
+			for _, m := range stripped.Messages {
+				if len(m.Bare) > 0 {
+					bodies++
+				}
+				m.Header, m.Annotations, m.Bare = nil, nil, nil
+			}
+			if !proto.Equal(stripped, r2[0][k]) {
+				t.Fatalf("entry %d command %d: the other replica's result is not the proposer's without bodies:\n%v\n%v", i+1, k, stripped, r2[0][k])
+			}
+		}
+	}
+	if bodies == 0 {
+		t.Fatal("the log returned no message with a body: the test shows nothing")
+	}
+	sa := snapshotBytes(t, a.M)
+	if !bytes.Equal(sa, snapshotBytes(t, n1)) || !bytes.Equal(sa, snapshotBytes(t, n2)) {
+		t.Fatal("snapshots differ")
+	}
+	t.Logf("%d messages returned with bodies by n1, without by n2", bodies)
+}

@@ -186,7 +186,7 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		until:  m.LockedUntilMs,
 		at:     m.ScheduledEnqueueTimeMs,
 		exp:    m.ExpiresAtMs,
-		size:   messageSize(m),
+		size:   m.Size,
 	}
 }
 

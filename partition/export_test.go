@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +24,8 @@ func Messages(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue) ([]*
 	}
 	var out []*partitionpb.StoredMessage
 	for valid := it.First(); valid; valid = it.Next() {
-		msg, err := getMessage(m.db, append([]byte(nil), it.Key()...))
+		seq := binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
+		msg, err := getMessage(m.db, k, sub, seq)
 		if err != nil {
 			return nil, closeIter(it, err)
 		}
@@ -120,7 +122,8 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			return err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
-			msg, err := getMessage(m.db, append([]byte(nil), it.Key()...))
+			seq := binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
+			msg, err := getMessage(m.db, k, sub, seq)
 			if err != nil {
 				return closeIter(it, err)
 			}

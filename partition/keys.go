@@ -13,14 +13,20 @@ import (
 //	0x00 "applied"                               last applied Raft index
 //	0x00 "format"                                store format version
 //	0x01 eid(8) part(4)                          entity record (config and counters)
-//	0x02 eid(8) part(4) 0x01 sub(1) seq(8)       message
+//	0x02 eid(8) part(4) 0x01 sub(1) seq(8)       message state: all but the sections, with their size
 //	0x02 eid(8) part(4) 0x02 sub(1) seq(8)       available: active, unlocked (Lock's order)
 //	0x02 eid(8) part(4) 0x03 until(8) sub(1) seq(8)  lock, by locked_until_ms
 //	0x02 eid(8) part(4) 0x04 at(8) seq(8)        scheduled, by scheduled_enqueue_time_ms
 //	0x02 eid(8) part(4) 0x05 at(8) seq(8)        expiry: unlocked, unscheduled main messages with a TTL, by expires_at_ms
 //	0x02 eid(8) part(4) 0x06 message_id          dedup: first sent at(8), its sequence number(8)
 //	0x02 eid(8) part(4) 0x07 at(8) message_id    dedup by time, for pruning
+//	0x02 eid(8) part(4) 0x08 sub(1) seq(8)       message body: header, annotations, bare
 //
+// A message is two records: its body, written once when it arrives (and
+// moved only with the message, to the dead-letter queue or to a new
+// sequence number), and its state, which locks and settlements rewrite.
+// Locking a message therefore rewrites a hundred bytes, not the message,
+// and no replica reads a body back except to return it.
 // Everything of an entity partition lives under its 0x02 prefix, so
 // DeleteEntity is one range deletion. A lock token carries the sequence
 // number, so the message key is the lock-token index. Times are encoded
@@ -37,6 +43,7 @@ const (
 	kindExpiry    byte = 0x05
 	kindDedup     byte = 0x06
 	kindDedupTime byte = 0x07
+	kindBody      byte = 0x08
 )
 
 var (
@@ -45,7 +52,7 @@ var (
 )
 
 // storeFormat is the layout version above; Open refuses any other.
-const storeFormat = 1
+const storeFormat = 2
 
 // ekey names an entity partition.
 type ekey struct {
@@ -89,6 +96,10 @@ func subPrefix(k ekey, kind byte, sub partitionpb.SubQueue) []byte {
 
 func messageKey(k ekey, sub partitionpb.SubQueue, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(subPrefix(k, kindMessage, sub), seq)
+}
+
+func bodyKey(k ekey, sub partitionpb.SubQueue, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(subPrefix(k, kindBody, sub), seq)
 }
 
 func availableKey(k ekey, sub partitionpb.SubQueue, seq uint64) []byte {

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -24,6 +25,11 @@ type Options struct {
 	CacheBytes int64
 	// Logger receives the store's log; default slog.Default().
 	Logger *slog.Logger
+	// Replica names this replica as node proposers name themselves in
+	// Batch.proposer. A batch another replica proposed is applied the
+	// same, but its results carry no message bodies, which this replica
+	// then need not read. Empty: every result carries them.
+	Replica string
 }
 
 // DefaultCacheBytes is the block cache size when Options.CacheBytes is 0.
@@ -44,6 +50,7 @@ type Machine struct {
 	log        *slog.Logger
 	cacheBytes int64
 	cache      *pebble.Cache
+	replica    string
 
 	restoreMu sync.Mutex // one Restore at a time
 
@@ -84,6 +91,7 @@ func Open(dir string, opts Options) (*Machine, error) {
 		dir:        dir,
 		log:        opts.Logger,
 		cacheBytes: opts.CacheBytes,
+		replica:    opts.Replica,
 		cache:      pebble.NewCache(opts.CacheBytes),
 		changed:    make(chan struct{}),
 		snaps:      make(map[*Snapshot]struct{}),
@@ -334,6 +342,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		locks:    make(map[ekey]bool),
 		scheds:   make(map[ekey]bool),
 		exps:     make(map[ekey]bool),
+		replica:  m.replica,
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))
@@ -582,19 +591,23 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	var out []*partitionpb.StoredMessage
 	var size int64
 	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
-		msg, err := getMessage(m.db, append([]byte(nil), it.Key()...))
+		p, err := iterValue(it)
 		if err != nil {
 			return nil, closeIter(it, err)
 		}
-		if msg == nil {
-			return nil, closeIter(it, fmt.Errorf("%w: message %x vanished", ErrCorrupt, it.Key()))
+		msg := new(partitionpb.StoredMessage)
+		if err := proto.Unmarshal(p, msg); err != nil {
+			return nil, closeIter(it, fmt.Errorf("%w: message %x: %v", ErrCorrupt, it.Key(), err))
 		}
 		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
 			continue
 		}
+		if err := readBody(m.db, k, msg); err != nil {
+			return nil, closeIter(it, err)
+		}
 		unlock(msg)
 		out = append(out, msg)
-		size += messageSize(msg)
+		size += msg.Size
 	}
 	if err := closeIter(it, it.Error()); err != nil {
 		return nil, err

@@ -64,8 +64,9 @@ func get(r pebble.Reader, key []byte) (payload []byte, found bool, err error) {
 	return append([]byte(nil), p...), true, nil
 }
 
-// getMessage reads a message; nil if absent.
-func getMessage(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
+// getState reads the state record of a message (everything but its
+// sections, see keys.go); nil if absent.
+func getState(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
 	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
@@ -83,6 +84,42 @@ func getMessage(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error)
 		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 	}
 	return msg, nil
+}
+
+// readBody fills in the sections of a message read by getState from its
+// body record.
+func readBody(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
+	key := bodyKey(k, m.SubQueue, m.SequenceNumber)
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, m.SequenceNumber, k)
+	}
+	if err != nil {
+		return fmt.Errorf("partition: read %x: %w", key, err)
+	}
+	defer closer.Close()
+	p, err := unseal(key, v)
+	if err != nil {
+		return err
+	}
+	// The body record holds only the three sections, so merging sets
+	// them and leaves the state alone.
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(p, m); err != nil {
+		return fmt.Errorf("%w: body %x: %v", ErrCorrupt, key, err)
+	}
+	return nil
+}
+
+// getMessage reads a whole message, state and body; nil if absent.
+func getMessage(r pebble.Reader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
+	m, err := getState(r, messageKey(k, sub, seq))
+	if err != nil || m == nil {
+		return nil, err
+	}
+	if err := readBody(r, k, m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // prefixIter returns an iterator over the keys with prefix p.

@@ -53,7 +53,7 @@ func (a *applier) scanDue(e *entity, x *timeIndex, kind byte, f func(at int64, s
 
 // mainMessage reads a message of e's main sub-queue that an index names.
 func (a *applier) mainMessage(e *entity, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := getMessage(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+	m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
 	if err != nil {
 		return nil, err
 	}
@@ -96,14 +96,11 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 			if old.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED || old.at != at {
 				return fmt.Errorf("%w: %s: message %d is indexed scheduled at %d but is not", ErrCorrupt, k, seq, at)
 			}
-			if err := a.remove(e, old); err != nil {
-				return err
-			}
 			m.SequenceNumber = e.nextSequence()
 			m.EnqueuedTimeMs = a.now
 			m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
 			m.ExpiresAtMs = expiresAt(a.now, m.TtlMs)
-			if err := a.put(e, m); err != nil {
+			if err := a.update(e, old, m); err != nil {
 				return err
 			}
 			count++
@@ -191,7 +188,7 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 		if uint32(seq>>seqBits) != e.key.part {
 			continue
 		}
-		m, err := getMessage(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+		m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +234,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		if uint32(seq>>seqBits) != e.key.part {
 			continue
 		}
-		m, err := getMessage(a.b, messageKey(e.key, c.SubQueue, seq))
+		m, err := getState(a.b, messageKey(e.key, c.SubQueue, seq))
 		if err != nil {
 			return nil, err
 		}
@@ -247,11 +244,15 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		}
 		old := slotOf(m)
 		if c.ReceiveAndDelete {
-			err = a.remove(e, old)
+			if err = a.withBody(e, m); err == nil { // before the body goes
+				err = a.remove(e, old)
+			}
 		} else {
 			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
 			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
-			err = a.update(e, old, m)
+			if err = a.update(e, old, m); err == nil {
+				err = a.withBody(e, m)
+			}
 		}
 		if err != nil {
 			return nil, err

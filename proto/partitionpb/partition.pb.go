@@ -448,8 +448,14 @@ type StoredMessage struct {
 	// them; the frontend merges them, in order, over `annotations` when it
 	// delivers the message.
 	ModifiedProperties [][]byte `protobuf:"bytes,20,rep,name=modified_properties,json=modifiedProperties,proto3" json:"modified_properties,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The size of header, annotations and bare together (what the message
+	// counts against max_size_bytes). The store keeps the three sections in
+	// a body record of their own, written once, and everything else with
+	// this size in the message's state record, which locks and settlements
+	// rewrite; a message read without its body still knows its size.
+	Size          int64 `protobuf:"varint,21,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredMessage) Reset() {
@@ -622,10 +628,21 @@ func (x *StoredMessage) GetModifiedProperties() [][]byte {
 	return nil
 }
 
+func (x *StoredMessage) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type Batch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NowMs         int64                  `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
-	Commands      []*Command             `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NowMs    int64                  `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	Commands []*Command             `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	// The node whose leader proposed the batch: only its replica answers the
+	// requests inside, so only it reads back the message bodies a result
+	// carries. Every replica applies the same changes either way.
+	Proposer      string `protobuf:"bytes,3,opt,name=proposer,proto3" json:"proposer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -672,6 +689,13 @@ func (x *Batch) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *Batch) GetProposer() string {
+	if x != nil {
+		return x.Proposer
+	}
+	return ""
 }
 
 type Command struct {
@@ -2968,7 +2992,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10requires_session\x18\n" +
 	" \x01(\bR\x0frequiresSession\x12$\n" +
 	"\x0emax_size_bytes\x18\v \x01(\x03R\fmaxSizeBytes\x12\x16\n" +
-	"\x06status\x18\f \x01(\rR\x06status\"\xb7\x06\n" +
+	"\x06status\x18\f \x01(\rR\x06status\"\xcb\x06\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -2993,10 +3017,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x17dead_letter_description\x18\x11 \x01(\tR\x15deadLetterDescription\x12,\n" +
 	"\x12dead_letter_source\x18\x12 \x01(\tR\x10deadLetterSource\x12\x15\n" +
 	"\x06ttl_ms\x18\x13 \x01(\x03R\x05ttlMs\x12/\n" +
-	"\x13modified_properties\x18\x14 \x03(\fR\x12modifiedProperties\"[\n" +
+	"\x13modified_properties\x18\x14 \x03(\fR\x12modifiedProperties\x12\x12\n" +
+	"\x04size\x18\x15 \x01(\x03R\x04size\"w\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
-	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\"\xc5\x06\n" +
+	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
+	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xc5\x06\n" +
 	"\aCommand\x12K\n" +
 	"\rupsert_entity\x18\x01 \x01(\v2$.quorumbus.partition.v1.UpsertEntityH\x00R\fupsertEntity\x12K\n" +
 	"\rdelete_entity\x18\x02 \x01(\v2$.quorumbus.partition.v1.DeleteEntityH\x00R\fdeleteEntity\x12;\n" +
