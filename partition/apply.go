@@ -177,12 +177,8 @@ func checkSubQueue(q partitionpb.SubQueue) error {
 // add stores a new message, sections and all.
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
-	body, err := marshal.Marshal(&partitionpb.StoredMessage{Header: m.Header, Annotations: m.Annotations, Bare: m.Bare})
-	if err != nil {
-		return fmt.Errorf("marshal message body: %w", err)
-	}
-	key := bodyKey(e.key, m.SubQueue, m.SequenceNumber)
-	if err := a.b.Set(key, seal(key, body), nil); err != nil {
+	body := &partitionpb.StoredMessage{Header: m.Header, Annotations: m.Annotations, Bare: m.Bare}
+	if err := setProto(a.b, bodyKey(e.key, m.SubQueue, m.SequenceNumber), body); err != nil {
 		return err
 	}
 	return a.putState(e, m)
@@ -193,13 +189,9 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	p, err := marshal.Marshal(m)
+	err := setProto(a.b, messageKey(e.key, m.SubQueue, m.SequenceNumber), m)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
-		return fmt.Errorf("marshal message: %w", err)
-	}
-	key := messageKey(e.key, m.SubQueue, m.SequenceNumber)
-	if err := a.b.Set(key, seal(key, p), nil); err != nil {
 		return err
 	}
 	s := slotOf(m)
@@ -313,7 +305,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 	for _, k := range keys {
 		var err error
 		if set {
-			err = a.b.Set(k, seal(k, nil), nil)
+			err = setSealed(a.b, k, nil)
 		} else {
 			err = a.b.Delete(k, nil)
 		}

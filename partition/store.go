@@ -34,6 +34,34 @@ func seal(key, payload []byte) []byte {
 	return binary.BigEndian.AppendUint32(v, checksum(key, payload))
 }
 
+// setSealed writes key → payload sealed into b, in place: the value is
+// assembled in the batch's own buffer rather than in a copy first.
+func setSealed(b *pebble.Batch, key, payload []byte) error {
+	op := b.SetDeferred(len(key), len(payload)+crcLen)
+	copy(op.Key, key)
+	copy(op.Value, payload)
+	binary.BigEndian.PutUint32(op.Value[len(payload):], checksum(key, payload))
+	return op.Finish()
+}
+
+// setProto writes key → the sealed encoding of msg into b, encoding msg
+// straight into the batch's buffer (a message body is copied once here,
+// not three times through a marshal buffer and a sealed copy).
+func setProto(b *pebble.Batch, key []byte, msg proto.Message) error {
+	n := marshal.Size(msg)
+	op := b.SetDeferred(len(key), n+crcLen)
+	copy(op.Key, key)
+	out, err := marshal.MarshalAppend(op.Value[:0], msg)
+	if err != nil {
+		return fmt.Errorf("marshal %x: %w", key, err)
+	}
+	if len(out) != n || n > 0 && &out[0] != &op.Value[0] {
+		return fmt.Errorf("marshal %x: %d bytes, sized %d", key, len(out), n)
+	}
+	binary.BigEndian.PutUint32(op.Value[n:], checksum(key, op.Value[:n]))
+	return op.Finish()
+}
+
 // unseal verifies a stored value and returns its payload, which aliases v.
 func unseal(key, v []byte) ([]byte, error) {
 	if len(v) < crcLen {
