@@ -99,6 +99,39 @@ type group struct {
 func raftDir(dir string) string  { return filepath.Join(dir, "raft") }
 func stateDir(dir string) string { return filepath.Join(dir, "state") }
 
+// restoreIfBehind restores the machine from the latest snapshot when its
+// store has applied less than the snapshot holds. Raft resumes applying
+// after the latest snapshot's index whether or not it restores it
+// (NoSnapshotRestoreOnStart skips only the restore), so a store left behind
+// would never see the entries in between, and the log may no longer hold
+// them. A store falls behind when the node dies while it installs a
+// snapshot from the leader: Raft keeps the snapshot before the machine has
+// restored it. Snapshots taken locally are never ahead of the store, which
+// flushes before it captures one.
+func restoreIfBehind(m StateMachine, snaps raft.SnapshotStore, log *slog.Logger) error {
+	list, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	if len(list) == 0 || m.AppliedIndex() >= list[0].Index {
+		return nil
+	}
+	meta, rc, err := snaps.Open(list[0].ID)
+	if err != nil {
+		return fmt.Errorf("open snapshot %s: %w", list[0].ID, err)
+	}
+	defer rc.Close()
+	log.Warn("the store is behind the latest snapshot; restoring the snapshot",
+		"applied", m.AppliedIndex(), "snapshot", meta.ID, "snapshot_index", meta.Index)
+	if err := m.Restore(rc); err != nil {
+		return fmt.Errorf("restore snapshot %s: %w", meta.ID, err)
+	}
+	if m.AppliedIndex() != meta.Index {
+		return fmt.Errorf("restore snapshot %s: the store holds index %d, the snapshot %d", meta.ID, m.AppliedIndex(), meta.Index)
+	}
+	return nil
+}
+
 // openGroup opens (or creates) group id in dir and starts its raft. If the
 // group has no Raft state yet and this node is replicas[0], it bootstraps
 // the group with all replicas as voters.
@@ -168,6 +201,9 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		return nil, fmt.Errorf("node: group %d: state machine: %w", id, err)
 	}
 	closers = append(closers, g.machine)
+	if err := restoreIfBehind(g.machine, snaps, g.log); err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
 
 	hasState, err := raft.HasExistingState(cached, g.stable, snaps)
 	if err != nil {

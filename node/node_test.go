@@ -3,6 +3,8 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -532,5 +534,102 @@ func TestSnapshotCatchUp(t *testing.T) {
 	}
 	if len(sent) != 0 {
 		t.Errorf("%d messages missing after the restore", len(sent))
+	}
+}
+
+// TestRestoreWhenStoreBehindSnapshot puts back, under a node that caught up
+// through a snapshot, the store it had before the install: what a crash
+// between Raft keeping the snapshot and the machine restoring it leaves.
+// On restart the node must restore the snapshot rather than apply the
+// entries after it on top of the old store.
+func TestRestoreWhenStoreBehindSnapshot(t *testing.T) {
+	c := nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Configure: func(i int, cfg *node.Config) {
+		fastElections(i, cfg)
+		cfg.SnapshotThreshold = 32
+		cfg.SnapshotInterval = 50 * time.Millisecond
+		cfg.TrailingLogs = 8
+	}})
+	cl := c.Client(group)
+	upsertEntity(t, cl, 60_000)
+	ctx := ctxFor(t)
+	sent := map[uint64]string{}
+	sendSome := func(n int, prefix string) {
+		for i := range n {
+			body := fmt.Sprintf("%s-%d", prefix, i)
+			seq, err := send(ctx, cl, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent[seq] = body
+		}
+	}
+	sendSome(20, "early")
+	leader := c.Leader(group)
+	lagging := (leader + 1) % c.Len()
+	c.WaitFor("the follower to apply the early messages", func() bool {
+		want, err1 := c.Node(leader).Group(group)
+		got, err2 := c.Node(lagging).Group(group)
+		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex
+	})
+	before, err := c.Node(lagging).Group(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(lagging)
+	state := filepath.Join(c.Dir(lagging), "groups", fmt.Sprint(group), "state")
+	old := filepath.Join(t.TempDir(), "state")
+	if err := os.CopyFS(old, os.DirFS(state)); err != nil {
+		t.Fatal(err)
+	}
+
+	sendSome(200, "late")
+	c.WaitFor("the leader to compact its log", func() bool {
+		st, err := c.Node(leader).Group(group)
+		return err == nil && st.SnapshotIndex > before.LastIndex+uint64(2*8)
+	})
+	c.Restart(lagging)
+	c.WaitFor("the restarted node to catch up through a snapshot", func() bool {
+		want, err1 := c.Node(leader).Group(group)
+		got, err2 := c.Node(lagging).Group(group)
+		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex && got.SnapshotIndex > before.LastIndex
+	})
+
+	// The crash: Raft kept the snapshot, the store is the old one.
+	c.Kill(lagging)
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(state, os.DirFS(old)); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(lagging)
+	c.WaitFor("the restarted node to apply everything", func() bool {
+		want, err1 := c.Node(leader).Group(group)
+		got, err2 := c.Node(lagging).Group(group)
+		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex
+	})
+	if err := c.Node(leader).TransferLeadership(group, c.Peers()[lagging]); err != nil {
+		t.Fatal(err)
+	}
+	if now := c.Leader(group); now != lagging {
+		t.Fatalf("n%d leads, want n%d", now, lagging)
+	}
+	if st := stats(t, cl); st.ActiveMessages != uint64(len(sent)) {
+		t.Fatalf("the node that restarted behind its snapshot holds %d messages, want %d", st.ActiveMessages, len(sent))
+	}
+	for {
+		msgs := receive(t, cl, 500, true, 0)
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			if sent[m.SequenceNumber] != string(m.Bare) {
+				t.Errorf("message %d holds %q, want %q", m.SequenceNumber, m.Bare, sent[m.SequenceNumber])
+			}
+			delete(sent, m.SequenceNumber)
+		}
+	}
+	if len(sent) > 0 {
+		t.Errorf("%d messages missing", len(sent))
 	}
 }

@@ -175,6 +175,9 @@ func (c *Cluster) Addr(i int) string { return c.addrs[i] }
 // Peers returns the replicas of every group.
 func (c *Cluster) Peers() []node.Peer { return c.peers }
 
+// Dir returns node i's data directory.
+func (c *Cluster) Dir(i int) string { return c.dirs[i] }
+
 // Leader waits until a running node leads groupID and serves it, and
 // returns its index.
 func (c *Cluster) Leader(groupID uint64) int {
