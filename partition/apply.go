@@ -434,6 +434,9 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	}
 	k := ekey{cfg.EntityId, cfg.Partition}
 	e, ok := a.entities[k]
+	if ok && cfg.Version != 0 && cfg.Version < e.cfg.Version {
+		return okResult(), nil // superseded: a newer configuration is in place
+	}
 	if !ok {
 		e = newEntity(k)
 		a.entities[k] = e

@@ -434,3 +434,32 @@ func TestPropertiesToModify(t *testing.T) {
 		t.Errorf("modified properties %s, want [0 2 3]", got)
 	}
 }
+
+// TestUpsertVersion: an upsert older than the configuration in place (a
+// former catalog leader's call arriving late) changes nothing; a newer one,
+// or an unversioned one, applies.
+func TestUpsertVersion(t *testing.T) {
+	lockFor := func(d *pt.Driver) int64 {
+		t.Helper()
+		d.OK(pt.Enqueue(1, 0, msgs(1)...))
+		r := d.OK(pt.Lock(1, 0, main, 1, 1))
+		if len(r.Messages) != 1 {
+			t.Fatalf("locked %d messages", len(r.Messages))
+		}
+		return r.Messages[0].LockedUntilMs - d.Now
+	}
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "q", LockDurationMs: 10_000, Version: 5}))
+	d.OK(pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "q", LockDurationMs: 20_000, Version: 3}))
+	if got := lockFor(d); got != 10_000 {
+		t.Fatalf("after a stale upsert the lock lasts %d ms, want 10000", got)
+	}
+	d.OK(pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "q", LockDurationMs: 30_000, Version: 7}))
+	if got := lockFor(d); got != 30_000 {
+		t.Fatalf("after a newer upsert the lock lasts %d ms, want 30000", got)
+	}
+	d.OK(pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "q", LockDurationMs: 40_000}))
+	if got := lockFor(d); got != 40_000 {
+		t.Fatalf("after an unversioned upsert the lock lasts %d ms, want 40000", got)
+	}
+}

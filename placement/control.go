@@ -282,7 +282,9 @@ func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *p
 		if entity == nil {
 			return catalog.ErrNotFound // cannot happen: a delete replaces the task
 		}
-		req := &partitionpb.UpsertEntityRequest{GroupId: group.Id, Config: catalog.PartitionConfig(entity, task.Partition)}
+		cfg := catalog.PartitionConfig(entity, task.Partition)
+		cfg.Version = task.Version // the group ignores an older upsert arriving late
+		req := &partitionpb.UpsertEntityRequest{GroupId: group.Id, Config: cfg}
 		return s.callGroup(ctx, group, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
 			_, err := c.UpsertEntity(ctx, req)
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -256,14 +257,24 @@ func TestControlLoopConfiguresPartitions(t *testing.T) {
 			Status: uint32(partitionpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED),
 		}
 	}
+	// Each configuration carries the catalog index of its change, later
+	// for a later change, so that a group can ignore one arriving late.
+	versions := map[uint32]uint64{}
 	configured := func(lock int64) func() bool {
 		return func() bool {
+			seen := map[uint32]uint64{}
 			for p, g := range e.PartitionGroups {
 				got, ok := c.Partitions.Config(g, e.Id, uint32(p))
-				if !ok || !proto.Equal(got, want(uint32(p), lock)) {
+				if !ok || got.Version <= versions[uint32(p)] {
+					return false
+				}
+				seen[uint32(p)] = got.Version
+				got.Version = 0
+				if !proto.Equal(got, want(uint32(p), lock)) {
 					return false
 				}
 			}
+			maps.Copy(versions, seen)
 			return true
 		}
 	}

@@ -299,8 +299,13 @@ type EntityConfig struct {
 	RequiresSession            bool                   `protobuf:"varint,10,opt,name=requires_session,json=requiresSession,proto3" json:"requires_session,omitempty"`
 	MaxSizeBytes               int64                  `protobuf:"varint,11,opt,name=max_size_bytes,json=maxSizeBytes,proto3" json:"max_size_bytes,omitempty"`
 	Status                     uint32                 `protobuf:"varint,12,opt,name=status,proto3" json:"status,omitempty"` // EntityStatus
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// The catalog index of the change this configuration comes from. A group
+	// ignores an upsert older than the configuration it holds: a call of a
+	// former catalog leader that arrives after its successor's. 0 (tests,
+	// tools) is applied whatever the group holds.
+	Version       uint64 `protobuf:"varint,13,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EntityConfig) Reset() {
@@ -413,6 +418,13 @@ func (x *EntityConfig) GetMaxSizeBytes() int64 {
 func (x *EntityConfig) GetStatus() uint32 {
 	if x != nil {
 		return x.Status
+	}
+	return 0
+}
+
+func (x *EntityConfig) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -2978,7 +2990,7 @@ var File_partitionpb_partition_proto protoreflect.FileDescriptor
 
 const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
-	"\x1bpartitionpb/partition.proto\x12\x16quorumbus.partition.v1\"\x8a\x04\n" +
+	"\x1bpartitionpb/partition.proto\x12\x16quorumbus.partition.v1\"\xa4\x04\n" +
 	"\fEntityConfig\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x12\n" +
@@ -2992,7 +3004,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10requires_session\x18\n" +
 	" \x01(\bR\x0frequiresSession\x12$\n" +
 	"\x0emax_size_bytes\x18\v \x01(\x03R\fmaxSizeBytes\x12\x16\n" +
-	"\x06status\x18\f \x01(\rR\x06status\"\xcb\x06\n" +
+	"\x06status\x18\f \x01(\rR\x06status\x12\x18\n" +
+	"\aversion\x18\r \x01(\x04R\aversion\"\xcb\x06\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
