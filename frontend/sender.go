@@ -131,6 +131,13 @@ func (s *sender) run() {
 		case <-s.done:
 			return
 		}
+		// Wait for a free slot before packing: what arrives while every
+		// request is in flight joins this batch rather than the next.
+		select {
+		case slots <- struct{}{}:
+		case <-s.done:
+			return
+		}
 		batch := map[uint32][]pendingSend{first.partition: {first}}
 		n := len(first.msgs)
 	fill:
@@ -143,8 +150,12 @@ func (s *sender) run() {
 				break fill
 			}
 		}
+		held := true // the slot taken above serves the first request
 		for part, items := range batch {
-			slots <- struct{}{}
+			if !held {
+				slots <- struct{}{}
+			}
+			held = false
 			go func() {
 				defer func() { <-slots }()
 				s.send(part, items)
