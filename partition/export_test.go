@@ -109,8 +109,8 @@ func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
 	}
 }
 
-// CheckIndexes checks that the scheduled and expiry indexes of an entity
-// partition hold exactly the entries its messages call for.
+// CheckIndexes checks that the body records and the scheduled and expiry
+// indexes of an entity partition hold exactly what its messages call for.
 func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -127,6 +127,10 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			if err != nil {
 				return closeIter(it, err)
 			}
+			if msg.Size != messageSize(msg) {
+				return closeIter(it, fmt.Errorf("%s: message %d records size %d, its body holds %d", k, seq, msg.Size, messageSize(msg)))
+			}
+			want[string(bodyKey(k, sub, seq))] = true
 			s := slotOf(msg)
 			if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 				want[string(scheduledKey(k, s.at, s.seq))] = true
@@ -139,7 +143,9 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			return err
 		}
 	}
-	for _, kind := range []byte{kindScheduled, kindExpiry} {
+	// Every body belongs to a message, and every scheduled or expiry
+	// index entry names one in that state.
+	for _, kind := range []byte{kindBody, kindScheduled, kindExpiry} {
 		it, err := prefixIter(m.db, kindPrefix(k, kind))
 		if err != nil {
 			return err
@@ -159,6 +165,3 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	}
 	return nil
 }
-
-// Metrics returns the store's pebble metrics.
-func Metrics(m *Machine) *pebble.Metrics { return m.db.Metrics() }
