@@ -20,8 +20,8 @@ import (
 // Options configure a Machine. The zero value is usable.
 type Options struct {
 	// CacheBytes bounds the store's block cache; default 64 MiB. The store's
-	// memory is about 1.5 times this (the cache and up to two memtables of a
-	// quarter of it, 4 to 64 MiB each), whatever the backlog.
+	// memory is about three times this (the cache and up to two memtables
+	// of the same size, 4 to 64 MiB each), whatever the backlog.
 	CacheBytes int64
 	// Logger receives the store's log; default slog.Default().
 	Logger *slog.Logger

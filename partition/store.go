@@ -179,7 +179,12 @@ func closeIter(it *pebble.Iterator, err error) error {
 // the write-ahead log (Apply commits with NoSync and Snapshot flushes), and
 // memory bounded by the shared block cache plus at most two memtables.
 func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *pebble.Options {
-	memtable := uint64(cacheBytes / 4)
+	// Memtables as large as the cache: a queue's messages mostly die in
+	// the memtable they were written to when consumers keep up, and every
+	// flush costs compaction work per key. With memtables of a quarter of
+	// a 32 MiB cache (8 MiB) the dev cluster sent a third fewer messages
+	// per second than with 32 MiB ones, and received 40% fewer.
+	memtable := uint64(cacheBytes)
 	memtable = max(memtable, 4<<20)
 	memtable = min(memtable, 64<<20)
 	opts := &pebble.Options{
@@ -214,7 +219,7 @@ func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *peb
 		return pebble.ValueSeparationPolicy{
 			Enabled:               true,
 			MinimumSize:           512,
-			MaxBlobReferenceDepth: 10,
+			MaxBlobReferenceDepth: 64,
 			RewriteMinimumAge:     300e9, // five minutes, as nanoseconds: partition keeps off package time
 			TargetGarbageRatio:    0.5,
 		}

@@ -22,7 +22,7 @@ func devCmd(args []string) error {
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
-	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to half of it); bounds memory, not the backlog")
+	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus dev [flags]\n\nRuns a whole replicated cluster in one process: storage nodes (Raft, fsync on),\nthe placement catalog and an AMQP front-end, on loopback. Prints the\nconnection string for the SDKs.\n\n")

@@ -34,7 +34,7 @@ func nodeCmd(args []string) error {
 	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
-	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to half of it); bounds memory, not the backlog")
+	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
