@@ -275,10 +275,14 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) index(e *entity, s slot, set bool) error {
 	var keys [][]byte
 	if s.available() {
-		keys = append(keys, availableKey(e.key, s.sub, s.seq))
 		if set {
 			a.notify = true
-			e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
+		}
+		if e.indexedAvailable(s) {
+			keys = append(keys, availableKey(e.key, s.sub, s.seq))
+			if set {
+				e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
+			}
 		}
 	}
 	if s.locked {
@@ -396,6 +400,26 @@ func (c *messageCursor) state(seq uint64) (*partitionpb.StoredMessage, error) {
 	m := new(partitionpb.StoredMessage)
 	if err := proto.Unmarshal(p, m); err != nil {
 		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.key, err)
+	}
+	return m, nil
+}
+
+// seekState positions the state iterator at the first message with a
+// sequence number of seq or more.
+func (c *messageCursor) seekState(seq uint64) bool {
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	return c.states.SeekGE(c.key)
+}
+
+// current decodes the state record under the state iterator.
+func (c *messageCursor) current() (*partitionpb.StoredMessage, error) {
+	p, err := iterValue(c.states)
+	if err != nil {
+		return nil, err
+	}
+	m := new(partitionpb.StoredMessage)
+	if err := proto.Unmarshal(p, m); err != nil {
+		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.states.Key(), err)
 	}
 	return m, nil
 }
@@ -572,7 +596,9 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	// The iterators see the batch as it is now; the writes below do not
 	// disturb them. They start at the head: everything before is gone. The
 	// available index, the state records and the bodies are all in
-	// sequence order, so one forward pass over each reads them.
+	// sequence order, so one forward pass over each reads them: first the
+	// index, whose entries are all below entity.fresh, then, in the main
+	// queue, the fresh messages, which have no index entries.
 	head := e.availHead[c.SubQueue]
 	it, err := a.b.NewIter(&pebble.IterOptions{
 		LowerBound: availableKey(e.key, c.SubQueue, head),
@@ -581,13 +607,48 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
 	}
-	cur, err := a.newMessageCursor(e, c.SubQueue, head)
+	main := c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
+	from := head
+	if main {
+		from = min(head, e.fresh)
+	}
+	cur, err := a.newMessageCursor(e, c.SubQueue, from)
 	if err != nil {
 		return nil, closeIter(it, err)
 	}
-	next, dropped, taken := head, 0, int64(0)
+	next, passed, taken := head, 0, int64(0)
+	more := func() bool { return len(r.Messages) < want && taken < lockBytes && passed < maxExpiredPerLock }
+	// take hands out (or drops, when expired) the available message m.
+	take := func(m *partitionpb.StoredMessage) error {
+		old := slotOf(m)
+		switch {
+		case main && expired(m, a.now):
+			passed++
+			if e.cfg.DeadLetteringOnExpiration {
+				deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
+				return a.update(e, old, m)
+			}
+			return a.remove(e, old)
+		case c.ReceiveAndDelete:
+			r.Messages = append(r.Messages, m)
+			taken += old.size
+			if err := cur.body(m); err != nil { // before the body goes
+				return err
+			}
+			return a.remove(e, old)
+		default:
+			r.Messages = append(r.Messages, m)
+			taken += old.size
+			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
+			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
+			if err := a.update(e, old, m); err != nil {
+				return err
+			}
+			return cur.body(m)
+		}
+	}
 	err = func() error {
-		for valid := it.First(); valid && len(r.Messages) < want && taken < lockBytes && dropped < maxExpiredPerLock; valid = it.Next() {
+		for valid := it.First(); valid && more(); valid = it.Next() {
 			if _, err := iterValue(it); err != nil {
 				return err
 			}
@@ -599,40 +660,35 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if err != nil {
 				return err
 			}
-			old := slotOf(m)
-			if !old.available() {
-				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, old.seq)
+			if s := slotOf(m); !s.available() || !e.indexedAvailable(s) {
+				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
-			switch {
-			case c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now):
-				dropped++
-				if e.cfg.DeadLetteringOnExpiration {
-					deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
-					err = a.update(e, old, m)
-				} else {
-					err = a.remove(e, old)
-				}
-			case c.ReceiveAndDelete:
-				if err = cur.body(m); err == nil { // before the body goes
-					err = a.remove(e, old)
-				}
-				r.Messages = append(r.Messages, m)
-				taken += old.size
-			default:
-				m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
-				m.LockedUntilMs = a.now + e.cfg.LockDurationMs
-				if err = a.update(e, old, m); err == nil {
-					err = cur.body(m)
-				}
-				r.Messages = append(r.Messages, m)
-				taken += old.size
+			if err := take(m); err != nil {
+				return err
+			}
+			next = seq + 1 // every entry passed is gone
+		}
+		if err := it.Error(); err != nil || !main {
+			return err
+		}
+		// The fresh messages: every one passed is no longer fresh, so
+		// fresh moves past it once it has been handled (as fresh).
+		for valid := cur.seekState(e.fresh); valid && more(); valid = cur.states.Next() {
+			m, err := cur.current()
+			if err != nil {
+				return err
+			}
+			if slotOf(m).available() {
+				err = take(m)
+			} else {
+				passed++ // scheduled: it will come back with a new number
 			}
 			if err != nil {
 				return err
 			}
-			next = m.SequenceNumber + 1 // every entry passed is gone
+			e.fresh = m.SequenceNumber + 1
 		}
-		return it.Error()
+		return cur.states.Error()
 	}()
 	if err := closeIter(it, cur.close(err)); err != nil {
 		return nil, err
@@ -640,6 +696,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
 		e.availHead[c.SubQueue] = next
 	}
+	a.dirty[e.key] = true // fresh may have moved
 	return r, nil
 }
 

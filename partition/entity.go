@@ -42,6 +42,14 @@ type entity struct {
 	cfg  *partitionpb.EntityConfig // normalized: defaults filled in
 	next uint64                    // the counter of the next sequence number
 	n    counts
+	// fresh: main-queue messages with this sequence number or higher have
+	// not been handed out since they arrived. They have no entry in the
+	// available index: Lock takes them from the state records themselves,
+	// in sequence order, after the index, whose entries are all below
+	// fresh. It spares the index an entry and its deletion for every
+	// message consumed in order. It only grows; after the 48-bit sequence
+	// counter wraps, new messages sit below it and are indexed.
+	fresh uint64
 
 	// minLock is the earliest locked_until_ms of the entity's locks in the
 	// committed store; hasLock is false when it has none.
@@ -190,6 +198,12 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 	}
 }
 
+// indexedAvailable reports whether an available message in slot s has an
+// entry in the available index: all do but the fresh ones (entity.fresh).
+func (e *entity) indexedAvailable(s slot) bool {
+	return s.sub != partitionpb.SubQueue_SUB_QUEUE_MAIN || s.seq < e.fresh
+}
+
 // available reports whether a message in this slot can be locked (expiry
 // aside).
 func (s slot) available() bool {
@@ -273,17 +287,17 @@ func normalizeConfig(c *partitionpb.EntityConfig) (*partitionpb.EntityConfig, er
 	return c, nil
 }
 
-// The entity record: a version byte, the next counter and the counters,
-// then the config in protobuf.
+// The entity record: a version byte, the next counter, the counters and
+// fresh, then the config in protobuf.
 const (
-	entityRecordV1  = 1
-	entityRecordLen = 1 + 8*6
+	entityRecordV2  = 2
+	entityRecordLen = 1 + 8*7
 )
 
 func (e *entity) record() []byte {
 	b := make([]byte, 0, entityRecordLen+marshal.Size(e.cfg))
-	b = append(b, entityRecordV1)
-	for _, v := range []uint64{e.next, uint64(e.n.active), uint64(e.n.dead), uint64(e.n.scheduled), uint64(e.n.locked), uint64(e.n.size)} {
+	b = append(b, entityRecordV2)
+	for _, v := range []uint64{e.next, uint64(e.n.active), uint64(e.n.dead), uint64(e.n.scheduled), uint64(e.n.locked), uint64(e.n.size), e.fresh} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
 	b, err := marshal.MarshalAppend(b, e.cfg)
@@ -294,13 +308,14 @@ func (e *entity) record() []byte {
 }
 
 func parseEntityRecord(k ekey, p []byte) (*entity, error) {
-	if len(p) < entityRecordLen || p[0] != entityRecordV1 {
+	if len(p) < entityRecordLen || p[0] != entityRecordV2 {
 		return nil, fmt.Errorf("%w: entity %s: bad record", ErrCorrupt, k)
 	}
 	u := func(i int) uint64 { return binary.BigEndian.Uint64(p[1+8*i:]) }
 	e := newEntity(k)
 	e.next = u(0)
 	e.n = counts{int64(u(1)), int64(u(2)), int64(u(3)), int64(u(4)), int64(u(5))}
+	e.fresh = u(6)
 	e.cfg = new(partitionpb.EntityConfig)
 	if err := proto.Unmarshal(p[entityRecordLen:], e.cfg); err != nil {
 		return nil, fmt.Errorf("%w: entity %s: %v", ErrCorrupt, k, err)

@@ -109,12 +109,17 @@ func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
 	}
 }
 
-// CheckIndexes checks that the body records and the scheduled and expiry
-// indexes of an entity partition hold exactly what its messages call for.
+// CheckIndexes checks that the body records and the available, scheduled
+// and expiry indexes of an entity partition hold exactly what its messages
+// call for (fresh messages have no available entry).
 func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	k := ekey{id, part}
+	e, ok := m.entities[k]
+	if !ok {
+		return fmt.Errorf("%s: no such entity", k)
+	}
 	want := map[string]bool{}
 	for _, sub := range []partitionpb.SubQueue{partitionpb.SubQueue_SUB_QUEUE_MAIN, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER} {
 		it, err := prefixIter(m.db, subPrefix(k, kindMessage, sub))
@@ -132,6 +137,9 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			}
 			want[string(bodyKey(k, sub, seq))] = true
 			s := slotOf(msg)
+			if s.available() && e.indexedAvailable(s) {
+				want[string(availableKey(k, sub, seq))] = true
+			}
 			if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 				want[string(scheduledKey(k, s.at, s.seq))] = true
 			}
@@ -145,7 +153,7 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	}
 	// Every body belongs to a message, and every scheduled or expiry
 	// index entry names one in that state.
-	for _, kind := range []byte{kindBody, kindScheduled, kindExpiry} {
+	for _, kind := range []byte{kindBody, kindAvailable, kindScheduled, kindExpiry} {
 		it, err := prefixIter(m.db, kindPrefix(k, kind))
 		if err != nil {
 			return err

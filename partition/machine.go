@@ -528,7 +528,50 @@ func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.Sub
 		m.log.Error("partition: available", "entity", k, "err", err)
 		return false
 	}
+	if found || q != partitionpb.SubQueue_SUB_QUEUE_MAIN {
+		return found
+	}
+	found, err = m.freshAvailable(e)
+	if err != nil {
+		m.log.Error("partition: available", "entity", k, "err", err)
+		return false
+	}
 	return found
+}
+
+// freshScan bounds the fresh messages Available looks at: past that many
+// scheduled ones it answers yes, and the Lock that finds none moves fresh
+// past them.
+const freshScan = 64
+
+// freshAvailable reports whether the main queue has a fresh message that is
+// not scheduled (entity.fresh).
+func (m *Machine) freshAvailable(e *entity) (bool, error) {
+	it, err := m.db.NewIter(&pebble.IterOptions{
+		LowerBound: messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh),
+		UpperBound: prefixEnd(subPrefix(e.key, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN)),
+	})
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if n++; n > freshScan {
+			return true, closeIter(it, nil)
+		}
+		p, err := iterValue(it)
+		if err != nil {
+			return false, closeIter(it, err)
+		}
+		msg := new(partitionpb.StoredMessage)
+		if err := proto.Unmarshal(p, msg); err != nil {
+			return false, closeIter(it, fmt.Errorf("%w: message %x: %v", ErrCorrupt, it.Key(), err))
+		}
+		if slotOf(msg).available() {
+			return true, closeIter(it, nil)
+		}
+	}
+	return false, closeIter(it, it.Error())
 }
 
 // Changed returns a channel that is closed after the next Apply that made a

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -461,5 +462,61 @@ func TestUpsertVersion(t *testing.T) {
 	d.OK(pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "q", LockDurationMs: 40_000}))
 	if got := lockFor(d); got != 40_000 {
 		t.Fatalf("after an unversioned upsert the lock lasts %d ms, want 40000", got)
+	}
+}
+
+// TestFreshMessages: messages never handed out have no available-index
+// entry (entity.fresh); Lock takes indexed ones first, then fresh ones, in
+// sequence order, passing over scheduled ones, and the indexes stay exact.
+func TestFreshMessages(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
+	check := func(step string) {
+		t.Helper()
+		if err := partition.CheckIndexes(d.M, 1, 0); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	later := &partitionpb.NewMessage{Bare: []byte("later"), ScheduledEnqueueTimeMs: 5000}
+	d.OK(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b"), later, pt.Msg("d"), pt.Msg("e")))
+	check("enqueued")
+	bodies := func(r *partitionpb.Result) string {
+		var s []string
+		for _, m := range r.Messages {
+			s = append(s, string(m.Bare))
+		}
+		return strings.Join(s, ",")
+	}
+	r := d.OK(pt.Lock(1, 0, main, 2, 1))
+	if got := bodies(r); got != "a,b" {
+		t.Fatalf("first lock took %s", got)
+	}
+	check("locked a, b")
+	d.OK(pt.Settle(1, 0, main, partitionpb.Disposition_DISPOSITION_ABANDON, pt.Tokens(r)[0]))
+	check("abandoned a")
+	if !d.M.Available(1, 0, main) {
+		t.Fatal("not available with a abandoned and d, e fresh")
+	}
+	r = d.OK(pt.Lock(1, 0, main, 10, 2))
+	if got := bodies(r); got != "a,d,e" {
+		t.Fatalf("second lock took %s, want the abandoned a, then d and e past the scheduled one", got)
+	}
+	check("locked a, d, e")
+	if d.M.Available(1, 0, main) {
+		t.Fatal("available with only a scheduled message left")
+	}
+	d.Now = 6000
+	d.OK(pt.ActivateScheduled())
+	check("activated")
+	if !d.M.Available(1, 0, main) {
+		t.Fatal("the activated message is not available")
+	}
+	r = d.OK(pt.Lock(1, 0, main, 10, 3))
+	if got := bodies(r); got != "later" {
+		t.Fatalf("third lock took %s", got)
+	}
+	check("locked the activated one")
+	if s := d.Stats(1, 0); s.ActiveMessages != 5 || s.LockedMessages != 5 {
+		t.Fatalf("stats %v", s)
 	}
 }
