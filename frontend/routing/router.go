@@ -418,11 +418,11 @@ func (r *Router) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		rpcbuf.DialOption(),
 		// A receive may carry a message of up to 100 MB (gRPC's default
 		// limit is 4 MB).
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPartitionMessage), grpc.MaxCallSendMsgSize(maxPartitionMessage)),
-	}, r.cfg.DialOptions...)
+	}, rpcbuf.DialOptions()...)
+	opts = append(opts, r.cfg.DialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

@@ -106,14 +106,13 @@ func (c Config) Validate() error {
 // message limit large enough for AppendEntries batches, and a keepalive
 // policy that admits the pings a Mux's clients send.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		rpcbuf.ServerOption(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	}
+	}, rpcbuf.ServerOptions()...)
 }
 
 // Mux multiplexes the Raft transports of many groups over one gRPC server
@@ -217,7 +216,6 @@ func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		rpcbuf.DialOption(),
 		// A peer that restarts on the same address should be reachable
 		// again within about a second, not after gRPC's default 120 s
 		// maximum backoff.
@@ -229,6 +227,7 @@ func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
 			Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true,
 		}),
 	}
+	opts = append(opts, rpcbuf.DialOptions()...)
 	opts = append(opts, m.cfg.DialOptions...)
 	cc, err := grpc.NewClient(string(addr), opts...)
 	if err != nil {

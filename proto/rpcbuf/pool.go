@@ -1,5 +1,6 @@
-// Package rpcbuf is the buffer pool every gRPC endpoint of the cluster
-// uses instead of gRPC's default one.
+// Package rpcbuf holds what every gRPC endpoint of the cluster sets for
+// bulk traffic: a buffer pool instead of gRPC's default one, and fixed
+// flow-control windows.
 //
 // gRPC's default pool zeroes each buffer it hands out, over the buffer's
 // whole capacity, and has no tier above 1 MiB. Raft AppendEntries and
@@ -76,8 +77,39 @@ func (p *Pool) Put(b *[]byte) {
 	p.tiers[t].Put(b)
 }
 
-// ServerOption makes a gRPC server use the shared pool.
-func ServerOption() grpc.ServerOption { return experimental.BufferPool(Shared) }
+// Flow-control windows and socket buffers for the cluster's bulk traffic.
+// gRPC starts a stream at a 64 KiB window and grows it by estimating the
+// link's bandwidth-delay product; a Raft entry or a send request of a few
+// hundred KiB then waits for window updates on its way. Fixed windows large
+// enough for several such messages take those round trips out: sends at
+// 256 in flight went from 18,100-19,400 to 21,600-21,700 msgs/s on the dev
+// cluster (alternated runs).
+const (
+	streamWindow = 8 << 20
+	connWindow   = 32 << 20
+	socketBuffer = 256 << 10
+)
 
-// DialOption makes a gRPC client use the shared pool.
-func DialOption() grpc.DialOption { return experimental.WithBufferPool(Shared) }
+// ServerOptions makes a gRPC server use the shared pool and the windows
+// above.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		experimental.BufferPool(Shared),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.ReadBufferSize(socketBuffer),
+		grpc.WriteBufferSize(socketBuffer),
+	}
+}
+
+// DialOptions makes a gRPC client use the shared pool and the windows
+// above.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		experimental.WithBufferPool(Shared),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+		grpc.WithReadBufferSize(socketBuffer),
+		grpc.WithWriteBufferSize(socketBuffer),
+	}
+}
