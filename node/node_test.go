@@ -520,18 +520,7 @@ func TestSnapshotCatchUp(t *testing.T) {
 	for _, m := range locked {
 		delete(sent, m.SequenceNumber)
 	}
-	for {
-		msgs := receive(t, cl, 500, true, 0)
-		if len(msgs) == 0 {
-			break
-		}
-		for _, m := range msgs {
-			if sent[m.SequenceNumber] != string(m.Bare) {
-				t.Errorf("restored message %d holds %q, want %q", m.SequenceNumber, m.Bare, sent[m.SequenceNumber])
-			}
-			delete(sent, m.SequenceNumber)
-		}
-	}
+	drainExpecting(t, cl, sent)
 	if len(sent) != 0 {
 		t.Errorf("%d messages missing after the restore", len(sent))
 	}
@@ -617,10 +606,20 @@ func TestRestoreWhenStoreBehindSnapshot(t *testing.T) {
 	if st := stats(t, cl); st.ActiveMessages != uint64(len(sent)) {
 		t.Fatalf("the node that restarted behind its snapshot holds %d messages, want %d", st.ActiveMessages, len(sent))
 	}
+	drainExpecting(t, cl, sent)
+	if len(sent) > 0 {
+		t.Errorf("%d messages missing", len(sent))
+	}
+}
+
+// drainExpecting receives and deletes every message, checks each against
+// sent (sequence number -> body) and removes it from sent.
+func drainExpecting(t *testing.T, cl partitionpb.PartitionServiceClient, sent map[uint64]string) {
+	t.Helper()
 	for {
 		msgs := receive(t, cl, 500, true, 0)
 		if len(msgs) == 0 {
-			break
+			return
 		}
 		for _, m := range msgs {
 			if sent[m.SequenceNumber] != string(m.Bare) {
@@ -628,8 +627,5 @@ func TestRestoreWhenStoreBehindSnapshot(t *testing.T) {
 			}
 			delete(sent, m.SequenceNumber)
 		}
-	}
-	if len(sent) > 0 {
-		t.Errorf("%d messages missing", len(sent))
 	}
 }

@@ -1,0 +1,292 @@
+package partition
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// ---------------------------------------------------------------------------
+// Writing messages. Every change of a message goes through add, remove or
+// update, which keep its two records (keys.go), its index entries and the
+// counters in step. Messages read from the store carry no sections unless
+// withBody added them; only add writes sections.
+
+// add stores a new message, sections and all.
+func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
+	m.Size = messageSize(m)
+	body := &partitionpb.StoredMessage{Header: m.Header, Annotations: m.Annotations, Bare: m.Bare}
+	if err := setProto(a.b, bodyKey(e.key, m.SubQueue, m.SequenceNumber), body); err != nil {
+		return err
+	}
+	return a.putState(e, m)
+}
+
+// putState writes the state record of m, which the caller has taken out of
+// the indexes and counters, and puts it back into them.
+func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
+	h, an, bare := m.Header, m.Annotations, m.Bare
+	m.Header, m.Annotations, m.Bare = nil, nil, nil
+	err := setProto(a.b, messageKey(e.key, m.SubQueue, m.SequenceNumber), m)
+	m.Header, m.Annotations, m.Bare = h, an, bare
+	if err != nil {
+		return err
+	}
+	s := slotOf(m)
+	if err := a.index(e, s, true); err != nil {
+		return err
+	}
+	e.n.add(s, +1)
+	a.dirty[e.key] = true
+	return nil
+}
+
+// remove deletes the message in slot s.
+func (a *applier) remove(e *entity, s slot) error {
+	if err := a.unslot(e, s); err != nil {
+		return err
+	}
+	return a.b.Delete(bodyKey(e.key, s.sub, s.seq), nil)
+}
+
+// unslot deletes the state record of the message in slot s and takes it
+// out of the indexes and counters.
+func (a *applier) unslot(e *entity, s slot) error {
+	if err := a.index(e, s, false); err != nil {
+		return err
+	}
+	if err := a.b.Delete(messageKey(e.key, s.sub, s.seq), nil); err != nil {
+		return err
+	}
+	e.n.add(s, -1)
+	a.dirty[e.key] = true
+	return nil
+}
+
+// update replaces the state of the message that sat in slot old by m's.
+// When m has moved (to another sub-queue, or to a new sequence number) its
+// body record moves with it, unread.
+func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) error {
+	if old.sub != m.SubQueue || old.seq != m.SequenceNumber {
+		if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
+			return err
+		}
+		if err := a.b.Delete(messageKey(e.key, old.sub, old.seq), nil); err != nil {
+			return err
+		}
+	}
+	if err := a.index(e, old, false); err != nil {
+		return err
+	}
+	e.n.add(old, -1)
+	return a.putState(e, m)
+}
+
+// moveBody moves the body record of the message in slot old to its new
+// place, sealed for its new key.
+func (a *applier) moveBody(e *entity, old slot, sub partitionpb.SubQueue, seq uint64) error {
+	from := bodyKey(e.key, old.sub, old.seq)
+	p, found, err := get(a.b, from)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.seq, e.key)
+	}
+	to := bodyKey(e.key, sub, seq)
+	if err := a.b.Set(to, seal(to, p), nil); err != nil {
+		return err
+	}
+	return a.b.Delete(from, nil)
+}
+
+// withBody reads the sections of m, which is about to be returned in a
+// result, when this replica answers the batch (see Batch.proposer).
+func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
+	if !a.bodies {
+		return nil
+	}
+	return readBody(a.b, e.key, m)
+}
+
+// index sets (or deletes) the index entries of a message in slot s.
+func (a *applier) index(e *entity, s slot, set bool) error {
+	var keys [][]byte
+	if s.available() {
+		if set {
+			a.notify = true
+		}
+		if e.indexedAvailable(s) {
+			keys = append(keys, availableKey(e.key, s.sub, s.seq))
+			if set {
+				e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
+			}
+		}
+	}
+	if s.locked {
+		keys = append(keys, lockKey(e.key, s.until, s.sub, s.seq))
+		a.locks[e.key] = true
+		if set {
+			e.lowerLockFloor(keys[len(keys)-1])
+		}
+	}
+	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
+		a.scheds[e.key] = true
+		if set {
+			e.sched.lower(keys[len(keys)-1])
+		}
+	}
+	if s.expiring() {
+		keys = append(keys, expiryKey(e.key, s.exp, s.seq))
+		a.exps[e.key] = true
+		if set {
+			e.exp.lower(keys[len(keys)-1])
+		}
+	}
+	for _, k := range keys {
+		var err error
+		if set {
+			err = setSealed(a.b, k, nil)
+		} else {
+			err = a.b.Delete(k, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func unlock(m *partitionpb.StoredMessage) {
+	m.LockToken = nil
+	m.LockedUntilMs = 0
+}
+
+// deadLetter turns m into a dead-lettered message (update stores it).
+func deadLetter(e *entity, m *partitionpb.StoredMessage, reason, description string) {
+	unlock(m)
+	m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
+	m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
+	m.DeadLetterReason = reason
+	m.DeadLetterDescription = description
+	m.DeadLetterSource = e.cfg.Name
+}
+
+// countDelivery counts a failed delivery of an unlocked message and
+// dead-letters it in the main sub-queue once it reached max_delivery_count.
+func countDelivery(e *entity, m *partitionpb.StoredMessage) {
+	m.DeliveryCount++
+	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && m.DeliveryCount >= e.cfg.MaxDeliveryCount {
+		deadLetter(e, m, ReasonMaxDeliveryCount,
+			fmt.Sprintf("Message could not be consumed after %d delivery attempts.", e.cfg.MaxDeliveryCount))
+	}
+}
+
+// messageCursor reads the messages of one sub-queue in ascending sequence
+// order, from a state iterator and (when this replica answers the batch) a
+// body iterator, each moved forward by seeks: a pass over an index in
+// sequence order costs one iterator step per message instead of a point
+// read through every level of the store.
+type messageCursor struct {
+	k      ekey
+	state0 []byte // prefix of the sub-queue's state records
+	body0  []byte // prefix of its body records
+	states *pebble.Iterator
+	bodies *pebble.Iterator // nil: results carry no bodies
+	key    []byte
+}
+
+func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64) (*messageCursor, error) {
+	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub)}
+	var err error
+	if c.states, err = a.b.NewIter(&pebble.IterOptions{
+		LowerBound: messageKey(e.key, sub, from),
+		UpperBound: prefixEnd(c.state0),
+	}); err != nil {
+		return nil, fmt.Errorf("partition: iterator: %w", err)
+	}
+	if a.bodies {
+		if c.bodies, err = a.b.NewIter(&pebble.IterOptions{
+			LowerBound: bodyKey(e.key, sub, from),
+			UpperBound: prefixEnd(c.body0),
+		}); err != nil {
+			return nil, closeIter(c.states, fmt.Errorf("partition: iterator: %w", err))
+		}
+	}
+	return c, nil
+}
+
+// seek positions it at key and returns its unsealed value.
+func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
+	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("partition: read %x: %w", key, err)
+		}
+		return nil, fmt.Errorf("%w: %s has no record %x", ErrCorrupt, c.k, key)
+	}
+	return iterValue(it)
+}
+
+// state reads the state record of seq, which must exist.
+func (c *messageCursor) state(seq uint64) (*partitionpb.StoredMessage, error) {
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	p, err := c.seek(c.states, c.key)
+	if err != nil {
+		return nil, err
+	}
+	m := new(partitionpb.StoredMessage)
+	if err := proto.Unmarshal(p, m); err != nil {
+		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.key, err)
+	}
+	return m, nil
+}
+
+// seekState positions the state iterator at the first message with a
+// sequence number of seq or more.
+func (c *messageCursor) seekState(seq uint64) bool {
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	return c.states.SeekGE(c.key)
+}
+
+// current decodes the state record under the state iterator.
+func (c *messageCursor) current() (*partitionpb.StoredMessage, error) {
+	p, err := iterValue(c.states)
+	if err != nil {
+		return nil, err
+	}
+	m := new(partitionpb.StoredMessage)
+	if err := proto.Unmarshal(p, m); err != nil {
+		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.states.Key(), err)
+	}
+	return m, nil
+}
+
+// body fills in m's sections, if results carry bodies.
+func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
+	if c.bodies == nil {
+		return nil
+	}
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
+	p, err := c.seek(c.bodies, c.key)
+	if err != nil {
+		return err
+	}
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(p, m); err != nil {
+		return fmt.Errorf("%w: body %x: %v", ErrCorrupt, c.key, err)
+	}
+	return nil
+}
+
+// close closes the iterators and returns the first of err and their errors.
+func (c *messageCursor) close(err error) error {
+	if c.bodies != nil {
+		err = closeIter(c.bodies, err)
+	}
+	return closeIter(c.states, err)
+}
