@@ -36,7 +36,7 @@ func TestTier(t *testing.T) {
 
 func TestPutForeignBuffer(t *testing.T) {
 	p := new(Pool)
-	odd := make([]byte, 300, 300) // not a tier's capacity: dropped
+	odd := make([]byte, 300) // not a tier's capacity: dropped
 	p.Put(&odd)
 	b := p.Get(300)
 	if cap(*b) != 512 {
