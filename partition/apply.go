@@ -162,6 +162,32 @@ func (e *entity) checkReceive() error {
 	return nil
 }
 
+// receiving returns the entity partition a receive-side command (Lock,
+// Settle, RenewLocks, LockBySequence) names, if it may be received from and
+// the sub-queue is valid.
+func (a *applier) receiving(id uint64, part uint32, sub partitionpb.SubQueue) (*entity, error) {
+	e, err := a.entity(id, part)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkReceive(); err != nil {
+		return nil, err
+	}
+	if err := checkSubQueue(sub); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkTokenSeed checks the seed of the lock tokens a peek-lock command
+// hands out.
+func checkTokenSeed(receiveAndDelete bool, seed []byte) error {
+	if !receiveAndDelete && len(seed) != 8 {
+		return fmt.Errorf("%w: token seed of %d bytes, want 8", ErrInvalid, len(seed))
+	}
+	return nil
+}
+
 func checkSubQueue(q partitionpb.SubQueue) error {
 	if !validSubQueue(q) {
 		return fmt.Errorf("%w: sub-queue %d", ErrInvalid, q)
@@ -296,18 +322,12 @@ func expired(m *partitionpb.StoredMessage, now int64) bool {
 }
 
 func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
-	e, err := a.entity(c.EntityId, c.Partition)
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkReceive(); err != nil {
+	if err := checkTokenSeed(c.ReceiveAndDelete, c.TokenSeed); err != nil {
 		return nil, err
-	}
-	if err := checkSubQueue(c.SubQueue); err != nil {
-		return nil, err
-	}
-	if !c.ReceiveAndDelete && len(c.TokenSeed) != 8 {
-		return nil, fmt.Errorf("%w: token seed of %d bytes, want 8", ErrInvalid, len(c.TokenSeed))
 	}
 	want := int(min(c.MaxCount, uint32(lockCount)))
 	r := okResult()
@@ -527,14 +547,8 @@ func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64)
 // its messages changes. (Per-token results would let a client settle the
 // rest of a batch, but the SDKs settle one message per disposition anyway.)
 func (a *applier) settle(c *partitionpb.Settle) (*partitionpb.Result, error) {
-	e, err := a.entity(c.EntityId, c.Partition)
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
 	if err != nil {
-		return nil, err
-	}
-	if err := e.checkReceive(); err != nil {
-		return nil, err
-	}
-	if err := checkSubQueue(c.SubQueue); err != nil {
 		return nil, err
 	}
 	switch c.Disposition {
@@ -581,14 +595,8 @@ func (a *applier) settle(c *partitionpb.Settle) (*partitionpb.Result, error) {
 // renewLocks extends the locks of the tokens to now + lock duration, all or
 // nothing like settle.
 func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, error) {
-	e, err := a.entity(c.EntityId, c.Partition)
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
 	if err != nil {
-		return nil, err
-	}
-	if err := e.checkReceive(); err != nil {
-		return nil, err
-	}
-	if err := checkSubQueue(c.SubQueue); err != nil {
 		return nil, err
 	}
 	msgs, err := a.lockedMessages(e, c.SubQueue, c.LockTokens)

@@ -212,18 +212,12 @@ var ErrMessageNotFound = fmt.Errorf("%w: message not found", ErrInvalid)
 // sub-queue is left out of the result; if none is found the command is
 // rejected with ErrMessageNotFound.
 func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Result, error) {
-	e, err := a.entity(c.EntityId, c.Partition)
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkReceive(); err != nil {
+	if err := checkTokenSeed(c.ReceiveAndDelete, c.TokenSeed); err != nil {
 		return nil, err
-	}
-	if err := checkSubQueue(c.SubQueue); err != nil {
-		return nil, err
-	}
-	if !c.ReceiveAndDelete && len(c.TokenSeed) != 8 {
-		return nil, fmt.Errorf("%w: token seed of %d bytes, want 8", ErrInvalid, len(c.TokenSeed))
 	}
 	seqs, err := uniqueSeqs(c.SequenceNumbers)
 	if err != nil {
