@@ -1,14 +1,12 @@
 package partition
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -353,7 +351,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if main {
 		from = min(head, e.fresh)
 	}
-	cur, err := a.newMessageCursor(e, c.SubQueue, from)
+	cur, err := a.newMessageCursor(e, c.SubQueue, from, a.bodies)
 	if err != nil {
 		return nil, closeIter(it, err)
 	}
@@ -503,8 +501,8 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 }
 
 // readStates reads the state records of the given messages of a sub-queue
-// in one forward pass of an iterator (a settle names a few hundred, mostly
-// in order: a point read each costs a walk through every level). Absent
+// in one forward pass of a cursor (a settle names a few hundred, mostly in
+// order: a point read each costs a walk through every level). Absent
 // messages are left out.
 func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64) (map[uint64]*partitionpb.StoredMessage, error) {
 	out := make(map[uint64]*partitionpb.StoredMessage, len(seqs))
@@ -512,34 +510,20 @@ func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64)
 		return out, nil
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(seqs)))
-	prefix := subPrefix(e.key, kindMessage, sub)
-	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, sub, sorted[0]),
-		UpperBound: prefixEnd(prefix),
-	})
+	cur, err := a.newMessageCursor(e, sub, sorted[0], false)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
-	key := make([]byte, 0, len(prefix)+8)
 	for _, seq := range sorted {
-		key = binary.BigEndian.AppendUint64(append(key[:0], prefix...), seq)
-		if !it.SeekGE(key) {
-			break // nothing at or after seq
-		}
-		if !bytes.Equal(it.Key(), key) {
-			continue
-		}
-		p, err := iterValue(it)
+		m, err := cur.lookup(seq)
 		if err != nil {
-			return nil, closeIter(it, err)
+			return nil, cur.close(err)
 		}
-		m := new(partitionpb.StoredMessage)
-		if err := proto.Unmarshal(p, m); err != nil {
-			return nil, closeIter(it, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err))
+		if m != nil {
+			out[seq] = m
 		}
-		out[seq] = m
 	}
-	return out, closeIter(it, it.Error())
+	return out, cur.close(nil)
 }
 
 // settle settles messages by lock token. It is all or nothing: when one

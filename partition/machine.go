@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -563,9 +562,9 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 		if err != nil {
 			return false, closeIter(it, err)
 		}
-		msg := new(partitionpb.StoredMessage)
-		if err := proto.Unmarshal(p, msg); err != nil {
-			return false, closeIter(it, fmt.Errorf("%w: message %x: %v", ErrCorrupt, it.Key(), err))
+		msg, err := decodeState(it.Key(), p)
+		if err != nil {
+			return false, closeIter(it, err)
 		}
 		if slotOf(msg).available() {
 			return true, closeIter(it, nil)
@@ -638,9 +637,9 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 		if err != nil {
 			return nil, closeIter(it, err)
 		}
-		msg := new(partitionpb.StoredMessage)
-		if err := proto.Unmarshal(p, msg); err != nil {
-			return nil, closeIter(it, fmt.Errorf("%w: message %x: %v", ErrCorrupt, it.Key(), err))
+		msg, err := decodeState(it.Key(), p)
+		if err != nil {
+			return nil, closeIter(it, err)
 		}
 		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
 			continue

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -189,20 +188,20 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 }
 
 // messageCursor reads the messages of one sub-queue in ascending sequence
-// order, from a state iterator and (when this replica answers the batch) a
-// body iterator, each moved forward by seeks: a pass over an index in
-// sequence order costs one iterator step per message instead of a point
-// read through every level of the store.
+// order, from a state iterator and (when bodies are wanted) a body
+// iterator, each moved forward by seeks: a pass over an index or a list of
+// tokens in sequence order costs one iterator step per message instead of
+// a point read through every level of the store.
 type messageCursor struct {
 	k      ekey
 	state0 []byte // prefix of the sub-queue's state records
 	body0  []byte // prefix of its body records
 	states *pebble.Iterator
-	bodies *pebble.Iterator // nil: results carry no bodies
+	bodies *pebble.Iterator // nil: no bodies are read
 	key    []byte
 }
 
-func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64) (*messageCursor, error) {
+func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
 	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub)}
 	var err error
 	if c.states, err = a.b.NewIter(&pebble.IterOptions{
@@ -211,7 +210,7 @@ func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uin
 	}); err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
 	}
-	if a.bodies {
+	if bodies {
 		if c.bodies, err = a.b.NewIter(&pebble.IterOptions{
 			LowerBound: bodyKey(e.key, sub, from),
 			UpperBound: prefixEnd(c.body0),
@@ -222,29 +221,35 @@ func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uin
 	return c, nil
 }
 
-// seek positions it at key and returns its unsealed value.
+// seek positions it at key and returns its unsealed value, or nil if the
+// key is absent.
 func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
 	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("partition: read %x: %w", key, err)
 		}
-		return nil, fmt.Errorf("%w: %s has no record %x", ErrCorrupt, c.k, key)
+		return nil, nil
 	}
 	return iterValue(it)
 }
 
-// state reads the state record of seq, which must exist.
-func (c *messageCursor) state(seq uint64) (*partitionpb.StoredMessage, error) {
+// lookup reads the state record of seq; nil if there is none.
+func (c *messageCursor) lookup(seq uint64) (*partitionpb.StoredMessage, error) {
 	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
 	p, err := c.seek(c.states, c.key)
-	if err != nil {
+	if err != nil || p == nil {
 		return nil, err
 	}
-	m := new(partitionpb.StoredMessage)
-	if err := proto.Unmarshal(p, m); err != nil {
-		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.key, err)
+	return decodeState(c.key, p)
+}
+
+// state reads the state record of seq, which must exist.
+func (c *messageCursor) state(seq uint64) (*partitionpb.StoredMessage, error) {
+	m, err := c.lookup(seq)
+	if err == nil && m == nil {
+		err = fmt.Errorf("%w: %s has no message %d", ErrCorrupt, c.k, seq)
 	}
-	return m, nil
+	return m, err
 }
 
 // seekState positions the state iterator at the first message with a
@@ -260,27 +265,23 @@ func (c *messageCursor) current() (*partitionpb.StoredMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := new(partitionpb.StoredMessage)
-	if err := proto.Unmarshal(p, m); err != nil {
-		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.states.Key(), err)
-	}
-	return m, nil
+	return decodeState(c.states.Key(), p)
 }
 
-// body fills in m's sections, if results carry bodies.
+// body fills in m's sections, if the cursor reads bodies.
 func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
 	if c.bodies == nil {
 		return nil
 	}
 	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
 	p, err := c.seek(c.bodies, c.key)
+	if err == nil && p == nil {
+		err = fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, m.SequenceNumber, c.k)
+	}
 	if err != nil {
 		return err
 	}
-	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(p, m); err != nil {
-		return fmt.Errorf("%w: body %x: %v", ErrCorrupt, c.key, err)
-	}
-	return nil
+	return mergeBody(c.key, p, m)
 }
 
 // close closes the iterators and returns the first of err and their errors.

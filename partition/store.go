@@ -106,11 +106,26 @@ func getState(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := new(partitionpb.StoredMessage)
-	if err := proto.Unmarshal(p, msg); err != nil { // copies what it keeps
+	return decodeState(key, p)
+}
+
+// decodeState decodes the unsealed payload of the state record under key.
+func decodeState(key, p []byte) (*partitionpb.StoredMessage, error) {
+	m := new(partitionpb.StoredMessage)
+	if err := proto.Unmarshal(p, m); err != nil { // copies what it keeps
 		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 	}
-	return msg, nil
+	return m, nil
+}
+
+// mergeBody fills in the sections of m from the unsealed payload of its
+// body record under key. The body record holds only the three sections,
+// so merging sets them and leaves the state alone.
+func mergeBody(key, p []byte, m *partitionpb.StoredMessage) error {
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(p, m); err != nil {
+		return fmt.Errorf("%w: body %x: %v", ErrCorrupt, key, err)
+	}
+	return nil
 }
 
 // readBody fills in the sections of a message read by getState from its
@@ -129,12 +144,7 @@ func readBody(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
 	if err != nil {
 		return err
 	}
-	// The body record holds only the three sections, so merging sets
-	// them and leaves the state alone.
-	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(p, m); err != nil {
-		return fmt.Errorf("%w: body %x: %v", ErrCorrupt, key, err)
-	}
-	return nil
+	return mergeBody(key, p, m)
 }
 
 // getMessage reads a whole message, state and body; nil if absent.
