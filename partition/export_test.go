@@ -173,3 +173,28 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	}
 	return nil
 }
+
+// DedupEntries counts an entity partition's duplicate-detection entries:
+// the records by message id and those by time, which must agree.
+func DedupEntries(m *Machine, id uint64, part uint32) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	k := ekey{id, part}
+	var n [2]int
+	for i, kind := range []byte{kindDedup, kindDedupTime} {
+		it, err := prefixIter(m.db, kindPrefix(k, kind))
+		if err != nil {
+			return 0, err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			n[i]++
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return 0, err
+		}
+	}
+	if n[0] != n[1] {
+		return 0, fmt.Errorf("%s: %d dedup entries by id, %d by time", k, n[0], n[1])
+	}
+	return n[0], nil
+}

@@ -306,7 +306,11 @@ func (a *applier) recordDedup(e *entity, id string, seq uint64, old *dedupEntry)
 }
 
 // pruneDedup deletes up to budget dedup entries older than the entity's
-// window, oldest first.
+// window, oldest first. It then raises the entity's floor to the oldest
+// entry left (or past every time, when none is), so that the next sends
+// skip the scan until that entry falls out of the window: a scan per send
+// over an empty range, with an iterator over every level of the store, cost
+// 4% of the dev cluster's CPU under load.
 func (a *applier) pruneDedup(e *entity, budget int) error {
 	window := e.cfg.DuplicateDetectionWindowMs
 	if window <= 0 || a.now < math.MinInt64+window {
@@ -318,18 +322,17 @@ func (a *applier) pruneDedup(e *entity, budget int) error {
 	}
 	prefix := kindPrefix(e.key, kindDedupTime)
 	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(e.dedupFloor))
-	upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(cutoff+1))
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}
-	floor := cutoff + 1 // unless the budget runs out
+	floor := int64(math.MaxInt64) // unless an entry is left
 	for valid := it.First(); valid; valid = it.Next() {
 		at, id, ok := parseDedupTimeKey(it.Key())
 		if !ok {
 			return closeIter(it, fmt.Errorf("%w: dedup key %x", ErrCorrupt, it.Key()))
 		}
-		if budget == 0 {
+		if at > cutoff || budget == 0 {
 			floor = at
 			break
 		}

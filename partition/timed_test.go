@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/quorumbus/quorumbus/partition"
@@ -125,4 +126,59 @@ func mustCode(t *testing.T, err error) partitionpb.ResultCode {
 		t.Fatalf("%v is not a rejection", err)
 	}
 	return c
+}
+
+// TestDedupPruned: duplicate-detection entries older than the window are
+// deleted by later sends, a few per send, and those inside it are kept;
+// a send that finds nothing to prune leaves the next ones a floor to skip
+// the scan by, which must not keep entries from being pruned later.
+func TestDedupPruned(t *testing.T) {
+	d := pt.NewDriver(t, 1_000_000)
+	cfg := pt.Queue(1, 0, "q")
+	cfg.RequiresDuplicateDetection, cfg.DuplicateDetectionWindowMs = true, 60_000
+	d.OK(pt.Upsert(cfg))
+	count := func(want int) {
+		t.Helper()
+		n, err := partition.DedupEntries(d.M, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("at %d: %d dedup entries, want %d", d.Now, n, want)
+		}
+	}
+	send := func(id string) {
+		m := pt.Msg("x")
+		m.MessageId = id
+		d.OK(pt.Enqueue(1, 0, m))
+	}
+	for i := range 300 {
+		send(fmt.Sprint("a", i))
+		d.Now++
+	}
+	count(300)
+	// Sends without ids inside the window prune nothing; the scan they
+	// skip must not hide entries that fall out of the window later.
+	d.Now += 30_000
+	send("")
+	count(300)
+	d.Now += 30_000 - 200 // the first 101 entries are now out of the window
+	send("")
+	if n, _ := partition.DedupEntries(d.M, 1, 0); n >= 300 || n < 200 {
+		t.Fatalf("%d dedup entries after the first fell out of the window", n)
+	}
+	for range 20 { // each send prunes a bounded number
+		send("")
+	}
+	count(199) // the window's cutoff is inclusive: 101 fell out
+	d.Now += 1000
+	for range 4 { // 65 a send
+		send("")
+	}
+	count(0)
+	send("b")
+	count(1)
+	d.Now += 60_000
+	send("")
+	count(0)
 }
