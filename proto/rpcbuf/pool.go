@@ -90,11 +90,12 @@ const (
 	socketBuffer = 256 << 10
 )
 
-// ServerOptions makes a gRPC server use the shared pool and the windows
-// above.
+// ServerOptions makes a gRPC server use the shared pool, for its transport
+// and its codec, and the windows above.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		experimental.BufferPool(Shared),
+		grpc.ForceServerCodecV2(Codec{}),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.ReadBufferSize(socketBuffer),
@@ -102,11 +103,12 @@ func ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// DialOptions makes a gRPC client use the shared pool and the windows
-// above.
+// DialOptions makes a gRPC client use the shared pool, for its transport
+// and its codec, and the windows above.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		experimental.WithBufferPool(Shared),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(Codec{})),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithReadBufferSize(socketBuffer),
