@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ func benchCmd(args []string) error {
 	fs.IntVar(&c.window, "window", 256, "sends in flight per sender link (1 = synchronous)")
 	fs.IntVar(&c.credit, "credit", 1000, "credit per receiver link")
 	fs.StringVar(&c.receiveMode, "receive-mode", "peeklock", "peeklock (receive, then complete) or receiveanddelete")
+	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (to see what the client costs)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus bench [flags]\n\nDrives an AMQP 1.0 endpoint with pipelined sends and/or peek-lock receives,\nthen prints msgs/s, MB/s and latency percentiles (a progress line each second).\n\n")
 		fs.PrintDefaults()
@@ -54,6 +56,17 @@ func benchCmd(args []string) error {
 	}
 	if c.count == 0 && c.duration == 0 {
 		return errors.New("bench: give -count or -duration")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return runBench(context.Background(), c, os.Stdout)
 }
