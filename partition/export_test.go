@@ -198,3 +198,40 @@ func DedupEntries(m *Machine, id uint64, part uint32) (int, error) {
 	}
 	return n[0], nil
 }
+
+// CursorLookups reads the state records of seqs, in the order given, with
+// one message cursor over a sub-queue (as Lock and Settle read), and
+// returns which it found.
+func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue, seqs []uint64) ([]bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entities[ekey{id, part}]
+	if !ok {
+		return nil, fmt.Errorf("%d/%d: no such entity", id, part)
+	}
+	a := &applier{entities: m.entities, b: m.db.NewIndexedBatch()}
+	defer a.b.Close()
+	c, err := a.newMessageCursor(e, sub, 0, true)
+	if err != nil {
+		return nil, err
+	}
+	found := make([]bool, len(seqs))
+	for i, seq := range seqs {
+		msg, err := c.lookup(seq)
+		if err != nil {
+			return nil, c.close(err)
+		}
+		if found[i] = msg != nil; msg != nil {
+			if msg.SequenceNumber != seq {
+				return nil, c.close(fmt.Errorf("lookup %d read message %d", seq, msg.SequenceNumber))
+			}
+			if err := c.body(msg); err != nil {
+				return nil, c.close(err)
+			}
+			if want := fmt.Sprint("m", seq); string(msg.Bare) != want {
+				return nil, c.close(fmt.Errorf("lookup %d: body %q, want %q", seq, msg.Bare, want))
+			}
+		}
+	}
+	return found, c.close(nil)
+}

@@ -3,6 +3,7 @@ package partition_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -270,5 +271,45 @@ func copyDir(t *testing.T, from, to string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCursorLookups: a message cursor finds exactly the messages that
+// exist, whatever the order of the lookups (ascending with gaps, repeated,
+// descending, past the end), with their own bodies.
+func TestCursorLookups(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
+	for seq := 1; seq <= 20; seq++ {
+		d.OK(pt.Enqueue(1, 0, pt.Msg(fmt.Sprint("m", seq))))
+	}
+	// Lock them all and complete 5, 6, 12 and 20: gaps inside and at the
+	// end.
+	r := d.OK(pt.Lock(1, 0, pt.Main, 20, 1))
+	var gone [][]byte
+	for _, m := range r.Messages {
+		if s := m.SequenceNumber; s == 5 || s == 6 || s == 12 || s == 20 {
+			gone = append(gone, m.LockToken)
+		}
+	}
+	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, gone...))
+	exists := func(s uint64) bool { return s >= 1 && s <= 19 && s != 5 && s != 6 && s != 12 }
+	for _, order := range [][]uint64{
+		{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21},
+		{4, 5, 7, 12, 13, 19, 20, 25},
+		{3, 3, 4, 4, 6, 6, 7},
+		{19, 13, 12, 11, 6, 5, 4, 1, 0},
+		{0, 20, 1, 21, 2, 6, 7, 5, 8},
+		{11, 13, 12, 14},
+	} {
+		got, err := partition.CursorLookups(d.M, 1, 0, pt.Main, order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range order {
+			if got[i] != exists(s) {
+				t.Fatalf("order %v: lookup %d found %v", order, s, got[i])
+			}
+		}
 	}
 }

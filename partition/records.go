@@ -222,8 +222,30 @@ func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uin
 }
 
 // seek positions it at key and returns its unsealed value, or nil if the
-// key is absent.
+// key is absent. Reads in sequence order mostly want the key at or just
+// after where the iterator stands, so it looks there first: one step of
+// the merged iterator instead of a seek in each of the store's levels
+// (seeks were three quarters of a settle's reads).
 func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
+	if it.Valid() {
+		cmp := bytes.Compare(it.Key(), key)
+		if cmp < 0 {
+			// The next key decides: it is key, or key is absent, or
+			// the iterator is still below it and seeks.
+			if !it.Next() {
+				if err := it.Error(); err != nil {
+					return nil, fmt.Errorf("partition: read %x: %w", key, err)
+				}
+				return nil, nil
+			}
+			if cmp = bytes.Compare(it.Key(), key); cmp > 0 {
+				return nil, nil
+			}
+		}
+		if cmp == 0 {
+			return iterValue(it)
+		}
+	}
 	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("partition: read %x: %w", key, err)
