@@ -19,8 +19,7 @@ import (
 // add stores a new message, sections and all.
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
-	body := &partitionpb.StoredMessage{Header: m.Header, Annotations: m.Annotations, Bare: m.Bare}
-	if err := setProto(a.b, bodyKey(e.key, m.SubQueue, m.SequenceNumber), body); err != nil {
+	if err := setBody(a.b, bodyKey(e.key, m.SubQueue, m.SequenceNumber), m); err != nil {
 		return err
 	}
 	return a.putState(e, m)
