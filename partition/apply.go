@@ -72,6 +72,7 @@ type applier struct {
 	notify   bool          // a message became available, or an entity went
 	replica  string        // this replica's name (Options.Replica)
 	bodies   bool          // results carry message bodies: this replica answers the batch
+	keyBuf   []byte        // seqKey's buffer
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {

@@ -81,11 +81,20 @@ func parseEntityKey(b []byte) (ekey, bool) {
 }
 
 // dataPrefix is the prefix of everything an entity partition holds.
-func dataPrefix(k ekey) []byte {
-	b := make([]byte, 0, 40)
+func dataPrefix(k ekey) []byte { return appendDataPrefix(make([]byte, 0, 40), k) }
+
+func appendDataPrefix(b []byte, k ekey) []byte {
 	b = append(b, prefixEntData)
 	b = binary.BigEndian.AppendUint64(b, k.id)
 	return binary.BigEndian.AppendUint32(b, k.part)
+}
+
+// appendSeqKey appends the key of a message's record of the given kind
+// (kindMessage, kindBody) to b: the hot paths build keys in one reused
+// buffer instead of allocating two per message on every replica.
+func appendSeqKey(b []byte, k ekey, kind byte, sub partitionpb.SubQueue, seq uint64) []byte {
+	b = append(appendDataPrefix(b, k), kind, byte(sub))
+	return binary.BigEndian.AppendUint64(b, seq)
 }
 
 func kindPrefix(k ekey, kind byte) []byte { return append(dataPrefix(k), kind) }

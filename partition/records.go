@@ -19,7 +19,7 @@ import (
 // add stores a new message, sections and all.
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
-	if err := setBody(a.b, bodyKey(e.key, m.SubQueue, m.SequenceNumber), m); err != nil {
+	if err := setBody(a.b, a.seqKey(e, kindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
 		return err
 	}
 	return a.putState(e, m)
@@ -30,7 +30,7 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	err := setProto(a.b, messageKey(e.key, m.SubQueue, m.SequenceNumber), m)
+	err := setProto(a.b, a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber), m)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err
@@ -44,12 +44,19 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	return nil
 }
 
+// seqKey returns the key of a message's record of the given kind in the
+// applier's key buffer, valid until the next call. The batch copies keys.
+func (a *applier) seqKey(e *entity, kind byte, sub partitionpb.SubQueue, seq uint64) []byte {
+	a.keyBuf = appendSeqKey(a.keyBuf[:0], e.key, kind, sub, seq)
+	return a.keyBuf
+}
+
 // remove deletes the message in slot s.
 func (a *applier) remove(e *entity, s slot) error {
 	if err := a.unslot(e, s); err != nil {
 		return err
 	}
-	return a.b.Delete(bodyKey(e.key, s.sub, s.seq), nil)
+	return a.b.Delete(a.seqKey(e, kindBody, s.sub, s.seq), nil)
 }
 
 // unslot deletes the state record of the message in slot s and takes it
@@ -58,7 +65,7 @@ func (a *applier) unslot(e *entity, s slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
-	if err := a.b.Delete(messageKey(e.key, s.sub, s.seq), nil); err != nil {
+	if err := a.b.Delete(a.seqKey(e, kindMessage, s.sub, s.seq), nil); err != nil {
 		return err
 	}
 	e.n.add(s, -1)
@@ -74,7 +81,7 @@ func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) erro
 		if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
 			return err
 		}
-		if err := a.b.Delete(messageKey(e.key, old.sub, old.seq), nil); err != nil {
+		if err := a.b.Delete(a.seqKey(e, kindMessage, old.sub, old.seq), nil); err != nil {
 			return err
 		}
 	}
