@@ -3,6 +3,9 @@ package partition_test
 import (
 	"bytes"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
@@ -84,4 +87,63 @@ func BenchmarkLockComplete(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkBacklogCycle enqueues a backlog of 300,000 messages of 1 KiB in
+// entries of 256, then locks and completes all of it, 256 a time, with the
+// dev cluster's store settings (32 MiB cache and memtables). It reports
+// what a message costs the store in each phase: compaction bytes written
+// and flushes, the work that a backlog larger than the memtables adds.
+func BenchmarkBacklogCycle(b *testing.B) {
+	const total, per = 300_000, 256
+	body := bytes.Repeat([]byte("x"), 1024)
+	batch := make([]*partitionpb.NewMessage, per)
+	for i := range batch {
+		batch[i] = &partitionpb.NewMessage{Bare: body}
+	}
+	for b.Loop() {
+		b.StopTimer()
+		m, err := partition.Open(b.TempDir(), partition.Options{Logger: pt.Options().Logger, CacheBytes: 32 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var log pt.Log
+		apply(b, m, log.Entry(b, 0, pt.Upsert(pt.Queue(1, 0, "q"))))
+		b.StartTimer()
+		report := func(phase string, t0 time.Time, before *pebble.Metrics) {
+			after := partition.StoreMetrics(m)
+			var cw, fl, mv, rd int64
+			for i := range after.Levels {
+				a, z := after.Levels[i], before.Levels[i]
+				cw += int64(a.TableBytesCompacted) - int64(z.TableBytesCompacted)
+				fl += int64(a.TableBytesFlushed) - int64(z.TableBytesFlushed)
+				mv += int64(a.TableBytesMoved) - int64(z.TableBytesMoved)
+				rd += int64(a.TableBytesRead) - int64(z.TableBytesRead)
+			}
+			cn := after.Compact.Count - before.Compact.Count
+			b.ReportMetric(float64(total)/time.Since(t0).Seconds(), phase+"-msgs/s")
+			b.ReportMetric(float64(cw)/total, phase+"-compactB/msg")
+			b.ReportMetric(float64(fl)/total, phase+"-flushB/msg")
+			b.ReportMetric(float64(rd)/total, phase+"-compactReadB/msg")
+			b.ReportMetric(float64(mv)/total, phase+"-movedB/msg")
+			b.ReportMetric(float64(cn), phase+"-compactions")
+		}
+		t0, m0 := time.Now(), partition.StoreMetrics(m)
+		for range total / per {
+			apply(b, m, log.Entry(b, 1000, pt.Enqueue(1, 0, batch...)))
+		}
+		report("send", t0, m0)
+		t0, m0 = time.Now(), partition.StoreMetrics(m)
+		for n := uint64(0); n < total/per; n++ {
+			r := apply(b, m, log.Entry(b, 2000, pt.Lock(1, 0, pt.Main, per, n)))
+			if len(r[0].Messages) != per {
+				b.Fatalf("locked %d", len(r[0].Messages))
+			}
+			apply(b, m, log.Entry(b, 2000, pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(r[0])...)))
+		}
+		report("receive", t0, m0)
+		b.StopTimer()
+		m.Close()
+		b.StartTimer()
+	}
 }

@@ -235,3 +235,6 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 	}
 	return found, c.close(nil)
 }
+
+// StoreMetrics returns the store's pebble metrics.
+func StoreMetrics(m *Machine) *pebble.Metrics { return m.db.Metrics() }
