@@ -1,6 +1,8 @@
 package partition
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -238,3 +240,15 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 
 // StoreMetrics returns the store's pebble metrics.
 func StoreMetrics(m *Machine) *pebble.Metrics { return m.db.Metrics() }
+
+// FlushStore writes the store's memtable out to a table, so that the next
+// records meet the earlier ones only in compactions.
+func FlushStore(m *Machine) error { return m.db.Flush() }
+
+// CompactStore compacts the whole store.
+func CompactStore(m *Machine) error {
+	return m.db.Compact(context.Background(), []byte{0}, bytes.Repeat([]byte{0xff}, 64), false)
+}
+
+// Misuse is how many single deletes pebble found meeting no write or two.
+func Misuse(m *Machine) int64 { return m.misuse.Load() }

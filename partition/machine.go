@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -63,6 +64,11 @@ type Machine struct {
 
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
+
+	// misuse counts pebble's reports of a single delete that met no
+	// write or more than one (see singleDelete); always 0 unless the
+	// records' bookkeeping is broken.
+	misuse atomic.Int64
 }
 
 const (
@@ -161,7 +167,7 @@ func (m *Machine) openDB(path string) (*pebble.DB, error) {
 }
 
 func (m *Machine) openPebble(path string) (*pebble.DB, error) {
-	db, err := pebble.Open(path, pebbleOptions(m.cache, m.cacheBytes, m.log))
+	db, err := pebble.Open(path, pebbleOptions(m.cache, m.cacheBytes, m.log, &m.misuse))
 	if err != nil {
 		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
 	}

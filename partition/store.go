@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -226,7 +227,7 @@ func closeIter(it *pebble.Iterator, err error) error {
 // pebbleOptions are the store's options: no WAL, because the Raft log is
 // the write-ahead log (Apply commits with NoSync and Snapshot flushes), and
 // memory bounded by the shared block cache plus at most two memtables.
-func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *pebble.Options {
+func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger, misuse *atomic.Int64) *pebble.Options {
 	// Memtables as large as the cache: a queue's messages mostly die in
 	// the memtable they were written to when consumers keep up, and every
 	// flush costs compaction work per key. With memtables of a quarter of
@@ -252,6 +253,12 @@ func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger) *peb
 			log.Warn("partition: store write stall", "reason", info.Reason)
 		},
 		WriteStallEnd: func() { log.Info("partition: store write stall ended") },
+		// A single delete that met no write or two (singleDelete) means the
+		// records' bookkeeping broke: a deleted record may come back.
+		PossibleAPIMisuse: func(info pebble.PossibleAPIMisuseInfo) {
+			misuse.Add(1)
+			log.Error("partition: store misuse", "what", info.String())
+		},
 	}
 	// Fewer, larger compactions of the small keys that stay in the tables
 	// once bodies are separated: 16 MiB tables instead of 2 MiB ones, and
