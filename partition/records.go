@@ -30,7 +30,7 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	err := setProto(a.b, a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber), m)
+	err := setState(a.b, a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber), m)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err

@@ -82,22 +82,101 @@ func setBody(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
 	return op.Finish()
 }
 
-// setProto writes key → the sealed encoding of msg into b, encoding msg
-// straight into the batch's buffer (a message body is copied once here,
-// not three times through a marshal buffer and a sealed copy).
-func setProto(b *pebble.Batch, key []byte, msg proto.Message) error {
-	n := marshal.Size(msg)
-	op := b.SetDeferred(len(key), n+crcLen)
+// setState writes key → the sealed state record of m (m without its
+// sections) into b, encoded as protobuf encodes it, straight into the
+// batch's buffer. By hand for the same reason as setBody: every send, lock
+// and settlement rewrites a state record on every replica, and the
+// generic marshaller's sizing and field walk were most of that cost.
+// TestStateEncoding holds the encoding to protobuf's, field for field.
+func setState(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
+	var st stateEncoder
+	st.walk(m)
+	op := b.SetDeferred(len(key), st.n+crcLen)
 	copy(op.Key, key)
-	out, err := marshal.MarshalAppend(op.Value[:0], msg)
-	if err != nil {
-		return fmt.Errorf("marshal %x: %w", key, err)
+	st.out = op.Value[:0]
+	st.walk(m)
+	if len(st.out) != st.n {
+		return fmt.Errorf("partition: state record of %x: %d bytes, sized %d", key, len(st.out), st.n)
 	}
-	if len(out) != n || n > 0 && &out[0] != &op.Value[0] {
-		return fmt.Errorf("marshal %x: %d bytes, sized %d", key, len(out), n)
-	}
-	binary.BigEndian.PutUint32(op.Value[n:], checksum(key, op.Value[:n]))
+	binary.BigEndian.PutUint32(op.Value[st.n:], checksum(key, op.Value[:st.n]))
 	return op.Finish()
+}
+
+// stateEncoder sizes (out == nil) or appends the protobuf encoding of a
+// StoredMessage's fields other than its sections, in field order, proto3
+// style: zero scalars and empty strings are left out.
+type stateEncoder struct {
+	n   int
+	out []byte
+}
+
+func (e *stateEncoder) varint(num protowire.Number, v uint64) {
+	if v == 0 {
+		return
+	}
+	if e.out == nil {
+		e.n += protowire.SizeTag(num) + protowire.SizeVarint(v)
+		return
+	}
+	e.out = protowire.AppendVarint(protowire.AppendTag(e.out, num, protowire.VarintType), v)
+}
+
+func (e *stateEncoder) bytes(num protowire.Number, v []byte, always bool) {
+	if len(v) == 0 && !always {
+		return
+	}
+	if e.out == nil {
+		e.n += protowire.SizeTag(num) + protowire.SizeBytes(len(v))
+		return
+	}
+	e.out = protowire.AppendBytes(protowire.AppendTag(e.out, num, protowire.BytesType), v)
+}
+
+func (e *stateEncoder) str(num protowire.Number, v string) {
+	if v == "" {
+		return
+	}
+	if e.out == nil {
+		e.n += protowire.SizeTag(num) + protowire.SizeBytes(len(v))
+		return
+	}
+	e.out = protowire.AppendString(protowire.AppendTag(e.out, num, protowire.BytesType), v)
+}
+
+// stateFields are the field numbers walk writes; TestStateEncoding checks
+// that with the sections they are all of StoredMessage's.
+var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21}
+
+func (e *stateEncoder) walk(m *partitionpb.StoredMessage) {
+	e.varint(1, m.SequenceNumber)
+	e.varint(2, uint64(m.EnqueuedTimeMs))
+	e.varint(3, uint64(m.DeliveryCount))
+	e.varint(4, uint64(int64(m.State))) // enums are int32, sign-extended
+	e.varint(5, uint64(int64(m.SubQueue)))
+	e.bytes(6, m.LockToken, false)
+	e.varint(7, uint64(m.LockedUntilMs))
+	e.varint(8, uint64(m.ExpiresAtMs))
+	e.varint(9, uint64(m.ScheduledEnqueueTimeMs))
+	e.str(10, m.MessageId)
+	e.str(11, m.SessionId)
+	e.str(12, m.PartitionKey)
+	e.str(16, m.DeadLetterReason)
+	e.str(17, m.DeadLetterDescription)
+	e.str(18, m.DeadLetterSource)
+	e.varint(19, uint64(m.TtlMs))
+	for _, p := range m.ModifiedProperties {
+		e.bytes(20, p, true)
+	}
+	e.varint(21, uint64(m.Size))
+	// Fields a newer version wrote, kept as protobuf keeps them: replicas
+	// of two versions must still write the same bytes.
+	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
+		if e.out == nil {
+			e.n += len(u)
+		} else {
+			e.out = append(e.out, u...)
+		}
+	}
 }
 
 // unseal verifies a stored value and returns its payload, which aliases v.

@@ -2,10 +2,13 @@ package partition
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -51,6 +54,95 @@ func TestBodyEncoding(t *testing.T) {
 		var back partitionpb.StoredMessage
 		if err := proto.Unmarshal(payload, &back); err != nil || !bytes.Equal(back.Bare, m.Bare) {
 			t.Fatalf("mask %d: decodes to %v, %v", mask, &back, err)
+		}
+		b.Close()
+	}
+}
+
+// TestStateEncoding: setState writes exactly what protobuf writes for a
+// StoredMessage without sections, whatever its fields hold (zero, negative,
+// empty elements, unknown fields from a newer version), and it knows every
+// field of StoredMessage but the sections.
+func TestStateEncoding(t *testing.T) {
+	known := map[protowire.Number]bool{fieldHeader: true, fieldAnnotations: true, fieldBare: true}
+	for _, n := range stateFields {
+		known[n] = true
+	}
+	fields := (&partitionpb.StoredMessage{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		if n := fields.Get(i).Number(); !known[n] {
+			t.Fatalf("StoredMessage field %d (%s) is unknown to setState", n, fields.Get(i).Name())
+		}
+	}
+	if len(known) != fields.Len() {
+		t.Fatalf("setState knows %d fields, StoredMessage has %d", len(known), fields.Len())
+	}
+
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	i64 := func() int64 {
+		switch rng.IntN(4) {
+		case 0:
+			return 0
+		case 1:
+			return -rng.Int64N(1 << 40)
+		default:
+			return rng.Int64N(1 << 50)
+		}
+	}
+	str := func() string {
+		if rng.IntN(3) == 0 {
+			return ""
+		}
+		return string(bytes.Repeat([]byte{'a' + byte(rng.IntN(26))}, rng.IntN(200)))
+	}
+	for i := range 2000 {
+		m := &partitionpb.StoredMessage{
+			SequenceNumber:         uint64(i64()),
+			EnqueuedTimeMs:         i64(),
+			DeliveryCount:          uint32(rng.IntN(3)),
+			State:                  partitionpb.MessageState(rng.IntN(5) - 1),
+			SubQueue:               partitionpb.SubQueue(rng.IntN(3) - 1),
+			LockedUntilMs:          i64(),
+			ExpiresAtMs:            i64(),
+			ScheduledEnqueueTimeMs: i64(),
+			MessageId:              str(),
+			SessionId:              str(),
+			PartitionKey:           str(),
+			DeadLetterReason:       str(),
+			DeadLetterDescription:  str(),
+			DeadLetterSource:       str(),
+			TtlMs:                  i64(),
+			Size:                   i64(),
+		}
+		if rng.IntN(2) == 0 {
+			m.LockToken = []byte(str())
+		}
+		for range rng.IntN(3) {
+			m.ModifiedProperties = append(m.ModifiedProperties, []byte(str()))
+		}
+		if rng.IntN(4) == 0 { // a field of a newer version
+			m.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), uint64(i)))
+		}
+		key := binary.BigEndian.AppendUint64(nil, uint64(i))
+		b := db.NewIndexedBatch()
+		if err := setState(b, key, m); err != nil {
+			t.Fatal(err)
+		}
+		payload, found, err := get(b, key)
+		if err != nil || !found {
+			t.Fatalf("message %d: %v, found %v", i, err, found)
+		}
+		want, err := marshal.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(payload, want) {
+			t.Fatalf("message %d: state record\n%x\nprotobuf\n%x\n%v", i, payload, want, m)
 		}
 		b.Close()
 	}
