@@ -1,7 +1,9 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -274,6 +276,11 @@ func (r *receiver) settleBatch(batch []settleReq) {
 			}
 			continue
 		}
+		// In delivery order, so that the engine answers runs of them with
+		// one disposition frame each: a client completing from many
+		// goroutines sends its dispositions a little out of order, and
+		// each frame costs it a read and a dispatch.
+		slices.SortFunc(items, func(a, b settleReq) int { return cmp.Compare(a.id, b.id) })
 		for _, it := range items {
 			r.confirm(it.id, f, ok)
 		}
