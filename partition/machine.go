@@ -65,6 +65,8 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
+	commit sortedCommit // Apply's, under mu
+
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
 	// records' bookkeeping is broken.
@@ -382,7 +384,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	if err := a.b.Set(keyApplied, seal(keyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
 		return nil, m.fail(err)
 	}
-	if err := a.b.Commit(pebble.NoSync); err != nil {
+	if err := m.commit.commitSorted(m.db, a.b); err != nil {
 		return nil, m.fail(err)
 	}
 	m.applied = applied
