@@ -147,3 +147,56 @@ func BenchmarkBacklogCycle(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkSettleScattered locks 512 messages at a time from a backlog
+// already flushed to the store's tables and completes them in two halves,
+// every other message each, as a consumer completing from many goroutines
+// does: a settle's reads skip over messages another settle still holds.
+func BenchmarkSettleScattered(b *testing.B) {
+	const per = 512
+	m, err := partition.Open(b.TempDir(), partition.Options{Logger: pt.Options().Logger, CacheBytes: 32 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	var log pt.Log
+	apply(b, m, log.Entry(b, 0, pt.Upsert(pt.Queue(1, 0, "q"))))
+	body := bytes.Repeat([]byte("x"), 1024)
+	batch := make([]*partitionpb.NewMessage, 256)
+	for i := range batch {
+		batch[i] = &partitionpb.NewMessage{Bare: body}
+	}
+	fill := func() {
+		for range 200 { // 51,200 messages
+			apply(b, m, log.Entry(b, 1000, pt.Enqueue(1, 0, batch...)))
+		}
+		if err := partition.FlushStore(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fill()
+	b.ResetTimer()
+	n := uint64(0)
+	for b.Loop() {
+		n++
+		r := apply(b, m, log.Entry(b, 2000, pt.Lock(1, 0, pt.Main, per, n)))
+		if len(r[0].Messages) < per {
+			b.StopTimer()
+			fill()
+			b.StartTimer()
+			continue
+		}
+		tokens := pt.Tokens(r[0])
+		for half := range 2 {
+			var ts [][]byte
+			for i := half; i < len(tokens); i += 2 {
+				ts = append(ts, tokens[i])
+			}
+			r := apply(b, m, log.Entry(b, 2000, pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, ts...)))
+			if r[0].Code != partitionpb.ResultCode_RESULT_OK {
+				b.Fatal(r[0].Code)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "msgs/s")
+}
