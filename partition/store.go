@@ -230,10 +230,106 @@ func getState(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
 // decodeState decodes the unsealed payload of the state record under key.
 func decodeState(key, p []byte) (*partitionpb.StoredMessage, error) {
 	m := new(partitionpb.StoredMessage)
-	if err := proto.Unmarshal(p, m); err != nil { // copies what it keeps
+	if err := unmarshalState(p, m); err != nil {
 		return nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 	}
 	return m, nil
+}
+
+// unmarshalState decodes a state record into m as protobuf would (it
+// accepts any encoding protobuf accepts for these fields, keeps fields it
+// does not know as unknown fields, and copies what it keeps), by hand:
+// every lock and settlement decodes one per message on every replica.
+// TestStateDecoding and FuzzStateDecoding compare it with protobuf's.
+func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
+	var unknown []byte
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		p = p[n:]
+		value := p
+		var v uint64
+		var b []byte
+		switch typ {
+		case protowire.VarintType:
+			v, n = protowire.ConsumeVarint(p)
+		case protowire.BytesType:
+			b, n = protowire.ConsumeBytes(p)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, p)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		value = value[:n]
+		p = p[n:]
+		known := true
+		switch {
+		case typ == protowire.VarintType:
+			switch num {
+			case 1:
+				m.SequenceNumber = v
+			case 2:
+				m.EnqueuedTimeMs = int64(v)
+			case 3:
+				m.DeliveryCount = uint32(v)
+			case 4:
+				m.State = partitionpb.MessageState(int32(v))
+			case 5:
+				m.SubQueue = partitionpb.SubQueue(int32(v))
+			case 7:
+				m.LockedUntilMs = int64(v)
+			case 8:
+				m.ExpiresAtMs = int64(v)
+			case 9:
+				m.ScheduledEnqueueTimeMs = int64(v)
+			case 19:
+				m.TtlMs = int64(v)
+			case 21:
+				m.Size = int64(v)
+			default:
+				known = false
+			}
+		case typ == protowire.BytesType:
+			switch num {
+			case 6:
+				m.LockToken = append([]byte{}, b...)
+			case 10:
+				m.MessageId = string(b)
+			case 11:
+				m.SessionId = string(b)
+			case 12:
+				m.PartitionKey = string(b)
+			case 16:
+				m.DeadLetterReason = string(b)
+			case 17:
+				m.DeadLetterDescription = string(b)
+			case 18:
+				m.DeadLetterSource = string(b)
+			case 20:
+				m.ModifiedProperties = append(m.ModifiedProperties, append([]byte{}, b...))
+			case fieldHeader: // sections belong in a body record, but
+				m.Header = append([]byte{}, b...) // protobuf would take them
+			case fieldAnnotations:
+				m.Annotations = append([]byte{}, b...)
+			case fieldBare:
+				m.Bare = append([]byte{}, b...)
+			default:
+				known = false
+			}
+		default:
+			known = false
+		}
+		if !known { // as protobuf keeps it: the tag re-encoded, the value raw
+			unknown = append(protowire.AppendTag(unknown, num, typ), value...)
+		}
+	}
+	if len(unknown) > 0 {
+		m.ProtoReflect().SetUnknown(unknown)
+	}
+	return nil
 }
 
 // mergeBody fills in the sections of m from the unsealed payload of its
