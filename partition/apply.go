@@ -73,6 +73,7 @@ type applier struct {
 	replica  string        // this replica's name (Options.Replica)
 	bodies   bool          // results carry message bodies: this replica answers the batch
 	keyBuf   []byte        // seqKey's buffer
+	reqFloor *int64        // the machine's: no request result is older (requests.go)
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -85,13 +86,37 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 	}
 	a.now = batch.NowMs
 	a.bodies = a.replica == "" || batch.Proposer == "" || batch.Proposer == a.replica
+	requests := 0
+	for _, c := range batch.Commands {
+		if len(c.RequestId) > 0 {
+			requests++
+		}
+	}
+	if err := a.pruneRequests(requestPrune + requests); err != nil {
+		return nil, err
+	}
 	results := make([]*partitionpb.Result, len(batch.Commands))
 	for i, c := range batch.Commands {
+		if len(c.RequestId) > 0 {
+			r, ok, err := a.repeatedRequest(c)
+			if err != nil {
+				return nil, fmt.Errorf("command %d: %w", i, err)
+			}
+			if ok {
+				results[i] = r
+				continue
+			}
+		}
 		r, err := a.apply(c)
 		if code, ok := Code(err); err != nil && ok {
 			r = &partitionpb.Result{Code: code, Description: err.Error()}
 		} else if err != nil {
 			return nil, fmt.Errorf("command %d: %w", i, err)
+		}
+		if len(c.RequestId) > 0 {
+			if err := a.recordRequest(c.RequestId, r); err != nil {
+				return nil, fmt.Errorf("command %d: %w", i, err)
+			}
 		}
 		results[i] = r
 	}

@@ -19,12 +19,25 @@ import (
 // (ErrUnknownCommand) when it is applied.
 const FormatV1 byte = 1
 
+// FormatV2 is FormatV1 with request ids (Command.request_id) honoured.
+// EncodeBatch writes it only for a batch that carries one, so a replica
+// of a version that would ignore the id, and apply a repeated request
+// again, stops instead of diverging.
+const FormatV2 byte = 2
+
 var marshal = proto.MarshalOptions{Deterministic: true}
 
-// EncodeBatch encodes b as a Raft entry: FormatV1, then the protobuf.
+// EncodeBatch encodes b as a Raft entry: the format byte, then the
+// protobuf.
 func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
 	buf[0] = FormatV1
+	for _, c := range b.Commands {
+		if len(c.RequestId) > 0 {
+			buf[0] = FormatV2
+			break
+		}
+	}
 	buf, err := marshal.MarshalAppend(buf, b)
 	if err != nil {
 		return nil, fmt.Errorf("partition: encode batch: %w", err)
@@ -37,12 +50,17 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] != FormatV1 {
+	if data[0] != FormatV1 && data[0] != FormatV2 {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
 	b := new(partitionpb.Batch)
 	if err := proto.Unmarshal(data[1:], b); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if data[0] == FormatV1 {
+		for _, c := range b.Commands {
+			c.RequestId = nil // unknown to format 1: ignored, as its replicas did
+		}
 	}
 	return b, nil
 }

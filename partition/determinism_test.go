@@ -36,6 +36,7 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 		cmds = append(cmds, pt.Upsert(e.cfg))
 	}
 	results = append(results, d.Apply(cmds...))
+	var retried []*partitionpb.Command
 	tokens := map[int][]struct {
 		tok []byte
 		sub partitionpb.SubQueue
@@ -124,6 +125,22 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 				}
 			default:
 				cmds = append(cmds, pt.Upsert(e.cfg))
+			}
+		}
+		// Request ids from a small set, and now and then the previous
+		// entry's requests again, as a front-end retrying sends them.
+		for _, c := range cmds {
+			if (c.GetEnqueue() != nil || c.GetSettle() != nil) && rng.IntN(3) == 0 {
+				c.RequestId = []byte(fmt.Sprint("req", rng.IntN(30)))
+			}
+		}
+		if rng.IntN(6) == 0 {
+			cmds = append(cmds, retried...)
+		}
+		retried = retried[:0]
+		for _, c := range cmds {
+			if len(c.RequestId) > 0 {
+				retried = append(retried, c)
 			}
 		}
 		res := d.Apply(cmds...)

@@ -252,3 +252,27 @@ func CompactStore(m *Machine) error {
 
 // Misuse is how many single deletes pebble found meeting no write or two.
 func Misuse(m *Machine) int64 { return m.misuse.Load() }
+
+// RequestEntries counts the stored request results, which must have one
+// time entry each.
+func RequestEntries(m *Machine) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var n [2]int
+	for i, p := range []byte{prefixRequest, prefixReqTime} {
+		it, err := prefixIter(m.db, []byte{p})
+		if err != nil {
+			return 0, err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			n[i]++
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return 0, err
+		}
+	}
+	if n[0] != n[1] {
+		return 0, fmt.Errorf("%d request results, %d time entries", n[0], n[1])
+	}
+	return n[0], nil
+}

@@ -21,6 +21,8 @@ import (
 //	0x02 eid(8) part(4) 0x06 message_id          dedup: first sent at(8), its sequence number(8)
 //	0x02 eid(8) part(4) 0x07 at(8) message_id    dedup by time, for pruning
 //	0x02 eid(8) part(4) 0x08 sub(1) seq(8)       message body: header, annotations, bare
+//	0x03 request_id                              a request's result: applied at(8), then the Result
+//	0x04 at(8) request_id                        requests by time, for pruning
 //
 // A message is two records: its body, written once when it arrives (and
 // moved only with the message, to the dead-letter queue or to a new
@@ -35,6 +37,8 @@ const (
 	prefixMeta    byte = 0x00
 	prefixEntity  byte = 0x01
 	prefixEntData byte = 0x02
+	prefixRequest byte = 0x03
+	prefixReqTime byte = 0x04
 
 	kindMessage   byte = 0x01
 	kindAvailable byte = 0x02
@@ -129,6 +133,13 @@ func scheduledKey(k ekey, at int64, seq uint64) []byte {
 func expiryKey(k ekey, at int64, seq uint64) []byte {
 	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindExpiry), timeBits(at))
 	return binary.BigEndian.AppendUint64(b, seq)
+}
+
+func requestKey(id []byte) []byte { return append([]byte{prefixRequest}, id...) }
+
+func requestTimeKey(at int64, id []byte) []byte {
+	b := binary.BigEndian.AppendUint64([]byte{prefixReqTime}, timeBits(at))
+	return append(b, id...)
 }
 
 func dedupKey(k ekey, id string) []byte { return append(kindPrefix(k, kindDedup), id...) }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,7 +66,8 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit sortedCommit // Apply's, under mu
+	commit   sortedCommit // Apply's, under mu
+	reqFloor int64        // Apply's, under mu: no request result is older
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -246,6 +248,7 @@ func (m *Machine) load() error {
 		}
 	}
 	m.applied, m.entities = applied, entities
+	m.reqFloor = math.MinInt64 // the first entry's pruning finds the oldest
 	return nil
 }
 
@@ -350,6 +353,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		scheds:   make(map[ekey]bool),
 		exps:     make(map[ekey]bool),
 		replica:  m.replica,
+		reqFloor: &m.reqFloor,
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))

@@ -725,7 +725,16 @@ type Command struct {
 	//	*Command_CancelScheduled
 	//	*Command_LockBySequence
 	//	*Command_ExpireMessages
-	Op            isCommand_Op `protobuf_oneof:"op"`
+	Op isCommand_Op `protobuf_oneof:"op"`
+	// Set by the front-end on an Enqueue or a Settle it may send again after
+	// an ambiguous failure (a timeout, a leader lost after proposing): at
+	// most 64 bytes, unique per request. The partition keeps the result of
+	// every request id it applied for a while (request_window_ms in the
+	// store's keys) and answers a repeated id with that result, applying
+	// nothing, so a retried send is not stored twice and a retried complete
+	// is not refused as lock-lost. An entry with a request id is written in
+	// format 2, which replicas that would ignore the id refuse.
+	RequestId     []byte `protobuf:"bytes,12,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -862,6 +871,13 @@ func (x *Command) GetExpireMessages() *ExpireMessages {
 		if x, ok := x.Op.(*Command_ExpireMessages); ok {
 			return x.ExpireMessages
 		}
+	}
+	return nil
+}
+
+func (x *Command) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -2055,6 +2071,7 @@ type SendRequest struct {
 	EntityId      uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
 	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
 	Messages      []*NewMessage          `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
+	RequestId     []byte                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // Command.request_id
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2113,6 +2130,13 @@ func (x *SendRequest) GetPartition() uint32 {
 func (x *SendRequest) GetMessages() []*NewMessage {
 	if x != nil {
 		return x.Messages
+	}
+	return nil
+}
+
+func (x *SendRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -2303,6 +2327,7 @@ type SettleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	Settle        *Settle                `protobuf:"bytes,2,opt,name=settle,proto3" json:"settle,omitempty"`
+	RequestId     []byte                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // Command.request_id
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2347,6 +2372,13 @@ func (x *SettleRequest) GetGroupId() uint64 {
 func (x *SettleRequest) GetSettle() *Settle {
 	if x != nil {
 		return x.Settle
+	}
+	return nil
+}
+
+func (x *SettleRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -3035,7 +3067,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xc5\x06\n" +
+	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xe4\x06\n" +
 	"\aCommand\x12K\n" +
 	"\rupsert_entity\x18\x01 \x01(\v2$.quorumbus.partition.v1.UpsertEntityH\x00R\fupsertEntity\x12K\n" +
 	"\rdelete_entity\x18\x02 \x01(\v2$.quorumbus.partition.v1.DeleteEntityH\x00R\fdeleteEntity\x12;\n" +
@@ -3049,7 +3081,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10cancel_scheduled\x18\t \x01(\v2'.quorumbus.partition.v1.CancelScheduledH\x00R\x0fcancelScheduled\x12R\n" +
 	"\x10lock_by_sequence\x18\n" +
 	" \x01(\v2&.quorumbus.partition.v1.LockBySequenceH\x00R\x0elockBySequence\x12Q\n" +
-	"\x0fexpire_messages\x18\v \x01(\v2&.quorumbus.partition.v1.ExpireMessagesH\x00R\x0eexpireMessagesB\x04\n" +
+	"\x0fexpire_messages\x18\v \x01(\v2&.quorumbus.partition.v1.ExpireMessagesH\x00R\x0eexpireMessages\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\f \x01(\fR\trequestIdB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"L\n" +
 	"\fUpsertEntity\x12<\n" +
 	"\x06config\x18\x01 \x01(\v2$.quorumbus.partition.v1.EntityConfigR\x06config\"I\n" +
@@ -3132,12 +3166,14 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\"\x16\n" +
-	"\x14DeleteEntityResponse\"\xa3\x01\n" +
+	"\x14DeleteEntityResponse\"\xc2\x01\n" +
 	"\vSendRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12>\n" +
-	"\bmessages\x18\x04 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"F\n" +
+	"\bmessages\x18\x04 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\fR\trequestId\"F\n" +
 	"\fSendResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x89\x02\n" +
 	"\x0eReceiveRequest\x12\x19\n" +
@@ -3149,10 +3185,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12receive_and_delete\x18\x06 \x01(\bR\x10receiveAndDelete\x12\x17\n" +
 	"\await_ms\x18\a \x01(\x03R\x06waitMs\"I\n" +
 	"\x0fReceiveResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"b\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x81\x01\n" +
 	"\rSettleRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x126\n" +
-	"\x06settle\x18\x02 \x01(\v2\x1e.quorumbus.partition.v1.SettleR\x06settle\"H\n" +
+	"\x06settle\x18\x02 \x01(\v2\x1e.quorumbus.partition.v1.SettleR\x06settle\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"H\n" +
 	"\x0eSettleResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"h\n" +
 	"\x11RenewLocksRequest\x12\x19\n" +

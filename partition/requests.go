@@ -1,0 +1,141 @@
+package partition
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Requests the front-end may send twice (Command.request_id).
+//
+// A front-end retries a send or a settle when it cannot tell whether the
+// first attempt was applied: the attempt timed out, or the leader lost its
+// term after proposing. Applied twice, a send would store its messages
+// twice and a complete would be refused as lock-lost although the first
+// attempt completed the messages. So the partition stores the result of
+// each request id it applies, in the same batch, and answers the id again
+// with that result, applying nothing. The results live in the store, not
+// in memory, so that a replica that restarted answers and writes exactly
+// as the others do.
+
+const (
+	// requestWindowMs is how long a request's result is kept: a front-end
+	// gives up on a request after 30 s (frontend sendTimeout), and an id
+	// seen again after this window is applied as new.
+	requestWindowMs = 120_000
+	// maxRequestIDBytes bounds a request id.
+	maxRequestIDBytes = 64
+	// requestPrune is how many expired results one entry deletes beyond one
+	// per request it carries, so that pruning keeps up with any load.
+	requestPrune = 64
+)
+
+// repeatedRequest answers c if it repeats a request applied within the
+// window, or refuses a request id it cannot take; ok reports whether c is
+// answered so.
+func (a *applier) repeatedRequest(c *partitionpb.Command) (r *partitionpb.Result, ok bool, err error) {
+	switch c.Op.(type) {
+	case *partitionpb.Command_Enqueue, *partitionpb.Command_Settle:
+	default:
+		return rejected(fmt.Errorf("%w: request id on a command other than Enqueue or Settle", ErrInvalid)), true, nil
+	}
+	if len(c.RequestId) > maxRequestIDBytes {
+		return rejected(fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes)), true, nil
+	}
+	p, found, err := get(a.b, requestKey(c.RequestId))
+	if err != nil || !found {
+		return nil, false, err
+	}
+	if len(p) < 8 {
+		return nil, false, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, c.RequestId, len(p))
+	}
+	if at := timeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
+		return nil, false, nil // expired, not yet pruned: new again
+	}
+	r = new(partitionpb.Result)
+	if err := proto.Unmarshal(p[8:], r); err != nil {
+		return nil, false, fmt.Errorf("%w: request %x: %v", ErrCorrupt, c.RequestId, err)
+	}
+	return r, true, nil
+}
+
+func rejected(err error) *partitionpb.Result {
+	code, _ := Code(err)
+	return &partitionpb.Result{Code: code, Description: err.Error()}
+}
+
+// recordRequest stores the result r of request id, applied now.
+func (a *applier) recordRequest(id []byte, r *partitionpb.Result) error {
+	k := requestKey(id)
+	if p, found, err := get(a.b, k); err != nil {
+		return err
+	} else if found { // an expired result of the same id, not yet pruned
+		if err := a.singleDelete(requestTimeKey(timeFromBits(binary.BigEndian.Uint64(p)), id)); err != nil {
+			return err
+		}
+		if err := a.singleDelete(k); err != nil {
+			return err
+		}
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+marshal.Size(r)), timeBits(a.now))
+	v, err := marshal.MarshalAppend(v, r)
+	if err != nil {
+		return fmt.Errorf("partition: request %x: %w", id, err)
+	}
+	if err := setSealed(a.b, k, v); err != nil {
+		return err
+	}
+	tk := requestTimeKey(a.now, id)
+	if err := setSealed(a.b, tk, nil); err != nil {
+		return err
+	}
+	*a.reqFloor = min(*a.reqFloor, a.now)
+	return nil
+}
+
+// pruneRequests deletes up to budget results older than the window, oldest
+// first, and raises the floor below which there are none, as pruneDedup
+// does for duplicate detection.
+func (a *applier) pruneRequests(budget int) error {
+	if a.now < math.MinInt64+requestWindowMs {
+		return nil
+	}
+	cutoff := a.now - requestWindowMs // results at or before it are stale
+	if *a.reqFloor > cutoff {
+		return nil
+	}
+	lower := binary.BigEndian.AppendUint64([]byte{prefixReqTime}, timeBits(*a.reqFloor))
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{prefixReqTime + 1}})
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	floor := int64(math.MaxInt64) // unless a result is left
+	for valid := it.First(); valid; valid = it.Next() {
+		key := it.Key()
+		if len(key) < 9 {
+			return closeIter(it, fmt.Errorf("%w: request time key %x", ErrCorrupt, key))
+		}
+		at := timeFromBits(binary.BigEndian.Uint64(key[1:9]))
+		if at > cutoff || budget == 0 {
+			floor = at
+			break
+		}
+		budget--
+		if err := a.singleDelete(requestKey(key[9:])); err != nil {
+			return closeIter(it, err)
+		}
+		if err := a.singleDelete(append([]byte(nil), key...)); err != nil {
+			return closeIter(it, err)
+		}
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	*a.reqFloor = floor
+	return nil
+}

@@ -1,0 +1,160 @@
+package partition_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/partition"
+	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+func withID(c *partitionpb.Command, id string) *partitionpb.Command {
+	c.RequestId = []byte(id)
+	return c
+}
+
+// TestRequestIDs: a request sent again with its id is answered with the
+// first answer and applied once, a send and a complete alike; without an
+// id, or with a new one, a second complete is lock-lost as in Service Bus;
+// after the window the id is new again.
+func TestRequestIDs(t *testing.T) {
+	d := pt.NewDriver(t, 1_000_000)
+	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
+	active := func(want uint64) {
+		t.Helper()
+		if st := d.Stats(1, 0); st.ActiveMessages != want {
+			t.Fatalf("%d active messages, want %d", st.ActiveMessages, want)
+		}
+	}
+
+	first := d.OK(withID(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b")), "send-1"))
+	again := d.OK(withID(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b")), "send-1"))
+	if !proto.Equal(first, again) || len(again.SequenceNumbers) != 2 {
+		t.Fatalf("repeated send answered %v, first %v", again, first)
+	}
+	active(2)
+
+	lock := d.OK(pt.Lock(1, 0, pt.Main, 2, 1))
+	complete := func(id string) partitionpb.ResultCode {
+		c := pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(lock)...)
+		if id != "" {
+			c.RequestId = []byte(id)
+		}
+		return d.Apply(c)[0].Code
+	}
+	for i, want := range []struct {
+		id   string
+		code partitionpb.ResultCode
+	}{
+		{"settle-1", partitionpb.ResultCode_RESULT_OK},
+		{"settle-1", partitionpb.ResultCode_RESULT_OK}, // the retry
+		{"", partitionpb.ResultCode_RESULT_LOCK_LOST},  // a second complete
+		{"settle-2", partitionpb.ResultCode_RESULT_LOCK_LOST},
+		{"settle-2", partitionpb.ResultCode_RESULT_LOCK_LOST},
+	} {
+		if got := complete(want.id); got != want.code {
+			t.Fatalf("complete %d (id %q): %v, want %v", i, want.id, got, want.code)
+		}
+	}
+	active(0)
+
+	// Both in one entry: the second is answered from the first.
+	res := d.Apply(withID(pt.Enqueue(1, 0, pt.Msg("c")), "send-2"), withID(pt.Enqueue(1, 0, pt.Msg("c")), "send-2"))
+	if !proto.Equal(res[0], res[1]) {
+		t.Fatalf("in one entry: %v and %v", res[0], res[1])
+	}
+	active(1)
+
+	// Past the window the id is new: applied again, its result replaced.
+	d.Now += 120_000
+	late := d.OK(withID(pt.Enqueue(1, 0, pt.Msg("a")), "send-1"))
+	if late.SequenceNumbers[0] <= first.SequenceNumbers[1] {
+		t.Fatalf("send-1 after the window: %v", late)
+	}
+	active(2)
+	if again := d.OK(withID(pt.Enqueue(1, 0, pt.Msg("a")), "send-1")); !proto.Equal(again, late) {
+		t.Fatalf("send-1 repeated after the window: %v, want %v", again, late)
+	}
+	active(2)
+
+	// What a request id may not be.
+	for name, c := range map[string]*partitionpb.Command{
+		"on a lock":   withID(pt.Lock(1, 0, pt.Main, 1, 9), "lock-1"),
+		"of 65 bytes": withID(pt.Enqueue(1, 0, pt.Msg("x")), string(bytes.Repeat([]byte("i"), 65))),
+	} {
+		if r := d.Do(c); r.Code != partitionpb.ResultCode_RESULT_INVALID {
+			t.Fatalf("request id %s: %v", name, r)
+		}
+	}
+	active(2)
+}
+
+// TestRequestsPruned: results older than the window are deleted, a bounded
+// number per entry, and the floor that lets entries skip the scan never
+// hides one.
+func TestRequestsPruned(t *testing.T) {
+	d := pt.NewDriver(t, 1_000_000)
+	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
+	count := func(want int) {
+		t.Helper()
+		n, err := partition.RequestEntries(d.M)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("at %d: %d request results, want %d", d.Now, n, want)
+		}
+	}
+	for i := range 300 {
+		d.OK(withID(pt.Enqueue(1, 0, pt.Msg("m")), fmt.Sprint("r", i)))
+		d.Now++
+	}
+	count(300)
+	d.Now += 60_000
+	d.OK(pt.Enqueue(1, 0, pt.Msg("no id")))
+	count(300)
+	d.Now += 60_000 - 200 // results at or before now-120 s are stale: the first 101
+	d.OK(pt.Enqueue(1, 0, pt.Msg("no id")))
+	count(300 - 64)
+	d.OK(pt.Enqueue(1, 0, pt.Msg("no id")))
+	count(199)
+	d.Now += 1000
+	for range 4 { // 64 an entry without requests
+		d.OK(pt.Enqueue(1, 0, pt.Msg("no id")))
+	}
+	count(0)
+	d.OK(withID(pt.Enqueue(1, 0, pt.Msg("m")), "late"))
+	count(1)
+	d.Now += 120_000
+	d.OK(pt.Enqueue(1, 0, pt.Msg("no id")))
+	count(0)
+}
+
+// TestRequestFormat: an entry with a request id is written in format 2; a
+// format 1 entry's request ids are ignored, as replicas of that format did.
+func TestRequestFormat(t *testing.T) {
+	b := &partitionpb.Batch{NowMs: 1, Commands: []*partitionpb.Command{withID(pt.Enqueue(1, 0, pt.Msg("a")), "x")}}
+	data, err := partition.EncodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data[0] != partition.FormatV2 {
+		t.Fatalf("format %d", data[0])
+	}
+	data[0] = partition.FormatV1
+	got, err := partition.DecodeBatch(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Commands[0].RequestId) != 0 {
+		t.Fatal("format 1 kept the request id")
+	}
+	b.Commands[0].RequestId = nil
+	if data, _ := partition.EncodeBatch(b); data[0] != partition.FormatV1 {
+		t.Fatalf("without request ids: format %d", data[0])
+	}
+}
