@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/node/nodetest"
@@ -414,6 +415,46 @@ func TestLockSurvivesFailover(t *testing.T) {
 	}
 	if st := stats(t, cl); st.ActiveMessages != 0 || st.LockedMessages != 0 {
 		t.Errorf("stats after complete: %v", st)
+	}
+}
+
+// TestRetriedRequestsAcrossFailover: a send and a complete repeated with
+// their request ids on the next leader, as a front-end retries after an
+// ambiguous failure, are answered with the first answers and applied once.
+func TestRetriedRequestsAcrossFailover(t *testing.T) {
+	c := nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Configure: fastElections})
+	cl := c.Client(group)
+	upsertEntity(t, cl, 60_000)
+	sendReq := &partitionpb.SendRequest{EntityId: entity, RequestId: []byte("send-1"),
+		Messages: []*partitionpb.NewMessage{{MessageId: "once", Bare: []byte("once")}}}
+	first, err := cl.Send(ctxFor(t), sendReq)
+	if err != nil || first.Result.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("send: %v, %v", first, err)
+	}
+	msgs := receive(t, cl, 1, false, 0)
+	if len(msgs) != 1 {
+		t.Fatalf("received %d messages", len(msgs))
+	}
+	settleReq := &partitionpb.SettleRequest{RequestId: []byte("settle-1"), Settle: &partitionpb.Settle{
+		EntityId: entity, Disposition: partitionpb.Disposition_DISPOSITION_COMPLETE, LockTokens: [][]byte{msgs[0].LockToken}}}
+	if r, err := cl.Settle(ctxFor(t), settleReq); err != nil || r.Result.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("complete: %v, %v", r, err)
+	}
+
+	old := c.Leader(group)
+	c.Kill(old)
+	if now := c.Leader(group); now == old {
+		t.Fatalf("n%d still leads after it was killed", old)
+	}
+	again, err := cl.Send(ctxFor(t), sendReq)
+	if err != nil || !proto.Equal(again.Result, first.Result) {
+		t.Fatalf("repeated send on the new leader: %v, %v; first %v", again, err, first)
+	}
+	if r, err := cl.Settle(ctxFor(t), settleReq); err != nil || r.Result.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("repeated complete on the new leader: %v, %v", r, err)
+	}
+	if st := stats(t, cl); st.ActiveMessages != 0 || st.LockedMessages != 0 {
+		t.Errorf("stats after the repeats: %v (the send was stored twice?)", st)
 	}
 }
 

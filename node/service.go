@@ -81,7 +81,7 @@ func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntit
 func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
 	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Enqueue{
 		Enqueue: &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages},
-	}})
+	}, RequestId: req.RequestId})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -162,7 +162,7 @@ func (s *service) Settle(ctx context.Context, req *partitionpb.SettleRequest) (*
 	if req.Settle == nil {
 		return nil, toStatus(fmt.Errorf("%w: Settle without settle", ErrInvalid))
 	}
-	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Settle{Settle: req.Settle}})
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Settle{Settle: req.Settle}, RequestId: req.RequestId})
 	if err != nil {
 		return nil, toStatus(err)
 	}

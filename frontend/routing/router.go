@@ -6,6 +6,7 @@ package routing
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -213,11 +214,22 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 	return nil, fmt.Errorf("%w: %s", frontend.ErrEntityNotFound, name)
 }
 
-// Send implements frontend.Backend.
+// Send implements frontend.Backend. Every attempt carries the same request
+// id, so that the partition applies a send it cannot tell was applied only
+// once (partition/requests.go).
 func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	id := newRequestID()
 	return callResult(r, ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
-		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs})
+		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs, RequestId: id})
 	})
+}
+
+// newRequestID returns 16 random bytes: unique enough among the requests
+// a partition remembers (two minutes' worth).
+func newRequestID() []byte {
+	id := make([]byte, 16)
+	_, _ = crand.Read(id) // never fails (crypto/rand)
+	return id
 }
 
 // Receive implements frontend.Backend.
@@ -232,8 +244,9 @@ func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partit
 // Settle implements frontend.Backend.
 func (r *Router) Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
 	s.EntityId = e.Id
+	id := newRequestID() // as Send's
 	return callResult(r, ctx, e, s.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
-		return c.Settle(ctx, &partitionpb.SettleRequest{GroupId: group, Settle: s})
+		return c.Settle(ctx, &partitionpb.SettleRequest{GroupId: group, Settle: s, RequestId: id})
 	})
 }
 
