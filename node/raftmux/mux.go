@@ -226,6 +226,11 @@ func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true,
 		}),
+		// A peer that left every group this node shares with it gets no
+		// more RPCs: after a minute its connection goes idle, which closes
+		// the socket and stops reconnecting (gRPC's default waits 30
+		// minutes). Peers in a group are never idle: Raft heartbeats them.
+		grpc.WithIdleTimeout(time.Minute),
 	}
 	opts = append(opts, rpcbuf.DialOptions()...)
 	opts = append(opts, m.cfg.DialOptions...)
