@@ -67,7 +67,7 @@ func (s *service) UpsertEntity(ctx context.Context, req *partitionpb.UpsertEntit
 
 func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntityRequest) (*partitionpb.DeleteEntityResponse, error) {
 	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_DeleteEntity{
-		DeleteEntity: &partitionpb.DeleteEntity{EntityId: req.EntityId, Partition: req.Partition},
+		DeleteEntity: &partitionpb.DeleteEntity{EntityId: req.EntityId, Partition: req.Partition, Version: req.Version},
 	}})
 	if err == nil {
 		err = partition.ResultErr(res)

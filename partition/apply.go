@@ -232,6 +232,20 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	if ok && cfg.Version != 0 && cfg.Version < e.cfg.Version {
 		return okResult(), nil // superseded: a newer configuration is in place
 	}
+	if !ok && cfg.Version != 0 {
+		deleted, err := a.deletedVersion(k)
+		if err != nil {
+			return nil, err
+		}
+		if deleted >= cfg.Version {
+			return okResult(), nil // superseded: deleted after this configuration
+		}
+		if deleted > 0 { // re-created: the tombstone has done its work
+			if err := a.b.Delete(tombstoneKey(k), nil); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if !ok {
 		e = newEntity(k)
 		a.entities[k] = e
@@ -242,10 +256,33 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	return okResult(), nil
 }
 
+// deleteEntity deletes an entity partition and everything it holds. A
+// versioned delete also leaves a tombstone (even for an entity this group
+// never saw: its upsert may still be on the way), and is ignored by an
+// entity whose configuration is newer than it.
 func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result, error) {
-	e, err := a.entity(c.EntityId, c.Partition)
-	if err != nil {
-		return nil, err
+	k := ekey{c.EntityId, c.Partition}
+	e, ok := a.entities[k]
+	if c.Version != 0 {
+		if ok && e.cfg.Version > c.Version {
+			return okResult(), nil // superseded: re-created after this delete
+		}
+		deleted, err := a.deletedVersion(k)
+		if err != nil {
+			return nil, err
+		}
+		if c.Version > deleted {
+			tk := tombstoneKey(k)
+			if err := a.b.Set(tk, seal(tk, binary.BigEndian.AppendUint64(nil, c.Version)), nil); err != nil {
+				return nil, err
+			}
+		}
+		if !ok {
+			return okResult(), nil
+		}
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, c.EntityId, c.Partition)
 	}
 	p := dataPrefix(e.key)
 	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
@@ -256,6 +293,20 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	a.locks[e.key] = true
 	a.notify = true // wake receivers, who will find it gone
 	return okResult(), nil
+}
+
+// deletedVersion is the version of the latest versioned delete of k, 0 if
+// none.
+func (a *applier) deletedVersion(k ekey) (uint64, error) {
+	tk := tombstoneKey(k)
+	p, found, err := get(a.b, tk)
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(p) != 8 {
+		return 0, fmt.Errorf("%w: tombstone %x of %d bytes", ErrCorrupt, tk, len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
 }
 
 func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {

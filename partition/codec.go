@@ -19,10 +19,11 @@ import (
 // (ErrUnknownCommand) when it is applied.
 const FormatV1 byte = 1
 
-// FormatV2 is FormatV1 with request ids (Command.request_id) honoured.
-// EncodeBatch writes it only for a batch that carries one, so a replica
-// of a version that would ignore the id, and apply a repeated request
-// again, stops instead of diverging.
+// FormatV2 is FormatV1 with request ids (Command.request_id) and delete
+// versions (DeleteEntity.version) honoured. EncodeBatch writes it only for
+// a batch that carries one, so that a replica of a version that would
+// ignore them (apply a repeated request again, let a late upsert re-create
+// a deleted entity) stops instead of diverging.
 const FormatV2 byte = 2
 
 var marshal = proto.MarshalOptions{Deterministic: true}
@@ -33,7 +34,7 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
 	buf[0] = FormatV1
 	for _, c := range b.Commands {
-		if len(c.RequestId) > 0 {
+		if len(c.RequestId) > 0 || c.GetDeleteEntity().GetVersion() > 0 {
 			buf[0] = FormatV2
 			break
 		}
@@ -58,8 +59,11 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if data[0] == FormatV1 {
-		for _, c := range b.Commands {
-			c.RequestId = nil // unknown to format 1: ignored, as its replicas did
+		for _, c := range b.Commands { // unknown to format 1: ignored, as its replicas did
+			c.RequestId = nil
+			if d := c.GetDeleteEntity(); d != nil {
+				d.Version = 0
+			}
 		}
 	}
 	return b, nil

@@ -120,11 +120,14 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 					cmds = append(cmds, pt.LockBySequence(l))
 				}
 			case k < 98:
-				if rng.IntN(4) == 0 {
-					cmds = append(cmds, pt.Delete(e.id, e.part))
+				if rng.IntN(4) == 0 { // versioned or not, in and out of order
+					cmds = append(cmds, pt.DeleteCmd(&partitionpb.DeleteEntity{EntityId: e.id, Partition: e.part,
+						Version: uint64(rng.IntN(2)) * uint64(d.Now-rng.Int64N(10_000))}))
 				}
 			default:
-				cmds = append(cmds, pt.Upsert(e.cfg))
+				cfg := proto.Clone(e.cfg).(*partitionpb.EntityConfig)
+				cfg.Version = uint64(rng.IntN(2)) * uint64(d.Now-rng.Int64N(10_000))
+				cmds = append(cmds, pt.Upsert(cfg))
 			}
 		}
 		// Request ids from a small set, and now and then the previous

@@ -23,6 +23,7 @@ import (
 //	0x02 eid(8) part(4) 0x08 sub(1) seq(8)       message body: header, annotations, bare
 //	0x03 request_id                              a request's result: applied at(8), then the Result
 //	0x04 at(8) request_id                        requests by time, for pruning
+//	0x05 eid(8) part(4)                          tombstone of a deleted entity partition: the delete's version(8)
 //
 // A message is two records: its body, written once when it arrives (and
 // moved only with the message, to the dead-letter queue or to a new
@@ -39,6 +40,7 @@ const (
 	prefixEntData byte = 0x02
 	prefixRequest byte = 0x03
 	prefixReqTime byte = 0x04
+	prefixDeleted byte = 0x05
 
 	kindMessage   byte = 0x01
 	kindAvailable byte = 0x02
@@ -73,6 +75,12 @@ func (k ekey) less(o ekey) bool {
 func entityKey(k ekey) []byte {
 	b := make([]byte, 0, 13)
 	b = append(b, prefixEntity)
+	b = binary.BigEndian.AppendUint64(b, k.id)
+	return binary.BigEndian.AppendUint32(b, k.part)
+}
+
+func tombstoneKey(k ekey) []byte {
+	b := append(make([]byte, 0, 13), prefixDeleted)
 	b = binary.BigEndian.AppendUint64(b, k.id)
 	return binary.BigEndian.AppendUint32(b, k.part)
 }

@@ -134,8 +134,9 @@ func TestRequestsPruned(t *testing.T) {
 	count(0)
 }
 
-// TestRequestFormat: an entry with a request id is written in format 2; a
-// format 1 entry's request ids are ignored, as replicas of that format did.
+// TestRequestFormat: an entry with a request id or a versioned delete is
+// written in format 2; a format 1 entry's request ids are ignored, as
+// replicas of that format did.
 func TestRequestFormat(t *testing.T) {
 	b := &partitionpb.Batch{NowMs: 1, Commands: []*partitionpb.Command{withID(pt.Enqueue(1, 0, pt.Msg("a")), "x")}}
 	data, err := partition.EncodeBatch(b)
@@ -156,5 +157,9 @@ func TestRequestFormat(t *testing.T) {
 	b.Commands[0].RequestId = nil
 	if data, _ := partition.EncodeBatch(b); data[0] != partition.FormatV1 {
 		t.Fatalf("without request ids: format %d", data[0])
+	}
+	b.Commands = append(b.Commands, pt.DeleteCmd(&partitionpb.DeleteEntity{EntityId: 1, Version: 9}))
+	if data, _ := partition.EncodeBatch(b); data[0] != partition.FormatV2 {
+		t.Fatalf("with a versioned delete: format %d", data[0])
 	}
 }

@@ -465,6 +465,66 @@ func TestUpsertVersion(t *testing.T) {
 	}
 }
 
+// TestDeleteVersion: a versioned delete leaves a tombstone that keeps an
+// older upsert arriving late from re-creating the entity, even when the
+// delete came first; a newer upsert re-creates it; a delete older than
+// the entity's configuration is ignored; unversioned commands behave as
+// before.
+func TestDeleteVersion(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	upsert := func(id, version uint64) {
+		t.Helper()
+		d.OK(pt.Upsert(&partitionpb.EntityConfig{EntityId: id, Name: fmt.Sprint("q", id), Version: version}))
+	}
+	del := func(id, version uint64) *partitionpb.Result {
+		t.Helper()
+		return d.Do(pt.DeleteCmd(&partitionpb.DeleteEntity{EntityId: id, Version: version}))
+	}
+	exists := func(id uint64, want bool) {
+		t.Helper()
+		_, err := d.M.Stats(id, 0)
+		if got := err == nil; got != want {
+			t.Fatalf("entity %d exists: %v, want %v (%v)", id, got, want, err)
+		}
+	}
+	upsert(1, 5)
+	d.OK(pt.Enqueue(1, 0, msgs(3)...))
+	if r := del(1, 7); r.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("delete: %v", r)
+	}
+	exists(1, false)
+	upsert(1, 5) // late, from before the delete
+	upsert(1, 6)
+	exists(1, false)
+	upsert(1, 8) // a newer configuration: re-created, empty
+	exists(1, true)
+	if st := d.Stats(1, 0); st.ActiveMessages != 0 {
+		t.Fatalf("re-created with %d messages", st.ActiveMessages)
+	}
+	if r := del(1, 3); r.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("stale delete: %v", r)
+	}
+	exists(1, true) // the stale delete was ignored
+
+	// The delete arrives before the upsert it supersedes.
+	if r := del(2, 10); r.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("delete of an entity not yet seen: %v", r)
+	}
+	upsert(2, 9)
+	exists(2, false)
+	upsert(2, 11)
+	exists(2, true)
+
+	// Unversioned: not found as before, and an unversioned upsert always
+	// applies.
+	if r := del(3, 0); r.Code != partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND {
+		t.Fatalf("unversioned delete of a missing entity: %v", r)
+	}
+	del(2, 20)
+	upsert(2, 0)
+	exists(2, true)
+}
+
 // TestFreshMessages: messages never handed out have no available-index
 // entry (entity.fresh); Lock takes indexed ones first, then fresh ones, in
 // sequence order, passing over scheduled ones, and the indexes stay exact.

@@ -290,7 +290,10 @@ func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *p
 			return err
 		})
 	case pb.TaskKind_TASK_KIND_DELETE:
-		req := &partitionpb.DeleteEntityRequest{GroupId: group.Id, EntityId: task.EntityId, Partition: task.Partition}
+		// Versioned: the group keeps a tombstone, so that an upsert of this
+		// entity still on its way from a former catalog leader cannot
+		// re-create it.
+		req := &partitionpb.DeleteEntityRequest{GroupId: group.Id, EntityId: task.EntityId, Partition: task.Partition, Version: task.Version}
 		err := s.callGroup(ctx, group, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
 			_, err := c.DeleteEntity(ctx, req)
 			return err

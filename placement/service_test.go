@@ -316,6 +316,20 @@ func TestControlLoopConfiguresPartitions(t *testing.T) {
 	}
 	placementtest.Eventually(t, wait, "the partitions deleted", func() bool { return c.Partitions.Len() == 0 })
 	placementtest.Eventually(t, wait, "no pending work", func() bool { return leader.Service.PendingTasks() == 0 })
+	// Deletes are versioned too, later than every configuration, so that
+	// the group's tombstone outranks an upsert arriving late.
+	deletes := 0
+	for _, call := range c.Partitions.Calls() {
+		if call.Op == "delete" {
+			deletes++
+			if call.Version <= versions[call.Partition] {
+				t.Errorf("delete of partition %d has version %d, its last configuration %d", call.Partition, call.Version, versions[call.Partition])
+			}
+		}
+	}
+	if deletes < len(e.PartitionGroups) {
+		t.Errorf("%d deletes for %d partitions", deletes, len(e.PartitionGroups))
+	}
 }
 
 // TestNewLeaderResumesPendingWork: the partition groups are unreachable

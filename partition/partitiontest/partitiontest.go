@@ -154,6 +154,9 @@ func Upsert(cfg *partitionpb.EntityConfig) *partitionpb.Command {
 }
 
 // Delete deletes an entity partition.
+// DeleteCmd is a DeleteEntity command.
+func DeleteCmd(c *partitionpb.DeleteEntity) *partitionpb.Command { return cmd(c) }
+
 func Delete(id uint64, part uint32) *partitionpb.Command {
 	return cmd(&partitionpb.DeleteEntity{EntityId: id, Partition: part})
 }

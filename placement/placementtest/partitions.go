@@ -19,6 +19,7 @@ type Call struct {
 	EntityID  uint64
 	Partition uint32
 	Config    *partitionpb.EntityConfig // upsert only
+	Version   uint64                    // delete only: the delete's catalog version
 }
 
 // Partitions fakes the PartitionService of every storage node of a
@@ -167,6 +168,6 @@ func (n *fakeNode) DeleteEntity(_ context.Context, req *partitionpb.DeleteEntity
 		return nil, status.Error(codes.NotFound, "fake: no such entity partition")
 	}
 	delete(p.configs, k)
-	p.calls = append(p.calls, Call{Node: n.id, Op: "delete", Group: req.GroupId, EntityID: req.EntityId, Partition: req.Partition})
+	p.calls = append(p.calls, Call{Node: n.id, Op: "delete", Group: req.GroupId, EntityID: req.EntityId, Partition: req.Partition, Version: req.Version})
 	return &partitionpb.DeleteEntityResponse{}, nil
 }

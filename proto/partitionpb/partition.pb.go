@@ -997,9 +997,15 @@ func (x *UpsertEntity) GetConfig() *EntityConfig {
 }
 
 type DeleteEntity struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	EntityId  uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The catalog version of the deletion (the clock of EntityConfig.version);
+	// 0: unversioned, as before. A versioned delete leaves a tombstone, so
+	// that an older upsert arriving late does not bring the entity back, and
+	// is itself ignored by an entity whose configuration is newer. An entry
+	// with a versioned delete is written in format 2.
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1044,6 +1050,13 @@ func (x *DeleteEntity) GetEntityId() uint64 {
 func (x *DeleteEntity) GetPartition() uint32 {
 	if x != nil {
 		return x.Partition
+	}
+	return 0
+}
+
+func (x *DeleteEntity) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -1974,6 +1987,7 @@ type DeleteEntityRequest struct {
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	EntityId      uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
 	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // DeleteEntity.version
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,6 +2039,13 @@ func (x *DeleteEntityRequest) GetEntityId() uint64 {
 func (x *DeleteEntityRequest) GetPartition() uint32 {
 	if x != nil {
 		return x.Partition
+	}
+	return 0
+}
+
+func (x *DeleteEntityRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -3086,10 +3107,11 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"request_id\x18\f \x01(\fR\trequestIdB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"L\n" +
 	"\fUpsertEntity\x12<\n" +
-	"\x06config\x18\x01 \x01(\v2$.quorumbus.partition.v1.EntityConfigR\x06config\"I\n" +
+	"\x06config\x18\x01 \x01(\v2$.quorumbus.partition.v1.EntityConfigR\x06config\"c\n" +
 	"\fDeleteEntity\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\rR\tpartition\"\x84\x01\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"\x84\x01\n" +
 	"\aEnqueue\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12>\n" +
@@ -3161,11 +3183,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x13UpsertEntityRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12<\n" +
 	"\x06config\x18\x02 \x01(\v2$.quorumbus.partition.v1.EntityConfigR\x06config\"\x16\n" +
-	"\x14UpsertEntityResponse\"k\n" +
+	"\x14UpsertEntityResponse\"\x85\x01\n" +
 	"\x13DeleteEntityRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\rR\tpartition\"\x16\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\x16\n" +
 	"\x14DeleteEntityResponse\"\xc2\x01\n" +
 	"\vSendRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
