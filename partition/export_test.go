@@ -179,12 +179,18 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 // DedupEntries counts an entity partition's duplicate-detection entries:
 // the records by message id and those by time, which must agree.
 func DedupEntries(m *Machine, id uint64, part uint32) (int, error) {
+	k := ekey{id, part}
+	return countPaired(m, kindPrefix(k, kindDedup), kindPrefix(k, kindDedupTime))
+}
+
+// countPaired counts the keys under two prefixes, a record kind and its
+// time index, which must hold as many.
+func countPaired(m *Machine, records, byTime []byte) (int, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{id, part}
 	var n [2]int
-	for i, kind := range []byte{kindDedup, kindDedupTime} {
-		it, err := prefixIter(m.db, kindPrefix(k, kind))
+	for i, p := range [][]byte{records, byTime} {
+		it, err := prefixIter(m.db, p)
 		if err != nil {
 			return 0, err
 		}
@@ -196,7 +202,7 @@ func DedupEntries(m *Machine, id uint64, part uint32) (int, error) {
 		}
 	}
 	if n[0] != n[1] {
-		return 0, fmt.Errorf("%s: %d dedup entries by id, %d by time", k, n[0], n[1])
+		return 0, fmt.Errorf("%d records under %x, %d time entries under %x", n[0], records, n[1], byTime)
 	}
 	return n[0], nil
 }
@@ -256,23 +262,5 @@ func Misuse(m *Machine) int64 { return m.misuse.Load() }
 // RequestEntries counts the stored request results, which must have one
 // time entry each.
 func RequestEntries(m *Machine) (int, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var n [2]int
-	for i, p := range []byte{prefixRequest, prefixReqTime} {
-		it, err := prefixIter(m.db, []byte{p})
-		if err != nil {
-			return 0, err
-		}
-		for valid := it.First(); valid; valid = it.Next() {
-			n[i]++
-		}
-		if err := closeIter(it, it.Error()); err != nil {
-			return 0, err
-		}
-	}
-	if n[0] != n[1] {
-		return 0, fmt.Errorf("%d request results, %d time entries", n[0], n[1])
-	}
-	return n[0], nil
+	return countPaired(m, []byte{prefixRequest}, []byte{prefixReqTime})
 }

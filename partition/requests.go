@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -98,44 +97,13 @@ func (a *applier) recordRequest(id []byte, r *partitionpb.Result) error {
 	return nil
 }
 
-// pruneRequests deletes up to budget results older than the window, oldest
-// first, and raises the floor below which there are none, as pruneDedup
-// does for duplicate detection.
+// pruneRequests deletes up to budget results older than the window,
+// oldest first (pruneByTime).
 func (a *applier) pruneRequests(budget int) error {
 	if a.now < math.MinInt64+requestWindowMs {
 		return nil
 	}
-	cutoff := a.now - requestWindowMs // results at or before it are stale
-	if *a.reqFloor > cutoff {
-		return nil
-	}
-	lower := binary.BigEndian.AppendUint64([]byte{prefixReqTime}, timeBits(*a.reqFloor))
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{prefixReqTime + 1}})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	floor := int64(math.MaxInt64) // unless a result is left
-	for valid := it.First(); valid; valid = it.Next() {
-		key := it.Key()
-		if len(key) < 9 {
-			return closeIter(it, fmt.Errorf("%w: request time key %x", ErrCorrupt, key))
-		}
-		at := timeFromBits(binary.BigEndian.Uint64(key[1:9]))
-		if at > cutoff || budget == 0 {
-			floor = at
-			break
-		}
-		budget--
-		if err := a.singleDelete(requestKey(key[9:])); err != nil {
-			return closeIter(it, err)
-		}
-		if err := a.singleDelete(append([]byte(nil), key...)); err != nil {
-			return closeIter(it, err)
-		}
-	}
-	if err := closeIter(it, it.Error()); err != nil {
-		return err
-	}
-	*a.reqFloor = floor
-	return nil
+	// Single deletes: recordRequest deletes an expired result before it
+	// writes the id's new one, so each is written once between deletes.
+	return a.pruneByTime([]byte{prefixReqTime}, a.now-requestWindowMs, a.reqFloor, budget, a.singleDelete, requestKey)
 }

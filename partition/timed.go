@@ -306,47 +306,61 @@ func (a *applier) recordDedup(e *entity, id string, seq uint64, old *dedupEntry)
 }
 
 // pruneDedup deletes up to budget dedup entries older than the entity's
-// window, oldest first. It then raises the entity's floor to the oldest
-// entry left (or past every time, when none is), so that the next sends
-// skip the scan until that entry falls out of the window: a scan per send
-// over an empty range, with an iterator over every level of the store, cost
-// 4% of the dev cluster's CPU under load.
+// window, oldest first (pruneByTime).
 func (a *applier) pruneDedup(e *entity, budget int) error {
 	window := e.cfg.DuplicateDetectionWindowMs
 	if window <= 0 || a.now < math.MinInt64+window {
 		return nil
 	}
-	cutoff := a.now - window // entries at or before it are stale
-	if e.dedupFloor > cutoff {
+	prefix := kindPrefix(e.key, kindDedupTime)
+	// Plain deletes: recordDedup overwrites the record of an id seen again
+	// after its window, so it is not written once between deletes.
+	del := func(key []byte) error { return a.b.Delete(key, nil) }
+	return a.pruneByTime(prefix, a.now-window, &e.dedupFloor, budget, del, func(id []byte) []byte {
+		return dedupKey(e.key, string(id))
+	})
+}
+
+// pruneByTime deletes, oldest first, up to budget entries of a time index
+// (keys: prefix, a time, an id) at or before cutoff, each with the record
+// recordKey names for its id, by del. *floor is the time below which the index
+// holds nothing: the scan starts there and is skipped while floor is past
+// cutoff, and afterwards floor is the oldest entry left (or past every
+// time, when none is), so that the entries that follow skip the scan until
+// that entry falls out of the window. A scan per entry over an empty
+// range, with an iterator over every level of the store, cost 4% of the
+// dev cluster's CPU under load.
+func (a *applier) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget int, del func([]byte) error, recordKey func(id []byte) []byte) error {
+	if *floor > cutoff {
 		return nil
 	}
-	prefix := kindPrefix(e.key, kindDedupTime)
-	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(e.dedupFloor))
+	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(*floor))
 	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}
-	floor := int64(math.MaxInt64) // unless an entry is left
+	next := int64(math.MaxInt64) // unless an entry is left
 	for valid := it.First(); valid; valid = it.Next() {
-		at, id, ok := parseDedupTimeKey(it.Key())
-		if !ok {
-			return closeIter(it, fmt.Errorf("%w: dedup key %x", ErrCorrupt, it.Key()))
+		key := it.Key()
+		if len(key) < len(prefix)+8 {
+			return closeIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
 		}
+		at := timeFromBits(binary.BigEndian.Uint64(key[len(prefix):]))
 		if at > cutoff || budget == 0 {
-			floor = at
+			next = at
 			break
 		}
 		budget--
-		if err := a.b.Delete(dedupKey(e.key, id), nil); err != nil {
+		if err := del(recordKey(key[len(prefix)+8:])); err != nil {
 			return closeIter(it, err)
 		}
-		if err := a.b.Delete(append([]byte(nil), it.Key()...), nil); err != nil {
+		if err := del(append([]byte(nil), key...)); err != nil {
 			return closeIter(it, err)
 		}
 	}
 	if err := closeIter(it, it.Error()); err != nil {
 		return err
 	}
-	e.dedupFloor = floor
+	*floor = next
 	return nil
 }
