@@ -166,14 +166,6 @@ func parseTimeSeqKey(b []byte, kind byte) (at int64, seq uint64, ok bool) {
 	return timeFromBits(binary.BigEndian.Uint64(b[kindPrefixLen:])), binary.BigEndian.Uint64(b[kindPrefixLen+8:]), true
 }
 
-// parseDedupTimeKey returns the time and message id of a dedup time key.
-func parseDedupTimeKey(b []byte) (at int64, id string, ok bool) {
-	if len(b) < kindPrefixLen+8 || b[kindPrefixLen-1] != kindDedupTime {
-		return 0, "", false
-	}
-	return timeFromBits(binary.BigEndian.Uint64(b[kindPrefixLen:])), string(b[kindPrefixLen+8:]), true
-}
-
 // The lengths of the prefixes above: 0x02 eid part kind.
 const kindPrefixLen = 14
 

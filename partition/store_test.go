@@ -240,7 +240,7 @@ func TestStateDecoding(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range 2000 {
 		m := &partitionpb.StoredMessage{
-			SequenceNumber: rng.Uint64() >> rng.IntN(64), EnqueuedTimeMs: rng.Int64() - rng.Int64(),
+			SequenceNumber: rng.Uint64() >> rng.IntN(64), EnqueuedTimeMs: rng.Int64() - 1<<62, // negative too
 			DeliveryCount: rng.Uint32() >> rng.IntN(32), State: partitionpb.MessageState(rng.IntN(6) - 1),
 			LockedUntilMs: -rng.Int64N(9), MessageId: fmt.Sprint(i), Size: int64(i),
 		}
