@@ -27,6 +27,11 @@ func seedBatches() []*partitionpb.Batch {
 				DeadLetterReason: "r", DeadLetterDescription: "d", PropertiesToModify: []byte{0xc1}}),
 			pt.Renew(1, 0, main, make([]byte, 16)), pt.ExpireLocks(), {},
 		}},
+		{NowMs: 7000, Commands: []*partitionpb.Command{ // format 2
+			{Op: pt.Enqueue(1, 0, pt.Msg("once")).Op, RequestId: []byte("req-1")},
+			{Op: pt.Settle(1, 0, main, partitionpb.Disposition_DISPOSITION_COMPLETE, make([]byte, 16)).Op, RequestId: []byte("req-2")},
+			pt.DeleteCmd(&partitionpb.DeleteEntity{EntityId: 1, Version: 12}),
+		}},
 		{NowMs: 5000, Commands: []*partitionpb.Command{
 			pt.ActivateScheduled(), pt.ExpireMessages(), pt.CancelScheduled(1, 0, 1, 2, 1<<48|3),
 			pt.LockBySequence(&partitionpb.LockBySequence{EntityId: 1, Partition: 1, SubQueue: dlq, SequenceNumbers: []uint64{7, 7}, TokenSeed: pt.Seed(9)}),
