@@ -570,11 +570,7 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 		if n++; n > freshScan {
 			return true, closeIter(it, nil)
 		}
-		p, err := iterValue(it)
-		if err != nil {
-			return false, closeIter(it, err)
-		}
-		msg, err := decodeState(it.Key(), p)
+		msg, err := iterState(it)
 		if err != nil {
 			return false, closeIter(it, err)
 		}
@@ -645,11 +641,7 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	var out []*partitionpb.StoredMessage
 	var size int64
 	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
-		p, err := iterValue(it)
-		if err != nil {
-			return nil, closeIter(it, err)
-		}
-		msg, err := decodeState(it.Key(), p)
+		msg, err := iterState(it)
 		if err != nil {
 			return nil, closeIter(it, err)
 		}

@@ -96,14 +96,15 @@ func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) erro
 		if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
 			return err
 		}
-		if err := a.b.Delete(a.seqKey(e, kindMessage, old.sub, old.seq), nil); err != nil {
+		if err := a.unslot(e, old); err != nil {
 			return err
 		}
+	} else {
+		if err := a.index(e, old, false); err != nil {
+			return err
+		}
+		e.n.add(old, -1)
 	}
-	if err := a.index(e, old, false); err != nil {
-		return err
-	}
-	e.n.add(old, -1)
 	return a.putState(e, m)
 }
 
@@ -287,11 +288,7 @@ func (c *messageCursor) seekState(seq uint64) bool {
 
 // current decodes the state record under the state iterator.
 func (c *messageCursor) current() (*partitionpb.StoredMessage, error) {
-	p, err := iterValue(c.states)
-	if err != nil {
-		return nil, err
-	}
-	return decodeState(c.states.Key(), p)
+	return iterState(c.states)
 }
 
 // body fills in m's sections, if the cursor reads bodies.

@@ -54,63 +54,49 @@ const (
 	fieldBare        protowire.Number = 15
 )
 
-// setBody writes key → the sealed body record of m (its three sections,
-// encoded as protobuf encodes a StoredMessage holding only them) into b.
-// By hand, because the generic marshaller's sizing and field walk cost as
-// much as copying the body itself, on every replica for every message.
+// setBody writes key → the sealed body record of m: its three sections,
+// encoded as protobuf encodes a StoredMessage holding only them.
 func setBody(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
-	sections := [...]struct {
-		num protowire.Number
-		v   []byte
-	}{{fieldHeader, m.Header}, {fieldAnnotations, m.Annotations}, {fieldBare, m.Bare}}
-	n := 0
-	for _, f := range sections {
-		if len(f.v) > 0 {
-			n += protowire.SizeTag(f.num) + protowire.SizeBytes(len(f.v))
-		}
-	}
+	return setRecord(b, key, m, true)
+}
+
+// setState writes key → the sealed state record of m: m without its
+// sections, encoded as protobuf encodes it. TestStateEncoding holds the
+// encoding to protobuf's, field for field.
+func setState(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
+	return setRecord(b, key, m, false)
+}
+
+// setRecord writes key → m's sealed body record (body) or state record,
+// straight into the batch's buffer: the record is encoded once to size it
+// and once to write it. Records are encoded by hand because every send,
+// lock and settlement writes one or two on every replica, and the generic
+// marshaller's sizing and reflective field walk cost as much as copying a
+// body. (A flag rather than an encoding function: the encoder passed to a
+// function value would escape, an allocation per record.)
+func setRecord(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage, body bool) error {
+	var e recordEncoder
+	e.message(m, body)
+	n := e.n
 	op := b.SetDeferred(len(key), n+crcLen)
 	copy(op.Key, key)
-	out := op.Value[:0]
-	for _, f := range sections {
-		if len(f.v) > 0 {
-			out = protowire.AppendTag(out, f.num, protowire.BytesType)
-			out = protowire.AppendBytes(out, f.v)
-		}
+	e.out = op.Value[:0]
+	e.message(m, body)
+	if len(e.out) != n {
+		return fmt.Errorf("partition: record %x: %d bytes, sized %d", key, len(e.out), n)
 	}
 	binary.BigEndian.PutUint32(op.Value[n:], checksum(key, op.Value[:n]))
 	return op.Finish()
 }
 
-// setState writes key → the sealed state record of m (m without its
-// sections) into b, encoded as protobuf encodes it, straight into the
-// batch's buffer. By hand for the same reason as setBody: every send, lock
-// and settlement rewrites a state record on every replica, and the
-// generic marshaller's sizing and field walk were most of that cost.
-// TestStateEncoding holds the encoding to protobuf's, field for field.
-func setState(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
-	var st stateEncoder
-	st.walk(m)
-	op := b.SetDeferred(len(key), st.n+crcLen)
-	copy(op.Key, key)
-	st.out = op.Value[:0]
-	st.walk(m)
-	if len(st.out) != st.n {
-		return fmt.Errorf("partition: state record of %x: %d bytes, sized %d", key, len(st.out), st.n)
-	}
-	binary.BigEndian.PutUint32(op.Value[st.n:], checksum(key, op.Value[:st.n]))
-	return op.Finish()
-}
-
-// stateEncoder sizes (out == nil) or appends the protobuf encoding of a
-// StoredMessage's fields other than its sections, in field order, proto3
-// style: zero scalars and empty strings are left out.
-type stateEncoder struct {
+// recordEncoder sizes (out == nil) or appends protobuf fields, proto3
+// style: zero scalars and empty strings and bytes are left out.
+type recordEncoder struct {
 	n   int
 	out []byte
 }
 
-func (e *stateEncoder) varint(num protowire.Number, v uint64) {
+func (e *recordEncoder) varint(num protowire.Number, v uint64) {
 	if v == 0 {
 		return
 	}
@@ -121,7 +107,8 @@ func (e *stateEncoder) varint(num protowire.Number, v uint64) {
 	e.out = protowire.AppendVarint(protowire.AppendTag(e.out, num, protowire.VarintType), v)
 }
 
-func (e *stateEncoder) bytes(num protowire.Number, v []byte, always bool) {
+// bytes encodes v, even empty when always (an element of a repeated field).
+func (e *recordEncoder) bytes(num protowire.Number, v []byte, always bool) {
 	if len(v) == 0 && !always {
 		return
 	}
@@ -132,7 +119,7 @@ func (e *stateEncoder) bytes(num protowire.Number, v []byte, always bool) {
 	e.out = protowire.AppendBytes(protowire.AppendTag(e.out, num, protowire.BytesType), v)
 }
 
-func (e *stateEncoder) str(num protowire.Number, v string) {
+func (e *recordEncoder) str(num protowire.Number, v string) {
 	if v == "" {
 		return
 	}
@@ -143,11 +130,28 @@ func (e *stateEncoder) str(num protowire.Number, v string) {
 	e.out = protowire.AppendString(protowire.AppendTag(e.out, num, protowire.BytesType), v)
 }
 
-// stateFields are the field numbers walk writes; TestStateEncoding checks
+// stateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
 var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21}
 
-func (e *stateEncoder) walk(m *partitionpb.StoredMessage) {
+// message encodes m's body record (body) or its state record.
+func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
+	if body {
+		e.sections(m)
+	} else {
+		e.state(m)
+	}
+}
+
+// sections encodes the sections of m.
+func (e *recordEncoder) sections(m *partitionpb.StoredMessage) {
+	e.bytes(fieldHeader, m.Header, false)
+	e.bytes(fieldAnnotations, m.Annotations, false)
+	e.bytes(fieldBare, m.Bare, false)
+}
+
+// state encodes the fields of m but its sections, in field order.
+func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 	e.varint(1, m.SequenceNumber)
 	e.varint(2, uint64(m.EnqueuedTimeMs))
 	e.varint(3, uint64(m.DeliveryCount))
@@ -389,6 +393,15 @@ func iterValue(it *pebble.Iterator) ([]byte, error) {
 		return nil, fmt.Errorf("partition: read %x: %w", it.Key(), err)
 	}
 	return unseal(it.Key(), v)
+}
+
+// iterState decodes the state record under it.
+func iterState(it *pebble.Iterator) (*partitionpb.StoredMessage, error) {
+	p, err := iterValue(it)
+	if err != nil {
+		return nil, err
+	}
+	return decodeState(it.Key(), p)
 }
 
 // closeIter closes it and returns the first of err and its error.
