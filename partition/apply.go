@@ -97,30 +97,22 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 	}
 	results := make([]*partitionpb.Result, len(batch.Commands))
 	for i, c := range batch.Commands {
-		if len(c.RequestId) > 0 {
-			r, ok, err := a.repeatedRequest(c)
-			if err != nil {
-				return nil, fmt.Errorf("command %d: %w", i, err)
-			}
-			if ok {
-				results[i] = r
-				continue
-			}
-		}
-		r, err := a.apply(c)
-		if code, ok := Code(err); err != nil && ok {
-			r = &partitionpb.Result{Code: code, Description: err.Error()}
-		} else if err != nil {
+		r, err := a.applyOnce(c)
+		if err != nil {
 			return nil, fmt.Errorf("command %d: %w", i, err)
-		}
-		if len(c.RequestId) > 0 {
-			if err := a.recordRequest(c.RequestId, r); err != nil {
-				return nil, fmt.Errorf("command %d: %w", i, err)
-			}
 		}
 		results[i] = r
 	}
 	return results, nil
+}
+
+// result turns a rejection (see Code) into its result; any other error is
+// a failure.
+func result(r *partitionpb.Result, err error) (*partitionpb.Result, error) {
+	if code, ok := Code(err); err != nil && ok {
+		return &partitionpb.Result{Code: code, Description: err.Error()}, nil
+	}
+	return r, err
 }
 
 // apply applies one command. A rejection (see Code) is returned before

@@ -34,38 +34,49 @@ const (
 	requestPrune = 64
 )
 
-// repeatedRequest answers c if it repeats a request applied within the
-// window, or refuses a request id it cannot take; ok reports whether c is
-// answered so.
-func (a *applier) repeatedRequest(c *partitionpb.Command) (r *partitionpb.Result, ok bool, err error) {
+// applyOnce applies c and returns its result, unless c repeats a request
+// applied within the window: then it returns that request's result and
+// applies nothing.
+func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error) {
+	if len(c.RequestId) == 0 {
+		return result(a.apply(c))
+	}
 	switch c.Op.(type) {
 	case *partitionpb.Command_Enqueue, *partitionpb.Command_Settle:
 	default:
-		return rejected(fmt.Errorf("%w: request id on a command other than Enqueue or Settle", ErrInvalid)), true, nil
+		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue or Settle", ErrInvalid))
 	}
 	if len(c.RequestId) > maxRequestIDBytes {
-		return rejected(fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes)), true, nil
+		return result(nil, fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes))
 	}
-	p, found, err := get(a.b, requestKey(c.RequestId))
-	if err != nil || !found {
-		return nil, false, err
+	if r, err := a.requestResult(c.RequestId); r != nil || err != nil {
+		return r, err
 	}
-	if len(p) < 8 {
-		return nil, false, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, c.RequestId, len(p))
+	r, err := result(a.apply(c))
+	if err != nil {
+		return nil, err
 	}
-	if at := timeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
-		return nil, false, nil // expired, not yet pruned: new again
-	}
-	r = new(partitionpb.Result)
-	if err := proto.Unmarshal(p[8:], r); err != nil {
-		return nil, false, fmt.Errorf("%w: request %x: %v", ErrCorrupt, c.RequestId, err)
-	}
-	return r, true, nil
+	return r, a.recordRequest(c.RequestId, r)
 }
 
-func rejected(err error) *partitionpb.Result {
-	code, _ := Code(err)
-	return &partitionpb.Result{Code: code, Description: err.Error()}
+// requestResult returns the stored result of request id, nil if there is
+// none within the window.
+func (a *applier) requestResult(id []byte) (*partitionpb.Result, error) {
+	p, found, err := get(a.b, requestKey(id))
+	if err != nil || !found {
+		return nil, err
+	}
+	if len(p) < 8 {
+		return nil, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, id, len(p))
+	}
+	if at := timeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
+		return nil, nil // expired, not yet pruned: new again
+	}
+	r := new(partitionpb.Result)
+	if err := proto.Unmarshal(p[8:], r); err != nil {
+		return nil, fmt.Errorf("%w: request %x: %v", ErrCorrupt, id, err)
+	}
+	return r, nil
 }
 
 // recordRequest stores the result r of request id, applied now.
