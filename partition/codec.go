@@ -39,7 +39,9 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 			break
 		}
 	}
-	buf, err := marshal.MarshalAppend(buf, b)
+	// The sizes Size just cached (b is not changed in between): without
+	// them the marshaller walks every message again to size it.
+	buf, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(buf, b)
 	if err != nil {
 		return nil, fmt.Errorf("partition: encode batch: %w", err)
 	}
