@@ -90,6 +90,28 @@ func stats(t testing.TB, c partitionpb.PartitionServiceClient) *partitionpb.Stat
 
 // groupCounters sums, over the running nodes, the Raft entries proposed as
 // leader and the requests they carried.
+// waitCompacted waits until the leader has snapshotted well past index
+// (2 x TrailingLogs 8), so that a follower stopped at index can only catch
+// up through InstallSnapshot.
+func waitCompacted(c *nodetest.Cluster, leader int, index uint64) {
+	c.WaitFor("the leader to compact its log", func() bool {
+		st, err := c.Node(leader).Group(group)
+		return err == nil && st.SnapshotIndex > index+uint64(2*8)
+	})
+}
+
+// waitCaughtUpBySnapshot waits until the restarted node lagging has applied
+// what the leader has, through a snapshot taken past index. Raft records
+// an installed snapshot only after the machine has restored it, so both
+// are checked.
+func waitCaughtUpBySnapshot(c *nodetest.Cluster, leader, lagging int, index uint64) {
+	c.WaitFor("the restarted node to catch up through a snapshot", func() bool {
+		want, err1 := c.Node(leader).Group(group)
+		got, err2 := c.Node(lagging).Group(group)
+		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex && got.SnapshotIndex > index
+	})
+}
+
 func groupCounters(t testing.TB, c *nodetest.Cluster) (entries, requests uint64) {
 	t.Helper()
 	for i := range c.Len() {
@@ -529,19 +551,10 @@ func TestSnapshotCatchUp(t *testing.T) {
 		delete(sent, m.SequenceNumber)
 	}
 	locked := receive(t, cl, 10, false, 0) // still locked when the snapshot is taken
-	c.WaitFor("the leader to compact its log", func() bool {
-		st, err := c.Node(leader).Group(group)
-		return err == nil && st.SnapshotIndex > before.LastIndex+uint64(2*8)
-	})
+	waitCompacted(c, leader, before.LastIndex)
 
 	c.Restart(lagging)
-	// Raft records the installed snapshot only after the machine has
-	// restored it, so wait for both.
-	c.WaitFor("the restarted node to catch up through a snapshot", func() bool {
-		want, err1 := c.Node(leader).Group(group)
-		got, err2 := c.Node(lagging).Group(group)
-		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex && got.SnapshotIndex > before.LastIndex
-	})
+	waitCaughtUpBySnapshot(c, leader, lagging, before.LastIndex)
 
 	if err := c.Node(leader).TransferLeadership(group, c.Peers()[lagging]); err != nil {
 		t.Fatal(err)
@@ -613,16 +626,9 @@ func TestRestoreWhenStoreBehindSnapshot(t *testing.T) {
 	}
 
 	sendSome(200, "late")
-	c.WaitFor("the leader to compact its log", func() bool {
-		st, err := c.Node(leader).Group(group)
-		return err == nil && st.SnapshotIndex > before.LastIndex+uint64(2*8)
-	})
+	waitCompacted(c, leader, before.LastIndex)
 	c.Restart(lagging)
-	c.WaitFor("the restarted node to catch up through a snapshot", func() bool {
-		want, err1 := c.Node(leader).Group(group)
-		got, err2 := c.Node(lagging).Group(group)
-		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex && got.SnapshotIndex > before.LastIndex
-	})
+	waitCaughtUpBySnapshot(c, leader, lagging, before.LastIndex)
 
 	// The crash: Raft kept the snapshot, the store is the old one.
 	c.Kill(lagging)
