@@ -128,8 +128,9 @@ func newRGCluster(t *testing.T, tune func(*Config)) *rgCluster {
 			tune(&cfg)
 		}
 		cfg.setDefaults()
-		g := &group{id: 1, log: quiet, machine: m, failed: make(chan struct{})}
-		conf := (&Node{cfg: cfg}).raftConfig(g, newHCLogger(quiet, "raft"))
+		n := &Node{cfg: cfg}
+		g := &group{id: 1, node: n, log: quiet, machine: m, failed: make(chan struct{})}
+		conf := n.raftConfig(g, newHCLogger(quiet, "raft"))
 		conf.CommitTimeout = 5 * time.Millisecond
 		conf.NotifyCh = nil // watchLeadership, which drains it, is not running
 		r.group = g
