@@ -239,6 +239,10 @@ func (p *proposer) apply(batch []*proposal) {
 		default:
 		}
 	}
+	// Counted before anyone is answered: a caller that has its answer
+	// sees its request counted.
+	g.entries.Add(1)
+	g.requests.Add(uint64(len(batch)))
 	off := 0
 	for _, pr := range batch {
 		if err != nil {
@@ -248,8 +252,6 @@ func (p *proposer) apply(batch []*proposal) {
 		pr.done <- proposalResult{results: results[off : off+len(pr.cmds) : off+len(pr.cmds)]}
 		off += len(pr.cmds)
 	}
-	g.entries.Add(1)
-	g.requests.Add(uint64(len(batch)))
 }
 
 // commit encodes a batch, proposes it and returns its results once applied
