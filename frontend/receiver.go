@@ -3,6 +3,7 @@ package frontend
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +17,11 @@ import (
 // dead-letter sub-queue). A pump goroutine fetches messages from the
 // partitions while the client has credit; dispositions are settled through
 // the partitions by a settle goroutine that batches them.
+//
+// The pump reads the credit from the link each time (Link.SendState), never
+// from a copy kept at Flow: a Flow call can arrive with a value that the
+// pump's own sends already used, and a fetch sized by it took messages the
+// link then refused. Taken in receive-and-delete mode, those were gone.
 type receiver struct {
 	c         *conn
 	link      *amqp.Link
@@ -27,10 +33,13 @@ type receiver struct {
 	wake      chan struct{} // credit arrived
 	settles   chan settleReq
 	mu        sync.Mutex
-	credit    uint32
-	drain     bool
 	tokens    map[uint32][]byte // delivery id -> lock token, until settled
 	nextStart uint32            // partition to poll first, rotating
+	// held are receive-and-delete messages taken from a partition (and so
+	// deleted there) that the link had no credit for: the peer lowered its
+	// credit while they were fetched. They go out first when credit
+	// returns. Only the pump touches them.
+	held []*partitionpb.StoredMessage
 }
 
 type settleReq struct {
@@ -68,10 +77,8 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 // $management on another connection) or expiry.
 func (r *receiver) Detached(*amqp.Link, error) { r.cancel() }
 
-func (r *receiver) Flow(l *amqp.Link, credit uint32, drain bool) {
-	r.mu.Lock()
-	r.credit, r.drain = credit, drain
-	r.mu.Unlock()
+// Flow wakes the pump, which reads the credit from the link itself.
+func (r *receiver) Flow(*amqp.Link, uint32, bool) {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -98,10 +105,12 @@ func (r *receiver) Disposition(l *amqp.Link, id uint32, state amqp.DeliveryState
 // pump delivers messages while the client has credit.
 func (r *receiver) pump() {
 	partitions := uint32(max(len(r.entity.PartitionGroups), 1))
-	for {
-		r.mu.Lock()
-		credit, drain := r.credit, r.drain
-		r.mu.Unlock()
+	for r.ctx.Err() == nil {
+		credit, drain := r.link.SendState()
+		if len(r.held) > 0 && credit > 0 {
+			r.held = r.deliver(r.held, credit)
+			continue
+		}
 		if credit == 0 {
 			select {
 			case <-r.wake:
@@ -113,7 +122,7 @@ func (r *receiver) pump() {
 		got := 0
 		// One pass over the partitions without waiting, then a long-poll of
 		// one partition (rotating) when nothing was there.
-		for i := uint32(0); i < partitions && credit > 0; i++ {
+		for i := uint32(0); i < partitions && credit > 0 && len(r.held) == 0; i++ {
 			p := (r.nextStart + i) % partitions
 			n := r.fetch(p, credit, 0)
 			got += n
@@ -126,10 +135,6 @@ func (r *receiver) pump() {
 			continue
 		}
 		if drain {
-			r.mu.Lock()
-			r.drain = false
-			r.credit = 0
-			r.mu.Unlock()
 			r.link.Drain()
 			continue
 		}
@@ -172,12 +177,30 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 		time.Sleep(100 * time.Millisecond)
 		return 0
 	}
-	sent := 0
-	var unsent [][]byte
-	for _, m := range res.Messages {
-		if sent == int(max) || r.ctx.Err() != nil {
-			unsent = append(unsent, m.LockToken)
-			continue
+	sent := len(res.Messages)
+	if rest := r.deliver(res.Messages, max); len(rest) > 0 {
+		sent -= len(rest)
+		if r.rad {
+			r.held = append(r.held, rest...)
+		} else {
+			// Locked but not delivered: give them back without counting.
+			tokens := make([][]byte, len(rest))
+			for i, m := range rest {
+				tokens[i] = m.LockToken
+			}
+			r.settleTokens(partitionpb.Disposition_DISPOSITION_RELEASE, tokens, nil)
+		}
+	}
+	return sent
+}
+
+// deliver sends up to max of msgs on the link and returns those it could
+// not send, in order: the link ran out of credit or closed.
+func (r *receiver) deliver(msgs []*partitionpb.StoredMessage, max uint32) []*partitionpb.StoredMessage {
+	sent := uint32(0)
+	for i, m := range msgs {
+		if sent == max || r.ctx.Err() != nil {
+			return msgs[i:]
 		}
 		payload, err := outgoing(m, !r.rad)
 		if err != nil {
@@ -190,26 +213,24 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 		}
 		r.mu.Lock()
 		id, err := r.link.Send(tag, payload, r.rad)
-		if err == nil {
-			if !r.rad {
-				r.tokens[id] = m.LockToken
-			}
-			if r.credit > 0 {
-				r.credit--
-			}
+		if err == nil && !r.rad {
+			r.tokens[id] = m.LockToken
 		}
 		r.mu.Unlock()
+		if errors.Is(err, amqp.ErrNoCredit) || errors.Is(err, amqp.ErrLinkClosed) {
+			return msgs[i:]
+		}
 		if err != nil {
-			unsent = append(unsent, m.LockToken)
+			// This link can never take it (it exceeds the peer's maximum
+			// message size): a peek-locked message comes back when its lock
+			// expires, as Service Bus does, and dead-letters at the entity's
+			// maximum delivery count.
+			r.c.log.Warn("message not delivered", "entity", r.entity.Name, "seq", m.SequenceNumber, "err", err)
 			continue
 		}
 		sent++
 	}
-	if len(unsent) > 0 && !r.rad {
-		// Locked but not delivered: give them back without counting.
-		r.settleTokens(partitionpb.Disposition_DISPOSITION_RELEASE, unsent, nil)
-	}
-	return sent
+	return nil
 }
 
 func seqTag(seq uint64) []byte {

@@ -351,10 +351,19 @@ func (l *Link) Settle(deliveryID uint32, state DeliveryState) error {
 
 // Credit returns the credit the peer granted for Send.
 func (l *Link) Credit() uint32 {
+	credit, _ := l.SendState()
+	return credit
+}
+
+// SendState returns the credit the peer granted for Send and whether it
+// asked to drain it. Unlike the values a Flow call carries, which other
+// goroutines' sends may already have used by the time the handler sees
+// them, these are current.
+func (l *Link) SendState() (credit uint32, drain bool) {
 	c := l.session.conn
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return l.sendCredit
+	return l.sendCredit, l.drainRequested
 }
 
 // Drain answers a drain request when the handler has nothing more to send:

@@ -60,7 +60,10 @@ type SenderHandler interface {
 	LinkHandler
 	// Flow is called when the peer changes the link's credit: credit is
 	// what the handler may now send with l.Send; with drain set the peer
-	// asks to use it up or give it back with l.Drain.
+	// asks to use it up or give it back with l.Drain. The call comes after
+	// the engine released the connection, so a Send on another goroutine
+	// may already have used some of that credit: a handler that sends
+	// from elsewhere reads l.SendState rather than keeping these values.
 	Flow(l *Link, credit uint32, drain bool)
 	// Disposition is called when the peer reports the state of an unsettled
 	// delivery. With settled false (receiver settle mode second) the
