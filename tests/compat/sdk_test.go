@@ -107,8 +107,13 @@ func TestDevSDKThousandMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Sequence numbers are not checked for order here: after
+	// ReceiveMessages returns, the Go SDK (v1.11) releases every message
+	// that still arrives on the link's open credit, and a released message
+	// comes back after newer ones the SDK already holds. Service Bus
+	// promises order only within a session. A receiver that keeps its
+	// credit sees the partition's order (TestDevGoAMQPPipelinedSends).
 	seen := make(map[string]bool, n)
-	var lastSeq int64
 	for len(seen) < n {
 		msgs, err := rcv.ReceiveMessages(ctx, 100, nil)
 		if err != nil {
@@ -119,10 +124,6 @@ func TestDevSDKThousandMessages(t *testing.T) {
 				t.Fatalf("message %s delivered twice", m.Body)
 			}
 			seen[string(m.Body)] = true
-			if *m.SequenceNumber <= lastSeq {
-				t.Fatalf("sequence numbers not increasing: %d after %d", *m.SequenceNumber, lastSeq)
-			}
-			lastSeq = *m.SequenceNumber
 			if err := rcv.CompleteMessage(ctx, m, nil); err != nil {
 				t.Fatalf("complete: %v", err)
 			}
@@ -231,10 +232,17 @@ func TestDevGoAMQPPipelinedSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var last int64
 	for i := range n {
-		if _, err := rcv.Receive(ctx, nil); err != nil {
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
 			t.Fatalf("receive %d of %d: %v", i, n, err)
 		}
+		seq, _ := m.Annotations["x-opt-sequence-number"].(int64)
+		if seq <= last {
+			t.Fatalf("receive %d of %d: sequence number %d after %d", i, n, seq, last)
+		}
+		last = seq
 	}
 }
 
