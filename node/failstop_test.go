@@ -61,8 +61,8 @@ func TestFailStop(t *testing.T) {
 	t.Cleanup(func() { n.Close() })
 	var broken atomic.Bool
 	open := n.openMachine
-	n.openMachine = func(dir string) (StateMachine, error) {
-		m, err := open(dir)
+	n.openMachine = func(dir string, logs raft.LogStore) (StateMachine, error) {
+		m, err := open(dir, logs)
 		if err != nil {
 			return nil, err
 		}

@@ -196,7 +196,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		return nil, fmt.Errorf("node: group %d: snapshot store: %w", id, err)
 	}
 
-	g.machine, err = n.openMachine(stateDir(dir))
+	g.machine, err = n.openMachine(stateDir(dir), cached)
 	if err != nil {
 		return nil, fmt.Errorf("node: group %d: state machine: %w", id, err)
 	}

@@ -46,8 +46,10 @@ type Node struct {
 	srv  *grpc.Server
 	mux  *raftmux.Mux
 
-	// openMachine opens a group's state machine; tests replace it.
-	openMachine func(dir string) (StateMachine, error)
+	// openMachine opens a group's state machine, which reads message
+	// bodies from the group's Raft log (partition.Options.Log); tests
+	// replace it.
+	openMachine func(dir string, logs raft.LogStore) (StateMachine, error)
 
 	openMu sync.Mutex // serialises EnsureGroup, RemoveGroup, Start and Close
 
@@ -92,8 +94,8 @@ func New(cfg Config) (*Node, error) {
 	if n.addr == "" {
 		n.addr = lis.Addr().String()
 	}
-	n.openMachine = func(dir string) (StateMachine, error) {
-		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log, Replica: cfg.ID})
+	n.openMachine = func(dir string, logs raft.LogStore) (StateMachine, error) {
+		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log, Replica: cfg.ID, Log: entryData(logs)})
 	}
 	mux.Register(n.srv)
 	partitionpb.RegisterPartitionServiceServer(n.srv, &service{n: n})
@@ -368,4 +370,18 @@ func (n *Node) Group(id uint64) (GroupStatus, error) {
 		Requests:      g.requests.Load(),
 		Err:           g.failure(),
 	}, nil
+}
+
+// entryData reads the data of Raft entries from logs for the state
+// machine, which keeps message bodies there until a snapshot
+// (partition/logbodies.go). Raft truncates the log only after a snapshot,
+// which moves the bodies out first.
+func entryData(logs raft.LogStore) func(index uint64) ([]byte, error) {
+	return func(index uint64) ([]byte, error) {
+		var l raft.Log
+		if err := logs.GetLog(index, &l); err != nil {
+			return nil, err
+		}
+		return l.Data, nil
+	}
 }

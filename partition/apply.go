@@ -74,6 +74,12 @@ type applier struct {
 	bodies   bool          // results carry message bodies: this replica answers the batch
 	keyBuf   []byte        // seqKey's buffer
 	reqFloor *int64        // the machine's: no request result is older (requests.go)
+
+	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
+	logs  *logReader
+	entry uint64 // index of the entry being applied
+	data  []byte // the entry
+	spans []span // where the messages of the Enqueue being applied lie in data
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -95,13 +101,33 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 	if err := a.pruneRequests(requestPrune + requests); err != nil {
 		return nil, err
 	}
+	var spans [][]span
+	if a.logs != nil {
+		if spans = enqueueSpans(e.Data); len(spans) != len(batch.Commands) {
+			spans = nil // stored whole
+		}
+		a.entry, a.data = e.Index, e.Data
+	}
 	results := make([]*partitionpb.Result, len(batch.Commands))
 	for i, c := range batch.Commands {
+		a.spans = nil
+		if spans != nil {
+			a.spans = spans[i]
+		}
 		r, err := a.applyOnce(c)
 		if err != nil {
 			return nil, fmt.Errorf("command %d: %w", i, err)
 		}
 		results[i] = r
+	}
+	if a.logs != nil {
+		// Where a body lies is this replica's business: results are the
+		// same whichever way it keeps them.
+		for _, r := range results {
+			for _, m := range r.GetMessages() {
+				dropLogRef(m)
+			}
+		}
 	}
 	return results, nil
 }
@@ -327,7 +353,10 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		return nil, err
 	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
-	for _, nm := range c.Messages {
+	if len(a.spans) != len(c.Messages) {
+		a.spans = nil // the walk and the decoder disagree: store bodies whole
+	}
+	for i, nm := range c.Messages {
 		var seen *dedupEntry
 		if dedup && nm.MessageId != "" {
 			d, err := a.dedupEntry(e, nm.MessageId)
@@ -362,6 +391,7 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		if m.TtlMs == 0 {
 			m.TtlMs = e.cfg.DefaultTtlMs
 		}
+		a.keepInLog(m, i)
 		// A scheduled message's time to live starts when it is due.
 		from := a.now
 		if nm.ScheduledEnqueueTimeMs > a.now {

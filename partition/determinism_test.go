@@ -228,6 +228,51 @@ func TestDeterminism(t *testing.T) {
 				}
 			}
 
+			// d keeps bodies in the log (logbodies.go) and snapshots now
+			// and then, after which the log below goes.
+			l := newFakeLog()
+			d := openWithLog(t, t.TempDir(), l)
+			var gotD [][]*partitionpb.Result
+			inLog := 0
+			for i := 0; i < len(entries); {
+				j := min(len(entries), i+1+rng.IntN(20))
+				for _, e := range entries[i:j] {
+					l.add(e)
+				}
+				res, err := d.Apply(entries[i:j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				gotD = append(gotD, res...)
+				i = j
+				if err := partition.FlushStore(d); err != nil {
+					t.Fatal(err)
+				}
+				_, n, err := partition.BodyPlaces(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inLog = max(inLog, n)
+				if rng.IntN(4) == 0 {
+					s, err := d.Snapshot()
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.Release()
+					l.truncate(d.AppliedIndex() + 1)
+				}
+			}
+			if inLog == 0 {
+				t.Fatal("d never kept a body in the log")
+			}
+			for i := range want {
+				for k := range want[i] {
+					if !proto.Equal(want[i][k], gotD[i][k]) {
+						t.Fatalf("entry %d command %d: results of a and d differ:\n%v\n%v", i+1, k, want[i][k], gotD[i][k])
+					}
+				}
+			}
+
 			dir := t.TempDir()
 			c := pt.OpenDir(t, dir)
 			half := len(entries) / 2
@@ -242,7 +287,7 @@ func TestDeterminism(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			for name, m := range map[string]*partition.Machine{"a": a.M, "b": b, "c": c} {
+			for name, m := range map[string]*partition.Machine{"a": a.M, "b": b, "c": c, "d": d} {
 				if n := partition.Misuse(m); n > 0 {
 					t.Errorf("%s: %d single deletes met no write or two", name, n)
 				}
@@ -253,6 +298,9 @@ func TestDeterminism(t *testing.T) {
 			}
 			if !bytes.Equal(sa, snapshotBytes(t, c)) {
 				t.Fatal("snapshots of a and the restarted c differ")
+			}
+			if !bytes.Equal(sa, snapshotBytes(t, d)) {
+				t.Fatal("snapshots of a and d, which kept bodies in the log, differ")
 			}
 			t.Logf("%d entries, snapshot of %d bytes", len(entries), len(sa))
 		})

@@ -183,6 +183,7 @@ type slot struct {
 	at     int64 // scheduled enqueue time
 	exp    int64 // expires at, 0: never
 	size   int64
+	inLog  bool // the body is in the Raft log, not in a body record
 }
 
 func slotOf(m *partitionpb.StoredMessage) slot {
@@ -195,6 +196,7 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		at:     m.ScheduledEnqueueTimeMs,
 		exp:    m.ExpiresAtMs,
 		size:   m.Size,
+		inLog:  m.BodyIndex != 0,
 	}
 }
 

@@ -27,7 +27,7 @@ func Messages(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue) ([]*
 	var out []*partitionpb.StoredMessage
 	for valid := it.First(); valid; valid = it.Next() {
 		seq := binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
-		msg, err := getMessage(m.db, k, sub, seq)
+		msg, err := getMessage(m.db, m.logs, k, sub, seq)
 		if err != nil {
 			return nil, closeIter(it, err)
 		}
@@ -130,7 +130,7 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 		}
 		for valid := it.First(); valid; valid = it.Next() {
 			seq := binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
-			msg, err := getMessage(m.db, k, sub, seq)
+			msg, err := getMessage(m.db, m.logs, k, sub, seq)
 			if err != nil {
 				return closeIter(it, err)
 			}
@@ -263,4 +263,39 @@ func Misuse(m *Machine) int64 { return m.misuse.Load() }
 // time entry each.
 func RequestEntries(m *Machine) (int, error) {
 	return countPaired(m, []byte{prefixRequest}, []byte{prefixReqTime})
+}
+
+// BodyPlaces counts the messages whose body is in a body record and those
+// whose body is in the Raft log.
+func BodyPlaces(m *Machine) (inStore, inLog int, err error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for k := range m.entities {
+		it, err := prefixIter(m.db, kindPrefix(k, kindMessage))
+		if err != nil {
+			return 0, 0, err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			st, err := iterState(it)
+			if err != nil {
+				return 0, 0, closeIter(it, err)
+			}
+			if st.BodyIndex != 0 {
+				inLog++
+			}
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return 0, 0, err
+		}
+		if it, err = prefixIter(m.db, kindPrefix(k, kindBody)); err != nil {
+			return 0, 0, err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			inStore++
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return 0, 0, err
+		}
+	}
+	return inStore, inLog, nil
 }

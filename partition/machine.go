@@ -31,6 +31,12 @@ type Options struct {
 	// same, but its results carry no message bodies, which this replica
 	// then need not read. Empty: every result carries them.
 	Replica string
+	// Log reads the data of a Raft entry by index. With it, message bodies
+	// stay in the Raft log that already holds them instead of being
+	// written into the store too, until a snapshot moves them in
+	// (logbodies.go). It must answer for every entry from the last
+	// snapshot's index on, and be safe for concurrent use.
+	Log func(index uint64) ([]byte, error)
 }
 
 // DefaultCacheBytes is the block cache size when Options.CacheBytes is 0.
@@ -52,6 +58,7 @@ type Machine struct {
 	cacheBytes int64
 	cache      *pebble.Cache
 	replica    string
+	logs       *logReader // nil: every body goes into the store
 
 	restoreMu sync.Mutex // one Restore at a time
 
@@ -104,6 +111,9 @@ func Open(dir string, opts Options) (*Machine, error) {
 		cache:      pebble.NewCache(opts.CacheBytes),
 		changed:    make(chan struct{}),
 		snaps:      make(map[*Snapshot]struct{}),
+	}
+	if opts.Log != nil {
+		m.logs = &logReader{read: opts.Log}
 	}
 	db, err := m.openDB(filepath.Join(dir, dbDir))
 	if err != nil {
@@ -354,6 +364,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		exps:     make(map[ekey]bool),
 		replica:  m.replica,
 		reqFloor: &m.reqFloor,
+		logs:     m.logs,
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))
@@ -648,9 +659,10 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
 			continue
 		}
-		if err := readBody(m.db, k, msg); err != nil {
+		if err := readBody(m.db, m.logs, k, msg); err != nil {
 			return nil, closeIter(it, err)
 		}
+		dropLogRef(msg)
 		unlock(msg)
 		out = append(out, msg)
 		size += msg.Size

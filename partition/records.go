@@ -19,8 +19,10 @@ import (
 // add stores a new message, sections and all.
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
-	if err := setBody(a.b, a.seqKey(e, kindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
-		return err
+	if m.BodyIndex == 0 {
+		if err := setBody(a.b, a.seqKey(e, kindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
+			return err
+		}
 	}
 	return a.putState(e, m)
 }
@@ -71,6 +73,9 @@ func (a *applier) remove(e *entity, s slot) error {
 	if err := a.unslot(e, s); err != nil {
 		return err
 	}
+	if s.inLog {
+		return nil // no body record (logbodies.go)
+	}
 	return a.singleDelete(a.seqKey(e, kindBody, s.sub, s.seq))
 }
 
@@ -90,11 +95,14 @@ func (a *applier) unslot(e *entity, s slot) error {
 
 // update replaces the state of the message that sat in slot old by m's.
 // When m has moved (to another sub-queue, or to a new sequence number) its
-// body record moves with it, unread.
+// body record moves with it, unread (a body in the Raft log is named by
+// the state record, which moves anyway).
 func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) error {
 	if old.sub != m.SubQueue || old.seq != m.SequenceNumber {
-		if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
-			return err
+		if !old.inLog {
+			if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
+				return err
+			}
 		}
 		if err := a.unslot(e, old); err != nil {
 			return err
@@ -132,7 +140,7 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 	if !a.bodies {
 		return nil
 	}
-	return readBody(a.b, e.key, m)
+	return readBody(a.b, a.logs, e.key, m)
 }
 
 // index sets (or deletes) the index entries of a message in slot s.
@@ -220,11 +228,12 @@ type messageCursor struct {
 	body0  []byte // prefix of its body records
 	states *pebble.Iterator
 	bodies *pebble.Iterator // nil: no bodies are read
+	logs   *logReader       // bodies kept in the Raft log, if any
 	key    []byte
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub)}
+	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub), logs: a.logs}
 	var err error
 	if c.states, err = a.b.NewIter(&pebble.IterOptions{
 		LowerBound: messageKey(e.key, sub, from),
@@ -295,6 +304,9 @@ func (c *messageCursor) current() (*partitionpb.StoredMessage, error) {
 func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
 	if c.bodies == nil {
 		return nil
+	}
+	if m.BodyIndex != 0 {
+		return c.logs.sections(m)
 	}
 	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
 	p, err := c.seek(c.bodies, c.key)

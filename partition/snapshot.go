@@ -41,14 +41,19 @@ type Snapshot struct {
 	snap *pebble.Snapshot
 }
 
-// Snapshot flushes the store, so that the state it captures is durable
-// before Raft may truncate its log, and returns a view of it. WriteTo may
-// run concurrently with Apply; Release it when done.
+// Snapshot moves the bodies still in the Raft log into the store
+// (logbodies.go) and flushes it, so that the state it captures is durable
+// and names no log entry before Raft may truncate its log, and returns a
+// view of it. WriteTo may run concurrently with Apply; Release it when
+// done.
 func (m *Machine) Snapshot() (*Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.usable(); err != nil {
 		return nil, err
+	}
+	if err := m.inlineBodies(); err != nil {
+		return nil, m.fail(fmt.Errorf("move bodies into the store: %w", err))
 	}
 	if err := m.db.Flush(); err != nil {
 		return nil, m.fail(fmt.Errorf("flush: %w", err))

@@ -132,7 +132,7 @@ func (e *recordEncoder) str(num protowire.Number, v string) {
 
 // stateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
-var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21}
+var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25}
 
 // message encodes m's body record (body) or its state record.
 func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
@@ -172,6 +172,10 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 		e.bytes(20, p, true)
 	}
 	e.varint(21, uint64(m.Size))
+	e.varint(22, m.BodyIndex)
+	e.varint(23, uint64(m.BodyOffset))
+	e.varint(24, uint64(m.BodyLength))
+	e.varint(25, uint64(m.BodyCrc))
 	// Fields a newer version wrote, kept as protobuf keeps them: replicas
 	// of two versions must still write the same bytes.
 	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
@@ -293,6 +297,14 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.TtlMs = int64(v)
 			case 21:
 				m.Size = int64(v)
+			case 22:
+				m.BodyIndex = v
+			case 23:
+				m.BodyOffset = uint32(v)
+			case 24:
+				m.BodyLength = uint32(v)
+			case 25:
+				m.BodyCrc = uint32(v)
 			default:
 				known = false
 			}
@@ -348,7 +360,10 @@ func mergeBody(key, p []byte, m *partitionpb.StoredMessage) error {
 
 // readBody fills in the sections of a message read by getState from its
 // body record.
-func readBody(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
+func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) error {
+	if m.BodyIndex != 0 {
+		return logs.sections(m)
+	}
 	key := bodyKey(k, m.SubQueue, m.SequenceNumber)
 	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -366,12 +381,12 @@ func readBody(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
 }
 
 // getMessage reads a whole message, state and body; nil if absent.
-func getMessage(r pebble.Reader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
+func getMessage(r pebble.Reader, logs *logReader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
 	m, err := getState(r, messageKey(k, sub, seq))
 	if err != nil || m == nil {
 		return nil, err
 	}
-	if err := readBody(r, k, m); err != nil {
+	if err := readBody(r, logs, k, m); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -465,7 +465,18 @@ type StoredMessage struct {
 	// a body record of their own, written once, and everything else with
 	// this size in the message's state record, which locks and settlements
 	// rewrite; a message read without its body still knows its size.
-	Size          int64 `protobuf:"varint,21,opt,name=size,proto3" json:"size,omitempty"`
+	Size int64 `protobuf:"varint,21,opt,name=size,proto3" json:"size,omitempty"`
+	// Where the body still lies in the Raft log, if it does: the entry's
+	// index (0: the body is in the store's body record), and the bytes of
+	// the NewMessage that carried it in that entry, with their CRC-32C. A
+	// replica that reads the log keeps bodies there instead of writing them
+	// into its store a second time, and moves them into the store before a
+	// snapshot lets Raft truncate the log (partition/logbodies.go). Only the
+	// store uses these; a result may carry them, a client ignores them.
+	BodyIndex     uint64 `protobuf:"varint,22,opt,name=body_index,json=bodyIndex,proto3" json:"body_index,omitempty"`
+	BodyOffset    uint32 `protobuf:"varint,23,opt,name=body_offset,json=bodyOffset,proto3" json:"body_offset,omitempty"`
+	BodyLength    uint32 `protobuf:"varint,24,opt,name=body_length,json=bodyLength,proto3" json:"body_length,omitempty"`
+	BodyCrc       uint32 `protobuf:"varint,25,opt,name=body_crc,json=bodyCrc,proto3" json:"body_crc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +654,34 @@ func (x *StoredMessage) GetModifiedProperties() [][]byte {
 func (x *StoredMessage) GetSize() int64 {
 	if x != nil {
 		return x.Size
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetBodyIndex() uint64 {
+	if x != nil {
+		return x.BodyIndex
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetBodyOffset() uint32 {
+	if x != nil {
+		return x.BodyOffset
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetBodyLength() uint32 {
+	if x != nil {
+		return x.BodyLength
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetBodyCrc() uint32 {
+	if x != nil {
+		return x.BodyCrc
 	}
 	return 0
 }
@@ -3058,7 +3097,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	" \x01(\bR\x0frequiresSession\x12$\n" +
 	"\x0emax_size_bytes\x18\v \x01(\x03R\fmaxSizeBytes\x12\x16\n" +
 	"\x06status\x18\f \x01(\rR\x06status\x12\x18\n" +
-	"\aversion\x18\r \x01(\x04R\aversion\"\xcb\x06\n" +
+	"\aversion\x18\r \x01(\x04R\aversion\"\xc7\a\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -3084,7 +3123,14 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12dead_letter_source\x18\x12 \x01(\tR\x10deadLetterSource\x12\x15\n" +
 	"\x06ttl_ms\x18\x13 \x01(\x03R\x05ttlMs\x12/\n" +
 	"\x13modified_properties\x18\x14 \x03(\fR\x12modifiedProperties\x12\x12\n" +
-	"\x04size\x18\x15 \x01(\x03R\x04size\"w\n" +
+	"\x04size\x18\x15 \x01(\x03R\x04size\x12\x1d\n" +
+	"\n" +
+	"body_index\x18\x16 \x01(\x04R\tbodyIndex\x12\x1f\n" +
+	"\vbody_offset\x18\x17 \x01(\rR\n" +
+	"bodyOffset\x12\x1f\n" +
+	"\vbody_length\x18\x18 \x01(\rR\n" +
+	"bodyLength\x12\x19\n" +
+	"\bbody_crc\x18\x19 \x01(\rR\abodyCrc\"w\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +

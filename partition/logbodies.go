@@ -1,0 +1,219 @@
+package partition
+
+import (
+	"fmt"
+	"hash/crc32"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Bodies kept in the Raft log.
+//
+// Every replica writes each message body to its Raft log before the entry
+// commits. Writing it into the store as well (memtable, then a blob file at
+// flush) wrote every body twice on every replica: a third of the dev
+// cluster's CPU per message sent went to the second copy. With
+// Options.Log, a message's state record instead names the entry and the
+// bytes in it that carry the message (StoredMessage.body_index and the
+// fields after it), and readers take the sections from there.
+//
+// The log only keeps what Raft has not truncated, and Raft truncates after
+// a snapshot, up to at most the snapshot's index. So Snapshot first moves
+// every body still in the log into body records (inlineBodies) and then
+// flushes: what the snapshot captures, and what the store holds durably
+// from then on, names no entry Raft may drop. Entries applied after the
+// snapshot are above its index and stay in the log until the next one,
+// which moves their bodies in turn. A message that lives across no
+// snapshot, the common case for a queue, is never written to the store.
+//
+// Whether a body is in the log or in a body record is each replica's own
+// business (snapshots are taken at different times); the messages are the
+// same, and a snapshot stream holds no references, so replicas' snapshots
+// stay identical (TestLogBodiesDeterminism).
+
+// span is where one message lies in an entry.
+type span struct {
+	off, n uint32
+}
+
+// enqueueSpans walks a Raft entry as DecodeBatch decodes it and returns,
+// per command, where each message of an Enqueue lies in data (nil for other
+// commands). It returns nil if the entry does not walk as expected; its
+// messages are then stored whole.
+func enqueueSpans(data []byte) [][]span {
+	if len(data) < 1 {
+		return nil
+	}
+	var out [][]span
+	err := walkFields(data, 1, len(data), func(num protowire.Number, off, n int) error {
+		if num != 2 { // Batch.commands
+			return nil
+		}
+		var spans []span
+		err := walkFields(data, off, off+n, func(num protowire.Number, off, n int) error {
+			if num != 3 { // Command.enqueue
+				return nil
+			}
+			return walkFields(data, off, off+n, func(num protowire.Number, off, n int) error {
+				if num == 3 { // Enqueue.messages
+					spans = append(spans, span{uint32(off), uint32(n)})
+				}
+				return nil
+			})
+		})
+		out = append(out, spans)
+		return err
+	})
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// walkFields calls f with the number, offset and length of every
+// length-delimited field in data[from:to], and skips the others.
+func walkFields(data []byte, from, to int, f func(num protowire.Number, off, n int) error) error {
+	for p := from; p < to; {
+		num, typ, n := protowire.ConsumeTag(data[p:to])
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		p += n
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, data[p:to])
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			p += n
+			continue
+		}
+		v, n := protowire.ConsumeBytes(data[p:to])
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if err := f(num, p+n-len(v), len(v)); err != nil {
+			return err
+		}
+		p += n
+	}
+	return nil
+}
+
+// keepInLog makes m's body a reference to where it lies in the entry
+// being applied, when the machine reads the log and the entry walked.
+func (a *applier) keepInLog(m *partitionpb.StoredMessage, i int) {
+	if a.logs == nil || i >= len(a.spans) {
+		return
+	}
+	s := a.spans[i]
+	m.BodyIndex, m.BodyOffset, m.BodyLength = a.entry, s.off, s.n
+	m.BodyCrc = crc32.Checksum(a.data[s.off:s.off+s.n], castagnoli)
+}
+
+// dropLogRef clears where m's body lay in the log: the messages a machine
+// hands out are the same whichever way a replica keeps their bodies.
+func dropLogRef(m *partitionpb.StoredMessage) {
+	m.BodyIndex, m.BodyOffset, m.BodyLength, m.BodyCrc = 0, 0, 0, 0
+}
+
+// logReader reads bodies from the Raft log. It keeps the last entry it
+// read: messages are read in sequence order, and neighbours share entries.
+type logReader struct {
+	read func(index uint64) ([]byte, error)
+
+	mu    sync.Mutex
+	index uint64
+	data  []byte
+}
+
+// sections fills in m's sections from the entry m.BodyIndex names, after
+// checking the bytes against the CRC its state record holds.
+func (l *logReader) sections(m *partitionpb.StoredMessage) error {
+	l.mu.Lock()
+	data := l.data
+	if l.index != m.BodyIndex || data == nil {
+		var err error
+		if data, err = l.read(m.BodyIndex); err != nil {
+			l.mu.Unlock()
+			return fmt.Errorf("partition: body of message %d from Raft entry %d: %w", m.SequenceNumber, m.BodyIndex, err)
+		}
+		l.index, l.data = m.BodyIndex, data
+	}
+	l.mu.Unlock()
+	end := uint64(m.BodyOffset) + uint64(m.BodyLength)
+	if end > uint64(len(data)) {
+		return fmt.Errorf("%w: message %d: bytes %d-%d of Raft entry %d, which has %d", ErrCorrupt, m.SequenceNumber, m.BodyOffset, end, m.BodyIndex, len(data))
+	}
+	b := data[m.BodyOffset:end]
+	if crc32.Checksum(b, castagnoli) != m.BodyCrc {
+		return fmt.Errorf("%w: message %d: body in Raft entry %d fails its checksum", ErrCorrupt, m.SequenceNumber, m.BodyIndex)
+	}
+	var nm partitionpb.NewMessage
+	if err := proto.Unmarshal(b, &nm); err != nil {
+		return fmt.Errorf("%w: message %d in Raft entry %d: %v", ErrCorrupt, m.SequenceNumber, m.BodyIndex, err)
+	}
+	m.Header, m.Annotations, m.Bare = nm.Header, nm.Annotations, nm.Bare
+	return nil
+}
+
+// inlineBodies moves every body that is still in the Raft log into a body
+// record, so that Raft may truncate the log once the snapshot about to be
+// taken is stored. Call it with m.mu held.
+func (m *Machine) inlineBodies() error {
+	if m.logs == nil {
+		return nil
+	}
+	b := m.db.NewBatch()
+	defer func() { b.Close() }()
+	moved := 0
+	for k := range m.entities {
+		prefix := kindPrefix(k, kindMessage)
+		it, err := m.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return fmt.Errorf("partition: iterator: %w", err)
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			st, err := iterState(it)
+			if err != nil {
+				return closeIter(it, err)
+			}
+			if st.BodyIndex == 0 {
+				continue
+			}
+			if err := m.logs.sections(st); err != nil {
+				return closeIter(it, err)
+			}
+			if err := setBody(b, bodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
+				return closeIter(it, err)
+			}
+			dropLogRef(st)
+			st.Header, st.Annotations, st.Bare = nil, nil, nil
+			if err := setState(b, it.Key(), st); err != nil {
+				return closeIter(it, err)
+			}
+			moved++
+			if b.Len() >= restoreBatch {
+				if err := b.Commit(pebble.NoSync); err != nil {
+					return closeIter(it, fmt.Errorf("partition: write: %w", err))
+				}
+				b.Close()
+				b = m.db.NewBatch()
+			}
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("partition: write: %w", err)
+	}
+	if moved > 0 {
+		m.log.Debug("partition: bodies moved from the Raft log into the store", "messages", moved, "applied", m.applied)
+	}
+	return nil
+}
