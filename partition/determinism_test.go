@@ -201,53 +201,20 @@ func TestDeterminism(t *testing.T) {
 
 			b := pt.Open(t)
 			rng := rand.New(rand.NewPCG(seed, 99))
-			var got [][]*partitionpb.Result
-			for i := 0; i < len(entries); {
-				j := min(len(entries), i+1+rng.IntN(20))
-				res, err := b.Apply(entries[i:j])
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, res...)
-				i = j
-				// b's records meet across tables, as a long-lived
-				// store's do: a single delete that met the wrong
-				// write would show in the snapshots below.
-				if err := partition.FlushStore(b); err != nil {
-					t.Fatal(err)
-				}
-			}
+			sameResults(t, "b", want, applyInRuns(t, b, entries, rng, nil))
 			if err := partition.CompactStore(b); err != nil {
 				t.Fatal(err)
-			}
-			for i := range want {
-				for k := range want[i] {
-					if !proto.Equal(want[i][k], got[i][k]) {
-						t.Fatalf("entry %d command %d: results differ:\n%v\n%v", i+1, k, want[i][k], got[i][k])
-					}
-				}
 			}
 
 			// d keeps bodies in the log (logbodies.go) and snapshots now
 			// and then, after which the log below goes.
 			l := newFakeLog()
+			for _, e := range entries {
+				l.add(e)
+			}
 			d := openWithLog(t, t.TempDir(), l)
-			var gotD [][]*partitionpb.Result
 			inLog := 0
-			for i := 0; i < len(entries); {
-				j := min(len(entries), i+1+rng.IntN(20))
-				for _, e := range entries[i:j] {
-					l.add(e)
-				}
-				res, err := d.Apply(entries[i:j])
-				if err != nil {
-					t.Fatal(err)
-				}
-				gotD = append(gotD, res...)
-				i = j
-				if err := partition.FlushStore(d); err != nil {
-					t.Fatal(err)
-				}
+			sameResults(t, "d", want, applyInRuns(t, d, entries, rng, func() {
 				_, n, err := partition.BodyPlaces(d)
 				if err != nil {
 					t.Fatal(err)
@@ -261,16 +228,9 @@ func TestDeterminism(t *testing.T) {
 					s.Release()
 					l.truncate(d.AppliedIndex() + 1)
 				}
-			}
+			}))
 			if inLog == 0 {
 				t.Fatal("d never kept a body in the log")
-			}
-			for i := range want {
-				for k := range want[i] {
-					if !proto.Equal(want[i][k], gotD[i][k]) {
-						t.Fatalf("entry %d command %d: results of a and d differ:\n%v\n%v", i+1, k, want[i][k], gotD[i][k])
-					}
-				}
 			}
 
 			dir := t.TempDir()
@@ -304,6 +264,43 @@ func TestDeterminism(t *testing.T) {
 			}
 			t.Logf("%d entries, snapshot of %d bytes", len(entries), len(sa))
 		})
+	}
+}
+
+// applyInRuns applies entries to m in runs of 1 to 20 and flushes after
+// each, so that m's records meet across tables as a long-lived store's do
+// (a single delete that met the wrong write would show in a snapshot),
+// then calls after, if given. It returns the results of every entry.
+func applyInRuns(t *testing.T, m *partition.Machine, entries []partition.Entry, rng *rand.Rand, after func()) [][]*partitionpb.Result {
+	t.Helper()
+	var got [][]*partitionpb.Result
+	for i := 0; i < len(entries); {
+		j := min(len(entries), i+1+rng.IntN(20))
+		res, err := m.Apply(entries[i:j])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res...)
+		i = j
+		if err := partition.FlushStore(m); err != nil {
+			t.Fatal(err)
+		}
+		if after != nil {
+			after()
+		}
+	}
+	return got
+}
+
+// sameResults fails unless replica name answered every command as want.
+func sameResults(t *testing.T, name string, want, got [][]*partitionpb.Result) {
+	t.Helper()
+	for i := range want {
+		for k := range want[i] {
+			if !proto.Equal(want[i][k], got[i][k]) {
+				t.Fatalf("entry %d command %d: results of a and %s differ:\n%v\n%v", i+1, k, name, want[i][k], got[i][k])
+			}
+		}
 	}
 }
 
