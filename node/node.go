@@ -44,6 +44,7 @@ type Node struct {
 	lis  net.Listener
 	addr string
 	srv  *grpc.Server
+	svc  *service
 	mux  *raftmux.Mux
 
 	// openMachine opens a group's state machine, which reads message
@@ -97,10 +98,18 @@ func New(cfg Config) (*Node, error) {
 	n.openMachine = func(dir string, logs raft.LogStore) (StateMachine, error) {
 		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log, Replica: cfg.ID, Log: entryData(logs)})
 	}
+	n.svc = &service{n: n}
 	mux.Register(n.srv)
-	partitionpb.RegisterPartitionServiceServer(n.srv, &service{n: n})
+	partitionpb.RegisterPartitionServiceServer(n.srv, n.svc)
 	return n, nil
 }
+
+// PartitionService returns the service the node's port serves, for a
+// front-end in the same process to call without gRPC in between
+// (routing.Config.Local). A caller must not change a request while a call
+// with it runs, nor after the call returned early on its context: the
+// group's proposer may still be encoding it.
+func (n *Node) PartitionService() partitionpb.PartitionServiceServer { return n.svc }
 
 // ID returns the node's ID.
 func (n *Node) ID() string { return n.cfg.ID }

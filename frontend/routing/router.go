@@ -35,6 +35,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// DialOptions are added to every gRPC dial (TLS later).
 	DialOptions []grpc.DialOption
+	// Local holds the PartitionService of storage nodes in this process,
+	// by node id: calls to them are method calls, not gRPC (localClient).
+	Local map[string]partitionpb.PartitionServiceServer
 }
 
 // Router implements frontend.Backend.
@@ -326,12 +329,12 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 		if addr == "" {
 			lastErr = fmt.Errorf("group %d has no known replicas", group)
 		} else {
-			cc, err := r.conn(addr)
+			c, err := r.client(nodeID, addr)
 			if err != nil {
 				return err
 			}
 			actx, cancel := context.WithTimeout(ctx, attemptTimeout+waitOf(ctx))
-			err = op(actx, partitionpb.NewPartitionServiceClient(cc), group)
+			err = op(actx, c, group)
 			cancel()
 			if err == nil {
 				r.setLeader(group, nodeID)
@@ -418,6 +421,19 @@ func (r *Router) target(group uint64, attempt int) (id, addr string) {
 		return id, n.GrpcAddr
 	}
 	return id, ""
+}
+
+// client returns the way to call a node: directly if it runs in this
+// process, else over gRPC.
+func (r *Router) client(nodeID, addr string) (partitionpb.PartitionServiceClient, error) {
+	if s := r.cfg.Local[nodeID]; s != nil {
+		return localClient{s}, nil
+	}
+	cc, err := r.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return partitionpb.NewPartitionServiceClient(cc), nil
 }
 
 func (r *Router) conn(addr string) (*grpc.ClientConn, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -105,7 +106,11 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		}
 		c.Storage = append(c.Storage, s)
 	}
-	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log}); err != nil {
+	local := make(map[string]partitionpb.PartitionServiceServer, len(c.Storage))
+	for _, s := range c.Storage {
+		local[s.Node.ID()] = s.Node.PartitionService()
+	}
+	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local}); err != nil {
 		return nil, err
 	}
 	c.Router.Start(ctx)

@@ -1,0 +1,100 @@
+package routing
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// fakeNode is a PartitionService that answers sends as a leader, as a
+// follower (with a hint) or as a node that is going away.
+type fakeNode struct {
+	partitionpb.UnimplementedPartitionServiceServer
+	hint        string // not the leader: point here
+	unavailable bool
+
+	mu    sync.Mutex
+	sends []*partitionpb.SendRequest
+}
+
+func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
+	f.mu.Lock()
+	f.sends = append(f.sends, req)
+	f.mu.Unlock()
+	switch {
+	case f.unavailable:
+		return nil, status.Error(codes.Unavailable, "shutting down")
+	case f.hint != "":
+		st, err := status.New(codes.FailedPrecondition, "not the leader").WithDetails(&partitionpb.LeaderHint{LeaderId: f.hint})
+		if err != nil {
+			panic(err)
+		}
+		return nil, st.Err()
+	}
+	return &partitionpb.SendResponse{Result: &partitionpb.Result{SequenceNumbers: []uint64{uint64(len(req.Messages))}}}, nil
+}
+
+// TestLocalNodes: nodes in the process are called directly (their gRPC
+// addresses lead nowhere), leader hints and failures move the call on as
+// over gRPC, and every attempt carries the same request id.
+func TestLocalNodes(t *testing.T) {
+	a := &fakeNode{unavailable: true}
+	b := &fakeNode{hint: "c"}
+	c := &fakeNode{}
+	r, err := New(Config{
+		Placement: []string{"127.0.0.1:1"},
+		Local:     map[string]partitionpb.PartitionServiceServer{"a": a, "b": b, "c": c},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.install(&placementpb.RoutingTable{
+		Version:  1,
+		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
+		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "a", Replicas: []*placementpb.Replica{{NodeId: "a"}, {NodeId: "b"}, {NodeId: "c"}}}},
+		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}, {Id: "b", GrpcAddr: "127.0.0.1:1"}, {Id: "c", GrpcAddr: "127.0.0.1:1"}},
+	})
+	e, err := r.Entity("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Over gRPC every attempt would fail: the addresses lead nowhere.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msgs := []*partitionpb.NewMessage{{MessageId: "1"}, {MessageId: "2"}}
+	res, err := r.Send(ctx, e, 0, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.GetSequenceNumbers(); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("result %v, want the leader's answer", got)
+	}
+	var all []*partitionpb.SendRequest
+	for _, n := range []*fakeNode{a, b, c} {
+		if len(n.sends) == 0 {
+			t.Fatalf("a node was skipped: sends %d, %d, %d", len(a.sends), len(b.sends), len(c.sends))
+		}
+		all = append(all, n.sends...)
+	}
+	for _, req := range all {
+		if req.GroupId != 7 || req.EntityId != 9 || len(req.RequestId) != 16 || !bytes.Equal(req.RequestId, all[0].RequestId) {
+			t.Fatalf("attempt group %d entity %d request id %x, want group 7, entity 9 and one 16-byte id for all", req.GroupId, req.EntityId, req.RequestId)
+		}
+	}
+	// The leader that answered is remembered: the next send goes there first.
+	if _, err := r.Send(ctx, e, 0, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.sends) != 2 || len(a.sends) != 1 {
+		t.Fatalf("second send: a %d, c %d attempts; want it straight to c", len(a.sends), len(c.sends))
+	}
+}
