@@ -48,7 +48,10 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	return buf, nil
 }
 
-// DecodeBatch decodes a Raft entry written by EncodeBatch.
+// DecodeBatch decodes a Raft entry written by EncodeBatch. The sections of
+// the messages it holds (NewMessage header, annotations and bare) point
+// into data, which the caller must not change while it uses them
+// (decode.go).
 func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
@@ -56,9 +59,12 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if data[0] != FormatV1 && data[0] != FormatV2 {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
-	b := new(partitionpb.Batch)
-	if err := proto.Unmarshal(data[1:], b); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	b, ok := aliasBatch(data[1:])
+	if !ok {
+		b = new(partitionpb.Batch)
+		if err := proto.Unmarshal(data[1:], b); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 	}
 	if data[0] == FormatV1 {
 		for _, c := range b.Commands { // unknown to format 1: ignored, as its replicas did

@@ -15,6 +15,9 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
+// AliasBatch is the fast path of DecodeBatch (decode.go).
+var AliasBatch = aliasBatch
+
 // Messages returns the stored messages of a sub-queue in sequence order.
 func Messages(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue) ([]*partitionpb.StoredMessage, error) {
 	m.mu.RLock()

@@ -51,6 +51,18 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The fast path agrees with proto.Unmarshal wherever it decodes.
+		if len(data) > 0 {
+			if fast, ok := partition.AliasBatch(data[1:]); ok {
+				ref := new(partitionpb.Batch)
+				if err := proto.Unmarshal(data[1:], ref); err != nil {
+					t.Fatalf("the fast path decoded what proto.Unmarshal refuses (%v): %v", err, fast)
+				}
+				if !proto.Equal(fast, ref) {
+					t.Fatalf("the fast path decoded %v, proto.Unmarshal %v", fast, ref)
+				}
+			}
+		}
 		b, err := partition.DecodeBatch(data)
 		if err != nil {
 			if !errors.Is(err, partition.ErrMalformed) && !errors.Is(err, partition.ErrUnknownFormat) {
@@ -68,6 +80,53 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("round trip: %v, %v != %v", err, b2, b)
 		}
 	})
+}
+
+// Entries as EncodeBatch writes them take the fast path, which decodes
+// them as proto.Unmarshal does, with the sections pointing into the entry.
+func TestAliasBatch(t *testing.T) {
+	for i, b := range seedBatches() {
+		data, err := partition.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, ok := partition.AliasBatch(data[1:])
+		if !ok {
+			t.Fatalf("batch %d: the fast path gave up on an entry EncodeBatch wrote", i)
+		}
+		if !proto.Equal(fast, b) {
+			t.Fatalf("batch %d: decoded %v, want %v", i, fast, b)
+		}
+		for _, c := range fast.Commands {
+			for _, m := range c.GetEnqueue().GetMessages() {
+				if len(m.Bare) == 0 {
+					continue
+				}
+				in := false
+				for j := range data {
+					in = in || &data[j] == &m.Bare[0]
+				}
+				if !in || cap(m.Bare) != len(m.Bare) {
+					t.Fatalf("batch %d: bare %x is a copy (%v) or open to appends (cap %d)", i, m.Bare, !in, cap(m.Bare))
+				}
+			}
+		}
+	}
+	// Shapes it leaves to proto.Unmarshal: a repeated scalar, an unknown
+	// field, a string that is not UTF-8.
+	for _, p := range [][]byte{
+		{0x08, 0x01, 0x08, 0x02},
+		{0x20, 0x01},
+		{0x12, 0x06, 0x1a, 0x04, 0x1a, 0x02, 0x0a, 0x00},
+		{0x12, 0x08, 0x1a, 0x06, 0x1a, 0x04, 0x0a, 0x02, 0xff, 0xfe},
+	} {
+		if b, ok := partition.AliasBatch(p); ok {
+			ref := new(partitionpb.Batch)
+			if err := proto.Unmarshal(p, ref); err != nil || !proto.Equal(b, ref) {
+				t.Fatalf("%x: fast path %v, proto %v (%v)", p, b, ref, err)
+			}
+		}
+	}
 }
 
 // FuzzSnapshotStream: any stream either decodes or fails with
