@@ -49,43 +49,45 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	if len(c.RequestId) > maxRequestIDBytes {
 		return result(nil, fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes))
 	}
-	if r, err := a.requestResult(c.RequestId); r != nil || err != nil {
+	r, stale, err := a.requestResult(c.RequestId)
+	if r != nil || err != nil {
 		return r, err
 	}
-	r, err := result(a.apply(c))
-	if err != nil {
+	if r, err = result(a.apply(c)); err != nil {
 		return nil, err
 	}
-	return r, a.recordRequest(c.RequestId, r)
+	return r, a.recordRequest(c.RequestId, r, stale)
 }
 
 // requestResult returns the stored result of request id, nil if there is
-// none within the window.
-func (a *applier) requestResult(id []byte) (*partitionpb.Result, error) {
+// none within the window. A result that expired but is not yet pruned
+// comes back as stale, the time it was applied, for recordRequest to
+// replace; a point read costs the apply path more than the rest of a
+// request's bookkeeping, so it reads once.
+func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64, err error) {
 	p, found, err := get(a.b, requestKey(id))
 	if err != nil || !found {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(p) < 8 {
-		return nil, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, id, len(p))
+		return nil, nil, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, id, len(p))
 	}
 	if at := timeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
-		return nil, nil // expired, not yet pruned: new again
+		return nil, &at, nil // expired, not yet pruned: new again
 	}
-	r := new(partitionpb.Result)
+	r = new(partitionpb.Result)
 	if err := proto.Unmarshal(p[8:], r); err != nil {
-		return nil, fmt.Errorf("%w: request %x: %v", ErrCorrupt, id, err)
+		return nil, nil, fmt.Errorf("%w: request %x: %v", ErrCorrupt, id, err)
 	}
-	return r, nil
+	return r, nil, nil
 }
 
-// recordRequest stores the result r of request id, applied now.
-func (a *applier) recordRequest(id []byte, r *partitionpb.Result) error {
+// recordRequest stores the result r of request id, applied now, in place
+// of the expired result applied at stale, if there is one.
+func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) error {
 	k := requestKey(id)
-	if p, found, err := get(a.b, k); err != nil {
-		return err
-	} else if found { // an expired result of the same id, not yet pruned
-		if err := a.singleDelete(requestTimeKey(timeFromBits(binary.BigEndian.Uint64(p)), id)); err != nil {
+	if stale != nil {
+		if err := a.singleDelete(requestTimeKey(*stale, id)); err != nil {
 			return err
 		}
 		if err := a.singleDelete(k); err != nil {
