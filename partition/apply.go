@@ -712,6 +712,15 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
+		if e.minLockStale {
+			// Raise the floor past the locks ended since it was read, so
+			// that the scan does not step over them (on a follower, no one
+			// asked for the earliest lock since).
+			if err := e.loadMinLock(a.b); err != nil {
+				return nil, err
+			}
+			a.locks[k] = true // the store's view moves on with this batch
+		}
 		if e.lockFloorTime() > a.now {
 			continue
 		}

@@ -55,6 +55,9 @@ type entity struct {
 	// committed store; hasLock is false when it has none.
 	minLock int64
 	hasLock bool
+	// minLockStale: locks changed since minLock was read; lockFloor may
+	// then lie below the earliest lock (never above it).
+	minLockStale bool
 
 	// Where scans start. Deleted index entries stay in the LSM as
 	// tombstones until compaction, and a queue deletes at its head all the
