@@ -62,18 +62,19 @@ const (
 // applier applies the commands of one Apply call to one indexed batch,
 // through which it also reads, so that each command sees the ones before.
 type applier struct {
-	entities map[ekey]*entity // the machine's, changed in place
-	b        *pebble.Batch
-	now      int64
-	dirty    map[ekey]bool // entity records to write (or delete)
-	locks    map[ekey]bool // entities whose locks changed
-	scheds   map[ekey]bool // entities whose scheduled index changed
-	exps     map[ekey]bool // entities whose expiry index changed
-	notify   bool          // a message became available, or an entity went
-	replica  string        // this replica's name (Options.Replica)
-	bodies   bool          // results carry message bodies: this replica answers the batch
-	keyBuf   []byte        // seqKey's buffer
-	reqFloor *int64        // the machine's: no request result is older (requests.go)
+	entities  map[ekey]*entity // the machine's, changed in place
+	b         *pebble.Batch
+	now       int64
+	dirty     map[ekey]bool  // entity records to write (or delete)
+	locks     map[ekey]bool  // entities whose locks changed
+	scheds    map[ekey]bool  // entities whose scheduled index changed
+	exps      map[ekey]bool  // entities whose expiry index changed
+	notify    bool           // a message became available, or an entity went
+	replica   string         // this replica's name (Options.Replica)
+	bodies    bool           // results carry message bodies: this replica answers the batch
+	keyBuf    []byte         // seqKey's buffer
+	reqFloor  *int64         // the machine's: no request result is older (requests.go)
+	reqFilter *requestFilter // the machine's: ids recorded since it loaded, nil in none
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader

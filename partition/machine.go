@@ -73,8 +73,9 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit   sortedCommit // Apply's, under mu
-	reqFloor int64        // Apply's, under mu: no request result is older
+	commit    sortedCommit   // Apply's, under mu
+	reqFloor  int64          // Apply's, under mu: no request result is older
+	reqFilter *requestFilter // Apply's, under mu: ids recorded since load (reqfilter.go)
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -259,6 +260,11 @@ func (m *Machine) load() error {
 	}
 	m.applied, m.entities = applied, entities
 	m.reqFloor = math.MinInt64 // the first entry's pruning finds the oldest
+	f, err := newRequestFilter(m.db)
+	if err != nil {
+		return err
+	}
+	m.reqFilter = f
 	return nil
 }
 
@@ -357,15 +363,16 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		return nil, err
 	}
 	a := &applier{
-		entities: m.entities,
-		b:        m.db.NewIndexedBatch(),
-		dirty:    make(map[ekey]bool),
-		locks:    make(map[ekey]bool),
-		scheds:   make(map[ekey]bool),
-		exps:     make(map[ekey]bool),
-		replica:  m.replica,
-		reqFloor: &m.reqFloor,
-		logs:     m.logs,
+		entities:  m.entities,
+		b:         m.db.NewIndexedBatch(),
+		dirty:     make(map[ekey]bool),
+		locks:     make(map[ekey]bool),
+		scheds:    make(map[ekey]bool),
+		exps:      make(map[ekey]bool),
+		replica:   m.replica,
+		reqFloor:  &m.reqFloor,
+		reqFilter: m.reqFilter,
+		logs:      m.logs,
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))
