@@ -62,19 +62,20 @@ const (
 // applier applies the commands of one Apply call to one indexed batch,
 // through which it also reads, so that each command sees the ones before.
 type applier struct {
-	entities  map[ekey]*entity // the machine's, changed in place
-	b         *pebble.Batch
-	now       int64
-	dirty     map[ekey]bool  // entity records to write (or delete)
-	locks     map[ekey]bool  // entities whose locks changed
-	scheds    map[ekey]bool  // entities whose scheduled index changed
-	exps      map[ekey]bool  // entities whose expiry index changed
-	notify    bool           // a message became available, or an entity went
-	replica   string         // this replica's name (Options.Replica)
-	bodies    bool           // results carry message bodies: this replica answers the batch
-	keyBuf    []byte         // seqKey's buffer
-	reqFloor  *int64         // the machine's: no request result is older (requests.go)
-	reqFilter *requestFilter // the machine's: ids recorded since it loaded, nil in none
+	entities     map[ekey]*entity // the machine's, changed in place
+	b            *pebble.Batch
+	now          int64
+	dirty        map[ekey]bool  // entity records to write (or delete)
+	locks        map[ekey]bool  // entities whose locks changed
+	scheds       map[ekey]bool  // entities whose scheduled index changed
+	exps         map[ekey]bool  // entities whose expiry index changed
+	notify       bool           // a message became available, or an entity went
+	replica      string         // this replica's name (Options.Replica)
+	bodies       bool           // results carry message bodies: this replica answers the batch
+	keyBuf       []byte         // seqKey's buffer
+	reqFloor     *int64         // the machine's: no request result is older (requests.go)
+	reqFilter    *requestFilter // the machine's: ids recorded since it loaded, nil in none
+	lockedStates *lockedStates  // the machine's: state records of locked messages (lockcache.go)
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader
@@ -307,6 +308,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
 		return nil, err
 	}
+	a.lockedStates.reset()
 	delete(a.entities, e.key)
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
@@ -610,11 +612,23 @@ func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64)
 		return out, nil
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(seqs)))
-	cur, err := a.newMessageCursor(e, sub, sorted[0], false)
-	if err != nil {
-		return nil, err
-	}
+	var cur *messageCursor // made at the first record not kept in memory
 	for _, seq := range sorted {
+		key := a.seqKey(e, kindMessage, sub, seq)
+		if p, ok := a.lockedStates.get(key); ok {
+			m, err := decodeState(key, p)
+			if err != nil {
+				return nil, closeCursor(cur, err)
+			}
+			out[seq] = m
+			continue
+		}
+		if cur == nil {
+			var err error
+			if cur, err = a.newMessageCursor(e, sub, seq, false); err != nil {
+				return nil, err
+			}
+		}
 		m, err := cur.lookup(seq)
 		if err != nil {
 			return nil, cur.close(err)
@@ -623,7 +637,14 @@ func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64)
 			out[seq] = m
 		}
 	}
-	return out, cur.close(nil)
+	return out, closeCursor(cur, nil)
+}
+
+func closeCursor(c *messageCursor, err error) error {
+	if c == nil {
+		return err
+	}
+	return c.close(err)
 }
 
 // settle settles messages by lock token. It is all or nothing: when one

@@ -206,6 +206,12 @@ func TestDeterminism(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			// e reads locked messages from the store, where a (which
+			// answered want) and the others keep them in memory too.
+			e := pt.Open(t)
+			partition.WithoutLockedStates(e)
+			sameResults(t, "e", want, applyInRuns(t, e, entries, rng, nil))
+
 			// d keeps bodies in the log (logbodies.go) and snapshots now
 			// and then, after which the log below goes.
 			l := newFakeLog()
@@ -247,7 +253,7 @@ func TestDeterminism(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			for name, m := range map[string]*partition.Machine{"a": a.M, "b": b, "c": c, "d": d} {
+			for name, m := range map[string]*partition.Machine{"a": a.M, "b": b, "c": c, "d": d, "e": e} {
 				if n := partition.Misuse(m); n > 0 {
 					t.Errorf("%s: %d single deletes met no write or two", name, n)
 				}
@@ -258,6 +264,9 @@ func TestDeterminism(t *testing.T) {
 			}
 			if !bytes.Equal(sa, snapshotBytes(t, c)) {
 				t.Fatal("snapshots of a and the restarted c differ")
+			}
+			if !bytes.Equal(sa, snapshotBytes(t, e)) {
+				t.Fatal("snapshots of a and e, which kept no locked states in memory, differ")
 			}
 			if !bytes.Equal(sa, snapshotBytes(t, d)) {
 				t.Fatal("snapshots of a and d, which kept bodies in the log, differ")

@@ -15,6 +15,14 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
+// WithoutLockedStates makes m read the state records of locked messages
+// from the store, as a replica did before lockcache.go.
+func WithoutLockedStates(m *Machine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.noLockedStates, m.lockedStates = true, nil
+}
+
 // AliasBatch is the fast path of DecodeBatch (decode.go).
 var AliasBatch = aliasBatch
 

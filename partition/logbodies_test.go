@@ -192,3 +192,30 @@ func TestLogBodies(t *testing.T) {
 		t.Fatalf("peek of a body changed in the log: %v, want ErrCorrupt", err)
 	}
 }
+
+// Messages locked before a snapshot and settled after it: the snapshot
+// moved their bodies into the store, and the settlements must see that
+// (lockcache.go forgets the records it kept), or a complete leaves the
+// moved body behind and an abandon names a log entry Raft may drop.
+func TestLockedAcrossSnapshot(t *testing.T) {
+	const main = partitionpb.SubQueue_SUB_QUEUE_MAIN
+	l := newFakeLog()
+	d := &logDriver{t: t, m: openWithLog(t, t.TempDir(), l), log: l, now: 1000}
+	d.do(pt.Upsert(pt.Queue(1, 0, "q")))
+	d.do(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b")))
+	r := d.do(pt.Lock(1, 0, main, 2, 7))
+	s, err := d.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release()
+	l.truncate(d.m.AppliedIndex() + 1)
+	d.do(pt.Settle(1, 0, main, partitionpb.Disposition_DISPOSITION_COMPLETE, r.Messages[0].LockToken))
+	d.do(pt.Settle(1, 0, main, partitionpb.Disposition_DISPOSITION_ABANDON, r.Messages[1].LockToken))
+	r = d.do(pt.Lock(1, 0, main, 2, 8))
+	checkBodies(t, "after the abandon", r.Messages, "b")
+	d.do(pt.Settle(1, 0, main, partitionpb.Disposition_DISPOSITION_COMPLETE, r.Messages[0].LockToken))
+	if s, lg := d.places(); s != 0 || lg != 0 {
+		t.Fatalf("everything completed: %d bodies left in the store, %d in the log", s, lg)
+	}
+}

@@ -73,9 +73,11 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit    sortedCommit   // Apply's, under mu
-	reqFloor  int64          // Apply's, under mu: no request result is older
-	reqFilter *requestFilter // Apply's, under mu: ids recorded since load (reqfilter.go)
+	commit         sortedCommit   // Apply's, under mu
+	reqFloor       int64          // Apply's, under mu: no request result is older
+	reqFilter      *requestFilter // Apply's, under mu: ids recorded since load (reqfilter.go)
+	lockedStates   *lockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
+	noLockedStates bool           // tests: read every locked message from the store
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -265,6 +267,10 @@ func (m *Machine) load() error {
 		return err
 	}
 	m.reqFilter = f
+	m.lockedStates = nil
+	if !m.noLockedStates {
+		m.lockedStates = newLockedStates()
+	}
 	return nil
 }
 
@@ -363,16 +369,17 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		return nil, err
 	}
 	a := &applier{
-		entities:  m.entities,
-		b:         m.db.NewIndexedBatch(),
-		dirty:     make(map[ekey]bool),
-		locks:     make(map[ekey]bool),
-		scheds:    make(map[ekey]bool),
-		exps:      make(map[ekey]bool),
-		replica:   m.replica,
-		reqFloor:  &m.reqFloor,
-		reqFilter: m.reqFilter,
-		logs:      m.logs,
+		entities:     m.entities,
+		b:            m.db.NewIndexedBatch(),
+		dirty:        make(map[ekey]bool),
+		locks:        make(map[ekey]bool),
+		scheds:       make(map[ekey]bool),
+		exps:         make(map[ekey]bool),
+		replica:      m.replica,
+		reqFloor:     &m.reqFloor,
+		reqFilter:    m.reqFilter,
+		lockedStates: m.lockedStates,
+		logs:         m.logs,
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))

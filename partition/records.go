@@ -32,11 +32,13 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	err := setState(a.b, a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber), m)
+	key := a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber)
+	p, err := setRecord(a.b, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err
 	}
+	a.lockedStates.wrote(key, p, len(m.LockToken) > 0)
 	s := slotOf(m)
 	if err := a.index(e, s, true); err != nil {
 		return err
@@ -85,9 +87,11 @@ func (a *applier) unslot(e *entity, s slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
-	if err := a.b.Delete(a.seqKey(e, kindMessage, s.sub, s.seq), nil); err != nil {
+	key := a.seqKey(e, kindMessage, s.sub, s.seq)
+	if err := a.b.Delete(key, nil); err != nil {
 		return err
 	}
+	a.lockedStates.deleted(key)
 	e.n.add(s, -1)
 	a.dirty[e.key] = true
 	return nil

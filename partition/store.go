@@ -57,14 +57,16 @@ const (
 // setBody writes key → the sealed body record of m: its three sections,
 // encoded as protobuf encodes a StoredMessage holding only them.
 func setBody(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
-	return setRecord(b, key, m, true)
+	_, err := setRecord(b, key, m, true)
+	return err
 }
 
 // setState writes key → the sealed state record of m: m without its
 // sections, encoded as protobuf encodes it. TestStateEncoding holds the
 // encoding to protobuf's, field for field.
 func setState(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
-	return setRecord(b, key, m, false)
+	_, err := setRecord(b, key, m, false)
+	return err
 }
 
 // setRecord writes key → m's sealed body record (body) or state record,
@@ -73,8 +75,9 @@ func setState(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage) error {
 // lock and settlement writes one or two on every replica, and the generic
 // marshaller's sizing and reflective field walk cost as much as copying a
 // body. (A flag rather than an encoding function: the encoder passed to a
-// function value would escape, an allocation per record.)
-func setRecord(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage, body bool) error {
+// function value would escape, an allocation per record.) It returns the
+// unsealed record, which is the batch's until the batch is reset.
+func setRecord(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage, body bool) ([]byte, error) {
 	var e recordEncoder
 	e.message(m, body)
 	n := e.n
@@ -83,10 +86,10 @@ func setRecord(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage, body b
 	e.out = op.Value[:0]
 	e.message(m, body)
 	if len(e.out) != n {
-		return fmt.Errorf("partition: record %x: %d bytes, sized %d", key, len(e.out), n)
+		return nil, fmt.Errorf("partition: record %x: %d bytes, sized %d", key, len(e.out), n)
 	}
 	binary.BigEndian.PutUint32(op.Value[n:], checksum(key, op.Value[:n]))
-	return op.Finish()
+	return op.Value[:n], op.Finish()
 }
 
 // recordEncoder sizes (out == nil) or appends protobuf fields, proto3
