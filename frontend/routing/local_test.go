@@ -3,6 +3,7 @@ package routing
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -20,6 +22,7 @@ type fakeNode struct {
 	partitionpb.UnimplementedPartitionServiceServer
 	hint        string // not the leader: point here
 	unavailable bool
+	notFound    int // answer this many sends with not-found first
 
 	mu    sync.Mutex
 	sends []*partitionpb.SendRequest
@@ -29,7 +32,11 @@ func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*parti
 	f.mu.Lock()
 	f.sends = append(f.sends, req)
 	f.mu.Unlock()
+	notFound := f.notFound > 0
+	f.notFound--
 	switch {
+	case notFound:
+		return nil, status.Error(codes.NotFound, "entity not found")
 	case f.unavailable:
 		return nil, status.Error(codes.Unavailable, "shutting down")
 	case f.hint != "":
@@ -96,5 +103,46 @@ func TestLocalNodes(t *testing.T) {
 	}
 	if len(c.sends) != 2 || len(a.sends) != 1 {
 		t.Fatalf("second send: a %d, c %d attempts; want it straight to c", len(a.sends), len(c.sends))
+	}
+}
+
+// TestNotFoundWhileNamed: a partition that does not know an entity the
+// routing table names (its configuration is still on the way) is asked
+// again; once the table drops the entity, not-found is the answer.
+func TestNotFoundWhileNamed(t *testing.T) {
+	n := &fakeNode{notFound: 3}
+	r, err := New(Config{
+		Placement: []string{"127.0.0.1:1"},
+		Local:     map[string]partitionpb.PartitionServiceServer{"a": n},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	table := &placementpb.RoutingTable{
+		Version:  1,
+		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
+		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "a", Replicas: []*placementpb.Replica{{NodeId: "a"}}}},
+		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}},
+	}
+	r.install(table)
+	e, err := r.Entity("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Send(ctx, e, 0, []*partitionpb.NewMessage{{MessageId: "1"}}); err != nil {
+		t.Fatalf("send while the partition catches up: %v", err)
+	}
+	if len(n.sends) != 4 {
+		t.Fatalf("%d attempts, want 4", len(n.sends))
+	}
+	// Deleted: the next table does not name it.
+	r.install(&placementpb.RoutingTable{Version: 2, Groups: table.Groups, Nodes: table.Nodes})
+	n.notFound = 1
+	_, err = r.Send(ctx, e, 0, []*partitionpb.NewMessage{{MessageId: "2"}})
+	if !errors.Is(err, frontend.ErrEntityNotFound) {
+		t.Fatalf("send to a deleted entity: %v, want not found", err)
 	}
 }

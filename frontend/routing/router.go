@@ -352,7 +352,16 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				r.setLeader(group, "")
 			case codes.NotFound:
-				return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
+				// The node does not host the group, or the partition does
+				// not know the entity. Both happen for a while after a
+				// creation returned (placement waits a bounded time for
+				// the groups to configure their partitions, and under load
+				// they take longer) and while a routing table is stale.
+				// Until the table stops naming the entity, try again.
+				if !r.names(e) {
+					return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
+				}
+				r.setLeader(group, "")
 			case codes.InvalidArgument:
 				return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
 			default:
@@ -389,6 +398,14 @@ func leaderHint(st *status.Status) string {
 		}
 	}
 	return ""
+}
+
+// names reports whether the routing table still holds entity e.
+func (r *Router) names(e *placementpb.Entity) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	x := r.byName[strings.ToLower(e.Name)]
+	return x != nil && x.Id == e.Id
 }
 
 func (r *Router) setLeader(group uint64, node string) {
