@@ -32,34 +32,22 @@ func aliasBatch(p []byte) (b *partitionpb.Batch, ok bool) {
 	b = new(partitionpb.Batch)
 	var seen fieldSet
 	for len(p) > 0 {
-		num, typ, n := protowire.ConsumeTag(p)
-		if n < 0 {
+		f, rest, ok := nextField(p)
+		if !ok {
 			return nil, false
 		}
-		p = p[n:]
+		p = rest
 		switch {
-		case num == 1 && typ == protowire.VarintType && seen.first(1):
-			v, n := protowire.ConsumeVarint(p)
-			if n < 0 {
-				return nil, false
-			}
-			b.NowMs, p = int64(v), p[n:]
-		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(p)
-			if n < 0 {
-				return nil, false
-			}
-			c, ok := aliasCommand(v)
+		case f.num == 1 && f.typ == protowire.VarintType && seen.first(1):
+			b.NowMs = int64(f.v)
+		case f.num == 2 && f.typ == protowire.BytesType:
+			c, ok := aliasCommand(f.b)
 			if !ok {
 				return nil, false
 			}
-			b.Commands, p = append(b.Commands, c), p[n:]
-		case num == 3 && typ == protowire.BytesType && seen.first(3):
-			v, n := protowire.ConsumeBytes(p)
-			if n < 0 || !utf8.Valid(v) {
-				return nil, false
-			}
-			b.Proposer, p = string(v), p[n:]
+			b.Commands = append(b.Commands, c)
+		case f.num == 3 && f.typ == protowire.BytesType && seen.first(3) && utf8.Valid(f.b):
+			b.Proposer = string(f.b)
 		default:
 			return nil, false
 		}
@@ -72,23 +60,21 @@ func aliasBatch(p []byte) (b *partitionpb.Batch, ok bool) {
 func aliasCommand(p []byte) (*partitionpb.Command, bool) {
 	var enqueue, requestID []byte
 	for q := p; len(q) > 0; {
-		num, typ, n := protowire.ConsumeTag(q)
-		if n < 0 || typ != protowire.BytesType {
-			return protoCommand(p)
-		}
-		v, m := protowire.ConsumeBytes(q[n:])
-		if m < 0 {
+		f, rest, ok := nextField(q)
+		if !ok {
 			return nil, false
 		}
+		q = rest
 		switch {
-		case num == 3 && enqueue == nil: // Command.enqueue
-			enqueue = v
-		case num == 12 && requestID == nil: // Command.request_id
-			requestID = v
+		case f.typ != protowire.BytesType:
+			return protoCommand(p)
+		case f.num == 3 && enqueue == nil: // Command.enqueue
+			enqueue = f.b
+		case f.num == 12 && requestID == nil: // Command.request_id
+			requestID = f.b
 		default:
 			return protoCommand(p)
 		}
-		q = q[n+m:]
 	}
 	if enqueue == nil {
 		return protoCommand(p)
@@ -97,11 +83,7 @@ func aliasCommand(p []byte) (*partitionpb.Command, bool) {
 	if !ok {
 		return nil, false
 	}
-	c := &partitionpb.Command{Op: &partitionpb.Command_Enqueue{Enqueue: e}}
-	if requestID != nil {
-		c.RequestId = requestID[:len(requestID):len(requestID)]
-	}
-	return c, true
+	return &partitionpb.Command{Op: &partitionpb.Command_Enqueue{Enqueue: e}, RequestId: requestID}, true
 }
 
 func protoCommand(p []byte) (*partitionpb.Command, bool) {
@@ -116,33 +98,22 @@ func aliasEnqueue(p []byte) (*partitionpb.Enqueue, bool) {
 	e := new(partitionpb.Enqueue)
 	var seen fieldSet
 	for len(p) > 0 {
-		num, typ, n := protowire.ConsumeTag(p)
-		if n < 0 {
+		f, rest, ok := nextField(p)
+		if !ok {
 			return nil, false
 		}
-		p = p[n:]
+		p = rest
 		switch {
-		case (num == 1 || num == 2) && typ == protowire.VarintType && seen.first(num):
-			v, n := protowire.ConsumeVarint(p)
-			if n < 0 {
-				return nil, false
-			}
-			if num == 1 {
-				e.EntityId = v
-			} else {
-				e.Partition = uint32(v) // as proto truncates a uint32
-			}
-			p = p[n:]
-		case num == 3 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(p)
-			if n < 0 {
-				return nil, false
-			}
-			m, ok := aliasNewMessage(v)
+		case f.num == 1 && f.typ == protowire.VarintType && seen.first(1):
+			e.EntityId = f.v
+		case f.num == 2 && f.typ == protowire.VarintType && seen.first(2):
+			e.Partition = uint32(f.v) // as proto truncates a uint32
+		case f.num == 3 && f.typ == protowire.BytesType:
+			m, ok := aliasNewMessage(f.b)
 			if !ok {
 				return nil, false
 			}
-			e.Messages, p = append(e.Messages, m), p[n:]
+			e.Messages = append(e.Messages, m)
 		default:
 			return nil, false
 		}
@@ -154,59 +125,67 @@ func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 	m := new(partitionpb.NewMessage)
 	var seen fieldSet
 	for len(p) > 0 {
-		num, typ, n := protowire.ConsumeTag(p)
-		if n < 0 || num < 1 || num > 8 || !seen.first(num) {
+		f, rest, ok := nextField(p)
+		if !ok || !seen.first(f.num) {
 			return nil, false
 		}
-		p = p[n:]
-		if num == 4 || num == 5 {
-			if typ != protowire.VarintType {
-				return nil, false
-			}
-			v, n := protowire.ConsumeVarint(p)
-			if n < 0 {
-				return nil, false
-			}
-			if num == 4 {
-				m.TtlMs = int64(v)
-			} else {
-				m.ScheduledEnqueueTimeMs = int64(v)
-			}
-			p = p[n:]
-			continue
-		}
-		if typ != protowire.BytesType {
+		p = rest
+		varint, str := f.typ == protowire.VarintType, f.typ == protowire.BytesType && utf8.Valid(f.b)
+		switch {
+		case f.num == 1 && str:
+			m.MessageId = string(f.b)
+		case f.num == 2 && str:
+			m.SessionId = string(f.b)
+		case f.num == 3 && str:
+			m.PartitionKey = string(f.b)
+		case f.num == 4 && varint:
+			m.TtlMs = int64(f.v)
+		case f.num == 5 && varint:
+			m.ScheduledEnqueueTimeMs = int64(f.v)
+		case f.num == 6 && f.typ == protowire.BytesType:
+			m.Header = f.b
+		case f.num == 7 && f.typ == protowire.BytesType:
+			m.Annotations = f.b
+		case f.num == 8 && f.typ == protowire.BytesType:
+			m.Bare = f.b
+		default:
 			return nil, false
-		}
-		v, n := protowire.ConsumeBytes(p)
-		if n < 0 {
-			return nil, false
-		}
-		p = p[n:]
-		v = v[:len(v):len(v)] // an append must not write into the entry
-		switch num {
-		case 1, 2, 3:
-			if !utf8.Valid(v) {
-				return nil, false
-			}
-			s := string(v)
-			switch num {
-			case 1:
-				m.MessageId = s
-			case 2:
-				m.SessionId = s
-			default:
-				m.PartitionKey = s
-			}
-		case 6:
-			m.Header = v
-		case 7:
-			m.Annotations = v
-		case 8:
-			m.Bare = v
 		}
 	}
 	return m, true
+}
+
+// field is one varint or length-delimited field; b points into the entry,
+// capped so that an append cannot write into it.
+type field struct {
+	num protowire.Number
+	typ protowire.Type
+	v   uint64
+	b   []byte
+}
+
+// nextField consumes the field at the start of p. ok is false for a
+// malformed field and for the wire types no message here uses.
+func nextField(p []byte) (f field, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(p)
+	if n < 0 {
+		return f, nil, false
+	}
+	p = p[n:]
+	f.num, f.typ = num, typ
+	switch typ {
+	case protowire.VarintType:
+		f.v, n = protowire.ConsumeVarint(p)
+	case protowire.BytesType:
+		f.b, n = protowire.ConsumeBytes(p)
+		f.b = f.b[:len(f.b):len(f.b)]
+	default:
+		return f, nil, false
+	}
+	if n < 0 {
+		return f, nil, false
+	}
+	return f, p[n:], true
 }
 
 // fieldSet records which of the field numbers 1-63 a message has shown.
