@@ -104,6 +104,15 @@ func (r *receiver) Disposition(l *amqp.Link, id uint32, state amqp.DeliveryState
 
 // pump delivers messages while the client has credit.
 func (r *receiver) pump() {
+	defer func() {
+		if len(r.held) > 0 {
+			// Taken from the partition (and so deleted there) while the
+			// client had lowered its credit, and the link closed before it
+			// gave more: lost, as receive-and-delete messages in flight
+			// to a client that goes away are in Service Bus.
+			r.c.log.Warn("receive-and-delete messages not delivered: the link closed", "entity", r.entity.Name, "messages", len(r.held), "first_seq", r.held[0].SequenceNumber)
+		}
+	}()
 	partitions := uint32(max(len(r.entity.PartitionGroups), 1))
 	for r.ctx.Err() == nil {
 		credit, drain := r.link.SendState()
