@@ -117,7 +117,15 @@ func (r *receiver) pump() {
 	for r.ctx.Err() == nil {
 		credit, drain := r.link.SendState()
 		if len(r.held) > 0 && credit > 0 {
-			r.held = r.deliver(r.held, credit)
+			before := len(r.held)
+			if r.held = r.deliver(r.held, credit); len(r.held) == before {
+				// The link refused them all (it is closing): wait for
+				// the detach rather than spin.
+				select {
+				case <-r.wake:
+				case <-r.ctx.Done():
+				}
+			}
 			continue
 		}
 		if credit == 0 {
