@@ -74,7 +74,7 @@ type applier struct {
 	bodies       bool           // results carry message bodies: this replica answers the batch
 	keyBuf       []byte         // seqKey's buffer
 	reqFloor     *int64         // the machine's: no request result is older (requests.go)
-	reqFilter    *requestFilter // the machine's: ids recorded since it loaded, nil in none
+	reqFilter    *requestFilter // the machine's: ids recorded since it loaded
 	lockedStates *lockedStates  // the machine's: state records of locked messages (lockcache.go)
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
@@ -618,7 +618,7 @@ func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64)
 		if p, ok := a.lockedStates.get(key); ok {
 			m, err := decodeState(key, p)
 			if err != nil {
-				return nil, closeCursor(cur, err)
+				return nil, cur.close(err)
 			}
 			out[seq] = m
 			continue
@@ -637,14 +637,7 @@ func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64)
 			out[seq] = m
 		}
 	}
-	return out, closeCursor(cur, nil)
-}
-
-func closeCursor(c *messageCursor, err error) error {
-	if c == nil {
-		return err
-	}
-	return c.close(err)
+	return out, cur.close(nil)
 }
 
 // settle settles messages by lock token. It is all or nothing: when one

@@ -16,11 +16,12 @@ import (
 )
 
 // WithoutLockedStates makes m read the state records of locked messages
-// from the store, as a replica did before lockcache.go.
+// from the store, as a replica did before lockcache.go, until its next
+// load (a Restore).
 func WithoutLockedStates(m *Machine) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.noLockedStates, m.lockedStates = true, nil
+	m.lockedStates = nil
 }
 
 // AliasBatch is the fast path of DecodeBatch (decode.go).

@@ -73,11 +73,10 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit         sortedCommit   // Apply's, under mu
-	reqFloor       int64          // Apply's, under mu: no request result is older
-	reqFilter      *requestFilter // Apply's, under mu: ids recorded since load (reqfilter.go)
-	lockedStates   *lockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
-	noLockedStates bool           // tests: read every locked message from the store
+	commit       sortedCommit   // Apply's, under mu
+	reqFloor     int64          // Apply's, under mu: no request result is older
+	reqFilter    *requestFilter // Apply's, under mu: ids recorded since load (reqfilter.go)
+	lockedStates *lockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -267,10 +266,7 @@ func (m *Machine) load() error {
 		return err
 	}
 	m.reqFilter = f
-	m.lockedStates = nil
-	if !m.noLockedStates {
-		m.lockedStates = newLockedStates()
-	}
+	m.lockedStates = newLockedStates()
 	return nil
 }
 

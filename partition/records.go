@@ -323,8 +323,12 @@ func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
 	return mergeBody(c.key, p, m)
 }
 
-// close closes the iterators and returns the first of err and their errors.
+// close closes the iterators and returns the first of err and their errors;
+// a nil cursor (one never made) returns err.
 func (c *messageCursor) close(err error) error {
+	if c == nil {
+		return err
+	}
 	if c.bodies != nil {
 		err = closeIter(c.bodies, err)
 	}

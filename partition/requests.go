@@ -65,7 +65,7 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 // replace; a point read costs the apply path more than the rest of a
 // request's bookkeeping, so it reads once.
 func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64, err error) {
-	if a.reqFilter != nil && a.reqFilter.absent(id, *a.reqFloor) {
+	if a.reqFilter.absent(id, *a.reqFloor) {
 		return nil, nil, nil
 	}
 	p, found, err := get(a.b, requestKey(id))
@@ -110,9 +110,7 @@ func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) 
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)
-	if a.reqFilter != nil {
-		a.reqFilter.add(id, a.now)
-	}
+	a.reqFilter.add(id, a.now)
 	return nil
 }
 

@@ -349,12 +349,6 @@ func (l *Link) Settle(deliveryID uint32, state DeliveryState) error {
 	return nil
 }
 
-// Credit returns the credit the peer granted for Send.
-func (l *Link) Credit() uint32 {
-	credit, _ := l.SendState()
-	return credit
-}
-
 // SendState returns the credit the peer granted for Send and whether it
 // asked to drain it. Unlike the values a Flow call carries, which other
 // goroutines' sends may already have used by the time the handler sees
