@@ -30,6 +30,7 @@ type benchConfig struct {
 	window      int // sends in flight per link
 	credit      int // receiver credit per link
 	receiveMode string
+	serverPid   int // a local server whose CPU to report, or 0
 }
 
 func benchCmd(args []string) error {
@@ -46,6 +47,7 @@ func benchCmd(args []string) error {
 	fs.IntVar(&c.window, "window", 256, "sends in flight per sender link (1 = synchronous)")
 	fs.IntVar(&c.credit, "credit", 1000, "credit per receiver link")
 	fs.StringVar(&c.receiveMode, "receive-mode", "peeklock", "peeklock (receive, then complete) or receiveanddelete")
+	fs.IntVar(&c.serverPid, "server-pid", 0, "pid of a server on this machine whose CPU per message to report (Linux)")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (to see what the client costs)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus bench [flags]\n\nDrives an AMQP 1.0 endpoint with pipelined sends and/or peek-lock receives,\nthen prints msgs/s, MB/s and latency percentiles (a progress line each second).\n\n")
@@ -126,6 +128,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 		return conn.NewSession(ctx, nil)
 	}
 	start := time.Now()
+	meter := startCPUMeter(c.serverPid)
 	if c.mode == "send" || c.mode == "both" {
 		for i := range c.conns {
 			sess, err := dial()
@@ -200,6 +203,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 		}
 	}
 	report(out, c, &st, elapsed)
+	meter.report(out, max(st.sent.Load(), st.received.Load()), elapsed)
 	return firstErr
 }
 
