@@ -1,6 +1,7 @@
 package rpcbuf
 
 import (
+	"bytes"
 	"fmt"
 
 	"google.golang.org/grpc/encoding"
@@ -47,12 +48,29 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, Shared)}, nil
 }
 
+// OwnedUnmarshaler is a message that decodes from a buffer it may keep
+// and point into: Unmarshal joins the pieces into a new buffer, not one of
+// the pool, and hands it over (raftpb.AppendEntriesRequest).
+type OwnedUnmarshaler interface {
+	UnmarshalOwned(b []byte) error
+}
+
 // Unmarshal decodes data into v. A message that arrived in one piece is
 // decoded where it lies; protobuf copies what it keeps.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("rpcbuf: cannot unmarshal into %T, not a protobuf message", v)
+	}
+	if o, ok := v.(OwnedUnmarshaler); ok {
+		// bytes.Join allocates without zeroing first: for a Raft
+		// request of a few hundred KiB, clearing the new buffer cost
+		// more than copying into it.
+		pieces := make([][]byte, len(data))
+		for i, d := range data {
+			pieces[i] = d.ReadOnlyData()
+		}
+		return o.UnmarshalOwned(bytes.Join(pieces, nil))
 	}
 	if len(data) == 1 {
 		return proto.Unmarshal(data[0].ReadOnlyData(), m)
