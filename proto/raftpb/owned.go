@@ -141,3 +141,119 @@ func (e *Log) aliasDecode(b []byte) bool {
 	}
 	return true
 }
+
+// inlineData is the length from which MarshalPieces refers to an entry's
+// data instead of copying it.
+const inlineData = 512
+
+// MarshalPieces encodes the request as pieces whose concatenation is its
+// protobuf encoding (the same bytes as proto.Marshal), with the data of
+// larger entries as pieces of their own that point at the entries' data
+// rather than copies of it. A leader sends the same entries to each
+// follower and gRPC copies the pieces into its frames anyway; marshalling
+// them into one buffer first copied every entry once more per follower.
+// The entries' data must not change until the pieces are written (Raft's
+// entries never do). ok is false for a request or entry with unknown
+// fields, which proto.Marshal must encode.
+func (m *AppendEntriesRequest) MarshalPieces() (pieces [][]byte, ok bool) {
+	if len(m.ProtoReflect().GetUnknown()) > 0 {
+		return nil, false
+	}
+	hsize := 0
+	if m.Header != nil {
+		hsize = proto.Size(m.Header)
+	}
+	// Everything but the referenced data goes into one buffer, sized
+	// first so that the pieces cut from it stay where they are.
+	n, refs := 0, 0
+	n += sizeVarint(1, m.GroupId) + sizeVarint(3, m.Term) + sizeVarint(5, m.PrevLogEntry) +
+		sizeVarint(6, m.PrevLogTerm) + sizeVarint(8, m.LeaderCommitIndex) + sizeBytes(4, m.Leader)
+	if m.Header != nil {
+		n += protowire.SizeTag(2) + protowire.SizeBytes(hsize)
+	}
+	for _, e := range m.Entries {
+		if len(e.ProtoReflect().GetUnknown()) > 0 {
+			return nil, false
+		}
+		s := e.size()
+		n += protowire.SizeTag(7) + protowire.SizeBytes(s)
+		if len(e.Data) >= inlineData {
+			n -= len(e.Data)
+			refs++
+		}
+	}
+	b := make([]byte, 0, n)
+	pieces = make([][]byte, 0, 2*refs+1)
+	b = appendVarint(b, 1, m.GroupId)
+	if m.Header != nil {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(hsize))
+		var err error
+		if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, m.Header); err != nil {
+			return nil, false
+		}
+	}
+	b = appendVarint(b, 3, m.Term)
+	b = appendBytes(b, 4, m.Leader)
+	b = appendVarint(b, 5, m.PrevLogEntry)
+	b = appendVarint(b, 6, m.PrevLogTerm)
+	from := 0
+	for _, e := range m.Entries {
+		b = protowire.AppendTag(b, 7, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(e.size()))
+		b = appendVarint(b, 1, e.Index)
+		b = appendVarint(b, 2, e.Term)
+		b = appendVarint(b, 3, uint64(e.Type))
+		if len(e.Data) >= inlineData {
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(len(e.Data)))
+			pieces = append(pieces, b[from:len(b):len(b)], e.Data)
+			from = len(b)
+		} else {
+			b = appendBytes(b, 4, e.Data)
+		}
+		b = appendBytes(b, 5, e.Extensions)
+		b = appendVarint(b, 6, uint64(e.AppendedAtUnixNano))
+	}
+	b = appendVarint(b, 8, m.LeaderCommitIndex)
+	if len(b) != n || cap(b) != n {
+		return nil, false // a size above was wrong; let protobuf do it
+	}
+	return append(pieces, b[from:]), true
+}
+
+// size is the length of e's encoding.
+func (e *Log) size() int {
+	return sizeVarint(1, e.Index) + sizeVarint(2, e.Term) + sizeVarint(3, uint64(e.Type)) +
+		sizeBytes(4, e.Data) + sizeBytes(5, e.Extensions) + sizeVarint(6, uint64(e.AppendedAtUnixNano))
+}
+
+// The helpers below encode proto3 scalars: a zero value is left out.
+
+func sizeVarint(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+func sizeBytes(num protowire.Number, v []byte) int {
+	if len(v) == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(v))
+}
+
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+}

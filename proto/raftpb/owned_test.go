@@ -89,7 +89,8 @@ func TestUnmarshalOwnedFallback(t *testing.T) {
 }
 
 // FuzzUnmarshalOwned: on any input the fast path agrees with protobuf, in
-// error and in result.
+// error and in result, and what it decodes MarshalPieces encodes as
+// protobuf does.
 func FuzzUnmarshalOwned(f *testing.F) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for range 8 {
@@ -104,8 +105,73 @@ func FuzzUnmarshalOwned(f *testing.F) {
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("protobuf says %v, UnmarshalOwned %v", werr, gerr)
 		}
-		if werr == nil && !proto.Equal(&got, &want) {
+		if werr != nil {
+			return
+		}
+		if !proto.Equal(&got, &want) {
 			t.Fatalf("decoded %v, protobuf %v", &got, &want)
 		}
+		if pieces, ok := want.MarshalPieces(); ok {
+			enc, err := proto.Marshal(&want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(bytes.Join(pieces, nil), enc) {
+				t.Fatalf("MarshalPieces of %v differs from protobuf's encoding", &want)
+			}
+		} else if !hasUnknown(&want) {
+			t.Fatalf("MarshalPieces refused %v", &want)
+		}
 	})
+}
+
+// TestMarshalPieces: the pieces join to protobuf's encoding, large entry
+// data is referred to rather than copied, and the result decodes back.
+func TestMarshalPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range 500 {
+		in := randomRequest(r, 3000)
+		pieces, ok := in.MarshalPieces()
+		if !ok {
+			t.Fatalf("request %d: not marshalled", i)
+		}
+		want, err := proto.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(pieces, nil); !bytes.Equal(got, want) {
+			t.Fatalf("request %d: %d bytes in %d pieces, protobuf's encoding has %d", i, len(got), len(pieces), len(want))
+		}
+		refs := 0
+		for _, e := range in.Entries {
+			for _, p := range pieces {
+				if len(e.Data) >= inlineData && len(p) == len(e.Data) && unsafe.SliceData(p) == unsafe.SliceData(e.Data) {
+					refs++
+				}
+			}
+			if len(e.Data) >= inlineData {
+				refs--
+			}
+		}
+		if refs != 0 {
+			t.Fatalf("request %d: large entry data copied (%d)", i, refs)
+		}
+	}
+	var unknown AppendEntriesRequest
+	unknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	if _, ok := unknown.MarshalPieces(); ok {
+		t.Fatal("a request with unknown fields was marshalled in pieces")
+	}
+}
+
+func hasUnknown(m *AppendEntriesRequest) bool {
+	if len(m.ProtoReflect().GetUnknown()) > 0 {
+		return true
+	}
+	for _, e := range m.Entries {
+		if len(e.ProtoReflect().GetUnknown()) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -22,11 +22,28 @@ var _ encoding.CodecV2 = Codec{}
 // Name is the content subtype, as gRPC's: peers see no difference.
 func (Codec) Name() string { return "proto" }
 
-// Marshal encodes v, a protobuf message, into one buffer of the pool.
+// PiecesMarshaler is a message that encodes itself as pieces, some of which
+// may point into its own fields (raftpb.AppendEntriesRequest); those must
+// not change until gRPC has written them.
+type PiecesMarshaler interface {
+	MarshalPieces() (pieces [][]byte, ok bool)
+}
+
+// Marshal encodes v, a protobuf message, into one buffer of the pool, or
+// into the pieces it gives (PiecesMarshaler).
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("rpcbuf: cannot marshal %T, not a protobuf message", v)
+	}
+	if p, ok := v.(PiecesMarshaler); ok {
+		if pieces, ok := p.MarshalPieces(); ok {
+			bs := make(mem.BufferSlice, len(pieces))
+			for i, q := range pieces {
+				bs[i] = mem.SliceBuffer(q)
+			}
+			return bs, nil
+		}
 	}
 	size := proto.Size(m)
 	// Safe after Size, and only so: it reuses the size Size cached.
