@@ -50,7 +50,7 @@ func benchCmd(args []string) error {
 	fs.IntVar(&c.serverPid, "server-pid", 0, "pid of a server on this machine whose CPU per message to report (Linux)")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (to see what the client costs)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: quorumbus bench [flags]\n\nDrives an AMQP 1.0 endpoint with pipelined sends and/or peek-lock receives,\nthen prints msgs/s, MB/s and latency percentiles (a progress line each second).\n\n")
+		fmt.Fprintf(fs.Output(), "usage: quorumbus bench [flags]\n\nDrives an AMQP 1.0 endpoint with pipelined sends and/or peek-lock receives,\nthen prints msgs/s, MB/s, latency percentiles (of sends; with -mode both also\nfrom send to receive) and CPU per message (a progress line each second).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -77,7 +77,8 @@ func benchCmd(args []string) error {
 // so that measuring costs no lock per message.
 type benchStats struct {
 	mu       sync.Mutex
-	lat      []time.Duration
+	lat      []time.Duration // send: until the broker accepted
+	e2e      []time.Duration // both: from send to receive (sentAtProperty)
 	sent     atomic.Int64
 	received atomic.Int64
 	errors   atomic.Int64
@@ -95,6 +96,18 @@ func (s *benchStats) merge(l []time.Duration) {
 	s.lat = append(s.lat, l...)
 	s.mu.Unlock()
 }
+
+func (s *benchStats) mergeE2E(l []time.Duration) {
+	s.mu.Lock()
+	s.e2e = append(s.e2e, l...)
+	s.mu.Unlock()
+}
+
+// sentAtProperty is the application property in which senders of a run
+// that also receives put the time of sending (Unix nanoseconds), so that
+// receivers measure the latency from send to receive. Senders and
+// receivers share this process's clock.
+const sentAtProperty = "quorumbus-bench-sent-at"
 
 func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	if c.duration > 0 {
@@ -144,7 +157,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					errc <- benchSend(ctx, snd, payload, n, c.window, &st)
+					errc <- benchSend(ctx, snd, payload, n, c.window, c.mode == "both", &st)
 				}()
 			}
 		}
@@ -168,7 +181,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					errc <- benchReceive(ctx, rcv, c.count, c.credit, c.receiveMode != "receiveanddelete", &st)
+					errc <- benchReceive(ctx, rcv, c.count, c.credit, c.receiveMode != "receiveanddelete", c.mode == "both", &st)
 				}()
 			}
 		}
@@ -215,7 +228,7 @@ func btoi(b bool) int {
 }
 
 // benchSend keeps `window` sends in flight on one link.
-func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, window int, st *benchStats) error {
+func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, window int, stamp bool, st *benchStats) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, window)
@@ -227,7 +240,11 @@ func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, windo
 			defer func() { st.merge(lat) }()
 			for n == 0 || next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				if err := snd.Send(ctx, goamqp.NewMessage(payload), nil); err != nil {
+				m := goamqp.NewMessage(payload)
+				if stamp {
+					m.ApplicationProperties = map[string]any{sentAtProperty: t0.UnixNano()}
+				}
+				if err := snd.Send(ctx, m, nil); err != nil {
 					if ctx.Err() != nil {
 						return
 					}
@@ -251,7 +268,7 @@ func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, windo
 // peek-lock, completes them from
 // a pool of goroutines, as a consumer with prefetch does: completing one at
 // a time would measure one round trip per message, not the broker.
-func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n, credit int, complete bool, st *benchStats) error {
+func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n, credit int, complete, measure bool, st *benchStats) error {
 	var wg sync.WaitGroup
 	msgs := make(chan *goamqp.Message, credit)
 	errc := make(chan error, 1)
@@ -291,6 +308,8 @@ func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n, credit int, comp
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
+	var e2e []time.Duration
+	defer func() { st.mergeE2E(e2e) }()
 	for n == 0 || st.received.Load()+int64(len(msgs)) < int64(n) {
 		m, err := rcv.Receive(rctx, nil)
 		if err != nil {
@@ -298,6 +317,9 @@ func benchReceive(ctx context.Context, rcv *goamqp.Receiver, n, credit int, comp
 				fail(err)
 			}
 			break
+		}
+		if at, ok := m.ApplicationProperties[sentAtProperty].(int64); ok && measure {
+			e2e = append(e2e, time.Since(time.Unix(0, at)))
 		}
 		if complete {
 			msgs <- m
@@ -326,10 +348,16 @@ func report(out io.Writer, c benchConfig, st *benchStats, elapsed time.Duration)
 	if r > 0 {
 		fmt.Fprintf(out, "receive: %8.0f msgs/s  %7.2f MB/s\n", float64(r)/secs, float64(r)*float64(c.size)/secs/1e6)
 	}
-	if len(st.lat) > 0 {
-		slices.Sort(st.lat)
-		q := func(p float64) time.Duration { return st.lat[int(p*float64(len(st.lat)-1))] }
-		fmt.Fprintf(out, "send latency: p50 %v  p99 %v  p999 %v  max %v\n",
-			q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(0.999).Round(time.Microsecond), st.lat[len(st.lat)-1].Round(time.Microsecond))
+	printLatency(out, "send latency", st.lat)
+	printLatency(out, "end-to-end latency", st.e2e)
+}
+
+// printLatency prints the percentiles of lat, sorting it, if it has any.
+func printLatency(out io.Writer, what string, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
 	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))].Round(time.Microsecond) }
+	fmt.Fprintf(out, "%s: p50 %v  p99 %v  p999 %v  max %v\n", what, q(0.5), q(0.99), q(0.999), q(1))
 }
