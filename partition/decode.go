@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/wire"
 )
 
 // Decoding an entry without copying its message bodies.
@@ -30,24 +31,24 @@ import (
 // false if p is not in the shape it decodes.
 func aliasBatch(p []byte) (b *partitionpb.Batch, ok bool) {
 	b = new(partitionpb.Batch)
-	var seen fieldSet
+	var seen wire.Set
 	for len(p) > 0 {
-		f, rest, ok := nextField(p)
+		f, rest, ok := wire.Next(p)
 		if !ok {
 			return nil, false
 		}
 		p = rest
 		switch {
-		case f.num == 1 && f.typ == protowire.VarintType && seen.first(1):
-			b.NowMs = int64(f.v)
-		case f.num == 2 && f.typ == protowire.BytesType:
-			c, ok := aliasCommand(f.b)
+		case f.Num == 1 && f.Typ == protowire.VarintType && seen.First(1):
+			b.NowMs = int64(f.V)
+		case f.Num == 2 && f.Typ == protowire.BytesType:
+			c, ok := aliasCommand(f.B)
 			if !ok {
 				return nil, false
 			}
 			b.Commands = append(b.Commands, c)
-		case f.num == 3 && f.typ == protowire.BytesType && seen.first(3) && utf8.Valid(f.b):
-			b.Proposer = string(f.b)
+		case f.Num == 3 && f.Typ == protowire.BytesType && seen.First(3) && utf8.Valid(f.B):
+			b.Proposer = string(f.B)
 		default:
 			return nil, false
 		}
@@ -60,18 +61,18 @@ func aliasBatch(p []byte) (b *partitionpb.Batch, ok bool) {
 func aliasCommand(p []byte) (*partitionpb.Command, bool) {
 	var enqueue, requestID []byte
 	for q := p; len(q) > 0; {
-		f, rest, ok := nextField(q)
+		f, rest, ok := wire.Next(q)
 		if !ok {
 			return nil, false
 		}
 		q = rest
 		switch {
-		case f.typ != protowire.BytesType:
+		case f.Typ != protowire.BytesType:
 			return protoCommand(p)
-		case f.num == 3 && enqueue == nil: // Command.enqueue
-			enqueue = f.b
-		case f.num == 12 && requestID == nil: // Command.request_id
-			requestID = f.b
+		case f.Num == 3 && enqueue == nil: // Command.enqueue
+			enqueue = f.B
+		case f.Num == 12 && requestID == nil: // Command.request_id
+			requestID = f.B
 		default:
 			return protoCommand(p)
 		}
@@ -96,20 +97,20 @@ func protoCommand(p []byte) (*partitionpb.Command, bool) {
 
 func aliasEnqueue(p []byte) (*partitionpb.Enqueue, bool) {
 	e := new(partitionpb.Enqueue)
-	var seen fieldSet
+	var seen wire.Set
 	for len(p) > 0 {
-		f, rest, ok := nextField(p)
+		f, rest, ok := wire.Next(p)
 		if !ok {
 			return nil, false
 		}
 		p = rest
 		switch {
-		case f.num == 1 && f.typ == protowire.VarintType && seen.first(1):
-			e.EntityId = f.v
-		case f.num == 2 && f.typ == protowire.VarintType && seen.first(2):
-			e.Partition = uint32(f.v) // as proto truncates a uint32
-		case f.num == 3 && f.typ == protowire.BytesType:
-			m, ok := aliasNewMessage(f.b)
+		case f.Num == 1 && f.Typ == protowire.VarintType && seen.First(1):
+			e.EntityId = f.V
+		case f.Num == 2 && f.Typ == protowire.VarintType && seen.First(2):
+			e.Partition = uint32(f.V) // as proto truncates a uint32
+		case f.Num == 3 && f.Typ == protowire.BytesType:
+			m, ok := aliasNewMessage(f.B)
 			if !ok {
 				return nil, false
 			}
@@ -123,83 +124,34 @@ func aliasEnqueue(p []byte) (*partitionpb.Enqueue, bool) {
 
 func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 	m := new(partitionpb.NewMessage)
-	var seen fieldSet
+	var seen wire.Set
 	for len(p) > 0 {
-		f, rest, ok := nextField(p)
-		if !ok || !seen.first(f.num) {
+		f, rest, ok := wire.Next(p)
+		if !ok || !seen.First(f.Num) {
 			return nil, false
 		}
 		p = rest
-		varint, str := f.typ == protowire.VarintType, f.typ == protowire.BytesType && utf8.Valid(f.b)
+		varint, str := f.Typ == protowire.VarintType, f.Typ == protowire.BytesType && utf8.Valid(f.B)
 		switch {
-		case f.num == 1 && str:
-			m.MessageId = string(f.b)
-		case f.num == 2 && str:
-			m.SessionId = string(f.b)
-		case f.num == 3 && str:
-			m.PartitionKey = string(f.b)
-		case f.num == 4 && varint:
-			m.TtlMs = int64(f.v)
-		case f.num == 5 && varint:
-			m.ScheduledEnqueueTimeMs = int64(f.v)
-		case f.num == 6 && f.typ == protowire.BytesType:
-			m.Header = f.b
-		case f.num == 7 && f.typ == protowire.BytesType:
-			m.Annotations = f.b
-		case f.num == 8 && f.typ == protowire.BytesType:
-			m.Bare = f.b
+		case f.Num == 1 && str:
+			m.MessageId = string(f.B)
+		case f.Num == 2 && str:
+			m.SessionId = string(f.B)
+		case f.Num == 3 && str:
+			m.PartitionKey = string(f.B)
+		case f.Num == 4 && varint:
+			m.TtlMs = int64(f.V)
+		case f.Num == 5 && varint:
+			m.ScheduledEnqueueTimeMs = int64(f.V)
+		case f.Num == 6 && f.Typ == protowire.BytesType:
+			m.Header = f.B
+		case f.Num == 7 && f.Typ == protowire.BytesType:
+			m.Annotations = f.B
+		case f.Num == 8 && f.Typ == protowire.BytesType:
+			m.Bare = f.B
 		default:
 			return nil, false
 		}
 	}
 	return m, true
-}
-
-// field is one varint or length-delimited field; b points into the entry,
-// capped so that an append cannot write into it.
-type field struct {
-	num protowire.Number
-	typ protowire.Type
-	v   uint64
-	b   []byte
-}
-
-// nextField consumes the field at the start of p. ok is false for a
-// malformed field and for the wire types no message here uses.
-func nextField(p []byte) (f field, rest []byte, ok bool) {
-	num, typ, n := protowire.ConsumeTag(p)
-	if n < 0 {
-		return f, nil, false
-	}
-	p = p[n:]
-	f.num, f.typ = num, typ
-	switch typ {
-	case protowire.VarintType:
-		f.v, n = protowire.ConsumeVarint(p)
-	case protowire.BytesType:
-		f.b, n = protowire.ConsumeBytes(p)
-		f.b = f.b[:len(f.b):len(f.b)]
-	default:
-		return f, nil, false
-	}
-	if n < 0 {
-		return f, nil, false
-	}
-	return f, p[n:], true
-}
-
-// fieldSet records which of the field numbers 1-63 a message has shown.
-type fieldSet uint64
-
-// first reports whether num is seen for the first time, and records it.
-func (s *fieldSet) first(num protowire.Number) bool {
-	if num < 1 || num > 63 {
-		return false
-	}
-	bit := fieldSet(1) << num
-	if *s&bit != 0 {
-		return false
-	}
-	*s |= bit
-	return true
 }

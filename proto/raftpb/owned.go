@@ -3,6 +3,8 @@ package raftpb
 import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/proto/wire"
 )
 
 // UnmarshalOwned decodes an AppendEntriesRequest from b, which the caller
@@ -43,98 +45,68 @@ func (m *AppendEntriesRequest) aliasDecode(b []byte) bool {
 		m.Entries = make([]*Log, 0, n)
 	}
 	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return false
-		}
-		b = b[l:]
-		var ok bool
-		switch {
-		case typ == protowire.VarintType && num != 2 && num != 4 && num != 7:
-			var v uint64
-			if v, l = protowire.ConsumeVarint(b); l < 0 {
-				return false
-			}
-			ok = true
-			switch num {
-			case 1:
-				m.GroupId = v
-			case 3:
-				m.Term = v
-			case 5:
-				m.PrevLogEntry = v
-			case 6:
-				m.PrevLogTerm = v
-			case 8:
-				m.LeaderCommitIndex = v
-			default:
-				ok = false
-			}
-		case typ == protowire.BytesType && (num == 2 || num == 4 || num == 7):
-			var v []byte
-			if v, l = protowire.ConsumeBytes(b); l < 0 {
-				return false
-			}
-			switch num {
-			case 2:
-				if m.Header == nil {
-					m.Header = &Header{}
-				}
-				// A repeated message field merges; proto.Merge keeps that.
-				ok = proto.UnmarshalOptions{Merge: true}.Unmarshal(v, m.Header) == nil
-			case 4:
-				m.Leader = v
-				ok = true
-			case 7:
-				logs = append(logs, Log{})
-				e := &logs[len(logs)-1]
-				ok = e.aliasDecode(v)
-				m.Entries = append(m.Entries, e)
-			}
-		}
+		f, rest, ok := wire.Next(b)
 		if !ok {
 			return false
 		}
-		b = b[l:]
+		b = rest
+		varint, bytes := f.Typ == protowire.VarintType, f.Typ == protowire.BytesType
+		switch {
+		case f.Num == 1 && varint:
+			m.GroupId = f.V
+		case f.Num == 2 && bytes:
+			if m.Header == nil {
+				m.Header = &Header{}
+			}
+			// A repeated message field merges; proto.Merge keeps that.
+			if (proto.UnmarshalOptions{Merge: true}).Unmarshal(f.B, m.Header) != nil {
+				return false
+			}
+		case f.Num == 3 && varint:
+			m.Term = f.V
+		case f.Num == 4 && bytes:
+			m.Leader = f.B
+		case f.Num == 5 && varint:
+			m.PrevLogEntry = f.V
+		case f.Num == 6 && varint:
+			m.PrevLogTerm = f.V
+		case f.Num == 7 && bytes:
+			logs = append(logs, Log{})
+			e := &logs[len(logs)-1]
+			if !e.aliasDecode(f.B) {
+				return false
+			}
+			m.Entries = append(m.Entries, e)
+		case f.Num == 8 && varint:
+			m.LeaderCommitIndex = f.V
+		default:
+			return false
+		}
 	}
 	return true
 }
 
 func (e *Log) aliasDecode(b []byte) bool {
 	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
+		f, rest, ok := wire.Next(b)
+		if !ok {
 			return false
 		}
-		b = b[l:]
+		b = rest
+		varint, bytes := f.Typ == protowire.VarintType, f.Typ == protowire.BytesType
 		switch {
-		case typ == protowire.VarintType && (num == 1 || num == 2 || num == 3 || num == 6):
-			v, l := protowire.ConsumeVarint(b)
-			if l < 0 {
-				return false
-			}
-			switch num {
-			case 1:
-				e.Index = v
-			case 2:
-				e.Term = v
-			case 3:
-				e.Type = uint32(v)
-			case 6:
-				e.AppendedAtUnixNano = int64(v)
-			}
-			b = b[l:]
-		case typ == protowire.BytesType && (num == 4 || num == 5):
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return false
-			}
-			if num == 4 {
-				e.Data = v
-			} else {
-				e.Extensions = v
-			}
-			b = b[l:]
+		case f.Num == 1 && varint:
+			e.Index = f.V
+		case f.Num == 2 && varint:
+			e.Term = f.V
+		case f.Num == 3 && varint:
+			e.Type = uint32(f.V) // as proto truncates a uint32
+		case f.Num == 4 && bytes:
+			e.Data = f.B
+		case f.Num == 5 && bytes:
+			e.Extensions = f.B
+		case f.Num == 6 && varint:
+			e.AppendedAtUnixNano = int64(f.V)
 		default:
 			return false
 		}
