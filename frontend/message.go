@@ -143,9 +143,6 @@ var messageIDs struct {
 
 func init() {
 	rand.Read(messageIDs.prefix[:]) // never fails (crypto/rand)
-	var start [8]byte
-	rand.Read(start[:])
-	messageIDs.n.Store(binary.BigEndian.Uint64(start[:]))
 }
 
 func newMessageID() string {
