@@ -506,6 +506,22 @@ func fastElections(_ int, cfg *node.Config) {
 	cfg.ElectionTimeout = 500 * time.Millisecond
 }
 
+// makeLeader hands the leadership of group to node i. A loaded machine may
+// have held an election since the test last looked (a leader steps down
+// when a heartbeat round outlasts its lease), so the transfer starts from
+// whichever node leads now.
+func makeLeader(t *testing.T, c *nodetest.Cluster, i int) {
+	t.Helper()
+	if from := c.Leader(group); from != i {
+		if err := c.Node(from).TransferLeadership(group, c.Peers()[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if now := c.Leader(group); now != i {
+		t.Fatalf("n%d leads, want n%d", now, i)
+	}
+}
+
 // TestSnapshotCatchUp restarts a follower after the leader has compacted
 // its log past the follower's end: the follower can only catch up through
 // InstallSnapshot, which streams the leader's message store over the mux.
@@ -556,12 +572,7 @@ func TestSnapshotCatchUp(t *testing.T) {
 	c.Restart(lagging)
 	waitCaughtUpBySnapshot(c, leader, lagging, before.LastIndex)
 
-	if err := c.Node(leader).TransferLeadership(group, c.Peers()[lagging]); err != nil {
-		t.Fatal(err)
-	}
-	if now := c.Leader(group); now != lagging {
-		t.Fatalf("n%d leads, want n%d", now, lagging)
-	}
+	makeLeader(t, c, lagging)
 	st := stats(t, cl)
 	// Locked messages count as active, as in Service Bus.
 	if st.ActiveMessages != uint64(len(sent)) || st.LockedMessages != uint64(len(locked)) {
@@ -644,12 +655,7 @@ func TestRestoreWhenStoreBehindSnapshot(t *testing.T) {
 		got, err2 := c.Node(lagging).Group(group)
 		return err1 == nil && err2 == nil && got.AppliedIndex == want.AppliedIndex
 	})
-	if err := c.Node(leader).TransferLeadership(group, c.Peers()[lagging]); err != nil {
-		t.Fatal(err)
-	}
-	if now := c.Leader(group); now != lagging {
-		t.Fatalf("n%d leads, want n%d", now, lagging)
-	}
+	makeLeader(t, c, lagging)
 	if st := stats(t, cl); st.ActiveMessages != uint64(len(sent)) {
 		t.Fatalf("the node that restarted behind its snapshot holds %d messages, want %d", st.ActiveMessages, len(sent))
 	}
