@@ -65,17 +65,18 @@ type applier struct {
 	entities     map[ekey]*entity // the machine's, changed in place
 	b            *pebble.Batch
 	now          int64
-	dirty        map[ekey]bool  // entity records to write (or delete)
-	locks        map[ekey]bool  // entities whose locks changed
-	scheds       map[ekey]bool  // entities whose scheduled index changed
-	exps         map[ekey]bool  // entities whose expiry index changed
-	notify       bool           // a message became available, or an entity went
-	replica      string         // this replica's name (Options.Replica)
-	bodies       bool           // results carry message bodies: this replica answers the batch
-	keyBuf       []byte         // seqKey's buffer
-	reqFloor     *int64         // the machine's: no request result is older (requests.go)
-	reqFilter    *requestFilter // the machine's: ids recorded since it loaded
-	lockedStates *lockedStates  // the machine's: state records of locked messages (lockcache.go)
+	dirty        map[ekey]bool       // entity records to write (or delete)
+	locks        map[ekey]bool       // entities whose locks changed
+	scheds       map[ekey]bool       // entities whose scheduled index changed
+	exps         map[ekey]bool       // entities whose expiry index changed
+	notify       bool                // a message became available, or an entity went
+	replica      string              // this replica's name (Options.Replica)
+	bodies       bool                // results carry message bodies: this replica answers the batch
+	keyBuf       []byte              // seqKey's buffer
+	reqFloor     *int64              // the machine's: no request result is older (requests.go)
+	reqFilter    *requestFilter      // the machine's: ids recorded since it loaded
+	lockedStates *lockedStates       // the machine's: state records of locked messages (lockcache.go)
+	grants       map[grantKey]*grant // lock grants read or changed (grants.go)
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader
@@ -309,6 +310,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 		return nil, err
 	}
 	a.lockedStates.reset()
+	a.dropGrants(e.key)
 	delete(a.entities, e.key)
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
@@ -541,25 +543,6 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	return r, nil
 }
 
-// indexed reads the message an index entry under the iterator points to.
-func (a *applier) indexed(e *entity, sub partitionpb.SubQueue, it *pebble.Iterator, parse func([]byte) (uint64, bool)) (*partitionpb.StoredMessage, error) {
-	if _, err := iterValue(it); err != nil {
-		return nil, err
-	}
-	seq, ok := parse(it.Key())
-	if !ok {
-		return nil, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
-	}
-	m, err := getState(a.b, messageKey(e.key, sub, seq))
-	if err != nil {
-		return nil, err
-	}
-	if m == nil {
-		return nil, fmt.Errorf("%w: index key %x names no message", ErrCorrupt, it.Key())
-	}
-	return m, nil
-}
-
 // lockedMessages returns the messages the tokens lock, each once, or
 // ErrLockLost if any token does not name a current lock in the sub-queue.
 func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte) ([]*partitionpb.StoredMessage, error) {
@@ -721,6 +704,10 @@ func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, er
 // Each counts a delivery; the message is available again at its place in
 // sequence order, or dead-lettered at max_delivery_count.
 func (a *applier) expireLocks() (*partitionpb.Result, error) {
+	// The scan reads grants from the batch: it must hold this Apply's.
+	if err := a.flushGrants(); err != nil {
+		return nil, err
+	}
 	budget := maxExpiredLocks
 	for _, k := range sortedKeys(a.entities) {
 		if budget == 0 {
@@ -746,32 +733,56 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("partition: iterator: %w", err)
 		}
+		// The iterator sees the grants as flushed; expiring a lock clears
+		// its bit in the applier's copy, and each message is in one grant.
 		for valid := it.First(); valid && budget > 0; valid = it.Next() {
-			until, sub, seq, ok := parseLockKey(it.Key())
+			until, sub, base, ok := parseLockKey(it.Key())
 			if !ok {
-				return nil, closeIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
+				return nil, closeIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
 			}
 			if until > a.now {
 				break
 			}
-			m, err := a.indexed(e, sub, it, func([]byte) (uint64, bool) { return seq, true })
+			p, err := iterValue(it)
 			if err != nil {
 				return nil, closeIter(it, err)
 			}
-			old := slotOf(m)
-			if !old.locked || old.until != until {
-				return nil, closeIter(it, fmt.Errorf("%w: %s: message %d is indexed locked until %d but is not", ErrCorrupt, k, seq, until))
-			}
-			unlock(m)
-			countDelivery(e, m)
-			if err := a.update(e, old, m); err != nil {
+			g, err := decodeGrant(it.Key(), p)
+			if err != nil {
 				return nil, closeIter(it, err)
 			}
-			budget--
+			for _, seq := range g.seqs(base) {
+				if budget == 0 {
+					break
+				}
+				if err := a.expireLock(e, until, sub, seq); err != nil {
+					return nil, closeIter(it, err)
+				}
+				budget--
+			}
 		}
 		if err := closeIter(it, it.Error()); err != nil {
 			return nil, err
 		}
 	}
 	return okResult(), nil
+}
+
+// expireLock ends the lock of message seq, which its grant says is locked
+// until `until`.
+func (a *applier) expireLock(e *entity, until int64, sub partitionpb.SubQueue, seq uint64) error {
+	m, err := getState(a.b, messageKey(e.key, sub, seq))
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return fmt.Errorf("%w: %s: lock grant names message %d, which is not there", ErrCorrupt, e.key, seq)
+	}
+	old := slotOf(m)
+	if !old.locked || old.until != until {
+		return fmt.Errorf("%w: %s: message %d is in a lock grant until %d but is not locked until then", ErrCorrupt, e.key, seq, until)
+	}
+	unlock(m)
+	countDelivery(e, m)
+	return a.update(e, old, m)
 }

@@ -22,7 +22,7 @@ var (
 // the machine refuses further work; the caller stops the group (fail-stop)
 // and reopens it, which replays the Raft log tail.
 var (
-	ErrCorrupt        = errors.New("partition: checksum mismatch")
+	ErrCorrupt        = errors.New("partition: store corrupt") // a checksum mismatch, or records that disagree
 	ErrUnknownFormat  = errors.New("partition: unknown batch format")
 	ErrMalformed      = errors.New("partition: malformed batch")
 	ErrUnknownCommand = errors.New("partition: unknown command")

@@ -123,9 +123,9 @@ func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
 	}
 }
 
-// CheckIndexes checks that the body records and the available, scheduled
-// and expiry indexes of an entity partition hold exactly what its messages
-// call for (fresh messages have no available entry).
+// CheckIndexes checks that the body records, the available, scheduled and
+// expiry indexes and the lock grants of an entity partition hold exactly
+// what its messages call for (fresh messages have no available entry).
 func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -135,6 +135,7 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 		return fmt.Errorf("%s: no such entity", k)
 	}
 	want := map[string]bool{}
+	grants := map[grantKey]*grant{}
 	for _, sub := range []partitionpb.SubQueue{partitionpb.SubQueue_SUB_QUEUE_MAIN, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER} {
 		it, err := prefixIter(m.db, subPrefix(k, kindMessage, sub))
 		if err != nil {
@@ -160,6 +161,16 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			if s.expiring() {
 				want[string(expiryKey(k, s.exp, s.seq))] = true
 			}
+			if s.locked {
+				gk := grantKeyOf(k, s.until, s.sub, s.seq)
+				g := grants[gk]
+				if g == nil {
+					g = &grant{}
+					grants[gk] = g
+				}
+				i := s.seq - gk.base
+				g.bits[i/64] |= 1 << (i % 64)
+			}
 		}
 		if err := closeIter(it, it.Error()); err != nil {
 			return err
@@ -184,6 +195,33 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	}
 	for key := range want {
 		return fmt.Errorf("%s: missing index entry %x", k, key)
+	}
+	// Each lock grant holds exactly the locks it names.
+	it, err := prefixIter(m.db, kindPrefix(k, kindLock))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		p, err := iterValue(it)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		got, err := decodeGrant(it.Key(), p)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		until, sub, base, ok := parseLockKey(it.Key())
+		gk := grantKey{k, until, sub, base}
+		if g := grants[gk]; !ok || g == nil || g.bits != got.bits {
+			return closeIter(it, fmt.Errorf("%s: lock grant %x holds %v, the messages call for %v", k, it.Key(), got.seqs(base), g))
+		}
+		delete(grants, gk)
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	for gk, g := range grants {
+		return fmt.Errorf("%s: missing lock grant %x for %v", k, gk.key(), g.seqs(gk.base))
 	}
 	return nil
 }
@@ -310,4 +348,61 @@ func BodyPlaces(m *Machine) (inStore, inLog int, err error) {
 		}
 	}
 	return inStore, inLog, nil
+}
+
+// DowngradeLockIndex rewrites the store's lock grants as the lock index of
+// formatLockEntries, an entry per locked message, and sets that format
+// version: a store as the release before grants left it.
+func DowngradeLockIndex(m *Machine) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.db.NewBatch()
+	defer b.Close()
+	for k := range m.entities {
+		it, err := prefixIter(m.db, kindPrefix(k, kindLock))
+		if err != nil {
+			return err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			p, err := iterValue(it)
+			if err != nil {
+				return closeIter(it, err)
+			}
+			g, err := decodeGrant(it.Key(), p)
+			if err != nil {
+				return closeIter(it, err)
+			}
+			until, sub, base, _ := parseLockKey(it.Key())
+			if err := b.Delete(it.Key(), nil); err != nil {
+				return closeIter(it, err)
+			}
+			for _, seq := range g.seqs(base) {
+				if err := setSealed(b, lockKey(k, until, sub, seq), nil); err != nil {
+					return closeIter(it, err)
+				}
+			}
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return err
+		}
+	}
+	if err := b.Set(keyFormat, seal(keyFormat, binary.BigEndian.AppendUint64(nil, formatLockEntries)), nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// LockGrants counts the lock grant records of an entity partition.
+func LockGrants(m *Machine, id uint64, part uint32) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	it, err := prefixIter(m.db, kindPrefix(ekey{id, part}, kindLock))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		n++
+	}
+	return n, closeIter(it, it.Error())
 }

@@ -15,7 +15,7 @@ import (
 //	0x01 eid(8) part(4)                          entity record (config and counters)
 //	0x02 eid(8) part(4) 0x01 sub(1) seq(8)       message state: all but the sections, with their size
 //	0x02 eid(8) part(4) 0x02 sub(1) seq(8)       available: active, unlocked (Lock's order)
-//	0x02 eid(8) part(4) 0x03 until(8) sub(1) seq(8)  lock, by locked_until_ms
+//	0x02 eid(8) part(4) 0x03 until(8) sub(1) base(8) lock grant: locks ending at until of base..base+1023 (grants.go)
 //	0x02 eid(8) part(4) 0x04 at(8) seq(8)        scheduled, by scheduled_enqueue_time_ms
 //	0x02 eid(8) part(4) 0x05 at(8) seq(8)        expiry: unlocked, unscheduled main messages with a TTL, by expires_at_ms
 //	0x02 eid(8) part(4) 0x06 message_id          dedup: first sent at(8), its sequence number(8)
@@ -57,8 +57,13 @@ var (
 	keyFormat  = []byte("\x00format")
 )
 
-// storeFormat is the layout version above; Open refuses any other.
-const storeFormat = 2
+// storeFormat is the layout version above. Open upgrades a store of
+// formatLockEntries, which had a lock index entry per locked message
+// (grants.go), and refuses any other.
+const (
+	storeFormat       = 3
+	formatLockEntries = 2
+)
 
 // ekey names an entity partition.
 type ekey struct {
@@ -127,10 +132,12 @@ func availableKey(k ekey, sub partitionpb.SubQueue, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(subPrefix(k, kindAvailable, sub), seq)
 }
 
-func lockKey(k ekey, until int64, sub partitionpb.SubQueue, seq uint64) []byte {
+// lockKey is the key of a lock grant (grants.go); base is the first
+// sequence number it covers.
+func lockKey(k ekey, until int64, sub partitionpb.SubQueue, base uint64) []byte {
 	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindLock), timeBits(until))
 	b = append(b, byte(sub))
-	return binary.BigEndian.AppendUint64(b, seq)
+	return binary.BigEndian.AppendUint64(b, base)
 }
 
 func scheduledKey(k ekey, at int64, seq uint64) []byte {
@@ -177,16 +184,16 @@ func parseAvailableKey(b []byte) (uint64, bool) {
 	return binary.BigEndian.Uint64(b[kindPrefixLen+1:]), true
 }
 
-// parseLockKey returns the locked-until time, sub-queue and sequence number
-// of a lock key.
-func parseLockKey(b []byte) (until int64, sub partitionpb.SubQueue, seq uint64, ok bool) {
+// parseLockKey returns the locked-until time, sub-queue and first sequence
+// number of a lock grant's key.
+func parseLockKey(b []byte) (until int64, sub partitionpb.SubQueue, base uint64, ok bool) {
 	if len(b) != kindPrefixLen+8+1+8 || b[kindPrefixLen-1] != kindLock {
 		return 0, 0, 0, false
 	}
 	until = timeFromBits(binary.BigEndian.Uint64(b[kindPrefixLen:]))
 	sub = partitionpb.SubQueue(b[kindPrefixLen+8])
-	seq = binary.BigEndian.Uint64(b[kindPrefixLen+9:])
-	return until, sub, seq, true
+	base = binary.BigEndian.Uint64(b[kindPrefixLen+9:])
+	return until, sub, base, true
 }
 
 func timeBits(t int64) uint64     { return uint64(t) ^ 1<<63 }

@@ -196,6 +196,9 @@ func checkFormat(db *pebble.DB) error {
 		return err
 	}
 	if found {
+		if len(p) == 8 && binary.BigEndian.Uint64(p) == formatLockEntries {
+			return upgradeLockIndex(db)
+		}
 		if len(p) != 8 || binary.BigEndian.Uint64(p) != storeFormat {
 			return fmt.Errorf("%w: store format %x, want %d", ErrCorrupt, p, storeFormat)
 		}
@@ -395,6 +398,9 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	}
 	if applied == m.applied {
 		return results, nil
+	}
+	if err := a.flushGrants(); err != nil {
+		return nil, m.fail(err)
 	}
 	for _, k := range sortedKeys(a.dirty) {
 		var err error

@@ -162,10 +162,9 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 		}
 	}
 	if s.locked {
-		keys = append(keys, lockKey(e.key, s.until, s.sub, s.seq))
 		a.locks[e.key] = true
-		if set {
-			e.lowerLockFloor(keys[len(keys)-1])
+		if err := a.markLock(e, s, set); err != nil {
+			return err
 		}
 	}
 	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
