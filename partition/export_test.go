@@ -406,3 +406,6 @@ func LockGrants(m *Machine, id uint64, part uint32) (int, error) {
 	}
 	return n, closeIter(it, it.Error())
 }
+
+// NewMessageSections is newMessageSections, for FuzzNewMessageSections.
+var NewMessageSections = newMessageSections

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/partition"
@@ -143,4 +144,73 @@ func FuzzSnapshotStream(f *testing.F) {
 			t.Fatalf("ReadSnapshot: %v, want ErrBadSnapshot", err)
 		}
 	})
+}
+
+// FuzzNewMessageSections holds the walker that reads a body's sections out
+// of a Raft entry to protobuf's decoder: what it accepts, protobuf decodes
+// to the same sections (it may accept what protobuf refuses for fields it
+// does not read, such as a message id that is not UTF-8: the bytes come
+// from an entry whose checksum holds).
+func FuzzNewMessageSections(f *testing.F) {
+	for _, m := range []*partitionpb.NewMessage{
+		{},
+		pt.Msg("hello"),
+		{MessageId: "id", SessionId: "s", PartitionKey: "k", TtlMs: 5, ScheduledEnqueueTimeMs: -9,
+			Header: []byte{0x00, 0x53, 0x70}, Annotations: []byte{1}, Bare: []byte{2, 3}},
+		{Header: []byte{}, Bare: bytes.Repeat([]byte{7}, 300)},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x42, 0x01, 0x05, 0x42, 0x00})                   // bare twice: the last wins
+	f.Add([]byte{0x30, 0x01})                                     // header as a varint
+	f.Add([]byte{0x4d, 0x01, 0x02, 0x03, 0x04})                   // bare as fixed32
+	f.Add([]byte{0x9a, 0x01, 0x02, 0x08, 0x01, 0x42, 0x01, 0x09}) // unknown field 19
+	f.Fuzz(func(t *testing.T, p []byte) {
+		h, an, bare, ok := partition.NewMessageSections(p)
+		var nm partitionpb.NewMessage
+		err := proto.Unmarshal(p, &nm)
+		if !ok {
+			return
+		}
+		if err != nil && !errors.Is(err, proto.Error) {
+			t.Fatalf("walker took %x, protobuf failed otherwise: %v", p, err)
+		}
+		if err != nil {
+			// Only a field the walker skips may be what protobuf refused.
+			nm.Reset()
+			if perr := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(strip(p), &nm); perr != nil {
+				return
+			}
+		}
+		for _, c := range []struct {
+			name      string
+			got, want []byte
+		}{{"header", h, nm.Header}, {"annotations", an, nm.Annotations}, {"bare", bare, nm.Bare}} {
+			if !bytes.Equal(c.got, c.want) || (c.got == nil) != (c.want == nil) {
+				t.Fatalf("%x: %s %x (nil %v), protobuf %x (nil %v)", p, c.name, c.got, c.got == nil, c.want, c.want == nil)
+			}
+		}
+	})
+}
+
+// strip keeps the section fields (6-8) of an encoded NewMessage that the
+// walker accepted.
+func strip(p []byte) []byte {
+	var out []byte
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		m := protowire.ConsumeFieldValue(num, typ, p[n:])
+		if n < 0 || m < 0 {
+			return out
+		}
+		if num >= 6 && num <= 8 {
+			out = append(out, p[:n+m]...)
+		}
+		p = p[n+m:]
+	}
+	return out
 }

@@ -19,7 +19,20 @@ package partition
 // answer the same. It is bounded: past maxLockedStates, locks are read
 // from the store.
 type lockedStates struct {
-	records map[string][]byte // state key -> unsealed state record
+	records map[stateKey][]byte // unsealed state records
+}
+
+// stateKey is a state record's key (keys.go) as a map key: an array, so
+// that no lookup or insert converts it to a string.
+type stateKey [stateKeyLen]byte
+
+const stateKeyLen = kindPrefixLen + 1 + 8
+
+func toStateKey(key []byte) (k stateKey, ok bool) {
+	if len(key) != stateKeyLen {
+		return k, false
+	}
+	return stateKey(key), true
 }
 
 // maxLockedStates bounds the records kept: about 200 bytes each with the
@@ -27,41 +40,43 @@ type lockedStates struct {
 const maxLockedStates = 1 << 16
 
 func newLockedStates() *lockedStates {
-	return &lockedStates{records: make(map[string][]byte)}
+	return &lockedStates{records: make(map[stateKey][]byte)}
 }
 
 // wrote notes that key now holds the state record p of a message, locked
 // or not. p is copied.
 func (c *lockedStates) wrote(key, p []byte, locked bool) {
-	if c == nil {
+	k, ok := toStateKey(key)
+	if c == nil || !ok {
 		return
 	}
 	if !locked {
-		delete(c.records, string(key))
+		delete(c.records, k)
 		return
 	}
-	if v, ok := c.records[string(key)]; ok {
-		c.records[string(key)] = append(v[:0], p...)
+	if v, ok := c.records[k]; ok {
+		c.records[k] = append(v[:0], p...)
 		return
 	}
 	if len(c.records) < maxLockedStates {
-		c.records[string(key)] = append([]byte(nil), p...)
+		c.records[k] = append([]byte(nil), p...)
 	}
 }
 
 // deleted notes that key's state record is gone.
 func (c *lockedStates) deleted(key []byte) {
-	if c != nil {
-		delete(c.records, string(key))
+	if k, ok := toStateKey(key); c != nil && ok {
+		delete(c.records, k)
 	}
 }
 
 // get returns the state record under key, if kept.
 func (c *lockedStates) get(key []byte) ([]byte, bool) {
-	if c == nil {
+	k, ok := toStateKey(key)
+	if c == nil || !ok {
 		return nil, false
 	}
-	p, ok := c.records[string(key)]
+	p, ok := c.records[k]
 	return p, ok
 }
 

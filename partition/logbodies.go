@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/wire"
 )
 
 // Bodies kept in the Raft log.
@@ -153,12 +154,52 @@ func (l *logReader) sections(m *partitionpb.StoredMessage) error {
 	if crc32.Checksum(b, castagnoli) != m.BodyCrc {
 		return fmt.Errorf("%w: message %d: body in Raft entry %d fails its checksum", ErrCorrupt, m.SequenceNumber, m.BodyIndex)
 	}
+	if h, an, bare, ok := newMessageSections(b); ok {
+		m.Header, m.Annotations, m.Bare = h, an, bare
+		return nil
+	}
 	var nm partitionpb.NewMessage
 	if err := proto.Unmarshal(b, &nm); err != nil {
 		return fmt.Errorf("%w: message %d in Raft entry %d: %v", ErrCorrupt, m.SequenceNumber, m.BodyIndex, err)
 	}
 	m.Header, m.Annotations, m.Bare = nm.Header, nm.Annotations, nm.Bare
 	return nil
+}
+
+// newMessageSections returns the header, annotations and bare message of
+// an encoded NewMessage, pointing into p: entries read from the log are
+// never written to, so a body a Lock returns need not be copied out of its
+// entry (the copy and the decoder's allocations were 2% of the dev
+// cluster's CPU when receiving). ok is false for what only protobuf's
+// decoder can judge: a section field of another wire type, or a wire type
+// the walker does not take.
+func newMessageSections(p []byte) (header, annotations, bare []byte, ok bool) {
+	for len(p) > 0 {
+		f, rest, ok := wire.Next(p)
+		if !ok {
+			return nil, nil, nil, false
+		}
+		p = rest
+		switch f.Num {
+		case 6, 7, 8:
+			if f.Typ != protowire.BytesType {
+				return nil, nil, nil, false
+			}
+		}
+		b := f.B
+		if len(b) == 0 {
+			b = nil // as protobuf decodes an empty bytes field
+		}
+		switch f.Num { // the last of a repeated field wins, as in protobuf
+		case 6:
+			header = b
+		case 7:
+			annotations = b
+		case 8:
+			bare = b
+		}
+	}
+	return header, annotations, bare, true
 }
 
 // inlineBodies moves every body that is still in the Raft log into a body
