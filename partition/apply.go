@@ -543,20 +543,39 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	return r, nil
 }
 
+// lockedRecord is a locked message found by its lock token: its slot,
+// and the message itself when the caller changes it rather than removes it.
+type lockedRecord struct {
+	s     slot
+	token [16]byte
+	m     *partitionpb.StoredMessage // nil unless asked for
+}
+
+func recordOf(m *partitionpb.StoredMessage) lockedRecord {
+	r := lockedRecord{s: slotOf(m), m: m}
+	if len(m.LockToken) == len(r.token) {
+		copy(r.token[:], m.LockToken)
+	} else {
+		r.s.locked = false // no token of 16 bytes names it
+	}
+	return r
+}
+
 // lockedMessages returns the messages the tokens lock, each once, or
 // ErrLockLost if any token does not name a current lock in the sub-queue.
-func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte) ([]*partitionpb.StoredMessage, error) {
-	seen := make(map[string]bool, len(tokens))
+// With whole false the records carry only their slots.
+func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte, whole bool) ([]lockedRecord, error) {
+	seen := make(map[[16]byte]bool, len(tokens))
 	named := make([][]byte, 0, len(tokens))
 	seqs := make([]uint64, 0, len(tokens))
 	for _, tok := range tokens {
-		if seen[string(tok)] {
-			continue // the same token twice settles once
-		}
-		seen[string(tok)] = true
 		if len(tok) != 16 {
 			return nil, fmt.Errorf("%w: lock token %x is not 16 bytes", ErrLockLost, tok)
 		}
+		if seen[[16]byte(tok)] {
+			continue // the same token twice settles once
+		}
+		seen[[16]byte(tok)] = true
 		seq := binary.BigEndian.Uint64(tok)
 		if uint32(seq>>seqBits) != e.key.part {
 			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
@@ -564,61 +583,82 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 		named = append(named, tok)
 		seqs = append(seqs, seq)
 	}
-	states, err := a.readStates(e, sub, seqs)
+	found, err := a.readLocked(e, sub, seqs, whole)
 	if err != nil {
 		return nil, err
 	}
-	msgs := make([]*partitionpb.StoredMessage, 0, len(named))
+	out := make([]lockedRecord, 0, len(named))
 	for i, tok := range named {
 		seq := seqs[i]
-		m := states[seq]
+		r, ok := found[seq]
 		switch {
-		case m == nil:
+		case !ok:
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not in %s", ErrLockLost, tok, seq, sub)
-		case !sameToken(m.LockToken, tok):
+		case !r.s.locked || r.token != [16]byte(tok):
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not locked by it", ErrLockLost, tok, seq)
-		case m.LockedUntilMs <= a.now:
-			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, m.LockedUntilMs)
+		case r.s.until <= a.now:
+			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, r.s.until)
 		}
-		msgs = append(msgs, m)
+		out = append(out, r)
 	}
-	return msgs, nil
+	return out, nil
 }
 
-// readStates reads the state records of the given messages of a sub-queue
-// in one forward pass of a cursor (a settle names a few hundred, mostly in
-// order: a point read each costs a walk through every level). Absent
-// messages are left out.
-func (a *applier) readStates(e *entity, sub partitionpb.SubQueue, seqs []uint64) (map[uint64]*partitionpb.StoredMessage, error) {
-	out := make(map[uint64]*partitionpb.StoredMessage, len(seqs))
+// readLocked reads the state records of the given messages of a
+// sub-queue, whole or only their slots, in one forward pass of a cursor (a
+// settle names a few hundred, mostly in order: a point read each costs a
+// walk through every level). Absent messages are left out.
+func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64, whole bool) (map[uint64]lockedRecord, error) {
+	out := make(map[uint64]lockedRecord, len(seqs))
 	if len(seqs) == 0 {
 		return out, nil
+	}
+	decode := func(key, p []byte) (lockedRecord, error) {
+		if whole {
+			m, err := decodeState(key, p)
+			if err != nil {
+				return lockedRecord{}, err
+			}
+			return recordOf(m), nil
+		}
+		s, token, err := stateSlot(p)
+		if err != nil {
+			return lockedRecord{}, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
+		}
+		r := lockedRecord{s: s}
+		if len(token) == len(r.token) {
+			copy(r.token[:], token)
+		} else {
+			r.s.locked = false
+		}
+		return r, nil
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(seqs)))
 	var cur *messageCursor // made at the first record not kept in memory
 	for _, seq := range sorted {
 		key := a.seqKey(e, kindMessage, sub, seq)
-		if p, ok := a.lockedStates.get(key); ok {
-			m, err := decodeState(key, p)
-			if err != nil {
+		p, ok := a.lockedStates.get(key)
+		if !ok {
+			if cur == nil {
+				var err error
+				if cur, err = a.newMessageCursor(e, sub, seq, false); err != nil {
+					return nil, err
+				}
+			}
+			var err error
+			if p, err = cur.record(seq); err != nil {
 				return nil, cur.close(err)
 			}
-			out[seq] = m
-			continue
-		}
-		if cur == nil {
-			var err error
-			if cur, err = a.newMessageCursor(e, sub, seq, false); err != nil {
-				return nil, err
+			if p == nil {
+				continue
 			}
+			key = cur.key
 		}
-		m, err := cur.lookup(seq)
+		r, err := decode(key, p)
 		if err != nil {
 			return nil, cur.close(err)
 		}
-		if m != nil {
-			out[seq] = m
-		}
+		out[seq] = r
 	}
 	return out, cur.close(nil)
 }
@@ -642,13 +682,14 @@ func (a *applier) settle(c *partitionpb.Settle) (*partitionpb.Result, error) {
 	default:
 		return nil, fmt.Errorf("%w: disposition %d", ErrInvalid, c.Disposition)
 	}
-	msgs, err := a.lockedMessages(e, c.SubQueue, c.LockTokens)
+	complete := c.Disposition == partitionpb.Disposition_DISPOSITION_COMPLETE
+	locked, err := a.lockedMessages(e, c.SubQueue, c.LockTokens, !complete)
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range msgs {
-		old := slotOf(m)
-		if c.Disposition == partitionpb.Disposition_DISPOSITION_COMPLETE {
+	for _, r := range locked {
+		old, m := r.s, r.m
+		if complete {
 			if err := a.remove(e, old); err != nil {
 				return nil, err
 			}
@@ -680,13 +721,13 @@ func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, er
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := a.lockedMessages(e, c.SubQueue, c.LockTokens)
+	locked, err := a.lockedMessages(e, c.SubQueue, c.LockTokens, true)
 	if err != nil {
 		return nil, err
 	}
 	until := a.now + e.cfg.LockDurationMs
-	for _, m := range msgs {
-		old := slotOf(m)
+	for _, r := range locked {
+		old, m := r.s, r.m
 		m.LockedUntilMs = until
 		if err := a.update(e, old, m); err != nil {
 			return nil, err

@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -637,8 +636,6 @@ func validSubQueue(q partitionpb.SubQueue) bool {
 func lockToken(seq uint64, seed []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 16), seq), seed...)
 }
-
-func sameToken(a, b []byte) bool { return len(a) == 16 && bytes.Equal(a, b) }
 
 // Bounds of one Peek.
 const (

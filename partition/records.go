@@ -274,12 +274,18 @@ func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
 
 // lookup reads the state record of seq; nil if there is none.
 func (c *messageCursor) lookup(seq uint64) (*partitionpb.StoredMessage, error) {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
-	p, err := c.seek(c.states, c.key)
+	p, err := c.record(seq)
 	if err != nil || p == nil {
 		return nil, err
 	}
 	return decodeState(c.key, p)
+}
+
+// record returns the unsealed state record of seq, valid until the cursor
+// moves, with its key in c.key; nil if there is none.
+func (c *messageCursor) record(seq uint64) ([]byte, error) {
+	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	return c.seek(c.states, c.key)
 }
 
 // state reads the state record of seq, which must exist.

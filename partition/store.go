@@ -351,6 +351,61 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 	return nil
 }
 
+// stateSlot decodes only what settling a locked message needs from its
+// state record: its slot and its lock token (pointing into p), as
+// unmarshalState would decode them. A completion removes the message and
+// needs nothing else; decoding the whole record (message id and all) for
+// it was 3% of the dev cluster's CPU when receiving and completing.
+func stateSlot(p []byte) (s slot, token []byte, err error) {
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return s, nil, protowire.ParseError(n)
+		}
+		p = p[n:]
+		var v uint64
+		switch typ {
+		case protowire.VarintType:
+			v, n = protowire.ConsumeVarint(p)
+		case protowire.BytesType:
+			var b []byte
+			b, n = protowire.ConsumeBytes(p)
+			if num == 6 {
+				token = b
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, p)
+		}
+		if n < 0 {
+			return s, nil, protowire.ParseError(n)
+		}
+		p = p[n:]
+		if typ != protowire.VarintType {
+			continue
+		}
+		switch num {
+		case 1:
+			s.seq = v
+		case 4:
+			s.state = partitionpb.MessageState(int32(v))
+		case 5:
+			s.sub = partitionpb.SubQueue(int32(v))
+		case 7:
+			s.until = int64(v)
+		case 8:
+			s.exp = int64(v)
+		case 9:
+			s.at = int64(v)
+		case 21:
+			s.size = int64(v)
+		case 22:
+			s.inLog = v != 0
+		}
+	}
+	s.locked = len(token) > 0
+	return s, token, nil
+}
+
 // mergeBody fills in the sections of m from the unsealed payload of its
 // body record under key. The body record holds only the three sections,
 // so merging sets them and leaves the state alone.

@@ -229,6 +229,10 @@ func checkStateDecoding(t *testing.T, p []byte) {
 	if !proto.Equal(got, want) || !bytes.Equal(got.ProtoReflect().GetUnknown(), want.ProtoReflect().GetUnknown()) {
 		t.Fatalf("%x: decoded\n%v\nprotobuf\n%v", p, got, want)
 	}
+	s, token, err := stateSlot(p)
+	if err != nil || s != slotOf(got) || !bytes.Equal(token, got.LockToken) {
+		t.Fatalf("%x: stateSlot %+v token %x (%v), the message's %+v token %x", p, s, token, err, slotOf(got), got.LockToken)
+	}
 }
 
 // TestStateDecoding: unmarshalState decodes what protobuf decodes, for the
