@@ -1,5 +1,7 @@
 package partition
 
+import "encoding/binary"
+
 // lockedStates keeps the state records of locked messages in memory, as
 // they were written, for the settlements and renewals that look them up
 // by lock token.
@@ -18,21 +20,33 @@ package partition
 // does not hold is read from the store, so replicas with and without it
 // answer the same. It is bounded: past maxLockedStates, locks are read
 // from the store.
+//
+// Records are found by sequence number, the last eight bytes of their key:
+// a map keyed by a machine word is several times cheaper to probe than one
+// keyed by the whole 23-byte key, and most groups hold one entity. Two
+// records of one number (in two entities, or a sub-queue and its
+// dead-letter queue) share the entry: the later write takes it, and a
+// lookup of the other misses and reads the store.
 type lockedStates struct {
-	records map[stateKey][]byte // unsealed state records
+	records map[uint64]lockedState
 }
 
-// stateKey is a state record's key (keys.go) as a map key: an array, so
-// that no lookup or insert converts it to a string.
+type lockedState struct {
+	key stateKey
+	p   []byte // unsealed state record
+}
+
+// stateKey is a state record's key (keys.go).
 type stateKey [stateKeyLen]byte
 
 const stateKeyLen = kindPrefixLen + 1 + 8
 
-func toStateKey(key []byte) (k stateKey, ok bool) {
+// toStateKey returns key as a stateKey and the sequence number it names.
+func toStateKey(key []byte) (k stateKey, seq uint64, ok bool) {
 	if len(key) != stateKeyLen {
-		return k, false
+		return k, 0, false
 	}
-	return stateKey(key), true
+	return stateKey(key), binary.BigEndian.Uint64(key[stateKeyLen-8:]), true
 }
 
 // maxLockedStates bounds the records kept: about 200 bytes each with the
@@ -40,44 +54,50 @@ func toStateKey(key []byte) (k stateKey, ok bool) {
 const maxLockedStates = 1 << 16
 
 func newLockedStates() *lockedStates {
-	return &lockedStates{records: make(map[stateKey][]byte)}
+	return &lockedStates{records: make(map[uint64]lockedState)}
 }
 
 // wrote notes that key now holds the state record p of a message, locked
 // or not. p is copied.
 func (c *lockedStates) wrote(key, p []byte, locked bool) {
-	k, ok := toStateKey(key)
+	k, seq, ok := toStateKey(key)
 	if c == nil || !ok {
 		return
 	}
-	if !locked {
-		delete(c.records, k)
-		return
-	}
-	if v, ok := c.records[k]; ok {
-		c.records[k] = append(v[:0], p...)
-		return
-	}
-	if len(c.records) < maxLockedStates {
-		c.records[k] = append([]byte(nil), p...)
+	v, had := c.records[seq]
+	switch {
+	case !locked:
+		if had && v.key == k {
+			delete(c.records, seq)
+		}
+	case had:
+		c.records[seq] = lockedState{k, append(v.p[:0], p...)}
+	case len(c.records) < maxLockedStates:
+		c.records[seq] = lockedState{k, append([]byte(nil), p...)}
 	}
 }
 
 // deleted notes that key's state record is gone.
 func (c *lockedStates) deleted(key []byte) {
-	if k, ok := toStateKey(key); c != nil && ok {
-		delete(c.records, k)
+	k, seq, ok := toStateKey(key)
+	if c == nil || !ok {
+		return
+	}
+	if v, had := c.records[seq]; had && v.key == k {
+		delete(c.records, seq)
 	}
 }
 
 // get returns the state record under key, if kept.
 func (c *lockedStates) get(key []byte) ([]byte, bool) {
-	k, ok := toStateKey(key)
+	k, seq, ok := toStateKey(key)
 	if c == nil || !ok {
 		return nil, false
 	}
-	p, ok := c.records[k]
-	return p, ok
+	if v, had := c.records[seq]; had && v.key == k {
+		return v.p, true
+	}
+	return nil, false
 }
 
 // reset forgets every record.
