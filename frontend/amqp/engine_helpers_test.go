@@ -54,6 +54,7 @@ type engHandler struct {
 	creditWindow *uint32                            // SetCreditWindow in Attach
 	noSettle     bool                               // leave received messages unsettled
 	sendPayload  []byte                             // links where the peer receives send this per credit
+	confirm      bool                               // settle the peer's unsettled dispositions of what we sent
 
 	conns  chan *Conn
 	closed chan error
@@ -173,7 +174,11 @@ func (s engSendLink) Flow(l *Link, credit uint32, drain bool) {
 func (s engSendLink) Disposition(l *Link, id uint32, state DeliveryState, settled bool) {
 	s.h.mu.Lock()
 	s.h.sdisps = append(s.h.sdisps, engSenderDisp{l.Name(), id, state, settled})
+	confirm := s.h.confirm
 	s.h.mu.Unlock()
+	if confirm && !settled {
+		_ = l.Settle(id, Accepted{})
+	}
 }
 
 // ---------------------------------------------------------------------------

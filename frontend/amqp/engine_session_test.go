@@ -545,6 +545,48 @@ func TestEngineDispositionCoalescing(t *testing.T) {
 	c.sessionEcho(0)
 }
 
+// TestEngineSenderDispositionRunsCapped: the settlements of deliveries the
+// server sent coalesce, but into runs of at most maxSenderRun ids (see
+// there); the peer's one disposition of all of them is answered in full.
+func TestEngineSenderDispositionRunsCapped(t *testing.T) {
+	const n = 3*maxSenderRun + 5
+	h := newEngHandler()
+	h.sendPayload = engDataSection("x")
+	h.confirm = true
+	env := startEngine(t, nil, h)
+	c := env.dialOpen()
+	env.conn()
+	c.begin(0)
+	c.attachReceiver(0, 0, "out")
+	c.send(0, (&Flow{HasNextIncomingID: true, IncomingWindow: 1000, OutgoingWindow: 1000,
+		Handle: 0, HasHandle: true, DeliveryCount: 0, HasDeliveryCount: true, LinkCredit: n, HasLinkCredit: true}).append)
+	for range n {
+		if f := c.expect(descTransfer); f.transfer.More || f.transfer.Settled {
+			t.Fatalf("transfer %+v, want one frame, unsettled", f.transfer)
+		}
+	}
+	c.send(0, (&Disposition{Role: RoleReceiver, First: 0, Last: n - 1, HasLast: true, State: Accepted{}}).append)
+	ds := c.readDispositions(n)
+	cov := engCoverage(ds)
+	for id := range uint32(n) {
+		if cov[id] != 1 {
+			t.Errorf("delivery %d covered by %d dispositions, want 1", id, cov[id])
+		}
+	}
+	for _, d := range ds {
+		if d.Role != RoleSender || !d.Settled {
+			t.Errorf("disposition %+v, want role sender and settled", d)
+		}
+		if d.HasLast && d.Last-d.First+1 > maxSenderRun {
+			t.Errorf("disposition of %d..%d: more than %d ids", d.First, d.Last, maxSenderRun)
+		}
+	}
+	if len(ds) > n/maxSenderRun+2 {
+		t.Errorf("%d disposition frames for %d settlements: runs not coalesced", len(ds), n)
+	}
+	c.sessionEcho(0)
+}
+
 func TestEngineEcho(t *testing.T) {
 	env := startEngine(t, &Server{LinkCredit: 7}, nil)
 	c := env.dialOpen()
