@@ -73,6 +73,7 @@ type applier struct {
 	replica      string              // this replica's name (Options.Replica)
 	bodies       bool                // results carry message bodies: this replica answers the batch
 	keyBuf       []byte              // seqKey's buffer
+	recBuf       []byte              // lockRecord's buffer
 	reqFloor     *int64              // the machine's: no request result is older (requests.go)
 	reqFilter    *requestFilter      // the machine's: ids recorded since it loaded
 	lockedStates *lockedStates       // the machine's: state records of locked messages (lockcache.go)
@@ -459,35 +460,59 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if err != nil {
 		return nil, closeIter(it, err)
 	}
-	next, passed, taken := head, 0, int64(0)
-	more := func() bool { return len(r.Messages) < want && taken < lockBytes && passed < maxExpiredPerLock }
-	// take hands out (or drops, when expired) the available message m.
-	take := func(m *partitionpb.StoredMessage) error {
-		old := slotOf(m)
+	next, passed, count, taken := head, 0, 0, int64(0)
+	more := func() bool { return count < want && taken < lockBytes && passed < maxExpiredPerLock }
+	// take hands out (or drops, when expired) the available message whose
+	// state record under key is p. Only a replica that answers the batch
+	// decodes the messages it hands out, for its result (see lockRecord).
+	take := func(key, p []byte) error {
+		old, _, err := stateSlot(p)
+		if err != nil {
+			return fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
+		}
+		whole := func() (*partitionpb.StoredMessage, error) { return decodeState(key, p) }
 		switch {
-		case main && expired(m, a.now):
+		case main && old.exp != 0 && old.exp <= a.now: // expired
 			passed++
 			if e.cfg.DeadLetteringOnExpiration {
+				m, err := whole()
+				if err != nil {
+					return err
+				}
 				deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
 				return a.update(e, old, m)
 			}
 			return a.remove(e, old)
 		case c.ReceiveAndDelete:
-			r.Messages = append(r.Messages, m)
+			count++
 			taken += old.size
-			if err := cur.body(m); err != nil { // before the body goes
-				return err
+			if a.bodies {
+				m, err := whole()
+				if err != nil {
+					return err
+				}
+				r.Messages = append(r.Messages, m)
+				if err := cur.body(m); err != nil { // before the body goes
+					return err
+				}
 			}
 			return a.remove(e, old)
 		default:
-			r.Messages = append(r.Messages, m)
+			count++
 			taken += old.size
-			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
-			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
-			if err := a.update(e, old, m); err != nil {
-				return err
+			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
+			if a.bodies {
+				m, err := whole()
+				if err != nil {
+					return err
+				}
+				m.LockToken, m.LockedUntilMs = token, until
+				r.Messages = append(r.Messages, m)
+				if err := cur.body(m); err != nil {
+					return err
+				}
 			}
-			return cur.body(m)
+			return a.lockRecord(e, old, p, token, until)
 		}
 	}
 	err = func() error {
@@ -499,14 +524,17 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if !ok {
 				return fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
 			}
-			m, err := cur.state(seq)
+			p, err := cur.record(seq)
 			if err != nil {
 				return err
 			}
-			if s := slotOf(m); !s.available() || !e.indexedAvailable(s) {
+			if p == nil {
+				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
+			}
+			if s, _, err := stateSlot(p); err == nil && (!s.available() || !e.indexedAvailable(s)) {
 				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
-			if err := take(m); err != nil {
+			if err := take(cur.key, p); err != nil {
 				return err
 			}
 			next = seq + 1 // every entry passed is gone
@@ -517,19 +545,23 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		// The fresh messages: every one passed is no longer fresh, so
 		// fresh moves past it once it has been handled (as fresh).
 		for valid := cur.seekState(e.fresh); valid && more(); valid = cur.states.Next() {
-			m, err := cur.current()
+			p, err := iterValue(cur.states)
 			if err != nil {
 				return err
 			}
-			if slotOf(m).available() {
-				err = take(m)
+			s, _, err := stateSlot(p)
+			if err != nil {
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.states.Key(), err)
+			}
+			if s.available() {
+				err = take(cur.states.Key(), p)
 			} else {
 				passed++ // scheduled: it will come back with a new number
 			}
 			if err != nil {
 				return err
 			}
-			e.fresh = m.SequenceNumber + 1
+			e.fresh = s.seq + 1
 		}
 		return cur.states.Error()
 	}()

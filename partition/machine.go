@@ -28,7 +28,8 @@ type Options struct {
 	// Replica names this replica as node proposers name themselves in
 	// Batch.proposer. A batch another replica proposed is applied the
 	// same, but its results carry no message bodies, which this replica
-	// then need not read. Empty: every result carries them.
+	// then need not read, and its Lock results no messages at all, which
+	// it then need not decode. Empty: every result carries them.
 	Replica string
 	// Log reads the data of a Raft entry by index. With it, message bodies
 	// stay in the Raft log that already holds them instead of being

@@ -49,6 +49,8 @@ func setSealed(b *pebble.Batch, key, payload []byte) error {
 // Field numbers of StoredMessage's sections (partition.proto), which a
 // body record holds alone. TestBodyEncoding holds them to the proto.
 const (
+	fieldLockToken   protowire.Number = 6
+	fieldLockedUntil protowire.Number = 7
 	fieldHeader      protowire.Number = 13
 	fieldAnnotations protowire.Number = 14
 	fieldBare        protowire.Number = 15

@@ -146,6 +146,31 @@ func TestStateEncoding(t *testing.T) {
 			t.Fatalf("message %d: state record\n%x\nprotobuf\n%x\n%v", i, payload, want, m)
 		}
 		b.Close()
+		checkAppendLocked(t, m)
+	}
+}
+
+// checkAppendLocked: lockRecord's record of m locked, made from m's record
+// without a lock, is protobuf's encoding of m locked, byte for byte.
+func checkAppendLocked(t *testing.T, m *partitionpb.StoredMessage) {
+	t.Helper()
+	m = proto.Clone(m).(*partitionpb.StoredMessage)
+	m.LockToken, m.LockedUntilMs = nil, 0
+	unlocked, err := marshal.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.LockToken, m.LockedUntilMs = bytes.Repeat([]byte{7}, 16), 1_700_000_060_000+int64(len(unlocked))
+	want, err := marshal.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := appendLocked([]byte("prefix"), unlocked, m.LockToken, m.LockedUntilMs)
+	if !ok || !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		t.Fatalf("appendLocked of\n%x\n= %x (%v), protobuf\n%x", unlocked, got, ok, want)
+	}
+	if _, ok := appendLocked(nil, want, m.LockToken, m.LockedUntilMs); ok {
+		t.Fatalf("appendLocked took a record with a lock: %x", want)
 	}
 }
 
