@@ -288,7 +288,7 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 	}
 	list := make([]any, 0, len(found))
 	for _, m := range found {
-		payload, err := outgoing(m, false)
+		payload, err := outgoing(nil, m, false)
 		if err != nil {
 			req.fail(failInternal, err.Error())
 			return
@@ -328,7 +328,7 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 			return
 		}
 		for _, m := range res.Messages {
-			payload, err := outgoing(m, !rad)
+			payload, err := outgoing(nil, m, !rad)
 			if err != nil {
 				req.fail(failInternal, err.Error())
 				return

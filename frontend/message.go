@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -166,9 +167,9 @@ func messageIDString(id any) string {
 	return ""
 }
 
-// outgoing renders a stored message for delivery: the broker's header and
-// annotations around the sender's bare message.
-func outgoing(m *partitionpb.StoredMessage, locked bool) ([]byte, error) {
+// outgoing appends to dst a stored message rendered for delivery: the
+// broker's header and annotations around the sender's bare message.
+func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, error) {
 	var pre amqp.Message
 	if len(m.Header) > 0 {
 		if err := pre.Decode(m.Header); err != nil {
@@ -204,7 +205,7 @@ func outgoing(m *partitionpb.StoredMessage, locked bool) ([]byte, error) {
 	if m.DeadLetterSource != "" {
 		ma.Set(annDeadLetterSource, m.DeadLetterSource)
 	}
-	out, err := pre.Append(make([]byte, 0, 128+len(m.Bare)))
+	out, err := pre.Append(slices.Grow(dst, 128+len(m.Bare)))
 	if err != nil {
 		return nil, err
 	}
@@ -284,12 +285,12 @@ func lockTokenUUID(token []byte) [16]byte {
 	return u
 }
 
-// deliveryTag renders a lock token as the delivery tag: the GUID in .NET
-// byte order (the first three groups little-endian), which the SDK
-// converts back (shared/sdk-compat.md 5.4).
-func deliveryTag(token []byte) []byte {
+// appendDeliveryTag appends a lock token rendered as the delivery tag: the
+// GUID in .NET byte order (the first three groups little-endian), which
+// the SDK converts back (shared/sdk-compat.md 5.4).
+func appendDeliveryTag(dst, token []byte) []byte {
 	t := lockTokenUUID(token)
-	return []byte{t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15]}
+	return append(dst, t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15])
 }
 
 // partitionOfToken routes a lock token to its partition: a token starts

@@ -3,6 +3,7 @@ package frontend
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"sync"
@@ -40,6 +41,10 @@ type receiver struct {
 	// credit while they were fetched. They go out first when credit
 	// returns. Only the pump touches them.
 	held []*partitionpb.StoredMessage
+	// buf and tag are the pump's buffers for rendering a delivery, which
+	// Link.Send copies: a message's payload was an allocation of its size.
+	buf []byte
+	tag [16]byte
 }
 
 type settleReq struct {
@@ -219,14 +224,17 @@ func (r *receiver) deliver(msgs []*partitionpb.StoredMessage, max uint32) []*par
 		if sent == max || r.ctx.Err() != nil {
 			return msgs[i:]
 		}
-		payload, err := outgoing(m, !r.rad)
+		payload, err := outgoing(r.buf[:0], m, !r.rad)
 		if err != nil {
 			r.c.log.Error("stored message cannot be rendered", "entity", r.entity.Name, "seq", m.SequenceNumber, "err", err)
 			continue
 		}
-		tag := deliveryTag(m.LockToken)
+		if cap(payload) <= maxReusedPayload {
+			r.buf = payload // Send copies it
+		}
+		tag := appendDeliveryTag(r.tag[:0], m.LockToken)
 		if r.rad {
-			tag = seqTag(m.SequenceNumber)
+			tag = binary.BigEndian.AppendUint64(r.tag[:0], m.SequenceNumber)
 		}
 		r.mu.Lock()
 		id, err := r.link.Send(tag, payload, r.rad)
@@ -250,9 +258,9 @@ func (r *receiver) deliver(msgs []*partitionpb.StoredMessage, max uint32) []*par
 	return nil
 }
 
-func seqTag(seq uint64) []byte {
-	return []byte{byte(seq >> 56), byte(seq >> 48), byte(seq >> 40), byte(seq >> 32), byte(seq >> 24), byte(seq >> 16), byte(seq >> 8), byte(seq)}
-}
+// maxReusedPayload bounds the rendering buffer a receiver keeps between
+// deliveries: one large message should not pin its size for the link's life.
+const maxReusedPayload = 1 << 20
 
 // settlesInFlight bounds the settle batches one link has outstanding: each
 // waits for a Raft commit, so one at a time would cap a consumer at one
