@@ -197,27 +197,14 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 		return fmt.Errorf("%s: missing index entry %x", k, key)
 	}
 	// Each lock grant holds exactly the locks it names.
-	it, err := prefixIter(m.db, kindPrefix(k, kindLock))
-	if err != nil {
-		return err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		p, err := iterValue(it)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		got, err := decodeGrant(it.Key(), p)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		until, sub, base, ok := parseLockKey(it.Key())
-		gk := grantKey{k, until, sub, base}
-		if g := grants[gk]; !ok || g == nil || g.bits != got.bits {
-			return closeIter(it, fmt.Errorf("%s: lock grant %x holds %v, the messages call for %v", k, it.Key(), got.seqs(base), g))
+	err := eachGrant(m.db, k, func(key []byte, gk grantKey, got grant) error {
+		if g := grants[gk]; g == nil || g.bits != got.bits {
+			return fmt.Errorf("%s: lock grant %x holds %v, the messages call for %v", k, key, got.seqs(gk.base), g)
 		}
 		delete(grants, gk)
-	}
-	if err := closeIter(it, it.Error()); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	for gk, g := range grants {
@@ -359,30 +346,18 @@ func DowngradeLockIndex(m *Machine) error {
 	b := m.db.NewBatch()
 	defer b.Close()
 	for k := range m.entities {
-		it, err := prefixIter(m.db, kindPrefix(k, kindLock))
-		if err != nil {
-			return err
-		}
-		for valid := it.First(); valid; valid = it.Next() {
-			p, err := iterValue(it)
-			if err != nil {
-				return closeIter(it, err)
+		err := eachGrant(m.db, k, func(key []byte, gk grantKey, g grant) error {
+			if err := b.Delete(key, nil); err != nil {
+				return err
 			}
-			g, err := decodeGrant(it.Key(), p)
-			if err != nil {
-				return closeIter(it, err)
-			}
-			until, sub, base, _ := parseLockKey(it.Key())
-			if err := b.Delete(it.Key(), nil); err != nil {
-				return closeIter(it, err)
-			}
-			for _, seq := range g.seqs(base) {
-				if err := setSealed(b, lockKey(k, until, sub, seq), nil); err != nil {
-					return closeIter(it, err)
+			for _, seq := range g.seqs(gk.base) {
+				if err := setSealed(b, lockKey(k, gk.until, gk.sub, seq), nil); err != nil {
+					return err
 				}
 			}
-		}
-		if err := closeIter(it, it.Error()); err != nil {
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -409,3 +384,29 @@ func LockGrants(m *Machine, id uint64, part uint32) (int, error) {
 
 // NewMessageSections is newMessageSections, for FuzzNewMessageSections.
 var NewMessageSections = newMessageSections
+
+// eachGrant calls f with every lock grant of entity partition k in r.
+func eachGrant(r pebble.Reader, k ekey, f func(key []byte, gk grantKey, g grant) error) error {
+	it, err := prefixIter(r, kindPrefix(k, kindLock))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		p, err := iterValue(it)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		g, err := decodeGrant(it.Key(), p)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		until, sub, base, ok := parseLockKey(it.Key())
+		if !ok {
+			return closeIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
+		}
+		if err := f(it.Key(), grantKey{k, until, sub, base}, g); err != nil {
+			return closeIter(it, err)
+		}
+	}
+	return closeIter(it, it.Error())
+}
