@@ -420,9 +420,7 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 	return r, nil
 }
 
-func expired(m *partitionpb.StoredMessage, now int64) bool {
-	return m.ExpiresAtMs != 0 && m.ExpiresAtMs <= now
-}
+func expired(m *partitionpb.StoredMessage, now int64) bool { return slotOf(m).expired(now) }
 
 func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
@@ -462,17 +460,14 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	}
 	next, passed, count, taken := head, 0, 0, int64(0)
 	more := func() bool { return count < want && taken < lockBytes && passed < maxExpiredPerLock }
-	// take hands out (or drops, when expired) the available message whose
-	// state record under key is p. Only a replica that answers the batch
-	// decodes the messages it hands out, for its result (see lockRecord).
-	take := func(key, p []byte) error {
-		old, _, err := stateSlot(p)
-		if err != nil {
-			return fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
-		}
+	// take hands out (or drops, when expired) the available message in
+	// slot old whose state record under key is p. Only a replica that
+	// answers the batch decodes the messages it hands out, for its result
+	// (see lockRecord).
+	take := func(key, p []byte, old slot) error {
 		whole := func() (*partitionpb.StoredMessage, error) { return decodeState(key, p) }
 		switch {
-		case main && old.exp != 0 && old.exp <= a.now: // expired
+		case main && old.expired(a.now):
 			passed++
 			if e.cfg.DeadLetteringOnExpiration {
 				m, err := whole()
@@ -531,10 +526,14 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if p == nil {
 				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
 			}
-			if s, _, err := stateSlot(p); err == nil && (!s.available() || !e.indexedAvailable(s)) {
+			s, _, err := stateSlot(p)
+			if err != nil {
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
+			}
+			if !s.available() || !e.indexedAvailable(s) {
 				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
-			if err := take(cur.key, p); err != nil {
+			if err := take(cur.key, p, s); err != nil {
 				return err
 			}
 			next = seq + 1 // every entry passed is gone
@@ -554,7 +553,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.states.Key(), err)
 			}
 			if s.available() {
-				err = take(cur.states.Key(), p)
+				err = take(cur.states.Key(), p, s)
 			} else {
 				passed++ // scheduled: it will come back with a new number
 			}
@@ -583,10 +582,12 @@ type lockedRecord struct {
 	m     *partitionpb.StoredMessage // nil unless asked for
 }
 
-func recordOf(m *partitionpb.StoredMessage) lockedRecord {
-	r := lockedRecord{s: slotOf(m), m: m}
-	if len(m.LockToken) == len(r.token) {
-		copy(r.token[:], m.LockToken)
+// newLockedRecord makes the record of a message in slot s locked by
+// token (m is the message, if decoded).
+func newLockedRecord(s slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
+	r := lockedRecord{s: s, m: m}
+	if len(token) == len(r.token) {
+		copy(r.token[:], token)
 	} else {
 		r.s.locked = false // no token of 16 bytes names it
 	}
@@ -651,19 +652,13 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 			if err != nil {
 				return lockedRecord{}, err
 			}
-			return recordOf(m), nil
+			return newLockedRecord(slotOf(m), m.LockToken, m), nil
 		}
 		s, token, err := stateSlot(p)
 		if err != nil {
 			return lockedRecord{}, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 		}
-		r := lockedRecord{s: s}
-		if len(token) == len(r.token) {
-			copy(r.token[:], token)
-		} else {
-			r.s.locked = false
-		}
-		return r, nil
+		return newLockedRecord(s, token, nil), nil
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(seqs)))
 	var cur *messageCursor // made at the first record not kept in memory

@@ -215,6 +215,10 @@ func (s slot) available() bool {
 	return s.state == partitionpb.MessageState_MESSAGE_STATE_ACTIVE && !s.locked
 }
 
+// expired reports whether a message in this slot has outlived its time to
+// live at now.
+func (s slot) expired(now int64) bool { return s.exp != 0 && s.exp <= now }
+
 // expiring reports whether a message in this slot is in the expiry index:
 // ExpireMessages may end it. Dead-lettered messages do not expire;
 // scheduled ones only once active; locked ones once their lock ends.

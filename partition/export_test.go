@@ -168,8 +168,7 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 					g = &grant{}
 					grants[gk] = g
 				}
-				i := s.seq - gk.base
-				g.bits[i/64] |= 1 << (i % 64)
+				g.add(gk.base, s.seq)
 			}
 		}
 		if err := closeIter(it, it.Error()); err != nil {

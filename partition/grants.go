@@ -98,6 +98,14 @@ func (g *grant) encode(b []byte) []byte {
 	return b[:end]
 }
 
+// add sets the bit of seq, which the grant at base covers and does not
+// hold yet.
+func (g *grant) add(base, seq uint64) {
+	i := seq - base
+	g.bits[i/64] |= 1 << (i % 64)
+	g.n++
+}
+
 // seqs returns the sequence numbers whose bits are set, in order.
 func (g *grant) seqs(base uint64) []uint64 {
 	out := make([]uint64, 0, g.n)
@@ -273,9 +281,7 @@ func upgradeLockIndex(db *pebble.DB) error {
 				g = &grant{}
 				grants[gk] = g
 			}
-			i := seq - gk.base
-			g.bits[i/64] |= 1 << (i % 64)
-			g.n++
+			g.add(gk.base, seq)
 		}
 		if err := closeIter(it, it.Error()); err != nil {
 			return err
