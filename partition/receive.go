@@ -1,0 +1,450 @@
+package partition
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// The receive side of the applier: Lock hands messages out, settle and
+// renewLocks act on them by lock token, and expireLocks ends the locks
+// that ran out.
+
+func expired(m *partitionpb.StoredMessage, now int64) bool { return slotOf(m).expired(now) }
+
+func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTokenSeed(c.ReceiveAndDelete, c.TokenSeed); err != nil {
+		return nil, err
+	}
+	want := int(min(c.MaxCount, uint32(lockCount)))
+	r := okResult()
+	if want == 0 {
+		return r, nil
+	}
+	// The iterators see the batch as it is now; the writes below do not
+	// disturb them. They start at the head: everything before is gone. The
+	// available index, the state records and the bodies are all in
+	// sequence order, so one forward pass over each reads them: first the
+	// index, whose entries are all below entity.fresh, then, in the main
+	// queue, the fresh messages, which have no index entries.
+	head := e.availHead[c.SubQueue]
+	it, err := a.b.NewIter(&pebble.IterOptions{
+		LowerBound: availableKey(e.key, c.SubQueue, head),
+		UpperBound: prefixEnd(subPrefix(e.key, kindAvailable, c.SubQueue)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition: iterator: %w", err)
+	}
+	main := c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
+	from := head
+	if main {
+		from = min(head, e.fresh)
+	}
+	cur, err := a.newMessageCursor(e, c.SubQueue, from, a.bodies)
+	if err != nil {
+		return nil, closeIter(it, err)
+	}
+	next, passed, count, taken := head, 0, 0, int64(0)
+	more := func() bool { return count < want && taken < lockBytes && passed < maxExpiredPerLock }
+	// take hands out (or drops, when expired) the available message in
+	// slot old whose state record under key is p. Only a replica that
+	// answers the batch decodes the messages it hands out, for its result
+	// (see lockRecord).
+	take := func(key, p []byte, old slot) error {
+		whole := func() (*partitionpb.StoredMessage, error) { return decodeState(key, p) }
+		switch {
+		case main && old.expired(a.now):
+			passed++
+			if e.cfg.DeadLetteringOnExpiration {
+				m, err := whole()
+				if err != nil {
+					return err
+				}
+				deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
+				return a.update(e, old, m)
+			}
+			return a.remove(e, old)
+		case c.ReceiveAndDelete:
+			count++
+			taken += old.size
+			if a.bodies {
+				m, err := whole()
+				if err != nil {
+					return err
+				}
+				r.Messages = append(r.Messages, m)
+				if err := cur.body(m); err != nil { // before the body goes
+					return err
+				}
+			}
+			return a.remove(e, old)
+		default:
+			count++
+			taken += old.size
+			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
+			if a.bodies {
+				m, err := whole()
+				if err != nil {
+					return err
+				}
+				m.LockToken, m.LockedUntilMs = token, until
+				r.Messages = append(r.Messages, m)
+				if err := cur.body(m); err != nil {
+					return err
+				}
+			}
+			return a.lockRecord(e, old, p, token, until)
+		}
+	}
+	err = func() error {
+		for valid := it.First(); valid && more(); valid = it.Next() {
+			if _, err := iterValue(it); err != nil {
+				return err
+			}
+			seq, ok := parseAvailableKey(it.Key())
+			if !ok {
+				return fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
+			}
+			p, err := cur.record(seq)
+			if err != nil {
+				return err
+			}
+			if p == nil {
+				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
+			}
+			s, _, err := stateSlot(p)
+			if err != nil {
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
+			}
+			if !s.available() || !e.indexedAvailable(s) {
+				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
+			}
+			if err := take(cur.key, p, s); err != nil {
+				return err
+			}
+			next = seq + 1 // every entry passed is gone
+		}
+		if err := it.Error(); err != nil || !main {
+			return err
+		}
+		// The fresh messages: every one passed is no longer fresh, so
+		// fresh moves past it once it has been handled (as fresh).
+		for valid := cur.seekState(e.fresh); valid && more(); valid = cur.states.Next() {
+			p, err := iterValue(cur.states)
+			if err != nil {
+				return err
+			}
+			s, _, err := stateSlot(p)
+			if err != nil {
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.states.Key(), err)
+			}
+			if s.available() {
+				err = take(cur.states.Key(), p, s)
+			} else {
+				passed++ // scheduled: it will come back with a new number
+			}
+			if err != nil {
+				return err
+			}
+			e.fresh = s.seq + 1
+		}
+		return cur.states.Error()
+	}()
+	if err := closeIter(it, cur.close(err)); err != nil {
+		return nil, err
+	}
+	if e.availHead[c.SubQueue] == head { // unless a write went below it
+		e.availHead[c.SubQueue] = next
+	}
+	a.dirty[e.key] = true // fresh may have moved
+	return r, nil
+}
+
+// lockedRecord is a locked message found by its lock token: its slot,
+// and the message itself when the caller changes it rather than removes it.
+type lockedRecord struct {
+	s     slot
+	token [16]byte
+	m     *partitionpb.StoredMessage // nil unless asked for
+}
+
+// newLockedRecord makes the record of a message in slot s locked by
+// token (m is the message, if decoded).
+func newLockedRecord(s slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
+	r := lockedRecord{s: s, m: m}
+	if len(token) == len(r.token) {
+		copy(r.token[:], token)
+	} else {
+		r.s.locked = false // no token of 16 bytes names it
+	}
+	return r
+}
+
+// lockedMessages returns the messages the tokens lock, each once, or
+// ErrLockLost if any token does not name a current lock in the sub-queue.
+// With whole false the records carry only their slots.
+func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte, whole bool) ([]lockedRecord, error) {
+	seen := make(map[[16]byte]bool, len(tokens))
+	named := make([][]byte, 0, len(tokens))
+	seqs := make([]uint64, 0, len(tokens))
+	for _, tok := range tokens {
+		if len(tok) != 16 {
+			return nil, fmt.Errorf("%w: lock token %x is not 16 bytes", ErrLockLost, tok)
+		}
+		if seen[[16]byte(tok)] {
+			continue // the same token twice settles once
+		}
+		seen[[16]byte(tok)] = true
+		seq := binary.BigEndian.Uint64(tok)
+		if uint32(seq>>seqBits) != e.key.part {
+			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
+		}
+		named = append(named, tok)
+		seqs = append(seqs, seq)
+	}
+	found, err := a.readLocked(e, sub, seqs, whole)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lockedRecord, 0, len(named))
+	for i, tok := range named {
+		seq := seqs[i]
+		r, ok := found[seq]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%w: lock token %x: message %d is not in %s", ErrLockLost, tok, seq, sub)
+		case !r.s.locked || r.token != [16]byte(tok):
+			return nil, fmt.Errorf("%w: lock token %x: message %d is not locked by it", ErrLockLost, tok, seq)
+		case r.s.until <= a.now:
+			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, r.s.until)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// readLocked reads the state records of the given messages of a
+// sub-queue, whole or only their slots, in one forward pass of a cursor (a
+// settle names a few hundred, mostly in order: a point read each costs a
+// walk through every level). Absent messages are left out.
+func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64, whole bool) (map[uint64]lockedRecord, error) {
+	out := make(map[uint64]lockedRecord, len(seqs))
+	if len(seqs) == 0 {
+		return out, nil
+	}
+	decode := func(key, p []byte) (lockedRecord, error) {
+		if whole {
+			m, err := decodeState(key, p)
+			if err != nil {
+				return lockedRecord{}, err
+			}
+			return newLockedRecord(slotOf(m), m.LockToken, m), nil
+		}
+		s, token, err := stateSlot(p)
+		if err != nil {
+			return lockedRecord{}, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
+		}
+		return newLockedRecord(s, token, nil), nil
+	}
+	sorted := slices.Compact(slices.Sorted(slices.Values(seqs)))
+	var cur *messageCursor // made at the first record not kept in memory
+	for _, seq := range sorted {
+		key := a.seqKey(e, kindMessage, sub, seq)
+		p, ok := a.lockedStates.get(key)
+		if !ok {
+			if cur == nil {
+				var err error
+				if cur, err = a.newMessageCursor(e, sub, seq, false); err != nil {
+					return nil, err
+				}
+			}
+			var err error
+			if p, err = cur.record(seq); err != nil {
+				return nil, cur.close(err)
+			}
+			if p == nil {
+				continue
+			}
+			key = cur.key
+		}
+		r, err := decode(key, p)
+		if err != nil {
+			return nil, cur.close(err)
+		}
+		out[seq] = r
+	}
+	return out, cur.close(nil)
+}
+
+// settle settles messages by lock token. It is all or nothing: when one
+// token is lost, the command is rejected with RESULT_LOCK_LOST and none of
+// its messages changes. (Per-token results would let a client settle the
+// rest of a batch, but the SDKs settle one message per disposition anyway.)
+func (a *applier) settle(c *partitionpb.Settle) (*partitionpb.Result, error) {
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
+	if err != nil {
+		return nil, err
+	}
+	switch c.Disposition {
+	case partitionpb.Disposition_DISPOSITION_COMPLETE, partitionpb.Disposition_DISPOSITION_ABANDON,
+		partitionpb.Disposition_DISPOSITION_DEFER, partitionpb.Disposition_DISPOSITION_RELEASE:
+	case partitionpb.Disposition_DISPOSITION_DEAD_LETTER:
+		if c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER {
+			return nil, fmt.Errorf("%w: a dead-lettered message cannot be dead-lettered again", ErrInvalid)
+		}
+	default:
+		return nil, fmt.Errorf("%w: disposition %d", ErrInvalid, c.Disposition)
+	}
+	complete := c.Disposition == partitionpb.Disposition_DISPOSITION_COMPLETE
+	locked, err := a.lockedMessages(e, c.SubQueue, c.LockTokens, !complete)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range locked {
+		old, m := r.s, r.m
+		if complete {
+			if err := a.remove(e, old); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		unlock(m)
+		if len(c.PropertiesToModify) > 0 && c.Disposition != partitionpb.Disposition_DISPOSITION_RELEASE {
+			m.ModifiedProperties = append(m.ModifiedProperties, c.PropertiesToModify)
+		}
+		switch c.Disposition {
+		case partitionpb.Disposition_DISPOSITION_ABANDON:
+			countDelivery(e, m)
+		case partitionpb.Disposition_DISPOSITION_DEAD_LETTER:
+			deadLetter(e, m, c.DeadLetterReason, c.DeadLetterDescription)
+		case partitionpb.Disposition_DISPOSITION_DEFER:
+			m.State = partitionpb.MessageState_MESSAGE_STATE_DEFERRED
+		}
+		if err := a.update(e, old, m); err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}
+
+// renewLocks extends the locks of the tokens to now + lock duration, all or
+// nothing like settle.
+func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, error) {
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
+	if err != nil {
+		return nil, err
+	}
+	locked, err := a.lockedMessages(e, c.SubQueue, c.LockTokens, true)
+	if err != nil {
+		return nil, err
+	}
+	until := a.now + e.cfg.LockDurationMs
+	for _, r := range locked {
+		old, m := r.s, r.m
+		m.LockedUntilMs = until
+		if err := a.update(e, old, m); err != nil {
+			return nil, err
+		}
+	}
+	r := &partitionpb.Result{LockedUntilMs: make([]int64, len(c.LockTokens))}
+	for i := range r.LockedUntilMs {
+		r.LockedUntilMs[i] = until
+	}
+	return r, nil
+}
+
+// expireLocks ends every lock whose locked_until_ms <= now, entity by
+// entity in key order, earliest first, at most maxExpiredLocks of them.
+// Each counts a delivery; the message is available again at its place in
+// sequence order, or dead-lettered at max_delivery_count.
+func (a *applier) expireLocks() (*partitionpb.Result, error) {
+	// The scan reads grants from the batch: it must hold this Apply's.
+	if err := a.flushGrants(); err != nil {
+		return nil, err
+	}
+	budget := maxExpiredLocks
+	for _, k := range sortedKeys(a.entities) {
+		if budget == 0 {
+			break
+		}
+		e := a.entities[k]
+		if e.minLockStale {
+			// Raise the floor past the locks ended since it was read, so
+			// that the scan does not step over them (on a follower, no one
+			// asked for the earliest lock since).
+			if err := e.loadMinLock(a.b); err != nil {
+				return nil, err
+			}
+			a.locks[k] = true // the store's view moves on with this batch
+		}
+		if e.lockFloorTime() > a.now {
+			continue
+		}
+		it, err := a.b.NewIter(&pebble.IterOptions{
+			LowerBound: e.lockFloor,
+			UpperBound: prefixEnd(kindPrefix(k, kindLock)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("partition: iterator: %w", err)
+		}
+		// The iterator sees the grants as flushed; expiring a lock clears
+		// its bit in the applier's copy, and each message is in one grant.
+		for valid := it.First(); valid && budget > 0; valid = it.Next() {
+			until, sub, base, ok := parseLockKey(it.Key())
+			if !ok {
+				return nil, closeIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
+			}
+			if until > a.now {
+				break
+			}
+			p, err := iterValue(it)
+			if err != nil {
+				return nil, closeIter(it, err)
+			}
+			g, err := decodeGrant(it.Key(), p)
+			if err != nil {
+				return nil, closeIter(it, err)
+			}
+			for _, seq := range g.seqs(base) {
+				if budget == 0 {
+					break
+				}
+				if err := a.expireLock(e, until, sub, seq); err != nil {
+					return nil, closeIter(it, err)
+				}
+				budget--
+			}
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return nil, err
+		}
+	}
+	return okResult(), nil
+}
+
+// expireLock ends the lock of message seq, which its grant says is locked
+// until `until`.
+func (a *applier) expireLock(e *entity, until int64, sub partitionpb.SubQueue, seq uint64) error {
+	m, err := getState(a.b, messageKey(e.key, sub, seq))
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return fmt.Errorf("%w: %s: lock grant names message %d, which is not there", ErrCorrupt, e.key, seq)
+	}
+	old := slotOf(m)
+	if !old.locked || old.until != until {
+		return fmt.Errorf("%w: %s: message %d is in a lock grant until %d but is not locked until then", ErrCorrupt, e.key, seq, until)
+	}
+	unlock(m)
+	countDelivery(e, m)
+	return a.update(e, old, m)
+}
