@@ -42,3 +42,43 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 	c.wrote([]byte("short"), []byte("x"), true) // not a state key: not kept
 	want([]byte("short"), "")
 }
+
+// TestLockedStatesGrowAndEvict: the table doubles rather than displace a
+// live record until it holds maxLockedStates; past that a record takes its
+// slot from the one there, which then misses. Records moved by a doubling
+// are still found, and forgotten ones are not.
+func TestLockedStatesGrowAndEvict(t *testing.T) {
+	c := newLockedStates()
+	key := func(seq uint64) []byte {
+		return appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+	}
+	rec := func(seq uint64) []byte { return []byte{byte(seq), byte(seq >> 8), byte(seq >> 16)} }
+	check := func(seq uint64, want bool) {
+		t.Helper()
+		got, ok := c.get(key(seq))
+		if ok != want || ok && string(got) != string(rec(seq)) {
+			t.Fatalf("get(%d) = %x, %v; want kept %v", seq, got, ok, want)
+		}
+	}
+	const start = 1 << 40 // numbers carry the partition in their top bits
+	for seq := uint64(start); seq < start+maxLockedStates; seq++ {
+		c.wrote(key(seq), rec(seq), true)
+	}
+	if len(c.slots) != maxLockedStates {
+		t.Fatalf("%d slots, want %d", len(c.slots), maxLockedStates)
+	}
+	for seq := uint64(start); seq < start+maxLockedStates; seq += 997 {
+		check(seq, true)
+	}
+	c.wrote(key(start+3), nil, false) // unlocked: forgotten
+	check(start+3, false)
+	c.deleted(key(start + 4))
+	check(start+4, false)
+	check(start+5, true)
+	c.wrote(key(start+maxLockedStates+5), rec(start+maxLockedStates+5), true)
+	check(start+maxLockedStates+5, true)
+	check(start+5, false) // its slot was taken
+	check(start+6, true)
+	c.reset()
+	check(start+6, false)
+}
