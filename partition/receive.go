@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -174,6 +175,7 @@ type lockedRecord struct {
 	s     slot
 	token [16]byte
 	m     *partitionpb.StoredMessage // nil unless asked for
+	found bool                       // the message is there (readLocked)
 }
 
 // newLockedRecord makes the record of a message in slot s locked by
@@ -188,38 +190,56 @@ func newLockedRecord(s slot, token []byte, m *partitionpb.StoredMessage) lockedR
 	return r
 }
 
-// lockedMessages returns the messages the tokens lock, each once, or
-// ErrLockLost if any token does not name a current lock in the sub-queue.
-// With whole false the records carry only their slots.
+// lockedMessages returns the messages the tokens lock, each once, in the
+// order of the tokens, or ErrLockLost if any token does not name a current
+// lock in the sub-queue. With whole false the records carry only their
+// slots.
+//
+// The tokens are put in sequence order (a token starts with its message's
+// number) so that one forward pass reads their records, and a token given
+// twice lands next to its twin and is settled once. Maps for either, before,
+// were most of what a settle allocated on every replica.
 func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte, whole bool) ([]lockedRecord, error) {
-	seen := make(map[[16]byte]bool, len(tokens))
-	named := make([][]byte, 0, len(tokens))
-	seqs := make([]uint64, 0, len(tokens))
 	for _, tok := range tokens {
 		if len(tok) != 16 {
 			return nil, fmt.Errorf("%w: lock token %x is not 16 bytes", ErrLockLost, tok)
 		}
-		if seen[[16]byte(tok)] {
-			continue // the same token twice settles once
-		}
-		seen[[16]byte(tok)] = true
-		seq := binary.BigEndian.Uint64(tok)
-		if uint32(seq>>seqBits) != e.key.part {
+		if seq := binary.BigEndian.Uint64(tok); uint32(seq>>seqBits) != e.key.part {
 			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
 		}
-		named = append(named, tok)
-		seqs = append(seqs, seq)
+	}
+	order := make([]int, len(tokens)) // token positions, in token order
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(x, y int) int {
+		if c := bytes.Compare(tokens[x], tokens[y]); c != 0 {
+			return c
+		}
+		return x - y // the first of twins leads
+	})
+	seqs := make([]uint64, len(order))
+	at := make([]int, len(tokens)) // token position -> index in order, or -1 for a repeat
+	for i, pos := range order {
+		seqs[i] = binary.BigEndian.Uint64(tokens[pos])
+		at[pos] = i
+		if i > 0 && bytes.Equal(tokens[pos], tokens[order[i-1]]) {
+			at[pos] = -1
+		}
 	}
 	found, err := a.readLocked(e, sub, seqs, whole)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]lockedRecord, 0, len(named))
-	for i, tok := range named {
-		seq := seqs[i]
-		r, ok := found[seq]
+	out := make([]lockedRecord, 0, len(tokens))
+	for pos, tok := range tokens {
+		i := at[pos]
+		if i < 0 {
+			continue // the same token twice settles once
+		}
+		seq, r := seqs[i], found[i]
 		switch {
-		case !ok:
+		case !r.found:
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not in %s", ErrLockLost, tok, seq, sub)
 		case !r.s.locked || r.token != [16]byte(tok):
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not locked by it", ErrLockLost, tok, seq)
@@ -234,12 +254,10 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 // readLocked reads the state records of the given messages of a
 // sub-queue, whole or only their slots, in one forward pass of a cursor (a
 // settle names a few hundred, mostly in order: a point read each costs a
-// walk through every level). Absent messages are left out.
-func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64, whole bool) (map[uint64]lockedRecord, error) {
-	out := make(map[uint64]lockedRecord, len(seqs))
-	if len(seqs) == 0 {
-		return out, nil
-	}
+// walk through every level). seqs is sorted and may repeat a number; the
+// records come back in its order, absent ones with found false.
+func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64, whole bool) ([]lockedRecord, error) {
+	out := make([]lockedRecord, len(seqs))
 	decode := func(key, p []byte) (lockedRecord, error) {
 		if whole {
 			m, err := decodeState(key, p)
@@ -254,9 +272,12 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 		}
 		return newLockedRecord(s, token, nil), nil
 	}
-	sorted := slices.Compact(slices.Sorted(slices.Values(seqs)))
 	var cur *messageCursor // made at the first record not kept in memory
-	for _, seq := range sorted {
+	for i, seq := range seqs {
+		if i > 0 && seq == seqs[i-1] {
+			out[i] = out[i-1]
+			continue
+		}
 		key := a.seqKey(e, kindMessage, sub, seq)
 		p, ok := a.lockedStates.get(key)
 		if !ok {
@@ -279,7 +300,8 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 		if err != nil {
 			return nil, cur.close(err)
 		}
-		out[seq] = r
+		r.found = true
+		out[i] = r
 	}
 	return out, cur.close(nil)
 }
