@@ -62,7 +62,14 @@ func TestFailoverKillLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "fo", Props: &placementpb.QueueProperties{}}}, quiet); err != nil {
+	// A lock of 20 s rather than the default minute: a Lock whose answer
+	// is lost to a leader change (a slow -race run can lose its leader at
+	// any time) leaves its messages locked to nobody until the lock
+	// expires, as a receiver that died would. They must come back within
+	// the receive wait below (receiveWait). The lock still outlasts what
+	// the receiver prefetches (1,000 messages, completed one at a time).
+	props := &placementpb.QueueProperties{LockDurationMs: 20_000}
+	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "fo", Props: props}}, quiet); err != nil {
 		t.Fatal(err)
 	}
 	group := queueGroup(t, ctx, grpcAddrs[0], "fo")
@@ -144,7 +151,7 @@ func TestFailoverKillLeader(t *testing.T) {
 	}
 	got := make(map[int64]int)
 	for missing := total; missing > 0; {
-		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		rctx, rcancel := context.WithTimeout(ctx, receiveWait)
 		m, err := rcv.Receive(rctx, nil)
 		rcancel()
 		if err != nil {
@@ -165,6 +172,11 @@ func TestFailoverKillLeader(t *testing.T) {
 	}
 	t.Logf("all %d acknowledged messages received (%d duplicates, %d unacknowledged extras)", total, dups, len(got)-total)
 }
+
+// receiveWait bounds the wait for each message TestFailoverKillLeader
+// receives: longer than the test queue's lock, which a lost Lock answer
+// has to outlive.
+const receiveWait = 45 * time.Second
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
