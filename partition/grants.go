@@ -122,6 +122,19 @@ func (g *grant) seqs(base uint64) []uint64 {
 // grant returns the grant gk as this applier holds it, read from the
 // batch the first time.
 func (a *applier) grant(gk grantKey) (*grant, error) {
+	// Consecutive messages of a Lock or a settle mostly share a grant:
+	// the last one found spares hashing the key again for each.
+	if a.lastGrant != nil && a.lastGrantKey == gk {
+		return a.lastGrant, nil
+	}
+	g, err := a.findGrant(gk)
+	if err == nil {
+		a.lastGrantKey, a.lastGrant = gk, g
+	}
+	return g, err
+}
+
+func (a *applier) findGrant(gk grantKey) (*grant, error) {
 	if g, ok := a.grants[gk]; ok {
 		return g, nil
 	}
@@ -229,6 +242,7 @@ func compareGrantKeys(x, y grantKey) int {
 // dropGrants forgets the grants of an entity partition whose records a
 // range deletion removed.
 func (a *applier) dropGrants(k ekey) {
+	a.lastGrant = nil
 	for gk := range a.grants {
 		if gk.k == k {
 			delete(a.grants, gk)
