@@ -24,6 +24,7 @@ func devCmd(args []string) error {
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus dev [flags]\n\nRuns a whole replicated cluster in one process: storage nodes (Raft, fsync on),\nthe placement catalog and an AMQP front-end, on loopback. Prints the\nconnection string for the SDKs.\n\n")
 		fs.PrintDefaults()

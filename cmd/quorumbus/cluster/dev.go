@@ -42,6 +42,9 @@ type DevOptions struct {
 	Groups   int
 	CacheMB  int64
 	LogLevel string
+	// RaftMetrics collects hashicorp/raft's timers and serves them on
+	// the HTTP listener at /debug/raft-metrics (raftmetrics.go).
+	RaftMetrics bool
 }
 
 // Dev is everything `quorumbus dev` runs.
@@ -128,7 +131,14 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		if err != nil {
 			return nil, err
 		}
-		c.HTTP = &http.Server{Handler: HealthHandler(c.Router), ReadHeaderTimeout: 5 * time.Second}
+		var h http.Handler = HealthHandler(c.Router)
+		if o.RaftMetrics {
+			mux := http.NewServeMux()
+			mux.Handle("/", h)
+			mux.HandleFunc("/debug/raft-metrics", collectRaftMetrics())
+			h = mux
+		}
+		c.HTTP = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go c.HTTP.Serve(hln)
 	}
 	return c, nil
