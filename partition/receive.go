@@ -208,7 +208,7 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
 		}
 	}
-	order := make([]int, len(tokens)) // token positions, in token order
+	order := make([]int, len(tokens)) // token positions, to be sorted by token
 	for i := range order {
 		order[i] = i
 	}
