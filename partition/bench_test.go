@@ -219,3 +219,60 @@ func BenchmarkApplyEnqueueOne(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkLockCompleteFollower is BenchmarkLockComplete on a replica that
+// does not answer the batches (another node proposed them): what two of
+// the three replicas of a group do for every message received. A machine
+// that answers them runs beside it, untimed, for the lock tokens (its
+// background flushes and compactions still share the cores, as a leader's
+// do on the dev cluster).
+func BenchmarkLockCompleteFollower(b *testing.B) {
+	lead := benchMachine(b)
+	fol, err := partition.Open(b.TempDir(), partition.Options{Logger: pt.Options().Logger, Replica: "follower"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fol.Close() })
+	var index uint64
+	both := func(now int64, timed bool, cmds ...*partitionpb.Command) *partitionpb.Result {
+		data, err := partition.EncodeBatch(&partitionpb.Batch{NowMs: now, Commands: cmds, Proposer: "leader"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		index++
+		e := partition.Entry{Index: index, Data: data}
+		if timed {
+			b.StopTimer()
+		}
+		r := apply(b, lead, e)[0]
+		if timed {
+			b.StartTimer()
+		}
+		apply(b, fol, e)
+		return r
+	}
+	both(0, false, pt.Upsert(pt.Queue(1, 0, "q")))
+	fill := func(n int) {
+		for range n {
+			both(1000, false, pt.Enqueue(1, 0, benchMessages()...))
+		}
+	}
+	fill(64)
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		if n++; n%64 == 0 {
+			b.StopTimer()
+			fill(64)
+			b.StartTimer()
+		}
+		r := both(2000, true, pt.Lock(1, 0, pt.Main, benchBatch, uint64(n)))
+		if len(r.Messages) != benchBatch {
+			b.Fatalf("locked %d", len(r.Messages))
+		}
+		if r = both(2000, true, pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(r)...)); r.Code != partitionpb.ResultCode_RESULT_OK {
+			b.Fatal(r.Code)
+		}
+	}
+	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msgs/s")
+}
