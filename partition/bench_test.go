@@ -62,10 +62,19 @@ func BenchmarkApplyEnqueue(b *testing.B) {
 func BenchmarkLockComplete(b *testing.B) {
 	m := benchMachine(b)
 	var log pt.Log
-	apply(b, m, log.Entry(b, 0, pt.Upsert(pt.Queue(1, 0, "q"))))
+	benchLockComplete(b, func(now int64, _ bool, c *partitionpb.Command) *partitionpb.Result {
+		return apply(b, m, log.Entry(b, now, c))[0]
+	})
+}
+
+// benchLockComplete runs BenchmarkLockComplete's loop through do, which
+// applies one command in an entry stamped now and returns its result;
+// timed says whether the benchmark's timer runs meanwhile.
+func benchLockComplete(b *testing.B, do func(now int64, timed bool, c *partitionpb.Command) *partitionpb.Result) {
+	do(0, false, pt.Upsert(pt.Queue(1, 0, "q")))
 	fill := func(n int) {
 		for range n {
-			apply(b, m, log.Entry(b, 1000, pt.Enqueue(1, 0, benchMessages()...)))
+			do(1000, false, pt.Enqueue(1, 0, benchMessages()...))
 		}
 	}
 	fill(64)
@@ -77,13 +86,12 @@ func BenchmarkLockComplete(b *testing.B) {
 			fill(64)
 			b.StartTimer()
 		}
-		r := apply(b, m, log.Entry(b, 2000, pt.Lock(1, 0, pt.Main, benchBatch, uint64(n))))
-		if len(r[0].Messages) != benchBatch {
-			b.Fatalf("locked %d", len(r[0].Messages))
+		r := do(2000, true, pt.Lock(1, 0, pt.Main, benchBatch, uint64(n)))
+		if len(r.Messages) != benchBatch {
+			b.Fatalf("locked %d", len(r.Messages))
 		}
-		r = apply(b, m, log.Entry(b, 2000, pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(r[0])...)))
-		if r[0].Code != partitionpb.ResultCode_RESULT_OK {
-			b.Fatal(r[0].Code)
+		if r = do(2000, true, pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(r)...)); r.Code != partitionpb.ResultCode_RESULT_OK {
+			b.Fatal(r.Code)
 		}
 	}
 	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msgs/s")
@@ -234,8 +242,8 @@ func BenchmarkLockCompleteFollower(b *testing.B) {
 	}
 	b.Cleanup(func() { fol.Close() })
 	var index uint64
-	both := func(now int64, timed bool, cmds ...*partitionpb.Command) *partitionpb.Result {
-		data, err := partition.EncodeBatch(&partitionpb.Batch{NowMs: now, Commands: cmds, Proposer: "leader"})
+	benchLockComplete(b, func(now int64, timed bool, c *partitionpb.Command) *partitionpb.Result {
+		data, err := partition.EncodeBatch(&partitionpb.Batch{NowMs: now, Commands: []*partitionpb.Command{c}, Proposer: "leader"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -250,29 +258,5 @@ func BenchmarkLockCompleteFollower(b *testing.B) {
 		}
 		apply(b, fol, e)
 		return r
-	}
-	both(0, false, pt.Upsert(pt.Queue(1, 0, "q")))
-	fill := func(n int) {
-		for range n {
-			both(1000, false, pt.Enqueue(1, 0, benchMessages()...))
-		}
-	}
-	fill(64)
-	b.ResetTimer()
-	n := 0
-	for b.Loop() {
-		if n++; n%64 == 0 {
-			b.StopTimer()
-			fill(64)
-			b.StartTimer()
-		}
-		r := both(2000, true, pt.Lock(1, 0, pt.Main, benchBatch, uint64(n)))
-		if len(r.Messages) != benchBatch {
-			b.Fatalf("locked %d", len(r.Messages))
-		}
-		if r = both(2000, true, pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(r)...)); r.Code != partitionpb.ResultCode_RESULT_OK {
-			b.Fatal(r.Code)
-		}
-	}
-	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msgs/s")
+	})
 }
