@@ -77,8 +77,8 @@ type applier struct {
 	reqFilter    *requestFilter      // the machine's: ids recorded since it loaded
 	lockedStates *lockedStates       // the machine's: state records of locked messages (lockcache.go)
 	grants       map[grantKey]*grant // lock grants read or changed (grants.go)
-	lastGrantKey grantKey            // the grant grant returned last, while
-	lastGrant    *grant              // it is in grants (nil: none)
+	lastGrantKey grantKey            // the key and grant that grant() returned
+	lastGrant    *grant              // last, while in grants (nil: none)
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader

@@ -39,7 +39,6 @@ type lockedStates struct {
 
 type lockedState struct {
 	live bool
-	seq  uint64
 	key  stateKey
 	p    []byte // unsealed state record; its array is reused
 }
@@ -54,8 +53,12 @@ func toStateKey(key []byte) (k stateKey, seq uint64, ok bool) {
 	if len(key) != stateKeyLen {
 		return k, 0, false
 	}
-	return stateKey(key), binary.BigEndian.Uint64(key[stateKeyLen-8:]), true
+	k = stateKey(key)
+	return k, k.seq(), true
 }
+
+// seq returns the sequence number k names.
+func (k stateKey) seq() uint64 { return binary.BigEndian.Uint64(k[stateKeyLen-8:]) }
 
 // maxLockedStates bounds the records kept: about 200 bytes each with the
 // key and the slot, so some 13 MiB per partition group at most.
@@ -90,11 +93,11 @@ func (c *lockedStates) wrote(key, p []byte, locked bool) {
 		c.slots = make([]lockedState, minLockedStates)
 	}
 	s := c.slot(seq)
-	for s.live && s.seq != seq && len(c.slots) < maxLockedStates {
+	for s.live && s.key.seq() != seq && len(c.slots) < maxLockedStates {
 		c.grow()
 		s = c.slot(seq)
 	}
-	s.live, s.seq, s.key, s.p = true, seq, k, append(s.p[:0], p...)
+	s.live, s.key, s.p = true, k, append(s.p[:0], p...)
 }
 
 // grow doubles the table, moving every live record to its new slot.
@@ -103,7 +106,7 @@ func (c *lockedStates) grow() {
 	c.slots = make([]lockedState, 2*len(old))
 	for i := range old {
 		if o := &old[i]; o.live {
-			*c.slot(o.seq) = *o
+			*c.slot(o.key.seq()) = *o
 		}
 	}
 }
@@ -119,7 +122,7 @@ func (c *lockedStates) deleted(key []byte) {
 // forget drops the record of k (number seq), if kept; its slot keeps the
 // buffer for the next record.
 func (c *lockedStates) forget(k stateKey, seq uint64) {
-	if s := c.slot(seq); s != nil && s.live && s.seq == seq && s.key == k {
+	if s := c.slot(seq); s != nil && s.live && s.key == k {
 		s.live = false
 	}
 }
@@ -131,7 +134,7 @@ func (c *lockedStates) get(key []byte) ([]byte, bool) {
 	if c == nil || !ok {
 		return nil, false
 	}
-	if s := c.slot(seq); s != nil && s.live && s.seq == seq && s.key == k {
+	if s := c.slot(seq); s != nil && s.live && s.key == k {
 		return s.p, true
 	}
 	return nil, false
