@@ -32,6 +32,7 @@ type benchConfig struct {
 	credit      int // receiver credit per link
 	receiveMode string
 	serverPid   int // a local server whose CPU to report, or 0
+	coalesce    bool
 }
 
 // benchGCPercent is the load tool's default GC percent. Its live heap is a
@@ -57,6 +58,7 @@ func benchCmd(args []string) error {
 	fs.IntVar(&c.credit, "credit", 1000, "credit per receiver link")
 	fs.StringVar(&c.receiveMode, "receive-mode", "peeklock", "peeklock (receive, then complete) or receiveanddelete")
 	fs.IntVar(&c.serverPid, "server-pid", 0, "pid of a server on this machine whose CPU per message to report (Linux)")
+	fs.BoolVar(&c.coalesce, "coalesce", true, "gather the frames written while a write is in flight into one write(2) (amqp:// only; a synchronous sender never has two)")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (to see what the client costs)")
 	gcPercent := fs.Int("gogc", benchGCPercent, "the load tool's GC percent (as GOGC; the GOGC environment variable, when set, wins)")
 	fs.Usage = func() {
@@ -145,8 +147,8 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 			f()
 		}
 	}()
-	dial := func() (*goamqp.Session, error) {
-		conn, err := goamqp.Dial(ctx, c.url, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	dial := func(coalesce bool) (*goamqp.Session, error) {
+		conn, err := c.dial(ctx, coalesce)
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +159,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	meter := startCPUMeter(c.serverPid)
 	if c.mode == "send" || c.mode == "both" {
 		for i := range c.conns {
-			sess, err := dial()
+			sess, err := dial(c.coalesce && c.window > 1)
 			if err != nil {
 				return err
 			}
@@ -177,7 +179,7 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	}
 	if c.mode == "receive" || c.mode == "both" {
 		for range c.conns {
-			sess, err := dial()
+			sess, err := dial(c.coalesce)
 			if err != nil {
 				return err
 			}

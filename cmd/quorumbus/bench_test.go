@@ -23,6 +23,7 @@ func TestBenchBoth(t *testing.T) {
 		url: "amqp://" + addr, address: "bench", mode: "both", conns: 1, links: 2,
 		size: 100, count: 2000, window: 16, credit: 50, receiveMode: "peeklock",
 		serverPid: os.Getpid(), // the broker runs in this process
+		coalesce:  true,
 	}
 	if err := runBench(ctx, c, &out); err != nil {
 		t.Fatalf("bench: %v\n%s", err, out.String())
