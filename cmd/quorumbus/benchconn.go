@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"runtime"
 	"sync"
 
 	goamqp "github.com/Azure/go-amqp"
@@ -78,6 +79,13 @@ func (c *coalescingConn) flush() {
 		if len(c.pending) == 0 { // closed, nothing left
 			return
 		}
+		// Let the writer run before taking what is pending: woken for one
+		// frame, the flusher would otherwise write it alone while the
+		// writer is about to add the next (1.3 frames a write without
+		// this, 19 with it, pipelined sends on two connections).
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
 		out := c.pending
 		c.pending, c.spare = c.spare[:0], nil
 		c.flushing = true
