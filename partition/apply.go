@@ -79,6 +79,8 @@ type applier struct {
 	grants       map[grantKey]*grant // lock grants read or changed (grants.go)
 	lastGrantKey grantKey            // the key and grant that grant() returned
 	lastGrant    *grant              // last, while in grants (nil: none)
+	recordLocks  bool                // lock() lists what it hands out in handedOut (lockOnce)
+	handedOut    []*partitionpb.StoredMessage
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader

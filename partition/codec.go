@@ -26,6 +26,11 @@ const FormatV1 byte = 1
 // a deleted entity) stops instead of diverging.
 const FormatV2 byte = 2
 
+// FormatV3 is FormatV2 with request ids on peek-lock Locks honoured
+// (requests.go): a replica of a version that refuses them would answer
+// the Lock with an error and lock nothing while the others lock.
+const FormatV3 byte = 3
+
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // EncodeBatch encodes b as a Raft entry: the format byte, then the
@@ -34,9 +39,12 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
 	buf[0] = FormatV1
 	for _, c := range b.Commands {
+		if len(c.RequestId) > 0 && c.GetLock() != nil {
+			buf[0] = FormatV3
+			break
+		}
 		if len(c.RequestId) > 0 || c.GetDeleteEntity().GetVersion() > 0 {
 			buf[0] = FormatV2
-			break
 		}
 	}
 	// The sizes Size just cached (b is not changed in between): without
@@ -56,7 +64,7 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] != FormatV1 && data[0] != FormatV2 {
+	if data[0] < FormatV1 || data[0] > FormatV3 {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
 	b, ok := aliasBatch(data[1:])
@@ -74,5 +82,7 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 			}
 		}
 	}
+	// Format 2's replicas refused a request id on a Lock, but no version
+	// that wrote format 2 put one there, so no entry tells the two apart.
 	return b, nil
 }

@@ -91,6 +91,9 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			count++
 			taken += old.size
 			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
+			if a.recordLocks {
+				a.handedOut = append(a.handedOut, &partitionpb.StoredMessage{SequenceNumber: old.seq, LockToken: token, LockedUntilMs: until})
+			}
 			if a.bodies {
 				m, err := whole()
 				if err != nil {
@@ -167,6 +170,46 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	}
 	a.dirty[e.key] = true // fresh may have moved
 	return r, nil
+}
+
+// relock answers a repeated peek-lock Lock (lockOnce) with the messages
+// its first application handed out (done) that are still locked by it:
+// not settled, expired or locked again since. It changes nothing, and
+// only the replica that answers reads the messages.
+func (a *applier) relock(c *partitionpb.Lock, done *partitionpb.Result) (*partitionpb.Result, error) {
+	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
+	if err != nil {
+		return nil, err
+	}
+	r := okResult()
+	if !a.bodies || len(done.Messages) == 0 {
+		return r, nil
+	}
+	seqs := make([]uint64, len(done.Messages))
+	for i, m := range done.Messages {
+		seqs[i] = m.SequenceNumber
+	}
+	if !slices.IsSorted(seqs) { // lock hands messages out in sequence order
+		return nil, fmt.Errorf("%w: %s: a Lock's record is out of sequence order", ErrCorrupt, e.key)
+	}
+	found, err := a.readLocked(e, c.SubQueue, seqs, true)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := a.newMessageCursor(e, c.SubQueue, seqs[0], true)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range found {
+		if !f.found || !f.s.locked || !bytes.Equal(f.token[:], done.Messages[i].LockToken) || f.s.until <= a.now {
+			continue
+		}
+		if err := cur.body(f.m); err != nil {
+			return nil, cur.close(err)
+		}
+		r.Messages = append(r.Messages, f.m)
+	}
+	return r, cur.close(nil)
 }
 
 // lockedRecord is a locked message found by its lock token: its slot,

@@ -41,22 +41,56 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	if len(c.RequestId) == 0 {
 		return result(a.apply(c))
 	}
+	lock := c.GetLock()
 	switch c.Op.(type) {
 	case *partitionpb.Command_Enqueue, *partitionpb.Command_Settle:
+	case *partitionpb.Command_Lock:
+		if lock.ReceiveAndDelete {
+			return result(nil, fmt.Errorf("%w: request id on a receive-and-delete Lock", ErrInvalid))
+		}
 	default:
-		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue or Settle", ErrInvalid))
+		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle or a peek-lock Lock", ErrInvalid))
 	}
 	if len(c.RequestId) > maxRequestIDBytes {
 		return result(nil, fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes))
 	}
 	r, stale, err := a.requestResult(c.RequestId)
-	if r != nil || err != nil {
-		return r, err
+	if err != nil {
+		return nil, err
+	}
+	if lock != nil {
+		return a.lockOnce(c.RequestId, lock, r, stale)
+	}
+	if r != nil {
+		return r, nil
 	}
 	if r, err = result(a.apply(c)); err != nil {
 		return nil, err
 	}
 	return r, a.recordRequest(c.RequestId, r, stale)
+}
+
+// lockOnce applies a peek-lock Lock with request id, unless the id was
+// applied (done is its record): then it answers with the messages of
+// that Lock still locked by it.
+//
+// The record is the same on every replica: what the Lock handed out,
+// each message's number, token and locked-until, not the answer, which
+// only the answering replica fills with messages. A Lock that locked
+// nothing records nothing: the node proposes a waiting receive's Lock
+// again under the same id when messages arrive.
+func (a *applier) lockOnce(id []byte, c *partitionpb.Lock, done *partitionpb.Result, stale *int64) (*partitionpb.Result, error) {
+	if done != nil {
+		return result(a.relock(c, done))
+	}
+	a.handedOut = a.handedOut[:0]
+	a.recordLocks = true
+	r, err := result(a.lock(c))
+	a.recordLocks = false
+	if err != nil || len(a.handedOut) == 0 {
+		return r, err
+	}
+	return r, a.recordRequest(id, &partitionpb.Result{Messages: a.handedOut}, stale)
 }
 
 // requestResult returns the stored result of request id, nil if there is

@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -83,14 +84,66 @@ func TestRequestIDs(t *testing.T) {
 
 	// What a request id may not be.
 	for name, c := range map[string]*partitionpb.Command{
-		"on a lock":   withID(pt.Lock(1, 0, pt.Main, 1, 9), "lock-1"),
-		"of 65 bytes": withID(pt.Enqueue(1, 0, pt.Msg("x")), string(bytes.Repeat([]byte("i"), 65))),
+		"on a receive-and-delete lock": withID(pt.ReceiveAndDelete(1, 0, pt.Main, 1), "lock-1"),
+		"on a renewal":                 withID(pt.Renew(1, 0, pt.Main, []byte("0123456789abcdef")), "renew-1"),
+		"of 65 bytes":                  withID(pt.Enqueue(1, 0, pt.Msg("x")), string(bytes.Repeat([]byte("i"), 65))),
 	} {
 		if r := d.Do(c); r.Code != partitionpb.ResultCode_RESULT_INVALID {
 			t.Fatalf("request id %s: %v", name, r)
 		}
 	}
 	active(2)
+}
+
+// TestRetriedLock: a peek-lock Lock sent again with its id answers with
+// the messages the first one locked that are still locked by it, bodies
+// and all, and locks nothing more; a Lock that locked nothing leaves the
+// id free for the next one.
+func TestRetriedLock(t *testing.T) {
+	d := pt.NewDriver(t, 1_000_000)
+	cfg := pt.Queue(1, 0, "q")
+	cfg.LockDurationMs = 30_000
+	d.OK(pt.Upsert(cfg))
+
+	if r := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 1), "empty")); len(r.Messages) != 0 {
+		t.Fatalf("lock of an empty queue: %v", r)
+	}
+	d.OK(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b"), pt.Msg("c"), pt.Msg("d")))
+	first := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 2), "empty")) // the id is free: it locked nothing
+	if len(first.Messages) != 3 {
+		t.Fatalf("first lock: %d messages", len(first.Messages))
+	}
+	d.Now += 1000
+	again := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 3), "empty")) // another seed: the first's tokens still come back
+	if !proto.Equal(first, again) {
+		t.Fatalf("repeated lock answered\n%v\nfirst\n%v", again, first)
+	}
+	if st := d.Stats(1, 0); st.ActiveMessages != 4 {
+		t.Fatalf("%d active messages after the repeat, want 4", st.ActiveMessages)
+	}
+	if r := d.OK(pt.Lock(1, 0, pt.Main, 10, 4)); len(r.Messages) != 1 || string(r.Messages[0].Bare) != "d" {
+		t.Fatalf("a new lock after the repeat got %v, want only d", pt.Seqs(r))
+	}
+
+	// Settled since: left out.
+	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, first.Messages[1].LockToken))
+	rest := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 5), "empty"))
+	if got := pt.Seqs(rest); len(got) != 2 || got[0] != first.Messages[0].SequenceNumber || got[1] != first.Messages[2].SequenceNumber {
+		t.Fatalf("repeat after a complete: %v", got)
+	}
+	// Abandoned and locked again by another Lock: not this one's.
+	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_ABANDON, first.Messages[0].LockToken))
+	if r := d.OK(pt.Lock(1, 0, pt.Main, 1, 6)); pt.Seqs(r)[0] != first.Messages[0].SequenceNumber {
+		t.Fatalf("abandoned message not locked again: %v", pt.Seqs(r))
+	}
+	if got := pt.Seqs(d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 7), "empty"))); len(got) != 1 || got[0] != first.Messages[2].SequenceNumber {
+		t.Fatalf("repeat after abandon and relock: %v", got)
+	}
+	// Expired: nothing.
+	d.Now += 30_000
+	if r := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 8), "empty")); len(r.Messages) != 0 {
+		t.Fatalf("repeat after the locks expired: %v", pt.Seqs(r))
+	}
 }
 
 // TestRequestsPruned: results older than the window are deleted, a bounded
@@ -161,5 +214,17 @@ func TestRequestFormat(t *testing.T) {
 	b.Commands = append(b.Commands, pt.DeleteCmd(&partitionpb.DeleteEntity{EntityId: 1, Version: 9}))
 	if data, _ := partition.EncodeBatch(b); data[0] != partition.FormatV2 {
 		t.Fatalf("with a versioned delete: format %d", data[0])
+	}
+	b.Commands = append(b.Commands, withID(pt.Lock(1, 0, pt.Main, 1, 1), "lock"))
+	data, _ = partition.EncodeBatch(b)
+	if data[0] != partition.FormatV3 {
+		t.Fatalf("with a request id on a Lock: format %d", data[0])
+	}
+	if got, err := partition.DecodeBatch(data); err != nil || string(got.Commands[2].RequestId) != "lock" {
+		t.Fatalf("format 3 decoded: %v, %v", got, err)
+	}
+	data[0] = partition.FormatV3 + 1
+	if _, err := partition.DecodeBatch(data); !errors.Is(err, partition.ErrUnknownFormat) {
+		t.Fatalf("format %d: %v", data[0], err)
 	}
 }

@@ -773,6 +773,12 @@ type Command struct {
 	// nothing, so a retried send is not stored twice and a retried complete
 	// is not refused as lock-lost. An entry with a request id is written in
 	// format 2, which replicas that would ignore the id refuse.
+	//
+	// A peek-lock Lock may carry one too (format 3): the partition keeps
+	// which messages it locked (sequence number, token, locked-until) if it
+	// locked any, and answers a repeat with those of them still locked by
+	// it, so a receive whose answer was lost in a leader change gets its
+	// messages rather than leaving them locked for nobody.
 	RequestId     []byte `protobuf:"bytes,12,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2256,8 +2262,14 @@ type ReceiveRequest struct {
 	MaxCount         uint32                 `protobuf:"varint,5,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
 	ReceiveAndDelete bool                   `protobuf:"varint,6,opt,name=receive_and_delete,json=receiveAndDelete,proto3" json:"receive_and_delete,omitempty"`
 	WaitMs           int64                  `protobuf:"varint,7,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Command.request_id of the peek-lock Lock, the same on every attempt
+	// (ignored with receive_and_delete).
+	RequestId []byte `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// A later attempt of the request: propose its Lock even when nothing
+	// looks available, so that a Lock an earlier attempt committed answers.
+	Repeat        bool `protobuf:"varint,9,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReceiveRequest) Reset() {
@@ -2337,6 +2349,20 @@ func (x *ReceiveRequest) GetWaitMs() int64 {
 		return x.WaitMs
 	}
 	return 0
+}
+
+func (x *ReceiveRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *ReceiveRequest) GetRepeat() bool {
+	if x != nil {
+		return x.Repeat
+	}
+	return false
 }
 
 type ReceiveResponse struct {
@@ -3244,7 +3270,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\fR\trequestId\"F\n" +
 	"\fSendResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x89\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xc0\x02\n" +
 	"\x0eReceiveRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -3252,7 +3278,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\tsub_queue\x18\x04 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12\x1b\n" +
 	"\tmax_count\x18\x05 \x01(\rR\bmaxCount\x12,\n" +
 	"\x12receive_and_delete\x18\x06 \x01(\bR\x10receiveAndDelete\x12\x17\n" +
-	"\await_ms\x18\a \x01(\x03R\x06waitMs\"I\n" +
+	"\await_ms\x18\a \x01(\x03R\x06waitMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\fR\trequestId\x12\x16\n" +
+	"\x06repeat\x18\t \x01(\bR\x06repeat\"I\n" +
 	"\x0fReceiveResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x81\x01\n" +
 	"\rSettleRequest\x12\x19\n" +
