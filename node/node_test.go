@@ -462,6 +462,20 @@ func TestRetriedRequestsAcrossFailover(t *testing.T) {
 	if r, err := cl.Settle(ctxFor(t), settleReq); err != nil || r.Result.Code != partitionpb.ResultCode_RESULT_OK {
 		t.Fatalf("complete: %v, %v", r, err)
 	}
+	for _, body := range []string{"locked-1", "locked-2"} {
+		if _, err := send(ctxFor(t), cl, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recvReq := &partitionpb.ReceiveRequest{EntityId: entity, MaxCount: 10, RequestId: []byte("recv-1")}
+	locked, err := cl.Receive(ctxFor(t), recvReq)
+	if err != nil || len(locked.Result.Messages) != 2 {
+		t.Fatalf("receive: %v, %v", locked, err)
+	}
+	// Not a repeat: nothing is available, so nothing is proposed.
+	if r, err := cl.Receive(ctxFor(t), recvReq); err != nil || len(r.Result.Messages) != 0 {
+		t.Fatalf("the same receive, not marked a repeat: %v, %v", r, err)
+	}
 
 	old := c.Leader(group)
 	c.Kill(old)
@@ -475,8 +489,16 @@ func TestRetriedRequestsAcrossFailover(t *testing.T) {
 	if r, err := cl.Settle(ctxFor(t), settleReq); err != nil || r.Result.Code != partitionpb.ResultCode_RESULT_OK {
 		t.Fatalf("repeated complete on the new leader: %v, %v", r, err)
 	}
-	if st := stats(t, cl); st.ActiveMessages != 0 || st.LockedMessages != 0 {
-		t.Errorf("stats after the repeats: %v (the send was stored twice?)", st)
+	recvReq.Repeat = true
+	relocked, err := cl.Receive(ctxFor(t), recvReq)
+	if err != nil || !proto.Equal(relocked.Result, locked.Result) {
+		t.Fatalf("repeated receive on the new leader: %v, %v; first %v", relocked, err, locked)
+	}
+	if st := stats(t, cl); st.ActiveMessages != 2 || st.LockedMessages != 2 {
+		t.Errorf("stats after the repeats: %v, want the two locked messages only (the send stored twice?)", st)
+	}
+	if r := settle(t, cl, partitionpb.Disposition_DISPOSITION_COMPLETE, relocked.Result.Messages...); r.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("complete of the messages the repeat answered: %v", r)
 	}
 }
 

@@ -113,13 +113,17 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 			timer.Stop()
 		}
 	}()
+	// A repeated request proposes its Lock at once: an earlier attempt's
+	// Lock may have committed, and only the partition can say.
+	repeat := req.Repeat && len(req.RequestId) > 0 && !req.ReceiveAndDelete
 	for {
 		// Take the channel before looking, so that a message that
 		// arrives in between still wakes us.
 		changed := g.machine.Changed()
 		last := !time.Now().Before(deadline)
 		// An unknown entity goes to the machine too: its Result says so.
-		if !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.Available(req.EntityId, req.Partition, req.SubQueue) {
+		if repeat || !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.Available(req.EntityId, req.Partition, req.SubQueue) {
+			repeat = false
 			res, err := g.propose1(ctx, lockCommand(req))
 			if err != nil {
 				return nil, toStatus(err)
@@ -148,7 +152,7 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 func lockCommand(req *partitionpb.ReceiveRequest) *partitionpb.Command {
 	seed := make([]byte, 8)
 	rand.Read(seed) // never fails (crypto/rand)
-	return &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: &partitionpb.Lock{
+	c := &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: &partitionpb.Lock{
 		EntityId:         req.EntityId,
 		Partition:        req.Partition,
 		SubQueue:         req.SubQueue,
@@ -156,6 +160,13 @@ func lockCommand(req *partitionpb.ReceiveRequest) *partitionpb.Command {
 		ReceiveAndDelete: req.ReceiveAndDelete,
 		TokenSeed:        seed,
 	}}}
+	if !req.ReceiveAndDelete {
+		// Every Lock of this request, on any attempt, under one id: a
+		// Lock that locked nothing records nothing, so waiting and
+		// proposing again under it is safe (partition/requests.go).
+		c.RequestId = req.RequestId
+	}
+	return c
 }
 
 func (s *service) Settle(ctx context.Context, req *partitionpb.SettleRequest) (*partitionpb.SettleResponse, error) {

@@ -235,11 +235,23 @@ func newRequestID() []byte {
 	return id
 }
 
-// Receive implements frontend.Backend.
+// Receive implements frontend.Backend. A peek-lock receive carries a
+// request id, the same on every attempt, and later attempts say they
+// repeat: a Lock whose answer was lost (its leader lost the term after
+// proposing it, an attempt timed out) then answers the retry with the
+// messages it locked, instead of leaving them locked for nobody until
+// their locks expire.
 func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
+	var id []byte
+	if !req.ReceiveAndDelete {
+		id = newRequestID()
+	}
+	attempts := 0
 	return callResult(r, ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveRequest)
 		rq.GroupId, rq.EntityId = group, e.Id
+		rq.RequestId, rq.Repeat = id, attempts > 0
+		attempts++
 		return c.Receive(ctx, rq)
 	})
 }
