@@ -92,7 +92,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			taken += old.size
 			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
 			if a.recordLocks {
-				a.handedOut = append(a.handedOut, &partitionpb.StoredMessage{SequenceNumber: old.seq, LockToken: token, LockedUntilMs: until})
+				a.handedOut, a.lockedUntil = append(a.handedOut, old.seq), until
 			}
 			if a.bodies {
 				m, err := whole()
@@ -182,12 +182,9 @@ func (a *applier) relock(c *partitionpb.Lock, done *partitionpb.Result) (*partit
 		return nil, err
 	}
 	r := okResult()
-	if !a.bodies || len(done.Messages) == 0 {
-		return r, nil
-	}
-	seqs := make([]uint64, len(done.Messages))
-	for i, m := range done.Messages {
-		seqs[i] = m.SequenceNumber
+	seqs := done.SequenceNumbers
+	if !a.bodies || len(seqs) == 0 || len(done.LockedUntilMs) != 1 {
+		return r, nil // or the id was another command's
 	}
 	if !slices.IsSorted(seqs) { // lock hands messages out in sequence order
 		return nil, fmt.Errorf("%w: %s: a Lock's record is out of sequence order", ErrCorrupt, e.key)
@@ -201,7 +198,8 @@ func (a *applier) relock(c *partitionpb.Lock, done *partitionpb.Result) (*partit
 		return nil, err
 	}
 	for i, f := range found {
-		if !f.found || !f.s.locked || !bytes.Equal(f.token[:], done.Messages[i].LockToken) || f.s.until <= a.now {
+		if !f.found || !f.s.locked || f.s.until <= a.now ||
+			!bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
 			continue
 		}
 		if err := cur.body(f.m); err != nil {

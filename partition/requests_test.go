@@ -125,8 +125,9 @@ func TestRetriedLock(t *testing.T) {
 		t.Fatalf("a new lock after the repeat got %v, want only d", pt.Seqs(r))
 	}
 
-	// Settled since: left out.
+	// Settled since: left out; renewed: still this Lock's.
 	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, first.Messages[1].LockToken))
+	d.OK(pt.Renew(1, 0, pt.Main, first.Messages[2].LockToken))
 	rest := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 5), "empty"))
 	if got := pt.Seqs(rest); len(got) != 2 || got[0] != first.Messages[0].SequenceNumber || got[1] != first.Messages[2].SequenceNumber {
 		t.Fatalf("repeat after a complete: %v", got)

@@ -1810,8 +1810,12 @@ type Result struct {
 	// by duplicate detection, the number of the message it duplicates.
 	SequenceNumbers []uint64 `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
 	LockedUntilMs   []int64  `protobuf:"varint,5,rep,packed,name=locked_until_ms,json=lockedUntilMs,proto3" json:"locked_until_ms,omitempty"` // RenewLocks: one per token
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Only in the stored record of a peek-lock Lock with a request id, never
+	// in an answer: the Lock handed out sequence_numbers, each locked until
+	// locked_until_ms[0] by the token its number and this seed make.
+	TokenSeed     []byte `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1875,6 +1879,13 @@ func (x *Result) GetSequenceNumbers() []uint64 {
 func (x *Result) GetLockedUntilMs() []int64 {
 	if x != nil {
 		return x.LockedUntilMs
+	}
+	return nil
+}
+
+func (x *Result) GetTokenSeed() []byte {
+	if x != nil {
+		return x.TokenSeed
 	}
 	return nil
 }
@@ -3239,13 +3250,15 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12receive_and_delete\x18\x05 \x01(\bR\x10receiveAndDelete\x12\x1d\n" +
 	"\n" +
 	"token_seed\x18\x06 \x01(\fR\ttokenSeed\"\x10\n" +
-	"\x0eExpireMessages\"\xf8\x01\n" +
+	"\x0eExpireMessages\"\x97\x02\n" +
 	"\x06Result\x126\n" +
 	"\x04code\x18\x01 \x01(\x0e2\".quorumbus.partition.v1.ResultCodeR\x04code\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12A\n" +
 	"\bmessages\x18\x03 \x03(\v2%.quorumbus.partition.v1.StoredMessageR\bmessages\x12)\n" +
 	"\x10sequence_numbers\x18\x04 \x03(\x04R\x0fsequenceNumbers\x12&\n" +
-	"\x0flocked_until_ms\x18\x05 \x03(\x03R\rlockedUntilMs\"e\n" +
+	"\x0flocked_until_ms\x18\x05 \x03(\x03R\rlockedUntilMs\x12\x1d\n" +
+	"\n" +
+	"token_seed\x18\x06 \x01(\fR\ttokenSeed\"e\n" +
 	"\n" +
 	"LeaderHint\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
