@@ -62,12 +62,14 @@ func TestFailoverKillLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// A lock of 20 s rather than the default minute: a Lock whose answer
-	// is lost to a leader change (a slow -race run can lose its leader at
-	// any time) leaves its messages locked to nobody until the lock
-	// expires, as a receiver that died would. They must come back within
-	// the receive wait below (receiveWait). The lock still outlasts what
-	// the receiver prefetches (1,000 messages, completed one at a time).
+	// A lock of 20 s rather than the default minute. A retried receive
+	// gets back what its lost Lock locked (request ids), but a receive the
+	// front-end gives up on mid-call (a slow -race run can lose its leader
+	// at any time) still leaves its messages locked to nobody until the
+	// lock expires, as a receiver that died would. They must come back
+	// within the receive wait below (receiveWait). The lock still outlasts
+	// what the receiver prefetches (1,000 messages, completed one at a
+	// time).
 	props := &placementpb.QueueProperties{LockDurationMs: 20_000}
 	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "fo", Props: props}}, quiet); err != nil {
 		t.Fatal(err)
@@ -174,8 +176,8 @@ func TestFailoverKillLeader(t *testing.T) {
 }
 
 // receiveWait bounds the wait for each message TestFailoverKillLeader
-// receives: longer than the test queue's lock, which a lost Lock answer
-// has to outlive.
+// receives: longer than the test queue's lock, which the messages of an
+// abandoned receive have to outlive.
 const receiveWait = 45 * time.Second
 
 func buildBinary(t *testing.T) string {
