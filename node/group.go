@@ -247,6 +247,7 @@ func (n *Node) raftConfig(g *group, hlog *hclogger) *raft.Config {
 	// Let raft's leader loop take several of our in-flight proposals in
 	// one pass (one log write, one AppendEntries).
 	c.BatchApplyCh = true
+	c.CommitTimeout = idleCommitTimeout
 	c.SnapshotThreshold = n.cfg.SnapshotThreshold
 	c.SnapshotInterval = n.cfg.SnapshotInterval
 	c.TrailingLogs = n.cfg.TrailingLogs

@@ -14,6 +14,12 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
+// idleCommitTimeout is how long the meta leader with nothing new to
+// replicate waits before it tells its followers the commit index anyway
+// (raft.Config.CommitTimeout; node's partition groups use the same, and
+// say why).
+const idleCommitTimeout = 250 * time.Millisecond
+
 // Members is the live member list the service works from. A
 // *membership.Memberlist is one; MembersFunc adapts a function.
 //

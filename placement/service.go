@@ -125,6 +125,7 @@ func (s *Service) start() error {
 	rc.ElectionTimeout = s.cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = s.cfg.ElectionTimeout / 2
 	rc.BatchApplyCh = true
+	rc.CommitTimeout = idleCommitTimeout
 	rc.Logger = hl
 
 	if len(s.cfg.Bootstrap) > 0 {
