@@ -16,7 +16,7 @@ const (
 
 // Defaults of Config.
 const (
-	DefaultElectionTimeout   = time.Second
+	DefaultElectionTimeout = time.Second
 	// idleCommitTimeout is how long a leader with nothing new to replicate
 	// waits before it tells its followers the commit index anyway
 	// (raft.Config.CommitTimeout). Raft's 50 ms made an idle dev cluster
@@ -24,7 +24,7 @@ const (
 	// empty AppendEntries; entries in flight carry the commit index
 	// without waiting for it, so only followers' applying of the last
 	// entries of a burst waits longer.
-	idleCommitTimeout = 250 * time.Millisecond
+	idleCommitTimeout        = 250 * time.Millisecond
 	DefaultSnapshotThreshold = 65536
 	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
