@@ -14,17 +14,18 @@ const (
 	LogStoreBoltDB = "boltdb" // hashicorp/raft-boltdb/v2 (bbolt)
 )
 
+// idleCommitTimeout is how long a leader with nothing new to replicate
+// waits before it tells its followers the commit index anyway
+// (raft.Config.CommitTimeout). Raft's 50 ms made an idle dev cluster (four
+// groups, two followers each) spend a seventh of a core on empty
+// AppendEntries; entries in flight carry the commit index without waiting
+// for it, so only followers' applying of the last entries of a burst
+// waits longer.
+const idleCommitTimeout = 250 * time.Millisecond
+
 // Defaults of Config.
 const (
-	DefaultElectionTimeout = time.Second
-	// idleCommitTimeout is how long a leader with nothing new to replicate
-	// waits before it tells its followers the commit index anyway
-	// (raft.Config.CommitTimeout). Raft's 50 ms made an idle dev cluster
-	// (four groups, two followers each) spend a seventh of a core on
-	// empty AppendEntries; entries in flight carry the commit index
-	// without waiting for it, so only followers' applying of the last
-	// entries of a burst waits longer.
-	idleCommitTimeout        = 250 * time.Millisecond
+	DefaultElectionTimeout   = time.Second
 	DefaultSnapshotThreshold = 65536
 	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
