@@ -26,7 +26,7 @@ import (
 //
 // How the limits were chosen (research/raft-ceiling.md, this 2-core box,
 // 3 replicas, fsync on, 1 KiB messages):
-//   - maxInFlight 8: raft-wal gave ~100k msgs/s at p99 ~10 ms with 64 msgs
+//   - maxInFlight 4: raft-wal gave ~100k msgs/s at p99 ~10 ms with 64 msgs
 //     per entry and 8 entries in flight, and hardly more with 64 in flight
 //     at ten times the latency. hashicorp/raft writes and replicates the
 //     entries it finds queued together (BatchApplyCh, MaxAppendEntries), so
@@ -36,8 +36,12 @@ import (
 //     heavy jobs, load 5-7 on 2 cores) packed 30, 18 and 10 requests per
 //     entry with 4, 8 and 16 in flight, and gave 2.5-6.5k, 4.6-6.1k and
 //     4.9-7.8k msgs/s at p50 24-34, 27-43 and 26-38 ms: no setting won
-//     beyond the noise. 8 is in the middle, and leaves room for larger
-//     entries as the load grows.
+//     beyond the noise there. The dev cluster driven by the load tool did
+//     decide it: 4 beat 8 in each of nine alternated pairs (sends on one
+//     link 38-42k against 32k msgs/s, on two connections 37-46k against
+//     34-40k, receives 31-34k against 26-28k), at 2-7 µs less server CPU
+//     a message; a lone request still goes out at once. 2, 3 and 6 were
+//     not told apart from 4 through the noise.
 //   - maxBatchBytes 256 KiB: throughput peaked at 256 msgs of 1 KiB per
 //     entry and fell above (0.5-1 MiB entries); the limit is a target, the
 //     request that crosses it still joins the batch.
@@ -49,7 +53,7 @@ import (
 //     batches stay near maxBatchBytes, and raftmux.MaxMessageBytes leaves
 //     room for several large entries in one AppendEntries.
 const (
-	maxInFlight      = 8
+	maxInFlight      = 4
 	maxBatchBytes    = 256 << 10
 	maxBatchRequests = 1024
 	maxRequestBytes  = 101 << 20
