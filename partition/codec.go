@@ -26,9 +26,10 @@ const FormatV1 byte = 1
 // a deleted entity) stops instead of diverging.
 const FormatV2 byte = 2
 
-// FormatV3 is FormatV2 with request ids on peek-lock Locks honoured
-// (requests.go): a replica of a version that refuses them would answer
-// the Lock with an error and lock nothing while the others lock.
+// FormatV3 is FormatV2 with request ids on peek-lock Locks and
+// LockBySequences honoured (requests.go): a replica of a version that
+// refuses them would answer with an error and lock nothing while the
+// others lock.
 const FormatV3 byte = 3
 
 var marshal = proto.MarshalOptions{Deterministic: true}
@@ -39,7 +40,7 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
 	buf[0] = FormatV1
 	for _, c := range b.Commands {
-		if len(c.RequestId) > 0 && c.GetLock() != nil {
+		if len(c.RequestId) > 0 && (c.GetLock() != nil || c.GetLockBySequence() != nil) {
 			buf[0] = FormatV3
 			break
 		}

@@ -133,7 +133,8 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 		// Request ids from a small set, and now and then the previous
 		// entry's requests again, as a front-end retrying sends them.
 		for _, c := range cmds {
-			peekLock := c.GetLock() != nil && !c.GetLock().ReceiveAndDelete
+			peekLock := c.GetLock() != nil && !c.GetLock().ReceiveAndDelete ||
+				c.GetLockBySequence() != nil && !c.GetLockBySequence().ReceiveAndDelete
 			if (c.GetEnqueue() != nil || c.GetSettle() != nil || peekLock) && rng.IntN(3) == 0 {
 				c.RequestId = []byte(fmt.Sprint("req", rng.IntN(30)))
 			}

@@ -172,42 +172,53 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	return r, nil
 }
 
-// relock answers a repeated peek-lock Lock (lockOnce) with the messages
-// its first application handed out (done) that are still locked by it:
-// not settled, expired or locked again since. It changes nothing, and
-// only the replica that answers reads the messages.
-func (a *applier) relock(c *partitionpb.Lock, done *partitionpb.Result) (*partitionpb.Result, error) {
-	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
+// relock answers a repeated peek-lock Lock or LockBySequence (lockOnce)
+// with the messages its first application handed out (done) that are
+// still locked by it: not settled, expired or locked again since, in the
+// order it handed them out. It changes nothing. Replicas that do not
+// answer leave out what the command leaves out: a Lock's messages, a
+// LockBySequence's bodies. A LockBySequence that finds none of them is
+// refused as the command would be.
+func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.Result, error) {
+	e, err := a.receiving(l.entity, l.part, l.sub)
 	if err != nil {
 		return nil, err
 	}
 	r := okResult()
-	seqs := done.SequenceNumbers
-	if !a.bodies || len(seqs) == 0 || len(done.LockedUntilMs) != 1 {
-		return r, nil // or the id was another command's
+	if !a.bodies && !l.bySequence || len(done.SequenceNumbers) == 0 || len(done.LockedUntilMs) != 1 {
+		return r, nil // (or the id was another command's)
 	}
-	if !slices.IsSorted(seqs) { // lock hands messages out in sequence order
-		return nil, fmt.Errorf("%w: %s: a Lock's record is out of sequence order", ErrCorrupt, e.key)
-	}
-	found, err := a.readLocked(e, c.SubQueue, seqs, true)
+	seqs := slices.Sorted(slices.Values(done.SequenceNumbers)) // readLocked reads forward
+	found, err := a.readLocked(e, l.sub, seqs, true)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := a.newMessageCursor(e, c.SubQueue, seqs[0], true)
+	cur, err := a.newMessageCursor(e, l.sub, seqs[0], a.bodies)
 	if err != nil {
 		return nil, err
 	}
+	still := make(map[uint64]*partitionpb.StoredMessage, len(seqs))
 	for i, f := range found {
-		if !f.found || !f.s.locked || f.s.until <= a.now ||
-			!bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
+		if !f.found || !f.s.locked || f.s.until <= a.now || !bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
 			continue
 		}
 		if err := cur.body(f.m); err != nil {
 			return nil, cur.close(err)
 		}
-		r.Messages = append(r.Messages, f.m)
+		still[seqs[i]] = f.m
 	}
-	return r, cur.close(nil)
+	if err := cur.close(nil); err != nil {
+		return nil, err
+	}
+	for _, seq := range done.SequenceNumbers {
+		if m := still[seq]; m != nil {
+			r.Messages = append(r.Messages, m)
+		}
+	}
+	if len(r.Messages) == 0 && l.bySequence {
+		return nil, fmt.Errorf("%w: the deferred messages %v of %s were locked and are no longer", ErrMessageNotFound, done.SequenceNumbers, l.sub)
+	}
+	return r, nil
 }
 
 // lockedRecord is a locked message found by its lock token: its slot,

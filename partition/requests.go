@@ -41,15 +41,15 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	if len(c.RequestId) == 0 {
 		return result(a.apply(c))
 	}
-	lock := c.GetLock()
+	lock, locks := lockOf(c)
 	switch c.Op.(type) {
 	case *partitionpb.Command_Enqueue, *partitionpb.Command_Settle:
-	case *partitionpb.Command_Lock:
-		if lock.ReceiveAndDelete {
-			return result(nil, fmt.Errorf("%w: request id on a receive-and-delete Lock", ErrInvalid))
+	case *partitionpb.Command_Lock, *partitionpb.Command_LockBySequence:
+		if lock.receiveAndDelete {
+			return result(nil, fmt.Errorf("%w: request id on a receive-and-delete lock", ErrInvalid))
 		}
 	default:
-		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle or a peek-lock Lock", ErrInvalid))
+		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle or a peek-lock lock", ErrInvalid))
 	}
 	if len(c.RequestId) > maxRequestIDBytes {
 		return result(nil, fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes))
@@ -58,8 +58,8 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	if err != nil {
 		return nil, err
 	}
-	if lock != nil {
-		return a.lockOnce(c.RequestId, lock, r, stale)
+	if locks {
+		return a.lockOnce(c, lock, r, stale)
 	}
 	if r != nil {
 		return r, nil
@@ -70,9 +70,30 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	return r, a.recordRequest(c.RequestId, r, stale)
 }
 
-// lockOnce applies a peek-lock Lock with request id, unless the id was
-// applied (done is its record): then it answers with the messages of
-// that Lock still locked by it.
+// lockTarget is what relock needs of a Lock or a LockBySequence.
+type lockTarget struct {
+	entity           uint64
+	part             uint32
+	sub              partitionpb.SubQueue
+	seed             []byte
+	receiveAndDelete bool
+	bySequence       bool
+}
+
+// lockOf returns the target of c, if c locks messages.
+func lockOf(c *partitionpb.Command) (lockTarget, bool) {
+	if l := c.GetLock(); l != nil {
+		return lockTarget{l.EntityId, l.Partition, l.SubQueue, l.TokenSeed, l.ReceiveAndDelete, false}, true
+	}
+	if l := c.GetLockBySequence(); l != nil {
+		return lockTarget{l.EntityId, l.Partition, l.SubQueue, l.TokenSeed, l.ReceiveAndDelete, true}, true
+	}
+	return lockTarget{}, false
+}
+
+// lockOnce applies a peek-lock Lock or LockBySequence with request id,
+// unless the id was applied (done is its record): then it answers with
+// the messages of that command still locked by it.
 //
 // The record is the same on every replica: what the Lock handed out
 // (the numbers, the token seed, the locked-until they share), not the
@@ -81,19 +102,19 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 // when receiving. A Lock that locked nothing records nothing: the node
 // proposes a waiting receive's Lock again under the same id when
 // messages arrive.
-func (a *applier) lockOnce(id []byte, c *partitionpb.Lock, done *partitionpb.Result, stale *int64) (*partitionpb.Result, error) {
+func (a *applier) lockOnce(c *partitionpb.Command, l lockTarget, done *partitionpb.Result, stale *int64) (*partitionpb.Result, error) {
 	if done != nil {
-		return result(a.relock(c, done))
+		return result(a.relock(l, done))
 	}
 	a.handedOut = a.handedOut[:0]
 	a.recordLocks = true
-	r, err := result(a.lock(c))
+	r, err := result(a.apply(c))
 	a.recordLocks = false
 	if err != nil || len(a.handedOut) == 0 {
 		return r, err
 	}
-	rec := &partitionpb.Result{SequenceNumbers: a.handedOut, LockedUntilMs: []int64{a.lockedUntil}, TokenSeed: c.TokenSeed}
-	return r, a.recordRequest(id, rec, stale)
+	rec := &partitionpb.Result{SequenceNumbers: a.handedOut, LockedUntilMs: []int64{a.lockedUntil}, TokenSeed: l.seed}
+	return r, a.recordRequest(c.RequestId, rec, stale)
 }
 
 // requestResult returns the stored result of request id, nil if there is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -144,6 +145,37 @@ func TestRetriedLock(t *testing.T) {
 	d.Now += 30_000
 	if r := d.OK(withID(pt.Lock(1, 0, pt.Main, 3, 8), "empty")); len(r.Messages) != 0 {
 		t.Fatalf("repeat after the locks expired: %v", pt.Seqs(r))
+	}
+}
+
+// TestRetriedLockBySequence: receiving deferred messages again with the
+// request's id answers with those its first application locked, in the
+// order asked, and is refused as not found once none is locked by it.
+func TestRetriedLockBySequence(t *testing.T) {
+	d := pt.NewDriver(t, 1_000_000)
+	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
+	d.OK(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b"), pt.Msg("c")))
+	locked := d.OK(pt.Lock(1, 0, pt.Main, 3, 1))
+	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_DEFER, pt.Tokens(locked)...))
+	seqs := pt.Seqs(locked)
+	byNumber := func(seed uint64) *partitionpb.Command {
+		return withID(pt.LockBySequence(&partitionpb.LockBySequence{EntityId: 1, SubQueue: pt.Main,
+			SequenceNumbers: []uint64{seqs[2], seqs[0]}, TokenSeed: pt.Seed(seed)}), "deferred")
+	}
+	first := d.OK(byNumber(2))
+	if got := pt.Seqs(first); len(got) != 2 || got[0] != seqs[2] || got[1] != seqs[0] {
+		t.Fatalf("first receive of deferred messages: %v", got)
+	}
+	if again := d.OK(byNumber(3)); !proto.Equal(first, again) {
+		t.Fatalf("repeated receive of deferred messages answered\n%v\nfirst\n%v", again, first)
+	}
+	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, first.Messages[0].LockToken))
+	if got := pt.Seqs(d.OK(byNumber(4))); len(got) != 1 || got[0] != seqs[0] {
+		t.Fatalf("repeat after completing one: %v", got)
+	}
+	d.OK(pt.Settle(1, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, first.Messages[1].LockToken))
+	if r := d.Do(byNumber(5)); r.Code != partitionpb.ResultCode_RESULT_INVALID || !strings.Contains(r.Description, "message not found") {
+		t.Fatalf("repeat after completing both: %v", r)
 	}
 }
 

@@ -774,11 +774,12 @@ type Command struct {
 	// is not refused as lock-lost. An entry with a request id is written in
 	// format 2, which replicas that would ignore the id refuse.
 	//
-	// A peek-lock Lock may carry one too (format 3): the partition keeps
-	// which messages it locked (sequence number, token, locked-until) if it
-	// locked any, and answers a repeat with those of them still locked by
-	// it, so a receive whose answer was lost in a leader change gets its
-	// messages rather than leaving them locked for nobody.
+	// A peek-lock Lock or LockBySequence may carry one too (format 3): the
+	// partition keeps which messages it locked (numbers, token seed,
+	// locked-until) if it locked any, and answers a repeat with those of
+	// them still locked by it, so a receive whose answer was lost in a
+	// leader change gets its messages rather than leaving them locked for
+	// nobody.
 	RequestId     []byte `protobuf:"bytes,12,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2995,8 +2996,11 @@ type ReceiveDeferredRequest struct {
 	SubQueue         SubQueue               `protobuf:"varint,4,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
 	SequenceNumbers  []uint64               `protobuf:"varint,5,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
 	ReceiveAndDelete bool                   `protobuf:"varint,6,opt,name=receive_and_delete,json=receiveAndDelete,proto3" json:"receive_and_delete,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Command.request_id of the LockBySequence, the same on every attempt
+	// (ignored with receive_and_delete).
+	RequestId     []byte `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReceiveDeferredRequest) Reset() {
@@ -3069,6 +3073,13 @@ func (x *ReceiveDeferredRequest) GetReceiveAndDelete() bool {
 		return x.ReceiveAndDelete
 	}
 	return false
+}
+
+func (x *ReceiveDeferredRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
 }
 
 type ReceiveDeferredResponse struct {
@@ -3333,14 +3344,16 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12?\n" +
 	"\x06cancel\x18\x02 \x01(\v2'.quorumbus.partition.v1.CancelScheduledR\x06cancel\"Q\n" +
 	"\x17CancelScheduledResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x86\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xa5\x02\n" +
 	"\x16ReceiveDeferredRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12=\n" +
 	"\tsub_queue\x18\x04 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12)\n" +
 	"\x10sequence_numbers\x18\x05 \x03(\x04R\x0fsequenceNumbers\x12,\n" +
-	"\x12receive_and_delete\x18\x06 \x01(\bR\x10receiveAndDelete\"Q\n" +
+	"\x12receive_and_delete\x18\x06 \x01(\bR\x10receiveAndDelete\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\fR\trequestId\"Q\n" +
 	"\x17ReceiveDeferredResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result*\x89\x01\n" +
 	"\fEntityStatus\x12\x18\n" +
