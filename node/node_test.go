@@ -462,6 +462,16 @@ func TestRetriedRequestsAcrossFailover(t *testing.T) {
 	if r, err := cl.Settle(ctxFor(t), settleReq); err != nil || r.Result.Code != partitionpb.ResultCode_RESULT_OK {
 		t.Fatalf("complete: %v, %v", r, err)
 	}
+	// A deferred message, received by its number under a request id.
+	deferSeq := sendMessages(t, cl, &partitionpb.NewMessage{MessageId: "deferred", Bare: []byte("deferred")})[0]
+	if r := settle(t, cl, partitionpb.Disposition_DISPOSITION_DEFER, receive(t, cl, 1, false, 0)...); r.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("defer: %v", r)
+	}
+	deferReq := &partitionpb.ReceiveDeferredRequest{EntityId: entity, SequenceNumbers: []uint64{deferSeq}, RequestId: []byte("deferred-1")}
+	deferred, err := cl.ReceiveDeferred(ctxFor(t), deferReq)
+	if err != nil || len(deferred.Result.Messages) != 1 {
+		t.Fatalf("receive deferred: %v, %v", deferred, err)
+	}
 	for _, body := range []string{"locked-1", "locked-2"} {
 		if _, err := send(ctxFor(t), cl, body); err != nil {
 			t.Fatal(err)
@@ -494,11 +504,15 @@ func TestRetriedRequestsAcrossFailover(t *testing.T) {
 	if err != nil || !proto.Equal(relocked.Result, locked.Result) {
 		t.Fatalf("repeated receive on the new leader: %v, %v; first %v", relocked, err, locked)
 	}
-	if st := stats(t, cl); st.ActiveMessages != 2 || st.LockedMessages != 2 {
-		t.Errorf("stats after the repeats: %v, want the two locked messages only (the send stored twice?)", st)
+	if again, err := cl.ReceiveDeferred(ctxFor(t), deferReq); err != nil || !proto.Equal(again.Result, deferred.Result) {
+		t.Fatalf("repeated receive of the deferred message on the new leader: %v, %v; first %v", again, err, deferred)
 	}
-	if r := settle(t, cl, partitionpb.Disposition_DISPOSITION_COMPLETE, relocked.Result.Messages...); r.Code != partitionpb.ResultCode_RESULT_OK {
-		t.Fatalf("complete of the messages the repeat answered: %v", r)
+	if st := stats(t, cl); st.ActiveMessages != 3 || st.LockedMessages != 3 {
+		t.Errorf("stats after the repeats: %v, want the three locked messages only (the send stored twice?)", st)
+	}
+	done := append(relocked.Result.Messages, deferred.Result.Messages...)
+	if r := settle(t, cl, partitionpb.Disposition_DISPOSITION_COMPLETE, done...); r.Code != partitionpb.ResultCode_RESULT_OK {
+		t.Fatalf("complete of the messages the repeats answered: %v", r)
 	}
 }
 

@@ -240,11 +240,13 @@ func (s *service) ReceiveDeferred(ctx context.Context, req *partitionpb.ReceiveD
 		SequenceNumbers:  req.SequenceNumbers,
 		ReceiveAndDelete: req.ReceiveAndDelete,
 	}
+	c := &partitionpb.Command{Op: &partitionpb.Command_LockBySequence{LockBySequence: l}}
 	if !req.ReceiveAndDelete {
 		l.TokenSeed = make([]byte, 8)
 		rand.Read(l.TokenSeed) // never fails (crypto/rand)
+		c.RequestId = req.RequestId
 	}
-	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_LockBySequence{LockBySequence: l}})
+	res, err := s.propose1(ctx, req.GroupId, c)
 	if err != nil {
 		return nil, toStatus(err)
 	}

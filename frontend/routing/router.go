@@ -294,11 +294,17 @@ func (r *Router) CancelScheduled(ctx context.Context, e *placementpb.Entity, cs 
 	})
 }
 
-// ReceiveDeferred implements frontend.Backend.
+// ReceiveDeferred implements frontend.Backend. A peek-lock receive
+// carries a request id, as Receive's does: a retry after a lost answer
+// gets the messages its first attempt locked rather than "not found".
 func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
+	var id []byte
+	if !req.ReceiveAndDelete {
+		id = newRequestID()
+	}
 	return callResult(r, ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveDeferredRequest)
-		rq.GroupId, rq.EntityId = group, e.Id
+		rq.GroupId, rq.EntityId, rq.RequestId = group, e.Id, id
 		return c.ReceiveDeferred(ctx, rq)
 	})
 }
