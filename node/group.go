@@ -47,8 +47,10 @@ const (
 	// so a request stays below raftmux.MaxMessageBytes.
 	maxAppendEntries = 32
 	// logCacheEntries keeps the newest entries in memory so that the leader
-	// replicates them without reading its log back.
-	logCacheEntries = 256
+	// replicates them without reading its log back. With entries of up to
+	// maxBatchBytes (512 KiB) that is at most 64 MiB a replica, as 256
+	// entries of 256 KiB were.
+	logCacheEntries = 128
 	retainSnapshots = 2
 	// maxExpiryPoll bounds how long the leader's clock loop sleeps without
 	// looking at the machine's next due times again.
