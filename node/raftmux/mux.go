@@ -279,6 +279,27 @@ func (s *server) AppendEntries(ctx context.Context, pb *raftpb.AppendEntriesRequ
 	return appendEntriesResponseToPB(resp.(*raft.AppendEntriesResponse)), nil
 }
 
+// Heartbeats answers one group's heartbeats from one leader, in order. An
+// error ends the stream; the leader opens another for its next heartbeat.
+func (s *server) Heartbeats(stream grpc.BidiStreamingServer[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]) error {
+	for {
+		pb, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		resp, err := s.AppendEntries(stream.Context(), pb)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
 func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest) (*raftpb.RequestVoteResponse, error) {
 	resp, err := s.dispatch(ctx, pb.GroupId, requestVoteRequestFromPB(pb), nil, false)
 	if err != nil {

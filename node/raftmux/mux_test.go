@@ -14,6 +14,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/proto/raftpb"
 )
 
 // countFSM records every command it applies, in order.
@@ -322,4 +326,114 @@ func TestUnknownGroup(t *testing.T) {
 		t.Fatal("RequestVote to a host without the group succeeded")
 	}
 	t.Logf("error as expected: %v", err)
+}
+
+// heartbeatArgs is what hashicorp/raft sends as a heartbeat.
+func heartbeatArgs(term uint64) *raft.AppendEntriesRequest {
+	return &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("leader"), Addr: []byte("leader-addr")}, Term: term}
+}
+
+// answerHeartbeats serves tr's heartbeats with term as the answer and
+// counts them.
+func answerHeartbeats(tr *Transport, term uint64, n *int) {
+	var mu sync.Mutex
+	tr.SetHeartbeatHandler(func(rpc raft.RPC) {
+		mu.Lock()
+		*n++
+		mu.Unlock()
+		rpc.Respond(&raft.AppendEntriesResponse{Term: term, Success: true}, nil)
+	})
+}
+
+// TestHeartbeatStream: a leader's heartbeats to one follower share one
+// stream; a failure ends it and the next heartbeat opens another.
+func TestHeartbeatStream(t *testing.T) {
+	a, b := startHost(t), startHost(t)
+	leader := a.mux.Transport(1, a.addr)
+	defer leader.Close()
+	var answered int
+	answerHeartbeats(b.mux.Transport(1, b.addr), 7, &answered)
+
+	beat := func() error {
+		var resp raft.AppendEntriesResponse
+		if err := leader.AppendEntries("f", b.addr, heartbeatArgs(7), &resp); err != nil {
+			return err
+		}
+		if resp.Term != 7 || !resp.Success {
+			t.Fatalf("heartbeat answered %+v", resp)
+		}
+		return nil
+	}
+	if err := beat(); err != nil {
+		t.Fatal(err)
+	}
+	first := leader.heartbeatStream(b.addr).stream
+	for range 20 {
+		if err := beat(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := leader.heartbeatStream(b.addr); h.stream != first || h.unary {
+		t.Fatal("heartbeats did not share one stream")
+	}
+	if answered != 21 {
+		t.Fatalf("%d heartbeats answered, want 21", answered)
+	}
+
+	b.mux.Transport(1, b.addr).Close() // the group leaves b: the stream fails
+	if err := beat(); err == nil {
+		t.Fatal("heartbeat to a host without the group succeeded")
+	}
+	if h := leader.heartbeatStream(b.addr); h.stream != nil {
+		t.Fatal("a failed stream was kept")
+	}
+	answered = 0
+	answerHeartbeats(b.mux.Transport(1, b.addr), 7, &answered)
+	if err := beat(); err != nil {
+		t.Fatalf("heartbeat after the group came back: %v", err)
+	}
+	if answered != 1 {
+		t.Fatalf("%d heartbeats answered after the group came back, want 1", answered)
+	}
+}
+
+// withoutHeartbeats is a Raft service of a version before heartbeat
+// streams.
+type withoutHeartbeats struct{ raftpb.RaftServer }
+
+func (withoutHeartbeats) Heartbeats(grpc.BidiStreamingServer[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]) error {
+	return status.Error(codes.Unimplemented, "method Heartbeats not implemented")
+}
+
+// TestHeartbeatsToOlderFollower: a follower without heartbeat streams gets
+// its heartbeats as unary calls.
+func TestHeartbeatsToOlderFollower(t *testing.T) {
+	a := startHost(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(ServerOptions()...)
+	raftpb.RegisterRaftServer(srv, withoutHeartbeats{&server{m: m}})
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Stop(); m.Close() })
+	addr := raft.ServerAddress(lis.Addr().String())
+	var answered int
+	answerHeartbeats(m.Transport(1, addr), 3, &answered)
+
+	leader := a.mux.Transport(1, a.addr)
+	defer leader.Close()
+	for range 3 {
+		var resp raft.AppendEntriesResponse
+		if err := leader.AppendEntries("f", addr, heartbeatArgs(3), &resp); err != nil || resp.Term != 3 {
+			t.Fatalf("heartbeat: %+v, %v", resp, err)
+		}
+	}
+	if !leader.heartbeatStream(addr).unary || answered != 3 {
+		t.Fatalf("unary %v, %d answered", leader.heartbeatStream(addr).unary, answered)
+	}
 }

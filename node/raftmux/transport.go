@@ -35,6 +35,9 @@ type Transport struct {
 	hbMu        sync.Mutex
 	heartbeatFn func(raft.RPC)
 
+	streamsMu  sync.Mutex
+	heartbeats map[raft.ServerAddress]*heartbeatStream // by follower
+
 	// ctx is cancelled when the transport closes; every outgoing call
 	// derives from it.
 	ctx       context.Context
@@ -148,14 +151,88 @@ func (t *Transport) callError(target raft.ServerAddress, err error) error {
 	return fmt.Errorf("raftmux: group %d to %s: %s", t.group, target, status.Convert(err).Message())
 }
 
-// AppendEntries implements raft.Transport.
+// AppendEntries implements raft.Transport. Heartbeats go on the
+// follower's heartbeat stream.
 func (t *Transport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	out, err := call(t, target, t.mux.cfg.Timeout, appendEntriesRequestToPB(t.group, args), raftpb.RaftClient.AppendEntries)
+	req := appendEntriesRequestToPB(t.group, args)
+	var out *raftpb.AppendEntriesResponse
+	var err error
+	if isHeartbeat(args) {
+		out, err = t.heartbeatStream(target).call(t, target, req)
+	} else {
+		out, err = call(t, target, t.mux.cfg.Timeout, req, raftpb.RaftClient.AppendEntries)
+	}
 	if err != nil {
 		return err
 	}
 	appendEntriesResponseFromPB(out, resp)
 	return nil
+}
+
+// heartbeatStream carries a group's heartbeats to one follower. hashicorp/raft
+// sends them one at a time per follower, each waiting for its answer, so
+// one stream in request-answer turns serves them all; a unary call per
+// heartbeat opened an HTTP/2 stream each time, which was most of what an
+// idle dev cluster cost.
+type heartbeatStream struct {
+	mu     sync.Mutex
+	stream grpc.BidiStreamingClient[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]
+	cancel context.CancelFunc // ends stream
+	unary  bool               // the follower has no heartbeat stream (an older version)
+}
+
+func (t *Transport) heartbeatStream(target raft.ServerAddress) *heartbeatStream {
+	t.streamsMu.Lock()
+	defer t.streamsMu.Unlock()
+	if t.heartbeats == nil {
+		t.heartbeats = make(map[raft.ServerAddress]*heartbeatStream)
+	}
+	h := t.heartbeats[target]
+	if h == nil {
+		h = &heartbeatStream{}
+		t.heartbeats[target] = h
+	}
+	return h
+}
+
+// call sends one heartbeat and waits for its answer under the transport's
+// timeout. A failure ends the stream, and the next heartbeat opens one.
+func (h *heartbeatStream) call(t *Transport, target raft.ServerAddress, req *raftpb.AppendEntriesRequest) (*raftpb.AppendEntriesResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unary {
+		return call(t, target, t.mux.cfg.Timeout, req, raftpb.RaftClient.AppendEntries)
+	}
+	if h.stream == nil {
+		c, err := t.mux.client(target)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithCancel(t.ctx)
+		stream, err := c.Heartbeats(ctx)
+		if err != nil {
+			cancel()
+			return nil, t.callError(target, err)
+		}
+		h.stream, h.cancel = stream, cancel
+	}
+	timer := time.AfterFunc(t.mux.cfg.Timeout, h.cancel)
+	defer timer.Stop()
+	err := h.stream.Send(req)
+	var resp *raftpb.AppendEntriesResponse
+	if err == nil || errors.Is(err, io.EOF) { // on EOF, Recv says why the stream ended
+		resp, err = h.stream.Recv()
+	}
+	if err != nil {
+		h.cancel()
+		h.stream, h.cancel = nil, nil
+		if status.Code(err) == codes.Unimplemented {
+			h.unary = true
+			return call(t, target, t.mux.cfg.Timeout, req, raftpb.RaftClient.AppendEntries)
+		}
+		return nil, t.callError(target, err)
+	}
+	return resp, nil
 }
 
 // RequestVote implements raft.Transport.

@@ -1070,7 +1070,7 @@ const file_raftpb_raft_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x121\n" +
 	"\x06header\x18\x02 \x01(\v2\x19.quorumbus.raft.v1.HeaderR\x06header\"G\n" +
 	"\x12TimeoutNowResponse\x121\n" +
-	"\x06header\x18\x01 \x01(\v2\x19.quorumbus.raft.v1.HeaderR\x06header2\xe4\x04\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.quorumbus.raft.v1.HeaderR\x06header2\xc9\x05\n" +
 	"\x04Raft\x12b\n" +
 	"\rAppendEntries\x12'.quorumbus.raft.v1.AppendEntriesRequest\x1a(.quorumbus.raft.v1.AppendEntriesResponse\x12n\n" +
 	"\x15AppendEntriesPipeline\x12'.quorumbus.raft.v1.AppendEntriesRequest\x1a(.quorumbus.raft.v1.AppendEntriesResponse(\x010\x01\x12\\\n" +
@@ -1078,7 +1078,9 @@ const file_raftpb_raft_proto_rawDesc = "" +
 	"\x0eRequestPreVote\x12(.quorumbus.raft.v1.RequestPreVoteRequest\x1a).quorumbus.raft.v1.RequestPreVoteResponse\x12h\n" +
 	"\x0fInstallSnapshot\x12'.quorumbus.raft.v1.InstallSnapshotChunk\x1a*.quorumbus.raft.v1.InstallSnapshotResponse(\x01\x12Y\n" +
 	"\n" +
-	"TimeoutNow\x12$.quorumbus.raft.v1.TimeoutNowRequest\x1a%.quorumbus.raft.v1.TimeoutNowResponseB-Z+github.com/quorumbus/quorumbus/proto/raftpbb\x06proto3"
+	"TimeoutNow\x12$.quorumbus.raft.v1.TimeoutNowRequest\x1a%.quorumbus.raft.v1.TimeoutNowResponse\x12c\n" +
+	"\n" +
+	"Heartbeats\x12'.quorumbus.raft.v1.AppendEntriesRequest\x1a(.quorumbus.raft.v1.AppendEntriesResponse(\x010\x01B-Z+github.com/quorumbus/quorumbus/proto/raftpbb\x06proto3"
 
 var (
 	file_raftpb_raft_proto_rawDescOnce sync.Once
@@ -1127,14 +1129,16 @@ var file_raftpb_raft_proto_depIdxs = []int32{
 	6,  // 15: quorumbus.raft.v1.Raft.RequestPreVote:input_type -> quorumbus.raft.v1.RequestPreVoteRequest
 	9,  // 16: quorumbus.raft.v1.Raft.InstallSnapshot:input_type -> quorumbus.raft.v1.InstallSnapshotChunk
 	11, // 17: quorumbus.raft.v1.Raft.TimeoutNow:input_type -> quorumbus.raft.v1.TimeoutNowRequest
-	3,  // 18: quorumbus.raft.v1.Raft.AppendEntries:output_type -> quorumbus.raft.v1.AppendEntriesResponse
-	3,  // 19: quorumbus.raft.v1.Raft.AppendEntriesPipeline:output_type -> quorumbus.raft.v1.AppendEntriesResponse
-	5,  // 20: quorumbus.raft.v1.Raft.RequestVote:output_type -> quorumbus.raft.v1.RequestVoteResponse
-	7,  // 21: quorumbus.raft.v1.Raft.RequestPreVote:output_type -> quorumbus.raft.v1.RequestPreVoteResponse
-	10, // 22: quorumbus.raft.v1.Raft.InstallSnapshot:output_type -> quorumbus.raft.v1.InstallSnapshotResponse
-	12, // 23: quorumbus.raft.v1.Raft.TimeoutNow:output_type -> quorumbus.raft.v1.TimeoutNowResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
+	2,  // 18: quorumbus.raft.v1.Raft.Heartbeats:input_type -> quorumbus.raft.v1.AppendEntriesRequest
+	3,  // 19: quorumbus.raft.v1.Raft.AppendEntries:output_type -> quorumbus.raft.v1.AppendEntriesResponse
+	3,  // 20: quorumbus.raft.v1.Raft.AppendEntriesPipeline:output_type -> quorumbus.raft.v1.AppendEntriesResponse
+	5,  // 21: quorumbus.raft.v1.Raft.RequestVote:output_type -> quorumbus.raft.v1.RequestVoteResponse
+	7,  // 22: quorumbus.raft.v1.Raft.RequestPreVote:output_type -> quorumbus.raft.v1.RequestPreVoteResponse
+	10, // 23: quorumbus.raft.v1.Raft.InstallSnapshot:output_type -> quorumbus.raft.v1.InstallSnapshotResponse
+	12, // 24: quorumbus.raft.v1.Raft.TimeoutNow:output_type -> quorumbus.raft.v1.TimeoutNowResponse
+	3,  // 25: quorumbus.raft.v1.Raft.Heartbeats:output_type -> quorumbus.raft.v1.AppendEntriesResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name

@@ -30,6 +30,7 @@ const (
 	Raft_RequestPreVote_FullMethodName        = "/quorumbus.raft.v1.Raft/RequestPreVote"
 	Raft_InstallSnapshot_FullMethodName       = "/quorumbus.raft.v1.Raft/InstallSnapshot"
 	Raft_TimeoutNow_FullMethodName            = "/quorumbus.raft.v1.Raft/TimeoutNow"
+	Raft_Heartbeats_FullMethodName            = "/quorumbus.raft.v1.Raft/Heartbeats"
 )
 
 // RaftClient is the client API for Raft service.
@@ -44,6 +45,10 @@ type RaftClient interface {
 	RequestPreVote(ctx context.Context, in *RequestPreVoteRequest, opts ...grpc.CallOption) (*RequestPreVoteResponse, error)
 	InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallSnapshotChunk, InstallSnapshotResponse], error)
 	TimeoutNow(ctx context.Context, in *TimeoutNowRequest, opts ...grpc.CallOption) (*TimeoutNowResponse, error)
+	// Heartbeats carries one group's heartbeats to one follower, each
+	// answered before the next is sent: a heartbeat as a unary call cost a
+	// new HTTP/2 stream each time, most of an idle cluster's CPU.
+	Heartbeats(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse], error)
 }
 
 type raftClient struct {
@@ -120,6 +125,19 @@ func (c *raftClient) TimeoutNow(ctx context.Context, in *TimeoutNowRequest, opts
 	return out, nil
 }
 
+func (c *raftClient) Heartbeats(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[2], Raft_Heartbeats_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendEntriesRequest, AppendEntriesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_HeartbeatsClient = grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse]
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -132,6 +150,10 @@ type RaftServer interface {
 	RequestPreVote(context.Context, *RequestPreVoteRequest) (*RequestPreVoteResponse, error)
 	InstallSnapshot(grpc.ClientStreamingServer[InstallSnapshotChunk, InstallSnapshotResponse]) error
 	TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error)
+	// Heartbeats carries one group's heartbeats to one follower, each
+	// answered before the next is sent: a heartbeat as a unary call cost a
+	// new HTTP/2 stream each time, most of an idle cluster's CPU.
+	Heartbeats(grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]) error
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -159,6 +181,9 @@ func (UnimplementedRaftServer) InstallSnapshot(grpc.ClientStreamingServer[Instal
 }
 func (UnimplementedRaftServer) TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TimeoutNow not implemented")
+}
+func (UnimplementedRaftServer) Heartbeats(grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Heartbeats not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -267,6 +292,13 @@ func _Raft_TimeoutNow_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raft_Heartbeats_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServer).Heartbeats(&grpc.GenericServerStream[AppendEntriesRequest, AppendEntriesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_HeartbeatsServer = grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +333,12 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "InstallSnapshot",
 			Handler:       _Raft_InstallSnapshot_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Heartbeats",
+			Handler:       _Raft_Heartbeats_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},
