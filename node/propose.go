@@ -44,12 +44,13 @@ import (
 //     not told apart from 4 through the noise.
 //   - maxBatchBytes 512 KiB: raft alone (raft-ceiling.md) peaked at 256
 //     msgs of 1 KiB per entry and fell above (0.5-1 MiB entries), but in
-//     the dev cluster 512 KiB beat 256 KiB in six of seven alternated
-//     pairs of sends on two links (39-50k against 38-43k msgs/s, 20-27
-//     against 24-27 µs of server CPU a message) and tied on receives (two
-//     pairs of four each way); docs/benchmarks.md says what is not yet
-//     understood about why. The limit is a target: the request that
-//     crosses it still joins the batch.
+//     the dev cluster 512 KiB beat 256 KiB in eight of ten alternated
+//     pairs of sends on two links (37-53k against 38-47k msgs/s) and tied
+//     on receives (two pairs of four each way). Entries average under
+//     256 KiB either way, so the limit bites on only some of them;
+//     docs/benchmarks.md says what is not yet understood about why. The
+//     limit is a target: the request that crosses it still joins the
+//     batch.
 //   - maxBatchRequests 1024: bounds the waiters one entry wakes and the
 //     work of one apply when requests are tiny (settles of one token).
 //   - maxRequestBytes 101 MiB: one request larger than this is refused.
