@@ -79,9 +79,8 @@ type applier struct {
 	grants       map[grantKey]*grant // lock grants read or changed (grants.go)
 	lastGrantKey grantKey            // the key and grant that grant() returned
 	lastGrant    *grant              // last, while in grants (nil: none)
-	recordLocks  bool                // lock() lists what it hands out in handedOut (lockOnce)
+	recordLocks  bool                // locking commands list what they hand out in handedOut (lockOnce)
 	handedOut    []uint64            // their sequence numbers
-	lockedUntil  int64               // and until when
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader

@@ -92,7 +92,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			taken += old.size
 			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
 			if a.recordLocks {
-				a.handedOut, a.lockedUntil = append(a.handedOut, old.seq), until
+				a.handedOut = append(a.handedOut, old.seq)
 			}
 			if a.bodies {
 				m, err := whole()
@@ -185,7 +185,7 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 		return nil, err
 	}
 	r := okResult()
-	if !a.bodies && !l.bySequence || len(done.SequenceNumbers) == 0 || len(done.LockedUntilMs) != 1 {
+	if !a.bodies && !l.bySequence || len(done.SequenceNumbers) == 0 || len(done.TokenSeed) == 0 {
 		return r, nil // (or the id was another command's)
 	}
 	seqs := slices.Sorted(slices.Values(done.SequenceNumbers)) // readLocked reads forward

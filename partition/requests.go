@@ -42,13 +42,10 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 		return result(a.apply(c))
 	}
 	lock, locks := lockOf(c)
-	switch c.Op.(type) {
-	case *partitionpb.Command_Enqueue, *partitionpb.Command_Settle:
-	case *partitionpb.Command_Lock, *partitionpb.Command_LockBySequence:
-		if lock.receiveAndDelete {
-			return result(nil, fmt.Errorf("%w: request id on a receive-and-delete lock", ErrInvalid))
-		}
-	default:
+	switch {
+	case locks && lock.receiveAndDelete:
+		return result(nil, fmt.Errorf("%w: request id on a receive-and-delete lock", ErrInvalid))
+	case !locks && c.GetEnqueue() == nil && c.GetSettle() == nil:
 		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle or a peek-lock lock", ErrInvalid))
 	}
 	if len(c.RequestId) > maxRequestIDBytes {
@@ -96,8 +93,8 @@ func lockOf(c *partitionpb.Command) (lockTarget, bool) {
 // the messages of that command still locked by it.
 //
 // The record is the same on every replica: what the Lock handed out
-// (the numbers, the token seed, the locked-until they share), not the
-// answer, which only the answering replica fills with messages. A
+// (the numbers and the token seed; a repeat reads locked-until from the
+// messages), not the answer, which only the answering replica fills with messages. A
 // message each in the record cost 5% of the dev cluster's CPU to marshal
 // when receiving. A Lock that locked nothing records nothing: the node
 // proposes a waiting receive's Lock again under the same id when
@@ -113,7 +110,7 @@ func (a *applier) lockOnce(c *partitionpb.Command, l lockTarget, done *partition
 	if err != nil || len(a.handedOut) == 0 {
 		return r, err
 	}
-	rec := &partitionpb.Result{SequenceNumbers: a.handedOut, LockedUntilMs: []int64{a.lockedUntil}, TokenSeed: l.seed}
+	rec := &partitionpb.Result{SequenceNumbers: a.handedOut, TokenSeed: l.seed}
 	return r, a.recordRequest(c.RequestId, rec, stale)
 }
 

@@ -245,7 +245,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
 			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
 			if a.recordLocks {
-				a.handedOut, a.lockedUntil = append(a.handedOut, seq), m.LockedUntilMs
+				a.handedOut = append(a.handedOut, seq)
 			}
 			if err = a.update(e, old, m); err == nil {
 				err = a.withBody(e, m)

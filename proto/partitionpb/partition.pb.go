@@ -775,8 +775,8 @@ type Command struct {
 	// format 2, which replicas that would ignore the id refuse.
 	//
 	// A peek-lock Lock or LockBySequence may carry one too (format 3): the
-	// partition keeps which messages it locked (numbers, token seed,
-	// locked-until) if it locked any, and answers a repeat with those of
+	// partition keeps which messages it locked (numbers, token seed) if it
+	// locked any, and answers a repeat with those of
 	// them still locked by it, so a receive whose answer was lost in a
 	// leader change gets its messages rather than leaving them locked for
 	// nobody.
@@ -1811,9 +1811,10 @@ type Result struct {
 	// by duplicate detection, the number of the message it duplicates.
 	SequenceNumbers []uint64 `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
 	LockedUntilMs   []int64  `protobuf:"varint,5,rep,packed,name=locked_until_ms,json=lockedUntilMs,proto3" json:"locked_until_ms,omitempty"` // RenewLocks: one per token
-	// Only in the stored record of a peek-lock Lock with a request id, never
-	// in an answer: the Lock handed out sequence_numbers, each locked until
-	// locked_until_ms[0] by the token its number and this seed make.
+	// Only in the stored record of a peek-lock Lock or LockBySequence with a
+	// request id, never in an answer: the command handed out
+	// sequence_numbers, each locked by the token its number and this seed
+	// make.
 	TokenSeed     []byte `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
