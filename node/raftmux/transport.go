@@ -144,6 +144,24 @@ func call[Req, Resp any](t *Transport, target raft.ServerAddress, timeout time.D
 	return resp, nil
 }
 
+// openStream opens a stream to target that ends when cancel is called or
+// the transport closes.
+func openStream[S any](t *Transport, target raft.ServerAddress,
+	open func(raftpb.RaftClient, context.Context, ...grpc.CallOption) (S, error)) (S, context.CancelFunc, error) {
+	var none S
+	c, err := t.mux.client(target)
+	if err != nil {
+		return none, nil, err
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	stream, err := open(c, ctx)
+	if err != nil {
+		cancel()
+		return none, nil, t.callError(target, err)
+	}
+	return stream, cancel, nil
+}
+
 func (t *Transport) callError(target raft.ServerAddress, err error) error {
 	if t.ctx.Err() != nil {
 		return raft.ErrTransportShutdown
@@ -204,15 +222,9 @@ func (h *heartbeatStream) call(t *Transport, target raft.ServerAddress, req *raf
 		return call(t, target, t.mux.cfg.Timeout, req, raftpb.RaftClient.AppendEntries)
 	}
 	if h.stream == nil {
-		c, err := t.mux.client(target)
+		stream, cancel, err := openStream(t, target, raftpb.RaftClient.Heartbeats)
 		if err != nil {
 			return nil, err
-		}
-		ctx, cancel := context.WithCancel(t.ctx)
-		stream, err := c.Heartbeats(ctx)
-		if err != nil {
-			cancel()
-			return nil, t.callError(target, err)
 		}
 		h.stream, h.cancel = stream, cancel
 	}
@@ -320,15 +332,9 @@ func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, 
 // are outstanding; AppendEntries blocks beyond that, which is raft's
 // back-pressure.
 func (t *Transport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	c, err := t.mux.client(target)
+	stream, cancel, err := openStream(t, target, raftpb.RaftClient.AppendEntriesPipeline)
 	if err != nil {
 		return nil, err
-	}
-	ctx, cancel := context.WithCancel(t.ctx)
-	stream, err := c.AppendEntriesPipeline(ctx)
-	if err != nil {
-		cancel()
-		return nil, t.callError(target, err)
 	}
 	p := &pipeline{
 		t:        t,
