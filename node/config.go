@@ -51,6 +51,13 @@ type Config struct {
 	// every write.
 	LogStore string
 
+	// LeaderSyncFirst makes a group's leader fsync each log write before
+	// it replicates it, as hashicorp/raft does by itself. By default a
+	// leader of a group of three or more voters fsyncs while its followers
+	// write (aheadlog.go says why that is safe, and what it costs in one
+	// double fault). WAL log store only.
+	LeaderSyncFirst bool
+
 	// CacheBytes bounds the block cache of each group's message store
 	// (partition.Options.CacheBytes); 0 means the partition default.
 	CacheBytes int64
@@ -67,6 +74,12 @@ type Config struct {
 
 	// Logger receives the node's and Raft's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// Tests simulate machine crashes (export_test.go): bootID stands for
+	// the kernel's boot id, and with simulatedMachine the logs remember
+	// what is not yet fsynced so that a crash can lose it.
+	bootID           string
+	simulatedMachine bool
 }
 
 func (c *Config) setDefaults() {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
 
 	"github.com/quorumbus/quorumbus/partition"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -68,6 +67,8 @@ type group struct {
 	machine StateMachine
 	raft    *raft.Raft
 	logs    io.Closer
+	ahead   *aheadLog                 // the raft-wal log; nil with raft-boltdb
+	raftRef atomic.Pointer[raft.Raft] // raft for the log's goroutines, which start before it
 	stable  *raftboltdb.BoltStore
 	prop    *proposer
 
@@ -181,11 +182,11 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, fmt.Errorf("node: group %d: %w", id, err)
 		}
-		w, err := wal.Open(walDir, wal.WithLogger(hlog.Named("wal")))
+		l, err := g.openAheadLog(walDir, hlog)
 		if err != nil {
 			return nil, fmt.Errorf("node: group %d: log store: %w", id, err)
 		}
-		logs, g.logs = w, w
+		logs, g.logs, g.ahead = l, l, l
 	}
 	closers = append(closers, g.logs)
 	cached, err := raft.NewLogCache(logCacheEntries, logs)
@@ -213,10 +214,21 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	}
 
 	trans := n.mux.Transport(id, raft.ServerAddress(n.Addr()))
+	if g.ahead != nil {
+		if err := g.withholdIfLost(cached, snaps); err != nil {
+			trans.Close()
+			return nil, fmt.Errorf("node: group %d: %w", id, err)
+		}
+		trans.WithholdVotes(g.ahead.withholding)
+	}
 	g.raft, err = raft.NewRaft(n.raftConfig(g, hlog), &fsm{g: g}, cached, g.stable, snaps, trans)
 	if err != nil {
 		trans.Close()
 		return nil, fmt.Errorf("node: group %d: raft: %w", id, err)
+	}
+	if g.ahead != nil {
+		g.raftRef.Store(g.raft)
+		g.countVoters()
 	}
 	if !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID {
 		servers := make([]raft.Server, len(replicas))
@@ -296,13 +308,39 @@ func (g *group) superviseFailure() {
 }
 
 // close stops the group and closes its stores. Closing twice is harmless.
-func (g *group) close() error {
+func (g *group) close() error { return g.shut(cleanShutdown) }
+
+// shutdown is how a group stops: cleanly, or (tests, export_test.go) as a
+// crash of its process or machine would leave its log.
+type shutdown int
+
+const (
+	cleanShutdown shutdown = iota
+	crashProcess
+	crashMachine
+)
+
+// shut stops the group and closes its stores.
+func (g *group) shut(how shutdown) error {
 	g.closeOnce.Do(func() {
 		g.cancel()
 		g.prop.stop(ErrGroupClosed)
 		errs := []error{g.raft.Shutdown().Error()}
 		g.wg.Wait()
-		errs = append(errs, g.machine.Close(), g.logs.Close(), g.stable.Close())
+		errs = append(errs, g.machine.Close())
+		switch {
+		case how != cleanShutdown && g.ahead != nil:
+			errs = append(errs, g.ahead.crash(how == crashMachine))
+		default:
+			err := g.logs.Close()
+			if err == nil && g.ahead != nil {
+				// Everything written is durable: a restart has
+				// nothing to withhold its vote for.
+				err = g.ahead.clearMark()
+			}
+			errs = append(errs, err)
+		}
+		errs = append(errs, g.stable.Close())
 		g.closeErr = errors.Join(errs...)
 	})
 	return g.closeErr
@@ -373,6 +411,7 @@ func (g *group) leadership() context.Context {
 }
 
 func (g *group) lead(ctx context.Context) {
+	g.countVoters()
 	if err := g.raft.Barrier(0).Error(); err != nil {
 		if ctx.Err() == nil {
 			g.log.Warn("barrier after winning the election failed", "err", err)

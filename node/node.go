@@ -173,7 +173,10 @@ func (n *Node) groupsOnDisk() ([]uint64, error) {
 
 // Close stops every group and the server. Groups are not handed over: to
 // the other replicas this looks like a crash, followed by an election.
-func (n *Node) Close() error {
+func (n *Node) Close() error { return n.shut(cleanShutdown) }
+
+// shut is Close, or a crash for tests (export_test.go).
+func (n *Node) shut(how shutdown) error {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	n.mu.Lock()
@@ -194,7 +197,7 @@ func (n *Node) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.close(); err != nil {
+			if err := g.shut(how); err != nil {
 				errMu.Lock()
 				errs = append(errs, fmt.Errorf("group %d: %w", g.id, err))
 				errMu.Unlock()

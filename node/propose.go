@@ -276,6 +276,16 @@ func (p *proposer) commit(b *partitionpb.Batch) ([]*partitionpb.Result, error) {
 	if err := f.Error(); err != nil {
 		return nil, g.leaderError(err)
 	}
+	if g.ahead != nil {
+		// The leader counted its own copy before fsyncing it
+		// (aheadlog.go): answer once it is durable too.
+		if err := g.ahead.waitDurable(g.ctx, f.Index()); err != nil {
+			if g.ctx.Err() != nil {
+				return nil, ErrGroupClosed
+			}
+			return nil, err
+		}
+	}
 	switch r := f.Response().(type) {
 	case []*partitionpb.Result:
 		return r, nil

@@ -23,6 +23,7 @@ func devCmd(args []string) error {
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
+	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
 	fs.Usage = func() {

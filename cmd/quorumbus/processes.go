@@ -34,6 +34,7 @@ func nodeCmd(args []string) error {
 	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
+	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
@@ -71,7 +72,8 @@ func nodeCmd(args []string) error {
 	defer ml.Close()
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, Bootstrap: servers,
-		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB, Logger: log,
+		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
+		LeaderSyncFirst: *syncFirst, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -152,3 +154,5 @@ func parseServers(s string) ([]raft.Server, error) {
 	}
 	return cluster.Servers(ids, addrs), nil
 }
+
+const leaderSyncFirstUsage = "a partition group's leader fsyncs each Raft log write before it replicates it, instead of while its followers write theirs; slower, and keeps a group electing after a leader's machine crash while another replica is down (docs/design-notes.md)"

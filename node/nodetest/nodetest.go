@@ -223,6 +223,12 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 // on disk is not simulated.)
 func (c *Cluster) Kill(i int) {
 	c.t.Helper()
+	c.KillWith(i, (*node.Node).Close)
+}
+
+// KillWith is Kill, stopping the node with stop.
+func (c *Cluster) KillWith(i int, stop func(*node.Node) error) {
+	c.t.Helper()
 	c.mu.Lock()
 	n := c.nodes[i]
 	c.nodes[i] = nil
@@ -230,7 +236,7 @@ func (c *Cluster) Kill(i int) {
 	if n == nil {
 		c.t.Fatalf("nodetest: node %d is not running", i)
 	}
-	if err := n.Close(); err != nil {
+	if err := stop(n); err != nil {
 		c.t.Errorf("nodetest: killing node %d: %v", i, err)
 	}
 }

@@ -270,6 +270,15 @@ func (s *server) dispatch(ctx context.Context, group uint64, cmd any, data io.Re
 	return resp.Response, nil
 }
 
+// withheld refuses a vote request or leadership transfer to a replica that
+// stays out of elections (Transport.WithholdVotes).
+func (s *server) withheld(group uint64) error {
+	if t := s.m.transport(group); t != nil {
+		return t.withheld()
+	}
+	return nil
+}
+
 func (s *server) AppendEntries(ctx context.Context, pb *raftpb.AppendEntriesRequest) (*raftpb.AppendEntriesResponse, error) {
 	req := appendEntriesRequestFromPB(pb)
 	resp, err := s.dispatch(ctx, pb.GroupId, req, nil, isHeartbeat(req))
@@ -301,6 +310,9 @@ func (s *server) Heartbeats(stream grpc.BidiStreamingServer[raftpb.AppendEntries
 }
 
 func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest) (*raftpb.RequestVoteResponse, error) {
+	if err := s.withheld(pb.GroupId); err != nil {
+		return nil, err
+	}
 	resp, err := s.dispatch(ctx, pb.GroupId, requestVoteRequestFromPB(pb), nil, false)
 	if err != nil {
 		return nil, err
@@ -309,6 +321,9 @@ func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest)
 }
 
 func (s *server) RequestPreVote(ctx context.Context, pb *raftpb.RequestPreVoteRequest) (*raftpb.RequestPreVoteResponse, error) {
+	if err := s.withheld(pb.GroupId); err != nil {
+		return nil, err
+	}
 	resp, err := s.dispatch(ctx, pb.GroupId, requestPreVoteRequestFromPB(pb), nil, false)
 	if err != nil {
 		return nil, err
@@ -317,6 +332,9 @@ func (s *server) RequestPreVote(ctx context.Context, pb *raftpb.RequestPreVoteRe
 }
 
 func (s *server) TimeoutNow(ctx context.Context, pb *raftpb.TimeoutNowRequest) (*raftpb.TimeoutNowResponse, error) {
+	if err := s.withheld(pb.GroupId); err != nil {
+		return nil, err
+	}
 	resp, err := s.dispatch(ctx, pb.GroupId, timeoutNowRequestFromPB(pb), nil, false)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,6 +35,11 @@ type Transport struct {
 
 	hbMu        sync.Mutex
 	heartbeatFn func(raft.RPC)
+
+	// withholding, when set and returning an error, keeps this replica out
+	// of elections: it asks for no votes, grants none and takes no
+	// leadership transfer.
+	withholding atomic.Pointer[func() error]
 
 	streamsMu  sync.Mutex
 	heartbeats map[raft.ServerAddress]*heartbeatStream // by follower
@@ -71,6 +77,23 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	t.hbMu.Lock()
 	t.heartbeatFn = cb
 	t.hbMu.Unlock()
+}
+
+// WithholdVotes makes the transport fail this replica's vote requests, and
+// refuse other replicas' vote requests and leadership transfers to it, with
+// the error why returns, for as long as it returns one.
+func (t *Transport) WithholdVotes(why func() error) {
+	t.withholding.Store(&why)
+}
+
+// withheld returns why this replica stays out of elections, or nil.
+func (t *Transport) withheld() error {
+	if p := t.withholding.Load(); p != nil {
+		if err := (*p)(); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "raftmux: group %d: %v", t.group, err)
+		}
+	}
+	return nil
 }
 
 // EncodePeer implements raft.Transport: a peer is its gRPC address.
@@ -249,6 +272,9 @@ func (h *heartbeatStream) call(t *Transport, target raft.ServerAddress, req *raf
 
 // RequestVote implements raft.Transport.
 func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := t.withheld(); err != nil {
+		return err
+	}
 	out, err := call(t, target, t.mux.cfg.Timeout, requestVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestVote)
 	if err != nil {
 		return err
@@ -259,6 +285,9 @@ func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args
 
 // RequestPreVote implements raft.WithPreVote.
 func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if err := t.withheld(); err != nil {
+		return err
+	}
 	out, err := call(t, target, t.mux.cfg.Timeout, requestPreVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestPreVote)
 	if err != nil {
 		return err

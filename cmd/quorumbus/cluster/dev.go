@@ -42,6 +42,9 @@ type DevOptions struct {
 	Groups   int
 	CacheMB  int64
 	LogLevel string
+	// LeaderSyncFirst: leaders fsync before they replicate
+	// (node.Config.LeaderSyncFirst).
+	LeaderSyncFirst bool
 	// RaftMetrics collects hashicorp/raft's timers and serves them on
 	// the HTTP listener at /debug/raft-metrics (raftmetrics.go).
 	RaftMetrics bool
@@ -94,15 +97,16 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	servers := Servers(ids, c.NodeAddrs)
 	for i := range o.Nodes {
 		s, err := StartStorage(ctx, StorageOptions{
-			ID:        ids[i],
-			DataDir:   filepath.Join(o.DataDir, ids[i]),
-			Listener:  lns[i],
-			Bootstrap: servers,
-			Members:   StaticMembers(members),
-			Groups:    o.Groups,
-			Replicas:  min(o.Nodes, 3),
-			CacheMB:   o.CacheMB,
-			Logger:    log.With("node", ids[i]),
+			ID:              ids[i],
+			DataDir:         filepath.Join(o.DataDir, ids[i]),
+			Listener:        lns[i],
+			Bootstrap:       servers,
+			Members:         StaticMembers(members),
+			Groups:          o.Groups,
+			Replicas:        min(o.Nodes, 3),
+			CacheMB:         o.CacheMB,
+			LeaderSyncFirst: o.LeaderSyncFirst,
+			Logger:          log.With("node", ids[i]),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("storage node %s: %w", ids[i], err)

@@ -35,7 +35,10 @@ type StorageOptions struct {
 	Groups    int
 	Replicas  int
 	CacheMB   int64 // block cache of each group's store
-	Logger    *slog.Logger
+	// LeaderSyncFirst: leaders fsync before they replicate
+	// (node.Config.LeaderSyncFirst).
+	LeaderSyncFirst bool
+	Logger          *slog.Logger
 }
 
 // storage is a running storage process.
@@ -49,7 +52,8 @@ type Storage struct {
 }
 
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
-	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, CacheBytes: o.CacheMB << 20, Logger: o.Logger})
+	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, CacheBytes: o.CacheMB << 20,
+		LeaderSyncFirst: o.LeaderSyncFirst, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

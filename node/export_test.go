@@ -1,0 +1,35 @@
+package node
+
+// Hooks for the package's external tests.
+
+// SimulateMachine makes a node built from cfg behave as if it ran on its
+// own machine with the given boot id, and lets CrashMachine lose what its
+// logs have not fsynced.
+func SimulateMachine(cfg *Config, bootID string) {
+	cfg.bootID = bootID
+	cfg.simulatedMachine = true
+}
+
+// CrashMachine stops n as a crash of its machine would: every group's log
+// loses what was written ahead of fsync and not yet synced, and nothing
+// is cleaned up.
+func CrashMachine(n *Node) error { return n.shut(crashMachine) }
+
+// CrashProcess stops n as a crash of its process would: what its logs
+// wrote ahead of fsync stays in the page cache, unsynced, and nothing is
+// cleaned up.
+func CrashProcess(n *Node) error { return n.shut(crashProcess) }
+
+// HoldLogSync stops the syncer of group id's log on n (it fsyncs what is
+// written ahead) until release is called. The node must simulate a
+// machine.
+func HoldLogSync(n *Node, id uint64) (release func()) {
+	n.mu.RLock()
+	g := n.groups[id]
+	n.mu.RUnlock()
+	h := make(chan struct{})
+	g.ahead.fs.mu.Lock()
+	g.ahead.fs.hold = h
+	g.ahead.fs.mu.Unlock()
+	return func() { close(h) }
+}
