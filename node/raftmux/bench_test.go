@@ -10,10 +10,7 @@ import (
 // time through a pipeline to a follower whose raft answers at once: the
 // transport's share of a synchronous send's replication round trip.
 func BenchmarkPipelineRoundTrip(b *testing.B) {
-	t := &testing.T{}
-	leaderHost, followerHost := startHost(t), startHost(t)
-	defer leaderHost.srv.Stop()
-	defer followerHost.srv.Stop()
+	leaderHost, followerHost := startHost(b), startHost(b)
 	follower := followerHost.mux.Transport(1, followerHost.addr)
 	defer follower.Close()
 	go func() {

@@ -89,7 +89,7 @@ type host struct {
 	srv  *grpc.Server
 }
 
-func startHost(t *testing.T) *host {
+func startHost(t testing.TB) *host {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
