@@ -406,29 +406,36 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 	return f, nil
 }
 
-// receive completes the futures in order as the answers arrive.
+// receive completes the futures in order as the answers arrive. It waits
+// in Recv, not for the next request: a request enters inflight before it
+// is sent, so its answer finds it there, and sending does not wake this
+// goroutine only for it to block in Recv again. That wake-up was the
+// largest scheduling delay of a synchronous send (go tool trace
+// -pprof=sched), and it pushed the replication goroutine of the group's
+// other follower back in the run queue.
 func (p *pipeline) receive() {
 	var broken error
 	for {
+		var out *raftpb.AppendEntriesResponse
+		if broken == nil {
+			var err error
+			if out, err = p.stream.Recv(); err != nil {
+				broken = p.t.callError(p.target, err)
+			}
+		}
 		var f *appendFuture
 		select {
 		case f = <-p.inflight:
 		case <-p.closed:
 			return
 		}
-		if broken == nil {
-			out, err := p.stream.Recv()
-			switch {
-			case err != nil:
-				broken = p.t.callError(p.target, err)
-			case out.Error != "":
-				f.err = errors.New(out.Error)
-			default:
-				appendEntriesResponseFromPB(out, f.resp)
-			}
-		}
-		if broken != nil {
+		switch {
+		case broken != nil:
 			f.err = broken
+		case out.Error != "":
+			f.err = errors.New(out.Error)
+		default:
+			appendEntriesResponseFromPB(out, f.resp)
 		}
 		close(f.done)
 		select {
