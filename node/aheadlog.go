@@ -43,18 +43,20 @@ import (
 //  1. Nobody is answered before the leader's copy is durable too: the
 //     proposer waits for waitDurable after the entry is applied. What is
 //     acknowledged is on a majority's disks, as before.
-//  2. A replica that may have lost entries it counted gives no vote and
-//     asks for none until its log holds an entry of a later term. Before
-//     it writes ahead in a term it records the term and the kernel's boot
-//     id in its stable store. If it restarts under the same boot, only the
-//     process died: the page cache still holds every write, so it fsyncs
-//     the log and goes on. Under another boot (the machine crashed) the
-//     unsynced tail may be gone, and an entry committed on it and one
-//     follower is now on that follower alone. Withholding its vote leaves
-//     every majority needing a replica that holds the entry, so no leader
-//     without it is elected and nothing a replica applied is overwritten.
-//     A later-term entry in its log shows it has caught up from a leader
-//     elected without it, which has every entry committed before.
+//  2. A replica that may have lost entries it counted stays out of
+//     elections until it has caught up. Before it writes ahead in a term
+//     it records the term and the kernel's boot id in its stable store.
+//     If it restarts under the same boot, only the process died: the page
+//     cache still holds every write, so it fsyncs the log and goes on.
+//     Under another boot (the machine crashed) the unsynced tail may be
+//     gone, and an entry committed on it and one follower is now on that
+//     follower alone. So it asks for no vote, and votes only for a
+//     candidate whose log goes past that term (withholding says why that
+//     is safe): every majority for a candidate without the entry then
+//     needs the follower that holds it, which refuses, and nothing a
+//     replica applied is overwritten. A later-term entry in its own log
+//     shows it has caught up from a leader elected without it, which has
+//     every entry committed before.
 //
 // The price of rule 2 is availability in one double fault: after a
 // machine crash of the leader, its group elects no leader until a replica
@@ -387,10 +389,17 @@ func (l *aheadLog) votersAtLeast(n int) bool {
 	return l.voters >= n
 }
 
-// withholding reports why this replica gives and asks no votes, or nil.
-func (l *aheadLog) withholding() error {
-	if t := l.withheld.Load(); t != 0 {
-		return fmt.Errorf("votes withheld: a machine crash may have cost this replica entries it wrote ahead of fsync as leader of term %d; it votes again once a later term's leader reaches it", t)
+// withholding reports why this replica does not vote for a candidate
+// whose last log entry is of term lastLogTerm (0: itself), or nil. While
+// it may lack entries it wrote ahead as leader of term t, it votes only
+// for candidates whose log has caught up past t: their log holds an entry
+// of a later term's leader, and with it every entry committed in t. So a
+// replica that withholds still helps elect one that has caught up; if it
+// refused those too, two replicas that both once led and crashed would
+// wait for each other forever.
+func (l *aheadLog) withholding(lastLogTerm uint64) error {
+	if t := l.withheld.Load(); t != 0 && lastLogTerm <= t {
+		return fmt.Errorf("vote withheld: a machine crash may have cost this replica entries it wrote ahead of fsync as leader of term %d; it votes for candidates whose log goes past that term, and for itself once a later term's leader reaches it", t)
 	}
 	return nil
 }

@@ -270,11 +270,12 @@ func (s *server) dispatch(ctx context.Context, group uint64, cmd any, data io.Re
 	return resp.Response, nil
 }
 
-// withheld refuses a vote request or leadership transfer to a replica that
-// stays out of elections (Transport.WithholdVotes).
-func (s *server) withheld(group uint64) error {
+// withheld refuses a vote request from a candidate whose last log entry
+// is of term lastLogTerm, or a leadership transfer (0), to a replica that
+// withholds it (Transport.WithholdVotes).
+func (s *server) withheld(group, lastLogTerm uint64) error {
 	if t := s.m.transport(group); t != nil {
-		return t.withheld()
+		return t.withheld(lastLogTerm)
 	}
 	return nil
 }
@@ -310,7 +311,7 @@ func (s *server) Heartbeats(stream grpc.BidiStreamingServer[raftpb.AppendEntries
 }
 
 func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest) (*raftpb.RequestVoteResponse, error) {
-	if err := s.withheld(pb.GroupId); err != nil {
+	if err := s.withheld(pb.GroupId, pb.LastLogTerm); err != nil {
 		return nil, err
 	}
 	resp, err := s.dispatch(ctx, pb.GroupId, requestVoteRequestFromPB(pb), nil, false)
@@ -321,7 +322,7 @@ func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest)
 }
 
 func (s *server) RequestPreVote(ctx context.Context, pb *raftpb.RequestPreVoteRequest) (*raftpb.RequestPreVoteResponse, error) {
-	if err := s.withheld(pb.GroupId); err != nil {
+	if err := s.withheld(pb.GroupId, pb.LastLogTerm); err != nil {
 		return nil, err
 	}
 	resp, err := s.dispatch(ctx, pb.GroupId, requestPreVoteRequestFromPB(pb), nil, false)
@@ -332,7 +333,7 @@ func (s *server) RequestPreVote(ctx context.Context, pb *raftpb.RequestPreVoteRe
 }
 
 func (s *server) TimeoutNow(ctx context.Context, pb *raftpb.TimeoutNowRequest) (*raftpb.TimeoutNowResponse, error) {
-	if err := s.withheld(pb.GroupId); err != nil {
+	if err := s.withheld(pb.GroupId, 0); err != nil {
 		return nil, err
 	}
 	resp, err := s.dispatch(ctx, pb.GroupId, timeoutNowRequestFromPB(pb), nil, false)

@@ -3,10 +3,12 @@ package raftmux
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,5 +437,51 @@ func TestHeartbeatsToOlderFollower(t *testing.T) {
 	}
 	if !leader.heartbeatStream(addr).unary || answered != 3 {
 		t.Fatalf("unary %v, %d answered", leader.heartbeatStream(addr).unary, answered)
+	}
+}
+
+// TestWithholdVotes: a replica that withholds its vote asks for none,
+// takes no leadership transfer, and refuses candidates whose log does not
+// go past the term it names; raft sees the others.
+func TestWithholdVotes(t *testing.T) {
+	a, b := startHost(t), startHost(t)
+	ta, tb := a.mux.Transport(1, a.addr), b.mux.Transport(1, b.addr)
+	defer ta.Close()
+	defer tb.Close()
+	withhold := func(lastLogTerm uint64) error {
+		if lastLogTerm <= 5 {
+			return errors.New("caught up only past term 5")
+		}
+		return nil
+	}
+	tb.WithholdVotes(withhold)
+	go func() {
+		for rpc := range tb.Consumer() {
+			rpc.Respond(&raft.RequestVoteResponse{Term: 7, Granted: true}, nil)
+		}
+	}()
+	vote := func(lastLogTerm uint64) error {
+		var resp raft.RequestVoteResponse
+		req := &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.addr)}, Term: 7, LastLogTerm: lastLogTerm}
+		return ta.RequestVote("b", b.addr, req, &resp)
+	}
+	refused := func(err error) bool { return err != nil && strings.Contains(err.Error(), "caught up only past term 5") }
+	if err := vote(5); !refused(err) {
+		t.Fatalf("vote for a candidate at term 5: %v, want it refused", err)
+	}
+	if err := vote(6); err != nil {
+		t.Fatalf("vote for a candidate at term 6: %v", err)
+	}
+	var resp raft.RequestVoteResponse
+	if err := tb.RequestVote("a", a.addr, &raft.RequestVoteRequest{Term: 7}, &resp); !refused(err) {
+		t.Fatalf("the withholding replica asked for a vote: %v", err)
+	}
+	var tresp raft.TimeoutNowResponse
+	if err := ta.TimeoutNow("b", b.addr, &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.addr)}}, &tresp); !refused(err) {
+		t.Fatalf("leadership transfer to the withholding replica: %v, want it refused", err)
+	}
+	tb.WithholdVotes(func(uint64) error { return nil })
+	if err := vote(5); err != nil {
+		t.Fatalf("vote after withholding ended: %v", err)
 	}
 }

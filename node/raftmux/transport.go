@@ -36,10 +36,10 @@ type Transport struct {
 	hbMu        sync.Mutex
 	heartbeatFn func(raft.RPC)
 
-	// withholding, when set and returning an error, keeps this replica out
-	// of elections: it asks for no votes, grants none and takes no
-	// leadership transfer.
-	withholding atomic.Pointer[func() error]
+	// withholding, when set, says whether this replica may vote for a
+	// candidate whose last log entry has the given term (0: this replica
+	// itself, or a leadership transfer to it); an error says why not.
+	withholding atomic.Pointer[func(lastLogTerm uint64) error]
 
 	streamsMu  sync.Mutex
 	heartbeats map[raft.ServerAddress]*heartbeatStream // by follower
@@ -79,17 +79,20 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	t.hbMu.Unlock()
 }
 
-// WithholdVotes makes the transport fail this replica's vote requests, and
-// refuse other replicas' vote requests and leadership transfers to it, with
-// the error why returns, for as long as it returns one.
-func (t *Transport) WithholdVotes(why func() error) {
+// WithholdVotes keeps this replica out of elections as far as why says:
+// while why(0) returns an error, the replica's own vote requests fail
+// with it and leadership transfers to it are refused; a vote request from
+// a candidate whose last log entry is of term t is refused while why(t)
+// returns an error.
+func (t *Transport) WithholdVotes(why func(lastLogTerm uint64) error) {
 	t.withholding.Store(&why)
 }
 
-// withheld returns why this replica stays out of elections, or nil.
-func (t *Transport) withheld() error {
+// withheld returns why this replica does not vote for a candidate whose
+// last log entry is of term lastLogTerm (0: itself), or nil.
+func (t *Transport) withheld(lastLogTerm uint64) error {
 	if p := t.withholding.Load(); p != nil {
-		if err := (*p)(); err != nil {
+		if err := (*p)(lastLogTerm); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "raftmux: group %d: %v", t.group, err)
 		}
 	}
@@ -272,7 +275,7 @@ func (h *heartbeatStream) call(t *Transport, target raft.ServerAddress, req *raf
 
 // RequestVote implements raft.Transport.
 func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if err := t.withheld(); err != nil {
+	if err := t.withheld(0); err != nil {
 		return err
 	}
 	out, err := call(t, target, t.mux.cfg.Timeout, requestVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestVote)
@@ -285,7 +288,7 @@ func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args
 
 // RequestPreVote implements raft.WithPreVote.
 func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if err := t.withheld(); err != nil {
+	if err := t.withheld(0); err != nil {
 		return err
 	}
 	out, err := call(t, target, t.mux.cfg.Timeout, requestPreVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestPreVote)
