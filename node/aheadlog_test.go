@@ -247,4 +247,3 @@ func TestWithheldReplicasElectCaughtUp(t *testing.T) {
 	c.converged(t, b)
 	c.drain(t)
 }
-
