@@ -159,3 +159,43 @@ func TestBarrierMeta(t *testing.T) {
 		t.Fatalf("%d dirty files after CommitState, want 0", len(fs.dirty))
 	}
 }
+
+// brokenFile is a segment whose fsync fails, as a failing disk's would.
+type brokenFile struct{ types.WritableFile }
+
+func (brokenFile) Sync() error { return errDiskGone }
+
+var errDiskGone = errors.New("test: disk gone")
+
+// TestAheadLogSyncFailure: when the syncer's fsync fails, the group is
+// told (it stops, fail-stop) and nobody waiting for the entries is
+// answered as if they were durable.
+func TestAheadLogSyncFailure(t *testing.T) {
+	failed := make(chan error, 1)
+	quiet := slog.New(slog.DiscardHandler)
+	l, err := openAheadLog(t.TempDir(), newHCLogger(quiet, "wal"), func(err error) { failed <- err }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.log = quiet
+	l.leads = func() bool { return true }
+	l.setVoters(1, 3)
+	hold := make(chan struct{})
+	l.fs.mu.Lock()
+	l.fs.hold = hold
+	l.fs.mu.Unlock()
+	if err := l.StoreLogs(entries(1, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	l.fs.mu.Lock()
+	l.fs.dirty[&syncFile{WritableFile: brokenFile{}, fs: l.fs}] = struct{}{}
+	l.fs.mu.Unlock()
+	close(hold)
+	if err := l.waitDurable(context.Background(), 2); !errors.Is(err, errDiskGone) {
+		t.Fatalf("waitDurable after a failed fsync: %v, want %v", err, errDiskGone)
+	}
+	if err := <-failed; !errors.Is(err, errDiskGone) {
+		t.Fatalf("the group was told %v, want %v", err, errDiskGone)
+	}
+}

@@ -273,13 +273,14 @@ func (n *Node) raftConfig(g *group, hlog *hclogger) *raft.Config {
 	return c
 }
 
-// fail stops the group after a storage failure in its state machine
-// (fail-stop, STYLE 4): the group's raft shuts down and every request is
-// refused with ErrGroupFailed. The process and the other groups go on.
+// fail stops the group after a storage failure in its state machine or
+// in the fsync of its log (fail-stop, STYLE 4): the group's raft shuts
+// down and every request is refused with ErrGroupFailed. The process and
+// the other groups go on.
 func (g *group) fail(err error) {
 	g.failOnce.Do(func() {
 		g.failErr.Store(&err)
-		g.log.Error("GROUP STOPPED: the state machine failed; this replica no longer serves the group until it is reopened",
+		g.log.Error("GROUP STOPPED: its storage failed; this replica no longer serves the group until it is reopened",
 			"err", err)
 		close(g.failed)
 	})
