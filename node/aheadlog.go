@@ -111,6 +111,10 @@ type syncFS struct {
 
 	mu    sync.Mutex
 	dirty map[*syncFile]struct{}
+	// syncMu is held through a pass of syncDirty, so that a barrier (or a
+	// Close) waits for a pass in progress, whose files are no longer in
+	// dirty, before it goes on.
+	syncMu sync.Mutex
 
 	// Tests simulate a machine crash (loseUnsynced): with track set, each
 	// file remembers what was written to it since its last fsync, and
@@ -140,14 +144,27 @@ func (s *syncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
 }
 
 // syncDirty fsyncs every file whose Sync was deferred.
+// The fsyncs run without mu held: a deferred Sync, which the leader's raft
+// loop makes with each write, must not wait for the one in progress.
 func (s *syncFS) syncDirty() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	files := make([]*syncFile, 0, len(s.dirty))
 	for f := range s.dirty {
+		files = append(files, f)
+		delete(s.dirty, f)
+	}
+	s.mu.Unlock()
+	for i, f := range files {
 		if err := f.sync(); err != nil {
+			s.mu.Lock()
+			for _, g := range files[i:] {
+				s.dirty[g] = struct{}{}
+			}
+			s.mu.Unlock()
 			return err
 		}
-		delete(s.dirty, f)
 	}
 	return nil
 }
@@ -198,17 +215,22 @@ func (f *syncFile) Sync() error {
 		f.fs.mu.Unlock()
 		return nil
 	}
-	f.fs.mu.Lock()
-	defer f.fs.mu.Unlock()
 	return f.sync()
 }
 
-// sync fsyncs the file; the caller holds fs.mu.
+// sync fsyncs the file and forgets the writes it made durable (track).
 func (f *syncFile) sync() error {
+	f.fs.mu.Lock()
+	n := len(f.unsynced)
+	f.fs.mu.Unlock()
 	if err := f.WritableFile.Sync(); err != nil {
 		return err
 	}
-	f.unsynced = nil
+	if n > 0 {
+		f.fs.mu.Lock()
+		f.unsynced = f.unsynced[n:]
+		f.fs.mu.Unlock()
+	}
 	return nil
 }
 
@@ -216,15 +238,15 @@ func (f *syncFile) sync() error {
 // segment only once it no longer needs it, and its data must not be left
 // behind unsynced.
 func (f *syncFile) Close() error {
+	f.fs.syncMu.Lock()
+	defer f.fs.syncMu.Unlock()
 	f.fs.mu.Lock()
 	_, dirty := f.fs.dirty[f]
 	delete(f.fs.dirty, f)
 	f.fs.mu.Unlock()
 	var err error
 	if dirty {
-		f.fs.mu.Lock()
 		err = f.sync()
-		f.fs.mu.Unlock()
 	}
 	return errors.Join(err, f.WritableFile.Close())
 }

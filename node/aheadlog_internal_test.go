@@ -199,3 +199,50 @@ func TestAheadLogSyncFailure(t *testing.T) {
 		t.Fatalf("the group was told %v, want %v", err, errDiskGone)
 	}
 }
+
+// slowFile is a segment whose fsync takes until release is closed.
+type slowFile struct {
+	types.WritableFile
+	started chan struct{}
+	release chan struct{}
+}
+
+func (f slowFile) Sync() error {
+	close(f.started)
+	<-f.release
+	return nil
+}
+
+// TestBarrierWaitsForSyncInProgress: a metadata commit that starts while
+// the syncer fsyncs a file it already took from the dirty set waits for
+// that fsync.
+func TestBarrierWaitsForSyncInProgress(t *testing.T) {
+	dir := t.TempDir()
+	fs := newSyncFS()
+	slow := slowFile{started: make(chan struct{}), release: make(chan struct{})}
+	fs.dirty[&syncFile{WritableFile: slow, fs: fs}] = struct{}{}
+	syncing := make(chan error, 1)
+	go func() { syncing <- fs.syncDirty() }()
+	<-slow.started
+
+	db := &metadb.BoltMetaDB{}
+	if _, err := db.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	m := barrierMeta{BoltMetaDB: db, fs: fs}
+	defer m.Close()
+	committed := make(chan error, 1)
+	go func() { committed <- m.CommitState(types.PersistentState{NextSegmentID: 2}) }()
+	select {
+	case err := <-committed:
+		t.Fatalf("metadata committed (%v) while an fsync was in progress", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(slow.release)
+	if err := <-syncing; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+}
