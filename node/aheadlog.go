@@ -1,25 +1,18 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
-	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
-	"github.com/hashicorp/raft-wal/types"
 )
 
 // A leader's log write ahead of its fsync.
@@ -65,210 +58,9 @@ import (
 // so groups of one or two voters fsync before replicating. So does every
 // group when Config.LeaderSyncFirst is set.
 
-// aheadMarkKey is where a replica records, in its group's stable store,
-// the last term in which it wrote ahead of fsync and the boot it did so in.
-var aheadMarkKey = []byte("quorumbus/ahead-term")
-
-// readBootID names the running kernel's boot; "" when unknown, which
-// counts as a different boot.
-func readBootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return string(bytes.TrimSpace(b))
-}
-
-type aheadMark struct {
-	term uint64
-	boot string
-}
-
-func loadAheadMark(s *raftboltdb.BoltStore) (aheadMark, error) {
-	v, err := s.Get(aheadMarkKey)
-	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
-		return aheadMark{}, nil
-	}
-	if err != nil {
-		return aheadMark{}, err
-	}
-	if len(v) < 8 {
-		return aheadMark{}, fmt.Errorf("ahead mark of %d bytes", len(v))
-	}
-	return aheadMark{term: binary.BigEndian.Uint64(v), boot: string(v[8:])}, nil
-}
-
-func storeAheadMark(s *raftboltdb.BoltStore, m aheadMark) error {
-	v := binary.BigEndian.AppendUint64(nil, m.term)
-	return s.Set(aheadMarkKey, append(v, m.boot...))
-}
-
-// syncFS is the raft-wal file system of a group's log. While deferring is
-// set, a segment's Sync only marks the file dirty; syncDirty fsyncs them.
-type syncFS struct {
-	*walfs.FS
-	deferring atomic.Bool
-
-	mu    sync.Mutex
-	dirty map[*syncFile]struct{}
-	// syncMu is held through a pass of syncDirty, so that a barrier (or a
-	// Close) waits for a pass in progress, whose files are no longer in
-	// dirty, before it goes on.
-	syncMu sync.Mutex
-
-	// Tests simulate a machine crash (loseUnsynced): with track set, each
-	// file remembers what was written to it since its last fsync, and
-	// hold, when not nil, stops the syncer until it is closed.
-	track bool
-	hold  chan struct{}
-}
-
-func newSyncFS() *syncFS {
-	return &syncFS{FS: walfs.New(), dirty: make(map[*syncFile]struct{})}
-}
-
-func (s *syncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
-	f, err := s.FS.Create(dir, name, size)
-	if err != nil {
-		return nil, err
-	}
-	return &syncFile{WritableFile: f, fs: s}, nil
-}
-
-func (s *syncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
-	f, err := s.FS.OpenWriter(dir, name)
-	if err != nil {
-		return nil, err
-	}
-	return &syncFile{WritableFile: f, fs: s}, nil
-}
-
-// syncDirty fsyncs every file whose Sync was deferred.
-// The fsyncs run without mu held: a deferred Sync, which the leader's raft
-// loop makes with each write, must not wait for the one in progress.
-func (s *syncFS) syncDirty() error {
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	s.mu.Lock()
-	files := make([]*syncFile, 0, len(s.dirty))
-	for f := range s.dirty {
-		files = append(files, f)
-		delete(s.dirty, f)
-	}
-	s.mu.Unlock()
-	for i, f := range files {
-		if err := f.sync(); err != nil {
-			s.mu.Lock()
-			for _, g := range files[i:] {
-				s.dirty[g] = struct{}{}
-			}
-			s.mu.Unlock()
-			return err
-		}
-	}
-	return nil
-}
-
-// abandon forgets which files await an fsync, as a crash would. If lose
-// is set it also leaves the files as a machine crash would: what was
-// written since a file's last fsync is zeroed again (raft-wal writes only
-// into the zeroed space it preallocated; track must be set).
-func (s *syncFS) abandon(lose bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for f := range s.dirty {
-		if !lose {
-			delete(s.dirty, f)
-			continue
-		}
-		for _, r := range f.unsynced {
-			if _, err := f.WritableFile.WriteAt(make([]byte, r[1]), r[0]); err != nil {
-				return err
-			}
-		}
-		f.unsynced = nil
-		delete(s.dirty, f)
-	}
-	return nil
-}
-
-type syncFile struct {
-	types.WritableFile
-	fs *syncFS
-
-	unsynced [][2]int64 // offset and length of writes since the last fsync (track only)
-}
-
-func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.fs.track {
-		f.fs.mu.Lock()
-		f.unsynced = append(f.unsynced, [2]int64{off, int64(len(p))})
-		f.fs.mu.Unlock()
-	}
-	return f.WritableFile.WriteAt(p, off)
-}
-
-func (f *syncFile) Sync() error {
-	if f.fs.deferring.Load() {
-		f.fs.mu.Lock()
-		f.fs.dirty[f] = struct{}{}
-		f.fs.mu.Unlock()
-		return nil
-	}
-	return f.sync()
-}
-
-// sync fsyncs the file and forgets the writes it made durable (track).
-func (f *syncFile) sync() error {
-	f.fs.mu.Lock()
-	n := len(f.unsynced)
-	f.fs.mu.Unlock()
-	if err := f.WritableFile.Sync(); err != nil {
-		return err
-	}
-	if n > 0 {
-		f.fs.mu.Lock()
-		f.unsynced = f.unsynced[n:]
-		f.fs.mu.Unlock()
-	}
-	return nil
-}
-
-// Close syncs the file first if its Sync was deferred: raft-wal closes a
-// segment only once it no longer needs it, and its data must not be left
-// behind unsynced.
-func (f *syncFile) Close() error {
-	f.fs.syncMu.Lock()
-	defer f.fs.syncMu.Unlock()
-	f.fs.mu.Lock()
-	_, dirty := f.fs.dirty[f]
-	delete(f.fs.dirty, f)
-	f.fs.mu.Unlock()
-	var err error
-	if dirty {
-		err = f.sync()
-	}
-	return errors.Join(err, f.WritableFile.Close())
-}
-
-// barrierMeta makes every deferred segment write durable before raft-wal
-// commits its metadata: a rotation records a segment as sealed, and a
-// truncation records what the log holds, and either must not name data
-// that a crash could still take away.
-type barrierMeta struct {
-	*metadb.BoltMetaDB
-	fs *syncFS
-}
-
-func (m barrierMeta) CommitState(s types.PersistentState) error {
-	if err := m.fs.syncDirty(); err != nil {
-		return err
-	}
-	return m.BoltMetaDB.CommitState(s)
-}
-
-// aheadLog is a group's raft-wal log that writes ahead of its fsync while
-// ahead says so, and tracks which index is durable.
+// aheadLog is a group's raft-wal log. It writes ahead of its fsync while
+// its replica leads a group of three or more voters, and tracks which
+// index is durable.
 type aheadLog struct {
 	*wal.WAL
 	fs *syncFS
@@ -411,21 +203,6 @@ func (l *aheadLog) votersAtLeast(n int) bool {
 	return l.voters >= n
 }
 
-// withholding reports why this replica does not vote for a candidate
-// whose last log entry is of term lastLogTerm (0: itself), or nil. While
-// it may lack entries it wrote ahead as leader of term t, it votes only
-// for candidates whose log has caught up past t: their log holds an entry
-// of a later term's leader, and with it every entry committed in t. So a
-// replica that withholds still helps elect one that has caught up; if it
-// refused those too, two replicas that both once led and crashed would
-// wait for each other forever.
-func (l *aheadLog) withholding(lastLogTerm uint64) error {
-	if t := l.withheld.Load(); t != 0 && lastLogTerm <= t {
-		return fmt.Errorf("vote withheld: a machine crash may have cost this replica entries it wrote ahead of fsync as leader of term %d; it votes for candidates whose log goes past that term, and for itself once a later term's leader reaches it", t)
-	}
-	return nil
-}
-
 func (l *aheadLog) syncLoop(fail func(error)) {
 	defer close(l.done)
 	for {
@@ -526,138 +303,4 @@ func (l *aheadLog) clearMark() error {
 		return nil
 	}
 	return l.mark(0)
-}
-
-// openAheadLog opens the group's raft-wal log in dir. A replica that wrote
-// ahead of fsync and restarts under the same boot first makes durable what
-// the page cache holds of its log; under another boot it remembers the
-// marked term for withholdIfLost.
-func (g *group) openAheadLog(dir string, hlog *hclogger) (*aheadLog, error) {
-	boot := g.node.cfg.bootID
-	if boot == "" {
-		boot = readBootID()
-	}
-	mark, err := loadAheadMark(g.stable)
-	if err != nil {
-		return nil, err
-	}
-	if mark.term != 0 && boot != "" && mark.boot == boot {
-		if err := syncFiles(dir); err != nil {
-			return nil, fmt.Errorf("sync the log written ahead of fsync: %w", err)
-		}
-		if err := storeAheadMark(g.stable, aheadMark{}); err != nil {
-			return nil, err
-		}
-		mark = aheadMark{}
-	}
-	l, err := openAheadLog(dir, hlog.Named("wal"), g.fail, g.node.cfg.simulatedMachine)
-	if err != nil {
-		return nil, err
-	}
-	l.leads = func() bool {
-		r := g.raftRef.Load()
-		return r != nil && r.State() == raft.Leader
-	}
-	l.serial = g.node.cfg.LeaderSyncFirst
-	l.mark = func(term uint64) error { return storeAheadMark(g.stable, aheadMark{term: term, boot: boot}) }
-	l.lostTerm = mark.term
-	l.log = g.log
-	return l, nil
-}
-
-// withholdIfLost starts withholding this replica's vote if its log may
-// have lost entries written ahead of fsync: the log was opened under
-// another boot than the one it wrote ahead in, and holds no entry of a
-// later term than that.
-func (g *group) withholdIfLost(logs raft.LogStore, snaps raft.SnapshotStore) error {
-	marked := g.ahead.lostTerm
-	if marked == 0 {
-		return nil
-	}
-	last, err := lastTerm(logs, snaps)
-	if err != nil {
-		return err
-	}
-	if last > marked {
-		return nil
-	}
-	g.ahead.withheld.Store(marked)
-	g.log.Warn("withholding votes: this replica led with its log written ahead of fsync and the machine restarted since, so entries others count on may be lost here; it votes again once a later term's leader has reached it",
-		"marked_term", marked, "last_log_term", last)
-	return nil
-}
-
-// lastTerm is the term of the last entry in the log, or of the latest
-// snapshot when the log is empty.
-func lastTerm(logs raft.LogStore, snaps raft.SnapshotStore) (uint64, error) {
-	idx, err := logs.LastIndex()
-	if err != nil {
-		return 0, err
-	}
-	if idx > 0 {
-		var e raft.Log
-		if err := logs.GetLog(idx, &e); err != nil {
-			return 0, err
-		}
-		return e.Term, nil
-	}
-	list, err := snaps.List()
-	if err != nil || len(list) == 0 {
-		return 0, err
-	}
-	return list[0].Term, nil
-}
-
-// countVoters tells the log how many voters the group's newest
-// configuration has: only groups of three or more write ahead of fsync.
-func (g *group) countVoters() {
-	if g.ahead == nil {
-		return
-	}
-	f := g.raft.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	n := 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			n++
-		}
-	}
-	g.ahead.setVoters(f.Index(), n)
-}
-
-// syncFiles fsyncs every file in dir and dir itself. A replica restarted
-// under the boot it wrote ahead in uses it to make durable what the page
-// cache still holds of its log.
-func syncFiles(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDWR, 0)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

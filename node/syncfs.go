@@ -1,0 +1,215 @@
+package node
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+// The file system under a group's raft-wal log: fsyncs it can defer
+// (aheadlog.go), and a metadata store that waits for them.
+
+// syncFS is the raft-wal file system of a group's log. While deferring is
+// set, a segment's Sync only marks the file dirty; syncDirty fsyncs them.
+type syncFS struct {
+	*walfs.FS
+	deferring atomic.Bool
+
+	mu    sync.Mutex
+	dirty map[*syncFile]struct{}
+	// syncMu is held through a pass of syncDirty, so that a barrier (or a
+	// Close) waits for a pass in progress, whose files are no longer in
+	// dirty, before it goes on.
+	syncMu sync.Mutex
+
+	// Tests simulate a machine crash (abandon): with track set, each
+	// file remembers what was written to it since its last fsync, and
+	// hold, when not nil, stops the syncer until it is closed.
+	track bool
+	hold  chan struct{}
+}
+
+func newSyncFS() *syncFS {
+	return &syncFS{FS: walfs.New(), dirty: make(map[*syncFile]struct{})}
+}
+
+func (s *syncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := s.FS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	return &syncFile{WritableFile: f, fs: s}, nil
+}
+
+func (s *syncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := s.FS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return &syncFile{WritableFile: f, fs: s}, nil
+}
+
+// syncDirty fsyncs every file whose Sync was deferred.
+// The fsyncs run without mu held: a deferred Sync, which the leader's raft
+// loop makes with each write, must not wait for the one in progress.
+func (s *syncFS) syncDirty() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	files := make([]*syncFile, 0, len(s.dirty))
+	for f := range s.dirty {
+		files = append(files, f)
+		delete(s.dirty, f)
+	}
+	s.mu.Unlock()
+	for i, f := range files {
+		if err := f.sync(); err != nil {
+			s.mu.Lock()
+			for _, g := range files[i:] {
+				s.dirty[g] = struct{}{}
+			}
+			s.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon forgets which files await an fsync, as a crash would. If lose
+// is set it also leaves the files as a machine crash would: what was
+// written since a file's last fsync is zeroed again (raft-wal writes only
+// into the zeroed space it preallocated; track must be set).
+func (s *syncFS) abandon(lose bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for f := range s.dirty {
+		if !lose {
+			delete(s.dirty, f)
+			continue
+		}
+		for _, r := range f.unsynced {
+			if _, err := f.WritableFile.WriteAt(make([]byte, r[1]), r[0]); err != nil {
+				return err
+			}
+		}
+		f.unsynced = nil
+		delete(s.dirty, f)
+	}
+	return nil
+}
+
+type syncFile struct {
+	types.WritableFile
+	fs *syncFS
+
+	unsynced [][2]int64 // offset and length of writes since the last fsync (track only)
+}
+
+func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.fs.track {
+		f.fs.mu.Lock()
+		f.unsynced = append(f.unsynced, [2]int64{off, int64(len(p))})
+		f.fs.mu.Unlock()
+	}
+	return f.WritableFile.WriteAt(p, off)
+}
+
+func (f *syncFile) Sync() error {
+	if f.fs.deferring.Load() {
+		f.fs.mu.Lock()
+		f.fs.dirty[f] = struct{}{}
+		f.fs.mu.Unlock()
+		return nil
+	}
+	return f.sync()
+}
+
+// sync fsyncs the file and forgets the writes it made durable (track).
+func (f *syncFile) sync() error {
+	f.fs.mu.Lock()
+	n := len(f.unsynced)
+	f.fs.mu.Unlock()
+	if err := f.WritableFile.Sync(); err != nil {
+		return err
+	}
+	if n > 0 {
+		f.fs.mu.Lock()
+		f.unsynced = f.unsynced[n:]
+		f.fs.mu.Unlock()
+	}
+	return nil
+}
+
+// Close syncs the file first if its Sync was deferred: raft-wal closes a
+// segment only once it no longer needs it, and its data must not be left
+// behind unsynced.
+func (f *syncFile) Close() error {
+	f.fs.syncMu.Lock()
+	defer f.fs.syncMu.Unlock()
+	f.fs.mu.Lock()
+	_, dirty := f.fs.dirty[f]
+	delete(f.fs.dirty, f)
+	f.fs.mu.Unlock()
+	var err error
+	if dirty {
+		err = f.sync()
+	}
+	return errors.Join(err, f.WritableFile.Close())
+}
+
+// barrierMeta makes every deferred segment write durable before raft-wal
+// commits its metadata: a rotation records a segment as sealed, and a
+// truncation records what the log holds, and either must not name data
+// that a crash could still take away.
+type barrierMeta struct {
+	*metadb.BoltMetaDB
+	fs *syncFS
+}
+
+func (m barrierMeta) CommitState(s types.PersistentState) error {
+	if err := m.fs.syncDirty(); err != nil {
+		return err
+	}
+	return m.BoltMetaDB.CommitState(s)
+}
+
+// syncFiles fsyncs every file in dir and dir itself. A replica restarted
+// under the boot it wrote ahead in uses it to make durable what the page
+// cache still holds of its log.
+func syncFiles(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
