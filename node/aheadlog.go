@@ -269,26 +269,27 @@ func (l *aheadLog) waitDurable(ctx context.Context, index uint64) error {
 // Close stops the syncer, makes what was written durable and closes the
 // log. It reports whether everything written reached the disk.
 func (l *aheadLog) Close() error {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	<-l.done
+	l.stopSyncer()
 	err := l.fs.syncDirty()
 	return errors.Join(err, l.WAL.Close())
 }
 
-// crash closes the log as a crash would leave it (tests): the syncer
-// stops, nothing more is fsynced, and after a machine crash what was not
-// yet fsynced is lost.
-func (l *aheadLog) crash(machine bool) error {
+// stopSyncer stops the syncer and waits for it: nothing written after
+// is fsynced until Close. A crash (tests) stops it first, as a crash stops
+// everything at once.
+func (l *aheadLog) stopSyncer() {
 	select {
 	case <-l.stop:
 	default:
 		close(l.stop)
 	}
 	<-l.done
+}
+
+// crash closes the log as a crash would leave it (tests): nothing more is
+// fsynced, and after a machine crash what was not yet fsynced is lost.
+func (l *aheadLog) crash(machine bool) error {
+	l.stopSyncer()
 	if err := l.fs.abandon(machine); err != nil {
 		return err
 	}

@@ -247,3 +247,70 @@ func TestWithheldReplicasElectCaughtUp(t *testing.T) {
 	c.converged(t, b)
 	c.drain(t)
 }
+
+// TestMachineCrashesKeepAcknowledged crashes the machine of whichever
+// replica leads, five times over, while sixteen clients send: each crash
+// comes after a few entries committed that the leader had not fsynced,
+// and loses them there. Every
+// acknowledged message is there at the end, once, and the replicas agree.
+func TestMachineCrashesKeepAcknowledged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crashes five leaders")
+	}
+	c := startSimulated(t)
+	lostBefore := node.LostWrites()
+	var (
+		mu    sync.Mutex
+		acked = map[uint64]string{}
+		wg    sync.WaitGroup
+	)
+	acks := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	ctx, stop := context.WithCancel(ctxFor(t))
+	for s := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				body := fmt.Sprintf("c-%d-%d", s, i)
+				seq, err := send(ctx, c.cl, body)
+				if err != nil {
+					continue // not acknowledged: may or may not be there
+				}
+				mu.Lock()
+				if prev, dup := acked[seq]; dup {
+					t.Errorf("sequence number %d acknowledged for %s and %s", seq, prev, body)
+				}
+				acked[seq] = body
+				mu.Unlock()
+			}
+		}()
+	}
+	for round := range 5 {
+		l := c.Leader(group)
+		before := acks()
+		c.WaitFor("100 more acknowledged sends", func() bool { return acks() >= before+100 })
+		// Let entries commit that the leader has not fsynced.
+		release := node.HoldLogSync(c.Node(l), group)
+		applied := groupOn(t, c.Cluster, l).AppliedIndex
+		c.WaitFor("entries to commit past the leader's fsync", func() bool { return groupOn(t, c.Cluster, l).AppliedIndex > applied })
+		c.KillWith(l, node.CrashMachine)
+		release()
+		c.reboot(l)
+		next := c.Leader(group)
+		before = acks()
+		c.WaitFor("100 sends acknowledged by the next leader", func() bool { return acks() >= before+100 })
+		c.Restart(l)
+		c.converged(t, next)
+		t.Logf("round %d: crashed n%d's machine; n%d leads; %d acknowledged", round, l, next, acks())
+	}
+	stop()
+	wg.Wait()
+	t.Logf("the crashes took away %d log writes not yet fsynced", node.LostWrites()-lostBefore)
+	c.converged(t, c.Leader(group))
+	c.acked = acked
+	c.drain(t)
+}

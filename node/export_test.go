@@ -33,3 +33,7 @@ func HoldLogSync(n *Node, id uint64) (release func()) {
 	g.ahead.fs.mu.Unlock()
 	return func() { close(h) }
 }
+
+// LostWrites is how many log writes simulated machine crashes have taken
+// away so far in this process.
+func LostWrites() int64 { return lostWrites.Load() }

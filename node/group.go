@@ -324,6 +324,9 @@ const (
 // shut stops the group and closes its stores.
 func (g *group) shut(how shutdown) error {
 	g.closeOnce.Do(func() {
+		if how != cleanShutdown && g.ahead != nil {
+			g.ahead.stopSyncer()
+		}
 		g.cancel()
 		g.prop.stop(ErrGroupClosed)
 		errs := []error{g.raft.Shutdown().Error()}

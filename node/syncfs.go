@@ -35,6 +35,10 @@ type syncFS struct {
 	hold  chan struct{}
 }
 
+// lostWrites counts the writes simulated machine crashes took away
+// (tests).
+var lostWrites atomic.Int64
+
 func newSyncFS() *syncFS {
 	return &syncFS{FS: walfs.New(), dirty: make(map[*syncFile]struct{})}
 }
@@ -97,6 +101,7 @@ func (s *syncFS) abandon(lose bool) error {
 			if _, err := f.WritableFile.WriteAt(make([]byte, r[1]), r[0]); err != nil {
 				return err
 			}
+			lostWrites.Add(1)
 		}
 		f.unsynced = nil
 		delete(s.dirty, f)
