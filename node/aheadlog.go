@@ -89,11 +89,12 @@ type aheadLog struct {
 	written atomic.Uint64 // last index written ahead of its fsync
 	kick    chan struct{}
 
-	durMu    sync.Mutex
-	durable  uint64
-	advanced chan struct{} // closed and replaced when durable advances
-	failed   chan struct{} // closed when the syncer stops; err says why
-	err      error
+	durMu       sync.Mutex
+	durable     uint64
+	truncations uint64        // tail cuts so far (DeleteRange)
+	advanced    chan struct{} // closed and replaced when durable advances
+	failed      chan struct{} // closed when the syncer stops; err says why
+	err         error
 
 	stop chan struct{}
 	done chan struct{}
@@ -211,17 +212,26 @@ func (l *aheadLog) syncLoop(fail func(error)) {
 		case <-l.stop:
 			return
 		}
+		l.durMu.Lock()
+		gen := l.truncations
+		l.durMu.Unlock()
+		w := l.written.Load()
 		l.fs.mu.Lock()
-		h := l.fs.hold
+		hold, holding := l.fs.hold, l.fs.holding
 		l.fs.mu.Unlock()
-		if h != nil {
+		if hold != nil {
+			if holding != nil {
+				select {
+				case holding <- struct{}{}:
+				default:
+				}
+			}
 			select {
-			case <-h:
+			case <-hold:
 			case <-l.stop:
 				return
 			}
 		}
-		w := l.written.Load()
 		if err := l.fs.syncDirty(); err != nil {
 			l.durMu.Lock()
 			l.err = fmt.Errorf("fsync of the raft log: %w", err)
@@ -230,18 +240,58 @@ func (l *aheadLog) syncLoop(fail func(error)) {
 			fail(l.err)
 			return
 		}
-		l.setDurable(w)
+		l.setDurableSince(gen, w)
 	}
+}
+
+// DeleteRange implements raft.LogStore. When it cuts the log's tail (a
+// former leader's entries that the new leader's log does not have), what
+// was written ahead there is gone: the durable index must not count it,
+// nor a sync pass that began before the cut, or entries written at the
+// same indexes later would count as durable before they are.
+func (l *aheadLog) DeleteRange(from, to uint64) error {
+	last, err := l.WAL.LastIndex()
+	if err != nil {
+		return err
+	}
+	if err := l.WAL.DeleteRange(from, to); err != nil {
+		return err
+	}
+	if to < last || from == 0 {
+		return nil // the head: entries a snapshot covers
+	}
+	l.durMu.Lock()
+	l.truncations++
+	l.durable = min(l.durable, from-1)
+	l.durMu.Unlock()
+	if w := l.written.Load(); w >= from {
+		l.written.Store(from - 1)
+	}
+	return nil
 }
 
 func (l *aheadLog) setDurable(index uint64) {
 	l.durMu.Lock()
+	l.setDurableLocked(index)
+	l.durMu.Unlock()
+}
+
+// setDurableSince is setDurable for a sync pass that began when the log
+// had been cut gen times: a pass that began before a cut says nothing.
+func (l *aheadLog) setDurableSince(gen uint64, index uint64) {
+	l.durMu.Lock()
+	if gen == l.truncations {
+		l.setDurableLocked(index)
+	}
+	l.durMu.Unlock()
+}
+
+func (l *aheadLog) setDurableLocked(index uint64) {
 	if index > l.durable {
 		l.durable = index
 		close(l.advanced)
 		l.advanced = make(chan struct{})
 	}
-	l.durMu.Unlock()
 }
 
 // waitDurable returns once the entry at index is durable in this replica's

@@ -246,3 +246,47 @@ func TestBarrierWaitsForSyncInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAheadLogTailCut: a former leader's entries written ahead and cut
+// by its successor's log do not count as durable, not even through a sync
+// pass that read the written index before the cut: entries written at
+// those indexes later would count as durable before they are.
+func TestAheadLogTailCut(t *testing.T) {
+	l := openTestAheadLog(t, t.TempDir())
+	defer l.Close()
+	leads := true
+	l.leads = func() bool { return leads }
+	l.setVoters(1, 3)
+	if err := l.StoreLogs(entries(1, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.waitDurable(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+
+	// A sync pass that has read the written index (5) and not yet synced.
+	hold, holding := make(chan struct{}), make(chan struct{}, 1)
+	l.fs.mu.Lock()
+	l.fs.hold, l.fs.holding = hold, holding
+	l.fs.mu.Unlock()
+	if err := l.StoreLogs(entries(1, 3, 5)); err != nil {
+		t.Fatal(err)
+	}
+	<-holding
+
+	leads = false
+	if err := l.DeleteRange(3, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StoreLogs(entries(2, 3, 3)); err != nil { // as a follower: synced
+		t.Fatal(err)
+	}
+	close(hold)
+	l.stopSyncer() // the pass ends first
+	l.durMu.Lock()
+	durable := l.durable
+	l.durMu.Unlock()
+	if durable != 3 {
+		t.Fatalf("durable index %d after the cut and one synced entry, want 3", durable)
+	}
+}

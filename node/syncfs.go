@@ -30,9 +30,11 @@ type syncFS struct {
 
 	// Tests simulate a machine crash (abandon): with track set, each
 	// file remembers what was written to it since its last fsync, and
-	// hold, when not nil, stops the syncer until it is closed.
-	track bool
-	hold  chan struct{}
+	// hold, when not nil, stops the syncer before it fsyncs until it is
+	// closed; the syncer then sends on holding, if set and free.
+	track   bool
+	hold    chan struct{}
+	holding chan struct{}
 }
 
 // lostWrites counts the writes simulated machine crashes took away
