@@ -122,7 +122,7 @@ func (g *group) withholdIfLost(logs raft.LogStore, snaps raft.SnapshotStore) err
 		return nil
 	}
 	g.ahead.withheld.Store(marked)
-	g.log.Warn("withholding votes: this replica led with its log written ahead of fsync and the machine restarted since, so entries others count on may be lost here; it votes again once a later term's leader has reached it",
+	g.log.Warn("withholding votes: this replica led with its log written ahead of fsync and the machine restarted since, so entries others count on may be lost here; it votes only for candidates whose log goes past the marked term, and for itself once a later term's leader has reached it",
 		"marked_term", marked, "last_log_term", last)
 	return nil
 }
