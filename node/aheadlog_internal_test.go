@@ -64,9 +64,7 @@ func TestAheadLogDurableIndex(t *testing.T) {
 
 	l.setVoters(2, 3)
 	hold := make(chan struct{})
-	l.fs.mu.Lock()
-	l.fs.hold = hold
-	l.fs.mu.Unlock()
+	l.fs.setHold(hold, nil)
 	if err := l.StoreLogs(entries(2, 5, 6)); err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +104,7 @@ func TestAheadLogMachineCrash(t *testing.T) {
 	if err := l.waitDurable(context.Background(), 5); err != nil {
 		t.Fatal(err)
 	}
-	l.fs.mu.Lock()
-	l.fs.hold = make(chan struct{})
-	l.fs.mu.Unlock()
+	l.fs.setHold(make(chan struct{}), nil)
 	if err := l.StoreLogs(entries(1, 6, 9)); err != nil {
 		t.Fatal(err)
 	}
@@ -182,9 +178,7 @@ func TestAheadLogSyncFailure(t *testing.T) {
 	l.leads = func() bool { return true }
 	l.setVoters(1, 3)
 	hold := make(chan struct{})
-	l.fs.mu.Lock()
-	l.fs.hold = hold
-	l.fs.mu.Unlock()
+	l.fs.setHold(hold, nil)
 	if err := l.StoreLogs(entries(1, 1, 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +260,7 @@ func TestAheadLogTailCut(t *testing.T) {
 
 	// A sync pass that has read the written index (5) and not yet synced.
 	hold, holding := make(chan struct{}), make(chan struct{}, 1)
-	l.fs.mu.Lock()
-	l.fs.hold, l.fs.holding = hold, holding
-	l.fs.mu.Unlock()
+	l.fs.setHold(hold, holding)
 	if err := l.StoreLogs(entries(1, 3, 5)); err != nil {
 		t.Fatal(err)
 	}

@@ -251,44 +251,16 @@ func TestWithheldReplicasElectCaughtUp(t *testing.T) {
 // TestMachineCrashesKeepAcknowledged crashes the machine of whichever
 // replica leads, five times over, while sixteen clients send: each crash
 // comes after a few entries committed that the leader had not fsynced,
-// and loses them there. Every
-// acknowledged message is there at the end, once, and the replicas agree.
+// and loses them there. Every acknowledged message is there at the end,
+// once, and the replicas agree.
 func TestMachineCrashesKeepAcknowledged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crashes five leaders")
 	}
 	c := startSimulated(t)
 	lostBefore := node.LostWrites()
-	var (
-		mu    sync.Mutex
-		acked = map[uint64]string{}
-		wg    sync.WaitGroup
-	)
-	acks := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acked)
-	}
-	ctx, stop := context.WithCancel(ctxFor(t))
-	for s := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				body := fmt.Sprintf("c-%d-%d", s, i)
-				seq, err := send(ctx, c.cl, body)
-				if err != nil {
-					continue // not acknowledged: may or may not be there
-				}
-				mu.Lock()
-				if prev, dup := acked[seq]; dup {
-					t.Errorf("sequence number %d acknowledged for %s and %s", seq, prev, body)
-				}
-				acked[seq] = body
-				mu.Unlock()
-			}
-		}()
-	}
+	sn := startSenders(t, c.cl, "c", 16)
+	acks := sn.count
 	for round := range 5 {
 		l := c.Leader(group)
 		before := acks()
@@ -307,10 +279,8 @@ func TestMachineCrashesKeepAcknowledged(t *testing.T) {
 		c.converged(t, next)
 		t.Logf("round %d: crashed n%d's machine; n%d leads; %d acknowledged", round, l, next, acks())
 	}
-	stop()
-	wg.Wait()
+	c.acked = sn.finish()
 	t.Logf("the crashes took away %d log writes not yet fsynced", node.LostWrites()-lostBefore)
 	c.converged(t, c.Leader(group))
-	c.acked = acked
 	c.drain(t)
 }

@@ -28,12 +28,18 @@ func HoldLogSync(n *Node, id uint64) (release func()) {
 	g := n.groups[id]
 	n.mu.RUnlock()
 	h := make(chan struct{})
-	g.ahead.fs.mu.Lock()
-	g.ahead.fs.hold = h
-	g.ahead.fs.mu.Unlock()
+	g.ahead.fs.setHold(h, nil)
 	return func() { close(h) }
 }
 
 // LostWrites is how many log writes simulated machine crashes have taken
 // away so far in this process.
 func LostWrites() int64 { return lostWrites.Load() }
+
+// setHold stops the syncer before its next fsync until hold is closed;
+// it then sends on holding, if not nil and free.
+func (s *syncFS) setHold(hold, holding chan struct{}) {
+	s.mu.Lock()
+	s.hold, s.holding = hold, holding
+	s.mu.Unlock()
+}

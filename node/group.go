@@ -324,7 +324,8 @@ const (
 // shut stops the group and closes its stores.
 func (g *group) shut(how shutdown) error {
 	g.closeOnce.Do(func() {
-		if how != cleanShutdown && g.ahead != nil {
+		crash := how != cleanShutdown && g.ahead != nil
+		if crash {
 			g.ahead.stopSyncer()
 		}
 		g.cancel()
@@ -332,10 +333,9 @@ func (g *group) shut(how shutdown) error {
 		errs := []error{g.raft.Shutdown().Error()}
 		g.wg.Wait()
 		errs = append(errs, g.machine.Close())
-		switch {
-		case how != cleanShutdown && g.ahead != nil:
+		if crash {
 			errs = append(errs, g.ahead.crash(how == crashMachine))
-		default:
+		} else {
 			err := g.logs.Close()
 			if err == nil && g.ahead != nil {
 				// Everything written is durable: a restart has

@@ -331,50 +331,71 @@ func TestRouting(t *testing.T) {
 // TestFailover kills the leader while sends go on. Every acknowledged send
 // is received exactly once afterwards, and the killed node, restarted,
 // catches up.
+// senders send from several goroutines until stopped and record what was
+// acknowledged, by sequence number.
+type senders struct {
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu    sync.Mutex
+	acked map[uint64]string
+}
+
+// startSenders starts n goroutines sending bodies named prefix-g-i.
+func startSenders(t *testing.T, cl partitionpb.PartitionServiceClient, prefix string, n int) *senders {
+	ctx, stop := context.WithCancel(ctxFor(t))
+	s := &senders{stop: stop, acked: map[uint64]string{}}
+	for g := range n {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				body := fmt.Sprintf("%s-%d-%d", prefix, g, i)
+				seq, err := send(ctx, cl, body)
+				if err != nil {
+					continue // not acknowledged: may or may not be there
+				}
+				s.mu.Lock()
+				if prev, dup := s.acked[seq]; dup {
+					t.Errorf("sequence number %d acknowledged for %s and %s", seq, prev, body)
+				}
+				s.acked[seq] = body
+				s.mu.Unlock()
+			}
+		}()
+	}
+	return s
+}
+
+// count is how many sends have been acknowledged so far.
+func (s *senders) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.acked)
+}
+
+// finish stops the senders and returns what was acknowledged.
+func (s *senders) finish() map[uint64]string {
+	s.stop()
+	s.wg.Wait()
+	return s.acked
+}
+
 func TestFailover(t *testing.T) {
 	c := nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Configure: fastElections})
 	cl := c.Client(group)
 	upsertEntity(t, cl, 60_000)
 
-	var (
-		mu    sync.Mutex
-		acked = map[uint64]string{}
-		wg    sync.WaitGroup
-	)
-	acks := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acked)
-	}
-	ctx, stop := context.WithCancel(ctxFor(t))
-	for s := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				body := fmt.Sprintf("f-%d-%d", s, i)
-				seq, err := send(ctx, cl, body)
-				if err != nil {
-					continue // not acknowledged: may or may not be there
-				}
-				mu.Lock()
-				if prev, dup := acked[seq]; dup {
-					t.Errorf("sequence number %d acknowledged for %s and %s", seq, prev, body)
-				}
-				acked[seq] = body
-				mu.Unlock()
-			}
-		}()
-	}
+	sn := startSenders(t, cl, "f", 16)
+	acks := sn.count
 	c.WaitFor("200 acknowledged sends", func() bool { return acks() >= 200 })
 	killed := c.Leader(group)
 	c.Kill(killed)
 	before := acks()
 	newLeader := c.Leader(group)
 	c.WaitFor("200 sends acknowledged by the new leader", func() bool { return acks() >= before+200 })
-	stop()
-	wg.Wait()
-	t.Logf("killed leader n%d; n%d took over; %d sends acknowledged", killed, newLeader, acks())
+	acked := sn.finish()
+	t.Logf("killed leader n%d; n%d took over; %d sends acknowledged", killed, newLeader, len(acked))
 
 	// Drain the queue: every acknowledged message exactly once.
 	seen := map[uint64]int{}

@@ -139,6 +139,9 @@ func (f *syncFile) Sync() error {
 
 // sync fsyncs the file and forgets the writes it made durable (track).
 func (f *syncFile) sync() error {
+	if !f.fs.track {
+		return f.WritableFile.Sync()
+	}
 	f.fs.mu.Lock()
 	n := len(f.unsynced)
 	f.fs.mu.Unlock()
