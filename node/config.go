@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // Log stores a group can keep its Raft log in (Config.LogStore).
@@ -74,6 +76,11 @@ type Config struct {
 
 	// Logger receives the node's and Raft's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// PeerDialOptions are added to the options the node dials its peers
+	// with (Raft traffic). Tests route it through a network that they can
+	// cut (nodetest.Net).
+	PeerDialOptions []grpc.DialOption
 
 	// Tests simulate machine crashes (export_test.go): bootID stands for
 	// the kernel's boot id, and with simulatedMachine the logs remember

@@ -78,7 +78,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	log := cfg.Logger.With("node", cfg.ID)
-	mux, err := raftmux.New(raftmux.Config{Logger: log})
+	mux, err := raftmux.New(raftmux.Config{Logger: log, DialOptions: cfg.PeerDialOptions})
 	if err != nil {
 		lis.Close()
 		return nil, err

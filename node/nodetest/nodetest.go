@@ -37,6 +37,9 @@ type Options struct {
 	// Configure adjusts each node's configuration before it starts (on
 	// restarts too).
 	Configure func(i int, cfg *node.Config)
+	// Cuttable routes the nodes' connections to each other through the
+	// cluster's Net, so that a test can partition them (Cluster.Cut).
+	Cuttable bool
 }
 
 // Cluster is a set of nodes that replicate the same groups.
@@ -49,6 +52,7 @@ type Cluster struct {
 	dirs   []string
 	peers  []node.Peer
 	groups []uint64
+	net    *Net // nil unless Options.Cuttable
 
 	mu    sync.Mutex
 	nodes []*node.Node // nil while killed
@@ -76,6 +80,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		groups: opts.Groups,
 		nodes:  make([]*node.Node, opts.Nodes),
 		conns:  map[string]*grpc.ClientConn{},
+	}
+	if opts.Cuttable {
+		c.net = newNet()
 	}
 	base := t.TempDir()
 	lis := make([]net.Listener, opts.Nodes)
@@ -109,6 +116,9 @@ func (c *Cluster) start(i int, lis net.Listener) {
 		Logger:   c.log,
 		// Small caches: tests run many stores at once.
 		CacheBytes: 8 << 20,
+	}
+	if c.net != nil {
+		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithContextDialer(c.net.dialer(c.addrs[i])))
 	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(i, &cfg)
@@ -182,11 +192,45 @@ func (c *Cluster) Dir(i int) string { return c.dirs[i] }
 // returns its index.
 func (c *Cluster) Leader(groupID uint64) int {
 	c.t.Helper()
+	return c.leader(groupID, false)
+}
+
+// Cut cuts node i off from the other nodes (Net); it keeps running and
+// its clients still reach it. The cluster must be Options.Cuttable.
+func (c *Cluster) Cut(i int) {
+	c.t.Helper()
+	if c.net == nil {
+		c.t.Fatal("nodetest: Cut on a cluster started without Options.Cuttable")
+	}
+	c.net.Cut(c.addrs[i])
+}
+
+// Heal ends every cut.
+func (c *Cluster) Heal() {
+	if c.net != nil {
+		c.net.Heal()
+	}
+}
+
+// LeaderBeyondCuts is Leader among the nodes that are not cut off: the
+// leader the rest of the cluster elected while the old one, cut off, may
+// still believe it leads until its lease runs out.
+func (c *Cluster) LeaderBeyondCuts(groupID uint64) int {
+	c.t.Helper()
+	return c.leader(groupID, true)
+}
+
+func (c *Cluster) leader(groupID uint64, beyondCuts bool) int {
+	c.t.Helper()
+	what := fmt.Sprintf("a serving leader of group %d", groupID)
+	if beyondCuts {
+		what += " beyond the cuts"
+	}
 	leader := -1
-	c.WaitFor(fmt.Sprintf("a serving leader of group %d", groupID), func() bool {
+	c.WaitFor(what, func() bool {
 		for i := range c.ids {
 			n := c.Node(i)
-			if n == nil {
+			if n == nil || (beyondCuts && c.net != nil && c.net.IsCut(c.addrs[i])) {
 				continue
 			}
 			if st, err := n.Group(groupID); err == nil && st.Serving {
