@@ -2,8 +2,11 @@ package node_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/node/nodetest"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 // TestPartitionedLeaderKeepsAcknowledged cuts the leader off from its
@@ -51,4 +54,46 @@ func TestPartitionedLeaderKeepsAcknowledged(t *testing.T) {
 		t.Errorf("no request was retried: the cuts sent no client elsewhere")
 	}
 	t.Logf("%d acknowledged; in %d of 3 rounds the cut-off leader held entries it never applied", len(c.acked), tails)
+}
+
+// TestCutOffLeaderServesNoReads peeks at, and asks the counts of, a leader
+// just cut off from its followers. It still believes it leads (its lease
+// runs for half an election timeout, here 1 s), but it must not answer
+// from its own state: the others may elect a leader and change the state
+// meanwhile. It answers only once a quorum confirms it leads.
+func TestCutOffLeaderServesNoReads(t *testing.T) {
+	c := nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Cuttable: true, Configure: func(_ int, cfg *node.Config) {
+		cfg.ElectionTimeout = 2 * time.Second
+	}})
+	cl := c.Client(group)
+	upsertEntity(t, cl, 60_000)
+	if _, err := send(ctxFor(t), cl, "m"); err != nil {
+		t.Fatal(err)
+	}
+	l := c.Leader(group)
+	direct := c.DirectClient(l)
+	if _, err := direct.Peek(ctxFor(t), &partitionpb.PeekRequest{GroupId: group, EntityId: entity, MaxCount: 10}); err != nil {
+		t.Fatalf("peek at the leader before the cut: %v", err)
+	}
+
+	c.Cut(l)
+	cut := time.Now()
+	if !groupOn(t, c, l).Serving {
+		t.Fatal("the leader stepped down at once: the test shows nothing")
+	}
+	if resp, err := direct.Peek(ctxFor(t), &partitionpb.PeekRequest{GroupId: group, EntityId: entity, MaxCount: 10}); err == nil {
+		t.Errorf("the cut-off leader answered a peek %v after the cut (%d messages)", time.Since(cut), len(resp.Messages))
+	}
+	if _, err := direct.Stats(ctxFor(t), &partitionpb.StatsRequest{GroupId: group, EntityId: entity}); err == nil {
+		t.Errorf("the cut-off leader answered a stats request %v after the cut", time.Since(cut))
+	}
+
+	c.Heal()
+	resp, err := cl.Peek(ctxFor(t), &partitionpb.PeekRequest{EntityId: entity, MaxCount: 10})
+	if err != nil {
+		t.Fatalf("peek after the cut healed: %v", err)
+	}
+	if len(resp.Messages) != 1 || string(resp.Messages[0].Bare) != "m" {
+		t.Fatalf("peek after the cut healed: %v", resp.Messages)
+	}
 }

@@ -191,10 +191,28 @@ func (s *service) RenewLocks(ctx context.Context, req *partitionpb.RenewLocksReq
 	return &partitionpb.RenewLocksResponse{Result: res}, nil
 }
 
-// Stats reads the leader's own state machine: it has applied every entry
-// of earlier terms, but an entry committed a moment ago may not show yet.
+// reader returns the group if this node may answer a read from its own
+// state machine: it leads, and a quorum has just confirmed that (raft's
+// VerifyLeader). A leader cut off from its followers believes it leads
+// until its lease runs out, and by then the others may have elected a
+// leader that changed the state: without the confirmation it would answer
+// from a state that is no longer the group's (a stale read).
+func (s *service) reader(id uint64) (*group, error) {
+	g, err := s.leader(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.raft.VerifyLeader().Error(); err != nil {
+		return nil, g.leaderError(err)
+	}
+	return g, nil
+}
+
+// Stats reads the leader's own state machine once a quorum confirmed its
+// leadership: it has applied every entry of earlier terms, but an entry
+// committed a moment ago may not show yet.
 func (s *service) Stats(ctx context.Context, req *partitionpb.StatsRequest) (*partitionpb.StatsResponse, error) {
-	g, err := s.leader(req.GroupId)
+	g, err := s.reader(req.GroupId)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -208,7 +226,7 @@ func (s *service) Stats(ctx context.Context, req *partitionpb.StatsRequest) (*pa
 // Peek reads the leader's own state machine, like Stats, and locks
 // nothing. Expiry is judged by the leader's clock.
 func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*partitionpb.PeekResponse, error) {
-	g, err := s.leader(req.GroupId)
+	g, err := s.reader(req.GroupId)
 	if err != nil {
 		return nil, toStatus(err)
 	}

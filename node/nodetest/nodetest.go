@@ -333,6 +333,17 @@ func (c *Cluster) Client(groupID uint64) partitionpb.PartitionServiceClient {
 	return &Client{c: c, group: groupID}
 }
 
+// DirectClient returns a PartitionService client that sends every call to
+// node i and nowhere else, and does not retry.
+func (c *Cluster) DirectClient(i int) partitionpb.PartitionServiceClient {
+	c.t.Helper()
+	cc, err := c.conn(c.addrs[i])
+	if err != nil {
+		c.t.Fatalf("nodetest: %v", err)
+	}
+	return partitionpb.NewPartitionServiceClient(cc)
+}
+
 // Client is the leader-following client Cluster.Client returns.
 type Client struct {
 	c     *Cluster
