@@ -348,6 +348,8 @@ type GroupStatus struct {
 	// Serving is true on the leader once it has applied the entries of
 	// earlier terms and answers PartitionService requests.
 	Serving bool
+	// Term is the replica's current Raft term.
+	Term uint64
 	// AppliedIndex is the state machine's; LastIndex is the Raft log's.
 	AppliedIndex uint64
 	LastIndex    uint64
@@ -376,6 +378,7 @@ func (n *Node) Group(id uint64) (GroupStatus, error) {
 		State:         g.raft.State(),
 		Leader:        Peer{ID: string(lid), Addr: string(addr)},
 		Serving:       g.raft.State() == raft.Leader && g.leadership() != nil,
+		Term:          g.raft.CurrentTerm(),
 		AppliedIndex:  g.machine.AppliedIndex(),
 		LastIndex:     g.raft.LastIndex(),
 		Entries:       g.entries.Load(),

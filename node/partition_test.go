@@ -97,3 +97,33 @@ func TestCutOffLeaderServesNoReads(t *testing.T) {
 		t.Fatalf("peek after the cut healed: %v", resp.Messages)
 	}
 }
+
+// TestCutOffFollowerCampaignsWithPreVote cuts a follower off for several election
+// timeouts, during which it campaigns in vain, and heals the cut. With
+// pre-vote its campaigns do not raise its term, so on its return it does
+// not force the leader out with a higher one (reliability-plan.md,
+// pitfall 5); it catches up. (The term is what the test checks, on the
+// follower: the leader may lose an election to load now and then, which
+// a check of who leads would take for this fault.)
+func TestCutOffFollowerCampaignsWithPreVote(t *testing.T) {
+	c := &aheadCluster{acked: map[uint64]string{}}
+	c.Cluster = nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Configure: fastElections, Cuttable: true})
+	c.cl = c.Client(group)
+	upsertEntity(t, c.cl, 60_000)
+	l := c.Leader(group)
+	f := (l + 1) % c.Len()
+	c.ack(t, "before", 20)
+	c.converged(t, l)
+
+	c.Cut(f)
+	term := groupOn(t, c.Cluster, f).Term
+	c.ack(t, "during", 20)
+	time.Sleep(6 * 500 * time.Millisecond) // six election timeouts of fastElections
+	if now := groupOn(t, c.Cluster, f).Term; now != term {
+		t.Errorf("the cut-off follower n%d raised its term from %d to %d: it campaigned without pre-vote", f, term, now)
+	}
+	c.Heal()
+	c.ack(t, "after", 20)
+	c.converged(t, c.Leader(group))
+	c.drain(t)
+}
