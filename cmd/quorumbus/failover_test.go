@@ -35,6 +35,13 @@ import (
 // the killed node must rejoin and catch up: after it restarts, the test
 // kills the next leader too, so the cluster only has a quorum if the
 // restarted node holds the log.
+//
+// Between the two kills it pauses a leader (SIGSTOP) for six seconds and
+// then lets it go on (SIGCONT), as a frozen virtual machine would
+// (reliability-plan.md, pitfall 7). The others elect one of their own;
+// the front-end, whose requests to the paused node get no answer, must
+// give up on them and retry at the new leader, so that sends go on during
+// the pause. None may be acknowledged by the paused node alone.
 func TestFailoverKillLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -86,7 +93,7 @@ func TestFailoverKillLeader(t *testing.T) {
 	// Producers: each message body is a unique number; acked collects the
 	// numbers whose send was acknowledged.
 	var acked sync.Map
-	var next, sendErrors atomic.Int64
+	var next, sendErrors, acks atomic.Int64
 	var firstErr atomic.Value
 	produce := func(stop <-chan struct{}) *sync.WaitGroup {
 		var wg sync.WaitGroup
@@ -107,6 +114,7 @@ func TestFailoverKillLeader(t *testing.T) {
 						return
 					}
 					acked.Store(id, true)
+					acks.Add(1)
 				}
 			}()
 		}
@@ -133,6 +141,22 @@ func TestFailoverKillLeader(t *testing.T) {
 	})
 	procs[killed] = startProcess(t, bin, nodeArgs(killed)...)
 	phase("after the restart", 4*time.Second, func() {})
+	phase("pause the leader", 2*time.Second, func() {
+		paused := leaderIndex(t, ctx, grpcAddrs, group)
+		t.Logf("pausing n%d, the leader, after %d acknowledged sends", paused+1, acks.Load())
+		procs[paused].signal(syscall.SIGSTOP)
+		// The front-end gives up on an unanswered attempt after 3 s
+		// (routing.attemptTimeout); the others elect a leader in 1-2 s.
+		time.Sleep(4 * time.Second)
+		before := acks.Load()
+		time.Sleep(2 * time.Second)
+		late := acks.Load() - before
+		procs[paused].signal(syscall.SIGCONT)
+		t.Logf("%d sends acknowledged in the last 2 of the 6 s n%d was paused", late, paused+1)
+		if late < 10 {
+			t.Errorf("%d sends acknowledged 4-6 s into the pause of the leader n%d: the front-end still waits for it", late, paused+1)
+		}
+	})
 	// The restarted node must have caught up: with the next leader gone,
 	// only it and the remaining follower can form a quorum.
 	phase("kill the next leader", 6*time.Second, func() {
@@ -226,6 +250,7 @@ func startProcess(t *testing.T, bin string, args ...string) *process {
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT) // in case a failed test left it paused
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.done:
@@ -235,6 +260,10 @@ func startProcess(t *testing.T, bin string, args ...string) *process {
 		}
 	})
 	return p
+}
+
+func (p *process) signal(sig syscall.Signal) {
+	p.cmd.Process.Signal(sig)
 }
 
 func (p *process) kill9() {

@@ -222,7 +222,7 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 // once (partition/requests.go).
 func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
 	id := newRequestID()
-	return callResult(r, ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	return callResult(r, ctx, e, partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs, RequestId: id})
 	})
 }
@@ -247,7 +247,8 @@ func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partit
 		id = newRequestID()
 	}
 	attempts := 0
-	return callResult(r, ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	wait := time.Duration(req.WaitMs) * time.Millisecond
+	return callResult(r, ctx, e, req.Partition, wait, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveRequest)
 		rq.GroupId, rq.EntityId = group, e.Id
 		rq.RequestId, rq.Repeat = id, attempts > 0
@@ -260,7 +261,7 @@ func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partit
 func (r *Router) Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
 	s.EntityId = e.Id
 	id := newRequestID() // as Send's
-	return callResult(r, ctx, e, s.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	return callResult(r, ctx, e, s.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		return c.Settle(ctx, &partitionpb.SettleRequest{GroupId: group, Settle: s, RequestId: id})
 	})
 }
@@ -268,7 +269,7 @@ func (r *Router) Settle(ctx context.Context, e *placementpb.Entity, s *partition
 // RenewLocks implements frontend.Backend.
 func (r *Router) RenewLocks(ctx context.Context, e *placementpb.Entity, rl *partitionpb.RenewLocks) (*partitionpb.Result, error) {
 	rl.EntityId = e.Id
-	return callResult(r, ctx, e, rl.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	return callResult(r, ctx, e, rl.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		return c.RenewLocks(ctx, &partitionpb.RenewLocksRequest{GroupId: group, Renew: rl})
 	})
 }
@@ -276,7 +277,7 @@ func (r *Router) RenewLocks(ctx context.Context, e *placementpb.Entity, rl *part
 // Peek implements frontend.Backend.
 func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
 	var msgs []*partitionpb.StoredMessage
-	err := r.call(ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	err := r.call(ctx, e, req.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		rq := proto.Clone(req).(*partitionpb.PeekRequest)
 		rq.GroupId, rq.EntityId = group, e.Id
 		resp, err := c.Peek(ctx, rq)
@@ -289,7 +290,7 @@ func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partition
 // CancelScheduled implements frontend.Backend.
 func (r *Router) CancelScheduled(ctx context.Context, e *placementpb.Entity, cs *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
 	cs.EntityId = e.Id
-	return callResult(r, ctx, e, cs.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	return callResult(r, ctx, e, cs.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		return c.CancelScheduled(ctx, &partitionpb.CancelScheduledRequest{GroupId: group, Cancel: cs})
 	})
 }
@@ -302,7 +303,7 @@ func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req
 	if !req.ReceiveAndDelete {
 		id = newRequestID()
 	}
-	return callResult(r, ctx, e, req.Partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	return callResult(r, ctx, e, req.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveDeferredRequest)
 		rq.GroupId, rq.EntityId, rq.RequestId = group, e.Id, id
 		return c.ReceiveDeferred(ctx, rq)
@@ -313,9 +314,9 @@ func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req
 type resultOf interface{ GetResult() *partitionpb.Result }
 
 // callResult runs op through call and returns the Result of its response.
-func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition uint32, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) (*partitionpb.Result, error) {
+func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition uint32, wait time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) (*partitionpb.Result, error) {
 	var res *partitionpb.Result
-	err := r.call(ctx, e, partition, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	err := r.call(ctx, e, partition, wait, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		resp, err := op(ctx, c, group)
 		if err == nil {
 			res = resp.GetResult()
@@ -328,14 +329,16 @@ func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition
 // maxPartitionMessage bounds one PartitionService request or response.
 const maxPartitionMessage = 256 << 20
 
-// attemptTimeout bounds one try against one node, so that a dead node
-// costs a retry rather than the caller's whole deadline. Long-polls get
-// their wait on top.
+// attemptTimeout bounds one try against one node, so that a node that
+// does not answer (dead, paused, cut off) costs a retry rather than the
+// caller's whole deadline. Long-polls get their wait on top.
 const attemptTimeout = 3 * time.Second
 
 // call runs op against the leader of the partition's group, retrying on
-// other replicas and after leader hints until ctx ends.
-func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint32, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
+// other replicas and after leader hints until ctx ends. Each attempt may
+// take attemptTimeout, and wait more if the request is a long-poll that
+// waits that long for messages.
+func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint32, wait time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
 	if int(partition) >= len(e.PartitionGroups) {
 		return fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
 	}
@@ -351,7 +354,7 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 			if err != nil {
 				return err
 			}
-			actx, cancel := context.WithTimeout(ctx, attemptTimeout+waitOf(ctx))
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout+wait)
 			err = op(actx, c, group)
 			cancel()
 			if err == nil {
@@ -396,17 +399,6 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
-}
-
-// waitOf returns how long a long-poll may wait (the caller's deadline minus
-// the attempt budget), so a long-poll attempt is not cut short.
-func waitOf(ctx context.Context) time.Duration {
-	if d, ok := ctx.Deadline(); ok {
-		if left := time.Until(d) - attemptTimeout; left > 0 {
-			return left
-		}
-	}
-	return 0
 }
 
 func leaderHint(st *status.Status) string {
