@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -477,6 +478,13 @@ func (r *Router) conn(addr string) (*grpc.ClientConn, error) {
 		// A receive may carry a message of up to 100 MB (gRPC's default
 		// limit is 4 MB).
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPartitionMessage), grpc.MaxCallSendMsgSize(maxPartitionMessage)),
+		// A node that stops answering without closing the connection
+		// (paused, frozen, cut off; the kernel of a paused process still
+		// answers TCP's own keepalive) is noticed within 15 s: the
+		// routing-table stream moves to another placement member, and
+		// calls in flight fail and are retried. Nodes admit pings every
+		// 5 s (raftmux.ServerOptions).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	}, rpcbuf.DialOptions()...)
 	opts = append(opts, r.cfg.DialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
