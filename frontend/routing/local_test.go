@@ -146,3 +146,37 @@ func TestNotFoundWhileNamed(t *testing.T) {
 		t.Fatalf("send to a deleted entity: %v, want not found", err)
 	}
 }
+
+// TestSilentNodePassedOver: after a node gave no answer, the next attempt
+// goes elsewhere even where the routing table (still naming it the
+// leader) and the turn of the replicas would pick it again. A leader that
+// is paused or cut off otherwise costs one attempt timeout per pick.
+func TestSilentNodePassedOver(t *testing.T) {
+	a, b, c := &fakeNode{hint: "c"}, &fakeNode{unavailable: true}, &fakeNode{}
+	r, err := New(Config{
+		Placement: []string{"127.0.0.1:1"},
+		Local:     map[string]partitionpb.PartitionServiceServer{"a": a, "b": b, "c": c},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.install(&placementpb.RoutingTable{
+		Version:  1,
+		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
+		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "b", Replicas: []*placementpb.Replica{{NodeId: "a"}, {NodeId: "b"}, {NodeId: "c"}}}},
+		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}, {Id: "b", GrpcAddr: "127.0.0.1:1"}, {Id: "c", GrpcAddr: "127.0.0.1:1"}},
+	})
+	e, err := r.Entity("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Send(ctx, e, 0, []*partitionpb.NewMessage{{MessageId: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.sends) != 1 || len(c.sends) != 1 {
+		t.Fatalf("attempts: a %d, b %d, c %d; want b once, then c", len(a.sends), len(b.sends), len(c.sends))
+	}
+}

@@ -223,7 +223,11 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 // once (partition/requests.go).
 func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
 	id := newRequestID()
-	return callResult(r, ctx, e, partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+	size := 0
+	for _, m := range msgs {
+		size += len(m.Bare)
+	}
+	return callResult(r, ctx, e, partition, carryTime(size), func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs, RequestId: id})
 	})
 }
@@ -315,9 +319,9 @@ func (r *Router) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req
 type resultOf interface{ GetResult() *partitionpb.Result }
 
 // callResult runs op through call and returns the Result of its response.
-func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition uint32, wait time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) (*partitionpb.Result, error) {
+func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition uint32, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) (*partitionpb.Result, error) {
 	var res *partitionpb.Result
-	err := r.call(ctx, e, partition, wait, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	err := r.call(ctx, e, partition, extra, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		resp, err := op(ctx, c, group)
 		if err == nil {
 			res = resp.GetResult()
@@ -335,19 +339,30 @@ const maxPartitionMessage = 256 << 20
 // caller's whole deadline. Long-polls get their wait on top.
 const attemptTimeout = 3 * time.Second
 
+// carryTime is how much longer than attemptTimeout a send of size bytes
+// may take: its bytes go to the leader, into its log and to a quorum's
+// disks, and a retry would carry them again. At 8 MiB/s, far less than a
+// node does, a message of 100 MB gets 12.5 s more.
+func carryTime(size int) time.Duration {
+	return time.Duration(size) * time.Second / (8 << 20)
+}
+
 // call runs op against the leader of the partition's group, retrying on
 // other replicas and after leader hints until ctx ends. Each attempt may
-// take attemptTimeout, and wait more if the request is a long-poll that
-// waits that long for messages.
-func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint32, wait time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
+// take attemptTimeout and extra more: a long-poll's wait, or the time to
+// carry a large request.
+func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint32, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
 	if int(partition) >= len(e.PartitionGroups) {
 		return fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
 	}
 	group := e.PartitionGroups[partition]
 	backoff := 10 * time.Millisecond
-	var lastErr error
+	var (
+		lastErr error
+		silent  string // the last node that did not answer in time, or at all
+	)
 	for attempt := 0; ; attempt++ {
-		nodeID, addr := r.target(group, attempt)
+		nodeID, addr := r.target(group, attempt, silent)
 		if addr == "" {
 			lastErr = fmt.Errorf("group %d has no known replicas", group)
 		} else {
@@ -355,7 +370,7 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 			if err != nil {
 				return err
 			}
-			actx, cancel := context.WithTimeout(ctx, attemptTimeout+wait)
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout+extra)
 			err = op(actx, c, group)
 			cancel()
 			if err == nil {
@@ -373,6 +388,7 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 				r.setLeader(group, "")
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				r.setLeader(group, "")
+				silent = nodeID
 			case codes.NotFound:
 				// The node does not host the group, or the partition does
 				// not know the entity. Both happen for a while after a
@@ -430,19 +446,26 @@ func (r *Router) setLeader(group uint64, node string) {
 }
 
 // target picks the node to try: the known leader, else the replicas in
-// turn.
-func (r *Router) target(group uint64, attempt int) (id, addr string) {
+// turn, passing over the node that last gave no answer (avoid) while
+// there is another: the routing table may still name it the leader while
+// the others have elected one of their own.
+func (r *Router) target(group uint64, attempt int, avoid string) (id, addr string) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	id = r.leaders[group]
 	g := r.groups[group]
-	if id == "" && g != nil {
+	if (id == "" || id == avoid) && g != nil {
 		id = g.LeaderId
-		if attempt > 0 || id == "" {
+		if attempt > 0 || id == "" || id == avoid {
 			if len(g.Replicas) == 0 {
 				return "", ""
 			}
-			id = g.Replicas[attempt%len(g.Replicas)].NodeId
+			for k := range len(g.Replicas) {
+				id = g.Replicas[(attempt+k)%len(g.Replicas)].NodeId
+				if id != avoid {
+					break
+				}
+			}
 		}
 	}
 	if n := r.nodes[id]; n != nil {
