@@ -22,7 +22,8 @@ type fakeNode struct {
 	partitionpb.UnimplementedPartitionServiceServer
 	hint        string // not the leader: point here
 	unavailable bool
-	notFound    int // answer this many sends with not-found first
+	notFound    int    // answer this many sends with not-found first
+	onSend      func() // called after each send is recorded and answered
 
 	mu    sync.Mutex
 	sends []*partitionpb.SendRequest
@@ -34,6 +35,9 @@ func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*parti
 	f.mu.Unlock()
 	notFound := f.notFound > 0
 	f.notFound--
+	if f.onSend != nil {
+		defer f.onSend()
+	}
 	switch {
 	case notFound:
 		return nil, status.Error(codes.NotFound, "entity not found")
@@ -178,5 +182,42 @@ func TestSilentNodePassedOver(t *testing.T) {
 	}
 	if len(b.sends) != 1 || len(c.sends) != 1 {
 		t.Fatalf("attempts: a %d, b %d, c %d; want b once, then c", len(a.sends), len(b.sends), len(c.sends))
+	}
+}
+
+// TestHintOverridesSilence: a node that gave no answer is tried again when
+// another replica names it the leader. A leader that lost its term while a
+// large entry was slow to commit often wins the next election; passing it
+// over regardless sent every attempt to followers that pointed back at it.
+func TestHintOverridesSilence(t *testing.T) {
+	a := &fakeNode{unavailable: true}
+	b := &fakeNode{hint: "a"}
+	r, err := New(Config{
+		Placement: []string{"127.0.0.1:1"},
+		Local:     map[string]partitionpb.PartitionServiceServer{"a": a, "b": b},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.install(&placementpb.RoutingTable{
+		Version:  1,
+		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
+		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "a", Replicas: []*placementpb.Replica{{NodeId: "a"}, {NodeId: "b"}}}},
+		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}, {Id: "b", GrpcAddr: "127.0.0.1:1"}},
+	})
+	e, err := r.Entity("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a fails its first attempt, then leads again.
+	a.onSend = func() { a.unavailable = false }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Send(ctx, e, 0, []*partitionpb.NewMessage{{MessageId: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.sends) != 2 || len(b.sends) != 1 {
+		t.Fatalf("attempts: a %d, b %d; want a, b (hint: a), a", len(a.sends), len(b.sends))
 	}
 }

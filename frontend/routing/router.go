@@ -334,23 +334,26 @@ func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition
 // maxPartitionMessage bounds one PartitionService request or response.
 const maxPartitionMessage = 256 << 20
 
-// attemptTimeout bounds one try against one node, so that a node that
-// does not answer (dead, paused, cut off) costs a retry rather than the
-// caller's whole deadline. Long-polls get their wait on top.
+// attemptTimeout bounds one try against a node in another process, so
+// that a node that does not answer (dead, paused, cut off) costs a retry
+// rather than the caller's whole deadline. A node in this process (dev)
+// cannot be cut off from its front-end, and a slow one is better waited
+// for than sent the request again, so its attempts get the whole deadline.
 const attemptTimeout = 3 * time.Second
 
 // carryTime is how much longer than attemptTimeout a send of size bytes
 // may take: its bytes go to the leader, into its log and to a quorum's
-// disks, and a retry would carry them again. At 8 MiB/s, far less than a
-// node does, a message of 100 MB gets 12.5 s more.
+// disks, and a retry would carry them all again. At 1 MiB/s, far less
+// than a node does, a request of 256 KiB gets a quarter of a second more
+// and one of 10 MB ten seconds.
 func carryTime(size int) time.Duration {
-	return time.Duration(size) * time.Second / (8 << 20)
+	return time.Duration(size) * time.Second / (1 << 20)
 }
 
 // call runs op against the leader of the partition's group, retrying on
-// other replicas and after leader hints until ctx ends. Each attempt may
-// take attemptTimeout and extra more: a long-poll's wait, or the time to
-// carry a large request.
+// other replicas and after leader hints until ctx ends. An attempt at a
+// remote node may take attemptTimeout and extra more: a long-poll's wait,
+// or the time to carry a large request.
 func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint32, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
 	if int(partition) >= len(e.PartitionGroups) {
 		return fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
@@ -370,7 +373,10 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 			if err != nil {
 				return err
 			}
-			actx, cancel := context.WithTimeout(ctx, attemptTimeout+extra)
+			actx, cancel := ctx, context.CancelFunc(func() {})
+			if _, local := c.(localClient); !local {
+				actx, cancel = context.WithTimeout(ctx, attemptTimeout+extra)
+			}
 			err = op(actx, c, group)
 			cancel()
 			if err == nil {
@@ -383,7 +389,13 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 			case codes.FailedPrecondition:
 				if hint := leaderHint(st); hint != "" {
 					r.setLeader(group, hint)
-					continue // straight to the hinted leader
+					// The replicas name the leader, the silent node too:
+					// it answered them since (a leader that lost its term
+					// while an entry was slow to commit may win the next).
+					silent = ""
+					if ctx.Err() == nil {
+						continue // straight to the hinted leader
+					}
 				}
 				r.setLeader(group, "")
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
