@@ -53,6 +53,36 @@ func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*parti
 	return &partitionpb.SendResponse{Result: &partitionpb.Result{SequenceNumbers: []uint64{uint64(len(req.Messages))}}}, nil
 }
 
+// localRouter returns a router whose nodes, named in replica order, all
+// run in this process, and the entity "q" (partition group 7, whose
+// leader the routing table says is leader).
+func localRouter(t *testing.T, leader string, names []string, nodes ...*fakeNode) (*Router, *placementpb.Entity) {
+	t.Helper()
+	local := map[string]partitionpb.PartitionServiceServer{}
+	table := &placementpb.RoutingTable{
+		Version:  1,
+		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
+		Groups:   []*placementpb.Group{{Id: 7, LeaderId: leader}},
+	}
+	for i, name := range names {
+		local[name] = nodes[i]
+		table.Groups[0].Replicas = append(table.Groups[0].Replicas, &placementpb.Replica{NodeId: name})
+		// Over gRPC every attempt would fail: the address leads nowhere.
+		table.Nodes = append(table.Nodes, &placementpb.Node{Id: name, GrpcAddr: "127.0.0.1:1"})
+	}
+	r, err := New(Config{Placement: []string{"127.0.0.1:1"}, Local: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	r.install(table)
+	e, err := r.Entity("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, e
+}
+
 // TestLocalNodes: nodes in the process are called directly (their gRPC
 // addresses lead nowhere), leader hints and failures move the call on as
 // over gRPC, and every attempt carries the same request id.
@@ -60,25 +90,7 @@ func TestLocalNodes(t *testing.T) {
 	a := &fakeNode{unavailable: true}
 	b := &fakeNode{hint: "c"}
 	c := &fakeNode{}
-	r, err := New(Config{
-		Placement: []string{"127.0.0.1:1"},
-		Local:     map[string]partitionpb.PartitionServiceServer{"a": a, "b": b, "c": c},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	r.install(&placementpb.RoutingTable{
-		Version:  1,
-		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
-		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "a", Replicas: []*placementpb.Replica{{NodeId: "a"}, {NodeId: "b"}, {NodeId: "c"}}}},
-		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}, {Id: "b", GrpcAddr: "127.0.0.1:1"}, {Id: "c", GrpcAddr: "127.0.0.1:1"}},
-	})
-	e, err := r.Entity("q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Over gRPC every attempt would fail: the addresses lead nowhere.
+	r, e := localRouter(t, "a", []string{"a", "b", "c"}, a, b, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	msgs := []*partitionpb.NewMessage{{MessageId: "1"}, {MessageId: "2"}}
@@ -157,24 +169,7 @@ func TestNotFoundWhileNamed(t *testing.T) {
 // is paused or cut off otherwise costs one attempt timeout per pick.
 func TestSilentNodePassedOver(t *testing.T) {
 	a, b, c := &fakeNode{hint: "c"}, &fakeNode{unavailable: true}, &fakeNode{}
-	r, err := New(Config{
-		Placement: []string{"127.0.0.1:1"},
-		Local:     map[string]partitionpb.PartitionServiceServer{"a": a, "b": b, "c": c},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	r.install(&placementpb.RoutingTable{
-		Version:  1,
-		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
-		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "b", Replicas: []*placementpb.Replica{{NodeId: "a"}, {NodeId: "b"}, {NodeId: "c"}}}},
-		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}, {Id: "b", GrpcAddr: "127.0.0.1:1"}, {Id: "c", GrpcAddr: "127.0.0.1:1"}},
-	})
-	e, err := r.Entity("q")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, e := localRouter(t, "b", []string{"a", "b", "c"}, a, b, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := r.Send(ctx, e, 0, []*partitionpb.NewMessage{{MessageId: "1"}}); err != nil {
@@ -192,24 +187,7 @@ func TestSilentNodePassedOver(t *testing.T) {
 func TestHintOverridesSilence(t *testing.T) {
 	a := &fakeNode{unavailable: true}
 	b := &fakeNode{hint: "a"}
-	r, err := New(Config{
-		Placement: []string{"127.0.0.1:1"},
-		Local:     map[string]partitionpb.PartitionServiceServer{"a": a, "b": b},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	r.install(&placementpb.RoutingTable{
-		Version:  1,
-		Entities: []*placementpb.Entity{{Id: 9, Name: "q", PartitionGroups: []uint64{7}}},
-		Groups:   []*placementpb.Group{{Id: 7, LeaderId: "a", Replicas: []*placementpb.Replica{{NodeId: "a"}, {NodeId: "b"}}}},
-		Nodes:    []*placementpb.Node{{Id: "a", GrpcAddr: "127.0.0.1:1"}, {Id: "b", GrpcAddr: "127.0.0.1:1"}},
-	})
-	e, err := r.Entity("q")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, e := localRouter(t, "a", []string{"a", "b"}, a, b)
 	// a fails its first attempt, then leads again.
 	a.onSend = func() { a.unavailable = false }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
