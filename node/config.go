@@ -65,7 +65,7 @@ type Config struct {
 	CacheBytes int64
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
-	// lease is half of it. Default DefaultElectionTimeout.
+	// lease lasts as long. Default DefaultElectionTimeout.
 	ElectionTimeout time.Duration
 	// SnapshotThreshold, SnapshotInterval and TrailingLogs are passed to
 	// raft.Config. A snapshot streams a group's whole store, so it is taken

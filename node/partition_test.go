@@ -58,7 +58,7 @@ func TestPartitionedLeaderKeepsAcknowledged(t *testing.T) {
 
 // TestCutOffLeaderServesNoReads peeks at, and asks the counts of, a leader
 // just cut off from its followers. It still believes it leads (its lease
-// runs for half an election timeout, here 1 s), but it must not answer
+// runs for an election timeout, here 2 s), but it must not answer
 // from its own state: the others may elect a leader and change the state
 // meanwhile. It answers only once a quorum confirms it leads.
 func TestCutOffLeaderServesNoReads(t *testing.T) {

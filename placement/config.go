@@ -77,7 +77,7 @@ type Config struct {
 	DialPlacement func(addr string) (placementpb.PlacementServiceClient, error)
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
-	// lease is half of it. Default 1 s.
+	// lease lasts as long. Default 1 s.
 	ElectionTimeout time.Duration
 	// ControlInterval is how often the meta leader looks for work when
 	// nothing wakes it earlier. Default 1 s.

@@ -123,7 +123,7 @@ func (s *Service) start() error {
 	rc.LocalID = raft.ServerID(s.cfg.NodeID)
 	rc.HeartbeatTimeout = s.cfg.ElectionTimeout
 	rc.ElectionTimeout = s.cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = s.cfg.ElectionTimeout / 2
+	rc.LeaderLeaseTimeout = s.cfg.ElectionTimeout // as the groups' (node/group.go)
 	rc.BatchApplyCh = true
 	rc.CommitTimeout = idleCommitTimeout
 	rc.Logger = hl
