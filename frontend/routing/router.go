@@ -387,8 +387,9 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 			st, _ := status.FromError(err)
 			switch st.Code() {
 			case codes.FailedPrecondition:
-				if hint := leaderHint(st); hint != "" {
-					r.setLeader(group, hint)
+				hint := leaderHint(st)
+				r.setLeader(group, hint) // "" when the replica knows no leader
+				if hint != "" {
 					// The replicas name the leader, the silent node too:
 					// it answered them since (a leader that lost its term
 					// while an entry was slow to commit may win the next).
@@ -397,7 +398,6 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 						continue // straight to the hinted leader
 					}
 				}
-				r.setLeader(group, "")
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				r.setLeader(group, "")
 				silent = nodeID
@@ -464,17 +464,16 @@ func (r *Router) setLeader(group uint64, node string) {
 func (r *Router) target(group uint64, attempt int, avoid string) (id, addr string) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	usable := func(id string) bool { return id != "" && id != avoid }
 	id = r.leaders[group]
-	g := r.groups[group]
-	if (id == "" || id == avoid) && g != nil {
+	if g := r.groups[group]; !usable(id) && g != nil {
 		id = g.LeaderId
-		if attempt > 0 || id == "" || id == avoid {
+		if attempt > 0 || !usable(id) {
 			if len(g.Replicas) == 0 {
 				return "", ""
 			}
 			for k := range len(g.Replicas) {
-				id = g.Replicas[(attempt+k)%len(g.Replicas)].NodeId
-				if id != avoid {
+				if id = g.Replicas[(attempt+k)%len(g.Replicas)].NodeId; id != avoid {
 					break
 				}
 			}
