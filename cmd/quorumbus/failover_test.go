@@ -94,6 +94,10 @@ func TestFailoverKillLeader(t *testing.T) {
 	// numbers whose send was acknowledged.
 	var acked sync.Map
 	var next, sendErrors, acks atomic.Int64
+	// lastAck and longestGap (Unix nanoseconds, nanoseconds) measure the
+	// longest stretch without an acknowledged send in each phase: how long
+	// sends stalled across a kill or a pause. Logged, not asserted.
+	var lastAck, longestGap atomic.Int64
 	var firstErr atomic.Value
 	produce := func(stop <-chan struct{}) *sync.WaitGroup {
 		var wg sync.WaitGroup
@@ -115,6 +119,10 @@ func TestFailoverKillLeader(t *testing.T) {
 					}
 					acked.Store(id, true)
 					acks.Add(1)
+					now := time.Now().UnixNano()
+					if gap := now - lastAck.Swap(now); gap > longestGap.Load() {
+						longestGap.Store(gap) // racy max: a log figure, not a check
+					}
 				}
 			}()
 		}
@@ -122,12 +130,15 @@ func TestFailoverKillLeader(t *testing.T) {
 	}
 	phase := func(name string, d time.Duration, during func()) {
 		stop := make(chan struct{})
+		lastAck.Store(time.Now().UnixNano())
+		longestGap.Store(0)
 		wg := produce(stop)
 		time.Sleep(d / 2)
 		during()
 		time.Sleep(d / 2)
 		close(stop)
 		wg.Wait()
+		t.Logf("%s: longest stretch without an acknowledged send %v", name, time.Duration(longestGap.Load()).Round(time.Millisecond))
 		if n := sendErrors.Load(); n > 0 {
 			t.Fatalf("%s: %d sends failed, first: %v", name, n, firstErr.Load())
 		}
