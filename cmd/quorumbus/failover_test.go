@@ -66,7 +66,7 @@ func TestFailoverKillLeader(t *testing.T) {
 	amqpAddr := freeAddrs(t, 1)[0]
 	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-log-level", "error")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// A lock of 20 s rather than the default minute. A retried receive
@@ -152,6 +152,15 @@ func TestFailoverKillLeader(t *testing.T) {
 	})
 	procs[killed] = startProcess(t, bin, nodeArgs(killed)...)
 	phase("after the restart", 4*time.Second, func() {})
+	phase("pause a follower", 2*time.Second, func() {
+		// The leader commits with the other follower; the paused one's
+		// pipeline fills and waits. Sends must not fail or stall on it.
+		follower := (leaderIndex(t, ctx, grpcAddrs, group) + 1) % 3
+		t.Logf("pausing n%d, a follower, for 3 s", follower+1)
+		procs[follower].signal(syscall.SIGSTOP)
+		time.Sleep(3 * time.Second)
+		procs[follower].signal(syscall.SIGCONT)
+	})
 	phase("pause the leader", 2*time.Second, func() {
 		paused := leaderIndex(t, ctx, grpcAddrs, group)
 		t.Logf("pausing n%d, the leader, after %d acknowledged sends", paused+1, acks.Load())
@@ -187,6 +196,11 @@ func TestFailoverKillLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(map[int64]int)
+	// Completions run 64 at a time: one at a time, each waiting for its
+	// confirmation, they took most of the test's time.
+	var completing sync.WaitGroup
+	var completeErr atomic.Value
+	inFlight := make(chan struct{}, 64)
 	for missing := total; missing > 0; {
 		rctx, rcancel := context.WithTimeout(ctx, receiveWait)
 		m, err := rcv.Receive(rctx, nil)
@@ -199,9 +213,19 @@ func TestFailoverKillLeader(t *testing.T) {
 			missing--
 		}
 		got[id]++
-		if err := rcv.AcceptMessage(ctx, m); err != nil {
-			t.Fatalf("complete: %v", err)
-		}
+		inFlight <- struct{}{}
+		completing.Add(1)
+		go func() {
+			defer completing.Done()
+			if err := rcv.AcceptMessage(ctx, m); err != nil {
+				completeErr.CompareAndSwap(nil, err)
+			}
+			<-inFlight
+		}()
+	}
+	completing.Wait()
+	if err := completeErr.Load(); err != nil {
+		t.Fatalf("complete: %v", err)
 	}
 	dups := 0
 	for _, n := range got {
