@@ -28,19 +28,7 @@ func BenchmarkPipelineRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	args := heartbeatArgs(1)
-	args.Entries = []*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: make([]byte, 1024)}}
-	b.ResetTimer()
-	for range b.N {
-		var resp raft.AppendEntriesResponse
-		if _, err := p.AppendEntries(args, &resp); err != nil {
-			b.Fatal(err)
-		}
-		f := <-p.Consumer()
-		if err := f.Error(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	pipelineRoundTrips(b, p)
 }
 
 // BenchmarkStockPipelineRoundTrip is BenchmarkPipelineRoundTrip through
@@ -67,6 +55,12 @@ func BenchmarkStockPipelineRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
+	pipelineRoundTrips(b, p)
+}
+
+// pipelineRoundTrips sends one AppendEntries of one 1 KiB entry at a time
+// through p and waits for each answer.
+func pipelineRoundTrips(b *testing.B, p raft.AppendPipeline) {
 	args := heartbeatArgs(1)
 	args.Entries = []*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: make([]byte, 1024)}}
 	b.ResetTimer()
