@@ -101,6 +101,9 @@ func TestFailoverKillLeader(t *testing.T) {
 	// longest stretch without an acknowledged send in each phase: how long
 	// sends stalled across a kill or a pause. Logged, not asserted.
 	var lastAck, longestGap atomic.Int64
+	// worstWait is the longest any one send took in the phase: how long
+	// the unluckiest sender stalled.
+	var worstWait atomic.Int64
 	var firstErr atomic.Value
 	produce := func(stop <-chan struct{}) *sync.WaitGroup {
 		var wg sync.WaitGroup
@@ -115,7 +118,12 @@ func TestFailoverKillLeader(t *testing.T) {
 					default:
 					}
 					id := next.Add(1)
-					if err := snd.Send(ctx, goamqp.NewMessage([]byte(strconv.FormatInt(id, 10))), nil); err != nil {
+					t0 := time.Now()
+					err := snd.Send(ctx, goamqp.NewMessage([]byte(strconv.FormatInt(id, 10))), nil)
+					if wait := int64(time.Since(t0)); wait > worstWait.Load() {
+						worstWait.Store(wait) // racy max, as below
+					}
+					if err != nil {
 						sendErrors.Add(1)
 						firstErr.CompareAndSwap(nil, err)
 						return
@@ -135,13 +143,15 @@ func TestFailoverKillLeader(t *testing.T) {
 		stop := make(chan struct{})
 		lastAck.Store(time.Now().UnixNano())
 		longestGap.Store(0)
+		worstWait.Store(0)
 		wg := produce(stop)
 		time.Sleep(d / 2)
 		during()
 		time.Sleep(d / 2)
 		close(stop)
 		wg.Wait()
-		t.Logf("%s: longest stretch without an acknowledged send %v", name, time.Duration(longestGap.Load()).Round(time.Millisecond))
+		t.Logf("%s: longest stretch without an acknowledged send %v, longest send %v", name,
+			time.Duration(longestGap.Load()).Round(time.Millisecond), time.Duration(worstWait.Load()).Round(time.Millisecond))
 		if n := sendErrors.Load(); n > 0 {
 			t.Fatalf("%s: %d sends failed, first: %v", name, n, firstErr.Load())
 		}
