@@ -70,18 +70,23 @@ func benchSend(b *testing.B, c *nodetest.Cluster, cl partitionpb.PartitionServic
 	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	e1, r1 := groupCounters(b, c)
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu_us/msg")
-	b.ReportMetric(pct(0.50), "p50_ms")
-	b.ReportMetric(pct(0.99), "p99_ms")
+	reportLatencies(b, lat)
 	if e1 > e0 {
 		b.ReportMetric(float64(r1-r0)/float64(e1-e0), "msgs/entry")
 	}
 	b.ReportMetric(0, "ns/op") // per-op time is meaningless with concurrent senders
+}
+
+// reportLatencies reports the median and the tail of lat, which it sorts.
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50_ms")
+	b.ReportMetric(pct(0.99), "p99_ms")
 }
 
 // cpuTime is the CPU time (user and system) the process has used: all three

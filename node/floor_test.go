@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -143,16 +142,6 @@ func startFloorGroup(b *testing.B) *raft.Raft {
 	}
 	b.Fatal("no leader elected in 10 s")
 	return nil
-}
-
-// reportLatencies reports the median and tail of one-at-a-time operations.
-func reportLatencies(b *testing.B, lat []time.Duration) {
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50_ms")
-	b.ReportMetric(pct(0.99), "p99_ms")
 }
 
 // floorFSM applies nothing: the floor is Raft and the disk alone.
