@@ -127,13 +127,11 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		}
 		results[i] = r
 	}
-	if a.logs != nil {
-		// Where a body lies is this replica's business: results are the
-		// same whichever way it keeps them.
-		for _, r := range results {
-			for _, m := range r.GetMessages() {
-				dropLogRef(m)
-			}
+	// Where a body lies is this replica's business: results are the same
+	// whichever way it keeps them.
+	for _, r := range results {
+		for _, m := range r.GetMessages() {
+			dropStoreRefs(m)
 		}
 	}
 	return results, nil
@@ -174,6 +172,8 @@ func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
 		return a.lockBySequence(op.LockBySequence)
 	case *partitionpb.Command_ExpireMessages:
 		return a.expireMessages()
+	case *partitionpb.Command_StageBody:
+		return a.stageBody(op.StageBody)
 	default:
 		// A newer leader's command: applying nothing would diverge from the
 		// replicas that know it, so the group stops.
@@ -353,6 +353,9 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		if dedup && len(nm.MessageId) > MaxMessageIDBytes {
 			return nil, fmt.Errorf("%w: message %d: message id of %d bytes, at most %d", ErrInvalid, i, len(nm.MessageId), MaxMessageIDBytes)
 		}
+		if err := a.checkStaged(e, i, nm); err != nil {
+			return nil, err
+		}
 		size += newMessageSize(nm)
 	}
 	if max := e.cfg.MaxSizeBytes; max > 0 && e.n.size+size > max {
@@ -376,6 +379,11 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 				// A duplicate: acknowledged, dropped, answered with the
 				// number of the message it duplicates.
 				r.SequenceNumbers = append(r.SequenceNumbers, d.seq)
+				if len(nm.StagedBody) > 0 {
+					if err := a.dropBlob(e, nm.StagedBody); err != nil {
+						return nil, err
+					}
+				}
 				continue
 			}
 			seen = &dedupEntry{}
@@ -400,7 +408,13 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		if m.TtlMs == 0 {
 			m.TtlMs = e.cfg.DefaultTtlMs
 		}
-		a.keepInLog(m, i)
+		if len(nm.StagedBody) > 0 {
+			if err := a.takeBlob(e, nm, m); err != nil {
+				return nil, err
+			}
+		} else {
+			a.keepInLog(m, i)
+		}
 		// A scheduled message's time to live starts when it is due.
 		from := a.now
 		if nm.ScheduledEnqueueTimeMs > a.now {

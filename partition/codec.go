@@ -32,6 +32,11 @@ const FormatV2 byte = 2
 // others lock.
 const FormatV3 byte = 3
 
+// FormatV4 is FormatV3 with staged bodies (StageBody, and
+// NewMessage.staged_body, blobs.go) honoured: a replica of a version that
+// would ignore staged_body would store a message without its bare message.
+const FormatV4 byte = 4
+
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // EncodeBatch encodes b as a Raft entry: the format byte, then the
@@ -40,12 +45,15 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
 	buf[0] = FormatV1
 	for _, c := range b.Commands {
-		if len(c.RequestId) > 0 && (c.GetLock() != nil || c.GetLockBySequence() != nil) {
-			buf[0] = FormatV3
+		if stages(c) {
+			buf[0] = FormatV4
 			break
 		}
+		if len(c.RequestId) > 0 && (c.GetLock() != nil || c.GetLockBySequence() != nil) {
+			buf[0] = max(buf[0], FormatV3)
+		}
 		if len(c.RequestId) > 0 || c.GetDeleteEntity().GetVersion() > 0 {
-			buf[0] = FormatV2
+			buf[0] = max(buf[0], FormatV2)
 		}
 	}
 	// The sizes Size just cached (b is not changed in between): without
@@ -65,7 +73,7 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] < FormatV1 || data[0] > FormatV3 {
+	if data[0] < FormatV1 || data[0] > FormatV4 {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
 	b, ok := aliasBatch(data[1:])
@@ -83,7 +91,27 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 			}
 		}
 	}
+	if data[0] < FormatV4 {
+		for _, c := range b.Commands { // unknown before format 4: ignored
+			for _, m := range c.GetEnqueue().GetMessages() {
+				m.StagedBody, m.StagedLength, m.StagedCrc = nil, 0, 0
+			}
+		}
+	}
 	// Format 2's replicas refused a request id on a Lock, but no version
 	// that wrote format 2 put one there, so no entry tells the two apart.
 	return b, nil
+}
+
+// stages reports whether c stages a body or names a staged one.
+func stages(c *partitionpb.Command) bool {
+	if c.GetStageBody() != nil {
+		return true
+	}
+	for _, m := range c.GetEnqueue().GetMessages() {
+		if len(m.StagedBody) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -149,6 +149,12 @@ func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 			m.Annotations = f.B
 		case f.Num == 8 && f.Typ == protowire.BytesType:
 			m.Bare = f.B
+		case f.Num == 9 && f.Typ == protowire.BytesType:
+			m.StagedBody = f.B
+		case f.Num == 10 && varint:
+			m.StagedLength = f.V
+		case f.Num == 11 && varint:
+			m.StagedCrc = uint32(f.V) // as proto truncates a uint32
 		default:
 			return nil, false
 		}

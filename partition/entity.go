@@ -186,7 +186,8 @@ type slot struct {
 	at     int64 // scheduled enqueue time
 	exp    int64 // expires at, 0: never
 	size   int64
-	inLog  bool // the body is in the Raft log, not in a body record
+	inLog  bool   // the body is in the Raft log, not in a body record
+	blob   []byte // the id of the blob holding the bare message, if any (blobs.go)
 }
 
 func slotOf(m *partitionpb.StoredMessage) slot {
@@ -200,6 +201,7 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		exp:    m.ExpiresAtMs,
 		size:   m.Size,
 		inLog:  m.BodyIndex != 0,
+		blob:   m.BodyBlob,
 	}
 }
 
@@ -230,11 +232,14 @@ func (s slot) expiring() bool {
 // messageSize is what a message counts against max_size_bytes: the
 // sections the sender sent. It never changes while the message lives.
 func messageSize(m *partitionpb.StoredMessage) int64 {
+	if len(m.BodyBlob) > 0 {
+		return int64(len(m.Header)+len(m.Annotations)) + int64(m.BodyBlobLength)
+	}
 	return int64(len(m.Header) + len(m.Annotations) + len(m.Bare))
 }
 
 func newMessageSize(m *partitionpb.NewMessage) int64 {
-	return int64(len(m.Header) + len(m.Annotations) + len(m.Bare))
+	return int64(len(m.Header)+len(m.Annotations)+len(m.Bare)) + int64(m.StagedLength)
 }
 
 func (c *counts) add(s slot, d int64) {

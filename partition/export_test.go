@@ -409,3 +409,27 @@ func eachGrant(r pebble.Reader, k ekey, f func(key []byte, gk grantKey, g grant)
 	}
 	return closeIter(it, it.Error())
 }
+
+// BlobRecords counts the blob chunks and staged records of an entity
+// partition (blobs.go).
+func BlobRecords(m *Machine, id uint64, part uint32) (chunks, staged int, err error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	k := ekey{id, part}
+	for _, c := range []struct {
+		kind byte
+		n    *int
+	}{{kindBlob, &chunks}, {kindStaged, &staged}} {
+		it, err := prefixIter(m.db, kindPrefix(k, c.kind))
+		if err != nil {
+			return 0, 0, err
+		}
+		for valid := it.First(); valid; valid = it.Next() {
+			*c.n++
+		}
+		if err := closeIter(it, it.Error()); err != nil {
+			return 0, 0, err
+		}
+	}
+	return chunks, staged, nil
+}

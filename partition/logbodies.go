@@ -122,6 +122,13 @@ func dropLogRef(m *partitionpb.StoredMessage) {
 	m.BodyIndex, m.BodyOffset, m.BodyLength, m.BodyCrc = 0, 0, 0, 0
 }
 
+// dropStoreRefs clears where m's body is kept (the log, a blob) from a
+// message handed out in a result: clients get the sections themselves.
+func dropStoreRefs(m *partitionpb.StoredMessage) {
+	dropLogRef(m)
+	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nil, 0, 0
+}
+
 // logReader reads bodies from the Raft log. It keeps the last entry it
 // read: messages are read in sequence order, and neighbours share entries.
 type logReader struct {

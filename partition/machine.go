@@ -686,7 +686,7 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 		if err := readBody(m.db, m.logs, k, msg); err != nil {
 			return nil, closeIter(it, err)
 		}
-		dropLogRef(msg)
+		dropStoreRefs(msg)
 		unlock(msg)
 		out = append(out, msg)
 		size += msg.Size

@@ -154,6 +154,11 @@ func (a *applier) remove(e *entity, s slot) error {
 	if err := a.unslot(e, s); err != nil {
 		return err
 	}
+	if len(s.blob) > 0 {
+		if err := a.dropBlob(e, s.blob); err != nil {
+			return err
+		}
+	}
 	if s.inLog {
 		return nil // no body record (logbodies.go)
 	}
@@ -311,11 +316,12 @@ type messageCursor struct {
 	states *pebble.Iterator
 	bodies *pebble.Iterator // nil: no bodies are read
 	logs   *logReader       // bodies kept in the Raft log, if any
+	r      pebble.Reader    // where blobs are read (blobs.go)
 	key    []byte
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub), logs: a.logs}
+	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub), logs: a.logs, r: a.b}
 	var err error
 	if c.states, err = a.b.NewIter(&pebble.IterOptions{
 		LowerBound: messageKey(e.key, sub, from),
@@ -390,7 +396,10 @@ func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
 	if err != nil {
 		return err
 	}
-	return mergeBody(c.key, p, m)
+	if err := mergeBody(c.key, p, m); err != nil || len(m.BodyBlob) == 0 {
+		return err
+	}
+	return readBlob(c.r, c.k, m)
 }
 
 // close closes the iterators and returns the first of err and their errors;

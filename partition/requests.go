@@ -59,6 +59,12 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 		return a.lockOnce(c, lock, r, stale)
 	}
 	if r != nil {
+		// A repeat: a staged body it names was staged again for nothing.
+		if enq := c.GetEnqueue(); enq != nil {
+			if err := a.dropStaged(enq); err != nil {
+				return nil, err
+			}
+		}
 		return r, nil
 	}
 	if r, err = result(a.apply(c)); err != nil {

@@ -256,7 +256,21 @@ func TestRequestFormat(t *testing.T) {
 	if got, err := partition.DecodeBatch(data); err != nil || string(got.Commands[2].RequestId) != "lock" {
 		t.Fatalf("format 3 decoded: %v, %v", got, err)
 	}
-	data[0] = partition.FormatV3 + 1
+	cmds, m := pt.Stage(1, 0, bytes.Repeat([]byte{1}, partition.BlobIDBytes), []byte("bare"), 4)
+	b.Commands = append(b.Commands, cmds[0], pt.Enqueue(1, 0, m))
+	data, _ = partition.EncodeBatch(b)
+	if data[0] != partition.FormatV4 {
+		t.Fatalf("with a staged body: format %d", data[0])
+	}
+	got, err = partition.DecodeBatch(data)
+	if err != nil || len(got.Commands[4].GetEnqueue().Messages[0].StagedBody) != partition.BlobIDBytes {
+		t.Fatalf("format 4 decoded: %v, %v", got, err)
+	}
+	data[0] = partition.FormatV3
+	if got, err := partition.DecodeBatch(data); err != nil || len(got.Commands[4].GetEnqueue().Messages[0].StagedBody) != 0 {
+		t.Fatalf("format 3 kept a staged body: %v, %v", got, err)
+	}
+	data[0] = partition.FormatV4 + 1
 	if _, err := partition.DecodeBatch(data); !errors.Is(err, partition.ErrUnknownFormat) {
 		t.Fatalf("format %d: %v", data[0], err)
 	}

@@ -137,7 +137,7 @@ func (e *recordEncoder) str(num protowire.Number, v string) {
 
 // stateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
-var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25}
+var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28}
 
 // message encodes m's body record (body) or its state record.
 func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
@@ -181,6 +181,9 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 	e.varint(23, uint64(m.BodyOffset))
 	e.varint(24, uint64(m.BodyLength))
 	e.varint(25, uint64(m.BodyCrc))
+	e.bytes(26, m.BodyBlob, false)
+	e.varint(27, m.BodyBlobLength)
+	e.varint(28, uint64(m.BodyBlobCrc))
 	// Fields a newer version wrote, kept as protobuf keeps them: replicas
 	// of two versions must still write the same bytes.
 	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
@@ -310,6 +313,10 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.BodyLength = uint32(v)
 			case 25:
 				m.BodyCrc = uint32(v)
+			case 27:
+				m.BodyBlobLength = v
+			case 28:
+				m.BodyBlobCrc = uint32(v)
 			default:
 				known = false
 			}
@@ -331,6 +338,8 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.DeadLetterSource = string(b)
 			case 20:
 				m.ModifiedProperties = append(m.ModifiedProperties, append([]byte{}, b...))
+			case 26:
+				m.BodyBlob = append([]byte{}, b...)
 			case fieldHeader: // sections belong in a body record, but
 				m.Header = append([]byte{}, b...) // protobuf would take them
 			case fieldAnnotations:
@@ -372,8 +381,11 @@ func stateSlot(p []byte) (s slot, token []byte, err error) {
 		case protowire.BytesType:
 			var b []byte
 			b, n = protowire.ConsumeBytes(p)
-			if num == 6 {
+			switch num {
+			case 6:
 				token = b
+			case 26:
+				s.blob = append([]byte(nil), b...) // rare: a staged body
 			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, p)
@@ -420,9 +432,16 @@ func mergeBody(key, p []byte, m *partitionpb.StoredMessage) error {
 
 // readBody fills in the sections of a message read by getState from its
 // body record.
-func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) error {
+func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) (err error) {
 	if m.BodyIndex != 0 {
 		return logs.sections(m)
+	}
+	if len(m.BodyBlob) > 0 {
+		defer func() {
+			if err == nil {
+				err = readBlob(r, k, m)
+			}
+		}()
 	}
 	key := bodyKey(k, m.SubQueue, m.SequenceNumber)
 	v, closer, err := r.Get(key)

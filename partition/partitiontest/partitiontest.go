@@ -5,6 +5,7 @@ package partitiontest
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"testing"
@@ -128,6 +129,8 @@ func cmd(c any) *partitionpb.Command {
 		return &partitionpb.Command{Op: &partitionpb.Command_DeleteEntity{DeleteEntity: c}}
 	case *partitionpb.Enqueue:
 		return &partitionpb.Command{Op: &partitionpb.Command_Enqueue{Enqueue: c}}
+	case *partitionpb.StageBody:
+		return &partitionpb.Command{Op: &partitionpb.Command_StageBody{StageBody: c}}
 	case *partitionpb.Lock:
 		return &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: c}}
 	case *partitionpb.Settle:
@@ -164,6 +167,18 @@ func Delete(id uint64, part uint32) *partitionpb.Command {
 // Enqueue enqueues messages.
 func Enqueue(id uint64, part uint32, msgs ...*partitionpb.NewMessage) *partitionpb.Command {
 	return cmd(&partitionpb.Enqueue{EntityId: id, Partition: part, Messages: msgs})
+}
+
+// Stage returns the StageBody commands that stage bare under blob in
+// chunks of at most chunk bytes, and the message that names the blob.
+func Stage(id uint64, part uint32, blob []byte, bare []byte, chunk int) ([]*partitionpb.Command, *partitionpb.NewMessage) {
+	var cmds []*partitionpb.Command
+	for off := 0; off < len(bare); off += chunk {
+		end := min(off+chunk, len(bare))
+		cmds = append(cmds, cmd(&partitionpb.StageBody{EntityId: id, Partition: part, Blob: blob, Offset: uint64(off), Data: bare[off:end]}))
+	}
+	m := &partitionpb.NewMessage{StagedBody: blob, StagedLength: uint64(len(bare)), StagedCrc: crc32.Checksum(bare, crc32.MakeTable(crc32.Castagnoli))}
+	return cmds, m
 }
 
 // Msg is a message whose bare section is body.

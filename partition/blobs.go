@@ -1,0 +1,241 @@
+package partition
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+// Staged bodies: bare messages larger than a Raft entry may be.
+//
+// Every Raft entry must stay below what the log store can read back
+// (node bounds entries well under raft-wal's 64 MiB), but Service Bus
+// entities may take messages of up to 100 MB. The leader therefore writes
+// such a bare message first as a blob of StageBody chunks, each in an
+// entry of its own, and then proposes the Enqueue with the blob's id in
+// place of the bytes (NewMessage.staged_body). The blob stays where the
+// chunks were written; the message's state record names it (body_blob),
+// so a message that moves (dead-letter, activation under a new sequence
+// number) keeps it, and removing the message deletes it.
+//
+// Invariants:
+//   - a staged record exists while a blob is being written and no Enqueue
+//     has taken it over; it holds when the last chunk arrived and the
+//     offset the next chunk must start at, so an Enqueue can check that
+//     the blob is whole without reading it;
+//   - chunks are contiguous from offset 0: a chunk at another offset than
+//     the staged record expects is refused;
+//   - a blob is referenced by at most one message: Enqueue deletes the
+//     staged record as it takes the blob over, and a blob whose Enqueue is
+//     refused, repeated or dropped as a duplicate is deleted (at once, or
+//     by the pruning of stale staged records below);
+//   - blobs live under their entity partition's prefix, so deleting the
+//     entity deletes them.
+//
+// A blob whose Enqueue never came (the leader lost its term midway, the
+// request failed) is deleted by a later StageBody of the same entity
+// partition once stagingWindowMs have passed since its last chunk.
+
+const (
+	// BlobIDBytes is the length of a blob id.
+	BlobIDBytes = 16
+	// MaxStageChunk bounds the data of one StageBody.
+	MaxStageChunk = 4 << 20
+	// stagingWindowMs is how long a staged blob waits for its Enqueue.
+	stagingWindowMs = 10 * 60 * 1000
+	// stagedPrune bounds the stale blobs one StageBody deletes.
+	stagedPrune = 4
+)
+
+// blobPrefix is the prefix of the chunks of a blob.
+func blobPrefix(k ekey, blob []byte) []byte {
+	return append(kindPrefix(k, kindBlob), blob...)
+}
+
+func blobChunkKey(k ekey, blob []byte, offset uint64) []byte {
+	return binary.BigEndian.AppendUint64(blobPrefix(k, blob), offset)
+}
+
+func stagedKey(k ekey, blob []byte) []byte {
+	return append(kindPrefix(k, kindStaged), blob...)
+}
+
+// staged is a staged record: when its last chunk was applied, and how many
+// bytes the blob holds.
+type staged struct {
+	at   int64
+	next uint64
+}
+
+func (s staged) encode() []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), timeBits(s.at))
+	return binary.BigEndian.AppendUint64(b, s.next)
+}
+
+func decodeStaged(key, p []byte) (staged, error) {
+	if len(p) != 16 {
+		return staged{}, fmt.Errorf("%w: staged record %x of %d bytes", ErrCorrupt, key, len(p))
+	}
+	return staged{timeFromBits(binary.BigEndian.Uint64(p)), binary.BigEndian.Uint64(p[8:])}, nil
+}
+
+func (a *applier) stagedRecord(e *entity, blob []byte) (staged, bool, error) {
+	key := stagedKey(e.key, blob)
+	p, found, err := get(a.b, key)
+	if err != nil || !found {
+		return staged{}, false, err
+	}
+	s, err := decodeStaged(key, p)
+	return s, err == nil, err
+}
+
+// stageBody applies a StageBody: one more chunk of a blob.
+func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, error) {
+	e, err := a.entity(c.EntityId, c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(c.Blob) != BlobIDBytes:
+		return nil, fmt.Errorf("%w: blob id of %d bytes, want %d", ErrInvalid, len(c.Blob), BlobIDBytes)
+	case len(c.Data) == 0 || len(c.Data) > MaxStageChunk:
+		return nil, fmt.Errorf("%w: chunk of %d bytes, want 1 to %d", ErrInvalid, len(c.Data), MaxStageChunk)
+	}
+	s, found, err := a.stagedRecord(e, c.Blob)
+	if err != nil {
+		return nil, err
+	}
+	if !found && c.Offset == 0 {
+		// A new blob; a chunk at 0 of a blob already taken over would find
+		// no staged record either, but blob ids are never reused.
+		s = staged{}
+	} else if !found || s.next != c.Offset {
+		return nil, fmt.Errorf("%w: chunk at %d of blob %x, which expects %d", ErrInvalid, c.Offset, c.Blob, s.next)
+	}
+	if err := a.pruneStaged(e, c.Blob); err != nil {
+		return nil, err
+	}
+	if err := setSealed(a.b, blobChunkKey(e.key, c.Blob, c.Offset), c.Data); err != nil {
+		return nil, err
+	}
+	s.at, s.next = a.now, s.next+uint64(len(c.Data))
+	key := stagedKey(e.key, c.Blob)
+	return okResult(), a.b.Set(key, seal(key, s.encode()), nil)
+}
+
+// pruneStaged deletes up to stagedPrune blobs of e, other than keep, whose
+// last chunk is older than the staging window.
+func (a *applier) pruneStaged(e *entity, keep []byte) error {
+	p := kindPrefix(e.key, kindStaged)
+	it, err := prefixIter(a.b, p)
+	if err != nil {
+		return err
+	}
+	var stale [][]byte
+	for valid := it.First(); valid && len(stale) < stagedPrune; valid = it.Next() {
+		v, err := iterValue(it)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		s, err := decodeStaged(it.Key(), v)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		blob := it.Key()[len(p):]
+		if a.now-s.at > stagingWindowMs && !bytes.Equal(blob, keep) {
+			stale = append(stale, append([]byte(nil), blob...))
+		}
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	for _, blob := range stale {
+		if err := a.dropBlob(e, blob); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropBlob deletes a blob and its staged record, if any.
+func (a *applier) dropBlob(e *entity, blob []byte) error {
+	p := blobPrefix(e.key, blob)
+	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+		return err
+	}
+	return a.b.Delete(stagedKey(e.key, blob), nil)
+}
+
+// checkStaged refuses a new message whose staged blob is not whole.
+func (a *applier) checkStaged(e *entity, i int, nm *partitionpb.NewMessage) error {
+	if len(nm.StagedBody) == 0 {
+		return nil
+	}
+	if len(nm.Bare) > 0 {
+		return fmt.Errorf("%w: message %d has both a bare message and a staged body", ErrInvalid, i)
+	}
+	s, found, err := a.stagedRecord(e, nm.StagedBody)
+	if err != nil {
+		return err
+	}
+	if !found || s.next != nm.StagedLength {
+		return fmt.Errorf("%w: message %d: staged body %x holds %d bytes of %d", ErrInvalid, i, nm.StagedBody, s.next, nm.StagedLength)
+	}
+	return nil
+}
+
+// takeBlob hands the staged blob of nm to m.
+func (a *applier) takeBlob(e *entity, nm *partitionpb.NewMessage, m *partitionpb.StoredMessage) error {
+	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nm.StagedBody, nm.StagedLength, nm.StagedCrc
+	return a.b.Delete(stagedKey(e.key, nm.StagedBody), nil)
+}
+
+// dropStaged deletes the staged blobs an Enqueue names but will not take
+// over (it repeats a request already applied).
+func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
+	e, ok := a.entities[ekey{c.EntityId, c.Partition}]
+	if !ok {
+		return nil
+	}
+	for _, nm := range c.Messages {
+		if len(nm.StagedBody) == BlobIDBytes {
+			if err := a.dropBlob(e, nm.StagedBody); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readBlob reads m's blob into m.Bare, checking its length and CRC.
+func readBlob(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
+	p := blobPrefix(k, m.BodyBlob)
+	it, err := prefixIter(r, p)
+	if err != nil {
+		return err
+	}
+	bare := make([]byte, 0, m.BodyBlobLength)
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := iterValue(it)
+		if err != nil {
+			return closeIter(it, err)
+		}
+		if off := binary.BigEndian.Uint64(it.Key()[len(p):]); off != uint64(len(bare)) || uint64(len(bare)+len(v)) > m.BodyBlobLength {
+			return closeIter(it, fmt.Errorf("%w: blob %x of message %d of %s: chunk at %d after %d bytes", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, off, len(bare)))
+		}
+		bare = append(bare, v...)
+	}
+	if err := closeIter(it, it.Error()); err != nil {
+		return err
+	}
+	if uint64(len(bare)) != m.BodyBlobLength || crc32.Checksum(bare, castagnoli) != m.BodyBlobCrc {
+		return fmt.Errorf("%w: blob %x of message %d of %s: %d bytes of %d, or its CRC differs", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, len(bare), m.BodyBlobLength)
+	}
+	m.Bare = bare
+	return nil
+}
