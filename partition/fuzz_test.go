@@ -15,7 +15,10 @@ import (
 
 // seedBatches are real batches of every command.
 func seedBatches() []*partitionpb.Batch {
+	stages, staged := pt.Stage(1, 0, make([]byte, partition.BlobIDBytes), []byte("a bare message"), 8)
+	staged.MessageId = "staged"
 	return []*partitionpb.Batch{
+		{NowMs: 3000, Commands: append(stages, pt.Enqueue(1, 0, staged))}, // format 4
 		{},
 		{NowMs: 1000, Commands: []*partitionpb.Command{pt.Upsert(pt.Queue(1, 2, "q")), pt.Delete(1, 2)}},
 		{NowMs: -1, Commands: []*partitionpb.Command{pt.Enqueue(1, 0, pt.Msg("hello"), &partitionpb.NewMessage{
