@@ -25,11 +25,13 @@ import (
 //
 // Invariants:
 //   - a staged record exists while a blob is being written and no Enqueue
-//     has taken it over; it holds when the last chunk arrived and the
-//     offset the next chunk must start at, so an Enqueue can check that
-//     the blob is whole without reading it;
-//   - chunks are contiguous from offset 0: a chunk at another offset than
-//     the staged record expects is refused;
+//     has taken it over; it holds when the last chunk arrived and how many
+//     bytes the chunks hold, so an Enqueue can check that the blob is whole
+//     without reading it;
+//   - chunks may arrive in any order (the leader proposes several at once,
+//     and concurrent proposals may reach the log in any order), but never
+//     twice at one offset: a second chunk at an offset is refused. Whether
+//     they tile the blob exactly is checked, with its CRC, when it is read;
 //   - a blob is referenced by at most one message: Enqueue deletes the
 //     staged record as it takes the blob over, and a blob whose Enqueue is
 //     refused, repeated or dropped as a duplicate is deleted (at once, or
@@ -66,15 +68,15 @@ func stagedKey(k ekey, blob []byte) []byte {
 }
 
 // staged is a staged record: when its last chunk was applied, and how many
-// bytes the blob holds.
+// bytes the blob's chunks hold.
 type staged struct {
-	at   int64
-	next uint64
+	at       int64
+	received uint64
 }
 
 func (s staged) encode() []byte {
 	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), timeBits(s.at))
-	return binary.BigEndian.AppendUint64(b, s.next)
+	return binary.BigEndian.AppendUint64(b, s.received)
 }
 
 func decodeStaged(key, p []byte) (staged, error) {
@@ -106,25 +108,27 @@ func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, erro
 	case len(c.Data) == 0 || len(c.Data) > MaxStageChunk:
 		return nil, fmt.Errorf("%w: chunk of %d bytes, want 1 to %d", ErrInvalid, len(c.Data), MaxStageChunk)
 	}
-	s, found, err := a.stagedRecord(e, c.Blob)
+	s, _, err := a.stagedRecord(e, c.Blob)
 	if err != nil {
 		return nil, err
 	}
-	if !found && c.Offset == 0 {
-		// A new blob; a chunk at 0 of a blob already taken over would find
-		// no staged record either, but blob ids are never reused.
-		s = staged{}
-	} else if !found || s.next != c.Offset {
-		return nil, fmt.Errorf("%w: chunk at %d of blob %x, which expects %d", ErrInvalid, c.Offset, c.Blob, s.next)
+	key := blobChunkKey(e.key, c.Blob, c.Offset)
+	if _, found, err := get(a.b, key); err != nil || found {
+		if err == nil {
+			err = fmt.Errorf("%w: a second chunk at %d of blob %x", ErrInvalid, c.Offset, c.Blob)
+		}
+		return nil, err
 	}
 	if err := a.pruneStaged(e, c.Blob); err != nil {
 		return nil, err
 	}
-	if err := setSealed(a.b, blobChunkKey(e.key, c.Blob, c.Offset), c.Data); err != nil {
+	if err := setSealed(a.b, key, c.Data); err != nil {
 		return nil, err
 	}
-	s.at, s.next = a.now, s.next+uint64(len(c.Data))
-	key := stagedKey(e.key, c.Blob)
+	// A blob id is never reused: a chunk of a blob an Enqueue took over
+	// would start a new staged record, pruned in time.
+	s.at, s.received = a.now, s.received+uint64(len(c.Data))
+	key = stagedKey(e.key, c.Blob)
 	return okResult(), a.b.Set(key, seal(key, s.encode()), nil)
 }
 
@@ -183,8 +187,8 @@ func (a *applier) checkStaged(e *entity, i int, nm *partitionpb.NewMessage) erro
 	if err != nil {
 		return err
 	}
-	if !found || s.next != nm.StagedLength {
-		return fmt.Errorf("%w: message %d: staged body %x holds %d bytes of %d", ErrInvalid, i, nm.StagedBody, s.next, nm.StagedLength)
+	if !found || s.received != nm.StagedLength {
+		return fmt.Errorf("%w: message %d: staged body %x holds %d bytes of %d", ErrInvalid, i, nm.StagedBody, s.received, nm.StagedLength)
 	}
 	return nil
 }
