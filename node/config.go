@@ -31,6 +31,7 @@ const (
 	DefaultSnapshotThreshold = 65536
 	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
+	DefaultLogCacheBytes     = 8 << 20
 )
 
 // Config configures a Node. Only ID and DataDir are required.
@@ -63,6 +64,10 @@ type Config struct {
 	// CacheBytes bounds the block cache of each group's message store
 	// (partition.Options.CacheBytes); 0 means the partition default.
 	CacheBytes int64
+	// LogCacheBytes bounds the entry data each group keeps in memory from
+	// the newest end of its Raft log (logcache.go); 0 means
+	// DefaultLogCacheBytes.
+	LogCacheBytes int64
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
 	// lease lasts as long. Default DefaultElectionTimeout.
@@ -96,6 +101,9 @@ func (c *Config) setDefaults() {
 	if c.ElectionTimeout == 0 {
 		c.ElectionTimeout = DefaultElectionTimeout
 	}
+	if c.LogCacheBytes == 0 {
+		c.LogCacheBytes = DefaultLogCacheBytes
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}
@@ -128,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("negative CacheBytes %d", c.CacheBytes))
+	}
+	if c.LogCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("negative LogCacheBytes %d", c.LogCacheBytes))
 	}
 	if c.ElectionTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ElectionTimeout %v is below 10ms", c.ElectionTimeout))

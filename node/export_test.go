@@ -1,5 +1,7 @@
 package node
 
+import "github.com/hashicorp/raft"
+
 // Hooks for the package's external tests.
 
 // SimulateMachine makes a node built from cfg behave as if it ran on its
@@ -43,3 +45,34 @@ func (s *syncFS) setHold(hold, holding chan struct{}) {
 	s.hold, s.holding = hold, holding
 	s.mu.Unlock()
 }
+
+// LargestLogEntry returns the size of the largest entry in group id's log
+// on n, reading the log from its first index to its last.
+func LargestLogEntry(n *Node, id uint64) (int, error) {
+	n.mu.RLock()
+	g := n.groups[id]
+	n.mu.RUnlock()
+	if g == nil {
+		return 0, ErrGroupNotFound
+	}
+	first, err := g.cache.FirstIndex()
+	if err != nil {
+		return 0, err
+	}
+	last, err := g.cache.LastIndex()
+	if err != nil {
+		return 0, err
+	}
+	largest := 0
+	for i := first; i <= last && i > 0; i++ {
+		var l raft.Log
+		if err := g.cache.store.GetLog(i, &l); err != nil {
+			return 0, err
+		}
+		largest = max(largest, len(l.Data))
+	}
+	return largest, nil
+}
+
+// MaxEntryBytes is the bound on an entry (propose.go).
+const MaxEntryBytes = maxEntryBytes

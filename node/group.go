@@ -41,15 +41,13 @@ var _ StateMachine = (*partition.Machine)(nil)
 
 // Raft settings that are not in Config.
 const (
-	// maxAppendEntries bounds the entries of one AppendEntries request.
-	// Entries are at most maxEntryBytes plus one request (maxRequestBytes),
-	// so a request stays below raftmux.MaxMessageBytes.
+	// maxAppendEntries bounds the entries of one AppendEntries request;
+	// entries are at most maxEntryBytes (propose.go), so one request
+	// stays below raftmux.MaxMessageBytes.
 	maxAppendEntries = 32
-	// logCacheEntries keeps the newest entries in memory so that the leader
-	// replicates them without reading its log back. With entries of up to
-	// maxBatchBytes (512 KiB) that is at most 64 MiB a replica, as 256
-	// entries of 256 KiB were.
-	logCacheEntries = 128
+	// logCacheEntries bounds the entries the log cache keeps beside its
+	// bytes (Config.LogCacheBytes): tiny entries of settles need no more.
+	logCacheEntries = 1024
 	retainSnapshots = 2
 	// maxExpiryPoll bounds how long the leader's clock loop sleeps without
 	// looking at the machine's next due times again.
@@ -67,6 +65,7 @@ type group struct {
 	machine StateMachine
 	raft    *raft.Raft
 	logs    io.Closer
+	cache   *logCache                 // the log, through its cache
 	ahead   *aheadLog                 // the raft-wal log; nil with raft-boltdb
 	raftRef atomic.Pointer[raft.Raft] // raft for the log's goroutines, which start before it
 	stable  *raftboltdb.BoltStore
@@ -189,10 +188,8 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		logs, g.logs, g.ahead = l, l, l
 	}
 	closers = append(closers, g.logs)
-	cached, err := raft.NewLogCache(logCacheEntries, logs)
-	if err != nil {
-		return nil, fmt.Errorf("node: group %d: %w", id, err)
-	}
+	cached := newLogCache(logs, int(n.cfg.LogCacheBytes), logCacheEntries)
+	g.cache = cached
 
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir(dir), retainSnapshots, hlog.Named("snapshots"))
 	if err != nil {

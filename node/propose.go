@@ -53,17 +53,24 @@ import (
 //     batch.
 //   - maxBatchRequests 1024: bounds the waiters one entry wakes and the
 //     work of one apply when requests are tiny (settles of one token).
-//   - maxRequestBytes 101 MiB: one request larger than this is refused.
-//     Service Bus entities may allow messages of up to 100 MB, so one such
-//     message (with its request's overhead) must fit one entry; ordinary
-//     batches stay near maxBatchBytes, and raftmux.MaxMessageBytes leaves
-//     room for several large entries in one AppendEntries.
+//   - maxRequestBytes 4 MiB: one request larger than this is refused; a
+//     send carrying larger messages stages their bodies first (stage.go).
+//     With maxBatchBytes it bounds an entry (maxEntryBytes), which must
+//     stay far below what the log store reads back (raft-wal refuses
+//     frames over 64 MiB as corrupt) and what a log cache of a few MiB
+//     can hold a few of.
 const (
 	maxInFlight      = 4
 	maxBatchBytes    = 512 << 10
 	maxBatchRequests = 1024
-	maxRequestBytes  = 101 << 20
+	maxRequestBytes  = 4 << 20
 	proposeQueue     = 4096 // requests waiting for the proposer goroutine
+
+	// maxEntryBytes bounds an encoded entry: the batch stops gathering
+	// once it holds maxBatchBytes, so its last request starts below that;
+	// the rest is the Batch's framing (tags and lengths of at most
+	// maxBatchRequests requests' commands, the clock, the proposer).
+	maxEntryBytes = maxBatchBytes + maxRequestBytes + 1<<20
 )
 
 // proposal is one client request on its way into a Raft entry.
@@ -271,6 +278,11 @@ func (p *proposer) commit(b *partitionpb.Batch) ([]*partitionpb.Result, error) {
 	data, err := partition.EncodeBatch(b)
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > maxEntryBytes {
+		// Never written: an entry the log store cannot read back would
+		// make the group unable to restart.
+		return nil, fmt.Errorf("%w: an entry of %d bytes, at most %d", ErrTooLarge, len(data), maxEntryBytes)
 	}
 	f := g.raft.Apply(data, 0)
 	if err := f.Error(); err != nil {

@@ -79,9 +79,18 @@ func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntit
 }
 
 func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
-	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Enqueue{
-		Enqueue: &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages},
-	}, RequestId: req.RequestId})
+	g, err := s.leader(req.GroupId)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	enq, rejected, err := g.stageLarge(ctx, &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if rejected != nil {
+		return &partitionpb.SendResponse{Result: rejected}, nil
+	}
+	res, err := g.propose1(ctx, &partitionpb.Command{Op: &partitionpb.Command_Enqueue{Enqueue: enq}, RequestId: req.RequestId})
 	if err != nil {
 		return nil, toStatus(err)
 	}
