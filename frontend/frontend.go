@@ -28,6 +28,12 @@ type Config struct {
 	// SendBatch caps how many messages of one link go into one partition
 	// request. Default 256.
 	SendBatch int
+	// SendBatchBytes caps the bytes of messages one link packs into one
+	// partition request: the transfer that reaches it is the last. A
+	// storage node takes requests of up to 4 MiB in one Raft entry and
+	// stages larger ones in pieces, which costs a round trip each.
+	// Default 1 MiB.
+	SendBatchBytes int
 }
 
 func (c *Config) validate() error {
@@ -45,6 +51,9 @@ func (c *Config) validate() error {
 	}
 	if c.SendBatch == 0 {
 		c.SendBatch = 256
+	}
+	if c.SendBatchBytes == 0 {
+		c.SendBatchBytes = 1 << 20
 	}
 	return nil
 }

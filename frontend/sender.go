@@ -38,6 +38,7 @@ type pendingSend struct {
 	settled   bool
 	partition uint32
 	msgs      []*partitionpb.NewMessage
+	bytes     int // of the messages' sections
 }
 
 func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler, error) {
@@ -67,6 +68,7 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		}
 	}
 	msgs := make([]*partitionpb.NewMessage, 0, len(parts))
+	bytes := 0
 	for _, p := range parts {
 		m, err := incoming(p)
 		if err != nil {
@@ -74,6 +76,7 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 			return
 		}
 		msgs = append(msgs, m)
+		bytes += len(m.Header) + len(m.Annotations) + len(m.Bare)
 	}
 	if len(msgs) == 0 {
 		if !d.Settled {
@@ -83,7 +86,7 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 	}
 	p := s.partitionFor(msgs[0])
 	select {
-	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs}:
+	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs, bytes: bytes}:
 	case <-s.done:
 	}
 }
@@ -123,7 +126,7 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 // settled out of send order, as Service Bus allows.
 func (s *sender) run() {
 	slots := make(chan struct{}, sendsInFlight)
-	max := s.c.srv.cfg.SendBatch
+	max, maxBytes := s.c.srv.cfg.SendBatch, s.c.srv.cfg.SendBatchBytes
 	for {
 		var first pendingSend
 		select {
@@ -139,13 +142,13 @@ func (s *sender) run() {
 			return
 		}
 		batch := map[uint32][]pendingSend{first.partition: {first}}
-		n := len(first.msgs)
+		n, bytes := len(first.msgs), first.bytes
 	fill:
-		for n < max {
+		for n < max && bytes < maxBytes {
 			select {
 			case p := <-s.queue:
 				batch[p.partition] = append(batch[p.partition], p)
-				n += len(p.msgs)
+				n, bytes = n+len(p.msgs), bytes+p.bytes
 			default:
 				break fill
 			}
