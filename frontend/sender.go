@@ -15,7 +15,9 @@ const (
 	defaultMaxMessageBytes = 256 << 10
 	// sendsInFlight bounds the partition requests one link has outstanding.
 	sendsInFlight = 8
-	// sendTimeout bounds one partition request, leader changes included.
+	// sendTimeout bounds one partition request, leader changes included,
+	// plus a second per MiB it carries: a storage node writes a large
+	// message in pieces, each replicated and fsynced.
 	sendTimeout = 30 * time.Second
 )
 
@@ -169,10 +171,12 @@ func (s *sender) run() {
 
 func (s *sender) send(partition uint32, items []pendingSend) {
 	var msgs []*partitionpb.NewMessage
+	bytes := 0
 	for _, it := range items {
 		msgs = append(msgs, it.msgs...)
+		bytes += it.bytes
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout+time.Duration(bytes>>20)*time.Second)
 	res, err := s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
 	cancel()
 	var state amqp.DeliveryState = amqp.Accepted{}
