@@ -152,6 +152,12 @@ func (c *Conn) refuse(e *Error) {
 	c.nc.SetDeadline(time.Now().Add(min(refuseTimeout, c.srv.idleTimeout())))
 	err := c.handshake()
 	c.log.Debug("amqp connection refused", "reason", e, "err", err)
+	// Let the peer read our close before the socket goes: closing with its
+	// pipelined frames unread would reset the connection, and a reset may
+	// discard the close before the peer reads it.
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok && tc.CloseWrite() == nil {
+		io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
+	}
 }
 
 // handshake negotiates the protocol headers, SASL and the open frames. On
