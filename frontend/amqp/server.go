@@ -173,7 +173,9 @@ func (s *Server) Stats() Stats {
 }
 
 // Listening reports whether a Serve loop is accepting connections: false
-// before Serve, after Shutdown, and once every listener has failed for good.
+// before Serve, after Shutdown, and once every listener has failed for
+// good. A listener riding out accept errors (out of descriptors) still
+// listens: Stats().AcceptRetries tells how often that happened.
 func (s *Server) Listening() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -402,6 +404,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 
 // Shutdown stops accepting connections, closes every open connection with
 // amqp:connection:forced, and waits for them to finish or for ctx to end.
+// Connections being refused (MaxConnections) end within refuseTimeout.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.shutdown {
