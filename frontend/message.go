@@ -94,7 +94,10 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 				}
 				props = m.Properties
 			case secApplicationProperties:
-				if err := checkApplicationProperties(s.Raw); err != nil {
+				// Service Bus holds senders to AMQP 3.2.5 (string keys,
+				// simple values); the section is stored undecoded but
+				// decoded again when settlement rewrites it.
+				if err := amqp.CheckApplicationProperties(s.Raw); err != nil {
 					return nil, err
 				}
 			}
@@ -126,35 +129,6 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 	nm.MessageId = messageIDString(props.MessageID)
 	nm.SessionId = props.GroupID
 	return nm, nil
-}
-
-// checkApplicationProperties checks an application-properties section
-// against AMQP 3.2.5, which Service Bus enforces: string keys, and values
-// of simple types, not lists, maps or arrays (a described value, as .NET
-// sends DateTimeOffset or TimeSpan, may wrap only a simple value). It is
-// stored undecoded but decoded again when settlement rewrites it.
-func checkApplicationProperties(raw []byte) error {
-	var m amqp.Message
-	if err := m.Decode(raw); err != nil {
-		return err
-	}
-	for _, p := range m.ApplicationProperties {
-		key, ok := p.Key.(string)
-		if !ok {
-			return fmt.Errorf("application-properties key of type %T: keys must be strings", p.Key)
-		}
-		v := p.Value
-		if d, ok := v.(amqp.Described); ok {
-			v = d.Value
-		}
-		switch v.(type) {
-		case nil, bool, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float32, float64,
-			amqp.Decimal32, amqp.Decimal64, amqp.Decimal128, amqp.Char, time.Time, amqp.UUID, []byte, string, amqp.Symbol:
-		default:
-			return fmt.Errorf("application property %q is a %T: Service Bus allows only simple types", key, p.Value)
-		}
-	}
-	return nil
 }
 
 // payloadFrom returns payload from the start of sub (a slice of payload)

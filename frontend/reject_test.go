@@ -43,7 +43,7 @@ func TestSendRejectsMalformedSections(t *testing.T) {
 		var ae *goamqp.Error
 		if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondDecodeError {
 			t.Errorf("%s: %v, want a rejection with %s", name, err, goamqp.ErrCondDecodeError)
-		} else if !strings.Contains(ae.Description, "simple types") && !strings.Contains(ae.Description, "nested deeper") {
+		} else if !strings.Contains(ae.Description, "simple type") && !strings.Contains(ae.Description, "nested deeper") {
 			t.Errorf("%s: description %q does not say why", name, ae.Description)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 )
 
 // FuzzSkip: skip never panics, fails only with errDecode, and agrees with
@@ -81,4 +82,52 @@ func FuzzSections(f *testing.F) {
 			t.Fatalf("sections do not cover the payload:\n% x\n% x", joined, payload)
 		}
 	})
+}
+
+// FuzzCheckApplicationProperties: the checker never panics, fails only
+// with errDecode, and agrees with Decode: it accepts exactly the
+// application-properties sections that decode to string keys and simple
+// values.
+func FuzzCheckApplicationProperties(f *testing.F) {
+	for _, m := range []Map{
+		{{Key: "s", Value: "x"}, {Key: "i", Value: int64(1)}, {Key: "t", Value: time.UnixMilli(1)}},
+		{{Key: "d", Value: Described{Descriptor: Symbol("x"), Value: int64(1)}}, {Key: "u", Value: UUID{}}},
+		{{Key: "l", Value: []any{"a"}}, {Key: Symbol("k"), Value: Map{}}},
+	} {
+		f.Add(appProps(f, m))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		err := CheckApplicationProperties(raw)
+		if err != nil && !errors.Is(err, errDecode) {
+			t.Fatalf("error %v does not wrap errDecode", err)
+		}
+		var m Message
+		derr := m.Decode(raw)
+		secs, serr := Sections(raw, nil)
+		decodes := derr == nil && serr == nil && len(secs) == 1 && secs[0].Descriptor == descApplicationProperties && simpleProps(m.ApplicationProperties)
+		if (err == nil) != decodes {
+			t.Fatalf("% x: checker says %v, Decode %v (sections %d, %v) with %#v", raw, err, derr, len(secs), serr, m.ApplicationProperties)
+		}
+	})
+}
+
+// simpleProps reports whether every key is a string and every value of a
+// simple type (or a described simple value).
+func simpleProps(m Map) bool {
+	for _, p := range m {
+		if _, ok := p.Key.(string); !ok {
+			return false
+		}
+		v := p.Value
+		if d, ok := v.(Described); ok {
+			v = d.Value
+		}
+		switch v.(type) {
+		case nil, bool, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float32, float64,
+			Decimal32, Decimal64, Decimal128, Char, time.Time, UUID, []byte, string, Symbol:
+		default:
+			return false
+		}
+	}
+	return true
 }
