@@ -81,7 +81,7 @@ func TestEnginePartialBudgetPerServer(t *testing.T) {
 	const chunk = 50_000
 	srv := &Server{MaxPartialBytes: 250_000, MaxMessageSize: 10 << 20}
 	env, c1 := partialEnv(t, srv)
-	sendPartial(c1, 0, 0, 3, chunk) // 150,000 bytes, or a little more
+	sendPartial(c1, 0, 0, 3, chunk) // 150,000 bytes in a buffer of at most twice that
 	c1.sessionEcho(0)
 	c2 := env.dialOpen()
 	c2.begin(0)
