@@ -38,6 +38,7 @@ var (
 	failInternal   = failure{amqp.ErrCondInternalError, 500, true, "internal error"}
 	failNotImpl    = failure{amqp.ErrCondNotImplemented, 501, false, "not implemented yet"}
 	failBadRequest = failure{amqp.ErrCondDecodeError, 400, false, "the request could not be decoded"}
+	failBadField   = failure{amqp.ErrCondInvalidField, 400, false, "a request field is missing or malformed"}
 )
 
 func resultFailure(code partitionpb.ResultCode) (failure, bool) {

@@ -34,6 +34,17 @@ type Config struct {
 	// stages larger ones in pieces, which costs a round trip each.
 	// Default 1 MiB.
 	SendBatchBytes int
+	// MaxConnections bounds the AMQP connections served at once; past it
+	// a client is refused with amqp:resource-limit-exceeded. Default
+	// 5000, Service Bus's limit of AMQP connections per namespace
+	// (Standard tier); negative means no limit.
+	MaxConnections int
+	// MaxConnPartialBytes and MaxPartialBytes bound the bytes held in
+	// unfinished (multi-frame) incoming messages per connection and over
+	// the whole front-end (amqp.Server). Defaults 256 MiB, which admits two
+	// 100 MB messages per connection, and 1 GiB.
+	MaxConnPartialBytes int64
+	MaxPartialBytes     int64
 }
 
 func (c *Config) validate() error {
@@ -54,6 +65,15 @@ func (c *Config) validate() error {
 	}
 	if c.SendBatchBytes == 0 {
 		c.SendBatchBytes = 1 << 20
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 5000
+	}
+	if c.MaxConnections < 0 {
+		c.MaxConnections = 0 // the engine's "no limit"
+	}
+	if c.MaxConnPartialBytes < 0 || c.MaxPartialBytes < 0 {
+		return errors.New("frontend: partial-bytes budgets must not be negative")
 	}
 	return nil
 }
@@ -77,14 +97,26 @@ func New(cfg Config) (*Server, error) {
 		// each link announces its entity's own limit.
 		MaxMessageSize: 100 << 20,
 		// The SDKs offer ANONYMOUS only; MSSBCBS tells them claims come via $cbs.
-		SASL:   amqp.SASL{Anonymous: true, Extra: []amqp.Symbol{"MSSBCBS"}},
-		Logger: cfg.Logger,
+		SASL:                amqp.SASL{Anonymous: true, Extra: []amqp.Symbol{"MSSBCBS"}},
+		Logger:              cfg.Logger,
+		MaxConnections:      cfg.MaxConnections,
+		MaxConnPartialBytes: cfg.MaxConnPartialBytes,
+		MaxPartialBytes:     cfg.MaxPartialBytes,
 	}
 	return s, nil
 }
 
-// Serve accepts AMQP connections on l.
+// Serve accepts AMQP connections on l. It returns amqp.ErrServerClosed
+// after Shutdown, and an error when l fails for good; errors that pass,
+// such as running out of descriptors, it rides out.
 func (s *Server) Serve(l net.Listener) error { return s.amqp.Serve(l) }
+
+// Listening reports whether Serve is accepting connections.
+func (s *Server) Listening() bool { return s.amqp.Listening() }
+
+// Stats returns the AMQP listener's counters: connections served and
+// refused, accept errors retried, bytes held in unfinished messages.
+func (s *Server) Stats() amqp.Stats { return s.amqp.Stats() }
 
 // Shutdown closes every connection and waits for them or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ctx) }

@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
@@ -21,7 +23,13 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		req.fail(failNotFound, entityPath)
 		return
 	}
-	body, _ := req.msg.Value.(amqp.Map)
+	body, ok := req.msg.Value.(amqp.Map)
+	if !ok {
+		// Service Bus answers a body that is not a map with 400; taking it
+		// as empty would run the operation with defaults nobody asked for.
+		req.fail(failBadField, fmt.Sprintf("the request body must be an amqp-value map, got %s", typeOf(req.msg.Value, req.msg.HasValue)))
+		return
+	}
 	q := partitionpb.SubQueue_SUB_QUEUE_MAIN
 	if sub != "" {
 		q = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
@@ -65,6 +73,73 @@ func answered(req *rpcRequest, res *partitionpb.Result, err error) bool {
 	return false
 }
 
+// typeOf names the type of a request field's value for a 400's
+// description.
+func typeOf(v any, present bool) string {
+	if !present {
+		return "nothing"
+	}
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// intField reads an integer field of a request body; any AMQP integer
+// type will do (the SDKs differ in widths), a value of another type or
+// out of [lo, hi] is an error that a 400 carries.
+func intField(body amqp.Map, key string, lo, hi int64) (int64, error) {
+	v, ok := body.Get(key)
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case int32:
+		n = int64(x)
+	case int16:
+		n = int64(x)
+	case int8:
+		n = int64(x)
+	case uint64:
+		if x > math.MaxInt64 {
+			return 0, fmt.Errorf("%s %d is out of range", key, x)
+		}
+		n = int64(x)
+	case uint32:
+		n = int64(x)
+	case uint16:
+		n = int64(x)
+	case uint8:
+		n = int64(x)
+	default:
+		return 0, fmt.Errorf("%s must be an integer, got %s", key, typeOf(v, ok))
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%s %d is out of range [%d, %d]", key, n, lo, hi)
+	}
+	return n, nil
+}
+
+// stringField reads an optional string field: absent or null is "", any
+// other type an error.
+func stringField(body amqp.Map, key string) (string, error) {
+	v, ok := body.Get(key)
+	switch x := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return x, nil
+	}
+	return "", fmt.Errorf("%s must be a string, got %s", key, typeOf(v, ok))
+}
+
+// lockLost reports whether a token cannot be a lock of e at all: it names
+// a partition e does not have. Such a token is a lock lost (410), as
+// Service Bus answers any unknown token, not a missing entity (404).
+func lockLost(e *placementpb.Entity, token []byte) bool {
+	return int(partitionOfToken(token)) >= max(len(e.PartitionGroups), 1)
+}
+
 // lockTokens reads the lock-tokens field: an array of uuids.
 func lockTokens(body amqp.Map) ([][]byte, bool) {
 	v, _ := body.Get("lock-tokens")
@@ -89,6 +164,12 @@ func (c *conn) renewLock(ctx context.Context, e *placementpb.Entity, q partition
 	if !ok {
 		req.fail(failInvalid, "renew-lock needs lock-tokens")
 		return
+	}
+	for _, t := range tokens {
+		if lockLost(e, t) {
+			req.fail(failLockLost, "")
+			return
+		}
 	}
 	expirations := make([]time.Time, len(tokens))
 	// Tokens of one partition renew together; keep each answer in its
@@ -125,6 +206,12 @@ func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q p
 		req.fail(failInvalid, "update-disposition needs lock-tokens")
 		return
 	}
+	for _, t := range tokens {
+		if lockLost(e, t) {
+			req.fail(failLockLost, "")
+			return
+		}
+	}
 	status, _ := body.Get("disposition-status")
 	var d partitionpb.Disposition
 	switch status {
@@ -141,17 +228,28 @@ func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q p
 		return
 	}
 	tmpl := &partitionpb.Settle{SubQueue: q, Disposition: d}
-	if v, ok := body.Get("deadletter-reason"); ok {
-		tmpl.DeadLetterReason, _ = v.(string)
+	var err error
+	if tmpl.DeadLetterReason, err = stringField(body, "deadletter-reason"); err != nil {
+		req.fail(failBadField, err.Error())
+		return
 	}
-	if v, ok := body.Get("deadletter-description"); ok {
-		tmpl.DeadLetterDescription, _ = v.(string)
+	if tmpl.DeadLetterDescription, err = stringField(body, "deadletter-description"); err != nil {
+		req.fail(failBadField, err.Error())
+		return
 	}
-	if v, ok := body.Get("properties-to-modify"); ok {
-		if m, ok := v.(amqp.Map); ok && len(m) > 0 {
-			if enc, err := (&amqp.Message{ApplicationProperties: m}).Append(nil); err == nil {
-				tmpl.PropertiesToModify = enc
+	if v, ok := body.Get("properties-to-modify"); ok && v != nil {
+		m, ok := v.(amqp.Map)
+		if !ok {
+			req.fail(failBadField, "properties-to-modify must be a map, got "+typeOf(v, true))
+			return
+		}
+		if len(m) > 0 {
+			enc, err := (&amqp.Message{ApplicationProperties: m}).Append(nil)
+			if err != nil {
+				req.fail(failBadField, "properties-to-modify: "+err.Error())
+				return
 			}
+			tmpl.PropertiesToModify = enc
 		}
 	}
 	byPartition := map[uint32][][]byte{}
@@ -256,12 +354,15 @@ const maxPeek = 1000
 // the order of the partition bits of the sequence numbers, so a client
 // that continues from the last number it saw walks them all.
 func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
-	fromV, _ := body.Get("from-sequence-number")
-	countV, _ := body.Get("message-count")
-	from, _ := fromV.(int64)
-	count, _ := countV.(int32)
-	if count <= 0 {
-		count = 1
+	from, err := intField(body, "from-sequence-number", 0, math.MaxInt64)
+	if err != nil {
+		req.fail(failBadField, err.Error())
+		return
+	}
+	count, err := intField(body, "message-count", 1, math.MaxInt32)
+	if err != nil {
+		req.fail(failBadField, err.Error())
+		return
 	}
 	count = min(count, maxPeek)
 	partitions := uint32(max(len(e.PartitionGroups), 1))
@@ -308,8 +409,16 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 		req.fail(failInvalid, "receive-by-sequence-number needs sequence-numbers")
 		return
 	}
-	modeV, _ := body.Get("receiver-settle-mode")
-	mode, _ := modeV.(uint32)
+	// Absent, the mode is receive-and-delete (0), as before this field was
+	// checked; a mode of another type or value must not delete messages.
+	var mode int64
+	if _, ok := body.Get("receiver-settle-mode"); ok {
+		var err error
+		if mode, err = intField(body, "receiver-settle-mode", 0, 1); err != nil {
+			req.fail(failBadField, err.Error())
+			return
+		}
+	}
 	rad := mode == 0
 	var list []any
 	for p, ns := range byPartition(seqs) {

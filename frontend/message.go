@@ -58,6 +58,13 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 			nm.TtlMs = m.Header.TTL.Milliseconds()
 			nm.Header = append(nm.Header, s.Raw...)
 		case secDeliveryAnnotations:
+			// Decoded only to check it: stored as sent, it is decoded
+			// again for every delivery, where a malformed one would make
+			// the message undeliverable.
+			var m amqp.Message
+			if err := m.Decode(s.Raw); err != nil {
+				return nil, err
+			}
 			nm.Header = append(nm.Header, s.Raw...)
 		case secMessageAnnotations:
 			var m amqp.Message
@@ -79,12 +86,20 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 			if bareStart == len(payload) {
 				bareStart = len(payload) - len(payloadFrom(payload, s.Raw))
 			}
-			if s.Descriptor == secProperties {
+			switch s.Descriptor {
+			case secProperties:
 				var m amqp.Message
 				if err := m.Decode(s.Raw); err != nil {
 					return nil, err
 				}
 				props = m.Properties
+			case secApplicationProperties:
+				// Service Bus holds senders to AMQP 3.2.5 (string keys,
+				// simple values); the section is stored undecoded but
+				// decoded again when settlement rewrites it.
+				if err := amqp.CheckApplicationProperties(s.Raw); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

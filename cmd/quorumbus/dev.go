@@ -24,6 +24,7 @@ func devCmd(args []string) error {
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
+	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
 	fs.Usage = func() {
@@ -55,3 +56,5 @@ func devCmd(args []string) error {
 	fmt.Println("quorumbus dev: shutting down")
 	return dev.Close()
 }
+
+const maxConnectionsUsage = "AMQP connections served at once; past it a client is refused with amqp:resource-limit-exceeded (0: 5000, negative: no limit)"

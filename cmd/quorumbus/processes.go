@@ -90,6 +90,7 @@ func frontendCmd(args []string) error {
 	httpAddr := fs.String("http-addr", "127.0.0.1:5300", "HTTP listener: /healthz and /readyz (empty: none)")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -106,7 +107,7 @@ func frontendCmd(args []string) error {
 	}
 	router.Start(ctx)
 	defer router.Close()
-	srv, err := frontend.New(frontend.Config{Backend: router, Logger: log})
+	srv, err := frontend.New(frontend.Config{Backend: router, Logger: log, MaxConnections: *maxConns})
 	if err != nil {
 		return err
 	}

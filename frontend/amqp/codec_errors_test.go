@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -215,14 +216,87 @@ func TestDecodeNesting(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("deep inputs took %v", d)
 	}
-	// skip (unknown trailing fields) has the same bound.
-	d := decoder{b: nestedDescribed(maxNesting + 1)}
-	if err := d.skip(); !errors.Is(err, errDecode) {
-		t.Errorf("skip of %d nested described values: %v", maxNesting+1, err)
+	// skip (unknown trailing fields, and the sections a broker stores
+	// undecoded) has the same bound.
+	for name, build := range map[string]func(int) []byte{
+		"lists": nestedLists, "described": nestedDescribed, "arrays": nestedArrays, "maps": nestedMaps,
+	} {
+		d := decoder{b: build(maxNesting + 1)}
+		if err := d.skip(); !errors.Is(err, errDecode) {
+			t.Errorf("skip of %s nested %d deep: %v", name, maxNesting+1, err)
+		}
+		d = decoder{b: build(maxNesting)}
+		if err := d.skip(); err != nil || d.remaining() != 0 {
+			t.Errorf("skip of %s nested %d deep: %v, %d left", name, maxNesting, err, d.remaining())
+		}
 	}
-	d = decoder{b: nestedDescribed(maxNesting)}
-	if err := d.skip(); err != nil || d.remaining() != 0 {
-		t.Errorf("skip of %d nested described values: %v, %d left", maxNesting, err, d.remaining())
+}
+
+func nestedMaps(n int) []byte {
+	// innermost: an empty map; each level maps null to the one inside.
+	b := []byte{codeMap8, 1, 0}
+	for range n - 1 {
+		inner := b
+		b = []byte{codeMap32, 0, 0, 0, 0, 0, 0, 0, 2, codeNull}
+		putU32(b[1:], uint32(5+len(inner)))
+		b = append(b, inner...)
+	}
+	return b
+}
+
+// TestSectionsNesting: the sections a broker keeps without decoding them
+// (application-properties, bodies, footer) are held to the nesting bound
+// of the sections it decodes: 7,000 nested lists are a decode error.
+func TestSectionsNesting(t *testing.T) {
+	props := appendDescriptor(nil, descProperties)
+	props = append(props, codeList0)
+	for _, tc := range []struct {
+		name string
+		desc uint64
+		wrap func(v []byte) []byte // the section's value holding v
+	}{
+		{"application-properties", descApplicationProperties, func(v []byte) []byte {
+			m := []byte{codeMap32, 0, 0, 0, 0, 0, 0, 0, 2, codeStr8, 1, 'k'}
+			putU32(m[1:], uint32(4+3+len(v)))
+			return append(m, v...)
+		}},
+		{"amqp-value", descAmqpValue, func(v []byte) []byte { return v }},
+		{"amqp-sequence", descAmqpSequence, func(v []byte) []byte {
+			l := []byte{codeList32, 0, 0, 0, 0, 0, 0, 0, 1}
+			putU32(l[1:], uint32(4+len(v)))
+			return append(l, v...)
+		}},
+		{"footer", descFooter, func(v []byte) []byte {
+			m := []byte{codeMap32, 0, 0, 0, 0, 0, 0, 0, 2, codeSym8, 1, 'k'}
+			putU32(m[1:], uint32(4+3+len(v)))
+			return append(m, v...)
+		}},
+	} {
+		for _, depth := range []int{7000, maxNesting} {
+			msg := append(bytes.Clone(props), appendDescriptor(nil, tc.desc)...)
+			msg = append(msg, tc.wrap(nestedLists(depth))...)
+			_, err := Sections(msg, nil)
+			if depth > maxNesting {
+				if !errors.Is(err, errDecode) || !strings.Contains(err.Error(), "nested deeper") {
+					t.Errorf("%s holding %d nested lists: Sections gave %v, want the nesting error", tc.name, depth, err)
+				}
+				continue
+			}
+			// The section's own map or list is a level too.
+			if tc.name != "amqp-value" {
+				if !errors.Is(err, errDecode) {
+					t.Errorf("%s holding %d nested lists in its map: Sections gave %v, want the nesting error", tc.name, depth, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s holding %d nested lists: %v", tc.name, depth, err)
+			}
+			var m Message
+			if err := m.Decode(msg); err != nil {
+				t.Errorf("%s holding %d nested lists: Sections accepts it, Decode gives %v", tc.name, depth, err)
+			}
+		}
 	}
 }
 

@@ -52,6 +52,9 @@ type Conn struct {
 
 	delivery Delivery // scratch handed to MessageHandler.Message
 	dec      decoder  // decodes the frame being dispatched
+
+	refusal *Error // set for a connection refused at the open: the handler never sees it
+	partial int64  // bytes its links hold in unfinished messages; guarded by mu
 }
 
 func newConn(s *Server, nc net.Conn) *Conn {
@@ -139,6 +142,24 @@ func (c *Conn) serve() {
 	<-writerDone
 }
 
+// refuse answers the handshake of a connection the server will not serve
+// (it gets our open, then a close carrying e) and closes it. The peer has
+// refuseTimeout for the whole exchange.
+func (c *Conn) refuse(e *Error) {
+	defer c.nc.Close()
+	c.refusal = e
+	c.fr = newFrameReader(c.nc, c.srv.maxFrameSize())
+	c.nc.SetDeadline(time.Now().Add(min(refuseTimeout, c.srv.idleTimeout())))
+	err := c.handshake()
+	c.log.Debug("amqp connection refused", "reason", e, "err", err)
+	// Let the peer read our close before the socket goes: closing with its
+	// pipelined frames unread would reset the connection, and a reset may
+	// discard the close before the peer reads it.
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok && tc.CloseWrite() == nil {
+		io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
+	}
+}
+
 // handshake negotiates the protocol headers, SASL and the open frames. On
 // return without error the connection is open and the handler chosen.
 func (c *Conn) handshake() error {
@@ -211,6 +232,9 @@ func (c *Conn) handshake() error {
 	}
 	b, start := appendFrameHeader(nil, frameTypeAMQP, 0)
 	b = finishFrame(our.append(b), start)
+	if err == nil && c.refusal != nil {
+		err = c.refusal
+	}
 	if err == nil {
 		c.handler, err = c.srv.Handler.OpenConn(c)
 	}

@@ -173,7 +173,11 @@ func (d *decoder) compoundHeader(code byte) (count, end int, err error) {
 	return count, end, nil
 }
 
-// skip consumes one whole encoded value without decoding it.
+// skip consumes one whole encoded value without decoding it. It walks
+// into lists, maps and arrays, with the nesting bound value has, so that a
+// value a broker stores undecoded (an application-properties section, a
+// body) is as well-formed as one it decodes; it does not check what lies
+// inside strings, booleans and chars.
 func (d *decoder) skip() error {
 	code, err := d.byte()
 	if err != nil {
@@ -193,6 +197,12 @@ func (d *decoder) skipAfter(code byte) error {
 			return err
 		}
 		return d.skip()
+	}
+	switch code {
+	case codeList0, codeList8, codeList32, codeMap8, codeMap32:
+		return d.skipCompound(code) // list0 counts as a level, as in value
+	case codeArray8, codeArray32:
+		return d.skipArray(code)
 	}
 	if w := fixedWidth(code); w >= 0 {
 		if !validFixedCode(code) {
@@ -217,6 +227,98 @@ func (d *decoder) skipAfter(code byte) error {
 		return decodeErrorf("invalid format code 0x%02x", code)
 	}
 	d.off += n
+	return nil
+}
+
+// skipCompound skips a list or map whose constructor has been consumed,
+// element by element.
+func (d *decoder) skipCompound(code byte) error {
+	count, end, err := d.compoundHeader(code)
+	if err != nil {
+		return err
+	}
+	if (code == codeMap8 || code == codeMap32) && count%2 != 0 {
+		return decodeErrorf("map with odd element count %d", count)
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer func() { d.depth-- }()
+	for range count {
+		if err := d.skip(); err != nil {
+			return err
+		}
+		if d.off > end {
+			return decodeErrorf("compound elements overrun its size")
+		}
+	}
+	if d.off != end {
+		return decodeErrorf("compound of %d elements does not fill its size", count)
+	}
+	return nil
+}
+
+// skipArray skips an array whose constructor has been consumed: its
+// element constructor (described or not), then each element.
+func (d *decoder) skipArray(code byte) error {
+	var size int
+	var count uint32
+	var err error
+	if code == codeArray8 {
+		if size, err = d.size(1); err == nil && size < 2 {
+			err = decodeErrorf("array size %d too small", size)
+		}
+		if err != nil {
+			return err
+		}
+		c, _ := d.byte()
+		count = uint32(c)
+	} else {
+		if size, err = d.size(4); err == nil && size < 5 {
+			err = decodeErrorf("array size %d too small", size)
+		}
+		if err != nil {
+			return err
+		}
+		count, _ = d.u32()
+	}
+	end := d.off + size - 1
+	if code == codeArray32 {
+		end = d.off + size - 4
+	}
+	if uint64(count) > uint64(size) {
+		return decodeErrorf("array count %d exceeds its size %d", count, size)
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer func() { d.depth-- }()
+	elem, err := d.byte()
+	if err != nil {
+		return err
+	}
+	if elem == codeDescribed {
+		if err := d.skip(); err != nil { // the descriptor
+			return err
+		}
+		if elem, err = d.byte(); err != nil {
+			return err
+		}
+		if elem == codeDescribed {
+			return decodeErrorf("array element constructor is doubly described")
+		}
+	}
+	for range count {
+		if err := d.skipAfter(elem); err != nil {
+			return err
+		}
+		if d.off > end {
+			return decodeErrorf("array elements overrun its size")
+		}
+	}
+	if d.off != end {
+		return decodeErrorf("array of %d elements does not fill its size", count)
+	}
 	return nil
 }
 

@@ -191,7 +191,20 @@ type engEnv struct {
 	addr string
 }
 
+// engLogger discards what a server logs.
+func engLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
 func startEngine(t *testing.T, srv *Server, h *engHandler) *engEnv {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startEngineOn(t, srv, h, l)
+}
+
+// startEngineOn serves l; the test's cleanup shuts the server down.
+func startEngineOn(t *testing.T, srv *Server, h *engHandler, l net.Listener) *engEnv {
 	t.Helper()
 	if srv == nil {
 		srv = &Server{}
@@ -201,11 +214,7 @@ func startEngine(t *testing.T, srv *Server, h *engHandler) *engEnv {
 	}
 	srv.Handler = h
 	if srv.Logger == nil {
-		srv.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+		srv.Logger = engLogger()
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()

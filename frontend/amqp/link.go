@@ -29,7 +29,7 @@ type Link struct {
 	credit        uint32
 	deliveryCount uint32
 	outstanding   uint32
-	asm           []byte // a multi-frame message being assembled
+	asm           []byte // a multi-frame message being assembled; its cap is charged to the budgets
 	asmActive     bool
 	asmID         uint32
 	asmTag        []byte
@@ -167,7 +167,7 @@ func (l *Link) markDetachedLocked() bool {
 		return false
 	}
 	l.detached = true
-	l.asm = nil
+	l.dropAsmLocked()
 	return l.handler != nil
 }
 
@@ -183,6 +183,7 @@ func (l *Link) Detach(err error) {
 	}
 	l.detachSent = true
 	l.detachErr = err
+	l.dropAsmLocked() // transfers still in flight are ignored, so nothing refills it
 	p := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
 	c.writeFrameLocked(l.session.channel, p.append)
 }
@@ -263,7 +264,7 @@ func (l *Link) onTransferLocked(p *Transfer, payload []byte) (*Delivery, error) 
 		return nil, Errorf(ErrCondIllegalState, "transfer on a link where the peer is the receiver")
 	}
 	if p.Aborted {
-		l.asmActive, l.asm = false, l.asm[:0]
+		l.dropAsmLocked()
 		return nil, nil
 	}
 	if !l.asmActive {
@@ -285,18 +286,24 @@ func (l *Link) onTransferLocked(p *Transfer, payload []byte) (*Delivery, error) 
 	}
 	size := uint64(len(l.asm)) + uint64(len(payload))
 	if l.maxMessageSize > 0 && size > l.maxMessageSize {
-		l.asmActive, l.asm = false, nil
+		l.dropAsmLocked()
 		return nil, Errorf(ErrCondMessageSizeExceeded, "message of more than %d bytes exceeds the link's maximum of %d", size, l.maxMessageSize)
 	}
 	d := &l.session.conn.delivery
-	if p.More {
+	if p.More || l.asmActive {
+		if err := l.reserveAsmLocked(int(size)); err != nil {
+			l.dropAsmLocked()
+			l.session.conn.srv.partialRefusals.Add(1)
+			return nil, err
+		}
 		l.asmActive = true
 		l.asm = append(l.asm, payload...)
-		return nil, nil
+		if p.More {
+			return nil, nil
+		}
 	}
 	*d = Delivery{ID: l.asmID, Tag: l.asmTag, Format: l.asmFormat, Settled: l.asmSettled, Payload: payload}
 	if l.asmActive {
-		l.asm = append(l.asm, payload...)
 		d.Payload = l.asm
 	}
 	if !d.Settled {
@@ -307,15 +314,64 @@ func (l *Link) onTransferLocked(p *Transfer, payload []byte) (*Delivery, error) 
 
 // finishMessageLocked runs after the handler took a message.
 func (l *Link) finishMessageLocked() {
-	if l.asmActive {
-		l.asmActive = false
-		if cap(l.asm) > 1<<20 {
-			l.asm = nil // don't pin a large message's buffer
-		} else {
-			l.asm = l.asm[:0]
+	l.dropAsmLocked()
+	l.topUpLocked()
+}
+
+// reserveAsmLocked makes room for need bytes of the message being
+// reassembled, charging what the buffer grows by to the connection's and
+// the server's budgets. Growth doubles but stops at the link's maximum
+// message size, so a maximal message holds no more than that.
+func (l *Link) reserveAsmLocked(need int) error {
+	old := cap(l.asm)
+	if need <= old {
+		return nil
+	}
+	grow := max(need, 2*old)
+	if m := l.maxMessageSize; m > 0 && uint64(grow) > m {
+		grow = max(need, int(m))
+	}
+	if err := l.chargeLocked(int64(grow - old)); err != nil {
+		if grow == need {
+			return err
+		}
+		grow = need
+		if err := l.chargeLocked(int64(grow - old)); err != nil {
+			return err
 		}
 	}
-	l.topUpLocked()
+	b := make([]byte, len(l.asm), grow)
+	copy(b, l.asm)
+	l.asm = b
+	return nil
+}
+
+// chargeLocked adds n bytes to what the connection and the server hold in
+// unfinished messages, unless that would take either past its budget.
+func (l *Link) chargeLocked(n int64) error {
+	c := l.session.conn
+	srv := c.srv
+	if budget := srv.maxConnPartialBytes(); c.partial+n > budget {
+		return Errorf(ErrCondResourceLimitExceeded, "unfinished messages on this connection would hold %d bytes, over its budget of %d", c.partial+n, budget)
+	}
+	if budget, total := srv.maxPartialBytes(), srv.partial.Add(n); total > budget {
+		srv.partial.Add(-n)
+		return Errorf(ErrCondResourceLimitExceeded, "unfinished messages on this server would hold %d bytes, over its budget of %d", total, budget)
+	}
+	c.partial += n
+	return nil
+}
+
+// dropAsmLocked ends the reassembly of a message (finished, aborted, or
+// its link gone) and gives back what its buffer was charged. The buffer
+// is not kept for the next message: an idle link pins no memory.
+func (l *Link) dropAsmLocked() {
+	if n := int64(cap(l.asm)); n > 0 {
+		c := l.session.conn
+		c.partial -= n
+		c.srv.partial.Add(-n)
+	}
+	l.asm, l.asmActive = nil, false
 }
 
 // Settle settles a delivery with an outcome. On a link where the peer

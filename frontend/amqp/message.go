@@ -1,6 +1,10 @@
 package amqp
 
-import "time"
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
 
 // BatchMessageFormat is the message format of a Service Bus batch: the
 // body's data sections each hold one encoded message.
@@ -84,6 +88,141 @@ func Sections(payload []byte, dst []Section) ([]Section, error) {
 		dst = append(dst, Section{Descriptor: desc, Raw: payload[start:d.off]})
 	}
 	return dst, nil
+}
+
+// CheckApplicationProperties checks an encoded application-properties
+// section (descriptor included) against spec 3.2.5: a map (or null) whose
+// keys are strings and whose values are of simple types, not lists, maps
+// or arrays; a described value may wrap a simple value. What it accepts,
+// Decode decodes. It allocates nothing, so that a broker that keeps the
+// section as sent can afford to check every message.
+func CheckApplicationProperties(raw []byte) error {
+	d := decoder{b: raw}
+	if err := d.expectDescribed(descApplicationProperties, "application-properties"); err != nil {
+		return err
+	}
+	code, err := d.byte()
+	if err != nil {
+		return err
+	}
+	if code == codeNull {
+		return d.end()
+	}
+	if code != codeMap8 && code != codeMap32 {
+		return decodeErrorf("application-properties is a %s, not a map", typeName(code))
+	}
+	count, end, err := d.compoundHeader(code)
+	if err != nil {
+		return err
+	}
+	if count%2 != 0 {
+		return decodeErrorf("map with odd element count %d", count)
+	}
+	for range count / 2 {
+		kc, err := d.byte()
+		if err != nil {
+			return err
+		}
+		if kc != codeStr8 && kc != codeStr32 {
+			return decodeErrorf("application-properties key is a %s: keys must be strings", typeName(kc))
+		}
+		key, err := d.variableAfter(kc)
+		if err != nil {
+			return err
+		}
+		if err := d.checkSimple(); err != nil {
+			return fmt.Errorf("application property %q: %w", key, err)
+		}
+	}
+	if d.off != end {
+		return decodeErrorf("map of %d elements does not fill its size", count)
+	}
+	return d.end()
+}
+
+// end checks that nothing follows the value just read.
+func (d *decoder) end() error {
+	if d.remaining() != 0 {
+		return decodeErrorf("%d bytes after the value", d.remaining())
+	}
+	return nil
+}
+
+// checkSimple consumes one value of a simple type, checked as value
+// checks it, or one described value wrapping one.
+func (d *decoder) checkSimple() error {
+	code, err := d.byte()
+	if err != nil {
+		return err
+	}
+	if code == codeDescribed {
+		// value takes ulong and symbol descriptors only.
+		dc, err := d.byte()
+		if err != nil {
+			return err
+		}
+		switch dc {
+		case codeUlong0:
+		case codeSmallUlong, codeUlong, codeSym8, codeSym32:
+			if dc == codeSym8 || dc == codeSym32 {
+				_, err = d.variableAfter(dc)
+			} else {
+				err = d.need2(fixedWidth(dc))
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return decodeErrorf("descriptor must be ulong or symbol, got %s", typeName(dc))
+		}
+		if code, err = d.byte(); err != nil {
+			return err
+		}
+	}
+	switch code {
+	case codeStr8, codeStr32, codeSym8, codeSym32, codeVbin8, codeVbin32:
+		_, err := d.variableAfter(code)
+		return err
+	case codeBool:
+		c, err := d.byte()
+		if err == nil && c > 1 {
+			return decodeErrorf("boolean byte 0x%02x", c)
+		}
+		return err
+	case codeChar:
+		v, err := d.u32()
+		if err == nil && v > utf8.MaxRune {
+			return decodeErrorf("char 0x%x out of range", v)
+		}
+		return err
+	case codeList0, codeDescribed:
+	default:
+		if w := fixedWidth(code); w >= 0 && validFixedCode(code) {
+			return d.need2(w)
+		}
+		if !validVariableCode(code) {
+			return decodeErrorf("invalid format code 0x%02x", code)
+		}
+	}
+	return decodeErrorf("a %s is not of a simple type", typeName(code))
+}
+
+// variableAfter reads the bytes of a binary, string or symbol whose
+// constructor has been consumed; a string's must be UTF-8.
+func (d *decoder) variableAfter(code byte) ([]byte, error) {
+	width := 1
+	if code&0xf0 == 0xb0 {
+		width = 4
+	}
+	n, err := d.size(width)
+	if err != nil {
+		return nil, err
+	}
+	b, err := d.bytes(n)
+	if err == nil && (code == codeStr8 || code == codeStr32) && !utf8.Valid(b) {
+		return nil, decodeErrorf("string is not valid UTF-8")
+	}
+	return b, err
 }
 
 // Decode parses an encoded message. Byte slices in the result are copies,

@@ -3,9 +3,12 @@ package amqp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -112,15 +115,72 @@ type Server struct {
 	// Logger receives connection-level events. Default slog.Default().
 	Logger *slog.Logger
 
+	// MaxConnections bounds the connections served at once, so that
+	// descriptors and memory run out for new peers before they do for the
+	// ones being served. A connection past it is refused: it gets our
+	// open and a close with amqp:resource-limit-exceeded. Zero means no
+	// limit (like net/http); the process's descriptor limit then bounds
+	// it, and Serve rides out running out of descriptors by retrying.
+	MaxConnections int
+	// MaxConnPartialBytes bounds the bytes one connection holds in
+	// unfinished incoming messages (multi-frame transfers being
+	// reassembled), over all its links. Default 256 MiB: two messages of
+	// the largest size Service Bus allows (100 MB) in flight at once.
+	MaxConnPartialBytes int64
+	// MaxPartialBytes bounds the same bytes over every connection of the
+	// server. Default 1 GiB. A transfer that would take a connection or
+	// the server past its budget detaches its link with
+	// amqp:resource-limit-exceeded and frees what the link held.
+	MaxPartialBytes int64
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
+	refusing  int // connections being refused politely
 	shutdown  bool
+	closed    chan struct{} // closed by Shutdown; wakes accept back-offs
 	wg        sync.WaitGroup
+
+	partial         atomic.Int64 // bytes of unfinished incoming messages, all connections
+	refusedConns    atomic.Uint64
+	partialRefusals atomic.Uint64
+	acceptRetries   atomic.Uint64
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("amqp: server closed")
+
+// Stats is a snapshot of a Server's counters, for metrics and readiness.
+type Stats struct {
+	Listeners       int    // Serve loops accepting connections
+	Conns           int    // connections being served
+	RefusedConns    uint64 // connections refused because MaxConnections was reached
+	AcceptRetries   uint64 // temporary accept errors (out of descriptors, ...) retried
+	PartialBytes    int64  // bytes held in unfinished incoming messages
+	PartialRefusals uint64 // links detached because a partial-bytes budget was exceeded
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Listeners: len(s.listeners), Conns: len(s.conns)}
+	s.mu.Unlock()
+	st.RefusedConns = s.refusedConns.Load()
+	st.AcceptRetries = s.acceptRetries.Load()
+	st.PartialBytes = s.partial.Load()
+	st.PartialRefusals = s.partialRefusals.Load()
+	return st
+}
+
+// Listening reports whether a Serve loop is accepting connections: false
+// before Serve, after Shutdown, and once every listener has failed for
+// good. A listener riding out accept errors (out of descriptors) still
+// listens: Stats().AcceptRetries tells how often that happened.
+func (s *Server) Listening() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.listeners) > 0 && !s.shutdown
+}
 
 func (s *Server) maxFrameSize() uint32 {
 	if s.MaxFrameSize == 0 {
@@ -171,6 +231,20 @@ func (s *Server) writeTimeout() time.Duration {
 	return s.WriteTimeout
 }
 
+func (s *Server) maxConnPartialBytes() int64 {
+	if s.MaxConnPartialBytes == 0 {
+		return 256 << 20
+	}
+	return s.MaxConnPartialBytes
+}
+
+func (s *Server) maxPartialBytes() int64 {
+	if s.MaxPartialBytes == 0 {
+		return 1 << 30
+	}
+	return s.MaxPartialBytes
+}
+
 func (s *Server) logger() *slog.Logger {
 	if s.Logger == nil {
 		return slog.Default()
@@ -185,7 +259,12 @@ func (s *Server) sasl() Authenticator {
 	return s.SASL
 }
 
-// Serve accepts connections on l until l fails or Shutdown is called.
+// Serve accepts connections on l until Shutdown is called, when it
+// returns ErrServerClosed, or until l fails for good (closed by someone
+// else, or an error that retrying cannot cure), when it returns that
+// error. Errors that pass (out of descriptors or buffers, an aborted
+// handshake, a timeout) are retried after a back-off of 5 ms doubling to
+// 1 s, as net/http does, and logged at most once per acceptLogInterval.
 func (s *Server) Serve(l net.Listener) error {
 	if s.Handler == nil {
 		return errors.New("amqp: Server.Handler is nil")
@@ -199,6 +278,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.listeners = make(map[net.Listener]struct{})
 	}
 	s.listeners[l] = struct{}{}
+	closed := s.closedLocked()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -207,35 +287,104 @@ func (s *Server) Serve(l net.Listener) error {
 	}()
 
 	var backoff time.Duration
+	var lastLog time.Time
+	var unlogged int
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			s.mu.Lock()
-			down := s.shutdown
-			s.mu.Unlock()
-			if down {
+			select {
+			case <-closed:
+				return ErrServerClosed
+			default:
+			}
+			if !temporaryAcceptError(err) {
+				s.logger().Error("amqp listener failed; no more connections are accepted", "addr", l.Addr().String(), "err", err)
+				return fmt.Errorf("amqp: accept: %w", err)
+			}
+			s.acceptRetries.Add(1)
+			unlogged++
+			if now := time.Now(); now.Sub(lastLog) >= acceptLogInterval {
+				s.logger().Warn("amqp accept failed; retrying", "addr", l.Addr().String(), "err", err, "failures", unlogged)
+				lastLog, unlogged = now, 0
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-closed:
+				t.Stop()
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
+			continue
 		}
 		backoff = 0
 		s.ServeConn(nc)
 	}
 }
 
+// acceptLogInterval rate-limits the log of retried accept errors: a
+// listener out of descriptors fails every back-off period.
+const acceptLogInterval = 10 * time.Second
+
+// temporaryAcceptError reports whether an accept error may pass: the
+// process or system is out of descriptors or memory for the moment, or one
+// peer's connection failed before we took it.
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) closedLocked() chan struct{} {
+	if s.closed == nil {
+		s.closed = make(chan struct{})
+	}
+	return s.closed
+}
+
+// maxRefusing bounds the refused connections that get a polite answer at
+// once; past it a refused connection is closed at once, so that refusing
+// cannot hold the descriptors the limit is there to save.
+const maxRefusing = 64
+
+// refuseTimeout is how long a refused peer has to send its protocol
+// header (and SASL and open frames) before its connection is cut.
+const refuseTimeout = 2 * time.Second
+
 // ServeConn serves one already accepted connection in a new goroutine.
+// Past MaxConnections it refuses the connection instead.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := newConn(s, nc)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
 		nc.Close()
+		return
+	}
+	if s.MaxConnections > 0 && len(s.conns) >= s.MaxConnections {
+		s.refusedConns.Add(1)
+		if s.refusing >= maxRefusing {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.refusing++
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.refuse(Errorf(ErrCondResourceLimitExceeded, "connection limit reached: %d connections", s.MaxConnections))
+			s.mu.Lock()
+			s.refusing--
+			s.mu.Unlock()
+		}()
 		return
 	}
 	if s.conns == nil {
@@ -255,8 +404,12 @@ func (s *Server) ServeConn(nc net.Conn) {
 
 // Shutdown stops accepting connections, closes every open connection with
 // amqp:connection:forced, and waits for them to finish or for ctx to end.
+// Connections being refused (MaxConnections) end within refuseTimeout.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.shutdown {
+		close(s.closedLocked())
+	}
 	s.shutdown = true
 	for l := range s.listeners {
 		l.Close()

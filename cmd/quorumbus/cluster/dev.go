@@ -48,6 +48,8 @@ type DevOptions struct {
 	// RaftMetrics collects hashicorp/raft's timers and serves them on
 	// the HTTP listener at /debug/raft-metrics (raftmetrics.go).
 	RaftMetrics bool
+	// MaxConnections is frontend.Config.MaxConnections.
+	MaxConnections int
 }
 
 // Dev is everything `quorumbus dev` runs.
@@ -121,7 +123,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Logger: log.With("part", "frontend")}); err != nil {
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections}); err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", o.AMQPAddr)
