@@ -17,6 +17,7 @@ import (
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/internal/adminhttp"
 	"github.com/quorumbus/quorumbus/node"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // Readiness means the process can do its part now (docs/operations.md):
@@ -160,16 +161,17 @@ type openFailures interface {
 type groupWatch struct {
 	mu      sync.Mutex
 	table   bool // a routing table arrived
+	any     bool // it has partition groups
 	mine    []uint64
 	openErr map[uint64]error
 }
 
 var _ openFailures = (*groupWatch)(nil)
 
-func (w *groupWatch) placed(mine []uint64) {
+func (w *groupWatch) placed(t *placementpb.RoutingTable, mine []uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.table, w.mine = true, mine
+	w.table, w.any, w.mine = true, len(t.Groups) > 0, mine
 }
 
 func (w *groupWatch) opened(id uint64, err error) {
@@ -185,10 +187,19 @@ func (w *groupWatch) opened(id uint64, err error) {
 	w.openErr[id] = err
 }
 
-func (w *groupWatch) groups() (mine []uint64, known bool) {
+// groups returns the groups placed on this node, or why it cannot tell:
+// no table yet, or a cluster with no groups yet (it creates them once
+// enough storage nodes are alive), which cannot serve an entity either.
+func (w *groupWatch) groups() (mine []uint64, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.mine), w.table
+	switch {
+	case !w.table:
+		return nil, errors.New("no routing table yet")
+	case !w.any:
+		return nil, errors.New("the cluster has no partition groups yet (waiting for enough storage nodes)")
+	}
+	return slices.Clone(w.mine), nil
 }
 
 // OpenFailures implements openFailures.
@@ -220,7 +231,7 @@ func checkGroups(ids []uint64, nodes groupReader, failed openFailures) error {
 		case st.Err != nil:
 			errs = append(errs, fmt.Errorf("group %d stopped: %w", id, st.Err))
 		case st.Leader.ID == "":
-			errs = append(errs, fmt.Errorf("group %d has no leader (no quorum reachable)", id))
+			errs = append(errs, fmt.Errorf("group %d has no leader (electing one, or no quorum reachable)", id))
 		case st.State == raft.Leader && !st.Serving:
 			errs = append(errs, fmt.Errorf("group %d: this node leads it but does not serve yet", id))
 		}
@@ -234,9 +245,9 @@ func (s *Storage) ReadyChecks() []adminhttp.Check {
 	return []adminhttp.Check{
 		{Name: "node " + id + " catalog", Func: s.Placement.Ready},
 		{Name: "node " + id + " groups", Func: func() error {
-			mine, known := s.watch.groups()
-			if !known {
-				return errors.New("no routing table yet")
+			mine, err := s.watch.groups()
+			if err != nil {
+				return err
 			}
 			return checkGroups(mine, s.Node, s.failures)
 		}},

@@ -218,8 +218,8 @@ func TestStorageReadinessFollowsQuorum(t *testing.T) {
 	c := startStorageCluster(t)
 	ready := func(i int) (string, bool) { return readiness(c.nodes[i].ReadyChecks()...) }
 	groupsPlaced := func(i int) bool {
-		mine, known := c.nodes[i].watch.groups()
-		return known && len(mine) == 2
+		mine, err := c.nodes[i].watch.groups()
+		return err == nil && len(mine) == 2
 	}
 	for i := range 3 {
 		eventually(t, c.ids[i]+" ready with its groups", func() bool {

@@ -145,7 +145,7 @@ func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *
 		addrs[nd.Id] = nd.GrpcAddr
 	}
 	var placed []uint64
-	defer func() { w.placed(placed) }()
+	defer func() { w.placed(t, placed) }()
 	for _, g := range t.Groups {
 		var peers []node.Peer
 		mine := false
