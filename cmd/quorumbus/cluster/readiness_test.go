@@ -153,9 +153,14 @@ type storageCluster struct {
 	nodes []*Storage
 }
 
-func startStorageCluster(t *testing.T) *storageCluster {
+// startStorageCluster starts three storage processes; prepare, if given,
+// runs on the data directory first.
+func startStorageCluster(t *testing.T, prepare func(dir string)) *storageCluster {
 	t.Helper()
 	c := &storageCluster{t: t, dir: t.TempDir()}
+	if prepare != nil {
+		prepare(c.dir)
+	}
 	lns := make([]net.Listener, 3)
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -215,7 +220,7 @@ func (c *storageCluster) stop(i int) {
 // turns unready, saying its groups have no leader; it is ready again once
 // they are back.
 func TestStorageReadinessFollowsQuorum(t *testing.T) {
-	c := startStorageCluster(t)
+	c := startStorageCluster(t, nil)
 	ready := func(i int) (string, bool) { return readiness(c.nodes[i].ReadyChecks()...) }
 	groupsPlaced := func(i int) bool {
 		mine, err := c.nodes[i].watch.groups()
@@ -243,6 +248,34 @@ func TestStorageReadinessFollowsQuorum(t *testing.T) {
 	for i := range 3 {
 		eventually(t, c.ids[i]+" ready again", func() bool {
 			_, ok := ready(i)
+			return ok
+		})
+	}
+}
+
+// TestGroupThatFailsToOpenIsUnready: a node on which a group cannot open
+// (here a file stands where its directory goes) is unready and names the
+// group; its peers, which hold a quorum of it, are ready.
+func TestGroupThatFailsToOpenIsUnready(t *testing.T) {
+	c := startStorageCluster(t, func(dir string) {
+		groups := filepath.Join(dir, "n3", "node", "groups")
+		if err := os.MkdirAll(groups, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(groups, "1"), []byte("not a directory"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var body string
+	eventually(t, "n3 unready, naming group 1", func() bool {
+		var ok bool
+		body, ok = readiness(c.nodes[2].ReadyChecks()...)
+		return !ok && strings.Contains(body, "FAIL node n3 groups: group 1 failed to open: ")
+	})
+	t.Logf("n3:\n%s", body)
+	for i := range 2 {
+		eventually(t, c.ids[i]+" ready", func() bool {
+			_, ok := readiness(c.nodes[i].ReadyChecks()...)
 			return ok
 		})
 	}
