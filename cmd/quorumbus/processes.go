@@ -147,7 +147,11 @@ func frontendCmd(args []string) error {
 	if err := hs.Start(ctx); err != nil {
 		return err
 	}
-	defer hs.Shutdown(context.Background())
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+	}()
 	if declared != nil {
 		if err := cluster.CreateQueues(ctx, splitList(*placementAddrs), queues, log); err != nil {
 			return err
