@@ -26,6 +26,10 @@ import (
 //     up to the first commit index it learned after starting (catchUp), or
 //     once it completed a barrier as leader. It stays caught up: what it
 //     serves afterwards lags the leader no more than any follower does.
+//     (A follower's commit index is capped at its own last entry, so one
+//     that missed entries while it was down catches up with what it has
+//     and receives the rest as any follower does; GetEntity and
+//     ListEntities are answered by the leader anyway.)
 //   - a leader answers reads only after a barrier of its own term
 //     (leaderBarrier): a new leader commits the entries of earlier terms
 //     with its first entry, and its catalog may lack changes acknowledged
