@@ -31,6 +31,10 @@ type Backend interface {
 var (
 	ErrEntityNotFound = errors.New("frontend: entity not found")
 	ErrUnavailable    = errors.New("frontend: partition unavailable")
+	// ErrCatalogUnavailable: whether the entity exists cannot be told
+	// now (no catalog member reachable or caught up); never not-found,
+	// which clients take as final.
+	ErrCatalogUnavailable = errors.New("frontend: entity catalog unavailable")
 	// ErrInvalid: the partition refused the request itself (too large, or
 	// malformed); retrying cannot help.
 	ErrInvalid = errors.New("frontend: invalid request")

@@ -29,13 +29,16 @@ type failure struct {
 
 // The one table that maps what can go wrong to what clients see.
 var (
-	failNotFound   = failure{amqp.ErrCondNotFound, 404, false, "the messaging entity could not be found"}
-	failLockLost   = failure{condLockLost, 410, false, "the lock supplied is invalid: it expired, or the message was already settled or removed"}
-	failQuota      = failure{amqp.ErrCondResourceLimitExceeded, 403, false, "the entity is full (MaxSizeInMegabytes reached)"}
-	failInvalid    = failure{amqp.ErrCondNotAllowed, 400, false, "the operation is not valid"}
-	failDisabled   = failure{condEntityDisabled, 400, false, "the messaging entity is disabled"}
-	failTimeout    = failure{condTimeout, 503, true, "the operation did not complete in time; the partition may be electing a leader"}
-	failInternal   = failure{amqp.ErrCondInternalError, 500, true, "internal error"}
+	failNotFound = failure{amqp.ErrCondNotFound, 404, false, "the messaging entity could not be found"}
+	failLockLost = failure{condLockLost, 410, false, "the lock supplied is invalid: it expired, or the message was already settled or removed"}
+	failQuota    = failure{amqp.ErrCondResourceLimitExceeded, 403, false, "the entity is full (MaxSizeInMegabytes reached)"}
+	failInvalid  = failure{amqp.ErrCondNotAllowed, 400, false, "the operation is not valid"}
+	failDisabled = failure{condEntityDisabled, 400, false, "the messaging entity is disabled"}
+	failTimeout  = failure{condTimeout, 503, true, "the operation did not complete in time; the partition may be electing a leader"}
+	failInternal = failure{amqp.ErrCondInternalError, 500, true, "internal error"}
+	// The SDKs retry com.microsoft:timeout in place (Go: RecoveryKindNone);
+	// server-busy would do as well in Go, but .NET waits 10 s on it.
+	failCatalog    = failure{condTimeout, 503, true, "the entity catalog is not available yet; the cluster may be starting or electing its catalog leader"}
 	failNotImpl    = failure{amqp.ErrCondNotImplemented, 501, false, "not implemented yet"}
 	failBadRequest = failure{amqp.ErrCondDecodeError, 400, false, "the request could not be decoded"}
 	failBadField   = failure{amqp.ErrCondInvalidField, 400, false, "a request field is missing or malformed"}
@@ -61,6 +64,8 @@ func errFailure(err error) failure {
 	switch {
 	case errors.Is(err, ErrEntityNotFound):
 		return failNotFound
+	case errors.Is(err, ErrCatalogUnavailable):
+		return failCatalog
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return failTimeout
 	case errors.Is(err, ErrInvalid):

@@ -196,13 +196,16 @@ func (s *Service) DeleteEntity(ctx context.Context, req *pb.DeleteEntityRequest)
 }
 
 // GetEntity reads an entity on the leader, after confirming with a quorum
-// that it still leads, so the answer is never older than an acknowledged
-// change.
+// that it still leads and once it applied the entries of earlier terms
+// (leaderReady), so the answer is never older than an acknowledged change.
 func (s *Service) GetEntity(ctx context.Context, req *pb.GetEntityRequest) (*pb.Entity, error) {
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.GetEntity); handled {
 		return resp, err
 	}
 	if err := s.verifyLeader(ctx); err != nil {
+		return nil, s.status(err)
+	}
+	if err := s.leaderReady(ctx); err != nil {
 		return nil, s.status(err)
 	}
 	var e *pb.Entity
@@ -220,6 +223,9 @@ func (s *Service) ListEntities(ctx context.Context, req *pb.ListEntitiesRequest)
 		return resp, err
 	}
 	if err := s.verifyLeader(ctx); err != nil {
+		return nil, s.status(err)
+	}
+	if err := s.leaderReady(ctx); err != nil {
 		return nil, s.status(err)
 	}
 	resp := &pb.ListEntitiesResponse{}
@@ -266,12 +272,16 @@ func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest)
 // WatchRoutes streams the routing table from this member's own replica of
 // the catalog: at once (or, with after_version, once the table is newer
 // than that), then after every change. A slow reader skips intermediate
-// tables, never the latest one. Any member serves it, leader or not.
+// tables, never the latest one. Any member serves it, leader or not, once
+// it caught up (catchup.go); until then it answers UNAVAILABLE.
 func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStreamingServer[pb.RoutingTable]) error {
 	if s.raft.Load() == nil {
 		return toStatus(ErrNotRunning)
 	}
 	ctx := stream.Context()
+	if err := s.waitCaughtUp(ctx); err != nil {
+		return toStatus(err)
+	}
 	sent, first := req.AfterVersion, req.AfterVersion == 0
 	for {
 		changed := s.fsm.Changed()

@@ -47,7 +47,12 @@
 // that finds no known leader address, gets FAILED_PRECONDITION with a
 // MetaLeaderHint (UNAVAILABLE while no leader is known). Reads on the
 // leader first confirm leadership with a quorum (VerifyLeader), so they
-// never miss an acknowledged change. A write whose Raft outcome is unknown
+// never miss an acknowledged change; a new leader first applies the entries
+// of earlier terms (a barrier). A restarted member serves reads, the
+// routing table included, only once its catalog caught up with the commit
+// index it learned after starting, and answers UNAVAILABLE before, never
+// NOT_FOUND for an entity it has not replayed yet (catchup.go). A write
+// whose Raft outcome is unknown
 // (leadership lost in flight) answers UNAVAILABLE; retrying a create may
 // then find the name taken.
 //

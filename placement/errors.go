@@ -17,6 +17,10 @@ var (
 	ErrOutcomeUnknown = errors.New("placement: leadership lost while the change was in flight; it may or may not have been applied")
 	ErrNoGroups       = errors.New("placement: no partition groups yet (waiting for enough storage nodes)")
 	ErrNotRunning     = errors.New("placement: not running")
+	// ErrCatchingUp: the member has not applied the catalog as of its
+	// start (or, as a new leader, of its election) yet; another member, or
+	// this one a moment later, can answer.
+	ErrCatchingUp = errors.New("placement: catching up with the meta log")
 )
 
 // grpcCodes is the one table from our errors to gRPC codes; the first
@@ -43,6 +47,7 @@ var grpcCodes = []struct {
 	{ErrOutcomeUnknown, codes.Unavailable},
 	{ErrNoGroups, codes.Unavailable},
 	{ErrNotRunning, codes.Unavailable},
+	{ErrCatchingUp, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }

@@ -35,6 +35,15 @@ type Service struct {
 
 	raft  atomic.Pointer[raft.Raft] // set by Start
 	store *raftboltdb.BoltStore
+	logs  raft.LogStore // the meta log, for catch-up (catchup.go)
+
+	// caughtUp is closed once this member's catalog holds what was
+	// committed when it started; leaderTerm is the term in which it, as
+	// leader, applied every earlier entry (catchup.go).
+	caughtUp   chan struct{}
+	caughtOnce sync.Once
+	leaderTerm atomic.Uint64
+	readyTerm  broadcast // notified when leaderTerm changes
 
 	// createMu makes entity creation one at a time on the leader, so each
 	// plan sees the partitions of the creations before it.
@@ -65,12 +74,13 @@ func New(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "placement", "node", cfg.NodeID),
-		fsm:     catalog.NewFSM(),
-		leaders: map[uint64]string{},
-		ctx:     ctx,
-		cancel:  cancel,
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "placement", "node", cfg.NodeID),
+		fsm:      catalog.NewFSM(),
+		leaders:  map[uint64]string{},
+		caughtUp: make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
 	}
 	s.dial = newDialer(cfg.DialPartition, cfg.DialPlacement)
 	return s, nil
@@ -148,11 +158,12 @@ func (s *Service) start() error {
 		store.Close()
 		return fmt.Errorf("placement: starting raft: %w", err)
 	}
-	s.store = store
+	s.store, s.logs = store, logs
 	s.raft.Store(r)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.supervise(r)
 	go s.failStop(r)
+	go s.catchUp(r)
 	return nil
 }
 
@@ -199,7 +210,9 @@ func (s *Service) supervise(r *raft.Raft) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					s.lead(ctx)
+					if s.leaderBarrier(ctx, r) {
+						s.lead(ctx)
+					}
 				}()
 				stop = func() { cancel(); <-done }
 			}

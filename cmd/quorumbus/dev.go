@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/internal/adminhttp"
 )
 
 func devCmd(args []string) error {
@@ -17,7 +18,8 @@ func devCmd(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.StringVar(&o.DataDir, "data", "./data", "directory for every node's data")
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end")
-	fs.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:5300", "HTTP listener: /healthz and /readyz")
+	var admin adminhttp.Config
+	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues to create")
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
@@ -34,6 +36,15 @@ func devCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	o.HTTPAddr, o.Pprof = admin.Addr, admin.Pprof
+	var queues []cluster.QueueSpec
+	if config != "" {
+		var err error
+		if queues, err = cluster.LoadEmulatorConfig(config); err != nil {
+			return err
+		}
+		o.Declare = queues
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dev, err := cluster.StartDev(ctx, o)
@@ -41,20 +52,22 @@ func devCmd(args []string) error {
 		return err
 	}
 	if config != "" {
-		queues, err := cluster.LoadEmulatorConfig(config)
-		if err == nil {
-			err = cluster.CreateQueues(ctx, dev.NodeAddrs, queues, cluster.NewLogger(o.LogLevel))
-		}
-		if err != nil {
+		if err := cluster.CreateQueues(ctx, dev.NodeAddrs, queues, cluster.NewLogger(o.LogLevel)); err != nil {
 			dev.Close()
 			return err
 		}
+		dev.Declared.Created()
 	}
-	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP on %s, data in %s\n", o.Nodes, dev.AMQPAddr, o.HTTPAddr, o.DataDir)
+	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
 	fmt.Println(cluster.ConnectionString(dev.AMQPAddr))
-	<-ctx.Done()
-	fmt.Println("quorumbus dev: shutting down")
-	return dev.Close()
+	select {
+	case <-ctx.Done():
+		fmt.Println("quorumbus dev: shutting down")
+		return dev.Close()
+	case <-dev.AMQP.Dead():
+		dev.Close()
+		return fmt.Errorf("the AMQP listener on %s stopped: %w", dev.AMQPAddr, dev.AMQP.Err())
+	}
 }
 
 const maxConnectionsUsage = "AMQP connections served at once; past it a client is refused with amqp:resource-limit-exceeded (0: 5000, negative: no limit)"

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
+	"github.com/quorumbus/quorumbus/internal/adminhttp"
 	"github.com/quorumbus/quorumbus/placement/membership"
 )
 
@@ -37,6 +37,8 @@ func nodeCmd(args []string) error {
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var admin adminhttp.Config
+	admin.RegisterFlags(fs, "")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
 		fs.PrintDefaults()
@@ -78,8 +80,18 @@ func nodeCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("quorumbus node %s: gRPC on %s, gossip on %s\n", *id, ln.Addr(), ml.Addr())
+	admin.Logger, admin.Probes = log, s.Probes()
+	hs := adminhttp.New(admin)
+	hs.AddChecks(s.ReadyChecks()...)
+	if err := hs.Start(ctx); err != nil {
+		s.Close()
+		return err
+	}
+	fmt.Printf("quorumbus node %s: gRPC on %s, gossip on %s, HTTP on %s\n", *id, ln.Addr(), ml.Addr(), hs.Addr())
 	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
 	return s.Close()
 }
 
@@ -87,8 +99,10 @@ func nodeCmd(args []string) error {
 func frontendCmd(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener")
-	httpAddr := fs.String("http-addr", "127.0.0.1:5300", "HTTP listener: /healthz and /readyz (empty: none)")
+	var admin adminhttp.Config
+	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
+	config := fs.String("config", "", "Service Bus emulator Config.json whose queues to create (through placement) before the front-end is ready")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	fs.Usage = func() {
@@ -99,6 +113,13 @@ func frontendCmd(args []string) error {
 		return err
 	}
 	log := cluster.NewLogger(*logLevel).With("part", "frontend")
+	var queues []cluster.QueueSpec
+	if *config != "" {
+		var err error
+		if queues, err = cluster.LoadEmulatorConfig(*config); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log})
@@ -115,19 +136,36 @@ func frontendCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	go srv.Serve(ln)
-	if *httpAddr != "" {
-		hln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
+	amqpLn := cluster.ServeAMQP(srv, ln, log)
+	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
+	hs := adminhttp.New(admin)
+	hs.AddChecks(cluster.FrontendChecks(router, amqpLn)...)
+	var declared *cluster.Declared
+	if len(queues) > 0 {
+		declared = cluster.NewDeclared(queues, router)
+		hs.AddChecks(adminhttp.Check{Name: "declared entities", Func: declared.Check})
+	}
+	if err := hs.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+	}()
+	if declared != nil {
+		if err := cluster.CreateQueues(ctx, splitList(*placementAddrs), queues, log); err != nil {
 			return err
 		}
-		hs := &http.Server{Handler: cluster.HealthHandler(router), ReadHeaderTimeout: 5 * time.Second}
-		go hs.Serve(hln)
-		defer hs.Close()
+		declared.Created()
 	}
 	fmt.Printf("quorumbus frontend: AMQP on %s\n", ln.Addr())
 	fmt.Println(cluster.ConnectionString(ln.Addr().String()))
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-amqpLn.Dead():
+		return fmt.Errorf("the AMQP listener on %s stopped: %w", ln.Addr(), amqpLn.Err())
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)

@@ -113,9 +113,12 @@ func (r *Router) watch(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for i := 0; ctx.Err() == nil; i++ {
 		addr := r.cfg.Placement[i%len(r.cfg.Placement)]
-		err := r.watchOnce(ctx, addr)
+		got, err := r.watchOnce(ctx, addr)
 		if ctx.Err() != nil {
 			return
+		}
+		if got {
+			backoff = 50 * time.Millisecond
 		}
 		r.log.Debug("routing table stream ended", "placement", addr, "err", err)
 		select {
@@ -127,10 +130,14 @@ func (r *Router) watch(ctx context.Context) {
 	}
 }
 
-func (r *Router) watchOnce(ctx context.Context, addr string) error {
+// watchOnce follows one member's stream, and reports whether it yielded a
+// table. Members stream only once their catalog caught up after a start
+// (placement/catchup.go), so the first table is never an empty one of a
+// member that has not replayed its log yet.
+func (r *Router) watchOnce(ctx context.Context, addr string) (got bool, err error) {
 	cc, err := r.conn(addr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var after uint64
 	r.mu.RLock()
@@ -140,13 +147,14 @@ func (r *Router) watchOnce(ctx context.Context, addr string) error {
 	r.mu.RUnlock()
 	stream, err := placementpb.NewPlacementServiceClient(cc).WatchRoutes(ctx, &placementpb.WatchRoutesRequest{AfterVersion: after})
 	if err != nil {
-		return err
+		return false, err
 	}
 	for {
 		t, err := stream.Recv()
 		if err != nil {
-			return err
+			return got, err
 		}
+		got = true
 		r.install(t)
 	}
 }
@@ -185,7 +193,10 @@ const lookupTimeout = 3 * time.Second
 // after a change, so an entity created just now may be missing from it:
 // before answering not-found the router asks placement, which answers from
 // the committed catalog, so that an entity is usable as soon as its
-// creation returned.
+// creation returned. Only placement's NOT_FOUND is not-found: clients take
+// it as final, so any other failure (no member reachable, no meta leader,
+// a member still replaying its catalog after a restart) is
+// ErrCatalogUnavailable, which they retry.
 func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 	key := strings.ToLower(name)
 	r.mu.RLock()
@@ -196,16 +207,19 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
+	var lastErr error
 	for _, addr := range r.cfg.Placement {
 		cc, err := r.conn(addr)
 		if err != nil {
+			lastErr = err
 			continue
 		}
 		e, err = placementpb.NewPlacementServiceClient(cc).GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
 		if status.Code(err) == codes.NotFound {
-			break
+			return nil, fmt.Errorf("%w: %s", frontend.ErrEntityNotFound, name)
 		}
 		if err != nil {
+			lastErr = err
 			continue
 		}
 		r.mu.Lock()
@@ -215,7 +229,15 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 		r.mu.Unlock()
 		return e, nil
 	}
-	return nil, fmt.Errorf("%w: %s", frontend.ErrEntityNotFound, name)
+	return nil, fmt.Errorf("%w: looking up %s: %v", frontend.ErrCatalogUnavailable, name, lastErr)
+}
+
+// HasEntity reports whether the current routing table names an entity,
+// without asking placement.
+func (r *Router) HasEntity(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byName[strings.ToLower(name)] != nil
 }
 
 // Send implements frontend.Backend. Every attempt carries the same request

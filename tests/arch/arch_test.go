@@ -79,6 +79,12 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/",
 	},
 	{
+		name:    "the admin HTTP listener is standalone",
+		pkgs:    []string{our("internal/adminhttp/...")},
+		stdOnly: true,
+		reason:  "internal/adminhttp serves health, readiness and profiles for every process from checks the process hands it; it knows nothing of the broker",
+	},
+	{
 		name:   "placement does not import node",
 		pkgs:   []string{our("placement/...")},
 		forbid: []string{our("node/...")},

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
+	"github.com/quorumbus/quorumbus/internal/adminhttp"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -36,7 +36,12 @@ func ConnectionString(amqpAddr string) string {
 type DevOptions struct {
 	DataDir  string
 	AMQPAddr string
-	HTTPAddr string // empty: no HTTP listener
+	HTTPAddr string // admin HTTP listener (internal/adminhttp); empty: none
+	Pprof    bool   // serve /debug/pprof/ on it
+	// Declare names the queues the caller will create (--config); the
+	// process is not ready until it called Dev.Declared.Created and the
+	// routing table has them.
+	Declare  []QueueSpec
 	Nodes    int
 	NodePort int // gRPC port of the first node, the others follow; 0 picks free ports
 	Groups   int
@@ -57,7 +62,9 @@ type Dev struct {
 	Storage   []*Storage
 	Router    *routing.Router
 	Frontend  *frontend.Server
-	HTTP      *http.Server
+	AMQP      *AMQPListener
+	Admin     *adminhttp.Server
+	Declared  *Declared // nil without DevOptions.Declare
 	AMQPAddr  string
 	NodeAddrs []string
 }
@@ -131,21 +138,26 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		return nil, err
 	}
 	c.AMQPAddr = aln.Addr().String()
-	go c.Frontend.Serve(aln)
-	if o.HTTPAddr != "" {
-		hln, err := net.Listen("tcp", o.HTTPAddr)
-		if err != nil {
-			return nil, err
-		}
-		var h http.Handler = HealthHandler(c.Router)
-		if o.RaftMetrics {
-			mux := http.NewServeMux()
-			mux.Handle("/", h)
-			mux.HandleFunc("/debug/raft-metrics", collectRaftMetrics())
-			h = mux
-		}
-		c.HTTP = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go c.HTTP.Serve(hln)
+	c.AMQP = ServeAMQP(c.Frontend, aln, log)
+
+	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router)}
+	if o.RaftMetrics {
+		admin.Handlers = map[string]http.Handler{"/debug/raft-metrics": collectRaftMetrics()}
+	}
+	for _, s := range c.Storage {
+		admin.Probes = append(admin.Probes, s.Probes()...)
+	}
+	c.Admin = adminhttp.New(admin)
+	c.Admin.AddChecks(FrontendChecks(c.Router, c.AMQP)...)
+	if len(o.Declare) > 0 {
+		c.Declared = NewDeclared(o.Declare, c.Router)
+		c.Admin.AddChecks(adminhttp.Check{Name: "declared entities", Func: c.Declared.Check})
+	}
+	for _, s := range c.Storage {
+		c.Admin.AddChecks(s.ReadyChecks()...)
+	}
+	if err := c.Admin.Start(ctx); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -182,8 +194,8 @@ func (c *Dev) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
-	if c.HTTP != nil {
-		c.HTTP.Shutdown(ctx)
+	if c.Admin != nil {
+		c.Admin.Shutdown(ctx)
 	}
 	if c.Frontend != nil {
 		c.Frontend.Shutdown(ctx)
@@ -195,28 +207,6 @@ func (c *Dev) Close() error {
 		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// HealthHandler serves /healthz (the process runs) and /readyz (the
-// front-end has a routing table, so it can serve clients).
-func HealthHandler(r *routing.Router) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	// Profiles of the running process, for `go tool pprof`.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-r.Ready():
-			fmt.Fprintln(w, "ready")
-		default:
-			http.Error(w, "no routing table yet", http.StatusServiceUnavailable)
-		}
-	})
-	return mux
 }
 
 // DialPlacement returns a PlacementService client for a storage node's

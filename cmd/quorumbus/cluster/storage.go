@@ -45,6 +45,8 @@ type StorageOptions struct {
 type Storage struct {
 	Node      *node.Node
 	Placement *placement.Service
+	watch     *groupWatch  // what the agent learnt of this node's groups
+	failures  openFailures // groups that failed to open (readiness.go)
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -84,10 +86,11 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	s := &Storage{Node: n, Placement: p, cancel: cancel, done: make(chan struct{})}
+	w := &groupWatch{}
+	s := &Storage{Node: n, Placement: p, watch: w, failures: w, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		reconcile(rctx, n, o.Logger)
+		reconcile(rctx, n, w, o.Logger)
 	}()
 	return s, nil
 }
@@ -104,8 +107,9 @@ func (s *Storage) Close() error {
 
 // reconcile keeps the node's groups in line with the routing table: it
 // opens every group the table places on this node, and reports which
-// groups it leads so that the table's leader hints stay fresh.
-func reconcile(ctx context.Context, n *node.Node, log *slog.Logger) {
+// groups it leads so that the table's leader hints stay fresh. It records
+// in w which groups the table places here and which failed to open.
+func reconcile(ctx context.Context, n *node.Node, w *groupWatch, log *slog.Logger) {
 	cc, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		log.Error("reconcile: dial own placement", "err", err)
@@ -124,7 +128,7 @@ func reconcile(ctx context.Context, n *node.Node, log *slog.Logger) {
 					break
 				}
 				backoff = 100 * time.Millisecond
-				applyRoutes(n, t, log)
+				applyRoutes(n, w, t, log)
 			}
 		}
 		select {
@@ -135,11 +139,13 @@ func reconcile(ctx context.Context, n *node.Node, log *slog.Logger) {
 	}
 }
 
-func applyRoutes(n *node.Node, t *placementpb.RoutingTable, log *slog.Logger) {
+func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *slog.Logger) {
 	addrs := make(map[string]string, len(t.Nodes))
 	for _, nd := range t.Nodes {
 		addrs[nd.Id] = nd.GrpcAddr
 	}
+	var placed []uint64
+	defer func() { w.placed(t, placed) }()
 	for _, g := range t.Groups {
 		var peers []node.Peer
 		mine := false
@@ -150,7 +156,10 @@ func applyRoutes(n *node.Node, t *placementpb.RoutingTable, log *slog.Logger) {
 		if !mine {
 			continue
 		}
-		if err := n.EnsureGroup(g.Id, peers); err != nil {
+		placed = append(placed, g.Id)
+		err := n.EnsureGroup(g.Id, peers)
+		w.opened(g.Id, err)
+		if err != nil {
 			log.Error("open group", "group", g.Id, "err", err)
 		}
 	}
