@@ -32,6 +32,8 @@ const (
 	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
 	DefaultLogCacheBytes     = 8 << 20
+	DefaultSnapshotLogBytes  = 1 << 30
+	DefaultTrailingLogBytes  = 256 << 20
 )
 
 // Config configures a Node. Only ID and DataDir are required.
@@ -78,6 +80,14 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	// SnapshotLogBytes and TrailingLogBytes bound the log in bytes too
+	// (logbytes.go): a replica snapshots once its log took
+	// SnapshotLogBytes (or as much as its last snapshot holds, if more)
+	// since its last snapshot, and keeps at most TrailingLogBytes of
+	// entries behind it. Defaults DefaultSnapshotLogBytes and
+	// DefaultTrailingLogBytes.
+	SnapshotLogBytes int64
+	TrailingLogBytes int64
 
 	// Logger receives the node's and Raft's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -103,6 +113,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.LogCacheBytes == 0 {
 		c.LogCacheBytes = DefaultLogCacheBytes
+	}
+	if c.SnapshotLogBytes == 0 {
+		c.SnapshotLogBytes = DefaultSnapshotLogBytes
+	}
+	if c.TrailingLogBytes == 0 {
+		c.TrailingLogBytes = DefaultTrailingLogBytes
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = DefaultSnapshotThreshold
@@ -139,6 +155,9 @@ func (c Config) Validate() error {
 	}
 	if c.LogCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("negative LogCacheBytes %d", c.LogCacheBytes))
+	}
+	if c.SnapshotLogBytes < 0 || c.TrailingLogBytes < 0 {
+		errs = append(errs, fmt.Errorf("negative SnapshotLogBytes %d or TrailingLogBytes %d", c.SnapshotLogBytes, c.TrailingLogBytes))
 	}
 	if c.ElectionTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ElectionTimeout %v is below 10ms", c.ElectionTimeout))

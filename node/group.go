@@ -240,8 +240,9 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	}
 
 	g.prop = newProposer(g)
-	g.wg.Add(3)
+	g.wg.Add(4)
 	go func() { defer g.wg.Done(); g.prop.run() }()
+	go func() { defer g.wg.Done(); g.watchLogBytes(snaps) }()
 	go func() { defer g.wg.Done(); g.watchLeadership() }()
 	go func() { defer g.wg.Done(); g.superviseFailure() }()
 	return g, nil
