@@ -13,6 +13,15 @@ import (
 
 const (
 	defaultMaxMessageBytes = 256 << 10
+	// linkBytesInFlight bounds what a client may have sent on one link and
+	// not yet had settled, counted at the entity's largest message: a link
+	// of a queue allowing 100 MB messages gets 3 credits, not 1,000 (which
+	// would let one client park 100 GB in the front-end). Queues of the
+	// default 256 KB keep the engine's whole window.
+	linkBytesInFlight = 256 << 20
+	// engineLinkCredit is the window the engine gives a link by default
+	// (amqp.Server.LinkCredit unset).
+	engineLinkCredit = 1000
 	// sendsInFlight bounds the partition requests one link has outstanding.
 	sendsInFlight = 8
 	// sendTimeout bounds one partition request, leader changes included,
@@ -52,6 +61,9 @@ func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler,
 		max = uint64(kb) << 10
 	}
 	l.SetMaxMessageSize(max)
+	if w := uint64(linkBytesInFlight) / max; w < engineLinkCredit {
+		l.SetCreditWindow(uint32(w) + 1)
+	}
 	s := &sender{c: c, entity: e, queue: make(chan pendingSend, 4096), done: make(chan struct{})}
 	go s.run()
 	return s, nil
