@@ -40,19 +40,7 @@ func TestSendPackingBoundedInBytes(t *testing.T) {
 	addr := startFrontend(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snd, err := sess.NewSender(ctx, "q", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snd := amqpSender(t, ctx, addr, "q")
 	const senders, each, size = 32, 3, 200 << 10
 	var wg sync.WaitGroup
 	for range senders {
@@ -104,19 +92,7 @@ func TestLinkCreditFollowsMessageSize(t *testing.T) {
 	addr := startFrontend(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snd, err := sess.NewSender(ctx, "big", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snd := amqpSender(t, ctx, addr, "big")
 	var wg sync.WaitGroup
 	for range 10 {
 		wg.Add(1)
@@ -142,4 +118,24 @@ func TestLinkCreditFollowsMessageSize(t *testing.T) {
 	if arrived != 3 {
 		t.Fatalf("%d messages arrived before any was settled, want 3 (the credit for 256 MiB of 100 MB messages)", arrived)
 	}
+}
+
+// amqpSender attaches a go-amqp sender to queue on a new connection that
+// closes when the test ends.
+func amqpSender(t *testing.T, ctx context.Context, addr, queue string) *goamqp.Sender {
+	t.Helper()
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := s.NewSender(ctx, queue, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snd
 }

@@ -126,16 +126,7 @@ func sendAll(t *testing.T, ctx context.Context, addr, queue string, conns, perCo
 	t.Helper()
 	var wg sync.WaitGroup
 	for c := range conns {
-		conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		sess, err := conn.NewSession(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snd, err := sess.NewSender(ctx, queue, nil)
+		snd, err := dialSession(t, ctx, addr).NewSender(ctx, queue, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,16 +153,7 @@ func sendAll(t *testing.T, ctx context.Context, addr, queue string, conns, perCo
 // body against sums and deleting it there.
 func receiveAll(t *testing.T, ctx context.Context, addr, queue string, sums map[string][32]byte, n int) {
 	t.Helper()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rcv, err := sess.NewReceiver(ctx, queue, &goamqp.ReceiverOptions{Credit: 16})
+	rcv, err := dialSession(t, ctx, addr).NewReceiver(ctx, queue, &goamqp.ReceiverOptions{Credit: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,4 +172,20 @@ func receiveAll(t *testing.T, ctx context.Context, addr, queue string, sums map[
 			t.Fatal(err)
 		}
 	}
+}
+
+// dialSession opens a go-amqp connection, closed when the test ends, and
+// a session on it.
+func dialSession(t *testing.T, ctx context.Context, addr string) *goamqp.Session {
+	t.Helper()
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
 }
