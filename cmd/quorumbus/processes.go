@@ -37,6 +37,7 @@ func nodeCmd(args []string) error {
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	memLimit := memoryLimitFlag(fs)
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
 	fs.Usage = func() {
@@ -54,6 +55,10 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
+	// A node hosts at most every group, each once.
+	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(*groups, *cacheMB), log); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -105,6 +110,7 @@ func frontendCmd(args []string) error {
 	config := fs.String("config", "", "Service Bus emulator Config.json whose queues to create (through placement) before the front-end is ready")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
+	memLimit := memoryLimitFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -113,6 +119,9 @@ func frontendCmd(args []string) error {
 		return err
 	}
 	log := cluster.NewLogger(*logLevel).With("part", "frontend")
+	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB, log); err != nil {
+		return err
+	}
 	var queues []cluster.QueueSpec
 	if *config != "" {
 		var err error
