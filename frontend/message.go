@@ -307,12 +307,3 @@ func appendDeliveryTag(dst, token []byte) []byte {
 	t := lockTokenUUID(token)
 	return append(dst, t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15])
 }
-
-// partitionOfToken routes a lock token to its partition: a token starts
-// with the message's sequence number, whose top 16 bits are the partition.
-func partitionOfToken(token []byte) uint32 {
-	if len(token) < 2 {
-		return 0
-	}
-	return uint32(token[0])<<8 | uint32(token[1])
-}

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -130,9 +129,7 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 		s.rr++
 		return s.rr % n
 	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return h.Sum32() % n
+	return partitionpb.PartitionForKey(key, n)
 }
 
 // run packs queued messages into partition requests until the link ends.

@@ -632,11 +632,8 @@ func validSubQueue(q partitionpb.SubQueue) bool {
 	return q == partitionpb.SubQueue_SUB_QUEUE_MAIN || q == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
 }
 
-// lockToken is the token of a lock: the sequence number, then the leader's
-// seed, so that the token alone names its partition (seq >> 48).
-func lockToken(seq uint64, seed []byte) []byte {
-	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 16), seq), seed...)
-}
+// lockToken is the token of a lock (partitionpb.LockToken).
+func lockToken(seq uint64, seed []byte) []byte { return partitionpb.LockToken(seq, seed) }
 
 // Bounds of one Peek.
 const (
