@@ -74,7 +74,7 @@ func NewLogger(level string) *slog.Logger {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return slog.New(quietRaft{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})})
 }
 
 func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
