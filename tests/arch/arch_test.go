@@ -79,6 +79,16 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/",
 	},
 	{
+		name:   "the load tool is a client",
+		pkgs:   []string{our("cmd/quorumbus/loadtool/...")},
+		except: []string{helpers},
+		forbid: []string{
+			our("partition/..."), our("node/..."), our("placement/..."), our("frontend/..."),
+			our("gateway/..."), our("proto/..."),
+		},
+		reason: "quorumbus bench drives any AMQP 1.0 endpoint as a client would, through go-amqp; it must not reach into the broker",
+	},
+	{
 		name:    "the admin HTTP listener is standalone",
 		pkgs:    []string{our("internal/adminhttp/...")},
 		stdOnly: true,
