@@ -32,7 +32,7 @@ type StateMachine interface {
 	NextMessageExpiry() (ms int64, ok bool)
 	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
 	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
-	Changed() <-chan struct{}
+	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
 	HasEntity(entityID uint64, partition uint32) bool
 	Close() error
 }

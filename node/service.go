@@ -128,7 +128,7 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 	for {
 		// Take the channel before looking, so that a message that
 		// arrives in between still wakes us.
-		changed := g.machine.Changed()
+		changed := g.machine.Changed(req.EntityId, req.Partition, req.SubQueue)
 		last := !time.Now().Before(deadline)
 		// An unknown entity goes to the machine too: its Result says so.
 		if repeat || !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.Available(req.EntityId, req.Partition, req.SubQueue) {
