@@ -102,6 +102,8 @@ type Config struct {
 	// what is not yet fsynced so that a crash can lose it.
 	bootID           string
 	simulatedMachine bool
+	// disk, when set, can make the disk look full (tests).
+	disk *diskFaults
 }
 
 func (c *Config) setDefaults() {

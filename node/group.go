@@ -162,7 +162,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	}
 	hlog := newHCLogger(g.log, "raft")
 
-	g.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "stable.db")})
+	g.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "stable.db"), BoltOptions: boltOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("node: group %d: stable store: %w", id, err)
 	}
@@ -171,7 +171,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	var logs raft.LogStore
 	switch n.cfg.LogStore {
 	case LogStoreBoltDB:
-		s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "log.db")})
+		s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "log.db"), BoltOptions: boltOptions()})
 		if err != nil {
 			return nil, fmt.Errorf("node: group %d: log store: %w", id, err)
 		}

@@ -1,0 +1,162 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// soloNode starts a node that is the only replica of group 1, which
+// holds entity 5.
+func soloNode(t *testing.T, cfg Config) (*Node, *service) {
+	t.Helper()
+	cfg.ID, cfg.Addr = "solo", "127.0.0.1:0"
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	cfg.ElectionTimeout, cfg.CacheBytes, cfg.Logger = 100*time.Millisecond, 4<<20, quietLog
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return n, &service{n: n}
+}
+
+func waitServing(t *testing.T, n *Node, id uint64) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("group %d to serve", id), func() bool {
+		st, err := n.Group(id)
+		return err == nil && st.Serving
+	})
+}
+
+// closeWithin fails the test if n.Close does not return by the polling
+// deadline, rather than hanging it.
+func closeWithin(t *testing.T, n *Node) {
+	t.Helper()
+	var done atomic.Bool
+	go func() {
+		n.Close()
+		done.Store(true)
+	}()
+	waitUntil(t, "Close to return", done.Load)
+}
+
+// TestDataDirInUse: a second node on a data directory in use is refused,
+// with a message naming the directory; once the first closes, it starts.
+func TestDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{ID: "a", DataDir: dir, Addr: "127.0.0.1:0", Logger: quietLog}
+	first, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := New(cfg)
+	if err == nil {
+		second.Close()
+		t.Fatal("a second node opened a data directory in use")
+	}
+	if want := fmt.Sprintf("data directory %s is in use by another process", dir); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second, err = New(cfg)
+	if err != nil {
+		t.Fatalf("after the first node closed: %v", err)
+	}
+	second.Close()
+}
+
+// TestWALOpenFailureReleasesLocks: raft-wal's Open failing on a full disk
+// must not leave its metadata file locked, or the next open blocks on the
+// lock forever.
+func TestWALOpenFailureReleasesLocks(t *testing.T) {
+	dir := t.TempDir()
+	faults := &diskFaults{}
+	faults.full.Store(true)
+	open := func() (*aheadLog, error) {
+		return openAheadLog(dir, newHCLogger(quietLog, "wal"), func(err error) {}, walOptions{faults: faults})
+	}
+	if l, err := open(); err == nil {
+		l.Close()
+		t.Fatal("raft-wal opened without space for its first segment")
+	}
+	faults.full.Store(false)
+	var (
+		l    atomic.Pointer[aheadLog]
+		oerr atomic.Pointer[error]
+	)
+	go func() {
+		got, err := open()
+		oerr.Store(&err)
+		l.Store(got)
+	}()
+	waitUntil(t, "the second open to return", func() bool { return oerr.Load() != nil })
+	if err := *oerr.Load(); err != nil {
+		t.Fatalf("open after space returned: %v", err)
+	}
+	defer l.Load().Close()
+	if err := l.Load().StoreLog(&raft.Log{Index: 1, Term: 1, Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGroupOpenFailureVisible: a group that fails to open is reported,
+// refuses requests as unavailable rather than unknown, is opened by the
+// node once it can be, and does not hold up Close.
+func TestGroupOpenFailureVisible(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	n, s := soloNode(t, Config{})
+	open := n.openMachine
+	n.openMachine = func(dir string, logs raft.LogStore) (StateMachine, error) {
+		if broken.Load() {
+			return nil, errDisk
+		}
+		return open(dir, logs)
+	}
+	self := []Peer{{ID: "solo", Addr: n.Addr()}}
+	if err := n.EnsureGroup(1, self); !errors.Is(err, errDisk) {
+		t.Fatalf("EnsureGroup on a broken disk: %v", err)
+	}
+	if err := n.GroupErrors()[1]; !errors.Is(err, errDisk) {
+		t.Errorf("GroupErrors()[1] = %v", err)
+	}
+	_, err := s.Send(context.Background(), &partitionpb.SendRequest{GroupId: 1, EntityId: 5})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("send to the group that failed to open: %v, want Unavailable", err)
+	}
+	// The placement agent asks again at once: refused without an
+	// attempt until the backoff passes, with the same reason.
+	if err := n.EnsureGroup(1, self); !errors.Is(err, errDisk) {
+		t.Errorf("EnsureGroup again: %v", err)
+	}
+
+	broken.Store(false) // the disk is repaired: the node opens the group by itself
+	waitServing(t, n, 1)
+	if errs := n.GroupErrors(); len(errs) != 0 {
+		t.Errorf("GroupErrors after the group opened: %v", errs)
+	}
+	broken.Store(true)
+	closeWithin(t, n)
+}
