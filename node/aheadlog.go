@@ -107,8 +107,9 @@ type aheadLog struct {
 
 // walOptions are how a group's raft-wal log is opened.
 type walOptions struct {
-	track  bool        // remember unsynced writes (simulated machine crashes)
-	faults *diskFaults // nil: the real disk only
+	segmentBytes int         // 0: raft-wal's default
+	track        bool        // remember unsynced writes (simulated machine crashes)
+	faults       *diskFaults // nil: the real disk only
 }
 
 // openAheadLog opens raft-wal in dir with deferrable fsyncs and starts its
@@ -125,7 +126,11 @@ func openAheadLog(dir string, logger hclog.Logger, fail func(error), o walOption
 		return nil, err
 	}
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithLogger(logger),
+	size := o.segmentBytes
+	if size == 0 {
+		size = wal.DefaultSegmentSize
+	}
+	w, err := wal.Open(dir, wal.WithLogger(logger), wal.WithSegmentSize(size),
 		wal.WithSegmentFiler(segment.NewFiler(dir, fs)),
 		wal.WithMetaStore(barrierMeta{BoltMetaDB: meta, fs: fs}))
 	opened := fs.endOpen()

@@ -34,6 +34,11 @@ const (
 	DefaultLogCacheBytes     = 8 << 20
 	DefaultSnapshotLogBytes  = 1 << 30
 	DefaultTrailingLogBytes  = 256 << 20
+	// DefaultWALSegmentBytes is the size raft-wal preallocates for each
+	// segment of a group's log: an idle group takes this much disk. A
+	// segment takes a write that does not fit whole, then seals, so it
+	// bounds no entry; a smaller one only rotates more often.
+	DefaultWALSegmentBytes = 16 << 20
 )
 
 // Config configures a Node. Only ID and DataDir are required.
@@ -70,6 +75,10 @@ type Config struct {
 	// the newest end of its Raft log (logcache.go); 0 means
 	// DefaultLogCacheBytes.
 	LogCacheBytes int64
+
+	// WALSegmentBytes is the segment size of each group's raft-wal log
+	// (WAL log store only). Default DefaultWALSegmentBytes.
+	WALSegmentBytes int
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
 	// lease lasts as long. Default DefaultElectionTimeout.
@@ -128,6 +137,9 @@ func (c *Config) setDefaults() {
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = DefaultSnapshotInterval
 	}
+	if c.WALSegmentBytes == 0 {
+		c.WALSegmentBytes = DefaultWALSegmentBytes
+	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs
 	}
@@ -160,6 +172,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotLogBytes < 0 || c.TrailingLogBytes < 0 {
 		errs = append(errs, fmt.Errorf("negative SnapshotLogBytes %d or TrailingLogBytes %d", c.SnapshotLogBytes, c.TrailingLogBytes))
+	}
+	if c.WALSegmentBytes < 64<<10 || c.WALSegmentBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("WALSegmentBytes %d is not between 64 KiB and 1 GiB", c.WALSegmentBytes))
 	}
 	if c.ElectionTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ElectionTimeout %v is below 10ms", c.ElectionTimeout))

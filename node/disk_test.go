@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,7 +97,7 @@ func TestWALOpenFailureReleasesLocks(t *testing.T) {
 	faults := &diskFaults{}
 	faults.full.Store(true)
 	open := func() (*aheadLog, error) {
-		return openAheadLog(dir, newHCLogger(quietLog, "wal"), func(err error) {}, walOptions{faults: faults})
+		return openAheadLog(dir, newHCLogger(quietLog, "wal"), func(err error) {}, walOptions{segmentBytes: 64 << 10, faults: faults})
 	}
 	if l, err := open(); err == nil {
 		l.Close()
@@ -159,4 +161,26 @@ func TestGroupOpenFailureVisible(t *testing.T) {
 	}
 	broken.Store(true)
 	closeWithin(t, n)
+}
+
+// TestWALSegmentSize: a group's log preallocates segments of the
+// configured size, which is what an idle group takes on disk.
+func TestWALSegmentSize(t *testing.T) {
+	dir := t.TempDir()
+	n, _ := soloNode(t, Config{DataDir: dir, WALSegmentBytes: 1 << 20})
+	if err := n.EnsureGroup(1, []Peer{{ID: "solo", Addr: n.Addr()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitServing(t, n, 1)
+	segs, err := filepath.Glob(filepath.Join(dir, "groups", "1", "raft", "wal", "*.wal"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments %v, %v; want one", segs, err)
+	}
+	fi, err := os.Stat(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 1<<20 {
+		t.Errorf("segment of %d bytes, want %d", fi.Size(), 1<<20)
+	}
 }

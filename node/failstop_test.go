@@ -197,6 +197,7 @@ func TestConfigValidate(t *testing.T) {
 		"no address":   {ID: "a", DataDir: "/tmp/x"},
 		"bad store":    {ID: "a", DataDir: "/tmp/x", Addr: ":0", LogStore: "rocks"},
 		"tiny timeout": {ID: "a", DataDir: "/tmp/x", Addr: ":0", ElectionTimeout: time.Millisecond},
+		"tiny segment": {ID: "a", DataDir: "/tmp/x", Addr: ":0", WALSegmentBytes: 4096},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, c)

@@ -91,8 +91,9 @@ func (g *group) openAheadLog(dir string, hlog *hclogger) (*aheadLog, error) {
 		mark = aheadMark{}
 	}
 	l, err := openAheadLog(dir, hlog.Named("wal"), g.fail, walOptions{
-		track:  g.node.cfg.simulatedMachine,
-		faults: g.node.cfg.disk,
+		segmentBytes: g.node.cfg.WALSegmentBytes,
+		track:        g.node.cfg.simulatedMachine,
+		faults:       g.node.cfg.disk,
 	})
 	if err != nil {
 		return nil, err
