@@ -97,8 +97,8 @@ type aheadLog struct {
 	failed      chan struct{} // closed when the syncer stops; err says why
 	err         error
 
-	// fail stops the group (fail-stop) after an fsync of the log
-	// failed.
+	// fail stops the group (fail-stop) after a write or an fsync of the
+	// log failed.
 	fail func(error)
 
 	stop chan struct{}
@@ -107,13 +107,13 @@ type aheadLog struct {
 
 // walOptions are how a group's raft-wal log is opened.
 type walOptions struct {
-	segmentBytes int         // 0: raft-wal's default
+	segmentBytes int
 	track        bool        // remember unsynced writes (simulated machine crashes)
 	faults       *diskFaults // nil: the real disk only
 }
 
 // openAheadLog opens raft-wal in dir with deferrable fsyncs and starts its
-// syncer; fail is called if an fsync of the log fails. If the
+// syncer; fail is called if an fsync or a write of the log fails. If the
 // open fails, everything it opened is closed again: raft-wal's Open leaves
 // its metadata store (and the bolt file's lock) and its segment files open
 // on the way out.
@@ -180,6 +180,14 @@ func (l *aheadLog) StoreLogs(logs []*raft.Log) error {
 	l.fs.deferring.Store(ahead)
 	err := l.WAL.StoreLogs(logs)
 	l.fs.deferring.Store(false)
+	if err != nil && !errors.Is(err, wal.ErrClosed) {
+		// raft-wal does not recover from a failed write by itself:
+		// once it cannot create its next segment (a full disk), its
+		// sealed tail refuses every later write ("segment is sealed")
+		// until the log is reopened. Raft only steps down and retries,
+		// so the group stops and the node reopens it (superviseGroups).
+		l.fail(fmt.Errorf("write of the raft log: %w", err))
+	}
 	if err != nil {
 		return err
 	}

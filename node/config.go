@@ -41,6 +41,11 @@ const (
 	DefaultWALSegmentBytes = 16 << 20
 )
 
+// defaultDiskReserve is Config.DiskReserveBytes by default: room for two
+// segments of every log to rotate into, and the rest of the writes that
+// settles cause (the state machine's store) on top.
+func defaultDiskReserve(segment int) int64 { return 2*int64(segment) + 64<<20 }
+
 // Config configures a Node. Only ID and DataDir are required.
 type Config struct {
 	// ID names the node in every group's Raft configuration. It must stay
@@ -79,6 +84,13 @@ type Config struct {
 	// WALSegmentBytes is the segment size of each group's raft-wal log
 	// (WAL log store only). Default DefaultWALSegmentBytes.
 	WALSegmentBytes int
+
+	// DiskReserveBytes is the free space of DataDir's file system below
+	// which the node refuses requests that add messages, with
+	// ErrNoSpace, while it still commits settles, locks and expiries,
+	// which free space. Default: two WAL segments and 64 MiB; negative
+	// turns the check off.
+	DiskReserveBytes int64
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
 	// lease lasts as long. Default DefaultElectionTimeout.
@@ -139,6 +151,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WALSegmentBytes == 0 {
 		c.WALSegmentBytes = DefaultWALSegmentBytes
+	}
+	if c.DiskReserveBytes == 0 {
+		c.DiskReserveBytes = defaultDiskReserve(c.WALSegmentBytes)
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs

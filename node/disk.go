@@ -13,7 +13,7 @@ import (
 )
 
 // The node's disk: the lock that keeps a second process out of its data
-// directory, and bounded waits on the bolt files' locks.
+// directory, bounded waits on the bolt files' locks, and free space.
 
 // lockFileName is the file in DataDir that a running node holds an
 // exclusive flock on. The kernel releases it when the process dies, so a
@@ -82,8 +82,66 @@ func waitUnlocked(path string) error {
 	}
 }
 
-// diskFaults makes a node's disk look full to its raft-wal logs (tests).
-// Everything else writes on.
+// freeBytes is the space left for unprivileged writers on the file
+// system that holds dir.
+func freeBytes(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// checkSpace returns ErrNoSpace when the data directory's file system has
+// no more than the reserve left. Requests that add messages are refused
+// then, while the reserve still takes the settles, locks and expiries
+// that free space.
+func (n *Node) checkSpace() error {
+	if n.cfg.DiskReserveBytes < 0 {
+		return nil
+	}
+	free, err := n.free()
+	if err != nil {
+		// Not knowing is no reason to refuse: the writes themselves
+		// will fail if the disk is full.
+		return nil
+	}
+	if free <= uint64(n.cfg.DiskReserveBytes) {
+		return fmt.Errorf("%w: %d bytes free in %s, at or below the reserve of %d", ErrNoSpace, free, n.cfg.DataDir, n.cfg.DiskReserveBytes)
+	}
+	return nil
+}
+
+func (n *Node) free() (uint64, error) {
+	if d := n.cfg.disk; d != nil && d.full.Load() {
+		return 0, nil
+	}
+	return freeBytes(n.cfg.DataDir)
+}
+
+// minOpenBytes is the free space a group needs to open. Opening writes:
+// pebble a new manifest and write-ahead log, raft-wal maybe a new
+// segment. pebble panics when its manifest cannot be written, which would
+// take the whole process down, so a group on a disk fuller than this
+// waits (and the node retries) rather than tries.
+func (n *Node) minOpenBytes() uint64 { return 4<<20 + uint64(n.cfg.WALSegmentBytes) }
+
+func (n *Node) checkOpenSpace() error {
+	free, err := n.free()
+	if err != nil {
+		return nil
+	}
+	if free < n.minOpenBytes() {
+		// No byte count of what is free: the node logs this error
+		// again only when its text changes.
+		return fmt.Errorf("%w: a group needs %d bytes free in %s to open", ErrNoSpace, n.minOpenBytes(), n.cfg.DataDir)
+	}
+	return nil
+}
+
+// diskFaults makes a node's disk look full to its raft-wal logs and to
+// its free-space checks (tests, export_test.go). Everything else writes
+// on.
 type diskFaults struct {
 	full atomic.Bool
 }

@@ -151,6 +151,7 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: x", ErrGroupFailed), codes.Unavailable, false, 0},
 		{fmt.Errorf("%w: x", ErrLeaderNotReady), codes.Unavailable, false, 0},
 		{fmt.Errorf("%w: big", ErrTooLarge), codes.InvalidArgument, false, 0},
+		{fmt.Errorf("%w: 0 bytes free", ErrNoSpace), codes.ResourceExhausted, false, 0},
 		{fmt.Errorf("%w: 5/0", partition.ErrEntityNotFound), codes.NotFound, false, partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND},
 		{partition.ErrQuotaExceeded, codes.ResourceExhausted, false, partitionpb.ResultCode_RESULT_QUOTA_EXCEEDED},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, false, 0},

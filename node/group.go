@@ -157,6 +157,9 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 			}
 		}
 	}()
+	if err := n.checkOpenSpace(); err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
 	if err := os.MkdirAll(raftDir(dir), 0o750); err != nil {
 		return nil, fmt.Errorf("node: group %d: %w", id, err)
 	}

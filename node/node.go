@@ -116,7 +116,16 @@ func New(cfg Config) (*Node, error) {
 	if n.addr == "" {
 		n.addr = lis.Addr().String()
 	}
-	n.openMachine = func(dir string, logs raft.LogStore) (StateMachine, error) {
+	n.openMachine = func(dir string, logs raft.LogStore) (m StateMachine, err error) {
+		// pebble panics when it cannot write its manifest, as on a
+		// full disk. At open that is a failure of this group, which
+		// the node retries, not of the process. What pebble opened
+		// before it panicked may stay open.
+		defer func() {
+			if r := recover(); r != nil {
+				m, err = nil, fmt.Errorf("opening the store panicked: %v", r)
+			}
+		}()
 		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log, Replica: cfg.ID, Log: entryData(logs)})
 	}
 	n.svc = &service{n: n}
