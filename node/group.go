@@ -634,10 +634,19 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s fsmSnapshot) Release() { s.s.Release() }
 
-// leaderError adds the leader hint to raft's "not the leader".
+// leaderError adds the leader hint to raft's "not the leader". When the
+// group has stopped, raft's error is the log's own ("segment is sealed"):
+// the caller learns that the group stopped instead, and that the disk is
+// full if it is, as the reserve would have told it.
 func (g *group) leaderError(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) {
 		return &notLeaderError{hint: g.hint()}
+	}
+	if ferr := g.failure(); ferr != nil {
+		if serr := g.node.checkOpenSpace(); serr != nil {
+			return fmt.Errorf("%w (%v)", serr, ferr)
+		}
+		return ferr
 	}
 	return err
 }
