@@ -14,6 +14,7 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // A leader's log write ahead of its fsync.
@@ -186,7 +187,11 @@ func (l *aheadLog) StoreLogs(logs []*raft.Log) error {
 		// sealed tail refuses every later write ("segment is sealed")
 		// until the log is reopened. Raft only steps down and retries,
 		// so the group stops and the node reopens it (superviseGroups).
-		l.fail(fmt.Errorf("write of the raft log: %w", err))
+		werr := fmt.Errorf("write of the raft log: %w", err)
+		if p := l.fs.createErr.Load(); p != nil && errors.Is(err, types.ErrSealed) {
+			werr = fmt.Errorf("%w; its next segment could not be created: %w", werr, *p)
+		}
+		l.fail(werr)
 	}
 	if err != nil {
 		return err

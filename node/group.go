@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -643,10 +644,20 @@ func (g *group) leaderError(err error) error {
 		return &notLeaderError{hint: g.hint()}
 	}
 	if ferr := g.failure(); ferr != nil {
+		if g.failedForSpace() {
+			return fmt.Errorf("%w (%v)", ErrNoSpace, ferr)
+		}
 		if serr := g.node.checkOpenSpace(); serr != nil {
 			return fmt.Errorf("%w (%v)", serr, ferr)
 		}
 		return ferr
 	}
 	return err
+}
+
+// failedForSpace tells whether the group stopped because a write found
+// the disk full.
+func (g *group) failedForSpace() bool {
+	p := g.failErr.Load()
+	return p != nil && errors.Is(*p, syscall.ENOSPC)
 }

@@ -45,6 +45,11 @@ type syncFS struct {
 	// since raft-wal leaves them open then.
 	opening bool
 	opened  []io.Closer
+
+	// createErr is why the last Create failed (nil: it did not): raft-wal
+	// logs why it could not rotate and then reports only that its tail
+	// is sealed.
+	createErr atomic.Pointer[error]
 }
 
 // lostWrites counts the writes simulated machine crashes took away
@@ -61,15 +66,19 @@ func newSyncFS() *syncFS {
 // file that exists: so a failed Create removes the file it made.
 func (s *syncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
 	if s.faults != nil && s.faults.full.Load() {
-		return nil, errFull("create", filepath.Join(dir, name))
+		err := errFull("create", filepath.Join(dir, name))
+		s.createErr.Store(&err)
+		return nil, err
 	}
 	f, err := s.FS.Create(dir, name, size)
 	if err != nil {
 		if !errors.Is(err, os.ErrExist) {
 			os.Remove(filepath.Join(dir, name))
 		}
+		s.createErr.Store(&err)
 		return nil, err
 	}
+	s.createErr.Store(nil)
 	sf := &syncFile{WritableFile: f, fs: s}
 	s.record(sf)
 	return sf, nil
