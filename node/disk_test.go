@@ -50,6 +50,19 @@ func waitServing(t *testing.T, n *Node, id uint64) {
 	})
 }
 
+// groupErr is why group id does not serve: it failed to open, or it
+// stopped; nil if it is open and well.
+func groupErr(n *Node, id uint64) error {
+	if err := n.OpenFailures()[id]; err != nil {
+		return err
+	}
+	st, err := n.Group(id)
+	if err != nil {
+		return err
+	}
+	return st.Err
+}
+
 // closeWithin fails the test if n.Close does not return by the polling
 // deadline, rather than hanging it.
 func closeWithin(t *testing.T, n *Node) {
@@ -141,8 +154,8 @@ func TestGroupOpenFailureVisible(t *testing.T) {
 	if err := n.EnsureGroup(1, self); !errors.Is(err, errDisk) {
 		t.Fatalf("EnsureGroup on a broken disk: %v", err)
 	}
-	if err := n.GroupErrors()[1]; !errors.Is(err, errDisk) {
-		t.Errorf("GroupErrors()[1] = %v", err)
+	if err := n.OpenFailures()[1]; !errors.Is(err, errDisk) {
+		t.Errorf("OpenFailures()[1] = %v", err)
 	}
 	_, err := s.Send(context.Background(), &partitionpb.SendRequest{GroupId: 1, EntityId: 5})
 	if status.Code(err) != codes.Unavailable {
@@ -156,8 +169,8 @@ func TestGroupOpenFailureVisible(t *testing.T) {
 
 	broken.Store(false) // the disk is repaired: the node opens the group by itself
 	waitServing(t, n, 1)
-	if errs := n.GroupErrors(); len(errs) != 0 {
-		t.Errorf("GroupErrors after the group opened: %v", errs)
+	if errs := n.OpenFailures(); len(errs) != 0 {
+		t.Errorf("OpenFailures after the group opened: %v", errs)
 	}
 	broken.Store(true)
 	closeWithin(t, n)
@@ -237,7 +250,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	// Keep settling until the log fills its segment and cannot create
 	// the next one.
-	for i := 0; i < 20000 && n.GroupErrors()[1] == nil; i++ {
+	for i := 0; i < 20000 && groupErr(n, 1) == nil; i++ {
 		if err := lockRelease(); err != nil {
 			// The request whose write failed learns that the disk is
 			// full; one that comes after the group stopped, that it
@@ -249,7 +262,7 @@ func TestDiskFull(t *testing.T) {
 		}
 	}
 	waitUntil(t, "the group to stop on the full disk and fail to reopen", func() bool {
-		return errors.Is(n.GroupErrors()[1], ErrNoSpace)
+		return errors.Is(n.OpenFailures()[1], ErrNoSpace)
 	})
 	if err := sendOne("refused"); status.Code(err) != codes.Unavailable {
 		t.Errorf("send to the stopped group: %v, want Unavailable", err)
@@ -297,7 +310,7 @@ func TestDiskFullAtStart(t *testing.T) {
 	}
 	faults.full.Store(true)
 	n, _ = soloNode(t, Config{DataDir: dir, WALSegmentBytes: 64 << 10, disk: faults})
-	if err := n.GroupErrors()[1]; !errors.Is(err, ErrNoSpace) {
+	if err := n.OpenFailures()[1]; !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("group 1 on a full disk at start: %v", err)
 	}
 	faults.full.Store(false)

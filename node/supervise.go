@@ -94,21 +94,17 @@ func (n *Node) opened(id uint64, t *trouble) {
 	t.openedAt = time.Now()
 }
 
-// GroupErrors returns, for each group this node should serve but does
-// not because it failed to open or stopped after a storage failure, why.
-// The node keeps trying to reopen them.
-func (n *Node) GroupErrors() map[uint64]error {
+// OpenFailures returns, for each group whose last attempt to open failed,
+// why; the node keeps trying to open them. A group that is open but
+// stopped after a storage failure is not among them: Group reports it
+// (GroupStatus.Err).
+func (n *Node) OpenFailures() map[uint64]error {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	out := make(map[uint64]error)
 	for id, t := range n.troubles {
-		if t.err != nil {
+		if t.err != nil && n.groups[id] == nil {
 			out[id] = t.err
-		}
-	}
-	for id, g := range n.groups {
-		if err := g.failure(); err != nil {
-			out[id] = err
 		}
 	}
 	return out

@@ -97,7 +97,10 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	w := &groupWatch{}
-	s := &Storage{Node: n, Placement: p, watch: w, failures: w, cancel: cancel, done: make(chan struct{})}
+	// The node's own record of open failures: it retries them with
+	// backoff, so one that opens later must stop being reported whether
+	// or not a routing table arrived since.
+	s := &Storage{Node: n, Placement: p, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		reconcile(rctx, n, w, o.Logger)
@@ -130,7 +133,7 @@ func (s *Storage) Close() error {
 // reconcile keeps the node's groups in line with the routing table: it
 // opens every group the table places on this node, and reports which
 // groups it leads so that the table's leader hints stay fresh. It records
-// in w which groups the table places here and which failed to open.
+// in w which groups the table places here.
 func reconcile(ctx context.Context, n *node.Node, w *groupWatch, log *slog.Logger) {
 	cc, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -179,12 +182,10 @@ func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *
 			continue
 		}
 		placed = append(placed, g.Id)
-		err := n.EnsureGroup(g.Id, peers)
-		w.opened(g.Id, err)
-		// The node logs a group that fails to open when the reason
-		// changes, and retries it with backoff; every routing table
-		// would repeat it here.
-		if err != nil {
+		// The node records and logs a group that fails to open (when
+		// the reason changes) and retries it with backoff; every
+		// routing table would repeat it here.
+		if err := n.EnsureGroup(g.Id, peers); err != nil {
 			log.Debug("open group", "group", g.Id, "err", err)
 		}
 	}
