@@ -313,7 +313,7 @@ func (g *group) superviseFailure() {
 		if err := g.raft.Shutdown().Error(); err != nil {
 			g.log.Error("shutting down raft after a failure", "err", err)
 		}
-		g.prop.stop(g.failure())
+		g.prop.stop(g.refusal())
 	case <-g.ctx.Done():
 	}
 }
@@ -643,16 +643,30 @@ func (g *group) leaderError(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) {
 		return &notLeaderError{hint: g.hint()}
 	}
-	if ferr := g.failure(); ferr != nil {
-		if g.failedForSpace() {
-			return fmt.Errorf("%w (%v)", ErrNoSpace, ferr)
-		}
-		if serr := g.node.checkOpenSpace(); serr != nil {
-			return fmt.Errorf("%w (%v)", serr, ferr)
-		}
+	if ferr := g.refusal(); ferr != nil {
 		return ferr
 	}
 	return err
+}
+
+// refusal is what the requests in flight when the group stopped are told,
+// nil if it has not: that the disk is full when a write found it so (or
+// it is too full to reopen the group), else that the group stopped.
+// Requests that arrive later are told only that it stopped
+// (Unavailable), so that a client tries the other replicas, which may
+// have disk to spare and elect a leader.
+func (g *group) refusal() error {
+	ferr := g.failure()
+	if ferr == nil {
+		return nil
+	}
+	if g.failedForSpace() {
+		return fmt.Errorf("%w (%v)", ErrNoSpace, ferr)
+	}
+	if serr := g.node.checkOpenSpace(); serr != nil {
+		return fmt.Errorf("%w (%v)", serr, ferr)
+	}
+	return ferr
 }
 
 // failedForSpace tells whether the group stopped because a write found
