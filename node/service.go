@@ -78,9 +78,16 @@ func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntit
 	return &partitionpb.DeleteEntityResponse{}, nil
 }
 
+// Send refuses with ErrNoSpace, before proposing anything, when the
+// node's disk is down to its reserve: the reserve is kept for the
+// settles that free space (Config.DiskReserveBytes).
 func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
 	g, err := s.leader(req.GroupId)
 	if err != nil {
+		return nil, toStatus(err)
+	}
+	// Before staging: staged chunks of a large message are writes too.
+	if err := s.n.checkSpace(); err != nil {
 		return nil, toStatus(err)
 	}
 	enq, rejected, err := g.stageLarge(ctx, &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages})
