@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
-	"github.com/quorumbus/quorumbus/internal/adminhttp"
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 )
 
 func devCmd(args []string) error {

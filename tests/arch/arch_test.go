@@ -90,9 +90,9 @@ var rules = []rule{
 	},
 	{
 		name:    "the admin HTTP listener is standalone",
-		pkgs:    []string{our("internal/adminhttp/...")},
+		pkgs:    []string{our("cmd/quorumbus/adminhttp/...")},
 		stdOnly: true,
-		reason:  "internal/adminhttp serves health, readiness and profiles for every process from checks the process hands it; it knows nothing of the broker",
+		reason:  "cmd/quorumbus/adminhttp serves health, readiness and profiles for every process from checks the process hands it; it knows nothing of the broker",
 	},
 	{
 		name:   "placement does not import node",
