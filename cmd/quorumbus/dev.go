@@ -8,8 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 )
 
 func devCmd(args []string) error {

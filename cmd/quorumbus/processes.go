@@ -14,10 +14,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
-	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement/membership"
 )

@@ -12,10 +12,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/amqp"
 	"github.com/quorumbus/quorumbus/frontend/routing"
-	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
