@@ -34,6 +34,32 @@ const (
 	secApplicationProperties = 0x74
 )
 
+// batchMessageFormat is the message format (spec 2.7.5: Microsoft's
+// vendor code, version 0) of a batch the SDKs send: each data section of
+// its body holds one encoded message.
+const batchMessageFormat uint32 = 0x80013700
+
+// splitBatch returns the encoded messages of a batch, one per data
+// section. They alias payload.
+func splitBatch(payload []byte) ([][]byte, error) {
+	secs, err := amqp.Sections(payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, s := range secs {
+		if s.Descriptor != amqp.SectionData {
+			continue
+		}
+		b, err := s.Data()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
 // incoming turns one encoded message from a sender into what a partition
 // stores. The bare message is kept byte for byte (AMQP 3.2: it is
 // immutable) except that a message without a message-id gets one, as

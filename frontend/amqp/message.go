@@ -6,10 +6,6 @@ import (
 	"unicode/utf8"
 )
 
-// BatchMessageFormat is the message format of a Service Bus batch: the
-// body's data sections each hold one encoded message.
-const BatchMessageFormat uint32 = 0x80013700
-
 // Header is the message header section (spec 3.2.1).
 type Header struct {
 	Durable       bool
@@ -322,32 +318,6 @@ func (m *Message) appendSection(b []byte, desc uint64) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-// SplitBatch returns the encoded messages inside a batch message (format
-// BatchMessageFormat): one per data section. The slices alias payload.
-func SplitBatch(payload []byte) ([][]byte, error) {
-	secs, err := Sections(payload, nil)
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for _, s := range secs {
-		if s.Descriptor != SectionData {
-			continue
-		}
-		d := decoder{b: s.Raw}
-		d.off = 1
-		if _, err := d.descriptor(); err != nil {
-			return nil, err
-		}
-		b, err := d.readBinary()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
 }
 
 func (h *Header) decode(d *decoder) error {
