@@ -261,63 +261,76 @@ func (m *Message) Decode(payload []byte) error {
 
 // Append encodes the message.
 func (m *Message) Append(b []byte) ([]byte, error) {
-	for desc := SectionHeader; desc <= SectionFooter; desc++ {
-		var err error
-		if b, err = m.appendSection(b, desc); err != nil {
+	var err error
+	if m.Header != nil {
+		b = m.Header.append(b)
+	}
+	if m.DeliveryAnnotations != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionDeliveryAnnotations), m.DeliveryAnnotations); err != nil {
+			return nil, err
+		}
+	}
+	if m.MessageAnnotations != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionMessageAnnotations), m.MessageAnnotations); err != nil {
+			return nil, err
+		}
+	}
+	if m.Properties != nil {
+		if b, err = m.Properties.append(b); err != nil {
+			return nil, err
+		}
+	}
+	if m.ApplicationProperties != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionApplicationProperties), m.ApplicationProperties); err != nil {
+			return nil, err
+		}
+	}
+	for _, data := range m.Data {
+		b = appendBinary(appendDescriptor(b, SectionData), data)
+	}
+	for _, seq := range m.Sequence {
+		if b, err = appendValue(appendDescriptor(b, SectionAMQPSequence), seq); err != nil {
+			return nil, err
+		}
+	}
+	if m.HasValue {
+		if b, err = appendValue(appendDescriptor(b, SectionAMQPValue), m.Value); err != nil {
+			return nil, err
+		}
+	}
+	if m.Footer != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionFooter), m.Footer); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
 }
 
-// appendSection encodes the message's sections of descriptor desc, if it
-// has any.
-func (m *Message) appendSection(b []byte, desc uint64) ([]byte, error) {
-	var err error
+// only returns a message holding m's section of descriptor desc and no
+// other.
+func (m *Message) only(desc uint64) Message {
+	var s Message
 	switch desc {
 	case SectionHeader:
-		if m.Header != nil {
-			b = m.Header.append(b)
-		}
+		s.Header = m.Header
 	case SectionDeliveryAnnotations:
-		if m.DeliveryAnnotations != nil {
-			b, err = appendMap(appendDescriptor(b, desc), m.DeliveryAnnotations)
-		}
+		s.DeliveryAnnotations = m.DeliveryAnnotations
 	case SectionMessageAnnotations:
-		if m.MessageAnnotations != nil {
-			b, err = appendMap(appendDescriptor(b, desc), m.MessageAnnotations)
-		}
+		s.MessageAnnotations = m.MessageAnnotations
 	case SectionProperties:
-		if m.Properties != nil {
-			b, err = m.Properties.append(b)
-		}
+		s.Properties = m.Properties
 	case SectionApplicationProperties:
-		if m.ApplicationProperties != nil {
-			b, err = appendMap(appendDescriptor(b, desc), m.ApplicationProperties)
-		}
+		s.ApplicationProperties = m.ApplicationProperties
 	case SectionData:
-		for _, data := range m.Data {
-			b = appendBinary(appendDescriptor(b, desc), data)
-		}
+		s.Data = m.Data
 	case SectionAMQPSequence:
-		for _, seq := range m.Sequence {
-			if b, err = appendValue(appendDescriptor(b, desc), seq); err != nil {
-				break
-			}
-		}
+		s.Sequence = m.Sequence
 	case SectionAMQPValue:
-		if m.HasValue {
-			b, err = appendValue(appendDescriptor(b, desc), m.Value)
-		}
+		s.Value, s.HasValue = m.Value, m.HasValue
 	case SectionFooter:
-		if m.Footer != nil {
-			b, err = appendMap(appendDescriptor(b, desc), m.Footer)
-		}
+		s.Footer = m.Footer
 	}
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return s
 }
 
 func (h *Header) decode(d *decoder) error {

@@ -108,7 +108,8 @@ func AppendWithSection(dst []byte, secs []Section, desc uint64, m *Message) ([]b
 	for _, s := range secs[:at] {
 		dst = append(dst, s.Raw...)
 	}
-	dst, err := m.appendSection(dst, desc)
+	only := m.only(desc)
+	dst, err := only.Append(dst)
 	if err != nil {
 		return nil, err
 	}
