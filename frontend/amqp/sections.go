@@ -99,7 +99,8 @@ func AppendWithSection(dst []byte, secs []Section, desc uint64, m *Message) ([]b
 		}
 	}
 	// Room for everything, the old section's size standing for the new
-	// one's, with some to spare: one allocation at most, mostly.
+	// one's and 128 bytes for what it gains (an id, a dead-letter
+	// reason), so that dst mostly grows once.
 	n := 128
 	for _, s := range secs {
 		n += len(s.Raw)
