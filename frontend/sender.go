@@ -73,9 +73,9 @@ func (s *sender) Detached(*amqp.Link, error) { s.once.Do(func() { close(s.done) 
 // Message decodes the transfer (a single message or a batch) and queues it.
 func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 	parts := [][]byte{d.Payload}
-	if d.Format == amqp.BatchMessageFormat {
+	if d.Format == batchMessageFormat {
 		var err error
-		if parts, err = amqp.SplitBatch(d.Payload); err != nil {
+		if parts, err = splitBatch(d.Payload); err != nil {
 			s.reject(l, d, failBadRequest, err.Error())
 			return
 		}
