@@ -109,7 +109,8 @@ func stages(c *partitionpb.Command) bool {
 		return true
 	}
 	for _, m := range c.GetEnqueue().GetMessages() {
-		if len(m.StagedBody) > 0 {
+		// Any of the three: an entry of an earlier format drops them all.
+		if len(m.StagedBody) > 0 || m.StagedLength > 0 || m.StagedCrc > 0 {
 			return true
 		}
 	}
