@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,9 @@ func TestChaos(t *testing.T) {
 	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend}
 	if netw.Mode() == "netns" {
 		kinds = append(kinds, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	}
+	if v := os.Getenv("CHAOS_KINDS"); v != "" {
+		kinds = strings.Split(v, ",")
 	}
 
 	bin, err := cluster.Build(filepath.Join("..", ".."), t.TempDir())

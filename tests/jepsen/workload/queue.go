@@ -235,14 +235,17 @@ func (q *Queue) receiver(ctx context.Context, p int) {
 		q.cfg.Rec.Add(history.Op{Process: p, Type: history.Invoke, F: history.Receive})
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		m, err := rcv.Receive(rctx, nil)
+		empty := rctx.Err() != nil && ctx.Err() == nil // read before cancel, which sets it
 		cancel()
 		if err != nil {
 			// Nothing reached this client, so nothing was delivered to
 			// it: fail, whatever the cause.
 			q.cfg.Rec.Add(history.Op{Process: p, Type: history.Fail, F: history.Receive, Err: err.Error()})
-			if rctx.Err() == nil || ctx.Err() != nil {
+			if !empty {
+				// The link or connection broke: start afresh.
 				l.close()
 				l, rcv = nil, nil
+				pause(ctx, 100*time.Millisecond)
 			}
 			continue
 		}
