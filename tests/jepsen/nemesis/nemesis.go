@@ -122,7 +122,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// target resolves the node a kind aims at.
+// target resolves the node a kind aims at. For the others it notes who
+// led the group as the fault began: a stall reads differently when the
+// random node was the leader.
 func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
 	switch kind {
 	case KillLeader, PauseLeader, IsolateLeader:
@@ -131,7 +133,11 @@ func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, strin
 		}
 		return pick, "no leader known: a random node"
 	}
-	return pick, ""
+	leader := "no leader known"
+	if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
+		leader = "leader " + n.cfg.Cluster.Nodes[l].Name
+	}
+	return pick, leader
 }
 
 func (n *Nemesis) inject(ctx context.Context, kind string, pick int, hold time.Duration) {

@@ -30,6 +30,7 @@ type Run struct {
 	History  []history.Op      `json:"-"`
 	Problems []string          `json:"problems,omitempty"` // harness findings: crashes, failed restarts, a drain that ran out
 	Counts   map[string]int    `json:"faults_by_kind"`
+	Stalls   []Stall           `json:"stalls"`
 	Extra    map[string]string `json:"extra,omitempty"`
 }
 
@@ -49,10 +50,7 @@ func Write(dir string, r *Run) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	r.Counts = map[string]int{}
-	for _, f := range r.Faults {
-		r.Counts[f.Kind]++
-	}
+	r.measure()
 	f, err := os.Create(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
 		return err
@@ -87,8 +85,18 @@ func Write(dir string, r *Run) error {
 	return nil
 }
 
+// measure fills the figures derived from the history and faults.
+func (r *Run) measure() {
+	r.Counts = map[string]int{}
+	for _, f := range r.Faults {
+		r.Counts[f.Kind]++
+	}
+	r.Stalls = Stalls(r.History, r.Faults)
+}
+
 // Summary is the text a person reads first, and the test prints.
 func Summary(r *Run) string {
+	r.measure()
 	var b strings.Builder
 	verdict := "VALID"
 	if !r.Valid() {
@@ -104,6 +112,7 @@ func Summary(r *Run) string {
 		fmt.Fprintf(&b, ", %s %d", k, r.Counts[k])
 	}
 	b.WriteString("\n")
+	b.WriteString(StallSummary(r.Stalls))
 	for _, k := range sortedKeys(r.Extra) {
 		fmt.Fprintf(&b, "%s: %s\n", k, r.Extra[k])
 	}
