@@ -121,6 +121,11 @@ func TestChaos(t *testing.T) {
 	if err := nem.Err(); err != nil {
 		problems = append(problems, "nemesis: "+err.Error())
 	}
+	for _, p := range append(append([]*cluster.Process(nil), c.Nodes...), c.Frontend) {
+		if n := p.Crashes(); n > 0 {
+			problems = append(problems, fmt.Sprintf("%s exited by itself %d times (see logs/%s.log)", p.Name, n, p.Name))
+		}
+	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	for i := range cluster.Nodes {
 		if err := c.WaitReady(rctx, i, c.HTTP[i]); err != nil {

@@ -19,10 +19,11 @@ type Process struct {
 	args   []string
 	log    string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	paused bool
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	paused  bool
+	crashes int // exits the harness did not cause
 }
 
 // Start starts the process. It runs in a process group of its own, so
@@ -71,6 +72,7 @@ func (p *Process) Kill() {
 	if p.cmd == nil {
 		return
 	}
+	p.noteCrash()
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
 	p.cmd, p.paused = nil, false
@@ -123,6 +125,7 @@ func (p *Process) Stop() {
 	if p.cmd == nil {
 		return
 	}
+	p.noteCrash()
 	pg := -p.cmd.Process.Pid
 	syscall.Kill(pg, syscall.SIGCONT)
 	syscall.Kill(pg, syscall.SIGTERM)
@@ -133,4 +136,30 @@ func (p *Process) Stop() {
 		<-p.done
 	}
 	p.cmd = nil
+}
+
+// noteCrash counts an exit that happened before the harness ended the
+// process: otherwise a later kill fault would hide it. p.mu is held.
+func (p *Process) noteCrash() {
+	select {
+	case <-p.done:
+		p.crashes++
+	default:
+	}
+}
+
+// Crashes counts the times the process exited without the harness
+// killing or stopping it (its log says why).
+func (p *Process) Crashes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.crashes
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+			n++ // exited and not restarted yet
+		default:
+		}
+	}
+	return n
 }

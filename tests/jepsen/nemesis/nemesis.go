@@ -55,7 +55,6 @@ type Config struct {
 // Nemesis runs a schedule and keeps its log.
 type Nemesis struct {
 	cfg Config
-	rng *rand.Rand
 
 	mu     sync.Mutex
 	faults []Fault
@@ -63,7 +62,7 @@ type Nemesis struct {
 }
 
 func New(cfg Config) *Nemesis {
-	return &Nemesis{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	return &Nemesis{cfg: cfg}
 }
 
 // Faults returns the log so far.
@@ -88,28 +87,45 @@ func (n *Nemesis) fail(err error) {
 	n.cfg.Log("nemesis: %v", err)
 }
 
-func (n *Nemesis) between(lo, hi time.Duration) time.Duration {
-	if hi <= lo {
-		return lo
-	}
-	return lo + time.Duration(n.rng.Int64N(int64(hi-lo)))
+// Step is one planned fault: the healthy gap before it, its kind, how
+// long it is held, and the nodes a kind that wants random ones takes
+// (Pick; Other is a bridge partition's second node, never Pick).
+type Step struct {
+	Quiet, Hold time.Duration
+	Kind        string
+	Pick, Other int
 }
 
-// Run injects faults one after another until count faults were injected
-// or ctx ends, healing each before the next. The draws come from the
-// seed only, so a seed replays the same schedule of kinds and durations
-// (not the same interleaving: targets that name the leader depend on
-// the election).
+// Plan draws count steps from the seed alone, so a seed replays the same
+// schedule of kinds, durations and random nodes (not the same
+// interleaving: targets that name the leader depend on the elections of
+// the run).
+func Plan(cfg Config, count int) []Step {
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	var out []Step
+	for range count {
+		s := Step{Quiet: between(cfg.QuietMin, cfg.QuietMax), Kind: cfg.Kinds[rng.IntN(len(cfg.Kinds))],
+			Hold: between(cfg.HoldMin, cfg.HoldMax), Pick: rng.IntN(cluster.Nodes)}
+		s.Other = (s.Pick + 1 + rng.IntN(cluster.Nodes-1)) % cluster.Nodes
+		out = append(out, s)
+	}
+	return out
+}
+
+// Run injects the planned faults one after another, healing each before
+// the next, until count were injected or ctx ends.
 func (n *Nemesis) Run(ctx context.Context, count int) {
-	for i := 0; i < count; i++ {
-		quiet := n.between(n.cfg.QuietMin, n.cfg.QuietMax)
-		kind := n.cfg.Kinds[n.rng.IntN(len(n.cfg.Kinds))]
-		hold := n.between(n.cfg.HoldMin, n.cfg.HoldMax)
-		pick := n.rng.IntN(cluster.Nodes) // the random node, when the kind wants one
-		if !sleep(ctx, quiet) {
+	for _, s := range Plan(n.cfg, count) {
+		if !sleep(ctx, s.Quiet) {
 			return
 		}
-		n.inject(ctx, kind, pick, hold)
+		n.inject(ctx, s)
 	}
 }
 
@@ -140,9 +156,10 @@ func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, strin
 	return pick, leader
 }
 
-func (n *Nemesis) inject(ctx context.Context, kind string, pick int, hold time.Duration) {
+func (n *Nemesis) inject(ctx context.Context, s Step) {
 	c := n.cfg.Cluster
-	node, note := n.target(ctx, kind, pick)
+	kind, hold := s.Kind, s.Hold
+	node, note := n.target(ctx, kind, s.Pick)
 	f := Fault{Kind: kind, Target: c.Nodes[node].Name, Note: note}
 	var heal func() error
 	var err error
@@ -169,7 +186,7 @@ func (n *Nemesis) inject(ctx context.Context, kind string, pick int, hold time.D
 		}
 		heal = c.Net.Heal
 	case PartitionBridge:
-		other := (node + 1 + n.rng.IntN(cluster.Nodes-1)) % cluster.Nodes
+		other := s.Other // node is s.Pick: a bridge never aims at the leader
 		f.Target = fmt.Sprintf("%s|%s", c.Nodes[node].Name, c.Nodes[other].Name)
 		err, heal = c.Net.Cut(node, other), c.Net.Heal
 	default:
@@ -208,8 +225,7 @@ func HealAll(c *cluster.Cluster) error {
 	errs = append(errs, c.Net.Heal())
 	for _, p := range append(slices.Clone(c.Nodes), c.Frontend) {
 		if p.Exited() {
-			errs = append(errs, fmt.Errorf("%s exited by itself (see its log)", p.Name))
-			p.Kill()
+			p.Kill() // the test reports the crash (Process.Crashes)
 		}
 		if !p.Running() {
 			errs = append(errs, p.Start())
