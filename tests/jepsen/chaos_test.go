@@ -39,6 +39,11 @@ var profiles = map[string]profile{
 		quietMin: 2 * time.Second, quietMax: 3 * time.Second, rate: 100},
 }
 
+// lockDuration is the queue's: short, so that the messages of receives
+// a fault cut off come back within the drain (they stay locked to
+// nobody until then).
+const lockDuration = 10 * time.Second
+
 // TestChaos runs the queue workload against three storage nodes and a
 // front-end while the nemesis kills, pauses and partitions nodes; then it
 // heals everything, drains the queue and checks the history. The report
@@ -90,9 +95,7 @@ func TestChaos(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A short lock brings back, within the drain, the messages of
-	// receives a fault cut off: they stay locked to nobody until then.
-	if err := c.CreateQueue(ctx, "jepsen", "-lock-duration", "10s"); err != nil {
+	if err := c.CreateQueue(ctx, "jepsen", "-lock-duration", lockDuration.String()); err != nil {
 		t.Fatal(err)
 	}
 	group, err := c.QueueGroup(ctx, "jepsen")
@@ -140,7 +143,7 @@ func TestChaos(t *testing.T) {
 	q.StopSends()
 	t.Logf("drain: %d acknowledged sends not received yet", q.Missing())
 	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	missing := q.Drain(dctx)
+	missing := q.Drain(dctx, lockDuration+2*time.Second)
 	dcancel()
 	if missing > 0 {
 		t.Logf("drain ended with %d acknowledged sends never received", missing)
@@ -218,4 +221,26 @@ func mustAtoi(t *testing.T, k, v string) int {
 		t.Fatalf("%s=%s: %v", k, v, err)
 	}
 	return n
+}
+
+// TestRecheck checks a saved history again (CHAOS_HISTORY=path to a
+// report's history.jsonl), e.g. after a checker changed: no cluster.
+func TestRecheck(t *testing.T) {
+	path := os.Getenv("CHAOS_HISTORY")
+	if path == "" {
+		t.Skip("CHAOS_HISTORY names no history.jsonl to check")
+	}
+	ops, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", checker.Summarize(ops))
+	for _, r := range checker.Run(checker.Queue, ops) {
+		if !r.Valid {
+			t.Errorf("%s: %s", r.Name, r.Property)
+			for _, v := range r.Violations {
+				t.Errorf("  %s: %v", v.Msg, v.Ops)
+			}
+		}
+	}
 }

@@ -46,6 +46,8 @@ type Queue struct {
 	mu       sync.Mutex
 	acked    map[string]bool // sends that returned ok
 	received map[string]bool // ids some receive returned
+	// lastDelivery is when a receive last returned a message.
+	lastDelivery time.Time
 }
 
 // Start launches the senders and receivers.
@@ -72,12 +74,22 @@ func (q *Queue) StopSends() {
 }
 
 // Drain lets the receivers run until every acknowledged send has been
-// received, or ctx ends; it reports how many are still missing. Then it
+// received and then nothing was delivered for quiet, or until ctx ends;
+// it reports how many acknowledged sends are still missing. Then it
 // stops the receivers.
-func (q *Queue) Drain(ctx context.Context) (missing int) {
+//
+// The quiet period, longer than the queue's lock, is what lets a
+// complete that was acknowledged but lost by the broker show: its
+// message comes back once the lock expires, and the checkers see the
+// redelivery.
+func (q *Queue) Drain(ctx context.Context, quiet time.Duration) (missing int) {
 	defer func() { q.cancel(); q.recvWG.Wait() }()
 	for {
-		if missing = q.Missing(); missing == 0 {
+		missing = q.Missing()
+		q.mu.Lock()
+		idle := time.Since(q.lastDelivery)
+		q.mu.Unlock()
+		if missing == 0 && idle >= quiet {
 			return 0
 		}
 		select {
@@ -254,6 +266,7 @@ func (q *Queue) receiver(ctx context.Context, p int) {
 		q.cfg.Rec.Add(d)
 		q.mu.Lock()
 		q.received[d.MsgID] = true
+		q.lastDelivery = time.Now()
 		q.mu.Unlock()
 
 		q.cfg.Rec.Add(history.Op{Process: p, Type: history.Invoke, F: history.Complete, MsgID: d.MsgID, LockToken: d.LockToken})
