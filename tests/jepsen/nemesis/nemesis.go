@@ -36,6 +36,10 @@ const (
 	IsolateLeader   = "isolate-leader"   // cut from the other nodes; the front-end still reaches it
 	IsolateNode     = "isolate-node"     // cut from the other nodes and the front-end
 	PartitionBridge = "partition-bridge" // cut one node pair: the third node still reaches both
+	// KillMajority kills the leader and one other node: the group has no
+	// quorum until both restart, so sends stall, and what was
+	// acknowledged before must come back from the disks.
+	KillMajority = "kill-majority"
 )
 
 // Config is a schedule's shape.
@@ -143,7 +147,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // random node was the leader.
 func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
 	switch kind {
-	case KillLeader, PauseLeader, IsolateLeader:
+	case KillLeader, PauseLeader, IsolateLeader, KillMajority:
 		if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
 			return l, ""
 		}
@@ -168,6 +172,15 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 		p := c.Nodes[node]
 		p.Kill()
 		heal = p.Start
+	case KillMajority:
+		a, b := c.Nodes[node], c.Nodes[s.Other]
+		if s.Other == node { // node is the leader, which Other was not drawn to avoid
+			b = c.Nodes[(node+1)%cluster.Nodes]
+		}
+		f.Target = a.Name + "+" + b.Name
+		a.Kill()
+		b.Kill()
+		heal = func() error { return errors.Join(a.Start(), b.Start()) }
 	case KillFrontend:
 		f.Target = c.Frontend.Name
 		c.Frontend.Kill()
