@@ -85,6 +85,9 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	c, err := cluster.New(netw, bin, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +107,14 @@ func TestChaos(t *testing.T) {
 	}
 	cancel()
 
-	rec := history.NewRecorder()
+	// The history streams to disk as it is recorded: a run killed before
+	// its report still leaves it.
+	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	rec := history.NewRecorder(hf)
 	start := time.Now()
 	q := workload.Start(context.Background(), workload.Config{
 		Dial: c.DialAMQP, Queue: "jepsen", Senders: 4, Receivers: 4,
@@ -149,10 +159,17 @@ func TestChaos(t *testing.T) {
 		t.Logf("drain ended with %d acknowledged sends never received", missing)
 	}
 
+	if n := rec.Overflowed(); n > 0 {
+		problems = append(problems, fmt.Sprintf("the history overflowed: %d entries past %d dropped (a client looping?)", n, rec.MaxOps))
+	}
+	if err := rec.Flush(); err != nil {
+		problems = append(problems, "writing history.jsonl: "+err.Error())
+	}
 	ops := rec.Ops()
 	run := &report.Run{Seed: seed, Profile: name, Network: netw.Mode(), Duration: time.Since(start),
 		Summary: checker.Summarize(ops), Results: checker.Run(checker.Queue, ops),
-		Faults: nem.Faults(), History: ops, Problems: problems}
+		Faults: nem.Faults(), History: ops, HistoryStreamed: true, Problems: problems,
+		Extra: map[string]string{"harness peak RSS": peakRSS()}}
 	if err := report.Write(dir, run); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
@@ -243,4 +260,19 @@ func TestRecheck(t *testing.T) {
 			}
 		}
 	}
+}
+
+// peakRSS reads the test process's peak resident memory (VmHWM), for
+// the summary: the harness shares its machine.
+func peakRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
 }

@@ -71,16 +71,41 @@ func (o Op) String() string {
 	return s
 }
 
-// Recorder appends operations from many goroutines. It keeps the whole
-// history in memory: a CI run holds a few hundred thousand entries.
+// Recorder appends operations from many goroutines. It keeps the history
+// in memory for the checkers (a CI run holds a few hundred thousand
+// entries, tens of MB) and, given a writer, streams each entry to it as
+// well, so that a run killed before its report still leaves its history.
+//
+// It holds at most MaxOps entries: past that it drops them and says so
+// (Overflowed), so that a client stuck in a loop fails the run instead
+// of exhausting a shared machine's memory.
 type Recorder struct {
-	start time.Time
-	mu    sync.Mutex
-	ops   []Op
+	start  time.Time
+	MaxOps int
+
+	mu       sync.Mutex
+	ops      []Op
+	w        *bufio.Writer
+	enc      *json.Encoder
+	werr     error
+	dropped  int64
+	lastSync time.Time
 }
 
-// NewRecorder starts the run's clock.
-func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+// DefaultMaxOps bounds a history at about 1 GB: far beyond what any
+// profile records (the CI profile records about 250,000 entries).
+const DefaultMaxOps = 5_000_000
+
+// NewRecorder starts the run's clock. w, if not nil, receives every entry
+// as a JSON line.
+func NewRecorder(w io.Writer) *Recorder {
+	r := &Recorder{start: time.Now(), MaxOps: DefaultMaxOps}
+	if w != nil {
+		r.w = bufio.NewWriterSize(w, 1<<16)
+		r.enc = json.NewEncoder(r.w)
+	}
+	return r
+}
 
 // Since is the run's clock: nanoseconds since NewRecorder.
 func (r *Recorder) Since() int64 { return int64(time.Since(r.start)) }
@@ -94,8 +119,41 @@ func (r *Recorder) Add(op Op) Op {
 	defer r.mu.Unlock()
 	op.Index = int64(len(r.ops))
 	op.Time = r.Since()
+	if len(r.ops) >= r.MaxOps {
+		r.dropped++
+		return op
+	}
 	r.ops = append(r.ops, op)
+	if r.enc != nil && r.werr == nil {
+		r.werr = r.enc.Encode(op)
+		// Flushed about once a second, so that a killed run loses at
+		// most that much.
+		if now := time.Now(); now.Sub(r.lastSync) > time.Second {
+			r.lastSync = now
+			if r.werr == nil {
+				r.werr = r.w.Flush()
+			}
+		}
+	}
 	return op
+}
+
+// Flush writes out what the stream buffered; it returns the stream's
+// first error.
+func (r *Recorder) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w != nil && r.werr == nil {
+		r.werr = r.w.Flush()
+	}
+	return r.werr
+}
+
+// Overflowed counts the entries dropped past MaxOps.
+func (r *Recorder) Overflowed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dropped
 }
 
 // Ops returns a copy of the history so far.

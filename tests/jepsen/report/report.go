@@ -20,18 +20,21 @@ import (
 
 // Run is everything a report says about one run.
 type Run struct {
-	Seed     uint64            `json:"seed"`
-	Profile  string            `json:"profile"`
-	Network  string            `json:"network"`
-	Duration time.Duration     `json:"duration_ns"`
-	Summary  checker.Summary   `json:"summary"`
-	Results  []checker.Result  `json:"results"`
-	Faults   []nemesis.Fault   `json:"-"`
-	History  []history.Op      `json:"-"`
-	Problems []string          `json:"problems,omitempty"` // harness findings: crashes, failed restarts, a drain that ran out
-	Counts   map[string]int    `json:"faults_by_kind"`
-	Stalls   []Stall           `json:"stalls"`
-	Extra    map[string]string `json:"extra,omitempty"`
+	Seed     uint64           `json:"seed"`
+	Profile  string           `json:"profile"`
+	Network  string           `json:"network"`
+	Duration time.Duration    `json:"duration_ns"`
+	Summary  checker.Summary  `json:"summary"`
+	Results  []checker.Result `json:"results"`
+	Faults   []nemesis.Fault  `json:"-"`
+	History  []history.Op     `json:"-"`
+	// HistoryStreamed: history.jsonl was written as the run went
+	// (history.Recorder), so Write leaves it alone.
+	HistoryStreamed bool              `json:"-"`
+	Problems        []string          `json:"problems,omitempty"` // harness findings: crashes, failed restarts, a drain that ran out
+	Counts          map[string]int    `json:"faults_by_kind"`
+	Stalls          []Stall           `json:"stalls"`
+	Extra           map[string]string `json:"extra,omitempty"`
 }
 
 // Valid says whether every checker passed and the harness saw no problem.
@@ -51,16 +54,18 @@ func Write(dir string, r *Run) error {
 		return err
 	}
 	r.measure()
-	f, err := os.Create(filepath.Join(dir, "history.jsonl"))
-	if err != nil {
-		return err
-	}
-	if err := history.WriteJSONL(f, r.History); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
+	if !r.HistoryStreamed {
+		f, err := os.Create(filepath.Join(dir, "history.jsonl"))
+		if err != nil {
+			return err
+		}
+		if err := history.WriteJSONL(f, r.History); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
 	}
 	var faults strings.Builder
 	enc := json.NewEncoder(&faults)
