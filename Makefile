@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker soak-backlog bench-sync build test vet fmt-check fuzz bench proto lint clean chaos
+.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -76,6 +76,9 @@ chaos: ## Chaos test: a 3-node cluster of processes under kills, pauses, partiti
 
 soak-backlog: ## Send a 2 GB backlog to the dev cluster and report its RSS (minutes; needs ~15 GB of disk)
 	scripts/backlog-rss.sh $(BACKLOG_MESSAGES) 1024 32
+
+soak-large: ## Send 600 MB of 256 KB messages pipelined and four of 95 MB to the dev cluster, receive them, report peak RSS (minutes; needs ~4 GB of disk)
+	scripts/large-rss.sh
 
 bench-sync: ## Alternate the dev cluster's synchronous sender with the stock Raft floor under it (3 rounds, about 2 minutes)
 	scripts/sync-floor.sh 3

@@ -38,4 +38,8 @@ var (
 	// ErrInvalid: the partition refused the request itself (too large, or
 	// malformed); retrying cannot help.
 	ErrInvalid = errors.New("frontend: invalid request")
+	// ErrStorageFull: the partition's storage node is out of disk (or
+	// down to the reserve it keeps for settles) and refuses new messages
+	// until space is freed; settles and receives go on.
+	ErrStorageFull = errors.New("frontend: partition storage full")
 )

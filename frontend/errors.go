@@ -32,6 +32,7 @@ var (
 	failNotFound = failure{amqp.ErrCondNotFound, 404, false, "the messaging entity could not be found"}
 	failLockLost = failure{condLockLost, 410, false, "the lock supplied is invalid: it expired, or the message was already settled or removed"}
 	failQuota    = failure{amqp.ErrCondResourceLimitExceeded, 403, false, "the entity is full (MaxSizeInMegabytes reached)"}
+	failDiskFull = failure{amqp.ErrCondResourceLimitExceeded, 507, true, "the broker's storage is full; new messages are refused until space is freed"}
 	failInvalid  = failure{amqp.ErrCondNotAllowed, 400, false, "the operation is not valid"}
 	failDisabled = failure{condEntityDisabled, 400, false, "the messaging entity is disabled"}
 	failTimeout  = failure{condTimeout, 503, true, "the operation did not complete in time; the partition may be electing a leader"}
@@ -70,6 +71,8 @@ func errFailure(err error) failure {
 		return failTimeout
 	case errors.Is(err, ErrInvalid):
 		return failInvalid
+	case errors.Is(err, ErrStorageFull):
+		return failDiskFull
 	}
 	return failInternal
 }

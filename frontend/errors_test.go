@@ -3,6 +3,8 @@ package frontend
 import (
 	"fmt"
 	"testing"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
 )
 
 // TestCatalogUnavailableIsRetriable: an entity whose existence cannot be
@@ -15,5 +17,14 @@ func TestCatalogUnavailableIsRetriable(t *testing.T) {
 	}
 	if nf := errFailure(fmt.Errorf("%w: orders", ErrEntityNotFound)); nf.cond == f.cond {
 		t.Fatalf("not-found and catalog-unavailable map alike: %s", nf.cond)
+	}
+}
+
+// TestStorageFullCondition: a partition out of disk reaches clients as
+// amqp:resource-limit-exceeded, which they may retry later.
+func TestStorageFullCondition(t *testing.T) {
+	f := errFailure(fmt.Errorf("%w: group 7", ErrStorageFull))
+	if f.cond != amqp.ErrCondResourceLimitExceeded || !f.retriable {
+		t.Errorf("storage full maps to %+v, want a retriable %s", f, amqp.ErrCondResourceLimitExceeded)
 	}
 }

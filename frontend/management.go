@@ -137,7 +137,7 @@ func stringField(body amqp.Map, key string) (string, error) {
 // a partition e does not have. Such a token is a lock lost (410), as
 // Service Bus answers any unknown token, not a missing entity (404).
 func lockLost(e *placementpb.Entity, token []byte) bool {
-	return int(partitionOfToken(token)) >= max(len(e.PartitionGroups), 1)
+	return int(partitionpb.PartitionOfToken(token)) >= max(len(e.PartitionGroups), 1)
 }
 
 // lockTokens reads the lock-tokens field: an array of uuids.
@@ -176,7 +176,7 @@ func (c *conn) renewLock(ctx context.Context, e *placementpb.Entity, q partition
 	// token's place.
 	byPartition := map[uint32][]int{}
 	for i, t := range tokens {
-		p := partitionOfToken(t)
+		p := partitionpb.PartitionOfToken(t)
 		byPartition[p] = append(byPartition[p], i)
 	}
 	for p, idx := range byPartition {
@@ -254,7 +254,7 @@ func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q p
 	}
 	byPartition := map[uint32][][]byte{}
 	for _, t := range tokens {
-		p := partitionOfToken(t)
+		p := partitionpb.PartitionOfToken(t)
 		byPartition[p] = append(byPartition[p], t)
 	}
 	for p, ts := range byPartition {
@@ -287,7 +287,7 @@ func sequenceNumbers(body amqp.Map) ([]int64, bool) {
 func byPartition(seqs []int64) map[uint32][]uint64 {
 	out := map[uint32][]uint64{}
 	for _, n := range seqs {
-		p := uint32(uint64(n) >> 48)
+		p := partitionpb.PartitionOfSequence(uint64(n))
 		out[p] = append(out[p], uint64(n))
 	}
 	return out
@@ -367,11 +367,8 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 	count = min(count, maxPeek)
 	partitions := uint32(max(len(e.PartitionGroups), 1))
 	var found []*partitionpb.StoredMessage
-	for p := uint32(uint64(from) >> 48); p < partitions && len(found) < int(count); p++ {
-		start := uint64(from)
-		if uint64(p)<<48 > start {
-			start = uint64(p) << 48
-		}
+	for p := partitionpb.PartitionOfSequence(uint64(from)); p < partitions && len(found) < int(count); p++ {
+		start := max(uint64(from), partitionpb.SequenceNumber(p, 0))
 		msgs, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{
 			Partition: p, SubQueue: q, FromSequenceNumber: start, MaxCount: uint32(int(count) - len(found)),
 		})

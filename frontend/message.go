@@ -25,14 +25,31 @@ const (
 	annDeadLetterSource amqp.Symbol = "x-opt-deadletter-source"
 )
 
-// Section descriptors of the message format (AMQP 1.0 part 3.2).
-const (
-	secHeader                = 0x70
-	secDeliveryAnnotations   = 0x71
-	secMessageAnnotations    = 0x72
-	secProperties            = 0x73
-	secApplicationProperties = 0x74
-)
+// batchMessageFormat is the message format (spec 2.7.5: Microsoft's
+// vendor code, version 0) of a batch the SDKs send: each data section of
+// its body holds one encoded message.
+const batchMessageFormat uint32 = 0x80013700
+
+// splitBatch returns the encoded messages of a batch, one per data
+// section. They alias payload.
+func splitBatch(payload []byte) ([][]byte, error) {
+	secs, err := amqp.Sections(payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, s := range secs {
+		if s.Descriptor != amqp.SectionData {
+			continue
+		}
+		b, err := s.Data()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
 
 // incoming turns one encoded message from a sender into what a partition
 // stores. The bare message is kept byte for byte (AMQP 3.2: it is
@@ -46,18 +63,18 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 		return nil, err
 	}
 	nm := &partitionpb.NewMessage{}
-	bareStart := len(payload)
+	bare := len(sections) // index of the bare message's first section
 	var props *amqp.Properties
-	for _, s := range sections {
+	for i, s := range sections {
 		switch s.Descriptor {
-		case secHeader:
+		case amqp.SectionHeader:
 			var m amqp.Message
 			if err := m.Decode(s.Raw); err != nil {
 				return nil, err
 			}
 			nm.TtlMs = m.Header.TTL.Milliseconds()
 			nm.Header = append(nm.Header, s.Raw...)
-		case secDeliveryAnnotations:
+		case amqp.SectionDeliveryAnnotations:
 			// Decoded only to check it: stored as sent, it is decoded
 			// again for every delivery, where a malformed one would make
 			// the message undeliverable.
@@ -66,7 +83,7 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 				return nil, err
 			}
 			nm.Header = append(nm.Header, s.Raw...)
-		case secMessageAnnotations:
+		case amqp.SectionMessageAnnotations:
 			var m amqp.Message
 			if err := m.Decode(s.Raw); err != nil {
 				return nil, err
@@ -83,17 +100,15 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 			}
 			nm.Annotations = append([]byte(nil), s.Raw...)
 		default:
-			if bareStart == len(payload) {
-				bareStart = len(payload) - len(payloadFrom(payload, s.Raw))
-			}
+			bare = min(bare, i)
 			switch s.Descriptor {
-			case secProperties:
+			case amqp.SectionProperties:
 				var m amqp.Message
 				if err := m.Decode(s.Raw); err != nil {
 					return nil, err
 				}
 				props = m.Properties
-			case secApplicationProperties:
+			case amqp.SectionApplicationProperties:
 				// Service Bus holds senders to AMQP 3.2.5 (string keys,
 				// simple values); the section is stored undecoded but
 				// decoded again when settlement rewrites it.
@@ -103,48 +118,22 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 			}
 		}
 	}
-	bare := payload[bareStart:]
 	if props == nil || props.MessageID == nil {
-		// Give the message an id, rewriting (or adding) its properties.
+		// Give the message an id, rewriting (or adding) its properties;
+		// the rest of the bare message is copied as it is.
 		if props == nil {
 			props = &amqp.Properties{}
 		}
 		props.MessageID = newMessageID()
-		rest := bare
-		if len(sections) > 0 && bareStart < len(payload) {
-			if first := sectionAt(sections, bareStart, payload); first != nil && first.Descriptor == secProperties {
-				rest = bare[len(first.Raw):]
-			}
-		}
-		// Room for the properties (an id, and what the sender set) and
-		// the rest, so that the rest is copied once.
-		enc, err := (&amqp.Message{Properties: props}).Append(make([]byte, 0, 128+len(rest)))
-		if err != nil {
+		if nm.Bare, err = amqp.AppendWithSection(nil, sections[bare:], amqp.SectionProperties, &amqp.Message{Properties: props}); err != nil {
 			return nil, err
 		}
-		nm.Bare = append(enc, rest...)
 	} else {
-		nm.Bare = append([]byte(nil), bare...)
+		nm.Bare = append([]byte(nil), payload[sections[bare].Offset:]...)
 	}
 	nm.MessageId = messageIDString(props.MessageID)
 	nm.SessionId = props.GroupID
 	return nm, nil
-}
-
-// payloadFrom returns payload from the start of sub (a slice of payload)
-// to its end.
-func payloadFrom(payload, sub []byte) []byte {
-	off := cap(payload) - cap(sub)
-	return payload[off:]
-}
-
-func sectionAt(sections []amqp.Section, off int, payload []byte) *amqp.Section {
-	for i := range sections {
-		if cap(payload)-cap(sections[i].Raw) == off {
-			return &sections[i]
-		}
-	}
-	return nil
 }
 
 // messageIDs makes the ids of messages that arrive without one: 16 bytes,
@@ -244,18 +233,14 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 		return nil, err
 	}
 	var props amqp.Map
-	at := -1 // index of the section the new application-properties go before
-	for i, sec := range sections {
-		if sec.Descriptor == secApplicationProperties {
+	for _, sec := range sections {
+		if sec.Descriptor == amqp.SectionApplicationProperties {
 			var a amqp.Message
 			if err := a.Decode(sec.Raw); err != nil {
 				return nil, err
 			}
-			props, at = a.ApplicationProperties, i
+			props = a.ApplicationProperties
 			break
-		}
-		if sec.Descriptor > secApplicationProperties && at < 0 {
-			at = i
 		}
 	}
 	for _, enc := range m.ModifiedProperties {
@@ -272,24 +257,9 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 		props.Set("DeadLetterErrorDescription", m.DeadLetterDescription)
 	}
 	if props == nil {
-		props = amqp.Map{}
+		props = amqp.Map{} // written empty: a nil map would remove the section
 	}
-	replaced := at >= 0 && at < len(sections) && sections[at].Descriptor == secApplicationProperties
-	for i, sec := range sections {
-		if i == at {
-			if out, err = (&amqp.Message{ApplicationProperties: props}).Append(out); err != nil {
-				return nil, err
-			}
-			if replaced {
-				continue
-			}
-		}
-		out = append(out, sec.Raw...)
-	}
-	if at < 0 { // no body or footer after it: the section goes last
-		return (&amqp.Message{ApplicationProperties: props}).Append(out)
-	}
-	return out, nil
+	return amqp.AppendWithSection(out, sections, amqp.SectionApplicationProperties, &amqp.Message{ApplicationProperties: props})
 }
 
 // lockTokenUUID returns the 16 token bytes as a UUID value (RFC 4122
@@ -306,13 +276,4 @@ func lockTokenUUID(token []byte) [16]byte {
 func appendDeliveryTag(dst, token []byte) []byte {
 	t := lockTokenUUID(token)
 	return append(dst, t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15])
-}
-
-// partitionOfToken routes a lock token to its partition: a token starts
-// with the message's sequence number, whose top 16 bits are the partition.
-func partitionOfToken(token []byte) uint32 {
-	if len(token) < 2 {
-		return 0
-	}
-	return uint32(token[0])<<8 | uint32(token[1])
 }

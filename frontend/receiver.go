@@ -391,7 +391,7 @@ func simpleDisposition(state amqp.DeliveryState) (partitionpb.Disposition, bool)
 func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl *partitionpb.Settle) (failure, bool) {
 	byPartition := map[uint32][][]byte{}
 	for _, t := range tokens {
-		p := partitionOfToken(t)
+		p := partitionpb.PartitionOfToken(t)
 		byPartition[p] = append(byPartition[p], t)
 	}
 	for p, ts := range byPartition {

@@ -18,19 +18,7 @@ func TestSendRejectsMalformedSections(t *testing.T) {
 	addr := startFrontend(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	s, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snd, err := s.NewSender(ctx, "q", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snd := amqpSender(t, ctx, addr, "q")
 	deep := any("leaf")
 	for range 7000 {
 		deep = []any{deep}

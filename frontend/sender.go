@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -13,6 +12,15 @@ import (
 
 const (
 	defaultMaxMessageBytes = 256 << 10
+	// linkBytesInFlight bounds what a client may have sent on one link and
+	// not yet had settled, counted at the entity's largest message: a link
+	// of a queue allowing 100 MB messages gets 3 credits, not 1,000 (which
+	// would let one client park 100 GB in the front-end). Queues of the
+	// default 256 KB keep the engine's whole window.
+	linkBytesInFlight = 256 << 20
+	// engineLinkCredit is the window the engine gives a link by default
+	// (amqp.Server.LinkCredit unset).
+	engineLinkCredit = 1000
 	// sendsInFlight bounds the partition requests one link has outstanding.
 	sendsInFlight = 8
 	// sendTimeout bounds one partition request, leader changes included,
@@ -52,6 +60,9 @@ func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler,
 		max = uint64(kb) << 10
 	}
 	l.SetMaxMessageSize(max)
+	if w := uint64(linkBytesInFlight) / max; w < engineLinkCredit {
+		l.SetCreditWindow(uint32(w) + 1)
+	}
 	s := &sender{c: c, entity: e, queue: make(chan pendingSend, 4096), done: make(chan struct{})}
 	go s.run()
 	return s, nil
@@ -62,9 +73,9 @@ func (s *sender) Detached(*amqp.Link, error) { s.once.Do(func() { close(s.done) 
 // Message decodes the transfer (a single message or a batch) and queues it.
 func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 	parts := [][]byte{d.Payload}
-	if d.Format == amqp.BatchMessageFormat {
+	if d.Format == batchMessageFormat {
 		var err error
-		if parts, err = amqp.SplitBatch(d.Payload); err != nil {
+		if parts, err = splitBatch(d.Payload); err != nil {
 			s.reject(l, d, failBadRequest, err.Error())
 			return
 		}
@@ -118,9 +129,7 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 		s.rr++
 		return s.rr % n
 	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return h.Sum32() % n
+	return partitionpb.PartitionForKey(key, n)
 }
 
 // run packs queued messages into partition requests until the link ends.

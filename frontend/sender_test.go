@@ -40,19 +40,7 @@ func TestSendPackingBoundedInBytes(t *testing.T) {
 	addr := startFrontend(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snd, err := sess.NewSender(ctx, "q", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snd := amqpSender(t, ctx, addr, "q")
 	const senders, each, size = 32, 3, 200 << 10
 	var wg sync.WaitGroup
 	for range senders {
@@ -75,4 +63,79 @@ func TestSendPackingBoundedInBytes(t *testing.T) {
 	if limit := 1<<20 + size + 1024; b.largest > limit {
 		t.Fatalf("a partition request of %d bytes, over %d", b.largest, limit)
 	}
+}
+
+// gatedBackend holds every send until its gate closes, counting the
+// messages that arrived meanwhile.
+type gatedBackend struct {
+	*memBackend
+	gate    chan struct{}
+	mu      sync.Mutex
+	arrived int
+}
+
+func (b *gatedBackend) Send(ctx context.Context, e *placementpb.Entity, part uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	b.arrived += len(msgs)
+	b.mu.Unlock()
+	<-b.gate
+	return b.memBackend.Send(ctx, e, part, msgs)
+}
+
+// TestLinkCreditFollowsMessageSize: a link to a queue that allows 100 MB
+// messages lets a client have 3 unsettled, not the engine's 1,000.
+func TestLinkCreditFollowsMessageSize(t *testing.T) {
+	mem := newMemBackend("big")
+	e, _ := mem.Entity("big")
+	e.Properties = &placementpb.QueueProperties{MaxMessageSizeInKilobytes: 100 << 10}
+	b := &gatedBackend{memBackend: mem, gate: make(chan struct{})}
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snd := amqpSender(t, ctx, addr, "big")
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := snd.Send(ctx, goamqp.NewMessage([]byte("x")), nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	count := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.arrived
+	}
+	for count() < 3 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a fourth, if the credit let it, arrives meanwhile
+	arrived := count()
+	close(b.gate)
+	wg.Wait()
+	if arrived != 3 {
+		t.Fatalf("%d messages arrived before any was settled, want 3 (the credit for 256 MiB of 100 MB messages)", arrived)
+	}
+}
+
+// amqpSender attaches a go-amqp sender to queue on a new connection that
+// closes when the test ends.
+func amqpSender(t *testing.T, ctx context.Context, addr, queue string) *goamqp.Sender {
+	t.Helper()
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := s.NewSender(ctx, queue, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snd
 }

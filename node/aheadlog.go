@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -13,6 +14,7 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // A leader's log write ahead of its fsync.
@@ -96,24 +98,53 @@ type aheadLog struct {
 	failed      chan struct{} // closed when the syncer stops; err says why
 	err         error
 
+	// fail stops the group (fail-stop) after a write or an fsync of the
+	// log failed.
+	fail func(error)
+
 	stop chan struct{}
 	done chan struct{}
 }
 
+// walOptions are how a group's raft-wal log is opened.
+type walOptions struct {
+	segmentBytes int
+	track        bool        // remember unsynced writes (simulated machine crashes)
+	faults       *diskFaults // nil: the real disk only
+}
+
 // openAheadLog opens raft-wal in dir with deferrable fsyncs and starts its
-// syncer; fail is called if an fsync fails.
-func openAheadLog(dir string, logger hclog.Logger, fail func(error), track bool) (*aheadLog, error) {
+// syncer; fail is called if an fsync or a write of the log fails. If the
+// open fails, everything it opened is closed again: raft-wal's Open leaves
+// its metadata store (and the bolt file's lock) and its segment files open
+// on the way out.
+func openAheadLog(dir string, logger hclog.Logger, fail func(error), o walOptions) (*aheadLog, error) {
 	fs := newSyncFS()
-	fs.track = track
-	w, err := wal.Open(dir, wal.WithLogger(logger),
-		wal.WithSegmentFiler(segment.NewFiler(dir, fs)),
-		wal.WithMetaStore(barrierMeta{BoltMetaDB: &metadb.BoltMetaDB{}, fs: fs}))
-	if err != nil {
+	fs.track = o.track
+	fs.faults = o.faults
+	fs.opening = true
+	if err := waitUnlocked(filepath.Join(dir, metadb.FileName)); err != nil {
 		return nil, err
+	}
+	meta := &metadb.BoltMetaDB{}
+	size := o.segmentBytes
+	if size == 0 {
+		size = wal.DefaultSegmentSize
+	}
+	w, err := wal.Open(dir, wal.WithLogger(logger), wal.WithSegmentSize(size),
+		wal.WithSegmentFiler(segment.NewFiler(dir, fs)),
+		wal.WithMetaStore(barrierMeta{BoltMetaDB: meta, fs: fs}))
+	opened := fs.endOpen()
+	if err != nil {
+		for _, f := range opened {
+			f.Close()
+		}
+		return nil, errors.Join(err, meta.Close())
 	}
 	l := &aheadLog{
 		WAL:      w,
 		fs:       fs,
+		fail:     fail,
 		leads:    func() bool { return false },
 		mark:     func(uint64) error { return nil },
 		kick:     make(chan struct{}, 1),
@@ -125,7 +156,7 @@ func openAheadLog(dir string, logger hclog.Logger, fail func(error), track bool)
 	if last, err := w.LastIndex(); err == nil {
 		l.durable = last
 	}
-	go l.syncLoop(fail)
+	go l.syncLoop()
 	return l, nil
 }
 
@@ -150,6 +181,18 @@ func (l *aheadLog) StoreLogs(logs []*raft.Log) error {
 	l.fs.deferring.Store(ahead)
 	err := l.WAL.StoreLogs(logs)
 	l.fs.deferring.Store(false)
+	if err != nil && !errors.Is(err, wal.ErrClosed) {
+		// raft-wal does not recover from a failed write by itself:
+		// once it cannot create its next segment (a full disk), its
+		// sealed tail refuses every later write ("segment is sealed")
+		// until the log is reopened. Raft only steps down and retries,
+		// so the group stops and the node reopens it (superviseGroups).
+		werr := fmt.Errorf("write of the raft log: %w", err)
+		if p := l.fs.createErr.Load(); p != nil && errors.Is(err, types.ErrSealed) {
+			werr = fmt.Errorf("%w; its next segment could not be created: %w", werr, *p)
+		}
+		l.fail(werr)
+	}
 	if err != nil {
 		return err
 	}
@@ -204,7 +247,7 @@ func (l *aheadLog) votersAtLeast(n int) bool {
 	return l.voters >= n
 }
 
-func (l *aheadLog) syncLoop(fail func(error)) {
+func (l *aheadLog) syncLoop() {
 	defer close(l.done)
 	for {
 		select {
@@ -237,7 +280,7 @@ func (l *aheadLog) syncLoop(fail func(error)) {
 			l.err = fmt.Errorf("fsync of the raft log: %w", err)
 			close(l.failed)
 			l.durMu.Unlock()
-			fail(l.err)
+			l.fail(l.err)
 			return
 		}
 		l.setDurableSince(gen, w)

@@ -15,7 +15,7 @@ import (
 func openTestAheadLog(t *testing.T, dir string) *aheadLog {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := openAheadLog(dir, newHCLogger(quiet, "wal"), func(err error) { t.Errorf("sync failed: %v", err) }, true)
+	l, err := openAheadLog(dir, newHCLogger(quiet, "wal"), func(err error) { t.Errorf("sync failed: %v", err) }, walOptions{track: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ var errDiskGone = errors.New("test: disk gone")
 func TestAheadLogSyncFailure(t *testing.T) {
 	failed := make(chan error, 1)
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := openAheadLog(t.TempDir(), newHCLogger(quiet, "wal"), func(err error) { failed <- err }, false)
+	l, err := openAheadLog(t.TempDir(), newHCLogger(quiet, "wal"), func(err error) { failed <- err }, walOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

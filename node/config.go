@@ -32,7 +32,19 @@ const (
 	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
 	DefaultLogCacheBytes     = 8 << 20
+	DefaultSnapshotLogBytes  = 1 << 30
+	DefaultTrailingLogBytes  = 256 << 20
+	// DefaultWALSegmentBytes is the size raft-wal preallocates for each
+	// segment of a group's log: an idle group takes this much disk. A
+	// segment takes a write that does not fit whole, then seals, so it
+	// bounds no entry; a smaller one only rotates more often.
+	DefaultWALSegmentBytes = 16 << 20
 )
+
+// defaultDiskReserve is Config.DiskReserveBytes by default: room for two
+// segments of every log to rotate into, and the rest of the writes that
+// settles cause (the state machine's store) on top.
+func defaultDiskReserve(segment int) int64 { return 2*int64(segment) + 64<<20 }
 
 // Config configures a Node. Only ID and DataDir are required.
 type Config struct {
@@ -69,6 +81,17 @@ type Config struct {
 	// DefaultLogCacheBytes.
 	LogCacheBytes int64
 
+	// WALSegmentBytes is the segment size of each group's raft-wal log
+	// (WAL log store only). Default DefaultWALSegmentBytes.
+	WALSegmentBytes int
+
+	// DiskReserveBytes is the free space of DataDir's file system below
+	// which the node refuses requests that add messages, with
+	// ErrNoSpace, while it still commits settles, locks and expiries,
+	// which free space. Default: two WAL segments and 64 MiB; negative
+	// turns the check off.
+	DiskReserveBytes int64
+
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
 	// lease lasts as long. Default DefaultElectionTimeout.
 	ElectionTimeout time.Duration
@@ -78,6 +101,14 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	// SnapshotLogBytes and TrailingLogBytes bound the log in bytes too
+	// (logbytes.go): a replica snapshots once its log took
+	// SnapshotLogBytes (or as much as its last snapshot holds, if more)
+	// since its last snapshot, and keeps at most TrailingLogBytes of
+	// entries behind it. Defaults DefaultSnapshotLogBytes and
+	// DefaultTrailingLogBytes.
+	SnapshotLogBytes int64
+	TrailingLogBytes int64
 
 	// Logger receives the node's and Raft's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -92,6 +123,8 @@ type Config struct {
 	// what is not yet fsynced so that a crash can lose it.
 	bootID           string
 	simulatedMachine bool
+	// disk, when set, can make the disk look full (tests).
+	disk *diskFaults
 }
 
 func (c *Config) setDefaults() {
@@ -104,11 +137,23 @@ func (c *Config) setDefaults() {
 	if c.LogCacheBytes == 0 {
 		c.LogCacheBytes = DefaultLogCacheBytes
 	}
+	if c.SnapshotLogBytes == 0 {
+		c.SnapshotLogBytes = DefaultSnapshotLogBytes
+	}
+	if c.TrailingLogBytes == 0 {
+		c.TrailingLogBytes = DefaultTrailingLogBytes
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.WALSegmentBytes == 0 {
+		c.WALSegmentBytes = DefaultWALSegmentBytes
+	}
+	if c.DiskReserveBytes == 0 {
+		c.DiskReserveBytes = defaultDiskReserve(c.WALSegmentBytes)
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs
@@ -139,6 +184,12 @@ func (c Config) Validate() error {
 	}
 	if c.LogCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("negative LogCacheBytes %d", c.LogCacheBytes))
+	}
+	if c.SnapshotLogBytes < 0 || c.TrailingLogBytes < 0 {
+		errs = append(errs, fmt.Errorf("negative SnapshotLogBytes %d or TrailingLogBytes %d", c.SnapshotLogBytes, c.TrailingLogBytes))
+	}
+	if c.WALSegmentBytes < 64<<10 || c.WALSegmentBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("WALSegmentBytes %d is not between 64 KiB and 1 GiB", c.WALSegmentBytes))
 	}
 	if c.ElectionTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ElectionTimeout %v is below 10ms", c.ElectionTimeout))

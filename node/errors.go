@@ -22,6 +22,10 @@ var (
 	ErrClosed         = errors.New("node: closed")
 	ErrTooLarge       = errors.New("node: request too large")
 	ErrInvalid        = errors.New("node: invalid request")
+	// ErrNoSpace: the node's disk is full, or down to the reserve it
+	// keeps for settles; requests that add messages are refused until
+	// space is freed.
+	ErrNoSpace = errors.New("node: no space left on the data directory's disk")
 )
 
 // statusCodes is the one table from errors to gRPC codes at the
@@ -35,7 +39,8 @@ var (
 //   - a rule of the state machine (entity not found, quota, ...), for the
 //     calls whose response has no Result field: the partitionpb.Result.
 //
-// A NotFound without a Result detail means the node does not host the group.
+// A NotFound without a Result detail means the node does not host the group;
+// a ResourceExhausted without one, that its disk is full (ErrNoSpace).
 // Unavailable means "try again, maybe elsewhere"; after
 // raft.ErrLeadershipLost the request may or may not have been applied.
 var statusCodes = []struct {
@@ -51,6 +56,7 @@ var statusCodes = []struct {
 	{raft.ErrAbortedByRestore, codes.Unavailable},
 	{raft.ErrRaftShutdown, codes.Unavailable},
 	{raft.ErrEnqueueTimeout, codes.Unavailable},
+	{ErrNoSpace, codes.ResourceExhausted},
 	{ErrGroupFailed, codes.Unavailable},
 	{ErrGroupClosed, codes.Unavailable},
 	{ErrClosed, codes.Unavailable},

@@ -46,32 +46,32 @@ func (s *syncFS) setHold(hold, holding chan struct{}) {
 	s.mu.Unlock()
 }
 
-// LargestLogEntry returns the size of the largest entry in group id's log
-// on n, reading the log from its first index to its last.
-func LargestLogEntry(n *Node, id uint64) (int, error) {
+// LogBytes returns the size of the largest entry in group id's log on n
+// and of all of them, reading the log from its first index to its last.
+func LogBytes(n *Node, id uint64) (largest, total int, err error) {
 	n.mu.RLock()
 	g := n.groups[id]
 	n.mu.RUnlock()
 	if g == nil {
-		return 0, ErrGroupNotFound
+		return 0, 0, ErrGroupNotFound
 	}
 	first, err := g.cache.FirstIndex()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	last, err := g.cache.LastIndex()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	largest := 0
 	for i := first; i <= last && i > 0; i++ {
 		var l raft.Log
 		if err := g.cache.store.GetLog(i, &l); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		largest = max(largest, len(l.Data))
+		total += len(l.Data)
 	}
-	return largest, nil
+	return largest, total, nil
 }
 
 // MaxEntryBytes is the bound on an entry (propose.go).

@@ -151,6 +151,7 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: x", ErrGroupFailed), codes.Unavailable, false, 0},
 		{fmt.Errorf("%w: x", ErrLeaderNotReady), codes.Unavailable, false, 0},
 		{fmt.Errorf("%w: big", ErrTooLarge), codes.InvalidArgument, false, 0},
+		{fmt.Errorf("%w: 0 bytes free", ErrNoSpace), codes.ResourceExhausted, false, 0},
 		{fmt.Errorf("%w: 5/0", partition.ErrEntityNotFound), codes.NotFound, false, partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND},
 		{partition.ErrQuotaExceeded, codes.ResourceExhausted, false, partitionpb.ResultCode_RESULT_QUOTA_EXCEEDED},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, false, 0},
@@ -197,6 +198,7 @@ func TestConfigValidate(t *testing.T) {
 		"no address":   {ID: "a", DataDir: "/tmp/x"},
 		"bad store":    {ID: "a", DataDir: "/tmp/x", Addr: ":0", LogStore: "rocks"},
 		"tiny timeout": {ID: "a", DataDir: "/tmp/x", Addr: ":0", ElectionTimeout: time.Millisecond},
+		"tiny segment": {ID: "a", DataDir: "/tmp/x", Addr: ":0", WALSegmentBytes: 4096},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, c)

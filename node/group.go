@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -32,7 +33,7 @@ type StateMachine interface {
 	NextMessageExpiry() (ms int64, ok bool)
 	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
 	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
-	Changed() <-chan struct{}
+	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
 	HasEntity(entityID uint64, partition uint32) bool
 	Close() error
 }
@@ -157,12 +158,15 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 			}
 		}
 	}()
+	if err := n.checkOpenSpace(); err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
 	if err := os.MkdirAll(raftDir(dir), 0o750); err != nil {
 		return nil, fmt.Errorf("node: group %d: %w", id, err)
 	}
 	hlog := newHCLogger(g.log, "raft")
 
-	g.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "stable.db")})
+	g.stable, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "stable.db"), BoltOptions: boltOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("node: group %d: stable store: %w", id, err)
 	}
@@ -171,7 +175,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	var logs raft.LogStore
 	switch n.cfg.LogStore {
 	case LogStoreBoltDB:
-		s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "log.db")})
+		s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(raftDir(dir), "log.db"), BoltOptions: boltOptions()})
 		if err != nil {
 			return nil, fmt.Errorf("node: group %d: log store: %w", id, err)
 		}
@@ -240,8 +244,9 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	}
 
 	g.prop = newProposer(g)
-	g.wg.Add(3)
+	g.wg.Add(4)
 	go func() { defer g.wg.Done(); g.prop.run() }()
+	go func() { defer g.wg.Done(); g.watchLogBytes(snaps) }()
 	go func() { defer g.wg.Done(); g.watchLeadership() }()
 	go func() { defer g.wg.Done(); g.superviseFailure() }()
 	return g, nil
@@ -308,7 +313,7 @@ func (g *group) superviseFailure() {
 		if err := g.raft.Shutdown().Error(); err != nil {
 			g.log.Error("shutting down raft after a failure", "err", err)
 		}
-		g.prop.stop(g.failure())
+		g.prop.stop(g.refusal())
 	case <-g.ctx.Done():
 	}
 }
@@ -630,10 +635,43 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s fsmSnapshot) Release() { s.s.Release() }
 
-// leaderError adds the leader hint to raft's "not the leader".
+// leaderError adds the leader hint to raft's "not the leader". When the
+// group has stopped, raft's error is the log's own ("segment is sealed"):
+// the caller learns that the group stopped instead, and that the disk is
+// full if it is, as the reserve would have told it.
 func (g *group) leaderError(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) {
 		return &notLeaderError{hint: g.hint()}
 	}
+	if ferr := g.refusal(); ferr != nil {
+		return ferr
+	}
 	return err
+}
+
+// refusal is what the requests in flight when the group stopped are told,
+// nil if it has not: that the disk is full when a write found it so (or
+// it is too full to reopen the group), else that the group stopped.
+// Requests that arrive later are told only that it stopped
+// (Unavailable), so that a client tries the other replicas, which may
+// have disk to spare and elect a leader.
+func (g *group) refusal() error {
+	ferr := g.failure()
+	if ferr == nil {
+		return nil
+	}
+	if g.failedForSpace() {
+		return fmt.Errorf("%w (%v)", ErrNoSpace, ferr)
+	}
+	if serr := g.node.checkOpenSpace(); serr != nil {
+		return fmt.Errorf("%w (%v)", serr, ferr)
+	}
+	return ferr
+}
+
+// failedForSpace tells whether the group stopped because a write found
+// the disk full.
+func (g *group) failedForSpace() bool {
+	p := g.failErr.Load()
+	return p != nil && errors.Is(*p, syscall.ENOSPC)
 }

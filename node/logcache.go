@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -28,6 +29,11 @@ type logCache struct {
 	mu      sync.RWMutex
 	entries []*raft.Log
 	bytes   int
+	sizes   entrySizes // of the newest entries stored (logbytes.go)
+
+	// appended counts the bytes of entry data stored since the owner
+	// last took them off (logbytes.go).
+	appended atomic.Int64
 }
 
 var (
@@ -69,10 +75,22 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := 0
 	for _, l := range logs {
 		c.add(l)
+		c.sizes.add(l.Index, len(l.Data))
+		n += len(l.Data)
 	}
+	c.appended.Add(int64(n))
 	return nil
+}
+
+// trailing returns how many of the newest entries stored, at most max,
+// hold at most bytes together.
+func (c *logCache) trailing(bytes int64, max uint64) uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.sizes.trailing(bytes, max)
 }
 
 func (c *logCache) add(l *raft.Log) {

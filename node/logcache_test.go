@@ -57,3 +57,26 @@ func TestLogCacheBytes(t *testing.T) {
 		t.Fatalf("GetLog of a deleted entry: %v", err)
 	}
 }
+
+func TestEntrySizesTrailing(t *testing.T) {
+	var s entrySizes
+	if k := s.trailing(100, 10); k != 0 {
+		t.Fatalf("an empty log keeps %d", k)
+	}
+	for i := uint64(1); i <= 10; i++ {
+		s.add(i, 10*int(i)) // 10, 20, ..., 100
+	}
+	for _, tt := range []struct {
+		bytes int64
+		max   uint64
+		want  uint64
+	}{{100, 10, 1}, {190, 10, 2}, {99, 10, 0}, {10_000, 10, 10}, {10_000, 4, 4}} {
+		if k := s.trailing(tt.bytes, tt.max); k != tt.want {
+			t.Errorf("trailing(%d, %d) = %d, want %d", tt.bytes, tt.max, k, tt.want)
+		}
+	}
+	s.add(5, 1) // the tail was replaced from 5 on
+	if k := s.trailing(10_000, 100); k != 5 {
+		t.Fatalf("after a replaced tail: %d", k)
+	}
+}

@@ -54,10 +54,19 @@ type Node struct {
 
 	openMu sync.Mutex // serialises EnsureGroup, RemoveGroup, Start and Close
 
-	mu      sync.RWMutex
-	groups  map[uint64]*group
-	started bool
-	closed  bool
+	// lock is the data directory's lock file, held until Close.
+	lock *os.File
+
+	mu     sync.RWMutex
+	groups map[uint64]*group
+	// troubles are the groups that failed to open or stopped, with
+	// when the node tries them again (supervise.go).
+	troubles map[uint64]*trouble
+	started  bool
+	closed   bool
+
+	stopSupervisor chan struct{}
+	supervisorDone chan struct{}
 }
 
 // New returns a node that listens (on cfg.Listener, or on cfg.Addr) but
@@ -70,10 +79,17 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "groups"), 0o750); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	// The lock comes before the port: a second node on this directory
+	// fails here, with a message, instead of holding a port it never
+	// serves.
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	lis := cfg.Listener
 	if lis == nil {
-		var err error
 		if lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+			lock.Close()
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
@@ -81,21 +97,35 @@ func New(cfg Config) (*Node, error) {
 	mux, err := raftmux.New(raftmux.Config{Logger: log, DialOptions: cfg.PeerDialOptions})
 	if err != nil {
 		lis.Close()
+		lock.Close()
 		return nil, err
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    log,
-		lis:    lis,
-		addr:   cfg.AdvertiseAddr,
-		srv:    grpc.NewServer(raftmux.ServerOptions()...),
-		mux:    mux,
-		groups: make(map[uint64]*group),
+		cfg:            cfg,
+		log:            log,
+		lis:            lis,
+		addr:           cfg.AdvertiseAddr,
+		srv:            grpc.NewServer(raftmux.ServerOptions()...),
+		mux:            mux,
+		lock:           lock,
+		groups:         make(map[uint64]*group),
+		troubles:       make(map[uint64]*trouble),
+		stopSupervisor: make(chan struct{}),
+		supervisorDone: make(chan struct{}),
 	}
 	if n.addr == "" {
 		n.addr = lis.Addr().String()
 	}
-	n.openMachine = func(dir string, logs raft.LogStore) (StateMachine, error) {
+	n.openMachine = func(dir string, logs raft.LogStore) (m StateMachine, err error) {
+		// pebble panics when it cannot write its manifest, as on a
+		// full disk. At open that is a failure of this group, which
+		// the node retries, not of the process. What pebble opened
+		// before it panicked may stay open.
+		defer func() {
+			if r := recover(); r != nil {
+				m, err = nil, fmt.Errorf("opening the store panicked: %v", r)
+			}
+		}()
 		return partition.Open(dir, partition.Options{CacheBytes: cfg.CacheBytes, Logger: log, Replica: cfg.ID, Log: entryData(logs)})
 	}
 	n.svc = &service{n: n}
@@ -130,6 +160,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.started = true
 	n.mu.Unlock()
+	go n.superviseGroups()
 	go func() {
 		if err := n.srv.Serve(n.lis); err != nil {
 			n.log.Error("gRPC server stopped", "err", err)
@@ -143,9 +174,9 @@ func (n *Node) Start(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := n.ensureGroup(id, nil); err != nil {
-			n.log.Error("reopening group", "group", id, "err", err)
-		}
+		// A group that fails to open is logged and recorded by
+		// ensureGroup, and retried by the supervisor.
+		_ = n.ensureGroup(id, nil)
 	}
 	n.log.Info("node serving", "addr", n.addr, "groups", len(ids))
 	return nil
@@ -177,6 +208,18 @@ func (n *Node) Close() error { return n.shut(cleanShutdown) }
 
 // shut is Close, or a crash for tests (export_test.go).
 func (n *Node) shut(how shutdown) error {
+	// The supervisor reopens groups under openMu: stop it first.
+	n.mu.Lock()
+	started := n.started
+	select {
+	case <-n.stopSupervisor:
+	default:
+		close(n.stopSupervisor)
+	}
+	n.mu.Unlock()
+	if started {
+		<-n.supervisorDone
+	}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	n.mu.Lock()
@@ -187,7 +230,6 @@ func (n *Node) shut(how shutdown) error {
 	n.closed = true
 	groups := n.groups
 	n.groups = map[uint64]*group{}
-	started := n.started
 	n.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -210,6 +252,8 @@ func (n *Node) shut(how shutdown) error {
 		n.lis.Close()
 	}
 	errs = append(errs, n.mux.Close())
+	// Closing the file releases its flock.
+	errs = append(errs, n.lock.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node: close: %w", err)
 	}
@@ -237,6 +281,9 @@ func (n *Node) EnsureGroup(id uint64, replicas []Peer) error {
 	return n.ensureGroup(id, slices.Clone(replicas))
 }
 
+// ensureGroup opens group id unless it is open and well. A group that
+// failed to open or stopped is tried again only once its backoff has
+// passed (supervise.go); until then ensureGroup returns why it failed.
 func (n *Node) ensureGroup(id uint64, replicas []Peer) error {
 	n.mu.RLock()
 	g, closed := n.groups[id], n.closed
@@ -244,25 +291,29 @@ func (n *Node) ensureGroup(id uint64, replicas []Peer) error {
 	if closed {
 		return ErrClosed
 	}
+	if g != nil && g.failure() == nil {
+		return nil
+	}
+	t, err := n.attempt(id, g, replicas)
+	if err != nil {
+		return err
+	}
 	if g != nil {
-		if g.failure() == nil {
-			return nil
-		}
 		n.log.Warn("reopening failed group", "group", id, "err", g.failure())
 		if err := g.close(); err != nil {
 			n.log.Warn("closing failed group", "group", id, "err", err)
 		}
 	}
-	g, err := n.openGroup(id, n.groupDir(id), replicas)
+	g, err = n.openGroup(id, n.groupDir(id), t.replicas)
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if err != nil {
-		n.mu.Lock()
 		delete(n.groups, id)
-		n.mu.Unlock()
+		n.openFailed(id, t, err)
 		return err
 	}
-	n.mu.Lock()
 	n.groups[id] = g
-	n.mu.Unlock()
+	n.opened(id, t)
 	return nil
 }
 
@@ -274,6 +325,7 @@ func (n *Node) RemoveGroup(id uint64) error {
 	n.mu.Lock()
 	g := n.groups[id]
 	delete(n.groups, id)
+	delete(n.troubles, id)
 	n.mu.Unlock()
 	var err error
 	if g != nil {
@@ -303,6 +355,9 @@ func (n *Node) group(id uint64) (*group, error) {
 	}
 	g := n.groups[id]
 	if g == nil {
+		if t := n.troubles[id]; t != nil && t.err != nil {
+			return nil, fmt.Errorf("%w: group %d could not be opened: %v", ErrGroupFailed, id, t.err)
+		}
 		return nil, fmt.Errorf("%w: %d", ErrGroupNotFound, id)
 	}
 	return g, nil

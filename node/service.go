@@ -78,9 +78,16 @@ func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntit
 	return &partitionpb.DeleteEntityResponse{}, nil
 }
 
+// Send refuses with ErrNoSpace, before proposing anything, when the
+// node's disk is down to its reserve: the reserve is kept for the
+// settles that free space (Config.DiskReserveBytes).
 func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
 	g, err := s.leader(req.GroupId)
 	if err != nil {
+		return nil, toStatus(err)
+	}
+	// Before staging: staged chunks of a large message are writes too.
+	if err := s.n.checkSpace(); err != nil {
 		return nil, toStatus(err)
 	}
 	enq, rejected, err := g.stageLarge(ctx, &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages})
@@ -128,7 +135,7 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 	for {
 		// Take the channel before looking, so that a message that
 		// arrives in between still wakes us.
-		changed := g.machine.Changed()
+		changed := g.machine.Changed(req.EntityId, req.Partition, req.SubQueue)
 		last := !time.Now().Before(deadline)
 		// An unknown entity goes to the machine too: its Result says so.
 		if repeat || !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.Available(req.EntityId, req.Partition, req.SubQueue) {

@@ -51,7 +51,7 @@ func TestLargeSendsSurviveRestart(t *testing.T) {
 		}
 	}
 	for i := range c.Len() {
-		largest, err := node.LargestLogEntry(c.Node(i), group)
+		largest, _, err := node.LogBytes(c.Node(i), group)
 		if err != nil {
 			t.Fatal(err)
 		}

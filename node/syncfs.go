@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -35,6 +36,20 @@ type syncFS struct {
 	track   bool
 	hold    chan struct{}
 	holding chan struct{}
+
+	// faults, when set, can make Create fail as on a full disk (tests).
+	faults *diskFaults
+
+	// opening is set while raft-wal opens the log: every file it opens
+	// is recorded in opened, for the caller to close if the open fails,
+	// since raft-wal leaves them open then.
+	opening bool
+	opened  []io.Closer
+
+	// createErr is why the last Create failed (nil: it did not): raft-wal
+	// logs why it could not rotate and then reports only that its tail
+	// is sealed.
+	createErr atomic.Pointer[error]
 }
 
 // lostWrites counts the writes simulated machine crashes took away
@@ -45,12 +60,28 @@ func newSyncFS() *syncFS {
 	return &syncFS{FS: walfs.New(), dirty: make(map[*syncFile]struct{})}
 }
 
+// Create creates a segment file. raft-wal's Create leaves the file behind
+// when preallocating it fails (on a full disk), and a later Create of the
+// same segment, when the log is reopened, would then fail for good on the
+// file that exists: so a failed Create removes the file it made.
 func (s *syncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
-	f, err := s.FS.Create(dir, name, size)
-	if err != nil {
+	if s.faults != nil && s.faults.full.Load() {
+		err := errFull("create", filepath.Join(dir, name))
+		s.createErr.Store(&err)
 		return nil, err
 	}
-	return &syncFile{WritableFile: f, fs: s}, nil
+	f, err := s.FS.Create(dir, name, size)
+	if err != nil {
+		if !errors.Is(err, os.ErrExist) {
+			os.Remove(filepath.Join(dir, name))
+		}
+		s.createErr.Store(&err)
+		return nil, err
+	}
+	s.createErr.Store(nil)
+	sf := &syncFile{WritableFile: f, fs: s}
+	s.record(sf)
+	return sf, nil
 }
 
 func (s *syncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
@@ -58,7 +89,36 @@ func (s *syncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &syncFile{WritableFile: f, fs: s}, nil
+	sf := &syncFile{WritableFile: f, fs: s}
+	s.record(sf)
+	return sf, nil
+}
+
+func (s *syncFS) OpenReader(dir, name string) (types.ReadableFile, error) {
+	f, err := s.FS.OpenReader(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	s.record(f)
+	return f, nil
+}
+
+func (s *syncFS) record(f io.Closer) {
+	s.mu.Lock()
+	if s.opening {
+		s.opened = append(s.opened, f)
+	}
+	s.mu.Unlock()
+}
+
+// endOpen returns the files opened while opening was set, and stops
+// recording them.
+func (s *syncFS) endOpen() []io.Closer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	files := s.opened
+	s.opening, s.opened = false, nil
+	return files
 }
 
 // syncDirty fsyncs every file whose Sync was deferred.

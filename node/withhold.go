@@ -90,7 +90,11 @@ func (g *group) openAheadLog(dir string, hlog *hclogger) (*aheadLog, error) {
 		}
 		mark = aheadMark{}
 	}
-	l, err := openAheadLog(dir, hlog.Named("wal"), g.fail, g.node.cfg.simulatedMachine)
+	l, err := openAheadLog(dir, hlog.Named("wal"), g.fail, walOptions{
+		segmentBytes: g.node.cfg.WALSegmentBytes,
+		track:        g.node.cfg.simulatedMachine,
+		faults:       g.node.cfg.disk,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,7 @@ type applier struct {
 	locks        map[ekey]bool       // entities whose locks changed
 	scheds       map[ekey]bool       // entities whose scheduled index changed
 	exps         map[ekey]bool       // entities whose expiry index changed
-	notify       bool                // a message became available, or an entity went
+	woken        map[wakeKey]bool    // sub-queues whose receivers to wake (wake.go)
 	replica      string              // this replica's name (Options.Replica)
 	bodies       bool                // results carry message bodies: this replica answers the batch
 	keyBuf       []byte              // seqKey's buffer
@@ -277,7 +277,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
 	a.dirty[k] = true
-	a.notify = true // receiving may have been enabled
+	a.wakeEntity(k) // receiving may have been enabled
 	return okResult(), nil
 }
 
@@ -318,7 +318,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	delete(a.entities, e.key)
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
-	a.notify = true // wake receivers, who will find it gone
+	a.wakeEntity(e.key) // wake receivers, who will find it gone
 	return okResult(), nil
 }
 

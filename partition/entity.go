@@ -28,11 +28,8 @@ const (
 )
 
 // Sequence numbers: the partition index in the top 16 bits, a 48-bit
-// counter below. The counter starts at 1 and wraps to 0 when exhausted.
-const (
-	seqBits = 48
-	seqMask = 1<<seqBits - 1
-)
+// counter below (partitionpb.SequenceNumber). The counter starts at 1 and
+// wraps to 0 when exhausted.
 
 // entity is what the machine keeps in memory of an entity partition: its
 // config and counters (small and bounded by the number of entity
@@ -169,8 +166,8 @@ type counts struct {
 }
 
 func (e *entity) nextSequence() uint64 {
-	seq := uint64(e.key.part)<<seqBits | e.next&seqMask
-	e.next = (e.next + 1) & seqMask
+	seq := partitionpb.SequenceNumber(e.key.part, e.next)
+	e.next = (e.next + 1) & partitionpb.SequenceCounterMask
 	return seq
 }
 

@@ -66,7 +66,7 @@ type Machine struct {
 	db       *pebble.DB
 	applied  uint64
 	entities map[ekey]*entity
-	changed  chan struct{}
+	wakeups  wakeups
 	failed   error // the storage failure that stopped the machine
 	closed   bool
 
@@ -111,7 +111,6 @@ func Open(dir string, opts Options) (*Machine, error) {
 		cacheBytes: opts.CacheBytes,
 		replica:    opts.Replica,
 		cache:      pebble.NewCache(opts.CacheBytes),
-		changed:    make(chan struct{}),
 		snaps:      make(map[*Snapshot]struct{}),
 	}
 	if opts.Log != nil {
@@ -318,7 +317,7 @@ func (m *Machine) Close() error {
 		return nil
 	}
 	m.closed = true
-	close(m.changed)
+	m.wakeups.close()
 	m.releaseSnapshots()
 	defer m.cache.Unref()
 	if m.db == nil { // a failed Restore closed it
@@ -374,6 +373,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),
 		exps:         make(map[ekey]bool),
+		woken:        make(map[wakeKey]bool),
 		replica:      m.replica,
 		reqFloor:     &m.reqFloor,
 		reqFilter:    m.reqFilter,
@@ -439,10 +439,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 			}
 		}
 	}
-	if a.notify {
-		close(m.changed)
-		m.changed = make(chan struct{})
-	}
+	m.wakeups.wake(a.woken)
 	return results, nil
 }
 
@@ -619,24 +616,20 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 }
 
 // Changed returns a channel that is closed after the next Apply that made a
-// message available (an enqueue, an abandon, an expired lock, ...) or
-// deleted an entity, and when the machine closes. Call it again for the
+// message of sub-queue q of entity partition id/part available (an
+// enqueue, an abandon, an expired lock, ...), or upserted or deleted the
+// entity, and when the machine closes (wake.go). Call it again for the
 // next change.
-func (m *Machine) Changed() <-chan struct{} {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.changed
+func (m *Machine) Changed(id uint64, part uint32, q partitionpb.SubQueue) <-chan struct{} {
+	return m.wakeups.channel(wakeKey{ekey{id, part}, q})
 }
 
 func validSubQueue(q partitionpb.SubQueue) bool {
 	return q == partitionpb.SubQueue_SUB_QUEUE_MAIN || q == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
 }
 
-// lockToken is the token of a lock: the sequence number, then the leader's
-// seed, so that the token alone names its partition (seq >> 48).
-func lockToken(seq uint64, seed []byte) []byte {
-	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 16), seq), seed...)
-}
+// lockToken is the token of a lock (partitionpb.LockToken).
+func lockToken(seq uint64, seed []byte) []byte { return partitionpb.LockToken(seq, seed) }
 
 // Bounds of one Peek.
 const (

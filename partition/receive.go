@@ -253,11 +253,12 @@ func newLockedRecord(s slot, token []byte, m *partitionpb.StoredMessage) lockedR
 // were most of what a settle allocated on every replica.
 func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][]byte, whole bool) ([]lockedRecord, error) {
 	for _, tok := range tokens {
-		if len(tok) != 16 {
-			return nil, fmt.Errorf("%w: lock token %x is not 16 bytes", ErrLockLost, tok)
+		seq, ok := partitionpb.SequenceOfToken(tok)
+		if !ok {
+			return nil, fmt.Errorf("%w: lock token %x is not %d bytes", ErrLockLost, tok, partitionpb.LockTokenBytes)
 		}
-		if seq := binary.BigEndian.Uint64(tok); uint32(seq>>seqBits) != e.key.part {
-			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, seq>>seqBits, e.key.part)
+		if p := partitionpb.PartitionOfSequence(seq); p != e.key.part {
+			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, p, e.key.part)
 		}
 	}
 	order := make([]int, len(tokens)) // token positions, to be sorted by token

@@ -236,7 +236,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 	var keys [][]byte
 	if s.available() {
 		if set {
-			a.notify = true
+			a.woken[wakeKey{e.key, s.sub}] = true
 		}
 		if e.indexedAvailable(s) {
 			keys = append(keys, availableKey(e.key, s.sub, s.seq))

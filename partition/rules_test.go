@@ -347,14 +347,18 @@ func TestChanged(t *testing.T) {
 		{"expire", func() *partitionpb.Command { d.Now += 60_000; return pt.ExpireLocks() }, true},
 		{"delete", func() *partitionpb.Command { return pt.Delete(1, 0) }, true},
 	}
+	other := d.M.Changed(2, 0, main) // an entity nobody touches
 	for _, s := range steps {
-		c := d.M.Changed()
+		c := d.M.Changed(1, 0, main)
 		d.Do(s.cmd())
 		if got := closed(c); got != s.changed {
 			t.Errorf("%s: changed %v, want %v", s.name, got, s.changed)
 		}
+		if closed(other) {
+			t.Fatalf("%s woke the receivers of another entity", s.name)
+		}
 	}
-	c := d.M.Changed()
+	c := d.M.Changed(1, 0, main)
 	if err := d.M.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -215,8 +215,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	if err := m.load(); err != nil {
 		return m.fail(fmt.Errorf("restore: %w", err))
 	}
-	close(m.changed)
-	m.changed = make(chan struct{})
+	m.wakeups.wakeAll() // anything may have changed
 	return nil
 }
 

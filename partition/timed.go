@@ -185,7 +185,7 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 		return nil, err
 	}
 	for _, seq := range seqs {
-		if uint32(seq>>seqBits) != e.key.part {
+		if partitionpb.PartitionOfSequence(seq) != e.key.part {
 			continue
 		}
 		m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
@@ -225,7 +225,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 	}
 	r := okResult()
 	for _, seq := range seqs {
-		if uint32(seq>>seqBits) != e.key.part {
+		if partitionpb.PartitionOfSequence(seq) != e.key.part {
 			continue
 		}
 		m, err := getState(a.b, messageKey(e.key, c.SubQueue, seq))

@@ -8,8 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
-	"github.com/quorumbus/quorumbus/internal/adminhttp"
 )
 
 func devCmd(args []string) error {
@@ -28,6 +28,7 @@ func devCmd(args []string) error {
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	memLimit := memoryLimitFlag(fs)
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus dev [flags]\n\nRuns a whole replicated cluster in one process: storage nodes (Raft, fsync on),\nthe placement catalog and an AMQP front-end, on loopback. Prints the\nconnection string for the SDKs.\n\n")
@@ -44,6 +45,10 @@ func devCmd(args []string) error {
 			return err
 		}
 		o.Declare = queues
+	}
+	replicas := o.Groups * min(o.Nodes, 3)
+	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB+storageBudgetMiB(replicas, o.CacheMB), cluster.NewLogger(o.LogLevel)); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/loadtool"
 )
 
 type subcommand struct {
@@ -21,7 +23,7 @@ var subcommands = []subcommand{
 	{"node", "run a storage node (partition groups, placement member)", nodeCmd},
 	{"frontend", "run a stateless AMQP front-end", frontendCmd},
 	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
-	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", benchCmd},
+	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
 }
 
 func usage() {

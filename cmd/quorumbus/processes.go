@@ -14,10 +14,11 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
-	"github.com/quorumbus/quorumbus/internal/adminhttp"
+	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement/membership"
 )
 
@@ -35,8 +36,11 @@ func nodeCmd(args []string) error {
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
+	walSegmentMB := fs.Int("wal-segment-mb", node.DefaultWALSegmentBytes>>20, "size of each Raft log segment, in MiB; each partition group preallocates one, idle or not")
+	diskReserveMB := fs.Int64("disk-reserve-mb", 0, "free disk below which sends are refused (resource-limit-exceeded) while settles go on, in MiB; 0: two segments and 64 MiB, negative: off")
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	memLimit := memoryLimitFlag(fs)
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
 	fs.Usage = func() {
@@ -54,6 +58,10 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
+	// A node hosts at most every group, each once.
+	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(*groups, *cacheMB), log); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -75,7 +83,7 @@ func nodeCmd(args []string) error {
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, Bootstrap: servers,
 		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
-		LeaderSyncFirst: *syncFirst, Logger: log,
+		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -105,6 +113,7 @@ func frontendCmd(args []string) error {
 	config := fs.String("config", "", "Service Bus emulator Config.json whose queues to create (through placement) before the front-end is ready")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
+	memLimit := memoryLimitFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -113,6 +122,9 @@ func frontendCmd(args []string) error {
 		return err
 	}
 	log := cluster.NewLogger(*logLevel).With("part", "frontend")
+	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB, log); err != nil {
+		return err
+	}
 	var queues []cluster.QueueSpec
 	if *config != "" {
 		var err error

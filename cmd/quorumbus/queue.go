@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,13 +32,16 @@ func queueCmd(args []string) error {
 	}
 	fs := flag.NewFlagSet("queue "+verb, flag.ContinueOnError)
 	addr := fs.String("placement", "127.0.0.1:7101", "gRPC address of any storage node (placement member)")
-	lock := fs.Duration("lock-duration", 0, "LockDuration (default 1m, max 5m)")
-	maxDel := fs.Uint("max-delivery-count", 0, "MaxDeliveryCount (default 10)")
-	ttl := fs.Duration("default-ttl", 0, "DefaultMessageTimeToLive (default: none)")
-	dlq := fs.Bool("dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
-	partitions := fs.Uint("partitions", 0, "partition count (0: not partitioned)")
-	maxKB := fs.Int64("max-message-size-kb", 0, "MaxMessageSizeInKilobytes (default 256)")
-	maxMB := fs.Int64("max-size-mb", 0, "MaxSizeInMegabytes: sends fail with quota exceeded beyond it (default 1024)")
+	var d placementpb.QueueDescription
+	fs.DurationVar(&d.LockDuration, "lock-duration", 0, "LockDuration (default 1m, max 5m)")
+	fs.Func("max-delivery-count", "MaxDeliveryCount (default 10)", uint32Flag(&d.MaxDeliveryCount))
+	fs.DurationVar(&d.DefaultMessageTimeToLive, "default-ttl", 0, "DefaultMessageTimeToLive (default: none)")
+	fs.BoolVar(&d.DeadLetteringOnMessageExpiration, "dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
+	fs.BoolVar(&d.RequiresDuplicateDetection, "duplicate-detection", false, "RequiresDuplicateDetection")
+	fs.DurationVar(&d.DuplicateDetectionHistoryTimeWindow, "duplicate-detection-window", 0, "DuplicateDetectionHistoryTimeWindow (default 10m)")
+	fs.Func("partitions", "PartitionCount (0: not partitioned)", uint32Flag(&d.PartitionCount))
+	fs.Int64Var(&d.MaxMessageSizeInKilobytes, "max-message-size-kb", 0, "MaxMessageSizeInKilobytes (default 256)")
+	fs.Int64Var(&d.MaxSizeInMegabytes, "max-size-mb", 0, "MaxSizeInMegabytes: sends fail with quota exceeded beyond it (default 1024)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,15 +60,7 @@ func queueCmd(args []string) error {
 	}
 	switch verb {
 	case "create":
-		props := &placementpb.QueueProperties{
-			LockDurationMs:                   lock.Milliseconds(),
-			MaxDeliveryCount:                 uint32(*maxDel),
-			DefaultMessageTtlMs:              ttl.Milliseconds(),
-			DeadLetteringOnMessageExpiration: *dlq,
-			PartitionCount:                   uint32(*partitions),
-			MaxMessageSizeInKilobytes:        *maxKB,
-			MaxSizeInMegabytes:               *maxMB,
-		}
+		props := d.Properties()
 		var e *placementpb.Entity
 		// Right after a cluster starts the meta group may still be
 		// electing: wait for it within the deadline.
@@ -111,4 +107,13 @@ func printEntities(es []*placementpb.Entity) {
 			len(e.PartitionGroups), e.PartitionGroups, time.Duration(p.GetLockDurationMs())*time.Millisecond, p.GetMaxDeliveryCount())
 	}
 	w.Flush()
+}
+
+// uint32Flag parses a flag's value into *dst.
+func uint32Flag(dst *uint32) func(string) error {
+	return func(s string) error {
+		v, err := strconv.ParseUint(s, 10, 32)
+		*dst = uint32(v)
+		return err
+	}
 }

@@ -248,25 +248,25 @@ func nestedMaps(n int) []byte {
 // (application-properties, bodies, footer) are held to the nesting bound
 // of the sections it decodes: 7,000 nested lists are a decode error.
 func TestSectionsNesting(t *testing.T) {
-	props := appendDescriptor(nil, descProperties)
+	props := appendDescriptor(nil, SectionProperties)
 	props = append(props, codeList0)
 	for _, tc := range []struct {
 		name string
 		desc uint64
 		wrap func(v []byte) []byte // the section's value holding v
 	}{
-		{"application-properties", descApplicationProperties, func(v []byte) []byte {
+		{"application-properties", SectionApplicationProperties, func(v []byte) []byte {
 			m := []byte{codeMap32, 0, 0, 0, 0, 0, 0, 0, 2, codeStr8, 1, 'k'}
 			putU32(m[1:], uint32(4+3+len(v)))
 			return append(m, v...)
 		}},
-		{"amqp-value", descAmqpValue, func(v []byte) []byte { return v }},
-		{"amqp-sequence", descAmqpSequence, func(v []byte) []byte {
+		{"amqp-value", SectionAMQPValue, func(v []byte) []byte { return v }},
+		{"amqp-sequence", SectionAMQPSequence, func(v []byte) []byte {
 			l := []byte{codeList32, 0, 0, 0, 0, 0, 0, 0, 1}
 			putU32(l[1:], uint32(4+len(v)))
 			return append(l, v...)
 		}},
-		{"footer", descFooter, func(v []byte) []byte {
+		{"footer", SectionFooter, func(v []byte) []byte {
 			m := []byte{codeMap32, 0, 0, 0, 0, 0, 0, 0, 2, codeSym8, 1, 'k'}
 			putU32(m[1:], uint32(4+3+len(v)))
 			return append(m, v...)

@@ -655,7 +655,9 @@ func engMsgTransfer(handle, id uint32) Transfer {
 	return Transfer{Handle: handle, DeliveryID: id, HasDeliveryID: true, DeliveryTag: []byte(fmt.Sprintf("tag%d", id)), HasMessageFormat: true}
 }
 
-func engDataSection(s string) []byte { return appendBinary(appendDescriptor(nil, descData), []byte(s)) }
+func engDataSection(s string) []byte {
+	return appendBinary(appendDescriptor(nil, SectionData), []byte(s))
+}
 
 // engCoverage counts, for every delivery id, how many disposition frames
 // covered it.

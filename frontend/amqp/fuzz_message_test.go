@@ -50,8 +50,8 @@ func FuzzSkip(f *testing.F) {
 // message that decodes also splits.
 func FuzzSections(f *testing.F) {
 	f.Add(testMessage("hello"))
-	f.Add(append(testMessage("x"), appendBinary(appendDescriptor(nil, descData), []byte("y"))...))
-	deep := append(appendDescriptor(nil, descAmqpValue), nestedLists(maxNesting+1)...)
+	f.Add(append(testMessage("x"), appendBinary(appendDescriptor(nil, SectionData), []byte("y"))...))
+	deep := append(appendDescriptor(nil, SectionAMQPValue), nestedLists(maxNesting+1)...)
 	f.Add(deep)
 	m := Message{
 		MessageAnnotations:    Map{{Key: Symbol("x-opt-sequence-number"), Value: int64(7)}},
@@ -104,7 +104,7 @@ func FuzzCheckApplicationProperties(f *testing.F) {
 		var m Message
 		derr := m.Decode(raw)
 		secs, serr := Sections(raw, nil)
-		decodes := derr == nil && serr == nil && len(secs) == 1 && secs[0].Descriptor == descApplicationProperties && simpleProps(m.ApplicationProperties)
+		decodes := derr == nil && serr == nil && len(secs) == 1 && secs[0].Descriptor == SectionApplicationProperties && simpleProps(m.ApplicationProperties)
 		if (err == nil) != decodes {
 			t.Fatalf("% x: checker says %v, Decode %v (sections %d, %v) with %#v", raw, err, derr, len(secs), serr, m.ApplicationProperties)
 		}

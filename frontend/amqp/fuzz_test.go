@@ -85,15 +85,15 @@ func saslFrame(p appender) []byte {
 
 // testMessage is an encoded message: header, properties, data.
 func testMessage(body string) []byte {
-	b, f := beginFields(nil, descHeader)
+	b, f := beginFields(nil, SectionHeader)
 	b = appendBool(b, true)
 	f.field(b, false)
 	b = f.end(b)
-	b, f = beginFields(b, descProperties)
+	b, f = beginFields(b, SectionProperties)
 	b = appendString(b, "msg-1")
 	f.field(b, false)
 	b = f.end(b)
-	return appendBinary(appendDescriptor(b, descData), []byte(body))
+	return appendBinary(appendDescriptor(b, SectionData), []byte(body))
 }
 
 // Conversation pieces built with our own encoder.

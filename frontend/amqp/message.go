@@ -6,10 +6,6 @@ import (
 	"unicode/utf8"
 )
 
-// BatchMessageFormat is the message format of a Service Bus batch: the
-// body's data sections each hold one encoded message.
-const BatchMessageFormat uint32 = 0x80013700
-
 // Header is the message header section (spec 3.2.1).
 type Header struct {
 	Durable       bool
@@ -54,42 +50,6 @@ type Message struct {
 	Footer                Map
 }
 
-// Section is one encoded section of a message, found without decoding it.
-type Section struct {
-	Descriptor uint64
-	Raw        []byte // the whole section, descriptor included
-}
-
-// Sections splits an encoded message into its sections without decoding
-// their contents. Raw slices alias payload. It lets a broker keep the bare
-// message's bytes as the sender made them (spec 3.2: the bare message is
-// immutable) while it rewrites the annotations around them.
-func Sections(payload []byte, dst []Section) ([]Section, error) {
-	d := decoder{b: payload}
-	for d.remaining() > 0 {
-		start := d.off
-		c, err := d.byte()
-		if err != nil {
-			return nil, err
-		}
-		if c != codeDescribed {
-			return nil, decodeErrorf("message section is not described (0x%02x)", c)
-		}
-		desc, err := d.descriptor()
-		if err != nil {
-			return nil, err
-		}
-		if desc < descHeader || desc > descFooter {
-			return nil, decodeErrorf("unknown message section 0x%x", desc)
-		}
-		if err := d.skip(); err != nil {
-			return nil, err
-		}
-		dst = append(dst, Section{Descriptor: desc, Raw: payload[start:d.off]})
-	}
-	return dst, nil
-}
-
 // CheckApplicationProperties checks an encoded application-properties
 // section (descriptor included) against spec 3.2.5: a map (or null) whose
 // keys are strings and whose values are of simple types, not lists, maps
@@ -98,7 +58,7 @@ func Sections(payload []byte, dst []Section) ([]Section, error) {
 // section as sent can afford to check every message.
 func CheckApplicationProperties(raw []byte) error {
 	d := decoder{b: raw}
-	if err := d.expectDescribed(descApplicationProperties, "application-properties"); err != nil {
+	if err := d.expectDescribed(SectionApplicationProperties, "application-properties"); err != nil {
 		return err
 	}
 	code, err := d.byte()
@@ -244,24 +204,24 @@ func (m *Message) Decode(payload []byte) error {
 			return err
 		}
 		// Sections come in the spec's order; body sections may repeat.
-		if desc < last || (desc == last && desc != descData && desc != descAmqpSequence) {
+		if desc < last || (desc == last && desc != SectionData && desc != SectionAMQPSequence) {
 			return decodeErrorf("message section 0x%x out of order", desc)
 		}
 		last = desc
 		switch desc {
-		case descHeader:
+		case SectionHeader:
 			m.Header = new(Header)
 			err = m.Header.decode(&d)
-		case descDeliveryAnnotations:
+		case SectionDeliveryAnnotations:
 			m.DeliveryAnnotations, err = d.readMap()
-		case descMessageAnnotations:
+		case SectionMessageAnnotations:
 			m.MessageAnnotations, err = d.readMap()
-		case descProperties:
+		case SectionProperties:
 			m.Properties = new(Properties)
 			err = m.Properties.decode(&d)
-		case descApplicationProperties:
+		case SectionApplicationProperties:
 			m.ApplicationProperties, err = d.readMap()
-		case descData:
+		case SectionData:
 			if m.HasValue || m.Sequence != nil {
 				return decodeErrorf("message mixes body kinds")
 			}
@@ -269,7 +229,7 @@ func (m *Message) Decode(payload []byte) error {
 			if b, err = d.readBinary(); err == nil {
 				m.Data = append(m.Data, append([]byte{}, b...))
 			}
-		case descAmqpSequence:
+		case SectionAMQPSequence:
 			if m.HasValue || m.Data != nil {
 				return decodeErrorf("message mixes body kinds")
 			}
@@ -281,13 +241,13 @@ func (m *Message) Decode(payload []byte) error {
 				}
 				m.Sequence = append(m.Sequence, list)
 			}
-		case descAmqpValue:
+		case SectionAMQPValue:
 			if m.Data != nil || m.Sequence != nil {
 				return decodeErrorf("message mixes body kinds")
 			}
 			m.Value, err = d.value()
 			m.HasValue = true
-		case descFooter:
+		case SectionFooter:
 			m.Footer, err = d.readMap()
 		default:
 			return decodeErrorf("unknown message section 0x%x", desc)
@@ -306,12 +266,12 @@ func (m *Message) Append(b []byte) ([]byte, error) {
 		b = m.Header.append(b)
 	}
 	if m.DeliveryAnnotations != nil {
-		if b, err = appendMap(appendDescriptor(b, descDeliveryAnnotations), m.DeliveryAnnotations); err != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionDeliveryAnnotations), m.DeliveryAnnotations); err != nil {
 			return nil, err
 		}
 	}
 	if m.MessageAnnotations != nil {
-		if b, err = appendMap(appendDescriptor(b, descMessageAnnotations), m.MessageAnnotations); err != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionMessageAnnotations), m.MessageAnnotations); err != nil {
 			return nil, err
 		}
 	}
@@ -321,55 +281,56 @@ func (m *Message) Append(b []byte) ([]byte, error) {
 		}
 	}
 	if m.ApplicationProperties != nil {
-		if b, err = appendMap(appendDescriptor(b, descApplicationProperties), m.ApplicationProperties); err != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionApplicationProperties), m.ApplicationProperties); err != nil {
 			return nil, err
 		}
 	}
 	for _, data := range m.Data {
-		b = appendBinary(appendDescriptor(b, descData), data)
+		b = appendBinary(appendDescriptor(b, SectionData), data)
 	}
 	for _, seq := range m.Sequence {
-		if b, err = appendValue(appendDescriptor(b, descAmqpSequence), seq); err != nil {
+		if b, err = appendValue(appendDescriptor(b, SectionAMQPSequence), seq); err != nil {
 			return nil, err
 		}
 	}
 	if m.HasValue {
-		if b, err = appendValue(appendDescriptor(b, descAmqpValue), m.Value); err != nil {
+		if b, err = appendValue(appendDescriptor(b, SectionAMQPValue), m.Value); err != nil {
 			return nil, err
 		}
 	}
 	if m.Footer != nil {
-		if b, err = appendMap(appendDescriptor(b, descFooter), m.Footer); err != nil {
+		if b, err = appendMap(appendDescriptor(b, SectionFooter), m.Footer); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
 }
 
-// SplitBatch returns the encoded messages inside a batch message (format
-// BatchMessageFormat): one per data section. The slices alias payload.
-func SplitBatch(payload []byte) ([][]byte, error) {
-	secs, err := Sections(payload, nil)
-	if err != nil {
-		return nil, err
+// only returns a message holding m's section of descriptor desc and no
+// other.
+func (m *Message) only(desc uint64) Message {
+	var s Message
+	switch desc {
+	case SectionHeader:
+		s.Header = m.Header
+	case SectionDeliveryAnnotations:
+		s.DeliveryAnnotations = m.DeliveryAnnotations
+	case SectionMessageAnnotations:
+		s.MessageAnnotations = m.MessageAnnotations
+	case SectionProperties:
+		s.Properties = m.Properties
+	case SectionApplicationProperties:
+		s.ApplicationProperties = m.ApplicationProperties
+	case SectionData:
+		s.Data = m.Data
+	case SectionAMQPSequence:
+		s.Sequence = m.Sequence
+	case SectionAMQPValue:
+		s.Value, s.HasValue = m.Value, m.HasValue
+	case SectionFooter:
+		s.Footer = m.Footer
 	}
-	var out [][]byte
-	for _, s := range secs {
-		if s.Descriptor != descData {
-			continue
-		}
-		d := decoder{b: s.Raw}
-		d.off = 1
-		if _, err := d.descriptor(); err != nil {
-			return nil, err
-		}
-		b, err := d.readBinary()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
+	return s
 }
 
 func (h *Header) decode(d *decoder) error {
@@ -387,7 +348,7 @@ func (h *Header) decode(d *decoder) error {
 }
 
 func (h *Header) append(b []byte) []byte {
-	b, f := beginFields(b, descHeader)
+	b, f := beginFields(b, SectionHeader)
 	b = appendOptBool(b, f, h.Durable)
 	if h.Priority != 4 {
 		b = appendUbyte(b, h.Priority)
@@ -437,7 +398,7 @@ func (p *Properties) decode(d *decoder) error {
 }
 
 func (p *Properties) append(b []byte) ([]byte, error) {
-	b, f := beginFields(b, descProperties)
+	b, f := beginFields(b, SectionProperties)
 	var err error
 	if b, err = appendValue(b, p.MessageID); err != nil {
 		return nil, err

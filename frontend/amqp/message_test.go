@@ -31,7 +31,7 @@ func TestCheckApplicationProperties(t *testing.T) {
 	if err := CheckApplicationProperties(appProps(t, ok)); err != nil {
 		t.Errorf("simple values: %v", err)
 	}
-	if err := CheckApplicationProperties(append(appendDescriptor(nil, descApplicationProperties), codeNull)); err != nil {
+	if err := CheckApplicationProperties(append(appendDescriptor(nil, SectionApplicationProperties), codeNull)); err != nil {
 		t.Errorf("null: %v", err)
 	}
 	for _, tc := range []struct {
@@ -46,11 +46,11 @@ func TestCheckApplicationProperties(t *testing.T) {
 		{"a described list", appProps(t, Map{{Key: "dl", Value: Described{Descriptor: uint64(7), Value: []any{"x"}}}}), "not of a simple type"},
 		{"a described described", appProps(t, Map{{Key: "dd", Value: Described{Descriptor: uint64(7), Value: Described{Descriptor: uint64(8), Value: "x"}}}}), "not of a simple type"},
 		{"a key that is not a string", appProps(t, Map{{Key: Symbol("k"), Value: "x"}}), "keys must be strings"},
-		{"a list instead of a map", append(appendDescriptor(nil, descApplicationProperties), codeList0), "not a map"},
-		{"another section", appendBinary(appendDescriptor(nil, descData), []byte("x")), "expected application-properties"},
-		{"a string that is not UTF-8", append(appendDescriptor(nil, descApplicationProperties), codeMap8, 7, 2, codeStr8, 1, 'k', codeStr8, 1, 0xff), "UTF-8"},
-		{"a boolean byte of 2", append(appendDescriptor(nil, descApplicationProperties), codeMap8, 6, 2, codeStr8, 1, 'k', codeBool, 2), "boolean byte"},
-		{"a uint descriptor", append(appendDescriptor(nil, descApplicationProperties), codeMap8, 8, 2, codeStr8, 1, 'k', codeDescribed, codeSmallUint, 1, codeNull), "descriptor"},
+		{"a list instead of a map", append(appendDescriptor(nil, SectionApplicationProperties), codeList0), "not a map"},
+		{"another section", appendBinary(appendDescriptor(nil, SectionData), []byte("x")), "expected application-properties"},
+		{"a string that is not UTF-8", append(appendDescriptor(nil, SectionApplicationProperties), codeMap8, 7, 2, codeStr8, 1, 'k', codeStr8, 1, 0xff), "UTF-8"},
+		{"a boolean byte of 2", append(appendDescriptor(nil, SectionApplicationProperties), codeMap8, 6, 2, codeStr8, 1, 'k', codeBool, 2), "boolean byte"},
+		{"a uint descriptor", append(appendDescriptor(nil, SectionApplicationProperties), codeMap8, 8, 2, codeStr8, 1, 'k', codeDescribed, codeSmallUint, 1, codeNull), "descriptor"},
 		{"bytes after the map", append(appProps(t, Map{{Key: "k", Value: "v"}}), codeNull), "after the value"},
 		{"a truncated map", appProps(t, Map{{Key: "k", Value: "v"}})[:8], "decode error"},
 	} {

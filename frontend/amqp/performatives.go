@@ -29,15 +29,8 @@ const (
 	descSASLResponse   = 0x43
 	descSASLOutcome    = 0x44
 
-	descHeader                = 0x70
-	descDeliveryAnnotations   = 0x71
-	descMessageAnnotations    = 0x72
-	descProperties            = 0x73
-	descApplicationProperties = 0x74
-	descData                  = 0x75
-	descAmqpSequence          = 0x76
-	descAmqpValue             = 0x77
-	descFooter                = 0x78
+	// 0x70 to 0x78, a message's sections, are exported: SectionHeader to
+	// SectionFooter (sections.go).
 )
 
 // Role of a link endpoint, as the attach frame's role field encodes it.

@@ -165,7 +165,7 @@ func samplePerformatives() []samplePerformative {
 		{"transfer first", descTransfer, &Transfer{Handle: 0, DeliveryID: 0, HasDeliveryID: true, DeliveryTag: make([]byte, 8),
 			MessageFormat: 0, HasMessageFormat: true}},
 		{"transfer full", descTransfer, &Transfer{Handle: 2, DeliveryID: 99, HasDeliveryID: true, DeliveryTag: bytes.Repeat([]byte{0xee}, 32),
-			MessageFormat: BatchMessageFormat, HasMessageFormat: true, Settled: true, More: true, RcvSettleMode: 1, HasRcvSettleMode: true,
+			MessageFormat: 0x80013700, HasMessageFormat: true, Settled: true, More: true, RcvSettleMode: 1, HasRcvSettleMode: true,
 			State: Received{SectionNumber: 1, SectionOffset: 1 << 40}, Resume: true, Aborted: true, Batchable: true}},
 		{"transfer continuation", descTransfer, &Transfer{Handle: 0, More: true}},
 		{"transfer empty tag", descTransfer, &Transfer{Handle: 0, DeliveryID: 1, HasDeliveryID: true, DeliveryTag: []byte{}}},

@@ -22,6 +22,7 @@ type fakeNode struct {
 	partitionpb.UnimplementedPartitionServiceServer
 	hint        string // not the leader: point here
 	unavailable bool
+	full        bool   // the node's disk is full (node.ErrNoSpace)
 	notFound    int    // answer this many sends with not-found first
 	onSend      func() // called after each send is recorded and answered
 
@@ -43,6 +44,8 @@ func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*parti
 		return nil, status.Error(codes.NotFound, "entity not found")
 	case f.unavailable:
 		return nil, status.Error(codes.Unavailable, "shutting down")
+	case f.full:
+		return nil, status.Error(codes.ResourceExhausted, "node: no space left on the data directory's disk: 0 bytes free")
 	case f.hint != "":
 		st, err := status.New(codes.FailedPrecondition, "not the leader").WithDetails(&partitionpb.LeaderHint{LeaderId: f.hint})
 		if err != nil {
@@ -197,5 +200,22 @@ func TestHintOverridesSilence(t *testing.T) {
 	}
 	if len(a.sends) != 2 || len(b.sends) != 1 {
 		t.Fatalf("attempts: a %d, b %d; want a, b (hint: a), a", len(a.sends), len(b.sends))
+	}
+}
+
+// TestStorageFull: a node out of disk refuses a send at once, and the
+// router says so (ErrStorageFull) rather than trying other replicas until
+// the deadline.
+func TestStorageFull(t *testing.T) {
+	a := &fakeNode{full: true}
+	r, e := localRouter(t, "a", []string{"a"}, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := r.Send(ctx, e, 0, []*partitionpb.NewMessage{{MessageId: "1"}})
+	if !errors.Is(err, frontend.ErrStorageFull) {
+		t.Fatalf("send to a full node: %v, want ErrStorageFull", err)
+	}
+	if len(a.sends) != 1 {
+		t.Errorf("%d attempts, want 1", len(a.sends))
 	}
 }

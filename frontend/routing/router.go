@@ -436,6 +436,15 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 				r.setLeader(group, "")
 			case codes.InvalidArgument:
 				return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
+			case codes.ResourceExhausted:
+				// The node's disk (node.ErrNoSpace, whose text this
+				// looks for), or else a rule of the entity, which
+				// carries a partition Result, or gRPC's own message
+				// size limit.
+				if !hasResult(st) && strings.Contains(st.Message(), noSpaceText) {
+					return fmt.Errorf("%w: %v", frontend.ErrStorageFull, err)
+				}
+				return err
 			default:
 				return err
 			}
@@ -450,6 +459,19 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// noSpaceText is in the message of node.ErrNoSpace; the router may not
+// import node (tests/arch).
+const noSpaceText = "no space left"
+
+func hasResult(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*partitionpb.Result); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func leaderHint(st *status.Status) string {

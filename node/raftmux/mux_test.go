@@ -123,9 +123,12 @@ type member struct {
 func testRaftConfig(id raft.ServerID) *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = id
-	c.HeartbeatTimeout = 300 * time.Millisecond
-	c.ElectionTimeout = 300 * time.Millisecond
-	c.LeaderLeaseTimeout = 150 * time.Millisecond
+	// The node's own timeouts: shorter ones made leaders of these nine
+	// replicas step down mid-test when make test's other packages loaded
+	// the machine, and an apply then failed with leadership lost.
+	c.HeartbeatTimeout = time.Second
+	c.ElectionTimeout = time.Second
+	c.LeaderLeaseTimeout = 500 * time.Millisecond
 	c.CommitTimeout = 5 * time.Millisecond
 	// Keep few logs so that a late joiner must be sent a snapshot.
 	c.TrailingLogs = 10

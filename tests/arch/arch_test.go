@@ -79,10 +79,20 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/",
 	},
 	{
+		name:   "the load tool is a client",
+		pkgs:   []string{our("cmd/quorumbus/loadtool/...")},
+		except: []string{helpers},
+		forbid: []string{
+			our("partition/..."), our("node/..."), our("placement/..."), our("frontend/..."),
+			our("gateway/..."), our("proto/..."),
+		},
+		reason: "quorumbus bench drives any AMQP 1.0 endpoint as a client would, through go-amqp; it must not reach into the broker",
+	},
+	{
 		name:    "the admin HTTP listener is standalone",
-		pkgs:    []string{our("internal/adminhttp/...")},
+		pkgs:    []string{our("cmd/quorumbus/adminhttp/...")},
 		stdOnly: true,
-		reason:  "internal/adminhttp serves health, readiness and profiles for every process from checks the process hands it; it knows nothing of the broker",
+		reason:  "cmd/quorumbus/adminhttp serves health, readiness and profiles for every process from checks the process hands it; it knows nothing of the broker",
 	},
 	{
 		name:   "placement does not import node",

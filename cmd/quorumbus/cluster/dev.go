@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
-	"github.com/quorumbus/quorumbus/internal/adminhttp"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -36,7 +36,7 @@ func ConnectionString(amqpAddr string) string {
 type DevOptions struct {
 	DataDir  string
 	AMQPAddr string
-	HTTPAddr string // admin HTTP listener (internal/adminhttp); empty: none
+	HTTPAddr string // admin HTTP listener (cmd/quorumbus/adminhttp); empty: none
 	Pprof    bool   // serve /debug/pprof/ on it
 	// Declare names the queues the caller will create (--config); the
 	// process is not ready until it called Dev.Declared.Created and the
@@ -74,7 +74,7 @@ func NewLogger(level string) *slog.Logger {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return slog.New(quietRaft{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})})
 }
 
 func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -81,7 +79,7 @@ func LoadEmulatorConfig(path string) ([]QueueSpec, error) {
 }
 
 func (p emulatorQueueProperties) toProto() (*placementpb.QueueProperties, error) {
-	out := &placementpb.QueueProperties{
+	d := placementpb.QueueDescription{
 		MaxDeliveryCount:                 p.MaxDeliveryCount,
 		DeadLetteringOnMessageExpiration: p.DeadLetteringOnMessageExpiration,
 		RequiresDuplicateDetection:       p.RequiresDuplicateDetection,
@@ -92,77 +90,23 @@ func (p emulatorQueueProperties) toProto() (*placementpb.QueueProperties, error)
 		ForwardTo:                        p.ForwardTo,
 		ForwardDeadLetteredMessagesTo:    p.ForwardDeadLetteredMessagesTo,
 	}
-	for _, d := range []struct {
+	for _, f := range []struct {
 		text string
-		dst  *int64
+		dst  *time.Duration
 		name string
 	}{
-		{p.LockDuration, &out.LockDurationMs, "LockDuration"},
-		{p.DefaultMessageTimeToLive, &out.DefaultMessageTtlMs, "DefaultMessageTimeToLive"},
-		{p.DuplicateDetectionHistoryTimeWindow, &out.DuplicateDetectionWindowMs, "DuplicateDetectionHistoryTimeWindow"},
+		{p.LockDuration, &d.LockDuration, "LockDuration"},
+		{p.DefaultMessageTimeToLive, &d.DefaultMessageTimeToLive, "DefaultMessageTimeToLive"},
+		{p.DuplicateDetectionHistoryTimeWindow, &d.DuplicateDetectionHistoryTimeWindow, "DuplicateDetectionHistoryTimeWindow"},
 	} {
-		if d.text == "" {
+		if f.text == "" {
 			continue
 		}
-		v, err := ParseISODuration(d.text)
+		v, err := placementpb.ParseISODuration(f.text)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", d.name, err)
+			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
-		*d.dst = v.Milliseconds()
+		*f.dst = v
 	}
-	return out, nil
-}
-
-// ParseISODuration parses the ISO 8601 durations Service Bus uses:
-// PnDTnHnMnS with any part optional and fractional seconds (PT1M, PT20S,
-// P14D, P10675199DT2H48M5.4775807S for "forever").
-func ParseISODuration(s string) (time.Duration, error) {
-	orig := s
-	if !strings.HasPrefix(s, "P") {
-		return 0, fmt.Errorf("duration %q does not start with P", orig)
-	}
-	s = s[1:]
-	var total float64 // seconds
-	inTime := false
-	units := map[bool]map[byte]float64{
-		false: {'D': 86400, 'W': 7 * 86400},
-		true:  {'H': 3600, 'M': 60, 'S': 1},
-	}
-	seen := false
-	for len(s) > 0 {
-		if s[0] == 'T' {
-			if inTime {
-				return 0, fmt.Errorf("duration %q has two T", orig)
-			}
-			inTime = true
-			s = s[1:]
-			continue
-		}
-		i := 0
-		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
-			i++
-		}
-		if i == 0 || i == len(s) {
-			return 0, fmt.Errorf("duration %q is malformed", orig)
-		}
-		n, err := strconv.ParseFloat(s[:i], 64)
-		if err != nil {
-			return 0, fmt.Errorf("duration %q: %w", orig, err)
-		}
-		mult, ok := units[inTime][s[i]]
-		if !ok {
-			return 0, fmt.Errorf("duration %q has an unknown unit %q", orig, s[i])
-		}
-		total += n * mult
-		seen = true
-		s = s[i+1:]
-	}
-	if !seen {
-		return 0, fmt.Errorf("duration %q is empty", orig)
-	}
-	const maxSeconds = float64(1<<63-1) / float64(time.Second)
-	if total >= maxSeconds {
-		return time.Duration(1<<63 - 1), nil
-	}
-	return time.Duration(total * float64(time.Second)), nil
+	return d.Properties(), nil
 }

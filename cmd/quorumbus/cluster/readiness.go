@@ -12,10 +12,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/amqp"
 	"github.com/quorumbus/quorumbus/frontend/routing"
-	"github.com/quorumbus/quorumbus/internal/adminhttp"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -148,43 +148,27 @@ type groupReader interface {
 	Group(id uint64) (node.GroupStatus, error)
 }
 
-// openFailures names the groups that failed to open on a node, and why.
-// Today the agent records what EnsureGroup returned (groupWatch); an
-// accessor of node's own can take its place.
+// openFailures names the groups that failed to open on a node, and why
+// (node.Node.OpenFailures).
 type openFailures interface {
 	OpenFailures() map[uint64]error
 }
 
 // groupWatch is what a storage process's agent learnt from the routing
-// table: which groups it places on this node, and which of them failed to
-// open.
+// table: which groups it places on this node.
 type groupWatch struct {
-	mu      sync.Mutex
-	table   bool // a routing table arrived
-	any     bool // it has partition groups
-	mine    []uint64
-	openErr map[uint64]error
+	mu    sync.Mutex
+	table bool // a routing table arrived
+	any   bool // it has partition groups
+	mine  []uint64
 }
 
-var _ openFailures = (*groupWatch)(nil)
+var _ openFailures = (*node.Node)(nil)
 
 func (w *groupWatch) placed(t *placementpb.RoutingTable, mine []uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.table, w.any, w.mine = true, len(t.Groups) > 0, mine
-}
-
-func (w *groupWatch) opened(id uint64, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err == nil {
-		delete(w.openErr, id)
-		return
-	}
-	if w.openErr == nil {
-		w.openErr = map[uint64]error{}
-	}
-	w.openErr[id] = err
 }
 
 // groups returns the groups placed on this node, or why it cannot tell:
@@ -200,17 +184,6 @@ func (w *groupWatch) groups() (mine []uint64, err error) {
 		return nil, errors.New("the cluster has no partition groups yet (waiting for enough storage nodes)")
 	}
 	return slices.Clone(w.mine), nil
-}
-
-// OpenFailures implements openFailures.
-func (w *groupWatch) OpenFailures() map[uint64]error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[uint64]error, len(w.openErr))
-	for id, err := range w.openErr {
-		out[id] = err
-	}
-	return out
 }
 
 // checkGroups reports the groups among ids that cannot serve: failed to

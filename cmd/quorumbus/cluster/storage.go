@@ -8,6 +8,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -38,8 +39,16 @@ type StorageOptions struct {
 	// LeaderSyncFirst: leaders fsync before they replicate
 	// (node.Config.LeaderSyncFirst).
 	LeaderSyncFirst bool
-	Logger          *slog.Logger
+	// WALSegmentMB and DiskReserveMB are node.Config's WALSegmentBytes
+	// and DiskReserveBytes in MiB; 0 takes the node's defaults.
+	WALSegmentMB  int
+	DiskReserveMB int64
+	Logger        *slog.Logger
 }
+
+// shutdownTimeout bounds Storage.Close: a process asked to stop stops,
+// even if a group's storage hangs.
+const shutdownTimeout = 30 * time.Second
 
 // storage is a running storage process.
 type Storage struct {
@@ -55,7 +64,8 @@ type Storage struct {
 
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, CacheBytes: o.CacheMB << 20,
-		LeaderSyncFirst: o.LeaderSyncFirst, Logger: o.Logger})
+		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
+		Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +97,10 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	w := &groupWatch{}
-	s := &Storage{Node: n, Placement: p, watch: w, failures: w, cancel: cancel, done: make(chan struct{})}
+	// The node's own record of open failures: it retries them with
+	// backoff, so one that opens later must stop being reported whether
+	// or not a routing table arrived since.
+	s := &Storage{Node: n, Placement: p, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		reconcile(rctx, n, w, o.Logger)
@@ -95,12 +108,24 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	return s, nil
 }
 
-// Close stops the storage process; calling it again does nothing.
+// Close stops the storage process; calling it again does nothing. It
+// returns within shutdownTimeout, with an error if the stop did not
+// finish by then (the process is about to exit anyway).
 func (s *Storage) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
-		<-s.done
-		s.closeErr = errors.Join(s.Placement.Close(), s.Node.Close())
+		closed := make(chan error, 1)
+		go func() {
+			<-s.done
+			closed <- errors.Join(s.Placement.Close(), s.Node.Close())
+		}()
+		t := time.NewTimer(shutdownTimeout)
+		defer t.Stop()
+		select {
+		case s.closeErr = <-closed:
+		case <-t.C:
+			s.closeErr = fmt.Errorf("storage %s: shutdown did not finish within %v", s.Node.ID(), shutdownTimeout)
+		}
 	})
 	return s.closeErr
 }
@@ -108,7 +133,7 @@ func (s *Storage) Close() error {
 // reconcile keeps the node's groups in line with the routing table: it
 // opens every group the table places on this node, and reports which
 // groups it leads so that the table's leader hints stay fresh. It records
-// in w which groups the table places here and which failed to open.
+// in w which groups the table places here.
 func reconcile(ctx context.Context, n *node.Node, w *groupWatch, log *slog.Logger) {
 	cc, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -157,10 +182,11 @@ func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *
 			continue
 		}
 		placed = append(placed, g.Id)
-		err := n.EnsureGroup(g.Id, peers)
-		w.opened(g.Id, err)
-		if err != nil {
-			log.Error("open group", "group", g.Id, "err", err)
+		// The node records and logs a group that fails to open (when
+		// the reason changes) and retries it with backoff; every
+		// routing table would repeat it here.
+		if err := n.EnsureGroup(g.Id, peers); err != nil {
+			log.Debug("open group", "group", g.Id, "err", err)
 		}
 	}
 }

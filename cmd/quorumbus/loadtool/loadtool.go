@@ -1,4 +1,7 @@
-package main
+// Package loadtool is `quorumbus bench`: it drives any AMQP 1.0 endpoint
+// with go-amqp and reports throughput, latency and the CPU each message
+// cost. It lives beside the broker's binary, not inside its main package.
+package loadtool
 
 import (
 	"context"
@@ -43,7 +46,8 @@ type benchConfig struct {
 // about 8% less per message received (alternated runs, docs/benchmarks.md).
 const benchGCPercent = 400
 
-func benchCmd(args []string) error {
+// Command runs `quorumbus bench` with its command-line arguments.
+func Command(args []string) error {
 	var c benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.url, "url", "amqp://127.0.0.1:5672", "AMQP endpoint")
