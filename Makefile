@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean
+.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -63,6 +63,16 @@ fuzz: ## Run every FuzzXxx target for FUZZTIME each (default 60s)
 
 bench: ## Run benchmarks matching BENCH for BENCHTIME each, with allocations
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+# tests/jepsen is a module of its own (its dependencies stay out of the
+# product's), so `go test ./...` above does not reach it: this target vets
+# it and runs its checkers' own tests before the chaos run. The seed is
+# printed; CHAOS_SEED=... replays a run's schedule, CHAOS_PROFILE=short
+# runs a one-minute one (docs/reliability.md).
+CHAOS_PROFILE ?= ci
+chaos: ## Chaos test: a 3-node cluster of processes under kills, pauses, partitions; history checked (< 10 min)
+	cd tests/jepsen && $(GO) vet ./... && $(GO) test -short -count=1 ./...
+	cd tests/jepsen && CHAOS_PROFILE=$(CHAOS_PROFILE) $(GO) test -run '^TestChaos$$' -v -count=1 -timeout 15m .
 
 soak-backlog: ## Send a 2 GB backlog to the dev cluster and report its RSS (minutes; needs ~15 GB of disk)
 	scripts/backlog-rss.sh $(BACKLOG_MESSAGES) 1024 32

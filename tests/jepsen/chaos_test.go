@@ -1,0 +1,278 @@
+package jepsen
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumbus/quorumbus/tests/jepsen/checker"
+	"github.com/quorumbus/quorumbus/tests/jepsen/cluster"
+	"github.com/quorumbus/quorumbus/tests/jepsen/history"
+	"github.com/quorumbus/quorumbus/tests/jepsen/nemesis"
+	"github.com/quorumbus/quorumbus/tests/jepsen/report"
+	"github.com/quorumbus/quorumbus/tests/jepsen/workload"
+)
+
+// profile is the shape of a run. CHAOS_PROFILE picks one; CHAOS_FAULTS
+// and CHAOS_RATE override its figures.
+type profile struct {
+	faults             int
+	holdMin, holdMax   time.Duration
+	quietMin, quietMax time.Duration
+	rate               float64 // sends per second, all senders together
+}
+
+var profiles = map[string]profile{
+	// ci: what `make chaos` runs; about six minutes of faults, under ten
+	// minutes in all on two cores.
+	"ci": {faults: 40, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
+		quietMin: 2 * time.Second, quietMax: 5 * time.Second, rate: 150},
+	// short: a minute, for working on the harness.
+	"short": {faults: 6, holdMin: 2 * time.Second, holdMax: 5 * time.Second,
+		quietMin: 2 * time.Second, quietMax: 3 * time.Second, rate: 100},
+}
+
+// lockDuration is the queue's: short, so that the messages of receives
+// a fault cut off come back within the drain (they stay locked to
+// nobody until then).
+const lockDuration = 10 * time.Second
+
+// TestChaos runs the queue workload against three storage nodes and a
+// front-end while the nemesis kills, pauses and partitions nodes; then it
+// heals everything, drains the queue and checks the history. The report
+// goes to CHAOS_REPORT_DIR (default reports/<time>-seed<seed>).
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes for minutes")
+	}
+	name := envOr("CHAOS_PROFILE", "short")
+	prof, ok := profiles[name]
+	if !ok {
+		t.Fatalf("CHAOS_PROFILE=%s: no such profile", name)
+	}
+	if v := os.Getenv("CHAOS_FAULTS"); v != "" {
+		prof.faults = mustAtoi(t, "CHAOS_FAULTS", v)
+	}
+	if v := os.Getenv("CHAOS_RATE"); v != "" {
+		prof.rate = float64(mustAtoi(t, "CHAOS_RATE", v))
+	}
+	seed := newSeed(t)
+	t.Logf("seed %d (replay: CHAOS_SEED=%d CHAOS_PROFILE=%s make chaos)", seed, seed, name)
+	dir := os.Getenv("CHAOS_REPORT_DIR")
+	if dir == "" {
+		dir = filepath.Join("reports", fmt.Sprintf("%s-seed%d", time.Now().UTC().Format("20060102-150405"), seed))
+	}
+	dir, _ = filepath.Abs(dir)
+	t.Logf("report: %s", dir)
+
+	netw := network(t)
+	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority}
+	if netw.Mode() == "netns" {
+		kinds = append(kinds, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	}
+	if v := os.Getenv("CHAOS_KINDS"); v != "" {
+		kinds = strings.Split(v, ",")
+	}
+
+	bin, err := cluster.Build(filepath.Join("..", ".."), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.New(netw, bin, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateQueue(ctx, "jepsen", "-lock-duration", lockDuration.String()); err != nil {
+		t.Fatal(err)
+	}
+	group, err := c.QueueGroup(ctx, "jepsen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+
+	// The history streams to disk as it is recorded: a run killed before
+	// its report still leaves it.
+	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	rec := history.NewRecorder(hf)
+	start := time.Now()
+	q := workload.Start(context.Background(), workload.Config{
+		Dial: c.DialAMQP, Queue: "jepsen", Senders: 4, Receivers: 4,
+		SendRate: prof.rate, OpTimeout: 10 * time.Second, Rec: rec,
+	})
+	nem := nemesis.New(nemesis.Config{Cluster: c, Group: group, Seed: seed, Kinds: kinds,
+		HoldMin: prof.holdMin, HoldMax: prof.holdMax, QuietMin: prof.quietMin, QuietMax: prof.quietMax,
+		Clock: rec.Since, Log: t.Logf})
+	nem.Run(context.Background(), prof.faults)
+
+	// Heal, wait until the cluster is whole and ready, then stop sending
+	// and drain with no fault in the way.
+	var problems []string
+	if err := nemesis.HealAll(c); err != nil {
+		problems = append(problems, "heal: "+err.Error())
+	}
+	if err := nem.Err(); err != nil {
+		problems = append(problems, "nemesis: "+err.Error())
+	}
+	for _, p := range append(append([]*cluster.Process(nil), c.Nodes...), c.Frontend) {
+		if n := p.Crashes(); n > 0 {
+			problems = append(problems, fmt.Sprintf("%s exited by itself %d times (see logs/%s.log)", p.Name, n, p.Name))
+		}
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	for i := range cluster.Nodes {
+		if err := c.WaitReady(rctx, i, c.HTTP[i]); err != nil {
+			problems = append(problems, fmt.Sprintf("n%d not ready 60 s after healing: %v", i+1, err))
+		}
+	}
+	if err := c.WaitReady(rctx, cluster.FE, c.FEHTTP); err != nil {
+		problems = append(problems, fmt.Sprintf("front-end not ready 60 s after healing: %v", err))
+	}
+	rcancel()
+	time.Sleep(3 * time.Second) // sends resume against the healed cluster before they stop
+	q.StopSends()
+	t.Logf("drain: %d acknowledged sends not received yet", q.Missing())
+	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	missing := q.Drain(dctx, lockDuration+2*time.Second)
+	dcancel()
+	if missing > 0 {
+		t.Logf("drain ended with %d acknowledged sends never received", missing)
+	}
+
+	if n := rec.Overflowed(); n > 0 {
+		problems = append(problems, fmt.Sprintf("the history overflowed: %d entries past %d dropped (a client looping?)", n, rec.MaxOps))
+	}
+	if err := rec.Flush(); err != nil {
+		problems = append(problems, "writing history.jsonl: "+err.Error())
+	}
+	ops := rec.Ops()
+	run := &report.Run{Seed: seed, Profile: name, Network: netw.Mode(), Duration: time.Since(start),
+		Summary: checker.Summarize(ops), Results: checker.Run(checker.Queue, ops),
+		Faults: nem.Faults(), History: ops, HistoryStreamed: true, Problems: problems,
+		Extra: map[string]string{"harness peak RSS": peakRSS()}}
+	if err := report.Write(dir, run); err != nil {
+		t.Errorf("writing the report: %v", err)
+	}
+	t.Log("\n" + report.Summary(run))
+	if !run.Valid() {
+		t.Fatalf("chaos run INVALID; replay with CHAOS_SEED=%d CHAOS_PROFILE=%s; report in %s", seed, name, dir)
+	}
+	// The data directories are large and only needed to study a failure;
+	// the processes go first, or they would log the files vanishing.
+	c.Stop()
+	os.RemoveAll(filepath.Join(dir, "data"))
+}
+
+// network is netns when the machine allows it, loopback otherwise (or
+// with CHAOS_NETWORK=loopback), saying why.
+func network(t *testing.T) cluster.Network {
+	if os.Getenv("CHAOS_NETWORK") == "loopback" {
+		t.Log("network: loopback (CHAOS_NETWORK=loopback): no partitions")
+		return cluster.Loopback{}
+	}
+	if err := cluster.NetnsAvailable(); err != nil {
+		t.Logf("network: loopback, no partitions: network namespaces unavailable (%v)", err)
+		return cluster.Loopback{}
+	}
+	if err := cluster.ReapStale(); err != nil {
+		t.Logf("deleting namespaces of earlier runs: %v", err)
+	}
+	n, err := cluster.NewNetns(cluster.Nodes + 1)
+	if err != nil {
+		t.Fatalf("network namespaces: %v", err)
+	}
+	// Registered before the cluster's Stop, so it runs after it: a
+	// namespace goes only once its processes have.
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("deleting the run's namespaces: %v", err)
+		}
+	})
+	t.Log("network: netns (a namespace per process, partitions by blackhole routes)")
+	return n
+}
+
+func newSeed(t *testing.T) uint64 {
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED=%s: %v", v, err)
+		}
+		return s
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) >> 1 // fits an int64 too, for tools that parse it
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func mustAtoi(t *testing.T, k, v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%s: %v", k, v, err)
+	}
+	return n
+}
+
+// TestRecheck checks a saved history again (CHAOS_HISTORY=path to a
+// report's history.jsonl), e.g. after a checker changed: no cluster.
+func TestRecheck(t *testing.T) {
+	path := os.Getenv("CHAOS_HISTORY")
+	if path == "" {
+		t.Skip("CHAOS_HISTORY names no history.jsonl to check")
+	}
+	ops, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", checker.Summarize(ops))
+	for _, r := range checker.Run(checker.Queue, ops) {
+		if !r.Valid {
+			t.Errorf("%s: %s", r.Name, r.Property)
+			for _, v := range r.Violations {
+				t.Errorf("  %s: %v", v.Msg, v.Ops)
+			}
+		}
+	}
+}
+
+// peakRSS reads the test process's peak resident memory (VmHWM), for
+// the summary: the harness shares its machine.
+func peakRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,220 @@
+// Package history records what the workload's clients did, as Jepsen
+// does: every operation is an invoke followed by exactly one completion,
+// ok (it happened), fail (it certainly did not) or info (unknown: a
+// timeout, a dropped connection). Checkers read the history and nothing
+// else, so a run can be checked again from its history.jsonl alone.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Type is the kind of a history entry.
+type Type string
+
+const (
+	Invoke Type = "invoke"
+	OK     Type = "ok"
+	Fail   Type = "fail"
+	Info   Type = "info"
+)
+
+// The functions the queue workload performs.
+const (
+	Send     = "send"     // MsgID is the id sent
+	Receive  = "receive"  // a completion carries the delivery's fields
+	Complete = "complete" // MsgID and LockToken name the delivery settled
+)
+
+// Op is one history entry. An invoke and its completion share Process
+// and F; a process runs one operation at a time, so a completion belongs
+// to the process's latest invoke.
+type Op struct {
+	Index   int64  `json:"index"`
+	Process int    `json:"process"`
+	Type    Type   `json:"type"`
+	F       string `json:"f"`
+	// Time is nanoseconds since the run started, on the harness's
+	// monotonic clock (one clock: everything runs on one machine).
+	Time  int64  `json:"time"`
+	MsgID string `json:"msg_id,omitempty"`
+	// Seq is the broker's x-opt-sequence-number of a delivery.
+	Seq int64 `json:"seq,omitempty"`
+	// DeliveryCount is the AMQP header's delivery-count: earlier
+	// deliveries of the message that did not end in a settlement (the
+	// SDKs show it plus one).
+	DeliveryCount uint32 `json:"delivery_count,omitempty"`
+	LockToken     string `json:"lock_token,omitempty"`
+	Err           string `json:"err,omitempty"`
+}
+
+func (o Op) String() string {
+	s := fmt.Sprintf("#%d p%d %s %s t=%s", o.Index, o.Process, o.Type, o.F, time.Duration(o.Time).Round(time.Millisecond))
+	if o.MsgID != "" {
+		s += " id=" + o.MsgID
+	}
+	if o.Seq != 0 {
+		s += fmt.Sprintf(" seq=%d", o.Seq)
+	}
+	if o.LockToken != "" {
+		s += fmt.Sprintf(" dc=%d lock=%s", o.DeliveryCount, o.LockToken)
+	}
+	if o.Err != "" {
+		s += " err=" + o.Err
+	}
+	return s
+}
+
+// Recorder appends operations from many goroutines. It keeps the history
+// in memory for the checkers (a CI run holds a few hundred thousand
+// entries, tens of MB) and, given a writer, streams each entry to it as
+// well, so that a run killed before its report still leaves its history.
+//
+// It holds at most MaxOps entries: past that it drops them and says so
+// (Overflowed), so that a client stuck in a loop fails the run instead
+// of exhausting a shared machine's memory.
+type Recorder struct {
+	start  time.Time
+	MaxOps int
+
+	mu       sync.Mutex
+	ops      []Op
+	w        *bufio.Writer
+	enc      *json.Encoder
+	werr     error
+	dropped  int64
+	lastSync time.Time
+}
+
+// DefaultMaxOps bounds a history at about 1 GB: far beyond what any
+// profile records (the CI profile records about 250,000 entries).
+const DefaultMaxOps = 5_000_000
+
+// NewRecorder starts the run's clock. w, if not nil, receives every entry
+// as a JSON line.
+func NewRecorder(w io.Writer) *Recorder {
+	r := &Recorder{start: time.Now(), MaxOps: DefaultMaxOps}
+	if w != nil {
+		r.w = bufio.NewWriterSize(w, 1<<16)
+		r.enc = json.NewEncoder(r.w)
+	}
+	return r
+}
+
+// Since is the run's clock: nanoseconds since NewRecorder.
+func (r *Recorder) Since() int64 { return int64(time.Since(r.start)) }
+
+// Start is when the run's clock started.
+func (r *Recorder) Start() time.Time { return r.start }
+
+// Add stamps op with the next index and the current time and appends it.
+func (r *Recorder) Add(op Op) Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op.Index = int64(len(r.ops))
+	op.Time = r.Since()
+	if len(r.ops) >= r.MaxOps {
+		r.dropped++
+		return op
+	}
+	r.ops = append(r.ops, op)
+	if r.enc != nil && r.werr == nil {
+		r.werr = r.enc.Encode(op)
+		// Flushed about once a second, so that a killed run loses at
+		// most that much.
+		if now := time.Now(); now.Sub(r.lastSync) > time.Second {
+			r.lastSync = now
+			if r.werr == nil {
+				r.werr = r.w.Flush()
+			}
+		}
+	}
+	return op
+}
+
+// Flush writes out what the stream buffered; it returns the stream's
+// first error.
+func (r *Recorder) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w != nil && r.werr == nil {
+		r.werr = r.w.Flush()
+	}
+	return r.werr
+}
+
+// Overflowed counts the entries dropped past MaxOps.
+func (r *Recorder) Overflowed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dropped
+}
+
+// Ops returns a copy of the history so far.
+func (r *Recorder) Ops() []Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Op(nil), r.ops...)
+}
+
+// Pair is an operation: its invoke and its completion (the zero Op, with
+// Type "", when the history ended before it completed).
+type Pair struct {
+	Invoke, Done Op
+}
+
+// Pairs matches each completion to its process's open invoke, in order.
+func Pairs(ops []Op) []Pair {
+	open := make(map[int]int) // process -> index in out
+	var out []Pair
+	for _, op := range ops {
+		if op.Type == Invoke {
+			open[op.Process] = len(out)
+			out = append(out, Pair{Invoke: op})
+			continue
+		}
+		if i, ok := open[op.Process]; ok {
+			out[i].Done = op
+			delete(open, op.Process)
+		}
+	}
+	return out
+}
+
+// WriteJSONL writes one JSON object per line.
+func WriteJSONL(w io.Writer, ops []Op) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for _, op := range ops {
+		if err := enc.Encode(op); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// ReadFile reads a history.jsonl back, to check a finished run again.
+func ReadFile(path string) ([]Op, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ops []Op
+	dec := json.NewDecoder(bufio.NewReader(f))
+	for {
+		var op Op
+		if err := dec.Decode(&op); err == io.EOF {
+			return ops, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: entry %d: %w", path, len(ops), err)
+		}
+		ops = append(ops, op)
+	}
+}

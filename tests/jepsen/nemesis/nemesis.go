@@ -1,0 +1,250 @@
+// Package nemesis injects faults into a running cluster on a schedule
+// drawn from a seed, and logs each one with its time, kind and target.
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quorumbus/quorumbus/tests/jepsen/cluster"
+)
+
+// Fault is one injected fault on the run's clock (nanoseconds since the
+// run started, as in the history).
+type Fault struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+	Start  int64  `json:"start"`
+	End    int64  `json:"end"` // when it was healed; 0 while active
+	Note   string `json:"note,omitempty"`
+}
+
+// Kinds of fault. A kind that names the leader aims at the leader of the
+// queue's partition group as the cluster reports it just before; with
+// no leader known it takes a random node and says so in the note.
+const (
+	KillLeader      = "kill-leader"      // kill -9, restart after the hold
+	KillNode        = "kill-node"        // kill -9 of a random node
+	KillFrontend    = "kill-frontend"    // kill -9 of the front-end
+	PauseLeader     = "pause-leader"     // SIGSTOP, SIGCONT after the hold
+	PauseNode       = "pause-node"       // SIGSTOP of a random node
+	IsolateLeader   = "isolate-leader"   // cut from the other nodes; the front-end still reaches it
+	IsolateNode     = "isolate-node"     // cut from the other nodes and the front-end
+	PartitionBridge = "partition-bridge" // cut one node pair: the third node still reaches both
+	// KillMajority kills the leader and one other node: the group has no
+	// quorum until both restart, so sends stall, and what was
+	// acknowledged before must come back from the disks.
+	KillMajority = "kill-majority"
+)
+
+// Config is a schedule's shape.
+type Config struct {
+	Cluster *cluster.Cluster
+	Group   uint64 // the partition group whose leader is aimed at
+	Seed    uint64
+	// Kinds to draw from, with equal weight.
+	Kinds []string
+	// Hold is how long a fault lasts, Quiet the healthy gap after it:
+	// each drawn uniformly between its bounds.
+	HoldMin, HoldMax, QuietMin, QuietMax time.Duration
+	Clock                                func() int64
+	Log                                  func(format string, args ...any)
+}
+
+// Nemesis runs a schedule and keeps its log.
+type Nemesis struct {
+	cfg Config
+
+	mu     sync.Mutex
+	faults []Fault
+	errs   []error
+}
+
+func New(cfg Config) *Nemesis {
+	return &Nemesis{cfg: cfg}
+}
+
+// Faults returns the log so far.
+func (n *Nemesis) Faults() []Fault {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.faults)
+}
+
+// Err joins what went wrong injecting or healing faults: a node that
+// did not restart is a finding, not noise.
+func (n *Nemesis) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return errors.Join(n.errs...)
+}
+
+func (n *Nemesis) fail(err error) {
+	n.mu.Lock()
+	n.errs = append(n.errs, err)
+	n.mu.Unlock()
+	n.cfg.Log("nemesis: %v", err)
+}
+
+// Step is one planned fault: the healthy gap before it, its kind, how
+// long it is held, and the nodes a kind that wants random ones takes
+// (Pick; Other is a bridge partition's second node, never Pick).
+type Step struct {
+	Quiet, Hold time.Duration
+	Kind        string
+	Pick, Other int
+}
+
+// Plan draws count steps from the seed alone, so a seed replays the same
+// schedule of kinds, durations and random nodes (not the same
+// interleaving: targets that name the leader depend on the elections of
+// the run).
+func Plan(cfg Config, count int) []Step {
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	var out []Step
+	for range count {
+		s := Step{Quiet: between(cfg.QuietMin, cfg.QuietMax), Kind: cfg.Kinds[rng.IntN(len(cfg.Kinds))],
+			Hold: between(cfg.HoldMin, cfg.HoldMax), Pick: rng.IntN(cluster.Nodes)}
+		s.Other = (s.Pick + 1 + rng.IntN(cluster.Nodes-1)) % cluster.Nodes
+		out = append(out, s)
+	}
+	return out
+}
+
+// Run injects the planned faults one after another, healing each before
+// the next, until count were injected or ctx ends.
+func (n *Nemesis) Run(ctx context.Context, count int) {
+	for _, s := range Plan(n.cfg, count) {
+		if !sleep(ctx, s.Quiet) {
+			return
+		}
+		n.inject(ctx, s)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// target resolves the node a kind aims at. For the others it notes who
+// led the group as the fault began: a stall reads differently when the
+// random node was the leader.
+func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
+	switch kind {
+	case KillLeader, PauseLeader, IsolateLeader, KillMajority:
+		if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
+			return l, ""
+		}
+		return pick, "no leader known: a random node"
+	}
+	leader := "no leader known"
+	if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
+		leader = "leader " + n.cfg.Cluster.Nodes[l].Name
+	}
+	return pick, leader
+}
+
+func (n *Nemesis) inject(ctx context.Context, s Step) {
+	c := n.cfg.Cluster
+	kind, hold := s.Kind, s.Hold
+	node, note := n.target(ctx, kind, s.Pick)
+	f := Fault{Kind: kind, Target: c.Nodes[node].Name, Note: note}
+	var heal func() error
+	var err error
+	switch kind {
+	case KillLeader, KillNode:
+		p := c.Nodes[node]
+		p.Kill()
+		heal = p.Start
+	case KillMajority:
+		a, b := c.Nodes[node], c.Nodes[s.Other]
+		if s.Other == node { // node is the leader, which Other was not drawn to avoid
+			b = c.Nodes[(node+1)%cluster.Nodes]
+		}
+		f.Target = a.Name + "+" + b.Name
+		a.Kill()
+		b.Kill()
+		heal = func() error { return errors.Join(a.Start(), b.Start()) }
+	case KillFrontend:
+		f.Target = c.Frontend.Name
+		c.Frontend.Kill()
+		heal = c.Frontend.Start
+	case PauseLeader, PauseNode:
+		p := c.Nodes[node]
+		err, heal = p.Pause(), p.Resume
+	case IsolateLeader, IsolateNode:
+		for other := range cluster.Nodes {
+			if other != node && err == nil {
+				err = c.Net.Cut(node, other)
+			}
+		}
+		if kind == IsolateNode && err == nil {
+			err = c.Net.Cut(node, cluster.FE)
+		}
+		heal = c.Net.Heal
+	case PartitionBridge:
+		other := s.Other // node is s.Pick: a bridge never aims at the leader
+		f.Target = fmt.Sprintf("%s|%s", c.Nodes[node].Name, c.Nodes[other].Name)
+		err, heal = c.Net.Cut(node, other), c.Net.Heal
+	default:
+		err = fmt.Errorf("unknown fault kind %q", kind)
+	}
+	f.Start = n.cfg.Clock()
+	if err != nil {
+		n.fail(fmt.Errorf("%s %s: %w", kind, f.Target, err))
+		if heal != nil {
+			heal()
+		}
+		return
+	}
+	n.mu.Lock()
+	i := len(n.faults)
+	n.faults = append(n.faults, f)
+	n.mu.Unlock()
+	n.cfg.Log("nemesis: %s %s for %v %s", kind, f.Target, hold.Round(time.Millisecond), note)
+	// The fault is healed even when ctx ends mid-hold: a run never
+	// leaves a node down or a link cut behind it.
+	sleep(ctx, hold)
+	if err := heal(); err != nil {
+		n.fail(fmt.Errorf("heal %s %s: %w", kind, f.Target, err))
+	}
+	n.mu.Lock()
+	n.faults[i].End = n.cfg.Clock()
+	n.mu.Unlock()
+	n.cfg.Log("nemesis: healed %s %s", kind, f.Target)
+}
+
+// HealAll undoes anything still in effect: restarts killed processes,
+// resumes paused ones, heals the network. The run calls it before the
+// drain.
+func HealAll(c *cluster.Cluster) error {
+	var errs []error
+	errs = append(errs, c.Net.Heal())
+	for _, p := range append(slices.Clone(c.Nodes), c.Frontend) {
+		if p.Exited() {
+			p.Kill() // the test reports the crash (Process.Crashes)
+		}
+		if !p.Running() {
+			errs = append(errs, p.Start())
+		} else if p.Paused() {
+			errs = append(errs, p.Resume())
+		}
+	}
+	return errors.Join(errs...)
+}
