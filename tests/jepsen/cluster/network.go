@@ -240,7 +240,13 @@ func NetnsAvailable() error {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return err
 	}
-	return nil
+	// Root may still lack the right to make namespaces (a container
+	// without CAP_NET_ADMIN): try one.
+	probe := fmt.Sprintf("qbjprobe%d", os.Getpid())
+	if err := ip("netns", "add", probe); err != nil {
+		return err
+	}
+	return ip("netns", "del", probe)
 }
 
 func ip(args ...string) error {
