@@ -110,7 +110,9 @@ type Config struct {
 	SnapshotLogBytes int64
 	TrailingLogBytes int64
 
-	// Logger receives the node's and Raft's logs. Default slog.Default().
+	// Logger receives the node's and Raft's logs; the caller names the
+	// node in it (the processes of cmd add node=ID to every part they
+	// run). Default slog.Default().
 	Logger *slog.Logger
 
 	// PeerDialOptions are added to the options the node dials its peers

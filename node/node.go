@@ -93,7 +93,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
-	log := cfg.Logger.With("node", cfg.ID)
+	log := cfg.Logger // the caller names the node in it (Config.Logger)
 	mux, err := raftmux.New(raftmux.Config{Logger: log, DialOptions: cfg.PeerDialOptions})
 	if err != nil {
 		lis.Close()

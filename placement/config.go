@@ -88,6 +88,7 @@ type Config struct {
 	// do not wait.
 	CreateWait time.Duration
 
+	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
 }
 

@@ -75,7 +75,7 @@ func New(cfg Config) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "placement", "node", cfg.NodeID),
+		log:      cfg.Logger.With("component", "placement"),
 		fsm:      catalog.NewFSM(),
 		leaders:  map[uint64]string{},
 		caughtUp: make(chan struct{}),

@@ -113,7 +113,7 @@ func (c *Cluster) start(i int, lis net.Listener) {
 		ID:       c.ids[i],
 		DataDir:  c.dirs[i],
 		Listener: lis,
-		Logger:   c.log,
+		Logger:   c.log.With("node", c.ids[i]),
 		// Small caches: tests run many stores at once.
 		CacheBytes: 8 << 20,
 	}
