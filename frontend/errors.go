@@ -11,7 +11,7 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
-// Service Bus error conditions the SDKs know (shared/sdk-compat.md 8.2).
+// Service Bus error conditions the SDKs know.
 const (
 	condLockLost       amqp.Symbol = "com.microsoft:message-lock-lost"
 	condTimeout        amqp.Symbol = "com.microsoft:timeout"

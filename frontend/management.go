@@ -11,7 +11,7 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// The $management operations (shared/sdk-compat.md 7). Each runs on its own
+// The $management operations. Each runs on its own
 // goroutine: it waits for a partition, and the engine's goroutine must not.
 
 const managementTimeout = 30 * time.Second

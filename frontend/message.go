@@ -13,7 +13,7 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
-// Annotation keys Service Bus uses (shared/sdk-compat.md 6).
+// Annotation keys Service Bus uses.
 const (
 	annSequenceNumber   amqp.Symbol = "x-opt-sequence-number"
 	annEnqueuedTime     amqp.Symbol = "x-opt-enqueued-time"
@@ -272,7 +272,7 @@ func lockTokenUUID(token []byte) [16]byte {
 
 // appendDeliveryTag appends a lock token rendered as the delivery tag: the
 // GUID in .NET byte order (the first three groups little-endian), which
-// the SDK converts back (shared/sdk-compat.md 5.4).
+// the SDK converts back.
 func appendDeliveryTag(dst, token []byte) []byte {
 	t := lockTokenUUID(token)
 	return append(dst, t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15])

@@ -351,7 +351,7 @@ func (r *receiver) settleOne(s settleReq) {
 	case amqp.Rejected:
 		// The SDKs dead-letter with rejected{error{com.microsoft:dead-letter,
 		// info: {DeadLetterReason, DeadLetterErrorDescription, ...the
-		// properties to modify}}} (shared/sdk-compat.md 5.6).
+		// properties to modify}}}.
 		d = partitionpb.Disposition_DISPOSITION_DEAD_LETTER
 		if st.Error != nil {
 			var modify amqp.Map

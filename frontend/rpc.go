@@ -10,7 +10,7 @@ import (
 // Service Bus clients talk to two request/response nodes: $cbs (put-token)
 // and <entity>/$management. A client attaches a request link (it sends) and
 // a reply link (it receives) on one session and names the reply link's
-// address in each request's reply-to (shared/sdk-compat.md 3.1, 7.1).
+// address in each request's reply-to.
 
 const (
 	cbsNode        = "$cbs"

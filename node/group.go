@@ -277,7 +277,7 @@ func (n *Node) raftConfig(g *group, hlog *hclogger) *raft.Config {
 	c.TrailingLogs = n.cfg.TrailingLogs
 	// The store already holds the applied state with its applied index: a
 	// restart replays only the log tail, and the machine skips entries it
-	// has (DESIGN.md rule 4).
+	// has.
 	c.NoSnapshotRestoreOnStart = true
 	c.NotifyCh = g.notifyCh
 	return c
@@ -437,7 +437,8 @@ func (g *group) lead(ctx context.Context) {
 	g.runClock(ctx)
 }
 
-// timedCommand is a leader-clock command (DESIGN.md rule 2): the leader
+// timedCommand is a leader-clock command (the machine reads no clock;
+// time arrives in commands the leader stamps): the leader
 // proposes it once its clock passes the machine's next due time for it.
 type timedCommand struct {
 	name string

@@ -114,8 +114,8 @@ func TestCutOffLeaderServesNoReads(t *testing.T) {
 // TestCutOffFollowerCampaignsWithPreVote cuts a follower off for several election
 // timeouts, during which it campaigns in vain, and heals the cut. With
 // pre-vote its campaigns do not raise its term, so on its return it does
-// not force the leader out with a higher one (reliability-plan.md,
-// pitfall 5); it catches up. (The term is what the test checks, on the
+// not force the leader out with a higher one (a known pitfall of Raft
+// without pre-vote); it catches up. (The term is what the test checks, on the
 // follower: the leader may lose an election to load now and then, which
 // a check of who leads would take for this fault.)
 func TestCutOffFollowerCampaignsWithPreVote(t *testing.T) {

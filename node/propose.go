@@ -24,7 +24,7 @@ import (
 // replicated, and the next entry carries them all. The batch size follows
 // the load by itself.
 //
-// How the limits were chosen (research/raft-ceiling.md, this 2-core box,
+// How the limits were chosen (this 2-core box,
 // 3 replicas, fsync on, 1 KiB messages):
 //   - maxInFlight 4: raft-wal gave ~100k msgs/s at p99 ~10 ms with 64 msgs
 //     per entry and 8 entries in flight, and hardly more with 64 in flight
@@ -42,7 +42,7 @@ import (
 //     34-40k, receives 31-34k against 26-28k), at 2-7 µs less server CPU
 //     a message; a lone request still goes out at once. 2, 3 and 6 were
 //     not told apart from 4 through the noise.
-//   - maxBatchBytes 512 KiB: raft alone (raft-ceiling.md) peaked at 256
+//   - maxBatchBytes 512 KiB: a stock raft group alone peaked at 256
 //     msgs of 1 KiB per entry and fell above (0.5-1 MiB entries), but in
 //     the dev cluster 512 KiB beat 256 KiB in eight of ten alternated
 //     pairs of sends on two links (37-53k against 38-47k msgs/s) and tied

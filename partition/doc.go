@@ -8,7 +8,7 @@
 // Apply reads no clock, no randomness and no network. Time arrives in each
 // Batch (now_ms, stamped by the leader); lock tokens derive from a seed the
 // leader chose and the sequence number. Replicas fed the same entries hold
-// the same state: their snapshot streams are byte-equal (DESIGN.md rule 2).
+// the same state: their snapshot streams are byte-equal.
 //
 // # Results and failures
 //

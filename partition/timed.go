@@ -13,7 +13,7 @@ import (
 
 // This file holds the commands of scheduled, deferred and expiring
 // messages and the duplicate-detection index. Every time they compare is
-// the batch's now_ms (DESIGN.md rule 2).
+// the batch's now_ms.
 
 // errStop ends a scan early without failing.
 var errStop = errors.New("stop")

@@ -38,7 +38,8 @@ import (
 //
 // Between the two kills it pauses a leader (SIGSTOP) for six seconds and
 // then lets it go on (SIGCONT), as a frozen virtual machine would
-// (reliability-plan.md, pitfall 7). The others elect one of their own;
+// (a known pitfall: a leader that wakes up believing it still leads).
+// The others elect one of their own;
 // the front-end, whose requests to the paused node get no answer, must
 // give up on them and retry at the new leader, so that sends go on during
 // the pause. None may be acknowledged by the paused node alone. Before

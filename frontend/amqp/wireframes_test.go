@@ -66,7 +66,7 @@ func TestGoAmqpFrames(t *testing.T) {
 }
 
 // TestAzureSDKFrames decodes the field lists the Azure Service Bus SDK
-// (go-amqp underneath) sends, as logged in shared/wire/minimal.log.
+// (go-amqp underneath) sends, as captured from a run of the SDK.
 func TestAzureSDKFrames(t *testing.T) {
 	const linkName = "qNjzI9NYnSBRkKPf0Rj68VJDw4NKVWNbOd_7aAKKmP9cbTU6qzcmLw"
 	str8 := func(s string) string { return hexOf(appendString(nil, s)) }

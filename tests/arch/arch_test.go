@@ -1,5 +1,5 @@
 // Package arch checks that dependencies between quorumbus packages point the
-// way the design says (STYLE.md, practice 15). It reads the real import graph
+// way the design says. It reads the real import graph
 // with `go list -deps` and checks it against a table of rules.
 package arch
 

@@ -4,8 +4,8 @@
 // cluster, so a saved history.jsonl can be checked again, and each is
 // tested on synthetic histories that violate it (checker_test.go).
 //
-// The property ids (P1, P2, ...) are those of
-// /work/shared/research/reliability-plan.md §5.4.
+// The property ids (P1, P2, ...) name the properties in run reports;
+// docs/reliability.md describes each checker.
 package checker
 
 import (
