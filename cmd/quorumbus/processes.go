@@ -29,7 +29,9 @@ func nodeCmd(args []string) error {
 	id := fs.String("id", "", "node id, stable across restarts (required)")
 	dataDir := fs.String("data", "", "data directory (required)")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7101", "gRPC listener: Raft traffic of every group, PartitionService, PlacementService")
+	advertise := fs.String("advertise-addr", "", "gRPC address peers and front-ends dial to reach this node (default: -grpc-addr's; required when -grpc-addr binds every interface)")
 	gossipAddr := fs.String("gossip-addr", "127.0.0.1:7946", "memberlist gossip address (UDP and TCP)")
+	gossipAdvertise := fs.String("gossip-advertise-addr", "", "gossip address other members reach this node at (default: memberlist picks one of the bound address's)")
 	join := fs.String("join", "", "comma-separated gossip addresses of other members")
 	bootstrap := fs.String("bootstrap", "", "initial meta-group voters as id=grpc-addr,...; give the same list to each of them on first start, nothing to later joiners")
 	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
@@ -69,9 +71,14 @@ func nodeCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	addr, err := advertisedAddr(*advertise, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	ml, err := membership.New(membership.Config{
-		NodeID: *id, Role: membership.RoleStorage, GRPCAddr: ln.Addr().String(), Zone: *zone,
-		BindAddr: *gossipAddr, Seeds: splitList(*join), Network: "local", Logger: log,
+		NodeID: *id, Role: membership.RoleStorage, GRPCAddr: addr, Zone: *zone,
+		BindAddr: *gossipAddr, AdvertiseAddr: *gossipAdvertise, Seeds: splitList(*join), Network: "local", Logger: log,
 	})
 	if err != nil {
 		return err
@@ -81,7 +88,7 @@ func nodeCmd(args []string) error {
 	}
 	defer ml.Close()
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
-		ID: *id, DataDir: *dataDir, Listener: ln, Bootstrap: servers,
+		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
 		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
 		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Logger: log,
 	})
@@ -95,7 +102,7 @@ func nodeCmd(args []string) error {
 		s.Close()
 		return err
 	}
-	fmt.Printf("quorumbus node %s: gRPC on %s, gossip on %s, HTTP on %s\n", *id, ln.Addr(), ml.Addr(), hs.Addr())
+	fmt.Printf("quorumbus node %s: gRPC on %s (reached at %s), gossip on %s, HTTP on %s\n", *id, ln.Addr(), addr, ml.Addr(), hs.Addr())
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -207,3 +214,19 @@ func parseServers(s string) ([]raft.Server, error) {
 }
 
 const leaderSyncFirstUsage = "a partition group's leader fsyncs each Raft log write before it replicates it, instead of while its followers write theirs; slower, and keeps a group electing after a leader's machine crash while another replica is down (docs/design-notes.md)"
+
+// advertisedAddr is the gRPC address a node gives its peers: advertise if
+// set, else the listener's, which must then name one interface (a node
+// that told its peers 0.0.0.0 or [::] could not be reached).
+func advertisedAddr(advertise string, bound net.Addr) (string, error) {
+	if advertise != "" {
+		if _, _, err := net.SplitHostPort(advertise); err != nil {
+			return "", fmt.Errorf("-advertise-addr %q: %w", advertise, err)
+		}
+		return advertise, nil
+	}
+	if tcp, ok := bound.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return "", fmt.Errorf("-grpc-addr %s binds every interface: give -advertise-addr, the address peers and front-ends dial", bound)
+	}
+	return bound.String(), nil
+}

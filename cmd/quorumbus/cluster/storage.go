@@ -28,14 +28,17 @@ import (
 // StorageOptions describes one storage process: a node, and a member of
 // the placement meta group on the same gRPC port.
 type StorageOptions struct {
-	ID        string
-	DataDir   string
-	Listener  net.Listener
-	Bootstrap []raft.Server // the meta group's initial voters; empty joins
-	Members   placement.Members
-	Groups    int
-	Replicas  int
-	CacheMB   int64 // block cache of each group's store
+	ID       string
+	DataDir  string
+	Listener net.Listener
+	// AdvertiseAddr is the address peers dial (node.Config.AdvertiseAddr);
+	// empty: the listener's.
+	AdvertiseAddr string
+	Bootstrap     []raft.Server // the meta group's initial voters; empty joins
+	Members       placement.Members
+	Groups        int
+	Replicas      int
+	CacheMB       int64 // block cache of each group's store
 	// LeaderSyncFirst: leaders fsync before they replicate
 	// (node.Config.LeaderSyncFirst).
 	LeaderSyncFirst bool
@@ -63,7 +66,7 @@ type Storage struct {
 }
 
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
-	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, CacheBytes: o.CacheMB << 20,
+	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
 		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
 		Logger: o.Logger})
 	if err != nil {
