@@ -79,6 +79,13 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/",
 	},
 	{
+		name:    "the placement planner is pure",
+		pkgs:    []string{our("placement/planner/...")},
+		stdOnly: true,
+		direct:  []string{"time", "net/...", "math/rand/...", "crypto/rand"},
+		reason:  "the planner decides placements from the state it is given, so that every member that runs it decides the same",
+	},
+	{
 		name:   "the load tool is a client",
 		pkgs:   []string{our("cmd/quorumbus/loadtool/...")},
 		except: []string{helpers},
