@@ -80,12 +80,13 @@ func (g *group) watchLogBytes(snaps raft.SnapshotStore) {
 				g.log.Warn("bounding the log's tail", "entries", keep, "err", err)
 			}
 		}
-		threshold := cfg.SnapshotLogBytes
-		if list, err := snaps.List(); err == nil && len(list) > 0 {
-			threshold = max(threshold, list[0].Size)
-		}
 		took := g.cache.appended.Load()
-		if took < threshold {
+		if took < cfg.SnapshotLogBytes {
+			continue
+		}
+		// Only now read the snapshot store's metadata (a directory
+		// listing and a file per snapshot), not on every tick.
+		if list, err := snaps.List(); err == nil && len(list) > 0 && took < list[0].Size {
 			continue
 		}
 		err := g.raft.Snapshot().Error()

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/quorumbus/quorumbus/partition"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -37,6 +35,9 @@ const (
 	stagesInFlight  = maxInFlight
 	// sendHeadroom is left in a request for the Enqueue's other fields.
 	sendHeadroom = 64 << 10
+	// messageFraming bounds what a NewMessage's tags, lengths and numbers
+	// add to its bytes.
+	messageFraming = 64
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -78,9 +79,14 @@ func (g *group) stageLarge(ctx context.Context, enq *partitionpb.Enqueue) (*part
 
 // chooseStaged returns the indexes of the messages of enq to stage: every
 // message above stageThreshold, then the largest others until the rest
-// fits one request.
+// fits one request. It counts the messages' bytes and a generous framing
+// rather than marshal-sizing every send (the proposer still checks the
+// exact size of what it is given).
 func chooseStaged(enq *partitionpb.Enqueue) []int {
-	rest := proto.Size(enq)
+	rest := 0
+	for _, m := range enq.Messages {
+		rest += len(m.Header) + len(m.Annotations) + len(m.Bare) + len(m.MessageId) + len(m.SessionId) + len(m.PartitionKey) + messageFraming
+	}
 	var stage, others []int
 	for i, m := range enq.Messages {
 		if len(m.Bare) > stageThreshold {

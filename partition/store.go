@@ -432,17 +432,18 @@ func mergeBody(key, p []byte, m *partitionpb.StoredMessage) error {
 
 // readBody fills in the sections of a message read by getState from its
 // body record.
-func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) (err error) {
+func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) error {
 	if m.BodyIndex != 0 {
 		return logs.sections(m)
 	}
-	if len(m.BodyBlob) > 0 {
-		defer func() {
-			if err == nil {
-				err = readBlob(r, k, m)
-			}
-		}()
+	if err := readBodyRecord(r, k, m); err != nil || len(m.BodyBlob) == 0 {
+		return err
 	}
+	return readBlob(r, k, m)
+}
+
+// readBodyRecord merges m's body record into m.
+func readBodyRecord(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
 	key := bodyKey(k, m.SubQueue, m.SequenceNumber)
 	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
