@@ -14,7 +14,7 @@ import (
 
 // The benchmarks in this file measure the floor under the broker on the
 // machine they run on: what the disk and the stock dependencies give with
-// none of quorumbus's code in the way. docs/benchmarks.md compares the
+// none of quorumbus's code in the way. docs/performance.md compares the
 // synchronous send of `quorumbus bench` against them, alternating runs,
 // because on a shared virtual machine the floor moves from hour to hour.
 //

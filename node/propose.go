@@ -48,7 +48,7 @@ import (
 //     pairs of sends on two links (37-53k against 38-47k msgs/s) and tied
 //     on receives (two pairs of four each way). Entries average under
 //     256 KiB either way, so the limit bites on only some of them;
-//     docs/benchmarks.md says what is not yet understood about why. The
+//     why 512 KiB still wins is not understood yet. The
 //     limit is a target: the request that crosses it still joins the
 //     batch.
 //   - maxBatchRequests 1024: bounds the waiters one entry wakes and the

@@ -45,7 +45,7 @@ import (
 // the pause. None may be acknowledged by the paused node alone. Before
 // that it pauses a follower for three seconds, which the leader must
 // commit without. Each phase logs the longest stretch without an
-// acknowledged send (docs/benchmarks.md gathers them).
+// acknowledged send (docs/performance.md gathers them).
 func TestFailoverKillLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")

@@ -43,7 +43,7 @@ type benchConfig struct {
 // collects several times a second under load: a twelfth of its CPU when
 // receiving and completing, on the cores the server being measured
 // shares. At 400 the heap stays small and the client costs the machine
-// about 8% less per message received (alternated runs, docs/benchmarks.md).
+// about 8% less per message received (alternated runs; the commit that set it has them).
 const benchGCPercent = 400
 
 // Command runs `quorumbus bench` with its command-line arguments.

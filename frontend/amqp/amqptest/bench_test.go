@@ -17,7 +17,7 @@ import (
 
 // The engine benchmarks measure the protocol engine alone: the server's
 // handlers do no work beyond settling, so the figures bound what the
-// broker can get out of one connection. docs/benchmarks.md records them.
+// broker can get out of one connection. docs/performance.md records them.
 
 // sink accepts every message and settles it at once.
 type sink struct{ n atomic.Int64 }
