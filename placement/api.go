@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -252,6 +254,12 @@ func (s *Service) verifyLeader(ctx context.Context) error {
 func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest) (*pb.ReportGroupsResponse, error) {
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ReportGroups); handled {
 		return resp, err
+	}
+	now := time.Now()
+	for _, r := range req.Groups {
+		if r.HasQuorum {
+			s.health.serving(r.GroupId, now)
+		}
 	}
 	changed := &pb.ReportGroupsRequest{NodeId: req.NodeId}
 	s.fsm.Read(func(st *catalog.State) {

@@ -87,6 +87,11 @@ type Config struct {
 	// answers with the created entity either way). Default 5 s; negative:
 	// do not wait.
 	CreateWait time.Duration
+	// GroupSilence is how long a partition group may go without its leader
+	// reporting it serving before the meta leader records it without
+	// quorum and its entities Degraded (health.go). Storage nodes report
+	// every second. Default 3 s.
+	GroupSilence time.Duration
 
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
@@ -113,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CreateWait == 0 {
 		c.CreateWait = 5 * time.Second
+	}
+	if c.GroupSilence == 0 {
+		c.GroupSilence = 3 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -141,6 +149,8 @@ func (c Config) Validate() error {
 		return bad("ElectionTimeout %v is below 10ms", c.ElectionTimeout)
 	case c.ControlInterval < 0:
 		return bad("ControlInterval %v is negative", c.ControlInterval)
+	case c.GroupSilence < 0:
+		return bad("GroupSilence %v is negative", c.GroupSilence)
 	}
 	if len(c.Bootstrap) > 0 && !slices.ContainsFunc(c.Bootstrap, func(s raft.Server) bool { return s.ID == raft.ServerID(c.NodeID) }) {
 		return bad("Bootstrap does not list this member (%s)", c.NodeID)

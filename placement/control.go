@@ -44,6 +44,7 @@ func (s *Service) lead(ctx context.Context) {
 		s.log.Warn("barrier failed", "err", err)
 		return
 	}
+	s.health.reset(time.Now())
 	tasks := &taskRunner{s: s, running: map[taskKey]bool{}, done: make(chan taskDone, maxTaskRPCs), sem: make(chan struct{}, maxTaskRPCs)}
 	defer tasks.wg.Wait()
 	tick := time.NewTicker(s.cfg.ControlInterval)
@@ -56,6 +57,7 @@ func (s *Service) lead(ctx context.Context) {
 		}
 		s.syncNodes(ctx)
 		s.addGroups(ctx)
+		s.markSilentGroups(ctx)
 		tasks.startPending(ctx)
 		select {
 		case <-ctx.Done():

@@ -95,12 +95,19 @@
 // group it does not host), and reports the groups it leads through
 // ReportGroups.
 //
+// # Group health
+//
+// A group without a quorum has no leader to report it, so the meta leader
+// judges it by silence: a group not reported serving for GroupSilence is
+// recorded without quorum, and every entity with a partition in it reads
+// Degraded (in gets, lists and the routing table) until the group's next
+// serving report (health.go).
+//
 // # Still to come
 //
 // Rebalancing (moving replicas when nodes join or leave, with AddVoter,
-// RemoveServer and leadership transfer) and marking entities Degraded
-// while a group has no quorum build on what is here: node liveness and
-// group health are already in the catalog (Node.alive, Group.has_quorum
-// from ReportGroups), the planner takes current replica counts, and both
+// RemoveServer and leadership transfer) builds on what is here: node
+// liveness and group health are in the catalog (Node.alive,
+// Group.has_quorum), the planner takes current replica counts, and both
 // become more catalog commands and control-loop steps.
 package placement

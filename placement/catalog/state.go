@@ -313,11 +313,37 @@ func (s *State) RoutesVersion() uint64 { return s.routes }
 
 // Entity looks an entity up by name, ignoring case; nil if there is none.
 func (s *State) Entity(name string) *pb.Entity {
-	return cloneOrNil(s.byName(name))
+	return s.outward(s.byName(name))
 }
 
 // EntityByID looks an entity up by id; nil if there is none.
-func (s *State) EntityByID(id uint64) *pb.Entity { return cloneOrNil(s.entities[id]) }
+func (s *State) EntityByID(id uint64) *pb.Entity { return s.outward(s.entities[id]) }
+
+// outward returns a copy of e as readers see it: degraded while a group of
+// one of its partitions is recorded without quorum. Degraded is derived,
+// never stored, so group reports change no entity record. nil stays nil.
+func (s *State) outward(e *pb.Entity) *pb.Entity {
+	if e == nil {
+		return nil
+	}
+	c := proto.Clone(e).(*pb.Entity)
+	c.Degraded = false
+	for _, id := range e.PartitionGroups {
+		if g := s.groups[id]; g == nil || !g.HasQuorum {
+			c.Degraded = true
+			break
+		}
+	}
+	return c
+}
+
+func (s *State) outwardAll(list []*pb.Entity) []*pb.Entity {
+	out := make([]*pb.Entity, len(list))
+	for i, e := range list {
+		out[i] = s.outward(e)
+	}
+	return out
+}
 
 // Entities lists the entities of one kind ordered by name (ignoring case),
 // skipping the first skip; top 0 means no limit.
@@ -336,7 +362,7 @@ func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
 	if top > 0 && top < len(list) {
 		list = list[:top]
 	}
-	return cloneAll(list)
+	return s.outwardAll(list)
 }
 
 // Len is the number of entities.
@@ -407,7 +433,7 @@ func (s *State) Table() *pb.RoutingTable {
 	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(a.Id, b.Id) })
 	return &pb.RoutingTable{
 		Version:  s.routes,
-		Entities: cloneAll(list),
+		Entities: s.outwardAll(list),
 		Groups:   s.Groups(),
 		Nodes:    s.Nodes(),
 	}
