@@ -151,6 +151,8 @@ func (b *memBackend) ReceiveDeferred(context.Context, *placementpb.Entity, *part
 	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
 }
 
+func (b *memBackend) Serving(*placementpb.Entity, uint32) bool { return true }
+
 func (b *memBackend) left(queue string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

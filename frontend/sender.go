@@ -126,6 +126,18 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 		key = m.MessageId
 	}
 	if key == "" {
+		// An unkeyed message may go to any partition, so it does not wait
+		// for one whose group has no quorum: round-robin over those
+		// recorded serving, or over all while none is (the catalog has not
+		// heard from the groups yet). The send is never retried on
+		// another partition instead: a send that timed out may have
+		// committed, and a second copy elsewhere would be a duplicate.
+		for range n {
+			s.rr++
+			if p := s.rr % n; s.c.srv.cfg.Backend.Serving(s.entity, p) {
+				return p
+			}
+		}
 		s.rr++
 		return s.rr % n
 	}

@@ -254,6 +254,18 @@ func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint
 	})
 }
 
+// Serving implements frontend.Backend: the routing table records the
+// group of the entity's partition with a quorum.
+func (r *Router) Serving(e *placementpb.Entity, partition uint32) bool {
+	if int(partition) >= len(e.PartitionGroups) {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	g := r.groups[e.PartitionGroups[partition]]
+	return g != nil && g.HasQuorum
+}
+
 // newRequestID returns 16 random bytes: unique enough among the requests
 // a partition remembers (two minutes' worth).
 func newRequestID() []byte {
