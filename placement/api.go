@@ -312,3 +312,21 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 		}
 	}
 }
+
+// DrainNode marks a storage node draining (its replicas move off it, and
+// it takes no new ones) or, with draining false, no longer draining.
+func (s *Service) DrainNode(ctx context.Context, req *pb.DrainNodeRequest) (*pb.Node, error) {
+	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.DrainNode); handled {
+		return resp, err
+	}
+	if _, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_DrainNode{DrainNode: req}}); err != nil {
+		return nil, s.status(err)
+	}
+	var n *pb.Node
+	s.fsm.Read(func(st *catalog.State) { n = st.Node(req.NodeId) })
+	if n == nil {
+		return nil, toStatus(fmt.Errorf("%w: %q", catalog.ErrUnknownNode, req.NodeId))
+	}
+	s.log.Info("storage node drain", "node", req.NodeId, "draining", req.Draining)
+	return n, nil
+}

@@ -92,6 +92,13 @@ type Config struct {
 	// quorum and its entities Degraded (health.go). Storage nodes report
 	// every second. Default 3 s.
 	GroupSilence time.Duration
+	// MaxMoves bounds the replica moves under way at once (moves.go).
+	// Default 2; negative: no moves (the replicas stay where they were
+	// created).
+	MaxMoves int
+	// GoneAfter is how long a storage node may be dead before its
+	// replicas are re-created on other nodes. Default 10 min.
+	GoneAfter time.Duration
 
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
@@ -122,6 +129,12 @@ func (c Config) withDefaults() Config {
 	if c.GroupSilence == 0 {
 		c.GroupSilence = 3 * time.Second
 	}
+	if c.MaxMoves == 0 {
+		c.MaxMoves = 2
+	}
+	if c.GoneAfter == 0 {
+		c.GoneAfter = 10 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -151,6 +164,8 @@ func (c Config) Validate() error {
 		return bad("ControlInterval %v is negative", c.ControlInterval)
 	case c.GroupSilence < 0:
 		return bad("GroupSilence %v is negative", c.GroupSilence)
+	case c.GoneAfter < 0:
+		return bad("GoneAfter %v is negative", c.GoneAfter)
 	}
 	if len(c.Bootstrap) > 0 && !slices.ContainsFunc(c.Bootstrap, func(s raft.Server) bool { return s.ID == raft.ServerID(c.NodeID) }) {
 		return bad("Bootstrap does not list this member (%s)", c.NodeID)

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/placement/catalog"
 	"github.com/quorumbus/quorumbus/placement/membership"
@@ -47,6 +46,8 @@ func (s *Service) lead(ctx context.Context) {
 	s.health.reset(time.Now())
 	tasks := &taskRunner{s: s, running: map[taskKey]bool{}, done: make(chan taskDone, maxTaskRPCs), sem: make(chan struct{}, maxTaskRPCs)}
 	defer tasks.wg.Wait()
+	moves := newMoveRunner(s)
+	defer moves.wg.Wait()
 	tick := time.NewTicker(s.cfg.ControlInterval)
 	defer tick.Stop()
 	for {
@@ -58,6 +59,8 @@ func (s *Service) lead(ctx context.Context) {
 		s.syncNodes(ctx)
 		s.addGroups(ctx)
 		s.markSilentGroups(ctx)
+		s.planMoves(ctx)
+		moves.startRunning(ctx)
 		tasks.startPending(ctx)
 		select {
 		case <-ctx.Done():
@@ -87,7 +90,7 @@ func (s *Service) syncNodes(ctx context.Context) {
 		w, live := want[n.Id]
 		delete(want, n.Id)
 		switch {
-		case live && !proto.Equal(n, w):
+		case live && (n.GrpcAddr != w.GrpcAddr || n.Zone != w.Zone || !n.Alive):
 			changes = append(changes, w)
 		case !live && n.Alive:
 			n.Alive = false
@@ -314,6 +317,12 @@ func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *p
 // reported), follows LeaderHints in FAILED_PRECONDITION answers, and falls
 // back to the replicas in order. Other errors end the attempt.
 func (s *Service) callGroup(ctx context.Context, g *pb.Group, call func(context.Context, partitionpb.PartitionServiceClient) error) error {
+	return callLeader(ctx, s, g, s.dial.partition, call)
+}
+
+// callLeader is callGroup for any service a storage node serves, dialed
+// with client.
+func callLeader[C any](ctx context.Context, s *Service, g *pb.Group, client func(addr string) (C, error), call func(context.Context, C) error) error {
 	var candidates []string
 	s.leadersMu.Lock()
 	if addr := s.leaders[g.Id]; addr != "" {
@@ -336,13 +345,13 @@ func (s *Service) callGroup(ctx context.Context, g *pb.Group, call func(context.
 			continue
 		}
 		tried[addr] = true
-		client, err := s.dial.partition(addr)
+		c, err := client(addr)
 		if err != nil {
 			lastErr = err
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		err = call(cctx, client)
+		err = call(cctx, c)
 		cancel()
 		if err == nil {
 			s.leadersMu.Lock()

@@ -103,11 +103,19 @@
 // Degraded (in gets, lists and the routing table) until the group's next
 // serving report (health.go).
 //
+// # Replica moves
+//
+// The control loop also moves replicas (moves.go): off draining nodes
+// (DrainNode, `quorumbus node drain`), off nodes dead for GoneAfter, and
+// onto nodes that joined, until replica counts differ by one at most. A
+// move is recorded in the catalog (StartMove, FinishMove) and carried out
+// through the group leader's GroupMembership service: the target joins as
+// a non-voter, catches up, is promoted, and the source is removed. Storage
+// nodes that join after the bootstrap are no members of the meta group;
+// they read the routing table from the members.
+//
 // # Still to come
 //
-// Rebalancing (moving replicas when nodes join or leave, with AddVoter,
-// RemoveServer and leadership transfer) builds on what is here: node
-// liveness and group health are in the catalog (Node.alive,
-// Group.has_quorum), the planner takes current replica counts, and both
-// become more catalog commands and control-loop steps.
+// Spreading leaders evenly (leadership transfers), and growing the meta
+// group itself beyond its bootstrap voters.
 package placement

@@ -25,6 +25,9 @@ import (
 // nodeCmd runs one storage process: a storage node and a member of the
 // placement meta group, on one gRPC port, finding the others by gossip.
 func nodeCmd(args []string) error {
+	if len(args) > 0 && (args[0] == "drain" || args[0] == "undrain") {
+		return drainCmd(args[0], args[1:])
+	}
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	id := fs.String("id", "", "node id, stable across restarts (required)")
 	dataDir := fs.String("data", "", "data directory (required)")

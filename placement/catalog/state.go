@@ -72,7 +72,16 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	var changed, routes bool
 	switch op := cmd.Op.(type) {
 	case *pb.CatalogCommand_RegisterNodes:
-		r.Err, changed = s.registerNodes(op.RegisterNodes)
+		r.Err, changed = s.registerNodes(cmd.NowMs, op.RegisterNodes)
+		routes = changed
+	case *pb.CatalogCommand_StartMove:
+		r.Err = s.startMove(op.StartMove)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_FinishMove:
+		r.Err = s.finishMove(op.FinishMove)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_DrainNode:
+		r.Err, changed = s.drainNode(op.DrainNode)
 		routes = changed
 	case *pb.CatalogCommand_CreateGroups:
 		r.Groups, r.Err = s.createGroups(op.CreateGroups)
@@ -106,20 +115,92 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	return r, nil
 }
 
-func (s *State) registerNodes(c *pb.RegisterNodes) (err error, changed bool) {
+// registerNodes records what membership says of storage nodes: address,
+// zone and whether they are alive. Draining is the operator's, kept as it
+// is; dead_since_ms is set when a node is first recorded dead (at the
+// command's now_ms) and cleared when it is alive.
+func (s *State) registerNodes(now int64, c *pb.RegisterNodes) (err error, changed bool) {
 	for _, n := range c.Nodes {
 		if n.GetId() == "" {
 			return fmt.Errorf("%w: a node without an id", ErrInvalidCommand), false
 		}
 	}
 	for _, n := range c.Nodes {
-		if cur, ok := s.nodes[n.Id]; ok && proto.Equal(cur, n) {
+		next := &pb.Node{Id: n.Id, GrpcAddr: n.GrpcAddr, Zone: n.Zone, Alive: n.Alive}
+		cur, ok := s.nodes[n.Id]
+		if ok {
+			next.Draining = cur.Draining
+		}
+		if !n.Alive {
+			next.DeadSinceMs = now
+			if ok && !cur.Alive && cur.DeadSinceMs != 0 {
+				next.DeadSinceMs = cur.DeadSinceMs
+			}
+		}
+		if ok && proto.Equal(cur, next) {
 			continue
 		}
-		s.nodes[n.Id] = proto.Clone(n).(*pb.Node)
+		s.nodes[n.Id] = next
 		changed = true
 	}
 	return nil, changed
+}
+
+// startMove lists the move's target as a joined replica of the group and
+// records the move.
+func (s *State) startMove(c *pb.StartMove) error {
+	g, ok := s.groups[c.GroupId]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: no group %d", ErrInvalidCommand, c.GroupId)
+	case g.MovingFrom != "" || g.MovingTo != "":
+		return fmt.Errorf("%w: group %d is moving from %s to %s", ErrConflict, g.Id, g.MovingFrom, g.MovingTo)
+	case !hasReplica(g, c.From):
+		return fmt.Errorf("%w: %s is no replica of group %d", ErrInvalidCommand, c.From, g.Id)
+	case hasReplica(g, c.To):
+		return fmt.Errorf("%w: %s is a replica of group %d already", ErrInvalidCommand, c.To, g.Id)
+	}
+	if _, ok := s.nodes[c.To]; !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, c.To)
+	}
+	g.Replicas = append(g.Replicas, &pb.Replica{NodeId: c.To, Joined: true})
+	g.MovingFrom, g.MovingTo = c.From, c.To
+	return nil
+}
+
+// finishMove ends the group's move: the replica that left (or, aborted,
+// the one that was joining) is no longer listed.
+func (s *State) finishMove(c *pb.FinishMove) error {
+	g, ok := s.groups[c.GroupId]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: no group %d", ErrInvalidCommand, c.GroupId)
+	case g.MovingFrom != c.From || g.MovingTo != c.To || c.From == "":
+		return fmt.Errorf("%w: group %d is not moving from %q to %q", ErrConflict, g.Id, c.From, c.To)
+	}
+	leaves := c.From
+	if c.Abort {
+		leaves = c.To
+	}
+	g.Replicas = slices.DeleteFunc(g.Replicas, func(r *pb.Replica) bool { return r.NodeId == leaves })
+	g.MovingFrom, g.MovingTo = "", ""
+	return nil
+}
+
+func (s *State) drainNode(c *pb.DrainNodeRequest) (err error, changed bool) {
+	n, ok := s.nodes[c.NodeId]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, c.NodeId), false
+	}
+	if n.Draining == c.Draining {
+		return nil, false
+	}
+	n.Draining = c.Draining
+	return nil, true
+}
+
+func hasReplica(g *pb.Group, node string) bool {
+	return slices.ContainsFunc(g.Replicas, func(r *pb.Replica) bool { return r.NodeId == node })
 }
 
 func (s *State) createGroups(c *pb.CreateGroups) ([]uint64, error) {

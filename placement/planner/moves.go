@@ -39,7 +39,9 @@ type Move struct {
 	Why      string // "drain", "gone" or "balance"
 }
 
-func (m Move) String() string { return fmt.Sprintf("group %d: %s -> %s (%s)", m.Group, m.From, m.To, m.Why) }
+func (m Move) String() string {
+	return fmt.Sprintf("group %d: %s -> %s (%s)", m.Group, m.From, m.To, m.Why)
+}
 
 // PlanMoves chooses at most max moves, at most one per group and none for
 // a group already moving, in this order:
@@ -47,8 +49,8 @@ func (m Move) String() string { return fmt.Sprintf("group %d: %s -> %s (%s)", m.
 //  1. every replica on a draining or gone node, to a usable node (drains
 //     and losses first: a group short of a replica is one failure from
 //     losing its quorum);
-//  2. then, while the usable nodes' replica counts differ by more than
-//     one, a replica from the fullest node to the emptiest one that the
+//  2. then, with balance, while the usable nodes' replica counts differ
+//     by more than one, a replica from the fullest node to the emptiest one that the
 //     group does not use yet, if that does not narrow the group's spread
 //     over zones.
 //
@@ -58,7 +60,7 @@ func (m Move) String() string { return fmt.Sprintf("group %d: %s -> %s (%s)", m.
 // a pure function of its input: every meta leader makes the same one.
 // A move whose group has no possible target is left out; the plan then
 // makes do with the others.
-func PlanMoves(members []Member, groups []Placed, max int) ([]Move, error) {
+func PlanMoves(members []Member, groups []Placed, max int, balance bool) ([]Move, error) {
 	if max < 0 {
 		return nil, fmt.Errorf("%w: max %d", ErrInvalid, max)
 	}
@@ -162,7 +164,7 @@ func PlanMoves(members []Member, groups []Placed, max int) ([]Move, error) {
 		}
 		return len(seen)
 	}
-	for len(plan) < max {
+	for balance && len(plan) < max {
 		var usable []string
 		for _, m := range ms {
 			if m.usable() {

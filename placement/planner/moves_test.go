@@ -132,7 +132,7 @@ func TestPlanMoves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan, err := PlanMoves(tt.members, tt.groups, tt.max)
+			plan, err := PlanMoves(tt.members, tt.groups, tt.max, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func TestPlanMovesConverges(t *testing.T) {
 				if round > 100 {
 					t.Fatal("no fixed point after 100 rounds")
 				}
-				plan, err := PlanMoves(tc.members, gs, 3)
+				plan, err := PlanMoves(tc.members, gs, 3, true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -248,10 +248,10 @@ func TestPlanMovesConverges(t *testing.T) {
 }
 
 func TestPlanMovesInvalid(t *testing.T) {
-	if _, err := PlanMoves(members("n1/-", "n1/-"), nil, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := PlanMoves(members("n1/-", "n1/-"), nil, 1, true); !errors.Is(err, ErrInvalid) {
 		t.Errorf("duplicate node: %v", err)
 	}
-	if _, err := PlanMoves(nil, nil, -1); !errors.Is(err, ErrInvalid) {
+	if _, err := PlanMoves(nil, nil, -1, true); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative max: %v", err)
 	}
 }
@@ -295,7 +295,7 @@ func TestPlanMovesRandom(t *testing.T) {
 			if round > 200 {
 				t.Fatalf("case %d: no fixed point", c)
 			}
-			plan, err := PlanMoves(ms, gs, 1+rng.IntN(4))
+			plan, err := PlanMoves(ms, gs, 1+rng.IntN(4), rng.IntN(2) == 0)
 			if err != nil {
 				t.Fatal(err)
 			}

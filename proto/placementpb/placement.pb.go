@@ -425,8 +425,11 @@ func (x *Entity) GetDegraded() bool {
 }
 
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// joined: added to the running group by a move; such a replica never
+	// bootstraps the group, whatever its place in the list.
+	Joined        bool `protobuf:"varint,2,opt,name=joined,proto3" json:"joined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,12 +471,24 @@ func (x *Replica) GetNodeId() string {
 	return ""
 }
 
+func (x *Replica) GetJoined() bool {
+	if x != nil {
+		return x.Joined
+	}
+	return false
+}
+
 type Group struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Replicas      []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	LeaderId      string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"` // last known leader; may be stale
-	HasQuorum     bool                   `protobuf:"varint,4,opt,name=has_quorum,json=hasQuorum,proto3" json:"has_quorum,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Replicas  []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	LeaderId  string                 `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"` // last known leader; may be stale
+	HasQuorum bool                   `protobuf:"varint,4,opt,name=has_quorum,json=hasQuorum,proto3" json:"has_quorum,omitempty"`
+	// A move under way (StartMove): the replica on moving_to is listed
+	// (joined) and catching up; the one on moving_from leaves when it is
+	// done (FinishMove). Empty when the group is not moving.
+	MovingFrom    string `protobuf:"bytes,5,opt,name=moving_from,json=movingFrom,proto3" json:"moving_from,omitempty"`
+	MovingTo      string `protobuf:"bytes,6,opt,name=moving_to,json=movingTo,proto3" json:"moving_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,12 +551,32 @@ func (x *Group) GetHasQuorum() bool {
 	return false
 }
 
+func (x *Group) GetMovingFrom() string {
+	if x != nil {
+		return x.MovingFrom
+	}
+	return ""
+}
+
+func (x *Group) GetMovingTo() string {
+	if x != nil {
+		return x.MovingTo
+	}
+	return ""
+}
+
 type Node struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	GrpcAddr      string                 `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"` // PartitionService and Raft transport
-	Zone          string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
-	Alive         bool                   `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GrpcAddr string                 `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"` // PartitionService and Raft transport
+	Zone     string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	Alive    bool                   `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"`
+	// draining: an operator asked for the node to be emptied (DrainNode);
+	// its replicas move to other nodes and it takes no new ones.
+	Draining bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	// dead_since_ms: when the node was last seen alive, while it is not;
+	// 0 while it is alive.
+	DeadSinceMs   int64 `protobuf:"varint,6,opt,name=dead_since_ms,json=deadSinceMs,proto3" json:"dead_since_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +637,20 @@ func (x *Node) GetAlive() bool {
 		return x.Alive
 	}
 	return false
+}
+
+func (x *Node) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *Node) GetDeadSinceMs() int64 {
+	if x != nil {
+		return x.DeadSinceMs
+	}
+	return 0
 }
 
 // RoutingTable is the whole catalog as of one meta-group index.
@@ -673,6 +722,58 @@ func (x *RoutingTable) GetNodes() []*Node {
 	return nil
 }
 
+type DrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Draining      bool                   `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type CreateEntityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -685,7 +786,7 @@ type CreateEntityRequest struct {
 
 func (x *CreateEntityRequest) Reset() {
 	*x = CreateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[6]
+	mi := &file_placementpb_placement_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +798,7 @@ func (x *CreateEntityRequest) String() string {
 func (*CreateEntityRequest) ProtoMessage() {}
 
 func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[6]
+	mi := &file_placementpb_placement_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +811,7 @@ func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityRequest.ProtoReflect.Descriptor instead.
 func (*CreateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{6}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateEntityRequest) GetName() string {
@@ -752,7 +853,7 @@ type UpdateEntityRequest struct {
 
 func (x *UpdateEntityRequest) Reset() {
 	*x = UpdateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[7]
+	mi := &file_placementpb_placement_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +865,7 @@ func (x *UpdateEntityRequest) String() string {
 func (*UpdateEntityRequest) ProtoMessage() {}
 
 func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[7]
+	mi := &file_placementpb_placement_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +878,7 @@ func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{7}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateEntityRequest) GetName() string {
@@ -810,7 +911,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[8]
+	mi := &file_placementpb_placement_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +923,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[8]
+	mi := &file_placementpb_placement_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +936,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{8}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteEntityRequest) GetName() string {
@@ -853,7 +954,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[9]
+	mi := &file_placementpb_placement_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +966,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[9]
+	mi := &file_placementpb_placement_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +979,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{9}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{10}
 }
 
 type GetEntityRequest struct {
@@ -890,7 +991,7 @@ type GetEntityRequest struct {
 
 func (x *GetEntityRequest) Reset() {
 	*x = GetEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[10]
+	mi := &file_placementpb_placement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1003,7 @@ func (x *GetEntityRequest) String() string {
 func (*GetEntityRequest) ProtoMessage() {}
 
 func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[10]
+	mi := &file_placementpb_placement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1016,7 @@ func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEntityRequest.ProtoReflect.Descriptor instead.
 func (*GetEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{10}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetEntityRequest) GetName() string {
@@ -937,7 +1038,7 @@ type ListEntitiesRequest struct {
 
 func (x *ListEntitiesRequest) Reset() {
 	*x = ListEntitiesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[11]
+	mi := &file_placementpb_placement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1050,7 @@ func (x *ListEntitiesRequest) String() string {
 func (*ListEntitiesRequest) ProtoMessage() {}
 
 func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[11]
+	mi := &file_placementpb_placement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1063,7 @@ func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListEntitiesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{11}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListEntitiesRequest) GetKind() EntityKind {
@@ -995,7 +1096,7 @@ type ListEntitiesResponse struct {
 
 func (x *ListEntitiesResponse) Reset() {
 	*x = ListEntitiesResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[12]
+	mi := &file_placementpb_placement_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1108,7 @@ func (x *ListEntitiesResponse) String() string {
 func (*ListEntitiesResponse) ProtoMessage() {}
 
 func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[12]
+	mi := &file_placementpb_placement_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1121,7 @@ func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListEntitiesResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{12}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListEntitiesResponse) GetEntities() []*Entity {
@@ -1041,7 +1142,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[13]
+	mi := &file_placementpb_placement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1154,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[13]
+	mi := &file_placementpb_placement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1167,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{13}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchRoutesRequest) GetAfterVersion() uint64 {
@@ -1087,7 +1188,7 @@ type GroupReport struct {
 
 func (x *GroupReport) Reset() {
 	*x = GroupReport{}
-	mi := &file_placementpb_placement_proto_msgTypes[14]
+	mi := &file_placementpb_placement_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1200,7 @@ func (x *GroupReport) String() string {
 func (*GroupReport) ProtoMessage() {}
 
 func (x *GroupReport) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[14]
+	mi := &file_placementpb_placement_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1213,7 @@ func (x *GroupReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReport.ProtoReflect.Descriptor instead.
 func (*GroupReport) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{14}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GroupReport) GetGroupId() uint64 {
@@ -1146,7 +1247,7 @@ type ReportGroupsRequest struct {
 
 func (x *ReportGroupsRequest) Reset() {
 	*x = ReportGroupsRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[15]
+	mi := &file_placementpb_placement_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1259,7 @@ func (x *ReportGroupsRequest) String() string {
 func (*ReportGroupsRequest) ProtoMessage() {}
 
 func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[15]
+	mi := &file_placementpb_placement_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1272,7 @@ func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ReportGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{15}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportGroupsRequest) GetNodeId() string {
@@ -1196,7 +1297,7 @@ type ReportGroupsResponse struct {
 
 func (x *ReportGroupsResponse) Reset() {
 	*x = ReportGroupsResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[16]
+	mi := &file_placementpb_placement_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1309,7 @@ func (x *ReportGroupsResponse) String() string {
 func (*ReportGroupsResponse) ProtoMessage() {}
 
 func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[16]
+	mi := &file_placementpb_placement_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1322,7 @@ func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ReportGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
 }
 
 type CatalogCommand struct {
@@ -1236,6 +1337,9 @@ type CatalogCommand struct {
 	//	*CatalogCommand_DeleteEntity
 	//	*CatalogCommand_ReportGroups
 	//	*CatalogCommand_CompleteTasks
+	//	*CatalogCommand_StartMove
+	//	*CatalogCommand_FinishMove
+	//	*CatalogCommand_DrainNode
 	Op            isCatalogCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1243,7 +1347,7 @@ type CatalogCommand struct {
 
 func (x *CatalogCommand) Reset() {
 	*x = CatalogCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[17]
+	mi := &file_placementpb_placement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1359,7 @@ func (x *CatalogCommand) String() string {
 func (*CatalogCommand) ProtoMessage() {}
 
 func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[17]
+	mi := &file_placementpb_placement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1372,7 @@ func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogCommand.ProtoReflect.Descriptor instead.
 func (*CatalogCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CatalogCommand) GetNowMs() int64 {
@@ -1348,6 +1452,33 @@ func (x *CatalogCommand) GetCompleteTasks() *CompleteTasks {
 	return nil
 }
 
+func (x *CatalogCommand) GetStartMove() *StartMove {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_StartMove); ok {
+			return x.StartMove
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetFinishMove() *FinishMove {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_FinishMove); ok {
+			return x.FinishMove
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetDrainNode() *DrainNodeRequest {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_DrainNode); ok {
+			return x.DrainNode
+		}
+	}
+	return nil
+}
+
 type isCatalogCommand_Op interface {
 	isCatalogCommand_Op()
 }
@@ -1380,6 +1511,18 @@ type CatalogCommand_CompleteTasks struct {
 	CompleteTasks *CompleteTasks `protobuf:"bytes,8,opt,name=complete_tasks,json=completeTasks,proto3,oneof"`
 }
 
+type CatalogCommand_StartMove struct {
+	StartMove *StartMove `protobuf:"bytes,20,opt,name=start_move,json=startMove,proto3,oneof"`
+}
+
+type CatalogCommand_FinishMove struct {
+	FinishMove *FinishMove `protobuf:"bytes,21,opt,name=finish_move,json=finishMove,proto3,oneof"`
+}
+
+type CatalogCommand_DrainNode struct {
+	DrainNode *DrainNodeRequest `protobuf:"bytes,22,opt,name=drain_node,json=drainNode,proto3,oneof"`
+}
+
 func (*CatalogCommand_RegisterNodes) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_CreateGroups) isCatalogCommand_Op() {}
@@ -1394,6 +1537,147 @@ func (*CatalogCommand_ReportGroups) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_CompleteTasks) isCatalogCommand_Op() {}
 
+func (*CatalogCommand_StartMove) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_FinishMove) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_DrainNode) isCatalogCommand_Op() {}
+
+// StartMove begins replacing the replica of group_id on from by one on to:
+// to is listed as a joined replica, and the group records the move. It
+// applies only while the group is not moving, from is a replica, and to is
+// a known node that is not.
+type StartMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartMove) Reset() {
+	*x = StartMove{}
+	mi := &file_placementpb_placement_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartMove) ProtoMessage() {}
+
+func (x *StartMove) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartMove.ProtoReflect.Descriptor instead.
+func (*StartMove) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StartMove) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *StartMove) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *StartMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+// FinishMove ends the group's move from from to to: from leaves the list.
+// With abort set, to leaves it instead (the move could not be done). It
+// applies only while the group records that same move.
+type FinishMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Abort         bool                   `protobuf:"varint,4,opt,name=abort,proto3" json:"abort,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishMove) Reset() {
+	*x = FinishMove{}
+	mi := &file_placementpb_placement_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishMove) ProtoMessage() {}
+
+func (x *FinishMove) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishMove.ProtoReflect.Descriptor instead.
+func (*FinishMove) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FinishMove) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *FinishMove) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *FinishMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *FinishMove) GetAbort() bool {
+	if x != nil {
+		return x.Abort
+	}
+	return false
+}
+
 // RegisterNodes adds storage nodes to the catalog or updates them (address,
 // zone, alive). Nodes are never removed by this command.
 type RegisterNodes struct {
@@ -1405,7 +1689,7 @@ type RegisterNodes struct {
 
 func (x *RegisterNodes) Reset() {
 	*x = RegisterNodes{}
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1701,7 @@ func (x *RegisterNodes) String() string {
 func (*RegisterNodes) ProtoMessage() {}
 
 func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1714,7 @@ func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodes.ProtoReflect.Descriptor instead.
 func (*RegisterNodes) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterNodes) GetNodes() []*Node {
@@ -1454,7 +1738,7 @@ type CreateGroups struct {
 
 func (x *CreateGroups) Reset() {
 	*x = CreateGroups{}
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1750,7 @@ func (x *CreateGroups) String() string {
 func (*CreateGroups) ProtoMessage() {}
 
 func (x *CreateGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1763,7 @@ func (x *CreateGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroups.ProtoReflect.Descriptor instead.
 func (*CreateGroups) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateGroups) GetExpectedGroups() uint64 {
@@ -1505,7 +1789,7 @@ type NewGroup struct {
 
 func (x *NewGroup) Reset() {
 	*x = NewGroup{}
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1801,7 @@ func (x *NewGroup) String() string {
 func (*NewGroup) ProtoMessage() {}
 
 func (x *NewGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1814,7 @@ func (x *NewGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewGroup.ProtoReflect.Descriptor instead.
 func (*NewGroup) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NewGroup) GetReplicas() []*Replica {
@@ -1555,7 +1839,7 @@ type CreateEntityCommand struct {
 
 func (x *CreateEntityCommand) Reset() {
 	*x = CreateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1851,7 @@ func (x *CreateEntityCommand) String() string {
 func (*CreateEntityCommand) ProtoMessage() {}
 
 func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1864,7 @@ func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityCommand.ProtoReflect.Descriptor instead.
 func (*CreateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateEntityCommand) GetName() string {
@@ -1630,7 +1914,7 @@ type UpdateEntityCommand struct {
 
 func (x *UpdateEntityCommand) Reset() {
 	*x = UpdateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1926,7 @@ func (x *UpdateEntityCommand) String() string {
 func (*UpdateEntityCommand) ProtoMessage() {}
 
 func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1939,7 @@ func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityCommand.ProtoReflect.Descriptor instead.
 func (*UpdateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateEntityCommand) GetName() string {
@@ -1688,7 +1972,7 @@ type DeleteEntityCommand struct {
 
 func (x *DeleteEntityCommand) Reset() {
 	*x = DeleteEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1984,7 @@ func (x *DeleteEntityCommand) String() string {
 func (*DeleteEntityCommand) ProtoMessage() {}
 
 func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1997,7 @@ func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityCommand.ProtoReflect.Descriptor instead.
 func (*DeleteEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteEntityCommand) GetName() string {
@@ -1735,7 +2019,7 @@ type CompleteTasks struct {
 
 func (x *CompleteTasks) Reset() {
 	*x = CompleteTasks{}
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +2031,7 @@ func (x *CompleteTasks) String() string {
 func (*CompleteTasks) ProtoMessage() {}
 
 func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +2044,7 @@ func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTasks.ProtoReflect.Descriptor instead.
 func (*CompleteTasks) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompleteTasks) GetTasks() []*PartitionTask {
@@ -1785,7 +2069,7 @@ type PartitionTask struct {
 
 func (x *PartitionTask) Reset() {
 	*x = PartitionTask{}
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2081,7 @@ func (x *PartitionTask) String() string {
 func (*PartitionTask) ProtoMessage() {}
 
 func (x *PartitionTask) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2094,7 @@ func (x *PartitionTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionTask.ProtoReflect.Descriptor instead.
 func (*PartitionTask) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PartitionTask) GetEntityId() uint64 {
@@ -1866,7 +2150,7 @@ type CatalogSnapshot struct {
 
 func (x *CatalogSnapshot) Reset() {
 	*x = CatalogSnapshot{}
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2162,7 @@ func (x *CatalogSnapshot) String() string {
 func (*CatalogSnapshot) ProtoMessage() {}
 
 func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2175,7 @@ func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogSnapshot.ProtoReflect.Descriptor instead.
 func (*CatalogSnapshot) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CatalogSnapshot) GetAppliedIndex() uint64 {
@@ -1969,7 +2253,7 @@ type MetaLeaderHint struct {
 
 func (x *MetaLeaderHint) Reset() {
 	*x = MetaLeaderHint{}
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2265,7 @@ func (x *MetaLeaderHint) String() string {
 func (*MetaLeaderHint) ProtoMessage() {}
 
 func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2278,7 @@ func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaLeaderHint.ProtoReflect.Descriptor instead.
 func (*MetaLeaderHint) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MetaLeaderHint) GetLeaderId() string {
@@ -2025,7 +2309,7 @@ type MemberMeta struct {
 
 func (x *MemberMeta) Reset() {
 	*x = MemberMeta{}
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2321,7 @@ func (x *MemberMeta) String() string {
 func (*MemberMeta) ProtoMessage() {}
 
 func (x *MemberMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2334,7 @@ func (x *MemberMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberMeta.ProtoReflect.Descriptor instead.
 func (*MemberMeta) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MemberMeta) GetNodeId() string {
@@ -2113,25 +2397,34 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x10partition_groups\x18\x06 \x03(\x04R\x0fpartitionGroups\x12\"\n" +
 	"\rcreated_at_ms\x18\a \x01(\x03R\vcreatedAtMs\x12\"\n" +
 	"\rupdated_at_ms\x18\b \x01(\x03R\vupdatedAtMs\x12\x1a\n" +
-	"\bdegraded\x18\t \x01(\bR\bdegraded\"\"\n" +
+	"\bdegraded\x18\t \x01(\bR\bdegraded\":\n" +
 	"\aReplica\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x90\x01\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06joined\x18\x02 \x01(\bR\x06joined\"\xce\x01\n" +
 	"\x05Group\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12;\n" +
 	"\breplicas\x18\x02 \x03(\v2\x1f.quorumbus.placement.v1.ReplicaR\breplicas\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"has_quorum\x18\x04 \x01(\bR\thasQuorum\"]\n" +
+	"has_quorum\x18\x04 \x01(\bR\thasQuorum\x12\x1f\n" +
+	"\vmoving_from\x18\x05 \x01(\tR\n" +
+	"movingFrom\x12\x1b\n" +
+	"\tmoving_to\x18\x06 \x01(\tR\bmovingTo\"\x9d\x01\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x14\n" +
-	"\x05alive\x18\x04 \x01(\bR\x05alive\"\xcf\x01\n" +
+	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\"\n" +
+	"\rdead_since_ms\x18\x06 \x01(\x03R\vdeadSinceMs\"\xcf\x01\n" +
 	"\fRoutingTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12:\n" +
 	"\bentities\x18\x02 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\x125\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1d.quorumbus.placement.v1.GroupR\x06groups\x122\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"\xe8\x01\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"G\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"\xe8\x01\n" +
 	"\x13CreateEntityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12G\n" +
@@ -2166,7 +2459,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x13ReportGroupsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
 	"\x06groups\x18\x02 \x03(\v2#.quorumbus.placement.v1.GroupReportR\x06groups\"\x16\n" +
-	"\x14ReportGroupsResponse\"\xf1\x04\n" +
+	"\x14ReportGroupsResponse\"\xc7\x06\n" +
 	"\x0eCatalogCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12N\n" +
 	"\x0eregister_nodes\x18\x02 \x01(\v2%.quorumbus.placement.v1.RegisterNodesH\x00R\rregisterNodes\x12K\n" +
@@ -2175,8 +2468,24 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\rupdate_entity\x18\x05 \x01(\v2+.quorumbus.placement.v1.UpdateEntityCommandH\x00R\fupdateEntity\x12R\n" +
 	"\rdelete_entity\x18\x06 \x01(\v2+.quorumbus.placement.v1.DeleteEntityCommandH\x00R\fdeleteEntity\x12R\n" +
 	"\rreport_groups\x18\a \x01(\v2+.quorumbus.placement.v1.ReportGroupsRequestH\x00R\freportGroups\x12N\n" +
-	"\x0ecomplete_tasks\x18\b \x01(\v2%.quorumbus.placement.v1.CompleteTasksH\x00R\rcompleteTasksB\x04\n" +
-	"\x02opJ\x05\bd\x10\xc8\x01\"C\n" +
+	"\x0ecomplete_tasks\x18\b \x01(\v2%.quorumbus.placement.v1.CompleteTasksH\x00R\rcompleteTasks\x12B\n" +
+	"\n" +
+	"start_move\x18\x14 \x01(\v2!.quorumbus.placement.v1.StartMoveH\x00R\tstartMove\x12E\n" +
+	"\vfinish_move\x18\x15 \x01(\v2\".quorumbus.placement.v1.FinishMoveH\x00R\n" +
+	"finishMove\x12I\n" +
+	"\n" +
+	"drain_node\x18\x16 \x01(\v2(.quorumbus.placement.v1.DrainNodeRequestH\x00R\tdrainNodeB\x04\n" +
+	"\x02opJ\x05\bd\x10\xc8\x01\"J\n" +
+	"\tStartMove\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\"a\n" +
+	"\n" +
+	"FinishMove\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x14\n" +
+	"\x05abort\x18\x04 \x01(\bR\x05abort\"C\n" +
 	"\rRegisterNodes\x122\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"q\n" +
 	"\fCreateGroups\x12'\n" +
@@ -2240,7 +2549,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x03*6\n" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_UPSERT\x10\x00\x12\x14\n" +
-	"\x10TASK_KIND_DELETE\x10\x012\xc7\x05\n" +
+	"\x10TASK_KIND_DELETE\x10\x012\x9c\x06\n" +
 	"\x10PlacementService\x12[\n" +
 	"\fCreateEntity\x12+.quorumbus.placement.v1.CreateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12[\n" +
 	"\fUpdateEntity\x12+.quorumbus.placement.v1.UpdateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
@@ -2248,7 +2557,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tGetEntity\x12(.quorumbus.placement.v1.GetEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
 	"\fListEntities\x12+.quorumbus.placement.v1.ListEntitiesRequest\x1a,.quorumbus.placement.v1.ListEntitiesResponse\x12a\n" +
 	"\vWatchRoutes\x12*.quorumbus.placement.v1.WatchRoutesRequest\x1a$.quorumbus.placement.v1.RoutingTable0\x01\x12i\n" +
-	"\fReportGroups\x12+.quorumbus.placement.v1.ReportGroupsRequest\x1a,.quorumbus.placement.v1.ReportGroupsResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
+	"\fReportGroups\x12+.quorumbus.placement.v1.ReportGroupsRequest\x1a,.quorumbus.placement.v1.ReportGroupsResponse\x12S\n" +
+	"\tDrainNode\x12(.quorumbus.placement.v1.DrainNodeRequest\x1a\x1c.quorumbus.placement.v1.NodeB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
 
 var (
 	file_placementpb_placement_proto_rawDescOnce sync.Once
@@ -2263,7 +2573,7 @@ func file_placementpb_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_placementpb_placement_proto_goTypes = []any{
 	(EntityKind)(0),              // 0: quorumbus.placement.v1.EntityKind
 	(EntityStatus)(0),            // 1: quorumbus.placement.v1.EntityStatus
@@ -2274,29 +2584,32 @@ var file_placementpb_placement_proto_goTypes = []any{
 	(*Group)(nil),                // 6: quorumbus.placement.v1.Group
 	(*Node)(nil),                 // 7: quorumbus.placement.v1.Node
 	(*RoutingTable)(nil),         // 8: quorumbus.placement.v1.RoutingTable
-	(*CreateEntityRequest)(nil),  // 9: quorumbus.placement.v1.CreateEntityRequest
-	(*UpdateEntityRequest)(nil),  // 10: quorumbus.placement.v1.UpdateEntityRequest
-	(*DeleteEntityRequest)(nil),  // 11: quorumbus.placement.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil), // 12: quorumbus.placement.v1.DeleteEntityResponse
-	(*GetEntityRequest)(nil),     // 13: quorumbus.placement.v1.GetEntityRequest
-	(*ListEntitiesRequest)(nil),  // 14: quorumbus.placement.v1.ListEntitiesRequest
-	(*ListEntitiesResponse)(nil), // 15: quorumbus.placement.v1.ListEntitiesResponse
-	(*WatchRoutesRequest)(nil),   // 16: quorumbus.placement.v1.WatchRoutesRequest
-	(*GroupReport)(nil),          // 17: quorumbus.placement.v1.GroupReport
-	(*ReportGroupsRequest)(nil),  // 18: quorumbus.placement.v1.ReportGroupsRequest
-	(*ReportGroupsResponse)(nil), // 19: quorumbus.placement.v1.ReportGroupsResponse
-	(*CatalogCommand)(nil),       // 20: quorumbus.placement.v1.CatalogCommand
-	(*RegisterNodes)(nil),        // 21: quorumbus.placement.v1.RegisterNodes
-	(*CreateGroups)(nil),         // 22: quorumbus.placement.v1.CreateGroups
-	(*NewGroup)(nil),             // 23: quorumbus.placement.v1.NewGroup
-	(*CreateEntityCommand)(nil),  // 24: quorumbus.placement.v1.CreateEntityCommand
-	(*UpdateEntityCommand)(nil),  // 25: quorumbus.placement.v1.UpdateEntityCommand
-	(*DeleteEntityCommand)(nil),  // 26: quorumbus.placement.v1.DeleteEntityCommand
-	(*CompleteTasks)(nil),        // 27: quorumbus.placement.v1.CompleteTasks
-	(*PartitionTask)(nil),        // 28: quorumbus.placement.v1.PartitionTask
-	(*CatalogSnapshot)(nil),      // 29: quorumbus.placement.v1.CatalogSnapshot
-	(*MetaLeaderHint)(nil),       // 30: quorumbus.placement.v1.MetaLeaderHint
-	(*MemberMeta)(nil),           // 31: quorumbus.placement.v1.MemberMeta
+	(*DrainNodeRequest)(nil),     // 9: quorumbus.placement.v1.DrainNodeRequest
+	(*CreateEntityRequest)(nil),  // 10: quorumbus.placement.v1.CreateEntityRequest
+	(*UpdateEntityRequest)(nil),  // 11: quorumbus.placement.v1.UpdateEntityRequest
+	(*DeleteEntityRequest)(nil),  // 12: quorumbus.placement.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil), // 13: quorumbus.placement.v1.DeleteEntityResponse
+	(*GetEntityRequest)(nil),     // 14: quorumbus.placement.v1.GetEntityRequest
+	(*ListEntitiesRequest)(nil),  // 15: quorumbus.placement.v1.ListEntitiesRequest
+	(*ListEntitiesResponse)(nil), // 16: quorumbus.placement.v1.ListEntitiesResponse
+	(*WatchRoutesRequest)(nil),   // 17: quorumbus.placement.v1.WatchRoutesRequest
+	(*GroupReport)(nil),          // 18: quorumbus.placement.v1.GroupReport
+	(*ReportGroupsRequest)(nil),  // 19: quorumbus.placement.v1.ReportGroupsRequest
+	(*ReportGroupsResponse)(nil), // 20: quorumbus.placement.v1.ReportGroupsResponse
+	(*CatalogCommand)(nil),       // 21: quorumbus.placement.v1.CatalogCommand
+	(*StartMove)(nil),            // 22: quorumbus.placement.v1.StartMove
+	(*FinishMove)(nil),           // 23: quorumbus.placement.v1.FinishMove
+	(*RegisterNodes)(nil),        // 24: quorumbus.placement.v1.RegisterNodes
+	(*CreateGroups)(nil),         // 25: quorumbus.placement.v1.CreateGroups
+	(*NewGroup)(nil),             // 26: quorumbus.placement.v1.NewGroup
+	(*CreateEntityCommand)(nil),  // 27: quorumbus.placement.v1.CreateEntityCommand
+	(*UpdateEntityCommand)(nil),  // 28: quorumbus.placement.v1.UpdateEntityCommand
+	(*DeleteEntityCommand)(nil),  // 29: quorumbus.placement.v1.DeleteEntityCommand
+	(*CompleteTasks)(nil),        // 30: quorumbus.placement.v1.CompleteTasks
+	(*PartitionTask)(nil),        // 31: quorumbus.placement.v1.PartitionTask
+	(*CatalogSnapshot)(nil),      // 32: quorumbus.placement.v1.CatalogSnapshot
+	(*MetaLeaderHint)(nil),       // 33: quorumbus.placement.v1.MetaLeaderHint
+	(*MemberMeta)(nil),           // 34: quorumbus.placement.v1.MemberMeta
 }
 var file_placementpb_placement_proto_depIdxs = []int32{
 	0,  // 0: quorumbus.placement.v1.Entity.kind:type_name -> quorumbus.placement.v1.EntityKind
@@ -2313,47 +2626,52 @@ var file_placementpb_placement_proto_depIdxs = []int32{
 	1,  // 11: quorumbus.placement.v1.UpdateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
 	0,  // 12: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
 	4,  // 13: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
-	17, // 14: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
-	21, // 15: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
-	22, // 16: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
-	24, // 17: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
-	25, // 18: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
-	26, // 19: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
-	18, // 20: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
-	27, // 21: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
-	7,  // 22: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
-	23, // 23: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
-	5,  // 24: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
-	0,  // 25: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 26: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 27: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	3,  // 28: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 29: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	28, // 30: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	2,  // 31: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
-	4,  // 32: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
-	6,  // 33: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
-	7,  // 34: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
-	28, // 35: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	9,  // 36: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
-	10, // 37: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
-	11, // 38: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
-	13, // 39: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
-	14, // 40: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
-	16, // 41: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
-	18, // 42: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
-	4,  // 43: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
-	4,  // 44: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
-	12, // 45: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
-	4,  // 46: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
-	15, // 47: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
-	8,  // 48: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
-	19, // 49: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	18, // 14: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
+	24, // 15: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
+	25, // 16: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
+	27, // 17: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
+	28, // 18: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
+	29, // 19: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
+	19, // 20: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
+	30, // 21: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
+	22, // 22: quorumbus.placement.v1.CatalogCommand.start_move:type_name -> quorumbus.placement.v1.StartMove
+	23, // 23: quorumbus.placement.v1.CatalogCommand.finish_move:type_name -> quorumbus.placement.v1.FinishMove
+	9,  // 24: quorumbus.placement.v1.CatalogCommand.drain_node:type_name -> quorumbus.placement.v1.DrainNodeRequest
+	7,  // 25: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
+	26, // 26: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
+	5,  // 27: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
+	0,  // 28: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 29: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 30: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	3,  // 31: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 32: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	31, // 33: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	2,  // 34: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
+	4,  // 35: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
+	6,  // 36: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
+	7,  // 37: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
+	31, // 38: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	10, // 39: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
+	11, // 40: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
+	12, // 41: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
+	14, // 42: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
+	15, // 43: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
+	17, // 44: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
+	19, // 45: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
+	9,  // 46: quorumbus.placement.v1.PlacementService.DrainNode:input_type -> quorumbus.placement.v1.DrainNodeRequest
+	4,  // 47: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
+	4,  // 48: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
+	13, // 49: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
+	4,  // 50: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
+	16, // 51: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
+	8,  // 52: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
+	20, // 53: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
+	7,  // 54: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
+	47, // [47:55] is the sub-list for method output_type
+	39, // [39:47] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_placementpb_placement_proto_init() }
@@ -2361,7 +2679,7 @@ func file_placementpb_placement_proto_init() {
 	if File_placementpb_placement_proto != nil {
 		return
 	}
-	file_placementpb_placement_proto_msgTypes[17].OneofWrappers = []any{
+	file_placementpb_placement_proto_msgTypes[18].OneofWrappers = []any{
 		(*CatalogCommand_RegisterNodes)(nil),
 		(*CatalogCommand_CreateGroups)(nil),
 		(*CatalogCommand_CreateEntity)(nil),
@@ -2369,6 +2687,9 @@ func file_placementpb_placement_proto_init() {
 		(*CatalogCommand_DeleteEntity)(nil),
 		(*CatalogCommand_ReportGroups)(nil),
 		(*CatalogCommand_CompleteTasks)(nil),
+		(*CatalogCommand_StartMove)(nil),
+		(*CatalogCommand_FinishMove)(nil),
+		(*CatalogCommand_DrainNode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2376,7 +2697,7 @@ func file_placementpb_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_placementpb_placement_proto_rawDesc), len(file_placementpb_placement_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

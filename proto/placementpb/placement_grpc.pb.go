@@ -30,6 +30,7 @@ const (
 	PlacementService_ListEntities_FullMethodName = "/quorumbus.placement.v1.PlacementService/ListEntities"
 	PlacementService_WatchRoutes_FullMethodName  = "/quorumbus.placement.v1.PlacementService/WatchRoutes"
 	PlacementService_ReportGroups_FullMethodName = "/quorumbus.placement.v1.PlacementService/ReportGroups"
+	PlacementService_DrainNode_FullMethodName    = "/quorumbus.placement.v1.PlacementService/DrainNode"
 )
 
 // PlacementServiceClient is the client API for PlacementService service.
@@ -45,6 +46,9 @@ type PlacementServiceClient interface {
 	WatchRoutes(ctx context.Context, in *WatchRoutesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RoutingTable], error)
 	// ReportGroups tells placement which groups a node leads and their health.
 	ReportGroups(ctx context.Context, in *ReportGroupsRequest, opts ...grpc.CallOption) (*ReportGroupsResponse, error)
+	// DrainNode starts (or, with draining false, stops) moving every replica
+	// off a storage node.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error)
 }
 
 type placementServiceClient struct {
@@ -134,6 +138,16 @@ func (c *placementServiceClient) ReportGroups(ctx context.Context, in *ReportGro
 	return out, nil
 }
 
+func (c *placementServiceClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Node)
+	err := c.cc.Invoke(ctx, PlacementService_DrainNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PlacementServiceServer is the server API for PlacementService service.
 // All implementations must embed UnimplementedPlacementServiceServer
 // for forward compatibility.
@@ -147,6 +161,9 @@ type PlacementServiceServer interface {
 	WatchRoutes(*WatchRoutesRequest, grpc.ServerStreamingServer[RoutingTable]) error
 	// ReportGroups tells placement which groups a node leads and their health.
 	ReportGroups(context.Context, *ReportGroupsRequest) (*ReportGroupsResponse, error)
+	// DrainNode starts (or, with draining false, stops) moving every replica
+	// off a storage node.
+	DrainNode(context.Context, *DrainNodeRequest) (*Node, error)
 	mustEmbedUnimplementedPlacementServiceServer()
 }
 
@@ -177,6 +194,9 @@ func (UnimplementedPlacementServiceServer) WatchRoutes(*WatchRoutesRequest, grpc
 }
 func (UnimplementedPlacementServiceServer) ReportGroups(context.Context, *ReportGroupsRequest) (*ReportGroupsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportGroups not implemented")
+}
+func (UnimplementedPlacementServiceServer) DrainNode(context.Context, *DrainNodeRequest) (*Node, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
 }
 func (UnimplementedPlacementServiceServer) mustEmbedUnimplementedPlacementServiceServer() {}
 func (UnimplementedPlacementServiceServer) testEmbeddedByValue()                          {}
@@ -318,6 +338,24 @@ func _PlacementService_ReportGroups_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).DrainNode(ctx, req.(*DrainNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PlacementService_ServiceDesc is the grpc.ServiceDesc for PlacementService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +386,10 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportGroups",
 			Handler:    _PlacementService_ReportGroups_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _PlacementService_DrainNode_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
