@@ -87,6 +87,14 @@ func (m *membership) ChangeReplica(ctx context.Context, req *partitionpb.ChangeR
 			return nil, toStatus(g.leaderError(raft.ErrNotLeader))
 		}
 		f = g.raft.RemoveServer(id, 0, changeTimeout)
+	case partitionpb.ReplicaChange_REPLICA_CHANGE_LEAD:
+		if id == raft.ServerID(m.n.cfg.ID) {
+			break // leads already
+		}
+		if err := g.raft.LeadershipTransferToServer(id, addr).Error(); err != nil {
+			return nil, toStatus(fmt.Errorf("node: group %d: handing the leadership to %s: %w", req.GroupId, id, g.leaderError(err)))
+		}
+		m.n.log.Info("group leadership handed over", "group", req.GroupId, "to", req.NodeId)
 	default:
 		return nil, toStatus(fmt.Errorf("%w: change %v", ErrInvalid, req.Change))
 	}

@@ -99,6 +99,10 @@ type Config struct {
 	// GoneAfter is how long a storage node may be dead before its
 	// replicas are re-created on other nodes. Default 10 min.
 	GoneAfter time.Duration
+	// LeaderBalanceDelay is how long a new meta leader waits before it
+	// hands group leaderships over to spread them (moves.go). Default
+	// 10 s; negative: leaders are not balanced.
+	LeaderBalanceDelay time.Duration
 
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
@@ -134,6 +138,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GoneAfter == 0 {
 		c.GoneAfter = 10 * time.Minute
+	}
+	if c.LeaderBalanceDelay == 0 {
+		c.LeaderBalanceDelay = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -48,6 +48,8 @@ func (s *Service) lead(ctx context.Context) {
 	defer tasks.wg.Wait()
 	moves := newMoveRunner(s)
 	defer moves.wg.Wait()
+	leaders := &leaderBalance{since: time.Now()}
+	defer leaders.running.Wait()
 	tick := time.NewTicker(s.cfg.ControlInterval)
 	defer tick.Stop()
 	for {
@@ -61,6 +63,9 @@ func (s *Service) lead(ctx context.Context) {
 		s.markSilentGroups(ctx)
 		s.planMoves(ctx)
 		moves.startRunning(ctx)
+		if s.cfg.LeaderBalanceDelay >= 0 {
+			s.balanceLeaders(ctx, leaders)
+		}
 		tasks.startPending(ctx)
 		select {
 		case <-ctx.Done():

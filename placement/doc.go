@@ -112,10 +112,11 @@
 // through the group leader's GroupMembership service: the target joins as
 // a non-voter, catches up, is promoted, and the source is removed. Storage
 // nodes that join after the bootstrap are no members of the meta group;
-// they read the routing table from the members.
+// they read the routing table from the members. When nothing moves, it
+// also spreads group leaderships (one transfer at a time) so that every
+// node leads as many groups as the others, give or take one.
 //
 // # Still to come
 //
-// Spreading leaders evenly (leadership transfers), and growing the meta
-// group itself beyond its bootstrap voters.
+// Growing the meta group itself beyond its bootstrap voters.
 package placement

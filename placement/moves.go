@@ -253,3 +253,87 @@ func (s *Service) abortMove(ctx context.Context, g *pb.Group) (bool, error) {
 	s.log.Warn("replica move aborted: its target is not alive", "group", g.Id, "from", g.MovingFrom, "to", g.MovingTo)
 	return true, nil
 }
+
+// leaderBalance hands group leaderships over, one at a time in the whole
+// cluster, so that every usable node leads as many groups as the others,
+// give or take one (planner.PlanLeaders). It waits while replicas move,
+// for LeaderBalanceDelay after this member became meta leader (the groups
+// elect their leaders at start-up), and after a transfer until the
+// catalog shows its result or transferSettle passes: the catalog's
+// leaders come from the groups' reports, a second behind, and planning
+// over a stale one would hand over a leadership twice.
+type leaderBalance struct {
+	since   time.Time // this leadership's start
+	mu      sync.Mutex
+	busy    bool
+	last    planner.Transfer
+	lastAt  time.Time
+	running sync.WaitGroup
+}
+
+const transferSettle = 5 * time.Second
+
+func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
+	now := time.Now()
+	if now.Sub(lb.since) < s.cfg.LeaderBalanceDelay {
+		return
+	}
+	var nodes []*pb.Node
+	var groups []*pb.Group
+	s.fsm.Read(func(st *catalog.State) { nodes, groups = st.Nodes(), st.Groups() })
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.busy {
+		return
+	}
+	led := make([]planner.Led, 0, len(groups))
+	for _, g := range groups {
+		if g.MovingFrom != "" {
+			return
+		}
+		if g.Id == lb.last.Group && g.LeaderId != lb.last.To && now.Sub(lb.lastAt) < transferSettle {
+			return
+		}
+		l := planner.Led{ID: g.Id}
+		if g.HasQuorum {
+			l.Leader = g.LeaderId
+		}
+		for _, r := range g.Replicas {
+			l.Voters = append(l.Voters, r.NodeId)
+		}
+		led = append(led, l)
+	}
+	var members []planner.Member
+	for _, n := range nodes {
+		members = append(members, planner.Member{ID: n.Id, Zone: n.Zone, Alive: n.Alive, Draining: n.Draining})
+	}
+	plan := planner.PlanLeaders(members, led, 1)
+	if len(plan) == 0 {
+		return
+	}
+	tr := plan[0]
+	var g *pb.Group
+	for _, x := range groups {
+		if x.Id == tr.Group {
+			g = x
+		}
+	}
+	lb.busy, lb.last, lb.lastAt = true, tr, now
+	lb.running.Add(1)
+	go func() {
+		defer lb.running.Done()
+		req := &partitionpb.ChangeReplicaRequest{GroupId: tr.Group, Change: partitionpb.ReplicaChange_REPLICA_CHANGE_LEAD, NodeId: tr.To, Addr: s.grpcAddr(tr.To)}
+		err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+			_, err := c.ChangeReplica(ctx, req)
+			return err
+		})
+		if err != nil {
+			s.log.Debug("leadership transfer", "transfer", tr.String(), "err", err)
+		} else {
+			s.log.Info("group leadership balanced", "group", tr.Group, "from", tr.From, "to", tr.To)
+		}
+		lb.mu.Lock()
+		lb.busy, lb.lastAt = false, time.Now()
+		lb.mu.Unlock()
+	}()
+}

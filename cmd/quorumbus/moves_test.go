@@ -24,8 +24,9 @@ import (
 // partitions, then starts two more nodes: placement moves replicas onto
 // them online until every node holds as many as the others, give or take
 // one. Then it drains one node (`quorumbus node drain`), whose replicas
-// move off it. No send or receive may fail meanwhile, and every
-// acknowledged message must be received.
+// move off it, and the group leaderships spread over the others. No send
+// or receive may fail meanwhile, and every acknowledged message must be
+// received.
 func TestGrowAndDrainUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -201,6 +202,24 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled("n5 drained", []string{"n1", "n2", "n3", "n4"}, []string{"n5"}, 2, 3)
+
+	// Leaderships spread too: three groups over four usable nodes, one
+	// each at most (the bootstrap left them wherever elections put them).
+	start := time.Now()
+	for {
+		leads := map[string]int{}
+		for _, g := range table().Groups {
+			leads[g.LeaderId]++
+		}
+		if leads[""] == 0 && leads["n5"] == 0 && leads["n1"] <= 1 && leads["n2"] <= 1 && leads["n3"] <= 1 && leads["n4"] <= 1 {
+			t.Logf("leaders spread after %v: %v", time.Since(start).Round(100*time.Millisecond), leads)
+			break
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("leaders not spread after a minute: %v", leads)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 
 	close(stop)
 	wg.Wait()

@@ -30,6 +30,7 @@ const (
 	ReplicaChange_REPLICA_CHANGE_ADD_LEARNER ReplicaChange = 0 // add as a non-voter, to catch up
 	ReplicaChange_REPLICA_CHANGE_PROMOTE     ReplicaChange = 1 // make a voter
 	ReplicaChange_REPLICA_CHANGE_REMOVE      ReplicaChange = 2 // remove; the leader hands over its leadership first if it is the one
+	ReplicaChange_REPLICA_CHANGE_LEAD        ReplicaChange = 3 // hand the leadership to this voter
 )
 
 // Enum value maps for ReplicaChange.
@@ -38,11 +39,13 @@ var (
 		0: "REPLICA_CHANGE_ADD_LEARNER",
 		1: "REPLICA_CHANGE_PROMOTE",
 		2: "REPLICA_CHANGE_REMOVE",
+		3: "REPLICA_CHANGE_LEAD",
 	}
 	ReplicaChange_value = map[string]int32{
 		"REPLICA_CHANGE_ADD_LEARNER": 0,
 		"REPLICA_CHANGE_PROMOTE":     1,
 		"REPLICA_CHANGE_REMOVE":      2,
+		"REPLICA_CHANGE_LEAD":        3,
 	}
 )
 
@@ -407,11 +410,12 @@ const file_partitionpb_membership_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\"d\n" +
 	"\x15ChangeReplicaResponse\x12K\n" +
-	"\rconfiguration\x18\x01 \x03(\v2%.quorumbus.partition.v1.ReplicaConfigR\rconfiguration*f\n" +
+	"\rconfiguration\x18\x01 \x03(\v2%.quorumbus.partition.v1.ReplicaConfigR\rconfiguration*\x7f\n" +
 	"\rReplicaChange\x12\x1e\n" +
 	"\x1aREPLICA_CHANGE_ADD_LEARNER\x10\x00\x12\x1a\n" +
 	"\x16REPLICA_CHANGE_PROMOTE\x10\x01\x12\x19\n" +
-	"\x15REPLICA_CHANGE_REMOVE\x10\x022\xe7\x01\n" +
+	"\x15REPLICA_CHANGE_REMOVE\x10\x02\x12\x17\n" +
+	"\x13REPLICA_CHANGE_LEAD\x10\x032\xe7\x01\n" +
 	"\x0fGroupMembership\x12f\n" +
 	"\vGroupStatus\x12*.quorumbus.partition.v1.GroupStatusRequest\x1a+.quorumbus.partition.v1.GroupStatusResponse\x12l\n" +
 	"\rChangeReplica\x12,.quorumbus.partition.v1.ChangeReplicaRequest\x1a-.quorumbus.partition.v1.ChangeReplicaResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
