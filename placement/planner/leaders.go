@@ -19,7 +19,9 @@ type Transfer struct {
 	From, To string
 }
 
-func (t Transfer) String() string { return fmt.Sprintf("group %d: leader %s -> %s", t.Group, t.From, t.To) }
+func (t Transfer) String() string {
+	return fmt.Sprintf("group %d: leader %s -> %s", t.Group, t.From, t.To)
+}
 
 // PlanLeaders chooses at most max leadership transfers, one per group,
 // that bring the number of groups each usable node leads within one of
