@@ -102,7 +102,7 @@ func (a *Action) Apply(m *Message, newID func() UUID) (*Message, error) {
 		var v value
 		if st.expr != nil {
 			var err error
-			if v, err = st.expr.eval(&e); err != nil {
+			if v, err = st.expr.eval(e); err != nil {
 				return nil, err
 			}
 		}

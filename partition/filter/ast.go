@@ -14,7 +14,7 @@ type env struct {
 // node is a compiled expression. Conditions evaluate to a boolean or null
 // (unknown); other expressions to any value.
 type node interface {
-	eval(e *env) (value, error)
+	eval(e env) (value, error)
 	// print writes the node so that the parser reads it back as the same
 	// tree: operators fully parenthesized, names bracketed.
 	print(b *strings.Builder)
@@ -24,7 +24,7 @@ type node interface {
 
 type litNode struct{ v value }
 
-func (n *litNode) eval(*env) (value, error) { return n.v, nil }
+func (n *litNode) eval(env) (value, error) { return n.v, nil }
 func (n *litNode) print(b *strings.Builder) {
 	if n.v.kind == kindInt && n.v.i < 0 || n.v.kind == kindFloat && (n.v.f < 0 || math.Signbit(n.v.f)) {
 		b.WriteString("(" + n.v.literal() + ")")
@@ -40,13 +40,13 @@ type paramNode struct {
 	v    value
 }
 
-func (n *paramNode) eval(*env) (value, error) { return n.v, nil }
+func (n *paramNode) eval(env) (value, error)  { return n.v, nil }
 func (n *paramNode) print(b *strings.Builder) { b.WriteString(n.name) }
 func (n *paramNode) height() int              { return 1 }
 
 type sysNode struct{ p sysProp }
 
-func (n *sysNode) eval(e *env) (value, error) { return sysValue(e.msg, n.p), nil }
+func (n *sysNode) eval(e env) (value, error) { return sysValue(e.msg, n.p), nil }
 func (n *sysNode) print(b *strings.Builder) {
 	b.WriteString("sys.")
 	b.WriteString(bracket(sysProps[n.p].name))
@@ -55,7 +55,7 @@ func (n *sysNode) height() int { return 1 }
 
 type userNode struct{ name string }
 
-func (n *userNode) eval(e *env) (value, error) {
+func (n *userNode) eval(e env) (value, error) {
 	v, ok := e.msg.Properties[n.name]
 	if !ok {
 		return value{}, nil
@@ -79,7 +79,7 @@ type negNode struct {
 	h   int
 }
 
-func (n *negNode) eval(e *env) (value, error) {
+func (n *negNode) eval(e env) (value, error) {
 	v, err := n.x.eval(e)
 	if err != nil || v.isNull() {
 		return value{}, err
@@ -115,7 +115,7 @@ type arithNode struct {
 	h    int
 }
 
-func (n *arithNode) eval(e *env) (value, error) {
+func (n *arithNode) eval(e env) (value, error) {
 	l, err := n.l.eval(e)
 	if err != nil {
 		return value{}, err
@@ -185,7 +185,7 @@ type cmpNode struct {
 	h    int
 }
 
-func (n *cmpNode) eval(e *env) (value, error) {
+func (n *cmpNode) eval(e env) (value, error) {
 	l, err := n.l.eval(e)
 	if err != nil {
 		return value{}, err
@@ -236,7 +236,7 @@ type logicNode struct {
 	h   int
 }
 
-func (n *logicNode) eval(e *env) (value, error) {
+func (n *logicNode) eval(e env) (value, error) {
 	unknown := false
 	for _, x := range n.xs {
 		v, err := x.eval(e)
@@ -283,7 +283,7 @@ type notNode struct {
 	h int
 }
 
-func (n *notNode) eval(e *env) (value, error) {
+func (n *notNode) eval(e env) (value, error) {
 	v, err := n.x.eval(e)
 	if err != nil {
 		return value{}, err
@@ -309,7 +309,7 @@ type isNullNode struct {
 	h   int
 }
 
-func (n *isNullNode) eval(e *env) (value, error) {
+func (n *isNullNode) eval(e env) (value, error) {
 	v, err := n.x.eval(e)
 	if err != nil {
 		return value{}, err
@@ -336,7 +336,7 @@ type likeNode struct {
 	h        int
 }
 
-func (n *likeNode) eval(e *env) (value, error) {
+func (n *likeNode) eval(e env) (value, error) {
 	v, err := n.x.eval(e)
 	if err != nil || v.kind != kindString {
 		return value{}, err // null, or not a string: unknown
@@ -364,7 +364,7 @@ type inNode struct {
 	h    int
 }
 
-func (n *inNode) eval(e *env) (value, error) {
+func (n *inNode) eval(e env) (value, error) {
 	v, err := n.x.eval(e)
 	if err != nil || v.isNull() {
 		return value{}, err
@@ -409,7 +409,7 @@ type existsNode struct {
 	ref node // *sysNode or *userNode
 }
 
-func (n *existsNode) eval(e *env) (value, error) {
+func (n *existsNode) eval(e env) (value, error) {
 	switch r := n.ref.(type) {
 	case *userNode:
 		_, ok := e.msg.Properties[r.name]
@@ -428,11 +428,11 @@ func (n *existsNode) height() int { return 2 }
 
 type newIDNode struct{}
 
-func (newIDNode) eval(e *env) (value, error) {
+func (newIDNode) eval(e env) (value, error) {
 	if e.newID == nil {
 		return value{}, evalErrorf("newid() has no source of identifiers here")
 	}
-	return value{kind: kindUUID, u: e.newID()}, nil
+	return value{kind: kindUUID, x: e.newID()}, nil
 }
 func (newIDNode) print(b *strings.Builder) { b.WriteString("newid()") }
 func (newIDNode) height() int              { return 1 }
@@ -445,7 +445,7 @@ type propertyNode struct {
 	h    int
 }
 
-func (n *propertyNode) eval(e *env) (value, error) {
+func (n *propertyNode) eval(e env) (value, error) {
 	v, err := n.name.eval(e)
 	if err != nil || v.isNull() {
 		return value{}, err

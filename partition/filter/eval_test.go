@@ -25,7 +25,7 @@ func eval3(t *testing.T, text string, m *Message) outcome {
 	if err != nil {
 		t.Fatalf("CompileSQL(%q): %v", text, err)
 	}
-	v, err := f.root.eval(&env{msg: m})
+	v, err := f.root.eval(env{msg: m})
 	if err != nil {
 		if !errors.Is(err, ErrEvaluation) {
 			t.Fatalf("%q: error %v does not wrap ErrEvaluation", text, err)
@@ -78,26 +78,26 @@ func sample() *Message {
 		EnqueuedTimeUtc: 1_700_000_000_000,
 		TimeToLive:      60_000,
 		Properties: map[string]any{
-			"color":     "red",
-			"quantity":  int32(100),
-			"big":       uint64(math.MaxUint64),
-			"u8":        uint8(7),
-			"price":     9.5,
-			"f32":       float32(0.5),
-			"flag":      true,
-			"off":       false,
-			"nothing":   nil,
-			"empty":     "",
+			"color":      "red",
+			"quantity":   int32(100),
+			"big":        uint64(math.MaxUint64),
+			"u8":         uint8(7),
+			"price":      9.5,
+			"f32":        float32(0.5),
+			"flag":       true,
+			"off":        false,
+			"nothing":    nil,
+			"empty":      "",
 			"with space": "yes",
-			"when":      Timestamp(1_700_000_000_000),
-			"ttl":       Duration(60_000),
-			"id":        UUID{1, 2, 3},
-			"bytes":     []byte("abc"),
-			"list":      []any{1, 2},
-			"AND":       "reserved",
-			"neg":       int64(-5),
-			"nan":       math.NaN(),
-			"a.b":       "dotted",
+			"when":       Timestamp(1_700_000_000_000),
+			"ttl":        Duration(60_000),
+			"id":         UUID{1, 2, 3},
+			"bytes":      []byte("abc"),
+			"list":       []any{1, 2},
+			"AND":        "reserved",
+			"neg":        int64(-5),
+			"nan":        math.NaN(),
+			"a.b":        "dotted",
 		},
 	}
 }
@@ -357,24 +357,24 @@ func TestAzureDocExamples(t *testing.T) {
 		},
 	}
 	for text, want := range map[string]outcome{
-		"MessageProperty = 'A'":                                   T,
-		"user.MessageProperty = 'A'":                              T,
-		"sys.MessageId = 'Msg1'":                                  T,
-		"sys.CorrelationId LIKE 'abc-%'":                          T,
-		"sys.Label = 'Important'":                                 T,
-		"sys.Label = 'Important' AND user.StoreName = 'Redmond'":  T,
-		"StoreId IN ('Store1', 'Store2', 'Store3')":               T,
+		"MessageProperty = 'A'":                                        T,
+		"user.MessageProperty = 'A'":                                   T,
+		"sys.MessageId = 'Msg1'":                                       T,
+		"sys.CorrelationId LIKE 'abc-%'":                               T,
+		"sys.Label = 'Important'":                                      T,
+		"sys.Label = 'Important' AND user.StoreName = 'Redmond'":       T,
+		"StoreId IN ('Store1', 'Store2', 'Store3')":                    T,
 		"sys.To IN ('Store5','Store6','Store7') OR StoreId = 'Store8'": T,
 		"sys.To NOT IN ('Store1','Store2','Store3','Store4','Store5','Store6','Store7','Store8') OR StoreId NOT IN ('Store1','Store2','Store3','Store4','Store5','Store6','Store7','Store8')": F,
-		"color = 'blue' AND quantity = 10":                        T,
-		"color = 'red'":                                           F,
-		"quantity > 5 AND color = 'blue'":                         T,
-		"MessageProperty IS NULL":                                 F,
-		"MyProperty LIKE 'AB%'":                                   T,
-		"MyProperty LIKE 'A_C'":                                   T,
-		"EXISTS(MyProperty) AND NOT EXISTS(Other)":                T,
-		"1=1":                                                     T,
-		"1=0":                                                     F,
+		"color = 'blue' AND quantity = 10":         T,
+		"color = 'red'":                            F,
+		"quantity > 5 AND color = 'blue'":          T,
+		"MessageProperty IS NULL":                  F,
+		"MyProperty LIKE 'AB%'":                    T,
+		"MyProperty LIKE 'A_C'":                    T,
+		"EXISTS(MyProperty) AND NOT EXISTS(Other)": T,
+		"1=1": T,
+		"1=0": F,
 	} {
 		if got := eval3(t, text, m); got != want {
 			t.Errorf("%s: got %s, want %s", text, got, want)

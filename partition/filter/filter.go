@@ -33,7 +33,7 @@ func CompileSQL(text string, params map[string]any) (*SQL, error) {
 // false or unknown.
 func (f *SQL) Match(m *Message) (bool, error) {
 	e := env{msg: m}
-	v, err := f.root.eval(&e)
+	v, err := f.root.eval(e)
 	if err != nil {
 		return false, err
 	}

@@ -188,7 +188,7 @@ func sysValue(m *Message, p sysProp) value {
 		if m.LockToken == (UUID{}) {
 			return value{}
 		}
-		return value{kind: kindUUID, u: m.LockToken}
+		return value{kind: kindUUID, x: m.LockToken}
 	case sysMessageID:
 		return optString(m.MessageID)
 	case sysPartitionKey:
@@ -249,7 +249,7 @@ func setSys(m *Message, p sysProp, v value) error {
 	case kindString:
 		s = v.s
 	case kindUUID:
-		s = v.u.String()
+		s = v.x.(UUID).String()
 	default:
 		return evalErrorf("sys.%s takes a string, not %s", name, v.kind)
 	}

@@ -54,9 +54,10 @@ type value struct {
 	i    int64 // kindBool (0 or 1), kindInt, kindTimestamp, kindDuration
 	f    float64
 	s    string
-	u    UUID
-	b    []byte
-	any  any // kindOther: the original, kept for actions that copy it
+	// x holds a UUID (kindUUID), a []byte (kindBinary) or the property as
+	// it was (kindOther), in the interface the message already had, so
+	// reading one allocates nothing.
+	x any
 }
 
 func boolValue(b bool) value {
@@ -98,8 +99,8 @@ func (v value) float() float64 {
 }
 
 // fromAny converts an application property to a value.
-func fromAny(x any) value {
-	switch x := x.(type) {
+func fromAny(orig any) value {
+	switch x := orig.(type) {
 	case nil:
 		return value{}
 	case string:
@@ -135,11 +136,11 @@ func fromAny(x any) value {
 	case Duration:
 		return value{kind: kindDuration, i: int64(x)}
 	case UUID:
-		return value{kind: kindUUID, u: x}
+		return value{kind: kindUUID, x: orig}
 	case []byte:
-		return value{kind: kindBinary, b: x}
+		return value{kind: kindBinary, x: orig}
 	}
-	return value{kind: kindOther, any: x}
+	return value{kind: kindOther, x: orig}
 }
 
 func fromUint(u uint64) value {
@@ -164,12 +165,8 @@ func (v value) toAny() any {
 		return Timestamp(v.i)
 	case kindDuration:
 		return Duration(v.i)
-	case kindUUID:
-		return v.u
-	case kindBinary:
-		return v.b
-	case kindOther:
-		return v.any
+	case kindUUID, kindBinary, kindOther:
+		return v.x
 	}
 	return nil
 }
@@ -205,9 +202,10 @@ func compare(a, b value) (c int, ordered, ok bool) {
 	case kindBool:
 		return cmpInt(a.i, b.i), false, true
 	case kindUUID:
-		return bytes.Compare(a.u[:], b.u[:]), false, true
+		x, y := a.x.(UUID), b.x.(UUID)
+		return bytes.Compare(x[:], y[:]), false, true
 	case kindBinary:
-		return bytes.Compare(a.b, b.b), false, true
+		return bytes.Compare(a.x.([]byte), b.x.([]byte)), false, true
 	}
 	return 0, false, false
 }
