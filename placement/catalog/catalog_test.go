@@ -73,6 +73,10 @@ func wrap(op proto.Message) *pb.CatalogCommand {
 		cmd.Op = &pb.CatalogCommand_ReportGroups{ReportGroups: op}
 	case *pb.CompleteTasks:
 		cmd.Op = &pb.CatalogCommand_CompleteTasks{CompleteTasks: op}
+	case *pb.AddRuleCommand:
+		cmd.Op = &pb.CatalogCommand_AddRule{AddRule: op}
+	case *pb.RemoveRuleCommand:
+		cmd.Op = &pb.CatalogCommand_RemoveRule{RemoveRule: op}
 	default:
 		panic(fmt.Sprintf("no op for %T", op))
 	}

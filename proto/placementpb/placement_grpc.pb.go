@@ -30,6 +30,8 @@ const (
 	PlacementService_ListEntities_FullMethodName = "/quorumbus.placement.v1.PlacementService/ListEntities"
 	PlacementService_WatchRoutes_FullMethodName  = "/quorumbus.placement.v1.PlacementService/WatchRoutes"
 	PlacementService_ReportGroups_FullMethodName = "/quorumbus.placement.v1.PlacementService/ReportGroups"
+	PlacementService_AddRule_FullMethodName      = "/quorumbus.placement.v1.PlacementService/AddRule"
+	PlacementService_RemoveRule_FullMethodName   = "/quorumbus.placement.v1.PlacementService/RemoveRule"
 )
 
 // PlacementServiceClient is the client API for PlacementService service.
@@ -45,6 +47,10 @@ type PlacementServiceClient interface {
 	WatchRoutes(ctx context.Context, in *WatchRoutesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RoutingTable], error)
 	// ReportGroups tells placement which groups a node leads and their health.
 	ReportGroups(ctx context.Context, in *ReportGroupsRequest, opts ...grpc.CallOption) (*ReportGroupsResponse, error)
+	// AddRule adds a rule to a subscription; RemoveRule removes one. The
+	// rules are read with GetEntity.
+	AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error)
+	RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error)
 }
 
 type placementServiceClient struct {
@@ -134,6 +140,26 @@ func (c *placementServiceClient) ReportGroups(ctx context.Context, in *ReportGro
 	return out, nil
 }
 
+func (c *placementServiceClient) AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rule)
+	err := c.cc.Invoke(ctx, PlacementService_AddRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveRuleResponse)
+	err := c.cc.Invoke(ctx, PlacementService_RemoveRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PlacementServiceServer is the server API for PlacementService service.
 // All implementations must embed UnimplementedPlacementServiceServer
 // for forward compatibility.
@@ -147,6 +173,10 @@ type PlacementServiceServer interface {
 	WatchRoutes(*WatchRoutesRequest, grpc.ServerStreamingServer[RoutingTable]) error
 	// ReportGroups tells placement which groups a node leads and their health.
 	ReportGroups(context.Context, *ReportGroupsRequest) (*ReportGroupsResponse, error)
+	// AddRule adds a rule to a subscription; RemoveRule removes one. The
+	// rules are read with GetEntity.
+	AddRule(context.Context, *AddRuleRequest) (*Rule, error)
+	RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error)
 	mustEmbedUnimplementedPlacementServiceServer()
 }
 
@@ -177,6 +207,12 @@ func (UnimplementedPlacementServiceServer) WatchRoutes(*WatchRoutesRequest, grpc
 }
 func (UnimplementedPlacementServiceServer) ReportGroups(context.Context, *ReportGroupsRequest) (*ReportGroupsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportGroups not implemented")
+}
+func (UnimplementedPlacementServiceServer) AddRule(context.Context, *AddRuleRequest) (*Rule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveRule not implemented")
 }
 func (UnimplementedPlacementServiceServer) mustEmbedUnimplementedPlacementServiceServer() {}
 func (UnimplementedPlacementServiceServer) testEmbeddedByValue()                          {}
@@ -318,6 +354,42 @@ func _PlacementService_ReportGroups_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_AddRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).AddRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_AddRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).AddRule(ctx, req.(*AddRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_RemoveRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).RemoveRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_RemoveRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).RemoveRule(ctx, req.(*RemoveRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PlacementService_ServiceDesc is the grpc.ServiceDesc for PlacementService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +420,14 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportGroups",
 			Handler:    _PlacementService_ReportGroups_Handler,
+		},
+		{
+			MethodName: "AddRule",
+			Handler:    _PlacementService_AddRule_Handler,
+		},
+		{
+			MethodName: "RemoveRule",
+			Handler:    _PlacementService_RemoveRule_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
