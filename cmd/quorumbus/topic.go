@@ -388,7 +388,25 @@ func describeCorrelation(c *placementpb.CorrelationFilter) string {
 		}
 	}
 	for k, v := range c.Properties {
-		parts = append(parts, fmt.Sprintf("%s=%v", k, v.GetValue()))
+		parts = append(parts, k+"="+ruleValueString(v))
 	}
 	return strings.Join(parts, " ")
+}
+
+func ruleValueString(v *placementpb.RuleValue) string {
+	switch x := v.GetValue().(type) {
+	case *placementpb.RuleValue_StringValue:
+		return fmt.Sprintf("%q", x.StringValue)
+	case *placementpb.RuleValue_LongValue:
+		return fmt.Sprint(x.LongValue)
+	case *placementpb.RuleValue_DoubleValue:
+		return fmt.Sprint(x.DoubleValue)
+	case *placementpb.RuleValue_BoolValue:
+		return fmt.Sprint(x.BoolValue)
+	case *placementpb.RuleValue_TimestampMs:
+		return time.UnixMilli(x.TimestampMs).UTC().Format(time.RFC3339Nano)
+	case *placementpb.RuleValue_DurationMs:
+		return (time.Duration(x.DurationMs) * time.Millisecond).String()
+	}
+	return "null"
 }

@@ -41,7 +41,7 @@ func CompileRule(r *pb.Rule) (filter.Filter, *filter.Action, error) {
 		}
 		sql, err := filter.CompileSQL(x.SqlFilter.GetExpression(), params)
 		if err != nil {
-			return nil, nil, invalid("filter", err)
+			return nil, nil, invalid("SQL filter", err)
 		}
 		f = sql
 	case *pb.Rule_CorrelationFilter:
@@ -81,7 +81,7 @@ func CompileRule(r *pb.Rule) (filter.Filter, *filter.Action, error) {
 	}
 	a, err := filter.CompileAction(r.Action.GetExpression(), params)
 	if err != nil {
-		return nil, nil, invalid("action", err)
+		return nil, nil, invalid("SQL action", err)
 	}
 	return f, a, nil
 }
