@@ -20,9 +20,9 @@ type statement struct {
 //	SET a = 1, b = 2
 //	REMOVE a, b
 //
-// Statements are separated by ';' or ','; after a ',' a statement may
-// omit SET or REMOVE and continue the verb before it; a trailing ';' is
-// allowed. Only writable system properties may be targets. params binds
+// Statements are separated by ';', ',' or nothing; after a ',' a
+// statement may omit SET or REMOVE and continue the verb before it; a
+// trailing ';' is allowed. Only writable system properties may be targets. params binds
 // @parameters as in CompileSQL.
 func CompileAction(text string, params map[string]any) (*Action, error) {
 	return compileAction(text, params, azureLimits)
@@ -53,6 +53,9 @@ func compileAction(text string, params map[string]any, lim limits) (*Action, err
 			return nil, err
 		}
 		a.stmts = append(a.stmts, st)
+		if t := p.peek(); isKeyword(t, "set") || isKeyword(t, "remove") {
+			continue // statements need no separator: <action> [;]
+		}
 		sep := p.next()
 		switch {
 		case sep.kind == tokEOF:

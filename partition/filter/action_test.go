@@ -26,6 +26,7 @@ func TestActions(t *testing.T) {
 			eq(t, m.Properties["d"], true)
 		}},
 		{"SET a = 1; SET b = a + 1;", func(t *testing.T, m *Message) { eq(t, m.Properties["b"], int64(2)) }},
+		{"SET a = 1 SET b = a REMOVE a", func(t *testing.T, m *Message) { eq(t, m.Properties["b"], int64(1)); absent(t, m, "a") }},
 		{"SET a = 1, SET b = 2", func(t *testing.T, m *Message) { eq(t, m.Properties["b"], int64(2)) }},
 		{"REMOVE color", func(t *testing.T, m *Message) { absent(t, m, "color") }},
 		{"REMOVE color, quantity; SET x = 'y'", func(t *testing.T, m *Message) {

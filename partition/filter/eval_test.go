@@ -62,6 +62,11 @@ func eval3(t *testing.T, text string, m *Message) outcome {
 
 var testParams = map[string]any{"@color": "red", "limit": int32(10), "@pattern": "ab%"}
 
+type (
+	symbol   string
+	namedInt uint16
+)
+
 // sample is the message most tables evaluate against.
 func sample() *Message {
 	return &Message{
@@ -98,6 +103,8 @@ func sample() *Message {
 			"neg":        int64(-5),
 			"nan":        math.NaN(),
 			"a.b":        "dotted",
+			"sym":        symbol("s1"),
+			"named":      namedInt(4),
 		},
 	}
 }
@@ -317,6 +324,10 @@ func TestOperators(t *testing.T) {
 		{"sys.IsBodyConsumed = FALSE", T},
 		{"USER.color = 'red'", T},
 		{"user.COLOR = 'red'", U},
+		// named types read as what they are over
+		{"sym = 's1'", T},
+		{"sym LIKE 's%'", T},
+		{"named = 4.0", T},
 		// functions
 		{"property('color') = 'red'", T},
 		{"p('sys.Label') = 'Important'", T},

@@ -41,8 +41,10 @@ func (u UUID) String() string {
 //
 // Properties holds application properties with AMQP simple types: nil,
 // string, bool, int, int8..int64, uint, uint8..uint64, float32, float64,
-// Timestamp, Duration, UUID and []byte. Values of other types are present
-// (EXISTS is true) but compare as unknown with everything.
+// Timestamp, Duration, UUID and []byte, or named types over a string,
+// bool or number (read as that). Values of other types (a time.Time
+// must be given as a Timestamp) are present (EXISTS is true) but compare
+// as unknown with everything.
 type Message struct {
 	MessageID        string
 	CorrelationID    string

@@ -3,6 +3,7 @@ package filter
 import (
 	"bytes"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -139,6 +140,25 @@ func fromAny(orig any) value {
 		return value{kind: kindUUID, x: orig}
 	case []byte:
 		return value{kind: kindBinary, x: orig}
+	}
+	return fromNamed(orig)
+}
+
+// fromNamed reads a value of a named type over a string, bool or number
+// (an AMQP symbol type, say) as that kind; anything else is kindOther.
+func fromNamed(orig any) value {
+	v := reflect.ValueOf(orig)
+	switch v.Kind() {
+	case reflect.String:
+		return stringValue(v.String())
+	case reflect.Bool:
+		return boolValue(v.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return intValue(v.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return fromUint(v.Uint())
+	case reflect.Float32, reflect.Float64:
+		return floatValue(v.Float())
 	}
 	return value{kind: kindOther, x: orig}
 }
