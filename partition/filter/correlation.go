@@ -35,6 +35,7 @@ type CorrelationFilter struct {
 type sysCond struct {
 	p    sysProp
 	want string
+	get  func(*Message) string
 }
 
 type propCond struct {
@@ -46,14 +47,14 @@ type propCond struct {
 func (c Correlation) Compile() (*CorrelationFilter, error) {
 	f := &CorrelationFilter{}
 	for _, s := range []sysCond{
-		{sysCorrelationID, c.CorrelationID},
-		{sysMessageID, c.MessageID},
-		{sysTo, c.To},
-		{sysReplyTo, c.ReplyTo},
-		{sysLabel, c.Subject},
-		{sysSessionID, c.SessionID},
-		{sysReplyToSessionID, c.ReplyToSessionID},
-		{sysContentType, c.ContentType},
+		{sysCorrelationID, c.CorrelationID, func(m *Message) string { return m.CorrelationID }},
+		{sysMessageID, c.MessageID, func(m *Message) string { return m.MessageID }},
+		{sysTo, c.To, func(m *Message) string { return m.To }},
+		{sysReplyTo, c.ReplyTo, func(m *Message) string { return m.ReplyTo }},
+		{sysLabel, c.Subject, func(m *Message) string { return m.Subject }},
+		{sysSessionID, c.SessionID, func(m *Message) string { return m.SessionID }},
+		{sysReplyToSessionID, c.ReplyToSessionID, func(m *Message) string { return m.ReplyToSessionID }},
+		{sysContentType, c.ContentType, func(m *Message) string { return m.ContentType }},
 	} {
 		if s.want != "" {
 			f.sys = append(f.sys, s)
@@ -89,14 +90,23 @@ func (c Correlation) Compile() (*CorrelationFilter, error) {
 // Match reports whether every condition holds. It never fails.
 func (f *CorrelationFilter) Match(m *Message) (bool, error) {
 	for _, s := range f.sys {
-		v := sysValue(m, s.p)
-		if v.kind != kindString || v.s != s.want {
+		// want is never empty, so an unset ("") property never matches.
+		if s.get(m) != s.want {
 			return false, nil
 		}
 	}
 	for _, pc := range f.props {
 		x, ok := m.Properties[pc.name]
-		if !ok || !equal(fromAny(x), pc.want).isTrue() {
+		if !ok {
+			return false, nil
+		}
+		if str, isStr := x.(string); isStr && pc.want.kind == kindString {
+			if str != pc.want.s {
+				return false, nil
+			}
+			continue
+		}
+		if !equal(fromAny(x), pc.want).isTrue() {
 			return false, nil
 		}
 	}
