@@ -536,3 +536,51 @@ func TestPrintRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestSDKLiveTestExpressions compiles the rules that the Go SDK's admin
+// client tests create against Azure itself (azservicebus v1.11.0,
+// admin/admin_client_test.go), with parameters of every type they use.
+func TestSDKLiveTestExpressions(t *testing.T) {
+	params := map[string]any{
+		"@stringVar":   "hello world",
+		"@intVar":      int64(100),
+		"@floatVar":    float64(100.1),
+		"@dateTimeVar": Timestamp(1_700_000_000_000),
+		"@boolVar":     true,
+	}
+	m := &Message{Properties: map[string]any{"MessageID": "hello world", "SomeProperty": "Oslo", "rule1": "hello world"}}
+	for text, want := range map[string]outcome{
+		"SomeProperty LIKE 'O%'": T,
+		"MessageID='hello'":      F,
+		"MessageID=@stringVar OR MessageID=@intVar OR MessageID=@floatVar OR MessageID=@dateTimeVar OR MessageID=@boolVar": T,
+		"MessageID=rule1": T,
+		"MessageID=rule2": U,
+		"1=1":             T,
+	} {
+		f, err := CompileSQL(text, params)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		v, err := f.root.eval(env{msg: m})
+		got := F
+		switch {
+		case err != nil:
+			got = Err
+		case v.isNull():
+			got = U
+		case v.isTrue():
+			got = T
+		}
+		if got != want {
+			t.Errorf("%q: %s, want %s", text, got, want)
+		}
+	}
+	a, err := CompileAction("SET MessageID=@stringVar SET MessageID=@intVar SET MessageID=@floatVar SET MessageID=@dateTimeVar SET MessageID=@boolVar", params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Apply(m, nil)
+	if err != nil || got.Properties["MessageID"] != true {
+		t.Fatalf("action: %v, %v", got.Properties["MessageID"], err)
+	}
+}
