@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/placement/placementtest"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
@@ -28,15 +29,21 @@ func TestTopicsSubscriptionsRules(t *testing.T) {
 	topic := createRetrying(t, m, &pb.CreateEntityRequest{Name: "orders", Kind: pb.EntityKind_ENTITY_KIND_TOPIC,
 		Properties: &pb.QueueProperties{PartitionCount: 4}})
 	sub := createRetrying(t, m, &pb.CreateEntityRequest{Name: "orders/Subscriptions/all", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
-		Properties: &pb.QueueProperties{LockDurationMs: 30_000, DeadLetteringOnFilterEvaluationExceptions: true}})
+		Properties: &pb.QueueProperties{LockDurationMs: 30_000, DeadLetteringOnFilterEvaluationExceptions: proto.Bool(false)}})
 	if len(sub.PartitionGroups) != 4 || !equal(sub.PartitionGroups, topic.PartitionGroups) {
 		t.Fatalf("subscription on groups %v, topic on %v", sub.PartitionGroups, topic.PartitionGroups)
+	}
+	if sub.Properties.DeadLetteringOnFilterEvaluationExceptions == nil || *sub.Properties.DeadLetteringOnFilterEvaluationExceptions {
+		t.Errorf("DeadLetteringOnFilterEvaluationExceptions: %v, want false as created", sub.Properties.DeadLetteringOnFilterEvaluationExceptions)
 	}
 	if len(sub.Rules) != 1 || sub.Rules[0].Name != "$Default" || !sub.Rules[0].GetTrueFilter() {
 		t.Fatalf("rules %v, want $Default", sub.Rules)
 	}
 	red := createRetrying(t, m, &pb.CreateEntityRequest{Name: "orders/Subscriptions/red", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
 		Rules: []*pb.Rule{{Name: "red", Filter: &pb.Rule_SqlFilter{SqlFilter: &pb.SqlFilter{Expression: "color = 'red'"}}}}})
+	if !red.Properties.GetDeadLetteringOnFilterEvaluationExceptions() {
+		t.Errorf("DeadLetteringOnFilterEvaluationExceptions unset: %v, want Azure's default, true", red.Properties)
+	}
 	if len(red.Rules) != 1 || red.Rules[0].Name != "red" {
 		t.Fatalf("rules %v, want only red", red.Rules)
 	}

@@ -232,7 +232,7 @@ func subscriptionCmd(args []string) error {
 	fs.Func("max-delivery-count", "MaxDeliveryCount (default 10)", uint32Flag(&d.MaxDeliveryCount))
 	fs.DurationVar(&d.DefaultMessageTimeToLive, "default-ttl", 0, "DefaultMessageTimeToLive (default: the topic's)")
 	fs.BoolVar(&d.DeadLetteringOnMessageExpiration, "dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
-	fs.BoolVar(&d.DeadLetteringOnFilterEvaluationExceptions, "dead-letter-on-filter-exceptions", false, "DeadLetteringOnFilterEvaluationExceptions")
+	dlFilter := fs.Bool("dead-letter-on-filter-exceptions", true, "DeadLetteringOnFilterEvaluationExceptions: dead-letter a copy whose rule cannot be evaluated")
 	fs.BoolVar(&d.RequiresSession, "requires-session", false, "RequiresSession")
 	fs.StringVar(&d.ForwardTo, "forward-to", "", "ForwardTo")
 	fs.StringVar(&d.ForwardDeadLetteredMessagesTo, "forward-dead-lettered-to", "", "ForwardDeadLetteredMessagesTo")
@@ -244,6 +244,7 @@ func subscriptionCmd(args []string) error {
 	if err := c.parse(args, want, usage); err != nil {
 		return err
 	}
+	d.DeadLetteringOnFilterEvaluationExceptions = dlFilter
 	return c.run(func(ctx context.Context, client placementpb.PlacementServiceClient) error {
 		switch c.verb {
 		case "create":

@@ -184,6 +184,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	if err := s.checkPlacement(c, props); err != nil {
 		return nil, err
 	}
+	subscriptionDefaults(c.Kind, props)
 	var rules []*pb.Rule
 	if c.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
 		if rules, err = checkRules(c.Rules, now); err != nil {
@@ -243,6 +244,7 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 		if props, err = mergeUpdate(e.Properties, c.Properties); err != nil {
 			return nil, err
 		}
+		subscriptionDefaults(e.Kind, props)
 		if err := checkForwarding(e.Name, props); err != nil {
 			return nil, err
 		}

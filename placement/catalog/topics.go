@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -65,7 +67,7 @@ func CheckKindProperties(kind pb.EntityKind, p *pb.QueueProperties) error {
 	}
 	switch kind {
 	case pb.EntityKind_ENTITY_KIND_QUEUE:
-		flag(p.DeadLetteringOnFilterEvaluationExceptions, "DeadLetteringOnFilterEvaluationExceptions")
+		flag(p.GetDeadLetteringOnFilterEvaluationExceptions(), "DeadLetteringOnFilterEvaluationExceptions")
 	case pb.EntityKind_ENTITY_KIND_TOPIC:
 		flag(p.LockDurationMs != 0 && p.LockDurationMs != DefaultLockDurationMs, "LockDuration")
 		flag(p.MaxDeliveryCount != 0 && p.MaxDeliveryCount != DefaultMaxDeliveryCount, "MaxDeliveryCount")
@@ -73,7 +75,7 @@ func CheckKindProperties(kind pb.EntityKind, p *pb.QueueProperties) error {
 		flag(p.RequiresSession, "RequiresSession")
 		flag(p.ForwardTo != "", "ForwardTo")
 		flag(p.ForwardDeadLetteredMessagesTo != "", "ForwardDeadLetteredMessagesTo")
-		flag(p.DeadLetteringOnFilterEvaluationExceptions, "DeadLetteringOnFilterEvaluationExceptions")
+		flag(p.GetDeadLetteringOnFilterEvaluationExceptions(), "DeadLetteringOnFilterEvaluationExceptions")
 	case pb.EntityKind_ENTITY_KIND_SUBSCRIPTION:
 		flag(p.RequiresDuplicateDetection, "RequiresDuplicateDetection")
 		flag(p.DuplicateDetectionWindowMs != 0 && p.DuplicateDetectionWindowMs != DefaultDuplicateWindowMs, "DuplicateDetectionHistoryTimeWindow")
@@ -84,6 +86,15 @@ func CheckKindProperties(kind pb.EntityKind, p *pb.QueueProperties) error {
 		return fmt.Errorf("%w: a %s has no %s", ErrInvalidProperties, kindName(kind), strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// subscriptionDefaults fills in what Normalize cannot, not knowing the
+// kind: a subscription dead-letters a copy its rule fails on unless told
+// otherwise (Azure's default).
+func subscriptionDefaults(kind pb.EntityKind, p *pb.QueueProperties) {
+	if kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION && p.DeadLetteringOnFilterEvaluationExceptions == nil {
+		p.DeadLetteringOnFilterEvaluationExceptions = proto.Bool(true)
+	}
 }
 
 // checkPlacement checks what depends on an entity's kind when it is

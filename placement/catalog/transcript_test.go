@@ -342,7 +342,7 @@ func setProp(p *pb.QueueProperties, k, v string) {
 	case "forward-dlq":
 		p.ForwardDeadLetteredMessagesTo = v
 	case "deadletter-filter":
-		p.DeadLetteringOnFilterEvaluationExceptions = true
+		p.DeadLetteringOnFilterEvaluationExceptions = proto.Bool(v != "no")
 	default:
 		panic("unknown property " + k)
 	}
@@ -378,8 +378,8 @@ func render(e *pb.Entity) string {
 	if p.ForwardTo != "" {
 		fmt.Fprintf(&b, " forward=%s", p.ForwardTo)
 	}
-	if p.DeadLetteringOnFilterEvaluationExceptions {
-		b.WriteString(" deadletter-filter")
+	if e.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION && !p.GetDeadLetteringOnFilterEvaluationExceptions() {
+		b.WriteString(" deadletter-filter=no") // true is a subscription's default
 	}
 	fmt.Fprintf(&b, " created=%d updated=%d", e.CreatedAtMs, e.UpdatedAtMs)
 	for _, r := range e.Rules {

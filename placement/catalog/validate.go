@@ -155,6 +155,9 @@ func checkForwarding(name string, p *pb.QueueProperties) error {
 // an update that sets them to something else is rejected.
 func mergeUpdate(cur, upd *pb.QueueProperties) (*pb.QueueProperties, error) {
 	p := proto.Clone(upd).(*pb.QueueProperties)
+	if p.DeadLetteringOnFilterEvaluationExceptions == nil {
+		p.DeadLetteringOnFilterEvaluationExceptions = cur.DeadLetteringOnFilterEvaluationExceptions
+	}
 	if !p.RequiresSession {
 		p.RequiresSession = cur.RequiresSession
 	}

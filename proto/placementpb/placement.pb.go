@@ -197,9 +197,10 @@ type QueueProperties struct {
 	// 16 partitions (the admin API's EnablePartitioning).
 	EnablePartitioning bool `protobuf:"varint,13,opt,name=enable_partitioning,json=enablePartitioning,proto3" json:"enable_partitioning,omitempty"`
 	// Subscriptions only: a copy whose rule cannot be evaluated goes to the
-	// dead-letter sub-queue instead of being dropped. (Numbers from 31 up:
+	// dead-letter sub-queue instead of being dropped. Unset means true, as
+	// Azure's default; the catalog stores it set. (Numbers from 31 up:
 	// fields other work adds meanwhile take the low ones.)
-	DeadLetteringOnFilterEvaluationExceptions bool `protobuf:"varint,31,opt,name=dead_lettering_on_filter_evaluation_exceptions,json=deadLetteringOnFilterEvaluationExceptions,proto3" json:"dead_lettering_on_filter_evaluation_exceptions,omitempty"`
+	DeadLetteringOnFilterEvaluationExceptions *bool `protobuf:"varint,31,opt,name=dead_lettering_on_filter_evaluation_exceptions,json=deadLetteringOnFilterEvaluationExceptions,proto3,oneof" json:"dead_lettering_on_filter_evaluation_exceptions,omitempty"`
 	unknownFields                             protoimpl.UnknownFields
 	sizeCache                                 protoimpl.SizeCache
 }
@@ -326,8 +327,8 @@ func (x *QueueProperties) GetEnablePartitioning() bool {
 }
 
 func (x *QueueProperties) GetDeadLetteringOnFilterEvaluationExceptions() bool {
-	if x != nil {
-		return x.DeadLetteringOnFilterEvaluationExceptions
+	if x != nil && x.DeadLetteringOnFilterEvaluationExceptions != nil {
+		return *x.DeadLetteringOnFilterEvaluationExceptions
 	}
 	return false
 }
@@ -2913,7 +2914,7 @@ var File_placementpb_placement_proto protoreflect.FileDescriptor
 
 const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
-	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xb9\x06\n" +
+	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xf1\x06\n" +
 	"\x0fQueueProperties\x12(\n" +
 	"\x10lock_duration_ms\x18\x01 \x01(\x03R\x0elockDurationMs\x12,\n" +
 	"\x12max_delivery_count\x18\x02 \x01(\rR\x10maxDeliveryCount\x123\n" +
@@ -2929,8 +2930,9 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
 	"forward_to\x18\v \x01(\tR\tforwardTo\x12H\n" +
 	"!forward_dead_lettered_messages_to\x18\f \x01(\tR\x1dforwardDeadLetteredMessagesTo\x12/\n" +
-	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\x12a\n" +
-	".dead_lettering_on_filter_evaluation_exceptions\x18\x1f \x01(\bR)deadLetteringOnFilterEvaluationExceptions\"\xef\x02\n" +
+	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\x12f\n" +
+	".dead_lettering_on_filter_evaluation_exceptions\x18\x1f \x01(\bH\x00R)deadLetteringOnFilterEvaluationExceptions\x88\x01\x01B1\n" +
+	"/_dead_lettering_on_filter_evaluation_exceptions\"\xef\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12B\n" +
 	"\n" +
@@ -3304,6 +3306,7 @@ func file_placementpb_placement_proto_init() {
 	if File_placementpb_placement_proto != nil {
 		return
 	}
+	file_placementpb_placement_proto_msgTypes[0].OneofWrappers = []any{}
 	file_placementpb_placement_proto_msgTypes[1].OneofWrappers = []any{
 		(*Rule_SqlFilter)(nil),
 		(*Rule_CorrelationFilter)(nil),

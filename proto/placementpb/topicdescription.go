@@ -43,7 +43,7 @@ type SubscriptionDescription struct {
 	MaxDeliveryCount                          uint32
 	DefaultMessageTimeToLive                  time.Duration
 	DeadLetteringOnMessageExpiration          bool
-	DeadLetteringOnFilterEvaluationExceptions bool
+	DeadLetteringOnFilterEvaluationExceptions *bool // nil: Azure's default, true
 	RequiresSession                           bool
 	ForwardTo                                 string
 	ForwardDeadLetteredMessagesTo             string

@@ -17,10 +17,10 @@ func TestTopicAndSubscriptionDescriptionProperties(t *testing.T) {
 		t.Errorf("topic: %v, want %v", got, want)
 	}
 	sub := SubscriptionDescription{LockDuration: 30 * time.Second, MaxDeliveryCount: 3, DefaultMessageTimeToLive: time.Minute,
-		DeadLetteringOnMessageExpiration: true, DeadLetteringOnFilterEvaluationExceptions: true, RequiresSession: true,
+		DeadLetteringOnMessageExpiration: true, DeadLetteringOnFilterEvaluationExceptions: proto.Bool(false), RequiresSession: true,
 		ForwardTo: "q", ForwardDeadLetteredMessagesTo: "dlq"}
 	want = &QueueProperties{LockDurationMs: 30_000, MaxDeliveryCount: 3, DefaultMessageTtlMs: 60_000,
-		DeadLetteringOnMessageExpiration: true, DeadLetteringOnFilterEvaluationExceptions: true, RequiresSession: true,
+		DeadLetteringOnMessageExpiration: true, DeadLetteringOnFilterEvaluationExceptions: proto.Bool(false), RequiresSession: true,
 		ForwardTo: "q", ForwardDeadLetteredMessagesTo: "dlq"}
 	if got := sub.Properties(); !proto.Equal(got, want) {
 		t.Errorf("subscription: %v, want %v", got, want)

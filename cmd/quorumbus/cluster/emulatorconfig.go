@@ -56,7 +56,7 @@ type emulatorTopicProperties struct {
 
 type emulatorSubscriptionProperties struct {
 	DeadLetteringOnMessageExpiration          bool
-	DeadLetteringOnFilterEvaluationExceptions bool
+	DeadLetteringOnFilterEvaluationExceptions *bool // absent: true
 	DefaultMessageTimeToLive                  string
 	LockDuration                              string
 	MaxDeliveryCount                          uint32
