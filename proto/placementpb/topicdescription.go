@@ -2,8 +2,8 @@ package placementpb
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 )
@@ -151,8 +151,9 @@ func ruleValues(m map[string]any) (map[string]*RuleValue, error) {
 	return out, nil
 }
 
-// NewRuleValue wraps a Go value as a RuleValue. A float64 with no
-// fraction (as JSON decodes every number) becomes a long.
+// NewRuleValue wraps a Go value as a RuleValue. A json.Number (decode
+// with UseNumber) is a long when it is an integer, else a double, as
+// Config.json's numbers mean.
 func NewRuleValue(v any) (*RuleValue, error) {
 	switch x := v.(type) {
 	case string:
@@ -168,14 +169,109 @@ func NewRuleValue(v any) (*RuleValue, error) {
 	case float32:
 		return &RuleValue{Value: &RuleValue_DoubleValue{DoubleValue: float64(x)}}, nil
 	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			return &RuleValue{Value: &RuleValue_LongValue{LongValue: int64(x)}}, nil
-		}
 		return &RuleValue{Value: &RuleValue_DoubleValue{DoubleValue: x}}, nil
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return &RuleValue{Value: &RuleValue_LongValue{LongValue: i}}, nil
+		}
+		f, err := x.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("number %s: %w", x, err)
+		}
+		return &RuleValue{Value: &RuleValue_DoubleValue{DoubleValue: f}}, nil
 	case time.Time:
 		return &RuleValue{Value: &RuleValue_TimestampMs{TimestampMs: x.UnixMilli()}}, nil
 	case time.Duration:
 		return &RuleValue{Value: &RuleValue_DurationMs{DurationMs: x.Milliseconds()}}, nil
 	}
 	return nil, fmt.Errorf("a value of type %T cannot be a rule value (string, bool, number, time or duration)", v)
+}
+
+// TopicDescriptionOf is the inverse of TopicDescription.Properties.
+func TopicDescriptionOf(p *QueueProperties) TopicDescription {
+	return TopicDescription{
+		DefaultMessageTimeToLive:            time.Duration(p.GetDefaultMessageTtlMs()) * time.Millisecond,
+		RequiresDuplicateDetection:          p.GetRequiresDuplicateDetection(),
+		DuplicateDetectionHistoryTimeWindow: time.Duration(p.GetDuplicateDetectionWindowMs()) * time.Millisecond,
+		MaxSizeInMegabytes:                  p.GetMaxSizeInMegabytes(),
+		MaxMessageSizeInKilobytes:           p.GetMaxMessageSizeInKilobytes(),
+		PartitionCount:                      p.GetPartitionCount(),
+		EnablePartitioning:                  p.GetEnablePartitioning(),
+	}
+}
+
+// SubscriptionDescriptionOf is the inverse of
+// SubscriptionDescription.Properties.
+func SubscriptionDescriptionOf(p *QueueProperties) SubscriptionDescription {
+	d := SubscriptionDescription{
+		LockDuration:                     time.Duration(p.GetLockDurationMs()) * time.Millisecond,
+		MaxDeliveryCount:                 p.GetMaxDeliveryCount(),
+		DefaultMessageTimeToLive:         time.Duration(p.GetDefaultMessageTtlMs()) * time.Millisecond,
+		DeadLetteringOnMessageExpiration: p.GetDeadLetteringOnMessageExpiration(),
+		RequiresSession:                  p.GetRequiresSession(),
+		ForwardTo:                        p.GetForwardTo(),
+		ForwardDeadLetteredMessagesTo:    p.GetForwardDeadLetteredMessagesTo(),
+	}
+	if p.DeadLetteringOnFilterEvaluationExceptions != nil {
+		v := *p.DeadLetteringOnFilterEvaluationExceptions
+		d.DeadLetteringOnFilterEvaluationExceptions = &v
+	}
+	return d
+}
+
+// RuleDescriptionOf is the inverse of RuleDescription.Rule: what the admin
+// API and Config.json show of a stored rule. Values come back as string,
+// int64, float64, bool, time.Time (UTC) and time.Duration.
+func RuleDescriptionOf(r *Rule) RuleDescription {
+	d := RuleDescription{Name: r.GetName()}
+	switch f := r.GetFilter().(type) {
+	case *Rule_SqlFilter:
+		d.FilterType = "Sql"
+		d.SqlExpression = f.SqlFilter.GetExpression()
+		d.SqlParameters = RuleValuesOf(f.SqlFilter.GetParameters())
+	case *Rule_CorrelationFilter:
+		c := f.CorrelationFilter
+		d.FilterType = "Correlation"
+		d.Correlation = CorrelationDescription{
+			CorrelationID: c.CorrelationId, MessageID: c.MessageId, To: c.To, ReplyTo: c.ReplyTo,
+			Subject: c.Subject, SessionID: c.SessionId, ReplyToSessionID: c.ReplyToSessionId,
+			ContentType: c.ContentType, Properties: RuleValuesOf(c.Properties),
+		}
+	case *Rule_TrueFilter:
+		d.FilterType = "True"
+	case *Rule_FalseFilter:
+		d.FilterType = "False"
+	}
+	if a := r.GetAction(); a != nil {
+		d.ActionExpression = a.GetExpression()
+		d.ActionParameters = RuleValuesOf(a.GetParameters())
+	}
+	return d
+}
+
+// RuleValuesOf turns stored rule values back into Go values.
+func RuleValuesOf(m map[string]*RuleValue) map[string]any {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch x := v.GetValue().(type) {
+		case *RuleValue_StringValue:
+			out[k] = x.StringValue
+		case *RuleValue_LongValue:
+			out[k] = x.LongValue
+		case *RuleValue_DoubleValue:
+			out[k] = x.DoubleValue
+		case *RuleValue_BoolValue:
+			out[k] = x.BoolValue
+		case *RuleValue_TimestampMs:
+			out[k] = time.UnixMilli(x.TimestampMs).UTC()
+		case *RuleValue_DurationMs:
+			out[k] = time.Duration(x.DurationMs) * time.Millisecond
+		default:
+			out[k] = nil
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package placementpb
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -25,6 +26,12 @@ func TestTopicAndSubscriptionDescriptionProperties(t *testing.T) {
 	if got := sub.Properties(); !proto.Equal(got, want) {
 		t.Errorf("subscription: %v, want %v", got, want)
 	}
+	if back := TopicDescriptionOf(topic.Properties()); back != topic {
+		t.Errorf("topic round trip: %+v, want %+v", back, topic)
+	}
+	if back := SubscriptionDescriptionOf(sub.Properties()); !proto.Equal(back.Properties(), sub.Properties()) {
+		t.Errorf("subscription round trip: %+v, want %+v", back, sub)
+	}
 }
 
 func TestRuleDescription(t *testing.T) {
@@ -34,16 +41,17 @@ func TestRuleDescription(t *testing.T) {
 		want *Rule
 		bad  bool
 	}{
-		{d: RuleDescription{Name: "s", FilterType: "Sql", SqlExpression: "a = @p", SqlParameters: map[string]any{"@p": 3.0},
+		{d: RuleDescription{Name: "s", FilterType: "Sql", SqlExpression: "a = @p", SqlParameters: map[string]any{"@p": json.Number("3")},
 			ActionExpression: "SET b = @q", ActionParameters: map[string]any{"@q": "x"}},
 			want: &Rule{Name: "s", Filter: &Rule_SqlFilter{SqlFilter: &SqlFilter{Expression: "a = @p",
 				Parameters: map[string]*RuleValue{"@p": {Value: &RuleValue_LongValue{LongValue: 3}}}}},
 				Action: &SqlRuleAction{Expression: "SET b = @q", Parameters: map[string]*RuleValue{"@q": {Value: &RuleValue_StringValue{StringValue: "x"}}}}}},
 		{d: RuleDescription{Name: "c", FilterType: "correlation", Correlation: CorrelationDescription{
-			CorrelationID: "id", Label: "l", Properties: map[string]any{"f": 1.5, "b": true, "t": at, "d": time.Second}}},
+			CorrelationID: "id", Label: "l", Properties: map[string]any{"f": 1.5, "two": 2.0, "big": json.Number("1e3"), "b": true, "t": at, "d": time.Second}}},
 			want: &Rule{Name: "c", Filter: &Rule_CorrelationFilter{CorrelationFilter: &CorrelationFilter{CorrelationId: "id", Subject: "l",
 				Properties: map[string]*RuleValue{
 					"f": {Value: &RuleValue_DoubleValue{DoubleValue: 1.5}}, "b": {Value: &RuleValue_BoolValue{BoolValue: true}},
+					"two": {Value: &RuleValue_DoubleValue{DoubleValue: 2}}, "big": {Value: &RuleValue_DoubleValue{DoubleValue: 1000}},
 					"t": {Value: &RuleValue_TimestampMs{TimestampMs: 1_700_000_000_000}}, "d": {Value: &RuleValue_DurationMs{DurationMs: 1000}},
 				}}}}},
 		{d: RuleDescription{Name: "t", FilterType: "TrueFilter"}, want: &Rule{Name: "t", Filter: &Rule_TrueFilter{TrueFilter: true}}},
@@ -61,6 +69,10 @@ func TestRuleDescription(t *testing.T) {
 		}
 		if err != nil || !proto.Equal(got, tc.want) {
 			t.Errorf("%+v: %v, %v; want %v", tc.d, got, err, tc.want)
+			continue
+		}
+		if again, err := RuleDescriptionOf(got).Rule(); err != nil || !proto.Equal(again, got) {
+			t.Errorf("%v described as %+v, which gives %v, %v", got, RuleDescriptionOf(got), again, err)
 		}
 	}
 }

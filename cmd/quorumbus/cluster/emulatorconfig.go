@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -122,8 +124,13 @@ func LoadEmulatorConfig(path string) ([]QueueSpec, error) {
 		return nil, err
 	}
 	var cfg emulatorConfig
-	if err := json.Unmarshal(data, &cfg); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // rule values: 3 is a long, 3.5 a double
+	if err := dec.Decode(&cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%s: data after the configuration", path)
 	}
 	var out []QueueSpec
 	for _, ns := range cfg.UserConfig.Namespaces {
