@@ -13,8 +13,12 @@ import (
 // subscription's: <topic>/Subscriptions/<name>, as the SDKs address it.
 const subscriptionsSegment = "Subscriptions"
 
-// MaxSubscriptions is Azure's limit of subscriptions per topic.
-const MaxSubscriptions = 2000
+// Azure's limits of subscriptions: per topic, and the length of a
+// subscription's own name (the last segment of its entity name).
+const (
+	MaxSubscriptions          = 2000
+	MaxSubscriptionNameLength = 50
+)
 
 // SubscriptionName is the entity name of subscription sub of topic.
 func SubscriptionName(topic, sub string) string {
@@ -112,9 +116,12 @@ func (s *State) checkPlacement(c *pb.CreateEntityCommand, props *pb.QueuePropert
 		}
 		return nil
 	}
-	topicName, _, ok := SplitSubscriptionName(c.Name)
+	topicName, subName, ok := SplitSubscriptionName(c.Name)
 	if !ok {
 		return fmt.Errorf("%w: %q: a subscription is named <topic>/%s/<name>", ErrInvalidName, c.Name, subscriptionsSegment)
+	}
+	if len(subName) > MaxSubscriptionNameLength {
+		return fmt.Errorf("%w: subscription name %q: at most %d characters", ErrInvalidName, subName, MaxSubscriptionNameLength)
 	}
 	topic := s.byName(topicName)
 	if topic == nil || topic.Kind != pb.EntityKind_ENTITY_KIND_TOPIC {
