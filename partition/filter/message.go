@@ -42,7 +42,9 @@ func (u UUID) String() string {
 // Properties holds application properties with AMQP simple types: nil,
 // string, bool, int, int8..int64, uint, uint8..uint64, float32, float64,
 // Timestamp, Duration, UUID and []byte, or named types over a string,
-// bool or number (read as that). Values of other types (a time.Time
+// bool or number (read as that). The caller converts AMQP's decimal32,
+// decimal64 and decimal128 to float64 (Azure compares decimals as
+// doubles) and its timestamps to Timestamp. Values of other types (a time.Time
 // must be given as a Timestamp) are present (EXISTS is true) but compare
 // as unknown with everything.
 type Message struct {
