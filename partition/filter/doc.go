@@ -39,6 +39,12 @@
 // raises a filter exception for these, and a subscription with
 // DeadLetteringOnFilterEvaluationExceptions dead-letters the copy.
 //
+// Functions and parameters: newid() returns a fresh UUID (actions only);
+// property(name) and its short form p(name) read the property a string
+// names at run time ("sys.Label", "user.x" or "x"). @name is a parameter
+// of the rule, bound when it compiles (SqlFilter.Parameters); a LIKE
+// pattern or ESCAPE may be one.
+//
 // Strings compare ordinally (byte-wise on UTF-8, which is code-point order)
 // and case-sensitively, for =, <> and the orderings; LIKE is case-sensitive.
 //

@@ -60,6 +60,13 @@ func eval3(t *testing.T, text string, m *Message) outcome {
 	return ""
 }
 
+// asSyntaxError reports whether err is a *SyntaxError.
+func asSyntaxError(err error) (*SyntaxError, bool) {
+	var se *SyntaxError
+	ok := errors.As(err, &se)
+	return se, ok
+}
+
 var testParams = map[string]any{"@color": "red", "limit": int32(10), "@pattern": "ab%"}
 
 type (

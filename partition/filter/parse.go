@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -533,11 +532,4 @@ func parseCondition(text string, params map[string]any, lim limits) (node, error
 		return nil, err
 	}
 	return n, nil
-}
-
-// asSyntaxError reports whether err is a *SyntaxError, for tests.
-func asSyntaxError(err error) (*SyntaxError, bool) {
-	var se *SyntaxError
-	ok := errors.As(err, &se)
-	return se, ok
 }
