@@ -189,6 +189,12 @@ func (c *conn) lookup(addr string) (*placementpb.Entity, string, error) {
 	if err != nil {
 		return nil, "", errFailure(err).amqpError(name)
 	}
+	if e.Kind != placementpb.EntityKind_ENTITY_KIND_QUEUE {
+		// Topics and subscriptions exist in the catalog (issue 21), but
+		// the fan-out and subscription receive do not yet: refuse them
+		// rather than treat them as queues.
+		return nil, "", failNotImpl.amqpError("sending to topics and receiving from subscriptions: " + name)
+	}
 	return e, sub, nil
 }
 

@@ -115,6 +115,12 @@ func (s *Service) createEntity(ctx context.Context, req *pb.CreateEntityRequest)
 	if err := catalog.CheckName(req.Name); err != nil {
 		return nil, err
 	}
+	if err := catalog.CheckKindProperties(req.Kind, req.Properties); err != nil {
+		return nil, err
+	}
+	if req.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		return s.createSubscription(ctx, req)
+	}
 	props, err := catalog.Normalize(req.Properties)
 	if err != nil {
 		return nil, err
@@ -136,6 +142,7 @@ func (s *Service) createEntity(ctx context.Context, req *pb.CreateEntityRequest)
 	}
 	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_CreateEntity{CreateEntity: &pb.CreateEntityCommand{
 		Name: req.Name, Kind: req.Kind, Properties: props, Status: req.Status, PartitionGroups: assigned,
+		Rules: req.Rules, // the catalog refuses them on anything but a subscription
 	}}})
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ func devCmd(args []string) error {
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
-	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues to create")
+	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues, topics, subscriptions and rules to create")
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")

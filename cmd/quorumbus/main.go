@@ -23,6 +23,9 @@ var subcommands = []subcommand{
 	{"node", "run a storage node (partition groups, placement member)", nodeCmd},
 	{"frontend", "run a stateless AMQP front-end", frontendCmd},
 	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
+	{"topic", "create, list, get or delete topics on a running cluster", topicCmd},
+	{"subscription", "create, list, get or delete a topic's subscriptions", subscriptionCmd},
+	{"rule", "create, list or delete a subscription's rules (SQL, correlation, true/false filters; SQL actions)", ruleCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
 }
 

@@ -120,7 +120,7 @@ func frontendCmd(args []string) error {
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
-	config := fs.String("config", "", "Service Bus emulator Config.json whose queues to create (through placement) before the front-end is ready")
+	config := fs.String("config", "", "Service Bus emulator Config.json whose queues, topics, subscriptions and rules to create (through placement) before the front-end is ready")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	memLimit := memoryLimitFlag(fs)

@@ -79,6 +79,10 @@ func wrap(op proto.Message) *pb.CatalogCommand {
 		cmd.Op = &pb.CatalogCommand_FinishMove{FinishMove: op}
 	case *pb.DrainNodeRequest:
 		cmd.Op = &pb.CatalogCommand_DrainNode{DrainNode: op}
+	case *pb.AddRuleCommand:
+		cmd.Op = &pb.CatalogCommand_AddRule{AddRule: op}
+	case *pb.RemoveRuleCommand:
+		cmd.Op = &pb.CatalogCommand_RemoveRule{RemoveRule: op}
 	default:
 		panic(fmt.Sprintf("no op for %T", op))
 	}

@@ -16,6 +16,9 @@ var (
 	ErrUnknownNode        = errors.New("catalog: unknown node")
 	ErrConflict           = errors.New("catalog: catalog changed since the command was planned")
 	ErrInvalidCommand     = errors.New("catalog: invalid command")
+	ErrInvalidRule        = errors.New("catalog: invalid rule")
+	ErrRuleNameTaken      = errors.New("catalog: rule name taken")
+	ErrRuleNotFound       = errors.New("catalog: rule not found")
 )
 
 // Failures: the entry cannot be applied at all, so the state machine stops

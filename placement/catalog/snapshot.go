@@ -60,7 +60,7 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		}
 		s.entities[e.Id] = proto.Clone(e).(*pb.Entity)
 		s.names[Key(e.Name)] = e.Id
-		if len(e.PartitionGroups) > 1 {
+		if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 			s.partitioned++
 		}
 	}

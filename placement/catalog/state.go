@@ -101,8 +101,17 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 		routes = changed
 	case *pb.CatalogCommand_CompleteTasks:
 		changed = s.completeTasks(op.CompleteTasks)
+	case *pb.CatalogCommand_AddRule:
+		r.Entity, r.Err = s.addRule(index, cmd.NowMs, op.AddRule)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_RemoveRule:
+		r.Entity, r.Err = s.removeRule(index, cmd.NowMs, op.RemoveRule)
+		changed, routes = r.Err == nil, r.Err == nil
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
+	}
+	if r.Entity != nil {
+		r.Entity = s.outward(r.Entity) // as reads show it
 	}
 	r.Index = index
 	s.applied = index
@@ -243,6 +252,9 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	if err := checkKind(c.Kind, c.Status); err != nil {
 		return nil, err
 	}
+	if err := CheckKindProperties(c.Kind, c.Properties); err != nil {
+		return nil, err
+	}
 	props, err := Normalize(c.Properties)
 	if err != nil {
 		return nil, err
@@ -252,6 +264,16 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	}
 	if _, ok := s.names[Key(c.Name)]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrNameTaken, c.Name)
+	}
+	if err := s.checkPlacement(c, props); err != nil {
+		return nil, err
+	}
+	subscriptionDefaults(c.Kind, props)
+	var rules []*pb.Rule
+	if c.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		if rules, err = checkRules(c.Rules, now); err != nil {
+			return nil, err
+		}
 	}
 	if len(c.PartitionGroups) != int(props.PartitionCount) {
 		return nil, fmt.Errorf("%w: %d partitions but %d partition groups", ErrInvalidCommand, props.PartitionCount, len(c.PartitionGroups))
@@ -264,7 +286,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	if len(s.entities) >= MaxEntities {
 		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyEntities, MaxEntities)
 	}
-	if props.PartitionCount > 1 && s.partitioned >= MaxPartitionedEntities {
+	if countsAsPartitioned(c.Kind, props.PartitionCount) && s.partitioned >= MaxPartitionedEntities {
 		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyPartitioned, MaxPartitionedEntities)
 	}
 
@@ -277,11 +299,12 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 		PartitionGroups: slices.Clone(c.PartitionGroups),
 		CreatedAtMs:     now,
 		UpdatedAtMs:     now,
+		Rules:           rules,
 	}
 	s.nextEntityID++
 	s.entities[e.Id] = e
 	s.names[Key(e.Name)] = e.Id
-	if props.PartitionCount > 1 {
+	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
@@ -296,12 +319,16 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 	if err := checkKind(e.Kind, c.Status); err != nil {
 		return nil, err
 	}
+	if err := CheckKindProperties(e.Kind, c.Properties); err != nil {
+		return nil, err
+	}
 	props := e.Properties
 	if c.Properties != nil {
 		var err error
 		if props, err = mergeUpdate(e.Properties, c.Properties); err != nil {
 			return nil, err
 		}
+		subscriptionDefaults(e.Kind, props)
 		if err := checkForwarding(e.Name, props); err != nil {
 			return nil, err
 		}
@@ -318,13 +345,28 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 	if e == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, c.Name)
 	}
+	if e.Kind == pb.EntityKind_ENTITY_KIND_TOPIC {
+		for _, sub := range s.subscriptionsOf(e) {
+			s.remove(index, sub)
+		}
+	}
+	s.remove(index, e)
+	return nil
+}
+
+func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
-	if len(e.PartitionGroups) > 1 {
+	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_DELETE, index)
-	return nil
+}
+
+// countsAsPartitioned: the namespace's limit of partitioned entities
+// counts queues and topics; a subscription shares its topic's partitions.
+func countsAsPartitioned(kind pb.EntityKind, partitions uint32) bool {
+	return partitions > 1 && kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION
 }
 
 // setTasks makes one task of the given kind per partition of e, replacing
@@ -435,7 +477,7 @@ func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
 			list = append(list, e)
 		}
 	}
-	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
+	sortEntities(list)
 	if skip >= len(list) {
 		return nil
 	}
@@ -518,6 +560,10 @@ func (s *State) Table() *pb.RoutingTable {
 		Groups:   s.Groups(),
 		Nodes:    s.Nodes(),
 	}
+}
+
+func sortEntities(list []*pb.Entity) {
+	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
 }
 
 func compareTasks(a, b *pb.PartitionTask) int {

@@ -31,6 +31,8 @@ const (
 	PlacementService_WatchRoutes_FullMethodName  = "/quorumbus.placement.v1.PlacementService/WatchRoutes"
 	PlacementService_ReportGroups_FullMethodName = "/quorumbus.placement.v1.PlacementService/ReportGroups"
 	PlacementService_DrainNode_FullMethodName    = "/quorumbus.placement.v1.PlacementService/DrainNode"
+	PlacementService_AddRule_FullMethodName      = "/quorumbus.placement.v1.PlacementService/AddRule"
+	PlacementService_RemoveRule_FullMethodName   = "/quorumbus.placement.v1.PlacementService/RemoveRule"
 )
 
 // PlacementServiceClient is the client API for PlacementService service.
@@ -49,6 +51,10 @@ type PlacementServiceClient interface {
 	// DrainNode starts (or, with draining false, stops) moving every replica
 	// off a storage node.
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error)
+	// AddRule adds a rule to a subscription; RemoveRule removes one. The
+	// rules are read with GetEntity.
+	AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error)
+	RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error)
 }
 
 type placementServiceClient struct {
@@ -148,6 +154,26 @@ func (c *placementServiceClient) DrainNode(ctx context.Context, in *DrainNodeReq
 	return out, nil
 }
 
+func (c *placementServiceClient) AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rule)
+	err := c.cc.Invoke(ctx, PlacementService_AddRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveRuleResponse)
+	err := c.cc.Invoke(ctx, PlacementService_RemoveRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PlacementServiceServer is the server API for PlacementService service.
 // All implementations must embed UnimplementedPlacementServiceServer
 // for forward compatibility.
@@ -164,6 +190,10 @@ type PlacementServiceServer interface {
 	// DrainNode starts (or, with draining false, stops) moving every replica
 	// off a storage node.
 	DrainNode(context.Context, *DrainNodeRequest) (*Node, error)
+	// AddRule adds a rule to a subscription; RemoveRule removes one. The
+	// rules are read with GetEntity.
+	AddRule(context.Context, *AddRuleRequest) (*Rule, error)
+	RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error)
 	mustEmbedUnimplementedPlacementServiceServer()
 }
 
@@ -197,6 +227,12 @@ func (UnimplementedPlacementServiceServer) ReportGroups(context.Context, *Report
 }
 func (UnimplementedPlacementServiceServer) DrainNode(context.Context, *DrainNodeRequest) (*Node, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
+}
+func (UnimplementedPlacementServiceServer) AddRule(context.Context, *AddRuleRequest) (*Rule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveRule not implemented")
 }
 func (UnimplementedPlacementServiceServer) mustEmbedUnimplementedPlacementServiceServer() {}
 func (UnimplementedPlacementServiceServer) testEmbeddedByValue()                          {}
@@ -356,6 +392,42 @@ func _PlacementService_DrainNode_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_AddRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).AddRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_AddRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).AddRule(ctx, req.(*AddRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_RemoveRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).RemoveRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_RemoveRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).RemoveRule(ctx, req.(*RemoveRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PlacementService_ServiceDesc is the grpc.ServiceDesc for PlacementService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -390,6 +462,14 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainNode",
 			Handler:    _PlacementService_DrainNode_Handler,
+		},
+		{
+			MethodName: "AddRule",
+			Handler:    _PlacementService_AddRule_Handler,
+		},
+		{
+			MethodName: "RemoveRule",
+			Handler:    _PlacementService_RemoveRule_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -79,6 +79,15 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/",
 	},
 	{
+		// partition/filter falls under "partition is pure" too; this rule
+		// is stricter.
+		name:    "the filter language is pure",
+		pkgs:    []string{our("partition/filter/...")},
+		stdOnly: true,
+		direct:  []string{"time", "net/...", "os/...", "math/rand/...", "crypto/rand", "sync/..."},
+		reason:  "partition/filter compiles and evaluates rules; every replica must decide the same for the same message and rule, so it reads nothing but the message and the rule, and newid() takes an injected source",
+	},
+	{
 		name:    "the placement planner is pure",
 		pkgs:    []string{our("placement/planner/...")},
 		stdOnly: true,

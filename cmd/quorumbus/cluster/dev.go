@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -162,9 +163,12 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	return c, nil
 }
 
-// CreateQueues creates queues through any placement member, waiting for
-// the meta group to elect a leader first. Queues that exist are left as
-// they are, so that a restart with the same --config is harmless.
+// CreateQueues creates queues, topics and subscriptions (in the order
+// given: a topic before its subscriptions) through any placement member,
+// waiting for the meta group to elect a leader first. Entities that exist
+// are left as they are, so that a restart with the same --config is
+// harmless. A request the catalog refuses (a filter that does not parse)
+// fails at once.
 func CreateQueues(ctx context.Context, placementAddrs []string, queues []QueueSpec, log *slog.Logger) error {
 	client, closeFn, err := DialPlacement(placementAddrs[0])
 	if err != nil {
@@ -175,19 +179,31 @@ func CreateQueues(ctx context.Context, placementAddrs []string, queues []QueueSp
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := client.CreateEntity(cctx, &placementpb.CreateEntityRequest{Name: q.Name, Properties: q.Props})
+			_, err := client.CreateEntity(cctx, &placementpb.CreateEntityRequest{Name: q.Name, Kind: q.Kind, Properties: q.Props, Rules: q.Rules})
 			cancel()
+			kind := strings.ToLower(strings.TrimPrefix(q.Kind.String(), "ENTITY_KIND_"))
 			if err == nil || IsAlreadyExists(err) {
-				log.Info("queue ready", "queue", q.Name)
+				log.Info(kind+" ready", kind, q.Name)
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("create queue %s: %w", q.Name, err)
+			if !retriable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("create %s %s: %w", kind, q.Name, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	return nil
+}
+
+// retriable reports whether a refused creation may succeed later (the
+// meta group electing, a plan that met a changed catalog), rather than
+// being wrong in itself.
+func retriable(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.ResourceExhausted:
+		return false
+	}
+	return true
 }
 
 func (c *Dev) Close() error {
