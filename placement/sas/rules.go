@@ -18,6 +18,12 @@ const (
 	DevKey     = "SAS_KEY_VALUE"
 )
 
+// DevRule is the emulator's rule: Manage (with Listen and Send) on the
+// whole namespace, key DevKey. Only `quorumbus dev` and tests serve it.
+func DevRule() Rule {
+	return Rule{Name: DevKeyName, Rights: Listen | Send | Manage, PrimaryKey: DevKey}
+}
+
 // MaxNameLength bounds rule names (the admin API's limit) and MaxKeyLength
 // their keys (Azure's are 44 characters of base64; room for longer ones).
 const (
@@ -229,6 +235,14 @@ func (rs *Ruleset) Authenticate(name, key string) (Claim, error) {
 		}
 	}
 	return Claim{}, ErrSignature
+}
+
+// AudiencePath returns the normalized entity path of an audience URI such
+// as "amqps://host/queue/$management" (lowercase, no leading or trailing
+// '/'; "" for the namespace).
+func AudiencePath(aud string) (string, error) {
+	_, path, err := splitAudience(aud)
+	return path, err
 }
 
 // splitAudience splits "scheme://host[:port]/path" into the host and the
