@@ -35,6 +35,10 @@ var grpcCodes = []struct {
 	{catalog.ErrTooManyPartitioned, codes.ResourceExhausted},
 	{catalog.ErrInvalidName, codes.InvalidArgument},
 	{catalog.ErrInvalidProperties, codes.InvalidArgument},
+	{catalog.ErrInvalidRule, codes.InvalidArgument},
+	{catalog.ErrRuleExists, codes.AlreadyExists},
+	{catalog.ErrRuleNotFound, codes.NotFound},
+	{catalog.ErrTooManyRules, codes.ResourceExhausted},
 	// The plan was made against a catalog that changed before it applied;
 	// trying again plans afresh.
 	{catalog.ErrConflict, codes.Aborted},

@@ -16,6 +16,10 @@ var (
 	ErrUnknownNode        = errors.New("catalog: unknown node")
 	ErrConflict           = errors.New("catalog: catalog changed since the command was planned")
 	ErrInvalidCommand     = errors.New("catalog: invalid command")
+	ErrInvalidRule        = errors.New("catalog: invalid authorization rule")
+	ErrRuleExists         = errors.New("catalog: authorization rule exists")
+	ErrRuleNotFound       = errors.New("catalog: authorization rule not found")
+	ErrTooManyRules       = errors.New("catalog: too many authorization rules")
 )
 
 // Failures: the entry cannot be applied at all, so the state machine stops

@@ -22,6 +22,9 @@ func FuzzApply(f *testing.F) {
 		wrap(&pb.RegisterNodes{Nodes: []*pb.Node{{Id: "n9", Alive: true}}}),
 		wrap(&pb.ReportGroupsRequest{Groups: []*pb.GroupReport{{GroupId: 1, LeaderId: "n2"}}}),
 		wrap(&pb.CompleteTasks{Tasks: []*pb.PartitionTask{{EntityId: 1, Partition: 1, Version: 3}}}),
+		putRule("r", "", 7, false),
+		putRule("r", "a", 1, true),
+		deleteRule("r", "b"),
 	} {
 		data, err := Encode(cmd)
 		if err != nil {
@@ -35,6 +38,7 @@ func FuzzApply(f *testing.F) {
 		a := newApplier(t, 3)
 		a.must(create("a", 3))
 		a.must(create("b", 0))
+		a.must(putRule("r", "b", 2, true))
 		before := a.s.Snapshot()
 		cmd, err := Decode(data)
 		if err != nil {

@@ -604,20 +604,120 @@ func (x *Node) GetAlive() bool {
 	return false
 }
 
-// RoutingTable is the whole catalog as of one meta-group index.
-type RoutingTable struct {
+// AuthorizationRule is a Shared Access Signature rule (placement/sas):
+// whoever knows one of its keys has its rights on the whole namespace
+// (entity empty) or on one queue or topic and what lies below it (a
+// topic's subscriptions inherit its rules). The keys are secrets: they
+// travel to front-ends and gateways in the routing table and never appear
+// in logs.
+type AuthorizationRule struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index it reflects
-	Entities      []*Entity              `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
-	Groups        []*Group               `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
-	Nodes         []*Node                `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Entity        string                 `protobuf:"bytes,2,opt,name=entity,proto3" json:"entity,omitempty"`  // "" for the namespace; lookups ignore case
+	Rights        uint32                 `protobuf:"varint,3,opt,name=rights,proto3" json:"rights,omitempty"` // bits of placement/sas.Rights: 1 Listen, 2 Send, 4 Manage
+	PrimaryKey    string                 `protobuf:"bytes,4,opt,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
+	SecondaryKey  string                 `protobuf:"bytes,5,opt,name=secondary_key,json=secondaryKey,proto3" json:"secondary_key,omitempty"` // optional
+	CreatedAtMs   int64                  `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,7,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *AuthorizationRule) Reset() {
+	*x = AuthorizationRule{}
+	mi := &file_placementpb_placement_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizationRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizationRule) ProtoMessage() {}
+
+func (x *AuthorizationRule) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizationRule.ProtoReflect.Descriptor instead.
+func (*AuthorizationRule) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AuthorizationRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetRights() uint32 {
+	if x != nil {
+		return x.Rights
+	}
+	return 0
+}
+
+func (x *AuthorizationRule) GetPrimaryKey() string {
+	if x != nil {
+		return x.PrimaryKey
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetSecondaryKey() string {
+	if x != nil {
+		return x.SecondaryKey
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *AuthorizationRule) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+// RoutingTable is the whole catalog as of one meta-group index.
+type RoutingTable struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index it reflects
+	Entities []*Entity              `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
+	Groups   []*Group               `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	Nodes    []*Node                `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Field numbers from 40 on belong to the authorization rules.
+	AuthorizationRules []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
 func (x *RoutingTable) Reset() {
 	*x = RoutingTable{}
-	mi := &file_placementpb_placement_proto_msgTypes[5]
+	mi := &file_placementpb_placement_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +729,7 @@ func (x *RoutingTable) String() string {
 func (*RoutingTable) ProtoMessage() {}
 
 func (x *RoutingTable) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[5]
+	mi := &file_placementpb_placement_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +742,7 @@ func (x *RoutingTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingTable.ProtoReflect.Descriptor instead.
 func (*RoutingTable) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{5}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RoutingTable) GetVersion() uint64 {
@@ -673,6 +773,252 @@ func (x *RoutingTable) GetNodes() []*Node {
 	return nil
 }
 
+func (x *RoutingTable) GetAuthorizationRules() []*AuthorizationRule {
+	if x != nil {
+		return x.AuthorizationRules
+	}
+	return nil
+}
+
+type PutAuthorizationRuleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          *AuthorizationRule     `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"` // timestamps are set by the catalog
+	CreateOnly    bool                   `protobuf:"varint,2,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAuthorizationRuleRequest) Reset() {
+	*x = PutAuthorizationRuleRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAuthorizationRuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAuthorizationRuleRequest) ProtoMessage() {}
+
+func (x *PutAuthorizationRuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAuthorizationRuleRequest.ProtoReflect.Descriptor instead.
+func (*PutAuthorizationRuleRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PutAuthorizationRuleRequest) GetRule() *AuthorizationRule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *PutAuthorizationRuleRequest) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+type DeleteAuthorizationRuleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Entity        string                 `protobuf:"bytes,2,opt,name=entity,proto3" json:"entity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAuthorizationRuleRequest) Reset() {
+	*x = DeleteAuthorizationRuleRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAuthorizationRuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAuthorizationRuleRequest) ProtoMessage() {}
+
+func (x *DeleteAuthorizationRuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAuthorizationRuleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteAuthorizationRuleRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DeleteAuthorizationRuleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteAuthorizationRuleRequest) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+type DeleteAuthorizationRuleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAuthorizationRuleResponse) Reset() {
+	*x = DeleteAuthorizationRuleResponse{}
+	mi := &file_placementpb_placement_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAuthorizationRuleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAuthorizationRuleResponse) ProtoMessage() {}
+
+func (x *DeleteAuthorizationRuleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAuthorizationRuleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteAuthorizationRuleResponse) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{9}
+}
+
+// ListAuthorizationRules lists the rules of one entity, or of the
+// namespace when entity is empty, ordered by name; all_scopes lists every
+// rule of the catalog.
+type ListAuthorizationRulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entity        string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
+	AllScopes     bool                   `protobuf:"varint,2,opt,name=all_scopes,json=allScopes,proto3" json:"all_scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuthorizationRulesRequest) Reset() {
+	*x = ListAuthorizationRulesRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuthorizationRulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuthorizationRulesRequest) ProtoMessage() {}
+
+func (x *ListAuthorizationRulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuthorizationRulesRequest.ProtoReflect.Descriptor instead.
+func (*ListAuthorizationRulesRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListAuthorizationRulesRequest) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *ListAuthorizationRulesRequest) GetAllScopes() bool {
+	if x != nil {
+		return x.AllScopes
+	}
+	return false
+}
+
+type ListAuthorizationRulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*AuthorizationRule   `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuthorizationRulesResponse) Reset() {
+	*x = ListAuthorizationRulesResponse{}
+	mi := &file_placementpb_placement_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuthorizationRulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuthorizationRulesResponse) ProtoMessage() {}
+
+func (x *ListAuthorizationRulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuthorizationRulesResponse.ProtoReflect.Descriptor instead.
+func (*ListAuthorizationRulesResponse) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListAuthorizationRulesResponse) GetRules() []*AuthorizationRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
 type CreateEntityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -685,7 +1031,7 @@ type CreateEntityRequest struct {
 
 func (x *CreateEntityRequest) Reset() {
 	*x = CreateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[6]
+	mi := &file_placementpb_placement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +1043,7 @@ func (x *CreateEntityRequest) String() string {
 func (*CreateEntityRequest) ProtoMessage() {}
 
 func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[6]
+	mi := &file_placementpb_placement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +1056,7 @@ func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityRequest.ProtoReflect.Descriptor instead.
 func (*CreateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{6}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateEntityRequest) GetName() string {
@@ -752,7 +1098,7 @@ type UpdateEntityRequest struct {
 
 func (x *UpdateEntityRequest) Reset() {
 	*x = UpdateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[7]
+	mi := &file_placementpb_placement_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +1110,7 @@ func (x *UpdateEntityRequest) String() string {
 func (*UpdateEntityRequest) ProtoMessage() {}
 
 func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[7]
+	mi := &file_placementpb_placement_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +1123,7 @@ func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{7}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateEntityRequest) GetName() string {
@@ -810,7 +1156,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[8]
+	mi := &file_placementpb_placement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1168,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[8]
+	mi := &file_placementpb_placement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1181,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{8}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteEntityRequest) GetName() string {
@@ -853,7 +1199,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[9]
+	mi := &file_placementpb_placement_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1211,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[9]
+	mi := &file_placementpb_placement_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1224,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{9}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{15}
 }
 
 type GetEntityRequest struct {
@@ -890,7 +1236,7 @@ type GetEntityRequest struct {
 
 func (x *GetEntityRequest) Reset() {
 	*x = GetEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[10]
+	mi := &file_placementpb_placement_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1248,7 @@ func (x *GetEntityRequest) String() string {
 func (*GetEntityRequest) ProtoMessage() {}
 
 func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[10]
+	mi := &file_placementpb_placement_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1261,7 @@ func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEntityRequest.ProtoReflect.Descriptor instead.
 func (*GetEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{10}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetEntityRequest) GetName() string {
@@ -937,7 +1283,7 @@ type ListEntitiesRequest struct {
 
 func (x *ListEntitiesRequest) Reset() {
 	*x = ListEntitiesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[11]
+	mi := &file_placementpb_placement_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1295,7 @@ func (x *ListEntitiesRequest) String() string {
 func (*ListEntitiesRequest) ProtoMessage() {}
 
 func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[11]
+	mi := &file_placementpb_placement_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1308,7 @@ func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListEntitiesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{11}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListEntitiesRequest) GetKind() EntityKind {
@@ -995,7 +1341,7 @@ type ListEntitiesResponse struct {
 
 func (x *ListEntitiesResponse) Reset() {
 	*x = ListEntitiesResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[12]
+	mi := &file_placementpb_placement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1353,7 @@ func (x *ListEntitiesResponse) String() string {
 func (*ListEntitiesResponse) ProtoMessage() {}
 
 func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[12]
+	mi := &file_placementpb_placement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1366,7 @@ func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListEntitiesResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{12}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListEntitiesResponse) GetEntities() []*Entity {
@@ -1041,7 +1387,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[13]
+	mi := &file_placementpb_placement_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1399,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[13]
+	mi := &file_placementpb_placement_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1412,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{13}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchRoutesRequest) GetAfterVersion() uint64 {
@@ -1087,7 +1433,7 @@ type GroupReport struct {
 
 func (x *GroupReport) Reset() {
 	*x = GroupReport{}
-	mi := &file_placementpb_placement_proto_msgTypes[14]
+	mi := &file_placementpb_placement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1445,7 @@ func (x *GroupReport) String() string {
 func (*GroupReport) ProtoMessage() {}
 
 func (x *GroupReport) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[14]
+	mi := &file_placementpb_placement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1458,7 @@ func (x *GroupReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReport.ProtoReflect.Descriptor instead.
 func (*GroupReport) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{14}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GroupReport) GetGroupId() uint64 {
@@ -1146,7 +1492,7 @@ type ReportGroupsRequest struct {
 
 func (x *ReportGroupsRequest) Reset() {
 	*x = ReportGroupsRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[15]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1504,7 @@ func (x *ReportGroupsRequest) String() string {
 func (*ReportGroupsRequest) ProtoMessage() {}
 
 func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[15]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1517,7 @@ func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ReportGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{15}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportGroupsRequest) GetNodeId() string {
@@ -1196,7 +1542,7 @@ type ReportGroupsResponse struct {
 
 func (x *ReportGroupsResponse) Reset() {
 	*x = ReportGroupsResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[16]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1554,7 @@ func (x *ReportGroupsResponse) String() string {
 func (*ReportGroupsResponse) ProtoMessage() {}
 
 func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[16]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1567,7 @@ func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ReportGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
 }
 
 type CatalogCommand struct {
@@ -1236,6 +1582,8 @@ type CatalogCommand struct {
 	//	*CatalogCommand_DeleteEntity
 	//	*CatalogCommand_ReportGroups
 	//	*CatalogCommand_CompleteTasks
+	//	*CatalogCommand_PutAuthorizationRule
+	//	*CatalogCommand_DeleteAuthorizationRule
 	Op            isCatalogCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1243,7 +1591,7 @@ type CatalogCommand struct {
 
 func (x *CatalogCommand) Reset() {
 	*x = CatalogCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[17]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1603,7 @@ func (x *CatalogCommand) String() string {
 func (*CatalogCommand) ProtoMessage() {}
 
 func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[17]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1616,7 @@ func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogCommand.ProtoReflect.Descriptor instead.
 func (*CatalogCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CatalogCommand) GetNowMs() int64 {
@@ -1348,6 +1696,24 @@ func (x *CatalogCommand) GetCompleteTasks() *CompleteTasks {
 	return nil
 }
 
+func (x *CatalogCommand) GetPutAuthorizationRule() *PutAuthorizationRuleCommand {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_PutAuthorizationRule); ok {
+			return x.PutAuthorizationRule
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetDeleteAuthorizationRule() *DeleteAuthorizationRuleRequest {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_DeleteAuthorizationRule); ok {
+			return x.DeleteAuthorizationRule
+		}
+	}
+	return nil
+}
+
 type isCatalogCommand_Op interface {
 	isCatalogCommand_Op()
 }
@@ -1380,6 +1746,15 @@ type CatalogCommand_CompleteTasks struct {
 	CompleteTasks *CompleteTasks `protobuf:"bytes,8,opt,name=complete_tasks,json=completeTasks,proto3,oneof"`
 }
 
+type CatalogCommand_PutAuthorizationRule struct {
+	// Field numbers from 40 on belong to the authorization rules.
+	PutAuthorizationRule *PutAuthorizationRuleCommand `protobuf:"bytes,40,opt,name=put_authorization_rule,json=putAuthorizationRule,proto3,oneof"`
+}
+
+type CatalogCommand_DeleteAuthorizationRule struct {
+	DeleteAuthorizationRule *DeleteAuthorizationRuleRequest `protobuf:"bytes,41,opt,name=delete_authorization_rule,json=deleteAuthorizationRule,proto3,oneof"`
+}
+
 func (*CatalogCommand_RegisterNodes) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_CreateGroups) isCatalogCommand_Op() {}
@@ -1394,6 +1769,65 @@ func (*CatalogCommand_ReportGroups) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_CompleteTasks) isCatalogCommand_Op() {}
 
+func (*CatalogCommand_PutAuthorizationRule) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_DeleteAuthorizationRule) isCatalogCommand_Op() {}
+
+// PutAuthorizationRuleCommand creates or replaces a rule; with create_only
+// an existing rule of that name and scope is a rejection. An entity rule
+// needs its entity, and goes when the entity is deleted.
+type PutAuthorizationRuleCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          *AuthorizationRule     `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	CreateOnly    bool                   `protobuf:"varint,2,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAuthorizationRuleCommand) Reset() {
+	*x = PutAuthorizationRuleCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAuthorizationRuleCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAuthorizationRuleCommand) ProtoMessage() {}
+
+func (x *PutAuthorizationRuleCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAuthorizationRuleCommand.ProtoReflect.Descriptor instead.
+func (*PutAuthorizationRuleCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PutAuthorizationRuleCommand) GetRule() *AuthorizationRule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *PutAuthorizationRuleCommand) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
 // RegisterNodes adds storage nodes to the catalog or updates them (address,
 // zone, alive). Nodes are never removed by this command.
 type RegisterNodes struct {
@@ -1405,7 +1839,7 @@ type RegisterNodes struct {
 
 func (x *RegisterNodes) Reset() {
 	*x = RegisterNodes{}
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1851,7 @@ func (x *RegisterNodes) String() string {
 func (*RegisterNodes) ProtoMessage() {}
 
 func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1864,7 @@ func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodes.ProtoReflect.Descriptor instead.
 func (*RegisterNodes) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterNodes) GetNodes() []*Node {
@@ -1454,7 +1888,7 @@ type CreateGroups struct {
 
 func (x *CreateGroups) Reset() {
 	*x = CreateGroups{}
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1900,7 @@ func (x *CreateGroups) String() string {
 func (*CreateGroups) ProtoMessage() {}
 
 func (x *CreateGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1913,7 @@ func (x *CreateGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroups.ProtoReflect.Descriptor instead.
 func (*CreateGroups) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateGroups) GetExpectedGroups() uint64 {
@@ -1505,7 +1939,7 @@ type NewGroup struct {
 
 func (x *NewGroup) Reset() {
 	*x = NewGroup{}
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1951,7 @@ func (x *NewGroup) String() string {
 func (*NewGroup) ProtoMessage() {}
 
 func (x *NewGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1964,7 @@ func (x *NewGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewGroup.ProtoReflect.Descriptor instead.
 func (*NewGroup) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NewGroup) GetReplicas() []*Replica {
@@ -1555,7 +1989,7 @@ type CreateEntityCommand struct {
 
 func (x *CreateEntityCommand) Reset() {
 	*x = CreateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +2001,7 @@ func (x *CreateEntityCommand) String() string {
 func (*CreateEntityCommand) ProtoMessage() {}
 
 func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +2014,7 @@ func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityCommand.ProtoReflect.Descriptor instead.
 func (*CreateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateEntityCommand) GetName() string {
@@ -1630,7 +2064,7 @@ type UpdateEntityCommand struct {
 
 func (x *UpdateEntityCommand) Reset() {
 	*x = UpdateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +2076,7 @@ func (x *UpdateEntityCommand) String() string {
 func (*UpdateEntityCommand) ProtoMessage() {}
 
 func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +2089,7 @@ func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityCommand.ProtoReflect.Descriptor instead.
 func (*UpdateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateEntityCommand) GetName() string {
@@ -1688,7 +2122,7 @@ type DeleteEntityCommand struct {
 
 func (x *DeleteEntityCommand) Reset() {
 	*x = DeleteEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +2134,7 @@ func (x *DeleteEntityCommand) String() string {
 func (*DeleteEntityCommand) ProtoMessage() {}
 
 func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +2147,7 @@ func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityCommand.ProtoReflect.Descriptor instead.
 func (*DeleteEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteEntityCommand) GetName() string {
@@ -1735,7 +2169,7 @@ type CompleteTasks struct {
 
 func (x *CompleteTasks) Reset() {
 	*x = CompleteTasks{}
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +2181,7 @@ func (x *CompleteTasks) String() string {
 func (*CompleteTasks) ProtoMessage() {}
 
 func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +2194,7 @@ func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTasks.ProtoReflect.Descriptor instead.
 func (*CompleteTasks) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteTasks) GetTasks() []*PartitionTask {
@@ -1785,7 +2219,7 @@ type PartitionTask struct {
 
 func (x *PartitionTask) Reset() {
 	*x = PartitionTask{}
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2231,7 @@ func (x *PartitionTask) String() string {
 func (*PartitionTask) ProtoMessage() {}
 
 func (x *PartitionTask) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2244,7 @@ func (x *PartitionTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionTask.ProtoReflect.Descriptor instead.
 func (*PartitionTask) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartitionTask) GetEntityId() uint64 {
@@ -1860,13 +2294,15 @@ type CatalogSnapshot struct {
 	Tasks         []*PartitionTask       `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ModifiedIndex uint64                 `protobuf:"varint,8,opt,name=modified_index,json=modifiedIndex,proto3" json:"modified_index,omitempty"` // last command that changed anything
 	RoutesIndex   uint64                 `protobuf:"varint,9,opt,name=routes_index,json=routesIndex,proto3" json:"routes_index,omitempty"`       // last command that changed the routing table
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Field numbers from 40 on belong to the authorization rules.
+	AuthorizationRules []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CatalogSnapshot) Reset() {
 	*x = CatalogSnapshot{}
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2314,7 @@ func (x *CatalogSnapshot) String() string {
 func (*CatalogSnapshot) ProtoMessage() {}
 
 func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2327,7 @@ func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogSnapshot.ProtoReflect.Descriptor instead.
 func (*CatalogSnapshot) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CatalogSnapshot) GetAppliedIndex() uint64 {
@@ -1957,6 +2393,13 @@ func (x *CatalogSnapshot) GetRoutesIndex() uint64 {
 	return 0
 }
 
+func (x *CatalogSnapshot) GetAuthorizationRules() []*AuthorizationRule {
+	if x != nil {
+		return x.AuthorizationRules
+	}
+	return nil
+}
+
 // MetaLeaderHint rides in the details of a FAILED_PRECONDITION status from a
 // placement member that is not the meta leader.
 type MetaLeaderHint struct {
@@ -1969,7 +2412,7 @@ type MetaLeaderHint struct {
 
 func (x *MetaLeaderHint) Reset() {
 	*x = MetaLeaderHint{}
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2424,7 @@ func (x *MetaLeaderHint) String() string {
 func (*MetaLeaderHint) ProtoMessage() {}
 
 func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2437,7 @@ func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaLeaderHint.ProtoReflect.Descriptor instead.
 func (*MetaLeaderHint) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MetaLeaderHint) GetLeaderId() string {
@@ -2025,7 +2468,7 @@ type MemberMeta struct {
 
 func (x *MemberMeta) Reset() {
 	*x = MemberMeta{}
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2480,7 @@ func (x *MemberMeta) String() string {
 func (*MemberMeta) ProtoMessage() {}
 
 func (x *MemberMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2493,7 @@ func (x *MemberMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberMeta.ProtoReflect.Descriptor instead.
 func (*MemberMeta) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MemberMeta) GetNodeId() string {
@@ -2126,12 +2569,36 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x14\n" +
-	"\x05alive\x18\x04 \x01(\bR\x05alive\"\xcf\x01\n" +
+	"\x05alive\x18\x04 \x01(\bR\x05alive\"\xe5\x01\n" +
+	"\x11AuthorizationRule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06entity\x18\x02 \x01(\tR\x06entity\x12\x16\n" +
+	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1f\n" +
+	"\vprimary_key\x18\x04 \x01(\tR\n" +
+	"primaryKey\x12#\n" +
+	"\rsecondary_key\x18\x05 \x01(\tR\fsecondaryKey\x12\"\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\a \x01(\x03R\vupdatedAtMs\"\xab\x02\n" +
 	"\fRoutingTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12:\n" +
 	"\bentities\x18\x02 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\x125\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1d.quorumbus.placement.v1.GroupR\x06groups\x122\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"\xe8\x01\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12Z\n" +
+	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\"}\n" +
+	"\x1bPutAuthorizationRuleRequest\x12=\n" +
+	"\x04rule\x18\x01 \x01(\v2).quorumbus.placement.v1.AuthorizationRuleR\x04rule\x12\x1f\n" +
+	"\vcreate_only\x18\x02 \x01(\bR\n" +
+	"createOnly\"L\n" +
+	"\x1eDeleteAuthorizationRuleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06entity\x18\x02 \x01(\tR\x06entity\"!\n" +
+	"\x1fDeleteAuthorizationRuleResponse\"V\n" +
+	"\x1dListAuthorizationRulesRequest\x12\x16\n" +
+	"\x06entity\x18\x01 \x01(\tR\x06entity\x12\x1d\n" +
+	"\n" +
+	"all_scopes\x18\x02 \x01(\bR\tallScopes\"a\n" +
+	"\x1eListAuthorizationRulesResponse\x12?\n" +
+	"\x05rules\x18\x01 \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x05rules\"\xe8\x01\n" +
 	"\x13CreateEntityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12G\n" +
@@ -2166,7 +2633,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x13ReportGroupsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
 	"\x06groups\x18\x02 \x03(\v2#.quorumbus.placement.v1.GroupReportR\x06groups\"\x16\n" +
-	"\x14ReportGroupsResponse\"\xf1\x04\n" +
+	"\x14ReportGroupsResponse\"\xd4\x06\n" +
 	"\x0eCatalogCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12N\n" +
 	"\x0eregister_nodes\x18\x02 \x01(\v2%.quorumbus.placement.v1.RegisterNodesH\x00R\rregisterNodes\x12K\n" +
@@ -2175,8 +2642,14 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\rupdate_entity\x18\x05 \x01(\v2+.quorumbus.placement.v1.UpdateEntityCommandH\x00R\fupdateEntity\x12R\n" +
 	"\rdelete_entity\x18\x06 \x01(\v2+.quorumbus.placement.v1.DeleteEntityCommandH\x00R\fdeleteEntity\x12R\n" +
 	"\rreport_groups\x18\a \x01(\v2+.quorumbus.placement.v1.ReportGroupsRequestH\x00R\freportGroups\x12N\n" +
-	"\x0ecomplete_tasks\x18\b \x01(\v2%.quorumbus.placement.v1.CompleteTasksH\x00R\rcompleteTasksB\x04\n" +
-	"\x02opJ\x05\bd\x10\xc8\x01\"C\n" +
+	"\x0ecomplete_tasks\x18\b \x01(\v2%.quorumbus.placement.v1.CompleteTasksH\x00R\rcompleteTasks\x12k\n" +
+	"\x16put_authorization_rule\x18( \x01(\v23.quorumbus.placement.v1.PutAuthorizationRuleCommandH\x00R\x14putAuthorizationRule\x12t\n" +
+	"\x19delete_authorization_rule\x18) \x01(\v26.quorumbus.placement.v1.DeleteAuthorizationRuleRequestH\x00R\x17deleteAuthorizationRuleB\x04\n" +
+	"\x02opJ\x05\bd\x10\xc8\x01\"}\n" +
+	"\x1bPutAuthorizationRuleCommand\x12=\n" +
+	"\x04rule\x18\x01 \x01(\v2).quorumbus.placement.v1.AuthorizationRuleR\x04rule\x12\x1f\n" +
+	"\vcreate_only\x18\x02 \x01(\bR\n" +
+	"createOnly\"C\n" +
 	"\rRegisterNodes\x122\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"q\n" +
 	"\fCreateGroups\x12'\n" +
@@ -2207,7 +2680,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x19\n" +
 	"\bgroup_id\x18\x03 \x01(\x04R\agroupId\x124\n" +
 	"\x04kind\x18\x04 \x01(\x0e2 .quorumbus.placement.v1.TaskKindR\x04kind\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"\xae\x03\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\x8a\x04\n" +
 	"\x0fCatalogSnapshot\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0enext_entity_id\x18\x02 \x01(\x04R\fnextEntityId\x12\"\n" +
@@ -2217,7 +2690,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12;\n" +
 	"\x05tasks\x18\a \x03(\v2%.quorumbus.placement.v1.PartitionTaskR\x05tasks\x12%\n" +
 	"\x0emodified_index\x18\b \x01(\x04R\rmodifiedIndex\x12!\n" +
-	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\"N\n" +
+	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\x12Z\n" +
+	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\"N\n" +
 	"\x0eMetaLeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -2240,7 +2714,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x03*6\n" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_UPSERT\x10\x00\x12\x14\n" +
-	"\x10TASK_KIND_DELETE\x10\x012\xc7\x05\n" +
+	"\x10TASK_KIND_DELETE\x10\x012\xd6\b\n" +
 	"\x10PlacementService\x12[\n" +
 	"\fCreateEntity\x12+.quorumbus.placement.v1.CreateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12[\n" +
 	"\fUpdateEntity\x12+.quorumbus.placement.v1.UpdateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
@@ -2248,7 +2722,10 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tGetEntity\x12(.quorumbus.placement.v1.GetEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
 	"\fListEntities\x12+.quorumbus.placement.v1.ListEntitiesRequest\x1a,.quorumbus.placement.v1.ListEntitiesResponse\x12a\n" +
 	"\vWatchRoutes\x12*.quorumbus.placement.v1.WatchRoutesRequest\x1a$.quorumbus.placement.v1.RoutingTable0\x01\x12i\n" +
-	"\fReportGroups\x12+.quorumbus.placement.v1.ReportGroupsRequest\x1a,.quorumbus.placement.v1.ReportGroupsResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
+	"\fReportGroups\x12+.quorumbus.placement.v1.ReportGroupsRequest\x1a,.quorumbus.placement.v1.ReportGroupsResponse\x12v\n" +
+	"\x14PutAuthorizationRule\x123.quorumbus.placement.v1.PutAuthorizationRuleRequest\x1a).quorumbus.placement.v1.AuthorizationRule\x12\x8a\x01\n" +
+	"\x17DeleteAuthorizationRule\x126.quorumbus.placement.v1.DeleteAuthorizationRuleRequest\x1a7.quorumbus.placement.v1.DeleteAuthorizationRuleResponse\x12\x87\x01\n" +
+	"\x16ListAuthorizationRules\x125.quorumbus.placement.v1.ListAuthorizationRulesRequest\x1a6.quorumbus.placement.v1.ListAuthorizationRulesResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
 
 var (
 	file_placementpb_placement_proto_rawDescOnce sync.Once
@@ -2263,40 +2740,47 @@ func file_placementpb_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_placementpb_placement_proto_goTypes = []any{
-	(EntityKind)(0),              // 0: quorumbus.placement.v1.EntityKind
-	(EntityStatus)(0),            // 1: quorumbus.placement.v1.EntityStatus
-	(TaskKind)(0),                // 2: quorumbus.placement.v1.TaskKind
-	(*QueueProperties)(nil),      // 3: quorumbus.placement.v1.QueueProperties
-	(*Entity)(nil),               // 4: quorumbus.placement.v1.Entity
-	(*Replica)(nil),              // 5: quorumbus.placement.v1.Replica
-	(*Group)(nil),                // 6: quorumbus.placement.v1.Group
-	(*Node)(nil),                 // 7: quorumbus.placement.v1.Node
-	(*RoutingTable)(nil),         // 8: quorumbus.placement.v1.RoutingTable
-	(*CreateEntityRequest)(nil),  // 9: quorumbus.placement.v1.CreateEntityRequest
-	(*UpdateEntityRequest)(nil),  // 10: quorumbus.placement.v1.UpdateEntityRequest
-	(*DeleteEntityRequest)(nil),  // 11: quorumbus.placement.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil), // 12: quorumbus.placement.v1.DeleteEntityResponse
-	(*GetEntityRequest)(nil),     // 13: quorumbus.placement.v1.GetEntityRequest
-	(*ListEntitiesRequest)(nil),  // 14: quorumbus.placement.v1.ListEntitiesRequest
-	(*ListEntitiesResponse)(nil), // 15: quorumbus.placement.v1.ListEntitiesResponse
-	(*WatchRoutesRequest)(nil),   // 16: quorumbus.placement.v1.WatchRoutesRequest
-	(*GroupReport)(nil),          // 17: quorumbus.placement.v1.GroupReport
-	(*ReportGroupsRequest)(nil),  // 18: quorumbus.placement.v1.ReportGroupsRequest
-	(*ReportGroupsResponse)(nil), // 19: quorumbus.placement.v1.ReportGroupsResponse
-	(*CatalogCommand)(nil),       // 20: quorumbus.placement.v1.CatalogCommand
-	(*RegisterNodes)(nil),        // 21: quorumbus.placement.v1.RegisterNodes
-	(*CreateGroups)(nil),         // 22: quorumbus.placement.v1.CreateGroups
-	(*NewGroup)(nil),             // 23: quorumbus.placement.v1.NewGroup
-	(*CreateEntityCommand)(nil),  // 24: quorumbus.placement.v1.CreateEntityCommand
-	(*UpdateEntityCommand)(nil),  // 25: quorumbus.placement.v1.UpdateEntityCommand
-	(*DeleteEntityCommand)(nil),  // 26: quorumbus.placement.v1.DeleteEntityCommand
-	(*CompleteTasks)(nil),        // 27: quorumbus.placement.v1.CompleteTasks
-	(*PartitionTask)(nil),        // 28: quorumbus.placement.v1.PartitionTask
-	(*CatalogSnapshot)(nil),      // 29: quorumbus.placement.v1.CatalogSnapshot
-	(*MetaLeaderHint)(nil),       // 30: quorumbus.placement.v1.MetaLeaderHint
-	(*MemberMeta)(nil),           // 31: quorumbus.placement.v1.MemberMeta
+	(EntityKind)(0),                         // 0: quorumbus.placement.v1.EntityKind
+	(EntityStatus)(0),                       // 1: quorumbus.placement.v1.EntityStatus
+	(TaskKind)(0),                           // 2: quorumbus.placement.v1.TaskKind
+	(*QueueProperties)(nil),                 // 3: quorumbus.placement.v1.QueueProperties
+	(*Entity)(nil),                          // 4: quorumbus.placement.v1.Entity
+	(*Replica)(nil),                         // 5: quorumbus.placement.v1.Replica
+	(*Group)(nil),                           // 6: quorumbus.placement.v1.Group
+	(*Node)(nil),                            // 7: quorumbus.placement.v1.Node
+	(*AuthorizationRule)(nil),               // 8: quorumbus.placement.v1.AuthorizationRule
+	(*RoutingTable)(nil),                    // 9: quorumbus.placement.v1.RoutingTable
+	(*PutAuthorizationRuleRequest)(nil),     // 10: quorumbus.placement.v1.PutAuthorizationRuleRequest
+	(*DeleteAuthorizationRuleRequest)(nil),  // 11: quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	(*DeleteAuthorizationRuleResponse)(nil), // 12: quorumbus.placement.v1.DeleteAuthorizationRuleResponse
+	(*ListAuthorizationRulesRequest)(nil),   // 13: quorumbus.placement.v1.ListAuthorizationRulesRequest
+	(*ListAuthorizationRulesResponse)(nil),  // 14: quorumbus.placement.v1.ListAuthorizationRulesResponse
+	(*CreateEntityRequest)(nil),             // 15: quorumbus.placement.v1.CreateEntityRequest
+	(*UpdateEntityRequest)(nil),             // 16: quorumbus.placement.v1.UpdateEntityRequest
+	(*DeleteEntityRequest)(nil),             // 17: quorumbus.placement.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),            // 18: quorumbus.placement.v1.DeleteEntityResponse
+	(*GetEntityRequest)(nil),                // 19: quorumbus.placement.v1.GetEntityRequest
+	(*ListEntitiesRequest)(nil),             // 20: quorumbus.placement.v1.ListEntitiesRequest
+	(*ListEntitiesResponse)(nil),            // 21: quorumbus.placement.v1.ListEntitiesResponse
+	(*WatchRoutesRequest)(nil),              // 22: quorumbus.placement.v1.WatchRoutesRequest
+	(*GroupReport)(nil),                     // 23: quorumbus.placement.v1.GroupReport
+	(*ReportGroupsRequest)(nil),             // 24: quorumbus.placement.v1.ReportGroupsRequest
+	(*ReportGroupsResponse)(nil),            // 25: quorumbus.placement.v1.ReportGroupsResponse
+	(*CatalogCommand)(nil),                  // 26: quorumbus.placement.v1.CatalogCommand
+	(*PutAuthorizationRuleCommand)(nil),     // 27: quorumbus.placement.v1.PutAuthorizationRuleCommand
+	(*RegisterNodes)(nil),                   // 28: quorumbus.placement.v1.RegisterNodes
+	(*CreateGroups)(nil),                    // 29: quorumbus.placement.v1.CreateGroups
+	(*NewGroup)(nil),                        // 30: quorumbus.placement.v1.NewGroup
+	(*CreateEntityCommand)(nil),             // 31: quorumbus.placement.v1.CreateEntityCommand
+	(*UpdateEntityCommand)(nil),             // 32: quorumbus.placement.v1.UpdateEntityCommand
+	(*DeleteEntityCommand)(nil),             // 33: quorumbus.placement.v1.DeleteEntityCommand
+	(*CompleteTasks)(nil),                   // 34: quorumbus.placement.v1.CompleteTasks
+	(*PartitionTask)(nil),                   // 35: quorumbus.placement.v1.PartitionTask
+	(*CatalogSnapshot)(nil),                 // 36: quorumbus.placement.v1.CatalogSnapshot
+	(*MetaLeaderHint)(nil),                  // 37: quorumbus.placement.v1.MetaLeaderHint
+	(*MemberMeta)(nil),                      // 38: quorumbus.placement.v1.MemberMeta
 }
 var file_placementpb_placement_proto_depIdxs = []int32{
 	0,  // 0: quorumbus.placement.v1.Entity.kind:type_name -> quorumbus.placement.v1.EntityKind
@@ -2306,54 +2790,67 @@ var file_placementpb_placement_proto_depIdxs = []int32{
 	4,  // 4: quorumbus.placement.v1.RoutingTable.entities:type_name -> quorumbus.placement.v1.Entity
 	6,  // 5: quorumbus.placement.v1.RoutingTable.groups:type_name -> quorumbus.placement.v1.Group
 	7,  // 6: quorumbus.placement.v1.RoutingTable.nodes:type_name -> quorumbus.placement.v1.Node
-	0,  // 7: quorumbus.placement.v1.CreateEntityRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 8: quorumbus.placement.v1.CreateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 9: quorumbus.placement.v1.CreateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
-	3,  // 10: quorumbus.placement.v1.UpdateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 11: quorumbus.placement.v1.UpdateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
-	0,  // 12: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
-	4,  // 13: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
-	17, // 14: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
-	21, // 15: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
-	22, // 16: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
-	24, // 17: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
-	25, // 18: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
-	26, // 19: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
-	18, // 20: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
-	27, // 21: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
-	7,  // 22: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
-	23, // 23: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
-	5,  // 24: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
-	0,  // 25: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 26: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 27: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	3,  // 28: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 29: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	28, // 30: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	2,  // 31: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
-	4,  // 32: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
-	6,  // 33: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
-	7,  // 34: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
-	28, // 35: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	9,  // 36: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
-	10, // 37: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
-	11, // 38: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
-	13, // 39: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
-	14, // 40: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
-	16, // 41: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
-	18, // 42: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
-	4,  // 43: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
-	4,  // 44: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
-	12, // 45: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
-	4,  // 46: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
-	15, // 47: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
-	8,  // 48: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
-	19, // 49: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	8,  // 7: quorumbus.placement.v1.RoutingTable.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	8,  // 8: quorumbus.placement.v1.PutAuthorizationRuleRequest.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
+	8,  // 9: quorumbus.placement.v1.ListAuthorizationRulesResponse.rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	0,  // 10: quorumbus.placement.v1.CreateEntityRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 11: quorumbus.placement.v1.CreateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 12: quorumbus.placement.v1.CreateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
+	3,  // 13: quorumbus.placement.v1.UpdateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 14: quorumbus.placement.v1.UpdateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
+	0,  // 15: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
+	4,  // 16: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
+	23, // 17: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
+	28, // 18: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
+	29, // 19: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
+	31, // 20: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
+	32, // 21: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
+	33, // 22: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
+	24, // 23: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
+	34, // 24: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
+	27, // 25: quorumbus.placement.v1.CatalogCommand.put_authorization_rule:type_name -> quorumbus.placement.v1.PutAuthorizationRuleCommand
+	11, // 26: quorumbus.placement.v1.CatalogCommand.delete_authorization_rule:type_name -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	8,  // 27: quorumbus.placement.v1.PutAuthorizationRuleCommand.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
+	7,  // 28: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
+	30, // 29: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
+	5,  // 30: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
+	0,  // 31: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 32: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 33: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	3,  // 34: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 35: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	35, // 36: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	2,  // 37: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
+	4,  // 38: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
+	6,  // 39: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
+	7,  // 40: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
+	35, // 41: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	8,  // 42: quorumbus.placement.v1.CatalogSnapshot.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	15, // 43: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
+	16, // 44: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
+	17, // 45: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
+	19, // 46: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
+	20, // 47: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
+	22, // 48: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
+	24, // 49: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
+	10, // 50: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:input_type -> quorumbus.placement.v1.PutAuthorizationRuleRequest
+	11, // 51: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:input_type -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	13, // 52: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:input_type -> quorumbus.placement.v1.ListAuthorizationRulesRequest
+	4,  // 53: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
+	4,  // 54: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
+	18, // 55: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
+	4,  // 56: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
+	21, // 57: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
+	9,  // 58: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
+	25, // 59: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
+	8,  // 60: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:output_type -> quorumbus.placement.v1.AuthorizationRule
+	12, // 61: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:output_type -> quorumbus.placement.v1.DeleteAuthorizationRuleResponse
+	14, // 62: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:output_type -> quorumbus.placement.v1.ListAuthorizationRulesResponse
+	53, // [53:63] is the sub-list for method output_type
+	43, // [43:53] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_placementpb_placement_proto_init() }
@@ -2361,7 +2858,7 @@ func file_placementpb_placement_proto_init() {
 	if File_placementpb_placement_proto != nil {
 		return
 	}
-	file_placementpb_placement_proto_msgTypes[17].OneofWrappers = []any{
+	file_placementpb_placement_proto_msgTypes[23].OneofWrappers = []any{
 		(*CatalogCommand_RegisterNodes)(nil),
 		(*CatalogCommand_CreateGroups)(nil),
 		(*CatalogCommand_CreateEntity)(nil),
@@ -2369,6 +2866,8 @@ func file_placementpb_placement_proto_init() {
 		(*CatalogCommand_DeleteEntity)(nil),
 		(*CatalogCommand_ReportGroups)(nil),
 		(*CatalogCommand_CompleteTasks)(nil),
+		(*CatalogCommand_PutAuthorizationRule)(nil),
+		(*CatalogCommand_DeleteAuthorizationRule)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2376,7 +2875,7 @@ func file_placementpb_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_placementpb_placement_proto_rawDesc), len(file_placementpb_placement_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
