@@ -23,6 +23,7 @@ var subcommands = []subcommand{
 	{"node", "run a storage node (partition groups, placement member)", nodeCmd},
 	{"frontend", "run a stateless AMQP front-end", frontendCmd},
 	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
+	{"auth-rule", "create, list, show keys of, regenerate keys of or delete Shared Access Signature rules", authRuleCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // nodeCmd runs one storage process: a storage node and a member of the
@@ -42,6 +43,7 @@ func nodeCmd(args []string) error {
 	diskReserveMB := fs.Int64("disk-reserve-mb", 0, "free disk below which sends are refused (resource-limit-exceeded) while settles go on, in MiB; 0: two segments and 64 MiB, negative: off")
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	rulesPath := fs.String("sas-rules", "", sasRulesNodeUsage)
 	memLimit := memoryLimitFlag(fs)
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
@@ -58,6 +60,12 @@ func nodeCmd(args []string) error {
 	servers, err := parseServers(*bootstrap)
 	if err != nil {
 		return err
+	}
+	var rules []sas.Rule
+	if *rulesPath != "" {
+		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
+			return err
+		}
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
 	// A node hosts at most every group, each once.
@@ -103,6 +111,13 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	fmt.Printf("quorumbus node %s: gRPC on %s (reached at %s), gossip on %s, HTTP on %s\n", *id, ln.Addr(), addr, ml.Addr(), hs.Addr())
+	if len(rules) > 0 {
+		go func() {
+			if err := cluster.SeedRules(ctx, []string{addr}, rules, log); err != nil {
+				log.Error("authorization rules of -sas-rules not created", "err", err)
+			}
+		}()
+	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -118,6 +133,7 @@ func frontendCmd(args []string) error {
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
 	config := fs.String("config", "", "Service Bus emulator Config.json whose queues to create (through placement) before the front-end is ready")
+	rulesPath := fs.String("sas-rules", "", sasRulesFrontendUsage)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	memLimit := memoryLimitFlag(fs)
@@ -139,15 +155,25 @@ func frontendCmd(args []string) error {
 			return err
 		}
 	}
+	var rules []sas.Rule
+	if *rulesPath != "" {
+		var err error
+		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log})
+	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log, Rules: rules})
 	if err != nil {
 		return err
 	}
 	router.Start(ctx)
 	defer router.Close()
-	srv, err := frontend.New(frontend.Config{Backend: router, Logger: log, MaxConnections: *maxConns})
+	if err := requireRules(ctx, router, *rulesPath); err != nil {
+		return err
+	}
+	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns})
 	if err != nil {
 		return err
 	}
@@ -179,7 +205,6 @@ func frontendCmd(args []string) error {
 		declared.Created()
 	}
 	fmt.Printf("quorumbus frontend: AMQP on %s\n", ln.Addr())
-	fmt.Println(cluster.ConnectionString(ln.Addr().String()))
 	select {
 	case <-ctx.Done():
 	case <-amqpLn.Dead():
@@ -188,6 +213,36 @@ func frontendCmd(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+const (
+	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"
+	sasRulesFrontendUsage = "authorization rules file (JSON, docs/security.md) the front-end trusts besides the catalog's; without it the catalog must hold a rule"
+)
+
+// rulesWait bounds how long a front-end without a rules file waits for the
+// routing table to tell whether the catalog holds a rule.
+const rulesWait = 30 * time.Second
+
+// requireRules refuses to run a front-end that would let nobody in: it
+// needs a rule from its file or, failing that, from the catalog.
+func requireRules(ctx context.Context, router *routing.Router, path string) error {
+	if router.Ruleset().Len() > 0 {
+		return nil
+	}
+	select {
+	case <-router.Ready():
+	case <-time.After(rulesWait):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if router.Ruleset().Len() > 0 {
+		return nil
+	}
+	if path != "" {
+		return fmt.Errorf("-sas-rules %s holds no rule and the catalog none either: no client could connect", path)
+	}
+	return errors.New("no authorization rule: give -sas-rules FILE, or create one in the catalog first (quorumbus auth-rule create NAME --rights Listen,Send,Manage)")
 }
 
 func splitList(s string) []string {

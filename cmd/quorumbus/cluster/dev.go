@@ -21,15 +21,22 @@ import (
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// ConnectionString is what the SDKs connect to a cluster with, given the
-// front-end's AMQP address. Keys are not checked yet (SAS validation is the
-// security issue's work); these are the emulator's.
+// ConnectionString is what the SDKs connect to dev mode with, given the
+// front-end's AMQP address: the emulator's rule and well-known key, which
+// dev mode serves (sas.DevRule).
 func ConnectionString(amqpAddr string) string {
-	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true", amqpAddr)
+	return RuleConnectionString(amqpAddr, sas.DevKeyName, sas.DevKey)
+}
+
+// RuleConnectionString is an emulator-style (plain AMQP) connection string
+// for a rule's name and key.
+func RuleConnectionString(amqpAddr, keyName, key string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", amqpAddr, keyName, key)
 }
 
 // DevOptions configures a whole cluster in one process.
@@ -126,11 +133,13 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	for _, s := range c.Storage {
 		local[s.Node.ID()] = s.Node.PartitionService()
 	}
-	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local}); err != nil {
+	// Dev mode serves the emulator's rule, and whatever rules the CLI
+	// adds to the catalog.
+	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local, Rules: []sas.Rule{sas.DevRule()}}); err != nil {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections}); err != nil {
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections}); err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", o.AMQPAddr)
