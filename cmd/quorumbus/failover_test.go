@@ -69,7 +69,11 @@ func TestFailoverKillLeader(t *testing.T) {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-log-level", "error")
+	rules := filepath.Join(dir, "rules.json")
+	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

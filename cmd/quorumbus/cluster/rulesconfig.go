@@ -24,13 +24,32 @@ import (
 //
 // The names follow Azure's ARM templates (rights as a list of names).
 type rulesFile struct {
-	AuthorizationRules []struct {
-		Name         string
-		Entity       string
-		Rights       []string
-		PrimaryKey   string
-		SecondaryKey string
+	AuthorizationRules []fileRule
+}
+
+type fileRule struct {
+	Name         string
+	Entity       string `json:",omitempty"`
+	Rights       []string
+	PrimaryKey   string
+	SecondaryKey string `json:",omitempty"`
+}
+
+// WriteRulesConfig writes an authorization rules file (mode 0600: it holds
+// keys), for tests and scripts that start `node` or `frontend` processes.
+func WriteRulesConfig(path string, rules ...sas.Rule) error {
+	var f rulesFile
+	for _, r := range rules {
+		f.AuthorizationRules = append(f.AuthorizationRules, fileRule{
+			Name: r.Name, Entity: r.Entity, Rights: strings.Split(r.Rights.String(), ","),
+			PrimaryKey: r.PrimaryKey, SecondaryKey: r.SecondaryKey,
+		})
 	}
+	data, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o600)
 }
 
 // maxRulesFileBytes bounds the rules file: 12 rules per entity of 10,000.

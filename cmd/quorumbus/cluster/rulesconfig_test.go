@@ -27,6 +27,14 @@ func TestLoadRulesConfig(t *testing.T) {
 	if len(rules) != 2 || rules[0].Rights != sas.Listen|sas.Send|sas.Manage || rules[1].Entity != "orders" || rules[1].Rights != sas.Listen {
 		t.Fatalf("rules %+v", rules)
 	}
+	p := filepath.Join(dir, "written.json")
+	if err := WriteRulesConfig(p, sas.DevRule(), rules[1]); err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadRulesConfig(p)
+	if err != nil || len(back) != 2 || back[0] != sas.DevRule() || back[1] != rules[1] {
+		t.Fatalf("written and read back: %+v, %v", back, err)
+	}
 	for _, bad := range []string{
 		`{"AuthorizationRules": [{"Name": "r", "Rights": ["Read"], "PrimaryKey": "secret-key"}]}`,
 		`{"AuthorizationRules": [{"Name": "r", "Rights": ["Listen"]}]}`,

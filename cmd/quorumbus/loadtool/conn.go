@@ -120,6 +120,9 @@ func (c *coalescingConn) Close() error {
 // gather, and the hand-off to the flusher would only add latency.
 func (c *benchConfig) dial(ctx context.Context, coalesce bool) (*goamqp.Conn, error) {
 	opts := &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()}
+	if c.keyName != "" {
+		opts.SASLType = goamqp.SASLTypePlain(c.keyName, c.key)
+	}
 	u, err := url.Parse(c.url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: -url: %w", err)
