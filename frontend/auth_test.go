@@ -1,11 +1,14 @@
 package frontend_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -482,6 +485,70 @@ func TestClaimPresentationBounded(t *testing.T) {
 		c.Close()
 		if err == nil {
 			t.Fatal("a connection without SASL was served")
+		}
+	}
+}
+
+// syncBuffer is a log sink safe for the front-end's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestKeysNeverLogged: with debug logging, a session of good and bad
+// logins and tokens leaves no key and no token in the log.
+func TestKeysNeverLogged(t *testing.T) {
+	var logs syncBuffer
+	b := newMemBackend("q")
+	srv, err := frontend.New(frontend.Config{Backend: b, Rules: authRules(t), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	addr := ln.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	wrongKey := "wrong-key-" + strings.Repeat("w", 20)
+	if err := sendOne(ctx, keyClient(t, addr, "sender", wrongKey), "q"); !isUnauthorized(err) {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if err := sendOne(ctx, keyClient(t, addr, "sender", "send-key"), "q"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("listener", wrongKey)}); err == nil {
+		c.Close()
+		t.Fatal("SASL PLAIN with a wrong key succeeded")
+	}
+	conn := rawConn(t, ctx, addr)
+	putToken(t, ctx, conn, "amqp://"+addr+"/q", sas.Sign("qonly", wrongKey, "amqp://"+addr+"/q", time.Now().Add(time.Hour)))
+	putToken(t, ctx, conn, "amqp://"+addr+"/q", "SharedAccessSignature sr=x&sig="+wrongKey+"&se=1&skn=qonly")
+	srv.Shutdown(context.Background())
+
+	out := logs.String()
+	if !strings.Contains(out, "put-token refused") || !strings.Contains(out, "SASL PLAIN refused") {
+		t.Fatalf("the refusals were not logged at debug, so this test checks nothing:\n%s", out)
+	}
+	for _, secret := range []string{wrongKey, "send-key", "listen-key", "q-key", sas.DevKey, "sig=", "SharedAccessSignature"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the log holds %q:\n%s", secret, out)
 		}
 	}
 }
