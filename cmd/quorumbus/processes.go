@@ -128,7 +128,10 @@ func nodeCmd(args []string) error {
 // frontendCmd runs a stateless AMQP front-end.
 func frontendCmd(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
-	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener")
+	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener (plain); empty: none")
+	amqpsAddr := fs.String("amqps-addr", "", "AMQP over TLS listener (the SDKs dial 5671), with -tls-cert and -tls-key; empty: none")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes (cert-manager rotations)")
+	tlsKey := fs.String("tls-key", "", "PEM key of -tls-cert, re-read with it")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
@@ -177,14 +180,32 @@ func frontendCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *amqpAddr)
-	if err != nil {
-		return err
+	if *amqpAddr == "" && *amqpsAddr == "" {
+		return errors.New("-amqp-addr and -amqps-addr are both empty: the front-end would serve nobody")
 	}
-	amqpLn := cluster.ServeAMQP(srv, ln, log)
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
 	hs := adminhttp.New(admin)
-	hs.AddChecks(cluster.FrontendChecks(router, amqpLn)...)
+	var listeners []*cluster.AMQPListener
+	var addrs []string
+	if *amqpAddr != "" {
+		ln, err := net.Listen("tcp", *amqpAddr)
+		if err != nil {
+			return err
+		}
+		l := cluster.ServeAMQP(srv, ln, log)
+		listeners, addrs = append(listeners, l), append(addrs, "AMQP on "+ln.Addr().String())
+		hs.AddChecks(adminhttp.Check{Name: "amqp listener", Func: l.Check})
+	}
+	if *amqpsAddr != "" {
+		ln, err := cluster.ListenTLS(*amqpsAddr, *tlsCert, *tlsKey, log)
+		if err != nil {
+			return fmt.Errorf("-amqps-addr: %w", err)
+		}
+		l := cluster.ServeAMQP(srv, ln, log)
+		listeners, addrs = append(listeners, l), append(addrs, "AMQPS on "+ln.Addr().String())
+		hs.AddChecks(adminhttp.Check{Name: "amqps listener", Func: l.Check})
+	}
+	hs.AddChecks(cluster.RoutingCheck(router))
 	var declared *cluster.Declared
 	if len(queues) > 0 {
 		declared = cluster.NewDeclared(queues, router)
@@ -204,11 +225,21 @@ func frontendCmd(args []string) error {
 		}
 		declared.Created()
 	}
-	fmt.Printf("quorumbus frontend: AMQP on %s\n", ln.Addr())
+	fmt.Printf("quorumbus frontend: %s\n", strings.Join(addrs, ", "))
+	dead := make(chan *cluster.AMQPListener, len(listeners))
+	for _, l := range listeners {
+		go func() {
+			select {
+			case <-l.Dead():
+				dead <- l
+			case <-ctx.Done():
+			}
+		}()
+	}
 	select {
 	case <-ctx.Done():
-	case <-amqpLn.Dead():
-		return fmt.Errorf("the AMQP listener on %s stopped: %w", ln.Addr(), amqpLn.Err())
+	case l := <-dead:
+		return fmt.Errorf("an AMQP listener stopped: %w", l.Err())
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

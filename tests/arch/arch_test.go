@@ -83,6 +83,12 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/ (placement/sas, the pure SAS rules and tokens, they share)",
 	},
 	{
+		name:    "certificates are standalone",
+		pkgs:    []string{our("frontend/certs/...")},
+		stdOnly: true,
+		reason:  "frontend/certs serves certificate files to any TLS listener (AMQPS, HTTPS, the gateway's) and knows nothing of the broker",
+	},
+	{
 		name:    "SAS is pure",
 		pkgs:    []string{our("placement/sas/...")},
 		stdOnly: true,
