@@ -179,13 +179,7 @@ func startFrontend(t *testing.T, b frontend.Backend) string {
 
 // devRules is the emulator's rule, which sdkClient's connection string and
 // the raw clients' SASL PLAIN (sas.DevKeyName, sas.DevKey) use.
-func devRules(t testing.TB) frontend.RuleSource {
-	rs, err := sas.NewRuleset(sas.DevRule())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return frontend.StaticRules(rs)
-}
+func devRules(testing.TB) frontend.RuleSource { return frontend.StaticRules(sas.DevRuleset()) }
 
 func sdkClient(t *testing.T, addr string) *azservicebus.Client {
 	t.Helper()

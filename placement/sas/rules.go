@@ -24,6 +24,17 @@ func DevRule() Rule {
 	return Rule{Name: DevKeyName, Rights: Listen | Send | Manage, PrimaryKey: DevKey}
 }
 
+// DevRuleset holds DevRule alone: what a test front-end serves so that
+// SDK clients with the emulator's connection string and raw clients with
+// SASL PLAIN (DevKeyName, DevKey) get in.
+func DevRuleset() *Ruleset {
+	rs, err := NewRuleset(DevRule())
+	if err != nil {
+		panic(err) // DevRule is valid; TestDevRuleset holds it
+	}
+	return rs
+}
+
 // MaxNameLength bounds rule names (the admin API's limit) and MaxKeyLength
 // their keys (Azure's are 44 characters of base64; room for longer ones).
 const (

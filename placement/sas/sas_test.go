@@ -229,3 +229,11 @@ func BenchmarkValidate(b *testing.B) {
 		}
 	}
 }
+
+func TestDevRuleset(t *testing.T) {
+	rs := DevRuleset()
+	c, err := rs.Authenticate(DevKeyName, DevKey)
+	if err != nil || c.Rights != Listen|Send|Manage || c.Scope != "" {
+		t.Fatalf("dev rule: %+v, %v", c, err)
+	}
+}
