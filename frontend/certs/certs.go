@@ -106,4 +106,3 @@ func samePEM(path string, data []byte) bool {
 	cur, err := os.ReadFile(path)
 	return err == nil && bytes.Equal(cur, data)
 }
-

@@ -27,7 +27,7 @@ func TestRulesetJoinsConfigAndCatalog(t *testing.T) {
 	r.install(&placementpb.RoutingTable{Version: 5, AuthorizationRules: []*placementpb.AuthorizationRule{
 		{Name: "reader", Entity: "q", Rights: uint32(sas.Listen), PrimaryKey: "reader-key"},
 		{Name: sas.DevKeyName, Rights: uint32(sas.Listen), PrimaryKey: "catalog-key"}, // clashes
-		{Name: "broken", Rights: uint32(sas.Listen)},                                // no key
+		{Name: "broken", Rights: uint32(sas.Listen)},                                  // no key
 	}})
 	switch {
 	case !valid("reader", "reader-key", "sb://h/q"):
