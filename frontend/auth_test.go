@@ -552,3 +552,95 @@ func TestKeysNeverLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestPutTokenFloodAndCBSLinks: a connection that floods $cbs with tokens,
+// good and bad, gets an answer to each and costs others nothing; a
+// connection that holds too many $cbs links is refused more.
+func TestPutTokenFloodAndCBSLinks(t *testing.T) {
+	b := newMemBackend("q")
+	addr := startAuthFrontend(t, b, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn := rawConn(t, ctx, addr)
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := s.NewSender(ctx, "$cbs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := s.NewReceiver(ctx, "$cbs", &goamqp.ReceiverOptions{TargetAddress: "flood-reply", Credit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replyTo := "flood-reply"
+	const n = 500
+	go func() {
+		for i := range n {
+			aud := fmt.Sprintf("amqp://%s/q%d", addr, i)
+			key := sas.DevKey
+			if i%2 == 1 {
+				key = "wrong"
+			}
+			snd.Send(ctx, &goamqp.Message{
+				Properties:            &goamqp.MessageProperties{MessageID: fmt.Sprint(i), ReplyTo: &replyTo},
+				ApplicationProperties: map[string]any{"operation": "put-token", "type": "servicebus.windows.net:sastoken", "name": aud},
+				Value:                 sas.Sign(sas.DevKeyName, key, aud, time.Now().Add(time.Hour)),
+			}, nil)
+		}
+	}()
+	// Meanwhile another client sends.
+	other := amqpSender(t, ctx, addr, "q")
+	for range 10 {
+		if err := other.Send(ctx, goamqp.NewMessage([]byte("meanwhile")), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, refused := 0, 0
+	for range n {
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", ok+refused, err)
+		}
+		rcv.AcceptMessage(ctx, m)
+		switch m.ApplicationProperties["status-code"] {
+		case int32(202):
+			ok++
+		case int32(401):
+			refused++
+		default:
+			t.Fatalf("answer %v", m.ApplicationProperties)
+		}
+	}
+	if ok != n/2 || refused != n/2 {
+		t.Fatalf("%d accepted, %d refused, want %d each", ok, refused, n/2)
+	}
+	if b.left("q") != 10 {
+		t.Fatalf("q holds %d", b.left("q"))
+	}
+	// $cbs links beyond the bound are refused; the connection lives on.
+	var refusedLink error
+	for range 20 {
+		if _, err := s.NewSender(ctx, "$cbs", nil); err != nil {
+			refusedLink = err
+			break
+		}
+	}
+	if cond, _ := amqpCondition(refusedLink); cond != goamqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("the 17th $cbs link: %v, want resource-limit-exceeded", refusedLink)
+	}
+	// The claims stand: q0's (a good token) gets past authorization to
+	// the lookup, q1's (a bad one) does not.
+	if _, err := s.NewSender(ctx, "q0", nil); !isCond(err, goamqp.ErrCondNotFound) {
+		t.Fatalf("q0 with its claim: %v, want not-found", err)
+	}
+	if _, err := s.NewSender(ctx, "q1", nil); !isCond(err, goamqp.ErrCondUnauthorizedAccess) {
+		t.Fatalf("q1 without a claim: %v, want unauthorized-access", err)
+	}
+}
+
+func isCond(err error, want goamqp.ErrCond) bool {
+	cond, _ := amqpCondition(err)
+	return cond == want
+}

@@ -164,6 +164,7 @@ func (c *conn) Closed(error) { c.auth.close() }
 func (c *conn) Attach(l *amqp.Link) (amqp.LinkHandler, error) {
 	h, err := c.attach(l)
 	if err != nil {
+		c.auth.forget(l) // admitted, then refused for another reason
 		return nil, err
 	}
 	if c.auth.watching(l) {
