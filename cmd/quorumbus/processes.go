@@ -173,7 +173,7 @@ func frontendCmd(args []string) error {
 	}
 	router.Start(ctx)
 	defer router.Close()
-	if err := requireRules(ctx, router, *rulesPath); err != nil {
+	if err := requireRules(ctx, router, *rulesPath, rulesWait); err != nil {
 		return err
 	}
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns})
@@ -257,13 +257,13 @@ const rulesWait = 30 * time.Second
 
 // requireRules refuses to run a front-end that would let nobody in: it
 // needs a rule from its file or, failing that, from the catalog.
-func requireRules(ctx context.Context, router *routing.Router, path string) error {
+func requireRules(ctx context.Context, router *routing.Router, path string, wait time.Duration) error {
 	if router.Ruleset().Len() > 0 {
 		return nil
 	}
 	select {
 	case <-router.Ready():
-	case <-time.After(rulesWait):
+	case <-time.After(wait):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
