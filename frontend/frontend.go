@@ -54,6 +54,14 @@ type Config struct {
 	// 100 MB messages per connection, and 1 GiB.
 	MaxConnPartialBytes int64
 	MaxPartialBytes     int64
+	// ThrottleCredits is the namespace's credit budget a second
+	// (throttle.go): a message sent or received costs 1, a $management
+	// operation 10. Zero or negative: no throttling. Service Bus Standard
+	// gives 1000.
+	ThrottleCredits int64
+	// ThrottleShare returns how many live front-ends share the budget;
+	// nil: this one alone.
+	ThrottleShare func() int
 }
 
 func (c *Config) validate() error {
@@ -95,8 +103,9 @@ func (c *Config) validate() error {
 
 // Server is the Service Bus front-end: an AMQP listener.
 type Server struct {
-	cfg  Config
-	amqp *amqp.Server
+	cfg      Config
+	amqp     *amqp.Server
+	throttle *throttle // nil: no throttling
 }
 
 // New validates cfg and builds a Server.
@@ -104,7 +113,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, throttle: newThrottle(cfg.ThrottleCredits, cfg.ThrottleShare)}
 	s.amqp = &amqp.Server{
 		Handler:     s,
 		ContainerID: cfg.ContainerID,
@@ -132,6 +141,11 @@ func (s *Server) Listening() bool { return s.amqp.Listening() }
 // Stats returns the AMQP listener's counters: connections served and
 // refused, accept errors retried, bytes held in unfinished messages.
 func (s *Server) Stats() amqp.Stats { return s.amqp.Stats() }
+
+// Throttled returns how many requests were throttled, per entity (sends
+// and management operations refused with server-busy, receives made to
+// wait).
+func (s *Server) Throttled() map[string]uint64 { return s.throttle.counts() }
 
 // Shutdown closes every connection and waits for them or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ctx) }

@@ -27,6 +27,10 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		req.fail(failNotFound, entityPath)
 		return
 	}
+	if !c.srv.throttle.take(e.Name, managementCost) {
+		req.fail(failBusy, "")
+		return
+	}
 	body, ok := req.msg.Value.(amqp.Map)
 	if !ok {
 		// Service Bus answers a body that is not a map with 400; taking it

@@ -31,6 +31,7 @@ func devCmd(args []string) error {
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
+	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; off by default in dev mode, which benchmarks drive")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")

@@ -73,7 +73,7 @@ func TestFailoverKillLeader(t *testing.T) {
 	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-log-level", "error")
+	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

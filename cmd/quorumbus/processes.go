@@ -139,6 +139,8 @@ func frontendCmd(args []string) error {
 	rulesPath := fs.String("sas-rules", "", sasRulesFrontendUsage)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
+	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
+	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
 	memLimit := memoryLimitFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
@@ -176,7 +178,9 @@ func frontendCmd(args []string) error {
 	if err := requireRules(ctx, router, *rulesPath, rulesWait); err != nil {
 		return err
 	}
-	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns})
+	n := *frontends
+	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
+		ThrottleCredits: *throttleCredits, ThrottleShare: func() int { return n }})
 	if err != nil {
 		return err
 	}
@@ -245,6 +249,8 @@ func frontendCmd(args []string) error {
 	defer cancel()
 	return srv.Shutdown(sctx)
 }
+
+const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10; past them sends fail with server-busy, which the SDKs retry (0 or less: no throttling)"
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"

@@ -75,6 +75,8 @@ type DevOptions struct {
 	RaftMetrics bool
 	// MaxConnections is frontend.Config.MaxConnections.
 	MaxConnections int
+	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off).
+	ThrottleCredits int64
 }
 
 // Dev is everything `quorumbus dev` runs.
@@ -155,7 +157,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections}); err != nil {
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits}); err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", o.AMQPAddr)

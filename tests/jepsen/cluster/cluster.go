@@ -109,7 +109,7 @@ func New(net Network, bin, dir string) (*Cluster, error) {
 	c.Frontend = &Process{Name: "fe", net: net, member: FE, bin: bin,
 		log: filepath.Join(dir, "logs", "fe.log"),
 		args: []string{"frontend", "-amqp-addr", c.AMQP, "-http-addr", c.FEHTTP,
-			"-placement", strings.Join(c.GRPC, ","), "-sas-rules", rules, "-log-level", "warn"}}
+			"-placement", strings.Join(c.GRPC, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "warn"}}
 	return c, nil
 }
 
