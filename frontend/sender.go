@@ -97,6 +97,14 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		}
 		return
 	}
+	if d.Settled {
+		// Fire-and-forget: refusing it would lose it unseen, so it is
+		// paid for and passes.
+		s.c.srv.throttle.charge(int64(len(msgs)))
+	} else if !s.c.srv.throttle.take(s.entity.Name, int64(len(msgs))) {
+		s.reject(l, d, failBusy, "")
+		return
+	}
 	p := s.partitionFor(msgs[0])
 	select {
 	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs, bytes: bytes}:

@@ -15,6 +15,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -52,7 +53,11 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-log-level", "error")
+	rules := filepath.Join(dir, "rules.json")
+	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

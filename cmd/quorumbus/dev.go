@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 func devCmd(args []string) error {
@@ -17,7 +18,10 @@ func devCmd(args []string) error {
 	var config string
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.StringVar(&o.DataDir, "data", "./data", "directory for every node's data")
-	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end")
+	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end (plain, for emulator connection strings)")
+	fs.StringVar(&o.AMQPSAddr, "amqps-addr", "127.0.0.1:5671", "AMQP over TLS listener of the front-end (the SDKs' connection strings without UseDevelopmentEmulator); empty: none")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes; default: one of a CA dev mode makes under -data/tls")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM key of -tls-cert")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues, topics, subscriptions and rules to create")
@@ -27,6 +31,7 @@ func devCmd(args []string) error {
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
+	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; off by default in dev mode, which benchmarks drive")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
@@ -65,6 +70,13 @@ func devCmd(args []string) error {
 	}
 	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
 	fmt.Println(cluster.ConnectionString(dev.AMQPAddr))
+	if dev.AMQPS != nil {
+		fmt.Printf("quorumbus dev: AMQPS on %s\n", dev.AMQPSAddr)
+		fmt.Println(cluster.TLSConnectionString(dev.AMQPSAddr, sas.DevKeyName, sas.DevKey))
+		if dev.CAFile != "" {
+			fmt.Printf("quorumbus dev: the AMQPS certificate is signed by the CA in %s; trust it (Go: azservicebus.ClientOptions.TLSConfig.RootCAs; Node.js: NODE_EXTRA_CA_CERTS=%s)\n", dev.CAFile, dev.CAFile)
+		}
+	}
 	select {
 	case <-ctx.Done():
 		fmt.Println("quorumbus dev: shutting down")

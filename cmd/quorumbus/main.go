@@ -26,6 +26,7 @@ var subcommands = []subcommand{
 	{"topic", "create, list, get or delete topics on a running cluster", topicCmd},
 	{"subscription", "create, list, get or delete a topic's subscriptions", subscriptionCmd},
 	{"rule", "create, list or delete a subscription's rules (SQL, correlation, true/false filters; SQL actions)", ruleCmd},
+	{"auth-rule", "create, list, show keys of, regenerate keys of or delete Shared Access Signature rules", authRuleCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
 }
 

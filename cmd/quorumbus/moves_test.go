@@ -16,6 +16,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -53,7 +54,11 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 		startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs[:3], ","), "-log-level", "error")
+	rules := filepath.Join(dir, "rules.json")
+	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs[:3], ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

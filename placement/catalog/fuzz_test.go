@@ -32,6 +32,9 @@ func FuzzApply(f *testing.F) {
 		wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s2", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
 			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2},
 			Rules: []*pb.Rule{{Name: "x", Filter: &pb.Rule_FalseFilter{FalseFilter: true}}}}),
+		putRule("r", "", 7, false),
+		putRule("r", "a", 1, true),
+		deleteRule("r", "b"),
 	} {
 		data, err := Encode(cmd)
 		if err != nil {
@@ -49,6 +52,7 @@ func FuzzApply(f *testing.F) {
 			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2}}))
 		a.must(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
 			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2}}))
+		a.must(putRule("r", "b", 2, true))
 		before := a.s.Snapshot()
 		cmd, err := Decode(data)
 		if err != nil {

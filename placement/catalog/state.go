@@ -40,6 +40,7 @@ type State struct {
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
 	partitioned  int // entities with more than one partition
+	rules        map[ruleKey]*pb.AuthorizationRule
 }
 
 // New returns an empty catalog.
@@ -52,15 +53,17 @@ func New() *State {
 		groups:       map[uint64]*pb.Group{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
+		rules:        map[ruleKey]*pb.AuthorizationRule{},
 	}
 }
 
 // Result is the outcome of one command.
 type Result struct {
-	Index  uint64     // the command's log index
-	Entity *pb.Entity // create and update: the entity as stored (a copy)
-	Groups []uint64   // create groups: the ids assigned
-	Err    error      // a rejection; the catalog is unchanged
+	Index  uint64                // the command's log index
+	Entity *pb.Entity            // create and update: the entity as stored (a copy)
+	Rule   *pb.AuthorizationRule // put rule: the rule as stored (a copy)
+	Groups []uint64              // create groups: the ids assigned
+	Err    error                 // a rejection; the catalog is unchanged
 }
 
 // Apply applies the command at log index. A rule the command breaks is a
@@ -106,6 +109,12 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 		changed, routes = r.Err == nil, r.Err == nil
 	case *pb.CatalogCommand_RemoveRule:
 		r.Entity, r.Err = s.removeRule(index, cmd.NowMs, op.RemoveRule)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_PutAuthorizationRule:
+		r.Rule, r.Err = s.putRule(cmd.NowMs, op.PutAuthorizationRule)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_DeleteAuthorizationRule:
+		r.Err = s.deleteRule(op.DeleteAuthorizationRule)
 		changed, routes = r.Err == nil, r.Err == nil
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
@@ -357,6 +366,7 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
+	s.dropRules(e.Name)
 	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
 	}
@@ -559,6 +569,8 @@ func (s *State) Table() *pb.RoutingTable {
 		Entities: s.outwardAll(list),
 		Groups:   s.Groups(),
 		Nodes:    s.Nodes(),
+		// The front-ends and gateways validate tokens with them.
+		AuthorizationRules: s.AuthorizationRules("", true),
 	}
 }
 

@@ -1184,20 +1184,120 @@ func (x *Node) GetDeadSinceMs() int64 {
 	return 0
 }
 
-// RoutingTable is the whole catalog as of one meta-group index.
-type RoutingTable struct {
+// AuthorizationRule is a Shared Access Signature rule (placement/sas):
+// whoever knows one of its keys has its rights on the whole namespace
+// (entity empty) or on one queue or topic and what lies below it (a
+// topic's subscriptions inherit its rules). The keys are secrets: they
+// travel to front-ends and gateways in the routing table and never appear
+// in logs.
+type AuthorizationRule struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index it reflects
-	Entities      []*Entity              `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
-	Groups        []*Group               `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
-	Nodes         []*Node                `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Entity        string                 `protobuf:"bytes,2,opt,name=entity,proto3" json:"entity,omitempty"`  // "" for the namespace; lookups ignore case
+	Rights        uint32                 `protobuf:"varint,3,opt,name=rights,proto3" json:"rights,omitempty"` // bits of placement/sas.Rights: 1 Listen, 2 Send, 4 Manage
+	PrimaryKey    string                 `protobuf:"bytes,4,opt,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
+	SecondaryKey  string                 `protobuf:"bytes,5,opt,name=secondary_key,json=secondaryKey,proto3" json:"secondary_key,omitempty"` // optional
+	CreatedAtMs   int64                  `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,7,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *AuthorizationRule) Reset() {
+	*x = AuthorizationRule{}
+	mi := &file_placementpb_placement_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizationRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizationRule) ProtoMessage() {}
+
+func (x *AuthorizationRule) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizationRule.ProtoReflect.Descriptor instead.
+func (*AuthorizationRule) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AuthorizationRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetRights() uint32 {
+	if x != nil {
+		return x.Rights
+	}
+	return 0
+}
+
+func (x *AuthorizationRule) GetPrimaryKey() string {
+	if x != nil {
+		return x.PrimaryKey
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetSecondaryKey() string {
+	if x != nil {
+		return x.SecondaryKey
+	}
+	return ""
+}
+
+func (x *AuthorizationRule) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *AuthorizationRule) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+// RoutingTable is the whole catalog as of one meta-group index.
+type RoutingTable struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index it reflects
+	Entities []*Entity              `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
+	Groups   []*Group               `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	Nodes    []*Node                `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Field numbers from 40 on belong to the authorization rules.
+	AuthorizationRules []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
 func (x *RoutingTable) Reset() {
 	*x = RoutingTable{}
-	mi := &file_placementpb_placement_proto_msgTypes[10]
+	mi := &file_placementpb_placement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1309,7 @@ func (x *RoutingTable) String() string {
 func (*RoutingTable) ProtoMessage() {}
 
 func (x *RoutingTable) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[10]
+	mi := &file_placementpb_placement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1322,7 @@ func (x *RoutingTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingTable.ProtoReflect.Descriptor instead.
 func (*RoutingTable) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{10}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RoutingTable) GetVersion() uint64 {
@@ -1253,6 +1353,13 @@ func (x *RoutingTable) GetNodes() []*Node {
 	return nil
 }
 
+func (x *RoutingTable) GetAuthorizationRules() []*AuthorizationRule {
+	if x != nil {
+		return x.AuthorizationRules
+	}
+	return nil
+}
+
 type DrainNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1263,7 +1370,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[11]
+	mi := &file_placementpb_placement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1382,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[11]
+	mi := &file_placementpb_placement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1395,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{11}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -1303,6 +1410,245 @@ func (x *DrainNodeRequest) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+type PutAuthorizationRuleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          *AuthorizationRule     `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"` // timestamps are set by the catalog
+	CreateOnly    bool                   `protobuf:"varint,2,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAuthorizationRuleRequest) Reset() {
+	*x = PutAuthorizationRuleRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAuthorizationRuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAuthorizationRuleRequest) ProtoMessage() {}
+
+func (x *PutAuthorizationRuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAuthorizationRuleRequest.ProtoReflect.Descriptor instead.
+func (*PutAuthorizationRuleRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PutAuthorizationRuleRequest) GetRule() *AuthorizationRule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *PutAuthorizationRuleRequest) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+type DeleteAuthorizationRuleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Entity        string                 `protobuf:"bytes,2,opt,name=entity,proto3" json:"entity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAuthorizationRuleRequest) Reset() {
+	*x = DeleteAuthorizationRuleRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAuthorizationRuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAuthorizationRuleRequest) ProtoMessage() {}
+
+func (x *DeleteAuthorizationRuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAuthorizationRuleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteAuthorizationRuleRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DeleteAuthorizationRuleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteAuthorizationRuleRequest) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+type DeleteAuthorizationRuleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAuthorizationRuleResponse) Reset() {
+	*x = DeleteAuthorizationRuleResponse{}
+	mi := &file_placementpb_placement_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAuthorizationRuleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAuthorizationRuleResponse) ProtoMessage() {}
+
+func (x *DeleteAuthorizationRuleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAuthorizationRuleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteAuthorizationRuleResponse) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{15}
+}
+
+// ListAuthorizationRules lists the rules of one entity, or of the
+// namespace when entity is empty, ordered by name; all_scopes lists every
+// rule of the catalog.
+type ListAuthorizationRulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entity        string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
+	AllScopes     bool                   `protobuf:"varint,2,opt,name=all_scopes,json=allScopes,proto3" json:"all_scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuthorizationRulesRequest) Reset() {
+	*x = ListAuthorizationRulesRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuthorizationRulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuthorizationRulesRequest) ProtoMessage() {}
+
+func (x *ListAuthorizationRulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuthorizationRulesRequest.ProtoReflect.Descriptor instead.
+func (*ListAuthorizationRulesRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListAuthorizationRulesRequest) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *ListAuthorizationRulesRequest) GetAllScopes() bool {
+	if x != nil {
+		return x.AllScopes
+	}
+	return false
+}
+
+type ListAuthorizationRulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*AuthorizationRule   `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuthorizationRulesResponse) Reset() {
+	*x = ListAuthorizationRulesResponse{}
+	mi := &file_placementpb_placement_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuthorizationRulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuthorizationRulesResponse) ProtoMessage() {}
+
+func (x *ListAuthorizationRulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuthorizationRulesResponse.ProtoReflect.Descriptor instead.
+func (*ListAuthorizationRulesResponse) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListAuthorizationRulesResponse) GetRules() []*AuthorizationRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
 }
 
 type CreateEntityRequest struct {
@@ -1320,7 +1666,7 @@ type CreateEntityRequest struct {
 
 func (x *CreateEntityRequest) Reset() {
 	*x = CreateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[12]
+	mi := &file_placementpb_placement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1678,7 @@ func (x *CreateEntityRequest) String() string {
 func (*CreateEntityRequest) ProtoMessage() {}
 
 func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[12]
+	mi := &file_placementpb_placement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1691,7 @@ func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityRequest.ProtoReflect.Descriptor instead.
 func (*CreateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{12}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateEntityRequest) GetName() string {
@@ -1394,7 +1740,7 @@ type UpdateEntityRequest struct {
 
 func (x *UpdateEntityRequest) Reset() {
 	*x = UpdateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[13]
+	mi := &file_placementpb_placement_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1752,7 @@ func (x *UpdateEntityRequest) String() string {
 func (*UpdateEntityRequest) ProtoMessage() {}
 
 func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[13]
+	mi := &file_placementpb_placement_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1765,7 @@ func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{13}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateEntityRequest) GetName() string {
@@ -1452,7 +1798,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[14]
+	mi := &file_placementpb_placement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1810,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[14]
+	mi := &file_placementpb_placement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1823,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{14}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteEntityRequest) GetName() string {
@@ -1497,7 +1843,7 @@ type AddRuleRequest struct {
 
 func (x *AddRuleRequest) Reset() {
 	*x = AddRuleRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[15]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1855,7 @@ func (x *AddRuleRequest) String() string {
 func (*AddRuleRequest) ProtoMessage() {}
 
 func (x *AddRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[15]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1868,7 @@ func (x *AddRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRuleRequest.ProtoReflect.Descriptor instead.
 func (*AddRuleRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{15}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddRuleRequest) GetSubscription() string {
@@ -1549,7 +1895,7 @@ type RemoveRuleRequest struct {
 
 func (x *RemoveRuleRequest) Reset() {
 	*x = RemoveRuleRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[16]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1907,7 @@ func (x *RemoveRuleRequest) String() string {
 func (*RemoveRuleRequest) ProtoMessage() {}
 
 func (x *RemoveRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[16]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1920,7 @@ func (x *RemoveRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRuleRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{16}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveRuleRequest) GetSubscription() string {
@@ -1599,7 +1945,7 @@ type RemoveRuleResponse struct {
 
 func (x *RemoveRuleResponse) Reset() {
 	*x = RemoveRuleResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[17]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1957,7 @@ func (x *RemoveRuleResponse) String() string {
 func (*RemoveRuleResponse) ProtoMessage() {}
 
 func (x *RemoveRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[17]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1970,7 @@ func (x *RemoveRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRuleResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{17}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
 }
 
 type DeleteEntityResponse struct {
@@ -1635,7 +1981,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1993,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +2006,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
 }
 
 type GetEntityRequest struct {
@@ -1672,7 +2018,7 @@ type GetEntityRequest struct {
 
 func (x *GetEntityRequest) Reset() {
 	*x = GetEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +2030,7 @@ func (x *GetEntityRequest) String() string {
 func (*GetEntityRequest) ProtoMessage() {}
 
 func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +2043,7 @@ func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEntityRequest.ProtoReflect.Descriptor instead.
 func (*GetEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetEntityRequest) GetName() string {
@@ -1719,7 +2065,7 @@ type ListEntitiesRequest struct {
 
 func (x *ListEntitiesRequest) Reset() {
 	*x = ListEntitiesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +2077,7 @@ func (x *ListEntitiesRequest) String() string {
 func (*ListEntitiesRequest) ProtoMessage() {}
 
 func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +2090,7 @@ func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListEntitiesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListEntitiesRequest) GetKind() EntityKind {
@@ -1777,7 +2123,7 @@ type ListEntitiesResponse struct {
 
 func (x *ListEntitiesResponse) Reset() {
 	*x = ListEntitiesResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2135,7 @@ func (x *ListEntitiesResponse) String() string {
 func (*ListEntitiesResponse) ProtoMessage() {}
 
 func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2148,7 @@ func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListEntitiesResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListEntitiesResponse) GetEntities() []*Entity {
@@ -1823,7 +2169,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2181,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2194,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchRoutesRequest) GetAfterVersion() uint64 {
@@ -1869,7 +2215,7 @@ type GroupReport struct {
 
 func (x *GroupReport) Reset() {
 	*x = GroupReport{}
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2227,7 @@ func (x *GroupReport) String() string {
 func (*GroupReport) ProtoMessage() {}
 
 func (x *GroupReport) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2240,7 @@ func (x *GroupReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReport.ProtoReflect.Descriptor instead.
 func (*GroupReport) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GroupReport) GetGroupId() uint64 {
@@ -1928,7 +2274,7 @@ type ReportGroupsRequest struct {
 
 func (x *ReportGroupsRequest) Reset() {
 	*x = ReportGroupsRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2286,7 @@ func (x *ReportGroupsRequest) String() string {
 func (*ReportGroupsRequest) ProtoMessage() {}
 
 func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2299,7 @@ func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ReportGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportGroupsRequest) GetNodeId() string {
@@ -1978,7 +2324,7 @@ type ReportGroupsResponse struct {
 
 func (x *ReportGroupsResponse) Reset() {
 	*x = ReportGroupsResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2336,7 @@ func (x *ReportGroupsResponse) String() string {
 func (*ReportGroupsResponse) ProtoMessage() {}
 
 func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2349,7 @@ func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ReportGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{31}
 }
 
 type CatalogCommand struct {
@@ -2023,6 +2369,8 @@ type CatalogCommand struct {
 	//	*CatalogCommand_DrainNode
 	//	*CatalogCommand_AddRule
 	//	*CatalogCommand_RemoveRule
+	//	*CatalogCommand_PutAuthorizationRule
+	//	*CatalogCommand_DeleteAuthorizationRule
 	Op            isCatalogCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2030,7 +2378,7 @@ type CatalogCommand struct {
 
 func (x *CatalogCommand) Reset() {
 	*x = CatalogCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2390,7 @@ func (x *CatalogCommand) String() string {
 func (*CatalogCommand) ProtoMessage() {}
 
 func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2403,7 @@ func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogCommand.ProtoReflect.Descriptor instead.
 func (*CatalogCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CatalogCommand) GetNowMs() int64 {
@@ -2180,6 +2528,24 @@ func (x *CatalogCommand) GetRemoveRule() *RemoveRuleCommand {
 	return nil
 }
 
+func (x *CatalogCommand) GetPutAuthorizationRule() *PutAuthorizationRuleCommand {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_PutAuthorizationRule); ok {
+			return x.PutAuthorizationRule
+		}
+	}
+	return nil
+}
+
+func (x *CatalogCommand) GetDeleteAuthorizationRule() *DeleteAuthorizationRuleRequest {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_DeleteAuthorizationRule); ok {
+			return x.DeleteAuthorizationRule
+		}
+	}
+	return nil
+}
+
 type isCatalogCommand_Op interface {
 	isCatalogCommand_Op()
 }
@@ -2232,6 +2598,15 @@ type CatalogCommand_RemoveRule struct {
 	RemoveRule *RemoveRuleCommand `protobuf:"bytes,32,opt,name=remove_rule,json=removeRule,proto3,oneof"`
 }
 
+type CatalogCommand_PutAuthorizationRule struct {
+	// Field numbers from 40 on belong to the authorization rules.
+	PutAuthorizationRule *PutAuthorizationRuleCommand `protobuf:"bytes,40,opt,name=put_authorization_rule,json=putAuthorizationRule,proto3,oneof"`
+}
+
+type CatalogCommand_DeleteAuthorizationRule struct {
+	DeleteAuthorizationRule *DeleteAuthorizationRuleRequest `protobuf:"bytes,41,opt,name=delete_authorization_rule,json=deleteAuthorizationRule,proto3,oneof"`
+}
+
 func (*CatalogCommand_RegisterNodes) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_CreateGroups) isCatalogCommand_Op() {}
@@ -2256,6 +2631,10 @@ func (*CatalogCommand_AddRule) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_RemoveRule) isCatalogCommand_Op() {}
 
+func (*CatalogCommand_PutAuthorizationRule) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_DeleteAuthorizationRule) isCatalogCommand_Op() {}
+
 // StartMove begins replacing the replica of group_id on from by one on to:
 // to is listed as a joined replica, and the group records the move. It
 // applies only while the group is not moving, from is a replica, and to is
@@ -2271,7 +2650,7 @@ type StartMove struct {
 
 func (x *StartMove) Reset() {
 	*x = StartMove{}
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2662,7 @@ func (x *StartMove) String() string {
 func (*StartMove) ProtoMessage() {}
 
 func (x *StartMove) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2675,7 @@ func (x *StartMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMove.ProtoReflect.Descriptor instead.
 func (*StartMove) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StartMove) GetGroupId() uint64 {
@@ -2335,7 +2714,7 @@ type FinishMove struct {
 
 func (x *FinishMove) Reset() {
 	*x = FinishMove{}
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2726,7 @@ func (x *FinishMove) String() string {
 func (*FinishMove) ProtoMessage() {}
 
 func (x *FinishMove) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2739,7 @@ func (x *FinishMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishMove.ProtoReflect.Descriptor instead.
 func (*FinishMove) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FinishMove) GetGroupId() uint64 {
@@ -2391,6 +2770,61 @@ func (x *FinishMove) GetAbort() bool {
 	return false
 }
 
+// PutAuthorizationRuleCommand creates or replaces a rule; with create_only
+// an existing rule of that name and scope is a rejection. An entity rule
+// needs its entity, and goes when the entity is deleted.
+type PutAuthorizationRuleCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          *AuthorizationRule     `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	CreateOnly    bool                   `protobuf:"varint,2,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAuthorizationRuleCommand) Reset() {
+	*x = PutAuthorizationRuleCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAuthorizationRuleCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAuthorizationRuleCommand) ProtoMessage() {}
+
+func (x *PutAuthorizationRuleCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAuthorizationRuleCommand.ProtoReflect.Descriptor instead.
+func (*PutAuthorizationRuleCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PutAuthorizationRuleCommand) GetRule() *AuthorizationRule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *PutAuthorizationRuleCommand) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
 // RegisterNodes adds storage nodes to the catalog or updates them (address,
 // zone, alive). Nodes are never removed by this command.
 type RegisterNodes struct {
@@ -2402,7 +2836,7 @@ type RegisterNodes struct {
 
 func (x *RegisterNodes) Reset() {
 	*x = RegisterNodes{}
-	mi := &file_placementpb_placement_proto_msgTypes[29]
+	mi := &file_placementpb_placement_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2848,7 @@ func (x *RegisterNodes) String() string {
 func (*RegisterNodes) ProtoMessage() {}
 
 func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[29]
+	mi := &file_placementpb_placement_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2861,7 @@ func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodes.ProtoReflect.Descriptor instead.
 func (*RegisterNodes) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{29}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterNodes) GetNodes() []*Node {
@@ -2451,7 +2885,7 @@ type CreateGroups struct {
 
 func (x *CreateGroups) Reset() {
 	*x = CreateGroups{}
-	mi := &file_placementpb_placement_proto_msgTypes[30]
+	mi := &file_placementpb_placement_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2897,7 @@ func (x *CreateGroups) String() string {
 func (*CreateGroups) ProtoMessage() {}
 
 func (x *CreateGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[30]
+	mi := &file_placementpb_placement_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2910,7 @@ func (x *CreateGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroups.ProtoReflect.Descriptor instead.
 func (*CreateGroups) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{30}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateGroups) GetExpectedGroups() uint64 {
@@ -2502,7 +2936,7 @@ type NewGroup struct {
 
 func (x *NewGroup) Reset() {
 	*x = NewGroup{}
-	mi := &file_placementpb_placement_proto_msgTypes[31]
+	mi := &file_placementpb_placement_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2948,7 @@ func (x *NewGroup) String() string {
 func (*NewGroup) ProtoMessage() {}
 
 func (x *NewGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[31]
+	mi := &file_placementpb_placement_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2961,7 @@ func (x *NewGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewGroup.ProtoReflect.Descriptor instead.
 func (*NewGroup) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{31}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NewGroup) GetReplicas() []*Replica {
@@ -2553,7 +2987,7 @@ type CreateEntityCommand struct {
 
 func (x *CreateEntityCommand) Reset() {
 	*x = CreateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[32]
+	mi := &file_placementpb_placement_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2999,7 @@ func (x *CreateEntityCommand) String() string {
 func (*CreateEntityCommand) ProtoMessage() {}
 
 func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[32]
+	mi := &file_placementpb_placement_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +3012,7 @@ func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityCommand.ProtoReflect.Descriptor instead.
 func (*CreateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{32}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateEntityCommand) GetName() string {
@@ -2635,7 +3069,7 @@ type UpdateEntityCommand struct {
 
 func (x *UpdateEntityCommand) Reset() {
 	*x = UpdateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[33]
+	mi := &file_placementpb_placement_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +3081,7 @@ func (x *UpdateEntityCommand) String() string {
 func (*UpdateEntityCommand) ProtoMessage() {}
 
 func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[33]
+	mi := &file_placementpb_placement_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +3094,7 @@ func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityCommand.ProtoReflect.Descriptor instead.
 func (*UpdateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{33}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdateEntityCommand) GetName() string {
@@ -2695,7 +3129,7 @@ type DeleteEntityCommand struct {
 
 func (x *DeleteEntityCommand) Reset() {
 	*x = DeleteEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[34]
+	mi := &file_placementpb_placement_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +3141,7 @@ func (x *DeleteEntityCommand) String() string {
 func (*DeleteEntityCommand) ProtoMessage() {}
 
 func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[34]
+	mi := &file_placementpb_placement_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +3154,7 @@ func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityCommand.ProtoReflect.Descriptor instead.
 func (*DeleteEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{34}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteEntityCommand) GetName() string {
@@ -2742,7 +3176,7 @@ type AddRuleCommand struct {
 
 func (x *AddRuleCommand) Reset() {
 	*x = AddRuleCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[35]
+	mi := &file_placementpb_placement_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +3188,7 @@ func (x *AddRuleCommand) String() string {
 func (*AddRuleCommand) ProtoMessage() {}
 
 func (x *AddRuleCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[35]
+	mi := &file_placementpb_placement_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +3201,7 @@ func (x *AddRuleCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRuleCommand.ProtoReflect.Descriptor instead.
 func (*AddRuleCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{35}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddRuleCommand) GetSubscription() string {
@@ -2794,7 +3228,7 @@ type RemoveRuleCommand struct {
 
 func (x *RemoveRuleCommand) Reset() {
 	*x = RemoveRuleCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[36]
+	mi := &file_placementpb_placement_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +3240,7 @@ func (x *RemoveRuleCommand) String() string {
 func (*RemoveRuleCommand) ProtoMessage() {}
 
 func (x *RemoveRuleCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[36]
+	mi := &file_placementpb_placement_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +3253,7 @@ func (x *RemoveRuleCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleCommand.ProtoReflect.Descriptor instead.
 func (*RemoveRuleCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{36}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveRuleCommand) GetSubscription() string {
@@ -2848,7 +3282,7 @@ type CompleteTasks struct {
 
 func (x *CompleteTasks) Reset() {
 	*x = CompleteTasks{}
-	mi := &file_placementpb_placement_proto_msgTypes[37]
+	mi := &file_placementpb_placement_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +3294,7 @@ func (x *CompleteTasks) String() string {
 func (*CompleteTasks) ProtoMessage() {}
 
 func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[37]
+	mi := &file_placementpb_placement_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +3307,7 @@ func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTasks.ProtoReflect.Descriptor instead.
 func (*CompleteTasks) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{37}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CompleteTasks) GetTasks() []*PartitionTask {
@@ -2898,7 +3332,7 @@ type PartitionTask struct {
 
 func (x *PartitionTask) Reset() {
 	*x = PartitionTask{}
-	mi := &file_placementpb_placement_proto_msgTypes[38]
+	mi := &file_placementpb_placement_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3344,7 @@ func (x *PartitionTask) String() string {
 func (*PartitionTask) ProtoMessage() {}
 
 func (x *PartitionTask) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[38]
+	mi := &file_placementpb_placement_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3357,7 @@ func (x *PartitionTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionTask.ProtoReflect.Descriptor instead.
 func (*PartitionTask) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{38}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PartitionTask) GetEntityId() uint64 {
@@ -2973,13 +3407,15 @@ type CatalogSnapshot struct {
 	Tasks         []*PartitionTask       `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ModifiedIndex uint64                 `protobuf:"varint,8,opt,name=modified_index,json=modifiedIndex,proto3" json:"modified_index,omitempty"` // last command that changed anything
 	RoutesIndex   uint64                 `protobuf:"varint,9,opt,name=routes_index,json=routesIndex,proto3" json:"routes_index,omitempty"`       // last command that changed the routing table
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Field numbers from 40 on belong to the authorization rules.
+	AuthorizationRules []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CatalogSnapshot) Reset() {
 	*x = CatalogSnapshot{}
-	mi := &file_placementpb_placement_proto_msgTypes[39]
+	mi := &file_placementpb_placement_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3427,7 @@ func (x *CatalogSnapshot) String() string {
 func (*CatalogSnapshot) ProtoMessage() {}
 
 func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[39]
+	mi := &file_placementpb_placement_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3440,7 @@ func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogSnapshot.ProtoReflect.Descriptor instead.
 func (*CatalogSnapshot) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{39}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CatalogSnapshot) GetAppliedIndex() uint64 {
@@ -3070,6 +3506,13 @@ func (x *CatalogSnapshot) GetRoutesIndex() uint64 {
 	return 0
 }
 
+func (x *CatalogSnapshot) GetAuthorizationRules() []*AuthorizationRule {
+	if x != nil {
+		return x.AuthorizationRules
+	}
+	return nil
+}
+
 // MetaLeaderHint rides in the details of a FAILED_PRECONDITION status from a
 // placement member that is not the meta leader.
 type MetaLeaderHint struct {
@@ -3082,7 +3525,7 @@ type MetaLeaderHint struct {
 
 func (x *MetaLeaderHint) Reset() {
 	*x = MetaLeaderHint{}
-	mi := &file_placementpb_placement_proto_msgTypes[40]
+	mi := &file_placementpb_placement_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3537,7 @@ func (x *MetaLeaderHint) String() string {
 func (*MetaLeaderHint) ProtoMessage() {}
 
 func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[40]
+	mi := &file_placementpb_placement_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3550,7 @@ func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaLeaderHint.ProtoReflect.Descriptor instead.
 func (*MetaLeaderHint) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{40}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MetaLeaderHint) GetLeaderId() string {
@@ -3138,7 +3581,7 @@ type MemberMeta struct {
 
 func (x *MemberMeta) Reset() {
 	*x = MemberMeta{}
-	mi := &file_placementpb_placement_proto_msgTypes[41]
+	mi := &file_placementpb_placement_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3593,7 @@ func (x *MemberMeta) String() string {
 func (*MemberMeta) ProtoMessage() {}
 
 func (x *MemberMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[41]
+	mi := &file_placementpb_placement_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3606,7 @@ func (x *MemberMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberMeta.ProtoReflect.Descriptor instead.
 func (*MemberMeta) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{41}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MemberMeta) GetNodeId() string {
@@ -3307,15 +3750,39 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x14\n" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\"\n" +
-	"\rdead_since_ms\x18\x06 \x01(\x03R\vdeadSinceMs\"\xcf\x01\n" +
+	"\rdead_since_ms\x18\x06 \x01(\x03R\vdeadSinceMs\"\xe5\x01\n" +
+	"\x11AuthorizationRule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06entity\x18\x02 \x01(\tR\x06entity\x12\x16\n" +
+	"\x06rights\x18\x03 \x01(\rR\x06rights\x12\x1f\n" +
+	"\vprimary_key\x18\x04 \x01(\tR\n" +
+	"primaryKey\x12#\n" +
+	"\rsecondary_key\x18\x05 \x01(\tR\fsecondaryKey\x12\"\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\a \x01(\x03R\vupdatedAtMs\"\xab\x02\n" +
 	"\fRoutingTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12:\n" +
 	"\bentities\x18\x02 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\x125\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1d.quorumbus.placement.v1.GroupR\x06groups\x122\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"G\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12Z\n" +
+	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\"G\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
-	"\bdraining\x18\x02 \x01(\bR\bdraining\"\x9c\x02\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"}\n" +
+	"\x1bPutAuthorizationRuleRequest\x12=\n" +
+	"\x04rule\x18\x01 \x01(\v2).quorumbus.placement.v1.AuthorizationRuleR\x04rule\x12\x1f\n" +
+	"\vcreate_only\x18\x02 \x01(\bR\n" +
+	"createOnly\"L\n" +
+	"\x1eDeleteAuthorizationRuleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06entity\x18\x02 \x01(\tR\x06entity\"!\n" +
+	"\x1fDeleteAuthorizationRuleResponse\"V\n" +
+	"\x1dListAuthorizationRulesRequest\x12\x16\n" +
+	"\x06entity\x18\x01 \x01(\tR\x06entity\x12\x1d\n" +
+	"\n" +
+	"all_scopes\x18\x02 \x01(\bR\tallScopes\"a\n" +
+	"\x1eListAuthorizationRulesResponse\x12?\n" +
+	"\x05rules\x18\x01 \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x05rules\"\x9c\x02\n" +
 	"\x13CreateEntityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12G\n" +
@@ -3358,7 +3825,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x13ReportGroupsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
 	"\x06groups\x18\x02 \x03(\v2#.quorumbus.placement.v1.GroupReportR\x06groups\"\x16\n" +
-	"\x14ReportGroupsResponse\"\xda\a\n" +
+	"\x14ReportGroupsResponse\"\xbd\t\n" +
 	"\x0eCatalogCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12N\n" +
 	"\x0eregister_nodes\x18\x02 \x01(\v2%.quorumbus.placement.v1.RegisterNodesH\x00R\rregisterNodes\x12K\n" +
@@ -3376,7 +3843,9 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"drain_node\x18\x16 \x01(\v2(.quorumbus.placement.v1.DrainNodeRequestH\x00R\tdrainNode\x12C\n" +
 	"\badd_rule\x18\x1f \x01(\v2&.quorumbus.placement.v1.AddRuleCommandH\x00R\aaddRule\x12L\n" +
 	"\vremove_rule\x18  \x01(\v2).quorumbus.placement.v1.RemoveRuleCommandH\x00R\n" +
-	"removeRuleB\x04\n" +
+	"removeRule\x12k\n" +
+	"\x16put_authorization_rule\x18( \x01(\v23.quorumbus.placement.v1.PutAuthorizationRuleCommandH\x00R\x14putAuthorizationRule\x12t\n" +
+	"\x19delete_authorization_rule\x18) \x01(\v26.quorumbus.placement.v1.DeleteAuthorizationRuleRequestH\x00R\x17deleteAuthorizationRuleB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"J\n" +
 	"\tStartMove\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x12\n" +
@@ -3387,7 +3856,11 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x14\n" +
-	"\x05abort\x18\x04 \x01(\bR\x05abort\"C\n" +
+	"\x05abort\x18\x04 \x01(\bR\x05abort\"}\n" +
+	"\x1bPutAuthorizationRuleCommand\x12=\n" +
+	"\x04rule\x18\x01 \x01(\v2).quorumbus.placement.v1.AuthorizationRuleR\x04rule\x12\x1f\n" +
+	"\vcreate_only\x18\x02 \x01(\bR\n" +
+	"createOnly\"C\n" +
 	"\rRegisterNodes\x122\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\"q\n" +
 	"\fCreateGroups\x12'\n" +
@@ -3425,7 +3898,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x19\n" +
 	"\bgroup_id\x18\x03 \x01(\x04R\agroupId\x124\n" +
 	"\x04kind\x18\x04 \x01(\x0e2 .quorumbus.placement.v1.TaskKindR\x04kind\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"\xae\x03\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\x8a\x04\n" +
 	"\x0fCatalogSnapshot\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0enext_entity_id\x18\x02 \x01(\x04R\fnextEntityId\x12\"\n" +
@@ -3435,7 +3908,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12;\n" +
 	"\x05tasks\x18\a \x03(\v2%.quorumbus.placement.v1.PartitionTaskR\x05tasks\x12%\n" +
 	"\x0emodified_index\x18\b \x01(\x04R\rmodifiedIndex\x12!\n" +
-	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\"N\n" +
+	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\x12Z\n" +
+	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\"N\n" +
 	"\x0eMetaLeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -3458,7 +3932,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x03*6\n" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_UPSERT\x10\x00\x12\x14\n" +
-	"\x10TASK_KIND_DELETE\x10\x012\xd2\a\n" +
+	"\x10TASK_KIND_DELETE\x10\x012\xe1\n" +
+	"\n" +
 	"\x10PlacementService\x12[\n" +
 	"\fCreateEntity\x12+.quorumbus.placement.v1.CreateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12[\n" +
 	"\fUpdateEntity\x12+.quorumbus.placement.v1.UpdateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
@@ -3470,7 +3945,10 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tDrainNode\x12(.quorumbus.placement.v1.DrainNodeRequest\x1a\x1c.quorumbus.placement.v1.Node\x12O\n" +
 	"\aAddRule\x12&.quorumbus.placement.v1.AddRuleRequest\x1a\x1c.quorumbus.placement.v1.Rule\x12c\n" +
 	"\n" +
-	"RemoveRule\x12).quorumbus.placement.v1.RemoveRuleRequest\x1a*.quorumbus.placement.v1.RemoveRuleResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
+	"RemoveRule\x12).quorumbus.placement.v1.RemoveRuleRequest\x1a*.quorumbus.placement.v1.RemoveRuleResponse\x12v\n" +
+	"\x14PutAuthorizationRule\x123.quorumbus.placement.v1.PutAuthorizationRuleRequest\x1a).quorumbus.placement.v1.AuthorizationRule\x12\x8a\x01\n" +
+	"\x17DeleteAuthorizationRule\x126.quorumbus.placement.v1.DeleteAuthorizationRuleRequest\x1a7.quorumbus.placement.v1.DeleteAuthorizationRuleResponse\x12\x87\x01\n" +
+	"\x16ListAuthorizationRules\x125.quorumbus.placement.v1.ListAuthorizationRulesRequest\x1a6.quorumbus.placement.v1.ListAuthorizationRulesResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
 
 var (
 	file_placementpb_placement_proto_rawDescOnce sync.Once
@@ -3485,64 +3963,71 @@ func file_placementpb_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_placementpb_placement_proto_goTypes = []any{
-	(EntityKind)(0),              // 0: quorumbus.placement.v1.EntityKind
-	(EntityStatus)(0),            // 1: quorumbus.placement.v1.EntityStatus
-	(TaskKind)(0),                // 2: quorumbus.placement.v1.TaskKind
-	(*QueueProperties)(nil),      // 3: quorumbus.placement.v1.QueueProperties
-	(*Rule)(nil),                 // 4: quorumbus.placement.v1.Rule
-	(*SqlFilter)(nil),            // 5: quorumbus.placement.v1.SqlFilter
-	(*SqlRuleAction)(nil),        // 6: quorumbus.placement.v1.SqlRuleAction
-	(*CorrelationFilter)(nil),    // 7: quorumbus.placement.v1.CorrelationFilter
-	(*RuleValue)(nil),            // 8: quorumbus.placement.v1.RuleValue
-	(*Entity)(nil),               // 9: quorumbus.placement.v1.Entity
-	(*Replica)(nil),              // 10: quorumbus.placement.v1.Replica
-	(*Group)(nil),                // 11: quorumbus.placement.v1.Group
-	(*Node)(nil),                 // 12: quorumbus.placement.v1.Node
-	(*RoutingTable)(nil),         // 13: quorumbus.placement.v1.RoutingTable
-	(*DrainNodeRequest)(nil),     // 14: quorumbus.placement.v1.DrainNodeRequest
-	(*CreateEntityRequest)(nil),  // 15: quorumbus.placement.v1.CreateEntityRequest
-	(*UpdateEntityRequest)(nil),  // 16: quorumbus.placement.v1.UpdateEntityRequest
-	(*DeleteEntityRequest)(nil),  // 17: quorumbus.placement.v1.DeleteEntityRequest
-	(*AddRuleRequest)(nil),       // 18: quorumbus.placement.v1.AddRuleRequest
-	(*RemoveRuleRequest)(nil),    // 19: quorumbus.placement.v1.RemoveRuleRequest
-	(*RemoveRuleResponse)(nil),   // 20: quorumbus.placement.v1.RemoveRuleResponse
-	(*DeleteEntityResponse)(nil), // 21: quorumbus.placement.v1.DeleteEntityResponse
-	(*GetEntityRequest)(nil),     // 22: quorumbus.placement.v1.GetEntityRequest
-	(*ListEntitiesRequest)(nil),  // 23: quorumbus.placement.v1.ListEntitiesRequest
-	(*ListEntitiesResponse)(nil), // 24: quorumbus.placement.v1.ListEntitiesResponse
-	(*WatchRoutesRequest)(nil),   // 25: quorumbus.placement.v1.WatchRoutesRequest
-	(*GroupReport)(nil),          // 26: quorumbus.placement.v1.GroupReport
-	(*ReportGroupsRequest)(nil),  // 27: quorumbus.placement.v1.ReportGroupsRequest
-	(*ReportGroupsResponse)(nil), // 28: quorumbus.placement.v1.ReportGroupsResponse
-	(*CatalogCommand)(nil),       // 29: quorumbus.placement.v1.CatalogCommand
-	(*StartMove)(nil),            // 30: quorumbus.placement.v1.StartMove
-	(*FinishMove)(nil),           // 31: quorumbus.placement.v1.FinishMove
-	(*RegisterNodes)(nil),        // 32: quorumbus.placement.v1.RegisterNodes
-	(*CreateGroups)(nil),         // 33: quorumbus.placement.v1.CreateGroups
-	(*NewGroup)(nil),             // 34: quorumbus.placement.v1.NewGroup
-	(*CreateEntityCommand)(nil),  // 35: quorumbus.placement.v1.CreateEntityCommand
-	(*UpdateEntityCommand)(nil),  // 36: quorumbus.placement.v1.UpdateEntityCommand
-	(*DeleteEntityCommand)(nil),  // 37: quorumbus.placement.v1.DeleteEntityCommand
-	(*AddRuleCommand)(nil),       // 38: quorumbus.placement.v1.AddRuleCommand
-	(*RemoveRuleCommand)(nil),    // 39: quorumbus.placement.v1.RemoveRuleCommand
-	(*CompleteTasks)(nil),        // 40: quorumbus.placement.v1.CompleteTasks
-	(*PartitionTask)(nil),        // 41: quorumbus.placement.v1.PartitionTask
-	(*CatalogSnapshot)(nil),      // 42: quorumbus.placement.v1.CatalogSnapshot
-	(*MetaLeaderHint)(nil),       // 43: quorumbus.placement.v1.MetaLeaderHint
-	(*MemberMeta)(nil),           // 44: quorumbus.placement.v1.MemberMeta
-	nil,                          // 45: quorumbus.placement.v1.SqlFilter.ParametersEntry
-	nil,                          // 46: quorumbus.placement.v1.SqlRuleAction.ParametersEntry
-	nil,                          // 47: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
+	(EntityKind)(0),                         // 0: quorumbus.placement.v1.EntityKind
+	(EntityStatus)(0),                       // 1: quorumbus.placement.v1.EntityStatus
+	(TaskKind)(0),                           // 2: quorumbus.placement.v1.TaskKind
+	(*QueueProperties)(nil),                 // 3: quorumbus.placement.v1.QueueProperties
+	(*Rule)(nil),                            // 4: quorumbus.placement.v1.Rule
+	(*SqlFilter)(nil),                       // 5: quorumbus.placement.v1.SqlFilter
+	(*SqlRuleAction)(nil),                   // 6: quorumbus.placement.v1.SqlRuleAction
+	(*CorrelationFilter)(nil),               // 7: quorumbus.placement.v1.CorrelationFilter
+	(*RuleValue)(nil),                       // 8: quorumbus.placement.v1.RuleValue
+	(*Entity)(nil),                          // 9: quorumbus.placement.v1.Entity
+	(*Replica)(nil),                         // 10: quorumbus.placement.v1.Replica
+	(*Group)(nil),                           // 11: quorumbus.placement.v1.Group
+	(*Node)(nil),                            // 12: quorumbus.placement.v1.Node
+	(*AuthorizationRule)(nil),               // 13: quorumbus.placement.v1.AuthorizationRule
+	(*RoutingTable)(nil),                    // 14: quorumbus.placement.v1.RoutingTable
+	(*DrainNodeRequest)(nil),                // 15: quorumbus.placement.v1.DrainNodeRequest
+	(*PutAuthorizationRuleRequest)(nil),     // 16: quorumbus.placement.v1.PutAuthorizationRuleRequest
+	(*DeleteAuthorizationRuleRequest)(nil),  // 17: quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	(*DeleteAuthorizationRuleResponse)(nil), // 18: quorumbus.placement.v1.DeleteAuthorizationRuleResponse
+	(*ListAuthorizationRulesRequest)(nil),   // 19: quorumbus.placement.v1.ListAuthorizationRulesRequest
+	(*ListAuthorizationRulesResponse)(nil),  // 20: quorumbus.placement.v1.ListAuthorizationRulesResponse
+	(*CreateEntityRequest)(nil),             // 21: quorumbus.placement.v1.CreateEntityRequest
+	(*UpdateEntityRequest)(nil),             // 22: quorumbus.placement.v1.UpdateEntityRequest
+	(*DeleteEntityRequest)(nil),             // 23: quorumbus.placement.v1.DeleteEntityRequest
+	(*AddRuleRequest)(nil),                  // 24: quorumbus.placement.v1.AddRuleRequest
+	(*RemoveRuleRequest)(nil),               // 25: quorumbus.placement.v1.RemoveRuleRequest
+	(*RemoveRuleResponse)(nil),              // 26: quorumbus.placement.v1.RemoveRuleResponse
+	(*DeleteEntityResponse)(nil),            // 27: quorumbus.placement.v1.DeleteEntityResponse
+	(*GetEntityRequest)(nil),                // 28: quorumbus.placement.v1.GetEntityRequest
+	(*ListEntitiesRequest)(nil),             // 29: quorumbus.placement.v1.ListEntitiesRequest
+	(*ListEntitiesResponse)(nil),            // 30: quorumbus.placement.v1.ListEntitiesResponse
+	(*WatchRoutesRequest)(nil),              // 31: quorumbus.placement.v1.WatchRoutesRequest
+	(*GroupReport)(nil),                     // 32: quorumbus.placement.v1.GroupReport
+	(*ReportGroupsRequest)(nil),             // 33: quorumbus.placement.v1.ReportGroupsRequest
+	(*ReportGroupsResponse)(nil),            // 34: quorumbus.placement.v1.ReportGroupsResponse
+	(*CatalogCommand)(nil),                  // 35: quorumbus.placement.v1.CatalogCommand
+	(*StartMove)(nil),                       // 36: quorumbus.placement.v1.StartMove
+	(*FinishMove)(nil),                      // 37: quorumbus.placement.v1.FinishMove
+	(*PutAuthorizationRuleCommand)(nil),     // 38: quorumbus.placement.v1.PutAuthorizationRuleCommand
+	(*RegisterNodes)(nil),                   // 39: quorumbus.placement.v1.RegisterNodes
+	(*CreateGroups)(nil),                    // 40: quorumbus.placement.v1.CreateGroups
+	(*NewGroup)(nil),                        // 41: quorumbus.placement.v1.NewGroup
+	(*CreateEntityCommand)(nil),             // 42: quorumbus.placement.v1.CreateEntityCommand
+	(*UpdateEntityCommand)(nil),             // 43: quorumbus.placement.v1.UpdateEntityCommand
+	(*DeleteEntityCommand)(nil),             // 44: quorumbus.placement.v1.DeleteEntityCommand
+	(*AddRuleCommand)(nil),                  // 45: quorumbus.placement.v1.AddRuleCommand
+	(*RemoveRuleCommand)(nil),               // 46: quorumbus.placement.v1.RemoveRuleCommand
+	(*CompleteTasks)(nil),                   // 47: quorumbus.placement.v1.CompleteTasks
+	(*PartitionTask)(nil),                   // 48: quorumbus.placement.v1.PartitionTask
+	(*CatalogSnapshot)(nil),                 // 49: quorumbus.placement.v1.CatalogSnapshot
+	(*MetaLeaderHint)(nil),                  // 50: quorumbus.placement.v1.MetaLeaderHint
+	(*MemberMeta)(nil),                      // 51: quorumbus.placement.v1.MemberMeta
+	nil,                                     // 52: quorumbus.placement.v1.SqlFilter.ParametersEntry
+	nil,                                     // 53: quorumbus.placement.v1.SqlRuleAction.ParametersEntry
+	nil,                                     // 54: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
 }
 var file_placementpb_placement_proto_depIdxs = []int32{
 	5,  // 0: quorumbus.placement.v1.Rule.sql_filter:type_name -> quorumbus.placement.v1.SqlFilter
 	7,  // 1: quorumbus.placement.v1.Rule.correlation_filter:type_name -> quorumbus.placement.v1.CorrelationFilter
 	6,  // 2: quorumbus.placement.v1.Rule.action:type_name -> quorumbus.placement.v1.SqlRuleAction
-	45, // 3: quorumbus.placement.v1.SqlFilter.parameters:type_name -> quorumbus.placement.v1.SqlFilter.ParametersEntry
-	46, // 4: quorumbus.placement.v1.SqlRuleAction.parameters:type_name -> quorumbus.placement.v1.SqlRuleAction.ParametersEntry
-	47, // 5: quorumbus.placement.v1.CorrelationFilter.properties:type_name -> quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
+	52, // 3: quorumbus.placement.v1.SqlFilter.parameters:type_name -> quorumbus.placement.v1.SqlFilter.ParametersEntry
+	53, // 4: quorumbus.placement.v1.SqlRuleAction.parameters:type_name -> quorumbus.placement.v1.SqlRuleAction.ParametersEntry
+	54, // 5: quorumbus.placement.v1.CorrelationFilter.properties:type_name -> quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
 	0,  // 6: quorumbus.placement.v1.Entity.kind:type_name -> quorumbus.placement.v1.EntityKind
 	1,  // 7: quorumbus.placement.v1.Entity.status:type_name -> quorumbus.placement.v1.EntityStatus
 	3,  // 8: quorumbus.placement.v1.Entity.properties:type_name -> quorumbus.placement.v1.QueueProperties
@@ -3551,72 +4036,85 @@ var file_placementpb_placement_proto_depIdxs = []int32{
 	9,  // 11: quorumbus.placement.v1.RoutingTable.entities:type_name -> quorumbus.placement.v1.Entity
 	11, // 12: quorumbus.placement.v1.RoutingTable.groups:type_name -> quorumbus.placement.v1.Group
 	12, // 13: quorumbus.placement.v1.RoutingTable.nodes:type_name -> quorumbus.placement.v1.Node
-	0,  // 14: quorumbus.placement.v1.CreateEntityRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 15: quorumbus.placement.v1.CreateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 16: quorumbus.placement.v1.CreateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
-	4,  // 17: quorumbus.placement.v1.CreateEntityRequest.rules:type_name -> quorumbus.placement.v1.Rule
-	3,  // 18: quorumbus.placement.v1.UpdateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 19: quorumbus.placement.v1.UpdateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
-	4,  // 20: quorumbus.placement.v1.AddRuleRequest.rule:type_name -> quorumbus.placement.v1.Rule
-	0,  // 21: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
-	9,  // 22: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
-	26, // 23: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
-	32, // 24: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
-	33, // 25: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
-	35, // 26: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
-	36, // 27: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
-	37, // 28: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
-	27, // 29: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
-	40, // 30: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
-	30, // 31: quorumbus.placement.v1.CatalogCommand.start_move:type_name -> quorumbus.placement.v1.StartMove
-	31, // 32: quorumbus.placement.v1.CatalogCommand.finish_move:type_name -> quorumbus.placement.v1.FinishMove
-	14, // 33: quorumbus.placement.v1.CatalogCommand.drain_node:type_name -> quorumbus.placement.v1.DrainNodeRequest
-	38, // 34: quorumbus.placement.v1.CatalogCommand.add_rule:type_name -> quorumbus.placement.v1.AddRuleCommand
-	39, // 35: quorumbus.placement.v1.CatalogCommand.remove_rule:type_name -> quorumbus.placement.v1.RemoveRuleCommand
-	12, // 36: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
-	34, // 37: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
-	10, // 38: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
-	0,  // 39: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 40: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 41: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	4,  // 42: quorumbus.placement.v1.CreateEntityCommand.rules:type_name -> quorumbus.placement.v1.Rule
-	3,  // 43: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 44: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	4,  // 45: quorumbus.placement.v1.AddRuleCommand.rule:type_name -> quorumbus.placement.v1.Rule
-	41, // 46: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	2,  // 47: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
-	9,  // 48: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
-	11, // 49: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
-	12, // 50: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
-	41, // 51: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	8,  // 52: quorumbus.placement.v1.SqlFilter.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	8,  // 53: quorumbus.placement.v1.SqlRuleAction.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	8,  // 54: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	15, // 55: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
-	16, // 56: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
-	17, // 57: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
-	22, // 58: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
-	23, // 59: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
-	25, // 60: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
-	27, // 61: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
-	14, // 62: quorumbus.placement.v1.PlacementService.DrainNode:input_type -> quorumbus.placement.v1.DrainNodeRequest
-	18, // 63: quorumbus.placement.v1.PlacementService.AddRule:input_type -> quorumbus.placement.v1.AddRuleRequest
-	19, // 64: quorumbus.placement.v1.PlacementService.RemoveRule:input_type -> quorumbus.placement.v1.RemoveRuleRequest
-	9,  // 65: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
-	9,  // 66: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
-	21, // 67: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
-	9,  // 68: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
-	24, // 69: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
-	13, // 70: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
-	28, // 71: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
-	12, // 72: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
-	4,  // 73: quorumbus.placement.v1.PlacementService.AddRule:output_type -> quorumbus.placement.v1.Rule
-	20, // 74: quorumbus.placement.v1.PlacementService.RemoveRule:output_type -> quorumbus.placement.v1.RemoveRuleResponse
-	65, // [65:75] is the sub-list for method output_type
-	55, // [55:65] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	13, // 14: quorumbus.placement.v1.RoutingTable.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	13, // 15: quorumbus.placement.v1.PutAuthorizationRuleRequest.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
+	13, // 16: quorumbus.placement.v1.ListAuthorizationRulesResponse.rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	0,  // 17: quorumbus.placement.v1.CreateEntityRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 18: quorumbus.placement.v1.CreateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 19: quorumbus.placement.v1.CreateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
+	4,  // 20: quorumbus.placement.v1.CreateEntityRequest.rules:type_name -> quorumbus.placement.v1.Rule
+	3,  // 21: quorumbus.placement.v1.UpdateEntityRequest.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 22: quorumbus.placement.v1.UpdateEntityRequest.status:type_name -> quorumbus.placement.v1.EntityStatus
+	4,  // 23: quorumbus.placement.v1.AddRuleRequest.rule:type_name -> quorumbus.placement.v1.Rule
+	0,  // 24: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
+	9,  // 25: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
+	32, // 26: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
+	39, // 27: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
+	40, // 28: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
+	42, // 29: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
+	43, // 30: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
+	44, // 31: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
+	33, // 32: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
+	47, // 33: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
+	36, // 34: quorumbus.placement.v1.CatalogCommand.start_move:type_name -> quorumbus.placement.v1.StartMove
+	37, // 35: quorumbus.placement.v1.CatalogCommand.finish_move:type_name -> quorumbus.placement.v1.FinishMove
+	15, // 36: quorumbus.placement.v1.CatalogCommand.drain_node:type_name -> quorumbus.placement.v1.DrainNodeRequest
+	45, // 37: quorumbus.placement.v1.CatalogCommand.add_rule:type_name -> quorumbus.placement.v1.AddRuleCommand
+	46, // 38: quorumbus.placement.v1.CatalogCommand.remove_rule:type_name -> quorumbus.placement.v1.RemoveRuleCommand
+	38, // 39: quorumbus.placement.v1.CatalogCommand.put_authorization_rule:type_name -> quorumbus.placement.v1.PutAuthorizationRuleCommand
+	17, // 40: quorumbus.placement.v1.CatalogCommand.delete_authorization_rule:type_name -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	13, // 41: quorumbus.placement.v1.PutAuthorizationRuleCommand.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
+	12, // 42: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
+	41, // 43: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
+	10, // 44: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
+	0,  // 45: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 46: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 47: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	4,  // 48: quorumbus.placement.v1.CreateEntityCommand.rules:type_name -> quorumbus.placement.v1.Rule
+	3,  // 49: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 50: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	4,  // 51: quorumbus.placement.v1.AddRuleCommand.rule:type_name -> quorumbus.placement.v1.Rule
+	48, // 52: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	2,  // 53: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
+	9,  // 54: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
+	11, // 55: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
+	12, // 56: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
+	48, // 57: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	13, // 58: quorumbus.placement.v1.CatalogSnapshot.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	8,  // 59: quorumbus.placement.v1.SqlFilter.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	8,  // 60: quorumbus.placement.v1.SqlRuleAction.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	8,  // 61: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	21, // 62: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
+	22, // 63: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
+	23, // 64: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
+	28, // 65: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
+	29, // 66: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
+	31, // 67: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
+	33, // 68: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
+	15, // 69: quorumbus.placement.v1.PlacementService.DrainNode:input_type -> quorumbus.placement.v1.DrainNodeRequest
+	24, // 70: quorumbus.placement.v1.PlacementService.AddRule:input_type -> quorumbus.placement.v1.AddRuleRequest
+	25, // 71: quorumbus.placement.v1.PlacementService.RemoveRule:input_type -> quorumbus.placement.v1.RemoveRuleRequest
+	16, // 72: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:input_type -> quorumbus.placement.v1.PutAuthorizationRuleRequest
+	17, // 73: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:input_type -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	19, // 74: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:input_type -> quorumbus.placement.v1.ListAuthorizationRulesRequest
+	9,  // 75: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
+	9,  // 76: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
+	27, // 77: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
+	9,  // 78: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
+	30, // 79: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
+	14, // 80: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
+	34, // 81: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
+	12, // 82: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
+	4,  // 83: quorumbus.placement.v1.PlacementService.AddRule:output_type -> quorumbus.placement.v1.Rule
+	26, // 84: quorumbus.placement.v1.PlacementService.RemoveRule:output_type -> quorumbus.placement.v1.RemoveRuleResponse
+	13, // 85: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:output_type -> quorumbus.placement.v1.AuthorizationRule
+	18, // 86: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:output_type -> quorumbus.placement.v1.DeleteAuthorizationRuleResponse
+	20, // 87: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:output_type -> quorumbus.placement.v1.ListAuthorizationRulesResponse
+	75, // [75:88] is the sub-list for method output_type
+	62, // [62:75] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_placementpb_placement_proto_init() }
@@ -3639,7 +4137,7 @@ func file_placementpb_placement_proto_init() {
 		(*RuleValue_TimestampMs)(nil),
 		(*RuleValue_DurationMs)(nil),
 	}
-	file_placementpb_placement_proto_msgTypes[26].OneofWrappers = []any{
+	file_placementpb_placement_proto_msgTypes[32].OneofWrappers = []any{
 		(*CatalogCommand_RegisterNodes)(nil),
 		(*CatalogCommand_CreateGroups)(nil),
 		(*CatalogCommand_CreateEntity)(nil),
@@ -3652,6 +4150,8 @@ func file_placementpb_placement_proto_init() {
 		(*CatalogCommand_DrainNode)(nil),
 		(*CatalogCommand_AddRule)(nil),
 		(*CatalogCommand_RemoveRule)(nil),
+		(*CatalogCommand_PutAuthorizationRule)(nil),
+		(*CatalogCommand_DeleteAuthorizationRule)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3659,7 +4159,7 @@ func file_placementpb_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_placementpb_placement_proto_rawDesc), len(file_placementpb_placement_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   45,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

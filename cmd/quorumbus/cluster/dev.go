@@ -20,25 +20,45 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/frontend/certs"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// ConnectionString is what the SDKs connect to a cluster with, given the
-// front-end's AMQP address. Keys are not checked yet (SAS validation is the
-// security issue's work); these are the emulator's.
+// ConnectionString is what the SDKs connect to dev mode with, given the
+// front-end's AMQP address: the emulator's rule and well-known key, which
+// dev mode serves (sas.DevRule).
 func ConnectionString(amqpAddr string) string {
-	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true", amqpAddr)
+	return RuleConnectionString(amqpAddr, sas.DevKeyName, sas.DevKey)
+}
+
+// RuleConnectionString is an emulator-style (plain AMQP) connection string
+// for a rule's name and key.
+func RuleConnectionString(amqpAddr, keyName, key string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", amqpAddr, keyName, key)
+}
+
+// TLSConnectionString is a connection string for a rule's name and key
+// whose SDKs dial amqps://<amqpsAddr> (no UseDevelopmentEmulator).
+func TLSConnectionString(amqpsAddr, keyName, key string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", amqpsAddr, keyName, key)
 }
 
 // DevOptions configures a whole cluster in one process.
 type DevOptions struct {
 	DataDir  string
 	AMQPAddr string
-	HTTPAddr string // admin HTTP listener (cmd/quorumbus/adminhttp); empty: none
-	Pprof    bool   // serve /debug/pprof/ on it
+	// AMQPSAddr is the AMQP-over-TLS listener (the SDKs' amqps:// without
+	// UseDevelopmentEmulator); empty: none. It serves TLSCert and TLSKey,
+	// reloaded when they change, or without them a certificate of a CA
+	// that dev mode makes under DataDir/tls (Dev.CAFile).
+	AMQPSAddr       string
+	TLSCert, TLSKey string
+	HTTPAddr        string // admin HTTP listener (cmd/quorumbus/adminhttp); empty: none
+	Pprof           bool   // serve /debug/pprof/ on it
 	// Declare names the queues the caller will create (--config); the
 	// process is not ready until it called Dev.Declared.Created and the
 	// routing table has them.
@@ -56,6 +76,8 @@ type DevOptions struct {
 	RaftMetrics bool
 	// MaxConnections is frontend.Config.MaxConnections.
 	MaxConnections int
+	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off).
+	ThrottleCredits int64
 }
 
 // Dev is everything `quorumbus dev` runs.
@@ -64,6 +86,9 @@ type Dev struct {
 	Router    *routing.Router
 	Frontend  *frontend.Server
 	AMQP      *AMQPListener
+	AMQPS     *AMQPListener // nil without DevOptions.AMQPSAddr
+	AMQPSAddr string
+	CAFile    string // the generated CA clients trust; empty with DevOptions.TLSCert
 	Admin     *adminhttp.Server
 	Declared  *Declared // nil without DevOptions.Declare
 	AMQPAddr  string
@@ -127,11 +152,13 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	for _, s := range c.Storage {
 		local[s.Node.ID()] = s.Node.PartitionService()
 	}
-	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local}); err != nil {
+	// Dev mode serves the emulator's rule, and whatever rules the CLI
+	// adds to the catalog.
+	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local, Rules: []sas.Rule{sas.DevRule()}}); err != nil {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections}); err != nil {
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits}); err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", o.AMQPAddr)
@@ -140,6 +167,22 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	c.AMQPAddr = aln.Addr().String()
 	c.AMQP = ServeAMQP(c.Frontend, aln, log)
+	if o.AMQPSAddr != "" {
+		cert, key := o.TLSCert, o.TLSKey
+		if cert == "" && key == "" {
+			files, err := certs.GenerateDev(filepath.Join(o.DataDir, "tls"), extraHosts(o.AMQPSAddr)...)
+			if err != nil {
+				return nil, fmt.Errorf("dev TLS certificate: %w", err)
+			}
+			cert, key, c.CAFile = files.Cert, files.Key, files.CA
+		}
+		tln, err := ListenTLS(o.AMQPSAddr, cert, key, log)
+		if err != nil {
+			return nil, err
+		}
+		c.AMQPSAddr = tln.Addr().String()
+		c.AMQPS = ServeAMQP(c.Frontend, tln, log)
+	}
 
 	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router)}
 	if o.RaftMetrics {
@@ -150,6 +193,9 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	c.Admin = adminhttp.New(admin)
 	c.Admin.AddChecks(FrontendChecks(c.Router, c.AMQP)...)
+	if c.AMQPS != nil {
+		c.Admin.AddChecks(adminhttp.Check{Name: "amqps listener", Func: c.AMQPS.Check})
+	}
 	if len(o.Declare) > 0 {
 		c.Declared = NewDeclared(o.Declare, c.Router)
 		c.Admin.AddChecks(adminhttp.Check{Name: "declared entities", Func: c.Declared.Check})
