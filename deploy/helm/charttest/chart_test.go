@@ -432,7 +432,7 @@ func checkStorage(t *testing.T, objs []Object, v effective) {
 		t.Fatal("no StatefulSet")
 	}
 	if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != v.storageReplicas {
-		t.Errorf("StatefulSet replicas %v, want %d", sts.Spec.Replicas, v.storageReplicas)
+		t.Errorf("StatefulSet replicas %d, want %d", ptrValue(sts.Spec.Replicas), v.storageReplicas)
 	}
 	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		t.Errorf("podManagementPolicy %s: pods need each other to become ready, so they must start in parallel", sts.Spec.PodManagementPolicy)
@@ -524,7 +524,7 @@ func checkFrontend(t *testing.T, objs []Object, v effective) {
 		t.Fatal("no front-end Deployment")
 	}
 	if !v.hpa && (fe.Spec.Replicas == nil || int(*fe.Spec.Replicas) != v.frontendReplicas) {
-		t.Errorf("front-end replicas %v, want %d", fe.Spec.Replicas, v.frontendReplicas)
+		t.Errorf("front-end replicas %d, want %d", ptrValue(fe.Spec.Replicas), v.frontendReplicas)
 	}
 	c := fe.Spec.Template.Spec.Containers[0]
 	var want []string
@@ -610,8 +610,8 @@ func contains(list []string, s string) bool {
 // what is wrong, from the schema or from the chart's own checks.
 func TestRefusedValues(t *testing.T) {
 	for _, tc := range []struct{ name, values, want string }{
-		{"replicas not a number", `storage: {replicas: three}`, "storage.replicas"},
-		{"no storage pods", `storage: {replicas: 0}`, "storage.replicas"},
+		{"replicas not a number", `storage: {replicas: three}`, "/storage/replicas"},
+		{"no storage pods", `storage: {replicas: 0}`, "/storage/replicas"},
 		{"misspelt value", `storage: {replica: 5}`, "replica"},
 		{"unknown top-level value", `storgae: {replicas: 5}`, "storgae"},
 		{"pdb past quorum", `storage: {pdb: {maxUnavailable: 2}}`, "maxUnavailable"},
@@ -651,4 +651,12 @@ func TestDecodeIsStrict(t *testing.T) {
 			t.Errorf("%s: decoded without error", name)
 		}
 	}
+}
+
+// ptrValue is *p, or -1 for nil.
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return -1
+	}
+	return *p
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -87,8 +88,19 @@ func decodeOne(doc string) (Object, error) {
 		return Object{}, fmt.Errorf("kind %s/%s is not one the tests know", tm.APIVersion, tm.Kind)
 	}
 	obj := newObj()
-	if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+	// As the API server decodes: field names match case-sensitively
+	// (encoding/json alone would take clusterIp for clusterIP), and an
+	// unknown or repeated field is an error.
+	j, err := yaml.YAMLToJSONStrict([]byte(doc))
+	if err != nil {
 		return Object{}, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	strictErrs, err := k8sjson.UnmarshalStrict(j, obj, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields)
+	if err != nil {
+		return Object{}, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	if len(strictErrs) > 0 {
+		return Object{}, fmt.Errorf("%s: %w", tm.Kind, errors.Join(strictErrs...))
 	}
 	meta, ok := obj.(metav1.Object)
 	if !ok {

@@ -113,8 +113,8 @@ is why Raft is given names, never pod IPs.
 
 {{/*
 The environment every process gets from the downward API: its pod's name
-and IP. Listeners bind the pod IP (never 0.0.0.0), which is also what the
-chart's wiring test relies on to run several pods on one machine.
+(the node's id, part of its DNS name) and IP (what it advertises for
+gossip, and what listeners bind with listenHost: $(POD_IP)).
 */}}
 {{- define "quorumbus.podEnv" -}}
 - name: POD_NAME
