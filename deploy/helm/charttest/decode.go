@@ -162,4 +162,3 @@ type CertificateSpec struct {
 		Group string `json:"group,omitempty"`
 	} `json:"issuerRef"`
 }
-
