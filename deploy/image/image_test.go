@@ -6,6 +6,7 @@ import (
 	"context"
 	"debug/elf"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -204,7 +205,7 @@ func checkImage(t *testing.T, img v1.Image, p v1.Platform) []byte {
 // (docker-style, one platform), to a registry served by the test.
 func pushWithCrane(t *testing.T, layoutDir, tarPath string, idx v1.ImageIndex) {
 	t.Helper()
-	reg := httptest.NewServer(registry.New(registry.Logger(nil)))
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer reg.Close()
 	host := strings.TrimPrefix(reg.URL, "http://")
 	push := func(args ...string) string {
