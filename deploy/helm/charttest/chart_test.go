@@ -32,8 +32,6 @@ var valueSets = []struct {
 	{"defaults", ``},
 	{"five nodes", `
 storage: {replicas: 5, bootstrapReplicas: 5, groupReplicas: 5, groups: 8, pdb: {maxUnavailable: 2}}`},
-	{"five nodes, three bootstrap", `
-storage: {replicas: 5}`},
 	{"tls from a secret", `
 tls: {enabled: true, secretName: qb-tls}
 gateway: {enabled: true}`},
@@ -617,6 +615,7 @@ func TestRefusedValues(t *testing.T) {
 		{"pdb past quorum", `storage: {pdb: {maxUnavailable: 2}}`, "maxUnavailable"},
 		{"bootstrap past replicas", `storage: {replicas: 3, bootstrapReplicas: 5, groupReplicas: 3}`, "bootstrapReplicas"},
 		{"group replicas past nodes", `storage: {replicas: 3, groupReplicas: 5}`, "groupReplicas"},
+		{"nodes that would join later", `storage: {replicas: 5}`, "issue 24"},
 		{"tls without a certificate", `tls: {enabled: true}`, "tls.secretName"},
 		{"cert-manager without issuer", `tls: {enabled: true, certManager: {enabled: true}}`, "issuerRef"},
 		{"bad log level", `logLevel: verbose`, "logLevel"},

@@ -177,6 +177,9 @@ message that says why.
 {{- if gt (int $s.bootstrapReplicas) (int $s.replicas) -}}
 {{- fail (printf "storage.bootstrapReplicas (%d) cannot exceed storage.replicas (%d): the first pods bootstrap the meta group" (int $s.bootstrapReplicas) (int $s.replicas)) -}}
 {{- end -}}
+{{- if gt (int $s.replicas) (int $s.bootstrapReplicas) -}}
+{{- fail (printf "storage.replicas (%d) exceeds storage.bootstrapReplicas (%d): a storage node that did not bootstrap the meta group is not added to it yet, and the partition groups placed on it never start (issue 24); install with storage.bootstrapReplicas equal to storage.replicas" (int $s.replicas) (int $s.bootstrapReplicas)) -}}
+{{- end -}}
 {{- if gt (int $s.groupReplicas) (int $s.replicas) -}}
 {{- fail (printf "storage.groupReplicas (%d) cannot exceed storage.replicas (%d): each replica of a group needs its own node" (int $s.groupReplicas) (int $s.replicas)) -}}
 {{- end -}}
