@@ -215,6 +215,12 @@ func checkPods(t *testing.T, objs []Object) {
 		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
 			t.Errorf("%s: pod security context does not require a non-root user", where)
 		}
+		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: no RuntimeDefault seccomp profile (PodSecurity restricted requires one)", where)
+		}
+		if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+			t.Errorf("%s: shares a host namespace", where)
+		}
 		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 			t.Errorf("%s: mounts a service account token it does not need", where)
 		}
