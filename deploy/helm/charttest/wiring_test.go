@@ -24,7 +24,10 @@ import (
 // address, and the pods' DNS names mapped to those addresses in an
 // /etc/hosts that only the pods see. The cluster they form must become
 // ready and carry a message from the Go SDK to a queue the chart
-// declared. This tests the chart's wiring (flags, names, ports, the
+// declared. Then one storage pod is "rescheduled": stopped, and started
+// again on its volume with a new IP that its DNS name now maps to; the
+// cluster must take it back and carry another message. This tests the
+// chart's wiring (flags, names, ports, the
 // bootstrap and join lists); what it cannot test is a real kubelet,
 // scheduler, volume or network policy (README: what was verified how).
 //
@@ -167,6 +170,39 @@ frontend:
 		t.Fatalf("received %q, sent %q", msgs[0].Body, body)
 	}
 	if err := receiver.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+
+	// A storage pod rescheduled: the kubelet stops it, it comes back with
+	// the same name and volume but a new IP, and DNS follows. Raft knows
+	// its peers by name, so the cluster takes it back.
+	moved := len(pods) - 1
+	if err := procs[moved].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pods[moved].IP = fmt.Sprintf("%s%d", base, 1+len(pods))
+	hosts[fmt.Sprintf("%s.%s.qb.svc.cluster.local", pods[moved].Name, sts.Spec.ServiceName)] = pods[moved].IP
+	// WriteHosts rewrites the file in place, so the pods' bind mounts of
+	// it see the new address.
+	if err := WriteHosts(hostsPath, hosts); err != nil {
+		t.Fatal(err)
+	}
+	procs[moved] = start(pods[moved], sts.Spec.Template.Spec.Containers[0], map[string]string{
+		"data": filepath.Join(dir, pods[moved].Name, "data"), "tmp": filepath.Join(dir, pods[moved].Name, "tmp")})
+	rctx, rcancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer rcancel()
+	waitReady(rctx, t, procs[moved], fmt.Sprintf("http://%s:%d/readyz", pods[moved].IP, containerPort(sts.Spec.Template.Spec.Containers[0], "http")))
+	for i := range moved {
+		waitReady(rctx, t, procs[i], fmt.Sprintf("http://%s:%d/readyz", pods[i].IP, containerPort(sts.Spec.Template.Spec.Containers[0], "http")))
+	}
+	body = "after " + pods[moved].Name + " moved to " + pods[moved].IP
+	if err := sender.SendMessage(rctx, &azservicebus.Message{Body: []byte(body)}, nil); err != nil {
+		t.Fatalf("send after the pod moved: %v", err)
+	}
+	if msgs, err = receiver.ReceiveMessages(rctx, 1, nil); err != nil || len(msgs) != 1 || string(msgs[0].Body) != body {
+		t.Fatalf("receive after the pod moved: %d messages, %v", len(msgs), err)
+	}
+	if err := receiver.CompleteMessage(rctx, msgs[0], nil); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
 }
