@@ -32,6 +32,8 @@ var valueSets = []struct {
 	{"defaults", ``},
 	{"five nodes", `
 storage: {replicas: 5, bootstrapReplicas: 5, groupReplicas: 5, groups: 8, pdb: {maxUnavailable: 2}}`},
+	{"five nodes, three bootstrap", `
+storage: {replicas: 5}`},
 	{"tls from a secret", `
 tls: {enabled: true, secretName: qb-tls}
 gateway: {enabled: true}`},
@@ -589,8 +591,24 @@ func checkOptional(t *testing.T, objs []Object, v effective) {
 		if v.tls && len(secrets) == 0 {
 			t.Errorf("%s: TLS on but no Secret mounted", w.name)
 		}
-		if v.sas != "" && !secrets[v.sas] {
-			t.Errorf("%s: SAS rules Secret %s not mounted", w.name, v.sas)
+		wantSAS := v.sas
+		if wantSAS == "" {
+			wantSAS = rel.Name + "-quorumbus-sas"
+		}
+		if !secrets[wantSAS] || argValue(w.template.Spec.Containers[0].Args, "-sas-rules") == "" {
+			t.Errorf("%s: SAS rules Secret %s not mounted and passed: a front-end refuses to start without a rule", w.name, wantSAS)
+		}
+	}
+	generated := Find[corev1.Secret](objs, "Secret", rel.Name+"-quorumbus-sas")
+	if (generated != nil) != (v.sas == "") {
+		t.Errorf("generated SAS Secret rendered: %v, existingSecret: %q", generated != nil, v.sas)
+	}
+	if generated != nil {
+		rules, err := SASRules(generated, "rules.json")
+		if err != nil {
+			t.Error(err)
+		} else if len(rules) != 1 || rules[0].Name != "RootManageSharedAccessKey" || len(rules[0].PrimaryKey) != 44 || rules[0].PrimaryKey == rules[0].SecondaryKey {
+			t.Errorf("generated rules: %+v", rules)
 		}
 	}
 	if c := Find[Certificate](objs, "Certificate", ""); c != nil {
@@ -621,7 +639,6 @@ func TestRefusedValues(t *testing.T) {
 		{"pdb past quorum", `storage: {pdb: {maxUnavailable: 2}}`, "maxUnavailable"},
 		{"bootstrap past replicas", `storage: {replicas: 3, bootstrapReplicas: 5, groupReplicas: 3}`, "bootstrapReplicas"},
 		{"group replicas past nodes", `storage: {replicas: 3, groupReplicas: 5}`, "groupReplicas"},
-		{"nodes that would join later", `storage: {replicas: 5}`, "issue 24"},
 		{"tls without a certificate", `tls: {enabled: true}`, "tls.secretName"},
 		{"cert-manager without issuer", `tls: {enabled: true, certManager: {enabled: true}}`, "issuerRef"},
 		{"bad log level", `logLevel: verbose`, "logLevel"},

@@ -162,3 +162,25 @@ type CertificateSpec struct {
 		Group string `json:"group,omitempty"`
 	} `json:"issuerRef"`
 }
+
+// SASRule is one rule of an authorization rules file (docs/security.md).
+type SASRule struct {
+	Name         string
+	Entity       string `json:",omitempty"`
+	Rights       []string
+	PrimaryKey   string
+	SecondaryKey string `json:",omitempty"`
+}
+
+// SASRules reads the rules file held under key in a Secret.
+func SASRules(s *corev1.Secret, key string) ([]SASRule, error) {
+	data, ok := s.Data[key]
+	if !ok {
+		return nil, fmt.Errorf("Secret %s has no %s", s.Name, key)
+	}
+	var f struct{ AuthorizationRules []SASRule }
+	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(data, &f); err != nil {
+		return nil, fmt.Errorf("Secret %s/%s: %w", s.Name, key, err)
+	}
+	return f.AuthorizationRules, nil
+}

@@ -177,9 +177,6 @@ message that says why.
 {{- if gt (int $s.bootstrapReplicas) (int $s.replicas) -}}
 {{- fail (printf "storage.bootstrapReplicas (%d) cannot exceed storage.replicas (%d): the first pods bootstrap the meta group" (int $s.bootstrapReplicas) (int $s.replicas)) -}}
 {{- end -}}
-{{- if gt (int $s.replicas) (int $s.bootstrapReplicas) -}}
-{{- fail (printf "storage.replicas (%d) exceeds storage.bootstrapReplicas (%d): a storage node that did not bootstrap the meta group is not added to it yet, and the partition groups placed on it never start (issue 24); install with storage.bootstrapReplicas equal to storage.replicas" (int $s.replicas) (int $s.bootstrapReplicas)) -}}
-{{- end -}}
 {{- if gt (int $s.groupReplicas) (int $s.replicas) -}}
 {{- fail (printf "storage.groupReplicas (%d) cannot exceed storage.replicas (%d): each replica of a group needs its own node" (int $s.groupReplicas) (int $s.replicas)) -}}
 {{- end -}}
@@ -243,9 +240,9 @@ topologySpreadConstraints:
 {{- end -}}
 
 {{/*
-TLS and SAS flags. The listeners and flags come with issue 22 (TLS,
-SAS); their names here are the chart's side of that contract and must
-match `quorumbus frontend -help` of the image installed. tlsArgs takes
+TLS and SAS flags (issue 22, docs/security.md): the AMQPS listener with
+its certificate and key (re-read when cert-manager rotates them), and the
+authorization rules file every front-end and gateway trusts. tlsArgs takes
 (list $ port "-flag-naming-the-TLS-listener").
 */}}
 {{- define "quorumbus.tlsArgs" -}}
@@ -253,6 +250,10 @@ match `quorumbus frontend -help` of the image installed. tlsArgs takes
 - {{ index . 2 }}={{ $.Values.listenHost }}:{{ index . 1 }}
 - -tls-cert=/etc/quorumbus/tls/tls.crt
 - -tls-key=/etc/quorumbus/tls/tls.key
+{{- end -}}
+
+{{- define "quorumbus.sasSecret" -}}
+{{- default (printf "%s-sas" (include "quorumbus.fullname" .)) .Values.sas.existingSecret -}}
 {{- end -}}
 
 {{- define "quorumbus.sasArgs" -}}
@@ -265,11 +266,9 @@ match `quorumbus frontend -help` of the image installed. tlsArgs takes
   mountPath: /etc/quorumbus/tls
   readOnly: true
 {{- end }}
-{{- if .Values.sas.existingSecret }}
 - name: sas
   mountPath: /etc/quorumbus/sas
   readOnly: true
-{{- end }}
 {{- end -}}
 
 {{- define "quorumbus.secretVolumes" -}}
@@ -279,10 +278,8 @@ match `quorumbus frontend -help` of the image installed. tlsArgs takes
     secretName: {{ include "quorumbus.tlsSecret" . }}
     defaultMode: 0440
 {{- end }}
-{{- if .Values.sas.existingSecret }}
 - name: sas
   secret:
-    secretName: {{ .Values.sas.existingSecret }}
+    secretName: {{ include "quorumbus.sasSecret" . }}
     defaultMode: 0440
-{{- end }}
 {{- end -}}
