@@ -32,8 +32,9 @@ import (
 // Every step is idempotent, and the move is in the catalog from the start,
 // so a new meta leader resumes it from step 1. A move whose target dies is
 // aborted: the target is removed from the group and from the list.
-// Balancing waits while some node is dead but not yet gone, so a restart
-// does not set replicas moving, and while any move is under way; drains
+// Balancing waits while some node that holds replicas is dead but not yet
+// gone, so a restart does not set replicas moving (a drained node that
+// was stopped holds none), and while any move is under way; drains
 // and replacements of gone nodes do not wait.
 
 // moveRunner runs at most one move per group.
@@ -55,11 +56,17 @@ func (s *Service) planMoves(ctx context.Context) {
 	var groups []*pb.Group
 	s.fsm.Read(func(st *catalog.State) { nodes, groups = st.Nodes(), st.Groups() })
 	now := time.Now()
+	held := map[string]int{}
+	for _, g := range groups {
+		for _, r := range g.Replicas {
+			held[r.NodeId]++
+		}
+	}
 	var members []planner.Member
-	transient := false
+	transient := false // a node with replicas is dead, not yet gone
 	for _, n := range nodes {
 		gone := !n.Alive && n.DeadSinceMs != 0 && now.Sub(time.UnixMilli(n.DeadSinceMs)) >= s.cfg.GoneAfter
-		if !n.Alive && !gone {
+		if !n.Alive && !gone && held[n.Id] > 0 {
 			transient = true
 		}
 		members = append(members, planner.Member{ID: n.Id, Zone: n.Zone, Alive: n.Alive, Draining: n.Draining, Gone: gone})
