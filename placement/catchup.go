@@ -230,3 +230,24 @@ func (b *broadcast) notify() {
 		b.ch = nil
 	}
 }
+
+// Member reports whether this member's Raft holds a configuration that
+// lists it: a storage node that joined after the bootstrap has none (it
+// is no voter of the meta group) and reads the catalog through the
+// members (Ready never passes for it).
+func (s *Service) Member() bool {
+	r := s.raft.Load()
+	if r == nil {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == s.cfg.NodeID {
+			return true
+		}
+	}
+	return false
+}

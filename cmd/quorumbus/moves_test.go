@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,6 +69,7 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	dir := t.TempDir()
 	grpcAddrs := freeAddrs(t, plan.nodes)
 	gossipAddrs := freeAddrs(t, plan.nodes)
+	httpAddrs := freeAddrs(t, plan.nodes)
 	var boot []string
 	for i := range 3 {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
@@ -75,7 +77,7 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	nodeArgs := func(i int) []string {
 		args := []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs[:3], ","),
-			"-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
+			"-http-addr", httpAddrs[i], "-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
 		if i < 3 {
 			args = append(args, "-bootstrap", strings.Join(boot, ","))
 		}
@@ -282,6 +284,26 @@ func scaleRun(t *testing.T, plan scalePlan) {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	settled(fmt.Sprintf("grown to %d", plan.grow), ids(1, plan.grow), nil)
+	// The nodes that joined are no members of the meta group, yet ready:
+	// their groups serve and they have the routing table.
+	for i := 3; i < plan.grow; i++ {
+		start := time.Now()
+		for {
+			resp, err := http.Get("http://" + httpAddrs[i] + "/readyz")
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = fmt.Errorf("%s: %s", resp.Status, body)
+			}
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("n%d, which joined, is not ready: %v", i+1, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
 
 	var drained []string
 	usable := ids(1, plan.grow)

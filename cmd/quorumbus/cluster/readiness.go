@@ -173,6 +173,13 @@ func (w *groupWatch) placed(t *placementpb.RoutingTable, mine []uint64) {
 	w.table, w.any, w.mine = true, len(t.Groups) > 0, mine
 }
 
+// hasTable reports whether a routing table arrived.
+func (w *groupWatch) hasTable() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.table
+}
+
 // groups returns the groups placed on this node, or why it cannot tell:
 // no table yet, or a cluster with no groups yet (it creates them once
 // enough storage nodes are alive), which cannot serve an entity either.
@@ -218,7 +225,18 @@ func checkGroups(ids []uint64, nodes groupReader, failed openFailures) error {
 func (s *Storage) ReadyChecks() []adminhttp.Check {
 	id := s.Node.ID()
 	return []adminhttp.Check{
-		{Name: "node " + id + " catalog", Func: s.Placement.Ready},
+		{Name: "node " + id + " catalog", Func: func() error {
+			if !s.Placement.Member() {
+				// A node that joined after the bootstrap is no member of
+				// the meta group: it is ready once the members sent it a
+				// routing table (the groups check).
+				if s.watch.hasTable() {
+					return nil
+				}
+				return errors.New("not a meta-group member, and no routing table from a member yet")
+			}
+			return s.Placement.Ready()
+		}},
 		{Name: "node " + id + " groups", Func: func() error {
 			mine, err := s.watch.groups()
 			if err != nil {
