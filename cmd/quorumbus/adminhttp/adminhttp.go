@@ -7,6 +7,7 @@ package adminhttp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +51,14 @@ type Config struct {
 	Probes []Probe
 	// Handlers are served as they are, by pattern (http.ServeMux).
 	Handlers map[string]http.Handler
+	// API serves what the listener's own routes do not, and every request
+	// that carries an api-version query parameter (the Service Bus
+	// management API's, gateway.Gateway), so that an entity named like a
+	// route (healthz, metrics) is still reachable. nil: none.
+	API http.Handler
+	// TLS, when set, makes the listener serve HTTPS and plain HTTP on the
+	// same port, told apart by the first byte (tls.go).
+	TLS *tls.Config
 
 	// ProbeInterval is the pause between two rounds of probes. Default 5 s.
 	ProbeInterval time.Duration
@@ -132,8 +141,19 @@ func New(cfg Config) *Server {
 	for pattern, h := range cfg.Handlers {
 		s.mux.Handle(pattern, h)
 	}
+	var handler http.Handler = s.mux
+	if cfg.API != nil {
+		s.mux.Handle("/", cfg.API)
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("api-version") {
+				cfg.API.ServeHTTP(w, r)
+				return
+			}
+			s.mux.ServeHTTP(w, r)
+		})
+	}
 	s.http = &http.Server{
-		Handler:           s.mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      cfg.writeTimeout(),
@@ -153,7 +173,7 @@ func (s *Server) AddChecks(checks ...Check) {
 }
 
 // Handler serves the listener's routes, for tests and for embedding.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.http.Handler }
 
 // Start listens on Config.Addr, serves in the background and starts the
 // watchdog. With an empty Addr it only starts the watchdog.
@@ -170,6 +190,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		cancel()
 		return fmt.Errorf("admin HTTP listener: %w", err)
+	}
+	if s.cfg.TLS != nil {
+		ln = newSniffListener(ln, s.cfg.TLS)
 	}
 	s.mu.Lock()
 	s.ln = ln
