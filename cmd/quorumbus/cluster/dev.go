@@ -15,11 +15,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
+	"github.com/quorumbus/quorumbus/gateway"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -55,18 +58,28 @@ type DevOptions struct {
 	RaftMetrics bool
 	// MaxConnections is frontend.Config.MaxConnections.
 	MaxConnections int
+	// AdminCertFile and AdminKeyFile are the HTTPS certificate of the
+	// HTTP listener; without them a self-signed one for localhost is made
+	// and kept in DataDir (Dev.AdminCert).
+	AdminCertFile, AdminKeyFile string
 }
 
 // Dev is everything `quorumbus dev` runs.
 type Dev struct {
-	Storage   []*Storage
-	Router    *routing.Router
-	Frontend  *frontend.Server
-	AMQP      *AMQPListener
-	Admin     *adminhttp.Server
+	Storage  []*Storage
+	Router   *routing.Router
+	Frontend *frontend.Server
+	AMQP     *AMQPListener
+	Admin    *adminhttp.Server
+	Gateway  *gateway.Gateway
+	// AdminCert is the PEM file of the HTTP listener's certificate, for
+	// clients to trust; "" when it was made in memory.
+	AdminCert string
 	Declared  *Declared // nil without DevOptions.Declare
 	AMQPAddr  string
 	NodeAddrs []string
+
+	closers []func()
 }
 
 func NewLogger(level string) *slog.Logger {
@@ -140,7 +153,25 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	c.AMQPAddr = aln.Addr().String()
 	c.AMQP = ServeAMQP(c.Frontend, aln, log)
 
-	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router)}
+	placementClient, closePlacement, err := DialPlacementMembers(c.NodeAddrs)
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, closePlacement)
+	// Until the catalog's SAS rules are checked (issue 22), the admin API
+	// accepts the emulator's well-known key only.
+	if c.Gateway, err = gateway.New(gateway.Config{
+		Catalog: placementClient, Stats: c.Router, Logger: log.With("part", "gateway"),
+		Validator: gateway.KeyValidator{KeyName: gateway.EmulatorKeyName, Key: gateway.EmulatorKey},
+	}); err != nil {
+		return nil, err
+	}
+	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router), API: c.Gateway}
+	if o.HTTPAddr != "" {
+		if admin.TLS, c.AdminCert, err = adminhttp.TLSConfig(o.AdminCertFile, o.AdminKeyFile, o.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	if o.RaftMetrics {
 		admin.Handlers = map[string]http.Handler{"/debug/raft-metrics": collectRaftMetrics()}
 	}
@@ -203,6 +234,9 @@ func (c *Dev) Close() error {
 	if c.Router != nil {
 		c.Router.Close()
 	}
+	for _, f := range c.closers {
+		f()
+	}
 	for _, s := range c.Storage {
 		errs = append(errs, s.Close())
 	}
@@ -213,6 +247,23 @@ func (c *Dev) Close() error {
 // gRPC address, and a function that closes it.
 func DialPlacement(addr string) (placementpb.PlacementServiceClient, func(), error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return placementpb.NewPlacementServiceClient(cc), func() { cc.Close() }, nil
+}
+
+// DialPlacementMembers returns a PlacementService client over every
+// member's address: gRPC connects to the first that answers and moves on
+// when it fails (any member serves, forwarding changes to the leader).
+func DialPlacementMembers(addrs []string) (placementpb.PlacementServiceClient, func(), error) {
+	r := manual.NewBuilderWithScheme("quorumbus-placement")
+	state := resolver.State{}
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	r.InitialState(state)
+	cc, err := grpc.NewClient(r.Scheme()+":///placement", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, err
 	}
