@@ -20,6 +20,8 @@ func devCmd(args []string) error {
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
+	fs.StringVar(&o.AdminCertFile, "tls-cert", "", "PEM certificate of the HTTPS side of the HTTP listener (default: a self-signed one for localhost, kept in -data as admin-cert.pem)")
+	fs.StringVar(&o.AdminKeyFile, "tls-key", "", "PEM key of -tls-cert")
 	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues to create")
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
@@ -63,7 +65,10 @@ func devCmd(args []string) error {
 		}
 		dev.Declared.Created()
 	}
-	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
+	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP and HTTPS (management API) on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
+	if dev.AdminCert != "" {
+		fmt.Printf("quorumbus dev: the HTTPS certificate is %s (self-signed unless -tls-cert)\n", dev.AdminCert)
+	}
 	fmt.Println(cluster.ConnectionString(dev.AMQPAddr))
 	select {
 	case <-ctx.Done():
