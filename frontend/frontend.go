@@ -80,8 +80,9 @@ func (c *Config) validate() error {
 
 // Server is the Service Bus front-end: an AMQP listener.
 type Server struct {
-	cfg  Config
-	amqp *amqp.Server
+	cfg      Config
+	amqp     *amqp.Server
+	counters counters // metrics.go
 }
 
 // New validates cfg and builds a Server.
@@ -123,6 +124,7 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ct
 
 // OpenConn implements amqp.Handler.
 func (s *Server) OpenConn(c *amqp.Conn) (amqp.ConnHandler, error) {
+	s.counters.connsOpened.Add(1)
 	return &conn{srv: s, amqp: c, log: s.cfg.Logger.With("remote", c.RemoteAddr().String())}, nil
 }
 
@@ -135,7 +137,7 @@ type conn struct {
 	replies replyLinks
 }
 
-func (c *conn) Closed(error) {}
+func (c *conn) Closed(error) { c.srv.counters.connsClosed.Add(1) }
 
 // Attach routes a link by its address: $cbs, <entity>/$management, or an
 // entity (optionally its /$DeadLetterQueue).
