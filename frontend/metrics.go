@@ -15,6 +15,7 @@ import (
 
 // entityCounters are the counts of one entity, since the process started.
 type entityCounters struct {
+	name               string        // as the catalog spells it: the label
 	incomingRequests   atomic.Uint64 // send transfers and dispositions received
 	successfulRequests atomic.Uint64
 	serverErrors       atomic.Uint64 // failures a retry may mend (status >= 500)
@@ -48,7 +49,7 @@ const otherEntities = "(other)"
 // counters are the front-end's metrics.
 type counters struct {
 	mu       sync.Mutex
-	entities map[string]*entityCounters // by lower-cased name
+	entities map[string]*entityCounters // by lower-cased name (names are case-insensitive)
 
 	connsOpened atomic.Uint64
 	connsClosed atomic.Uint64
@@ -71,7 +72,11 @@ func (c *counters) entity(name string) *entityCounters {
 			return e
 		}
 	}
-	e := &entityCounters{}
+	label := name
+	if key == otherEntities {
+		label = otherEntities
+	}
+	e := &entityCounters{name: label}
 	c.entities[key] = e
 	return e
 }
@@ -126,14 +131,14 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	m := &c.s.counters
 	m.mu.Lock()
-	entities := make(map[string]*entityCounters, len(m.entities))
-	for k, v := range m.entities {
-		entities[k] = v
+	entities := make([]*entityCounters, 0, len(m.entities))
+	for _, e := range m.entities {
+		entities = append(entities, e)
 	}
 	m.mu.Unlock()
-	for name, e := range entities {
+	for _, e := range entities {
 		for _, d := range descEntityCounters {
-			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(e)), name)
+			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(e)), e.name)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descActiveConns, prometheus.GaugeValue, float64(c.s.amqp.Stats().Conns))

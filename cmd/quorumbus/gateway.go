@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -73,7 +74,12 @@ func gatewayCmd(args []string) error {
 	if admin.TLS, certPath, err = adminhttp.TLSConfig(*certFile, *keyFile, *tlsDir); err != nil {
 		return err
 	}
+	metrics, err := cluster.MetricsHandler(gw.Collector())
+	if err != nil {
+		return err
+	}
 	admin.Logger, admin.Probes, admin.API = log, cluster.FrontendProbes(router), gw
+	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	hs := adminhttp.New(admin)
 	hs.AddChecks(cluster.GatewayChecks(router)...)
 	if err := hs.Start(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -95,7 +96,13 @@ func nodeCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	metrics, err := cluster.MetricsHandler(s.Node.Collector())
+	if err != nil {
+		s.Close()
+		return err
+	}
 	admin.Logger, admin.Probes = log, s.Probes()
+	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	hs := adminhttp.New(admin)
 	hs.AddChecks(s.ReadyChecks()...)
 	if err := hs.Start(ctx); err != nil {
@@ -156,7 +163,12 @@ func frontendCmd(args []string) error {
 		return err
 	}
 	amqpLn := cluster.ServeAMQP(srv, ln, log)
+	metrics, err := cluster.MetricsHandler(srv.Collector())
+	if err != nil {
+		return err
+	}
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
+	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	hs := adminhttp.New(admin)
 	hs.AddChecks(cluster.FrontendChecks(router, amqpLn)...)
 	var declared *cluster.Declared

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -166,14 +167,23 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router), API: c.Gateway}
+	collectors := []prometheus.Collector{c.Frontend.Collector(), c.Gateway.Collector()}
+	for _, s := range c.Storage {
+		collectors = append(collectors, s.Node.Collector())
+	}
+	metrics, err := MetricsHandler(collectors...)
+	if err != nil {
+		return nil, err
+	}
+	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router), API: c.Gateway,
+		Handlers: map[string]http.Handler{"/metrics": metrics}}
 	if o.HTTPAddr != "" {
 		if admin.TLS, c.AdminCert, err = adminhttp.TLSConfig(o.AdminCertFile, o.AdminKeyFile, o.DataDir); err != nil {
 			return nil, err
 		}
 	}
 	if o.RaftMetrics {
-		admin.Handlers = map[string]http.Handler{"/debug/raft-metrics": collectRaftMetrics()}
+		admin.Handlers["/debug/raft-metrics"] = collectRaftMetrics()
 	}
 	for _, s := range c.Storage {
 		admin.Probes = append(admin.Probes, s.Probes()...)
