@@ -76,7 +76,7 @@ type Config struct {
 // -http-addr's default. Every subcommand that runs a process calls it, so
 // the flags are the same everywhere.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultAddr string) {
-	fs.StringVar(&c.Addr, "http-addr", defaultAddr, "admin HTTP listener: /healthz (liveness), /readyz (readiness), /debug/pprof/ with -pprof (empty: none)")
+	fs.StringVar(&c.Addr, "http-addr", defaultAddr, "admin HTTP listener: /healthz (liveness), /readyz (readiness), /metrics (Prometheus), /debug/pprof/ with -pprof; on dev and gateway the management API too (empty: none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on the admin HTTP listener")
 }
 
