@@ -79,6 +79,12 @@ var rules = []rule{
 		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/",
 	},
 	{
+		name:   "the gateway is HTTP over the gRPC services",
+		pkgs:   []string{our("gateway/...")},
+		forbid: []string{our("frontend/..."), our("cmd/...")},
+		reason: "the gateway serves the management API from PlacementService and the partitions' Stats, which cmd wires in (routing.Router); it shares nothing with the AMQP front-end",
+	},
+	{
 		name:    "the placement planner is pure",
 		pkgs:    []string{our("placement/planner/...")},
 		stdOnly: true,
