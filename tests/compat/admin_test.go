@@ -114,6 +114,15 @@ func TestAdminQueueLifecycle(t *testing.T) {
 		t.Errorf("default TTL = %s, want forever", got)
 	}
 
+	if _, err := ac.CreateQueue(ctx, "ORDERS", nil); responseStatus(err) != http.StatusConflict {
+		t.Fatalf("CreateQueue of a name differing in case: %v, want 409 (names are case-insensitive)", err)
+	}
+	if _, err := ac.CreateQueue(ctx, "bad-", nil); responseStatus(err) != http.StatusBadRequest {
+		t.Fatalf("CreateQueue with an invalid name: %v, want 400", err)
+	}
+	if _, err := ac.CreateQueue(ctx, "slow", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{LockDuration: to.Ptr("PT6M")}}); responseStatus(err) != http.StatusBadRequest {
+		t.Fatalf("CreateQueue with a lock over 5 minutes: %v, want 400", err)
+	}
 	if _, err := ac.CreateQueue(ctx, "orders", nil); responseStatus(err) != http.StatusConflict {
 		t.Fatalf("second CreateQueue: %v, want 409", err)
 	}
