@@ -390,9 +390,11 @@ const (
 	maxPage     = 10_000
 )
 
-// listConcurrency bounds the entities whose counters one list reads at
-// once.
-const listConcurrency = 16
+// listConcurrency bounds the entities whose counters one list (or scrape)
+// reads at once. Each read waits for a leader to confirm its leadership
+// with a quorum, and concurrent confirmations share a heartbeat round, so
+// more at once is faster (docs/performance.md).
+const listConcurrency = 64
 
 func (g *Gateway) listQueues(q request) {
 	skip, top, err := paging(q.r)

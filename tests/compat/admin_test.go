@@ -54,7 +54,7 @@ func startAdminDev(t *testing.T) *cluster.Dev {
 
 // trustingClient is an HTTP client that trusts the dev cluster's
 // self-signed certificate, as a user who added it to their trust store.
-func trustingClient(t *testing.T, c *cluster.Dev) *http.Client {
+func trustingClient(t testing.TB, c *cluster.Dev) *http.Client {
 	t.Helper()
 	pemBytes, err := os.ReadFile(c.AdminCert)
 	if err != nil {
@@ -67,7 +67,7 @@ func trustingClient(t *testing.T, c *cluster.Dev) *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
 }
 
-func adminClient(t *testing.T, c *cluster.Dev, keyName, key string) *admin.Client {
+func adminClient(t testing.TB, c *cluster.Dev, keyName, key string) *admin.Client {
 	t.Helper()
 	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), keyName, key)
 	client, err := admin.NewClientFromConnectionString(conn, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{
