@@ -78,7 +78,7 @@ type feedOut struct {
 	Title   titleOut   `xml:"title"`
 	ID      string     `xml:"id"`
 	Updated string     `xml:"updated"`
-	Link    linkOut    `xml:"link"`
+	Links   []linkOut  `xml:"link"`
 	Entries []entryOut `xml:"entry"`
 }
 
@@ -90,16 +90,18 @@ type errorOut struct {
 	Detail  string   `xml:"Detail"`
 }
 
-// countDetailsOut carries the counts in their own namespace, as Service
-// Bus does.
+// countDetailsOut carries the counts in their own namespace under the
+// prefix Service Bus gives it: the JavaScript client looks the prefix up
+// in the element's one xmlns:<prefix> attribute and reads
+// <prefix>:ActiveMessageCount.
 type countDetailsOut struct {
 	XMLName                        xml.Name `xml:"CountDetails"`
-	NS                             string   `xml:"xmlns,attr"`
-	ActiveMessageCount             int64    `xml:"ActiveMessageCount"`
-	DeadLetterMessageCount         int64    `xml:"DeadLetterMessageCount"`
-	ScheduledMessageCount          int64    `xml:"ScheduledMessageCount"`
-	TransferMessageCount           int64    `xml:"TransferMessageCount"`
-	TransferDeadLetterMessageCount int64    `xml:"TransferDeadLetterMessageCount"`
+	NS                             string   `xml:"xmlns:d2p1,attr"`
+	ActiveMessageCount             int64    `xml:"d2p1:ActiveMessageCount"`
+	DeadLetterMessageCount         int64    `xml:"d2p1:DeadLetterMessageCount"`
+	ScheduledMessageCount          int64    `xml:"d2p1:ScheduledMessageCount"`
+	TransferMessageCount           int64    `xml:"d2p1:TransferMessageCount"`
+	TransferDeadLetterMessageCount int64    `xml:"d2p1:TransferDeadLetterMessageCount"`
 }
 
 // namespaceInfoOut answers $namespaceinfo.

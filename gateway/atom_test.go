@@ -116,7 +116,7 @@ func TestDescribeQueueParsesBack(t *testing.T) {
 	if q.desc != want {
 		t.Fatalf("read back %+v, want %+v", q.desc, want)
 	}
-	if !strings.Contains(string(out), "<ActiveMessageCount>3</ActiveMessageCount>") || !strings.Contains(string(out), "<CreatedAt>2023-11-14T22:13:20Z</CreatedAt>") {
+	if !strings.Contains(string(out), `<CountDetails xmlns:d2p1="`+countNS+`"><d2p1:ActiveMessageCount>3</d2p1:ActiveMessageCount>`) || !strings.Contains(string(out), "<CreatedAt>2023-11-14T22:13:20Z</CreatedAt>") {
 		t.Fatalf("answer lacks counts or times: %s", out)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,13 +405,18 @@ func (g *Gateway) listQueues(q request) {
 	}
 	ctx := q.r.Context()
 	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
-		Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Skip: uint32(skip), Top: uint32(top),
+		// One more than the page, to tell whether a next page exists.
+		Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Skip: uint32(skip), Top: uint32(top + 1),
 	})
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	es := resp.GetEntities()
+	more := len(es) > top
+	if more {
+		es = es[:top]
+	}
 	descs := make([]*queueDescriptionOut, len(es))
 	sem := make(chan struct{}, listConcurrency)
 	var wg sync.WaitGroup
@@ -428,7 +434,15 @@ func (g *Gateway) listQueues(q request) {
 		Title:   titleOut{Type: "text", Text: "Queues"},
 		ID:      q.selfLink("$Resources/Queues"),
 		Updated: atomTime(g.cfg.Now()),
-		Link:    linkOut{Rel: "self", Href: q.selfLink("$Resources/Queues")},
+		Links:   []linkOut{{Rel: "self", Href: q.selfLink("$Resources/Queues")}},
+	}
+	// The JavaScript client pages by the next link's $skip (the Go client
+	// counts for itself).
+	if more {
+		next := q.base + "/$Resources/Queues?" + url.Values{
+			"$skip": {strconv.Itoa(skip + len(es))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
+		}.Encode()
+		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
 	}
 	for i, e := range es {
 		feed.Entries = append(feed.Entries, g.entry(q, e, descs[i]))
