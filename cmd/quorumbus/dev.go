@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/gateway"
 )
 
 func devCmd(args []string) error {
@@ -70,6 +71,10 @@ func devCmd(args []string) error {
 		fmt.Printf("quorumbus dev: the HTTPS certificate is %s (self-signed unless -tls-cert)\n", dev.AdminCert)
 	}
 	fmt.Println(cluster.ConnectionString(dev.AMQPAddr))
+	if dev.Admin.Addr() != "" {
+		fmt.Printf("quorumbus dev: management API (azservicebus/admin): Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s\n",
+			dev.Admin.Addr(), gateway.EmulatorKeyName, gateway.EmulatorKey)
+	}
 	select {
 	case <-ctx.Done():
 		fmt.Println("quorumbus dev: shutting down")
