@@ -100,6 +100,7 @@ var (
 	descAppliedIndex = prometheus.NewDesc("quorumbus_raft_applied_index", "Last index the state machine applied.", groupLabels, nil)
 	descSnapIndex    = prometheus.NewDesc("quorumbus_raft_snapshot_index", "Last index of the newest snapshot.", groupLabels, nil)
 	descLogEntries   = prometheus.NewDesc("quorumbus_raft_entries_since_snapshot", "Raft log entries after the newest snapshot (what a restart replays).", groupLabels, nil)
+	descLogBytes     = prometheus.NewDesc("quorumbus_raft_log_bytes_since_snapshot", "Bytes of entry data written to the Raft log since the last snapshot (a snapshot is taken once it passes the node's threshold).", groupLabels, nil)
 	descInFlight     = prometheus.NewDesc("quorumbus_raft_proposals_in_flight", "Raft entries this leader proposed that have not been answered.", groupLabels, nil)
 	descQueued       = prometheus.NewDesc("quorumbus_raft_requests_queued", "Client requests waiting for the proposer to pack them into an entry.", groupLabels, nil)
 	descEntries      = prometheus.NewDesc("quorumbus_raft_proposed_entries_total", "Raft entries this replica proposed as leader.", groupLabels, nil)
@@ -141,9 +142,14 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if st.LastIndex >= st.SnapshotIndex {
 			gauge(descLogEntries, float64(st.LastIndex-st.SnapshotIndex))
 		}
-		if g, err := n.group(id); err == nil && g.prop != nil {
-			gauge(descInFlight, float64(len(g.prop.slots)))
-			gauge(descQueued, float64(len(g.prop.in)))
+		if g, err := n.group(id); err == nil {
+			if g.prop != nil {
+				gauge(descInFlight, float64(len(g.prop.slots)))
+				gauge(descQueued, float64(len(g.prop.in)))
+			}
+			if g.cache != nil {
+				gauge(descLogBytes, float64(g.cache.appended.Load()))
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(descEntries, prometheus.CounterValue, float64(st.Entries), labels...)
 		ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(st.Requests), labels...)

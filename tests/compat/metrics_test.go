@@ -178,6 +178,9 @@ func TestMetricsAfterAKnownWorkload(t *testing.T) {
 	if v := sum(fams, "quorumbus_raft_apply_seconds"); v < 7 {
 		t.Errorf("applies timed = %v", v)
 	}
+	if v := sum(fams, "quorumbus_raft_log_bytes_since_snapshot"); v <= 0 {
+		t.Errorf("log bytes since snapshot = %v, want > 0 after the sends", v)
+	}
 	if v := sum(fams, "quorumbus_raft_fsync_seconds"); v < 1 {
 		t.Errorf("fsyncs timed = %v", v)
 	}
