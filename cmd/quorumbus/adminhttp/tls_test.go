@@ -93,3 +93,25 @@ func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
 }
+
+func TestTLSConfigFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM, err := SelfSignedCert([]string{"broker.example"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	os.WriteFile(certFile, certPEM, 0o600)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	cfg, path, err := TLSConfig(certFile, keyFile, "")
+	if err != nil || path != certFile || len(cfg.Certificates) != 1 {
+		t.Fatalf("TLSConfig(files) = %v, %q, %v", cfg, path, err)
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil || leaf.DNSNames[0] != "broker.example" {
+		t.Fatalf("served certificate %v, %v", leaf, err)
+	}
+	if _, _, err := TLSConfig(certFile, filepath.Join(dir, "missing.pem"), ""); err == nil {
+		t.Fatal("a missing key file was accepted")
+	}
+}
