@@ -74,7 +74,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"express", queueEntry(`<EnableExpress>true</EnableExpress>`), "EnableExpress", ErrBadProperty},
 		{"unbatched", queueEntry(`<EnableBatchedOperations>false</EnableBatchedOperations>`), "batches", ErrBadProperty},
 		{"idle delete", queueEntry(`<AutoDeleteOnIdle>PT5M</AutoDeleteOnIdle>`), "idle", ErrBadProperty},
-		{"metadata", queueEntry(`<UserMetadata>x</UserMetadata>`), "metadata", ErrBadProperty},
+		{"metadata", queueEntry(`<UserMetadata>` + strings.Repeat("x", 1025) + `</UserMetadata>`), "UserMetadata", ErrBadProperty},
 		{"rules", queueEntry(`<AuthorizationRules><AuthorizationRule/></AuthorizationRules>`), "authorization rules", ErrBadProperty},
 		{"nested value", queueEntry(`<LockDuration><x/></LockDuration>`), "elements", ErrBadProperty},
 	} {
@@ -98,6 +98,7 @@ func TestDescribeQueueParsesBack(t *testing.T) {
 	e := &placementpb.Entity{Name: "q", Properties: &placementpb.QueueProperties{
 		LockDurationMs: 30_000, MaxDeliveryCount: 3, DuplicateDetectionWindowMs: 60_000, MaxSizeInMegabytes: 1024,
 		MaxMessageSizeInKilobytes: 256, PartitionCount: 16, EnablePartitioning: true, RequiresSession: true,
+		UserMetadata: " spaced & <escaped> ",
 	}, CreatedAtMs: 1_700_000_000_000, UpdatedAtMs: 1_700_000_000_500}
 	out, err := xml.Marshal(entryOut{NS: atomNS, Content: contentOut{Type: "application/xml", Body: describeQueue(e, &Counts{Active: 3})}})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -127,8 +128,10 @@ func DecodeQueue(fields []rawField) (queueRequest, error) {
 				err = errors.New("auto-forwarding is not implemented yet")
 			}
 		case "UserMetadata":
-			if text != "" {
-				err = errors.New("user metadata is not stored yet")
+			// Text, not trimmed: the user's string as given.
+			q.desc.UserMetadata = f.Text
+			if n := utf8.RuneCountInString(f.Text); n > maxUserMetadata {
+				err = fmt.Errorf("%d characters, at most %d", n, maxUserMetadata)
 			}
 		default:
 			return q, bad(name, "unknown property of a queue")
@@ -139,6 +142,9 @@ func DecodeQueue(fields []rawField) (queueRequest, error) {
 	}
 	return q, nil
 }
+
+// maxUserMetadata is Service Bus's limit on UserMetadata, in characters.
+const maxUserMetadata = 1024
 
 func parseDuration(s string) (time.Duration, error) {
 	d, err := placementpb.ParseISODuration(s)
@@ -214,6 +220,7 @@ type queueDescriptionOut struct {
 	EnablePartitioning                  bool             `xml:"EnablePartitioning"`
 	EntityAvailabilityStatus            string           `xml:"EntityAvailabilityStatus"`
 	EnableExpress                       bool             `xml:"EnableExpress"`
+	UserMetadata                        string           `xml:"UserMetadata,omitempty"`
 	MaxMessageSizeInKilobytes           int64            `xml:"MaxMessageSizeInKilobytes"`
 }
 
@@ -251,6 +258,7 @@ func describeQueue(e *placementpb.Entity, counts *Counts) *queueDescriptionOut {
 		AutoDeleteOnIdle:          placementpb.ForeverISO,
 		EnablePartitioning:        d.EnablePartitioning,
 		EntityAvailabilityStatus:  availability,
+		UserMetadata:              d.UserMetadata,
 		MaxMessageSizeInKilobytes: d.MaxMessageSizeInKilobytes,
 	}
 	if counts != nil {

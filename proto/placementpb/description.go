@@ -28,6 +28,7 @@ type QueueDescription struct {
 	EnablePartitioning            bool
 	ForwardTo                     string
 	ForwardDeadLetteredMessagesTo string
+	UserMetadata                  string
 }
 
 // Properties returns the catalog's properties of a queue so described.
@@ -50,6 +51,7 @@ func (d QueueDescription) Properties() *QueueProperties {
 		EnablePartitioning:               d.EnablePartitioning,
 		ForwardTo:                        d.ForwardTo,
 		ForwardDeadLetteredMessagesTo:    d.ForwardDeadLetteredMessagesTo,
+		UserMetadata:                     d.UserMetadata,
 	}
 }
 
@@ -72,6 +74,7 @@ func Describe(p *QueueProperties) QueueDescription {
 		EnablePartitioning:                  p.GetEnablePartitioning() || p.GetPartitionCount() > 1,
 		ForwardTo:                           p.GetForwardTo(),
 		ForwardDeadLetteredMessagesTo:       p.GetForwardDeadLetteredMessagesTo(),
+		UserMetadata:                        p.GetUserMetadata(),
 	}
 	if d.DefaultMessageTimeToLive == 0 {
 		d.DefaultMessageTimeToLive = Forever

@@ -94,6 +94,7 @@ func TestDescribeInvertsProperties(t *testing.T) {
 		MaxMessageSizeInKilobytes:           1024,
 		PartitionCount:                      4,
 		EnablePartitioning:                  true,
+		UserMetadata:                        "owner=payments",
 	}
 	if got := Describe(d.Properties()); got != d {
 		t.Fatalf("Describe(Properties()) = %+v, want %+v", got, d)

@@ -191,8 +191,11 @@ type QueueProperties struct {
 	// enable_partitioning without a partition_count asks for the default of
 	// 16 partitions (the admin API's EnablePartitioning).
 	EnablePartitioning bool `protobuf:"varint,13,opt,name=enable_partitioning,json=enablePartitioning,proto3" json:"enable_partitioning,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// user_metadata is kept for the user, never interpreted (the admin
+	// API's UserMetadata, at most 1024 characters).
+	UserMetadata  string `protobuf:"bytes,14,opt,name=user_metadata,json=userMetadata,proto3" json:"user_metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueProperties) Reset() {
@@ -314,6 +317,13 @@ func (x *QueueProperties) GetEnablePartitioning() bool {
 		return x.EnablePartitioning
 	}
 	return false
+}
+
+func (x *QueueProperties) GetUserMetadata() string {
+	if x != nil {
+		return x.UserMetadata
+	}
+	return ""
 }
 
 type Entity struct {
@@ -2085,7 +2095,7 @@ var File_placementpb_placement_proto protoreflect.FileDescriptor
 
 const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
-	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xd6\x05\n" +
+	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xfb\x05\n" +
 	"\x0fQueueProperties\x12(\n" +
 	"\x10lock_duration_ms\x18\x01 \x01(\x03R\x0elockDurationMs\x12,\n" +
 	"\x12max_delivery_count\x18\x02 \x01(\rR\x10maxDeliveryCount\x123\n" +
@@ -2101,7 +2111,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
 	"forward_to\x18\v \x01(\tR\tforwardTo\x12H\n" +
 	"!forward_dead_lettered_messages_to\x18\f \x01(\tR\x1dforwardDeadLetteredMessagesTo\x12/\n" +
-	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\"\xfa\x02\n" +
+	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\x12#\n" +
+	"\ruser_metadata\x18\x0e \x01(\tR\fuserMetadata\"\xfa\x02\n" +
 	"\x06Entity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x126\n" +

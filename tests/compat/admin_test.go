@@ -145,6 +145,7 @@ func TestAdminQueueLifecycle(t *testing.T) {
 	props.MaxDeliveryCount = to.Ptr[int32](8)
 	props.LockDuration = to.Ptr("PT2M")
 	props.Status = to.Ptr(admin.EntityStatusSendDisabled)
+	props.UserMetadata = to.Ptr("owner=payments")
 	updated, err := ac.UpdateQueue(ctx, "orders", props, nil)
 	if err != nil {
 		t.Fatalf("UpdateQueue: %v", err)
@@ -153,7 +154,7 @@ func TestAdminQueueLifecycle(t *testing.T) {
 		t.Errorf("UpdateQueue = %+v", updated.QueueProperties)
 	}
 	got, err = ac.GetQueue(ctx, "orders", nil)
-	if err != nil || *got.MaxDeliveryCount != 8 || !*got.RequiresSession {
+	if err != nil || *got.MaxDeliveryCount != 8 || !*got.RequiresSession || got.UserMetadata == nil || *got.UserMetadata != "owner=payments" {
 		t.Fatalf("GetQueue after update: %+v, %v", got, err)
 	}
 
