@@ -23,6 +23,7 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		req.fail(failNotFound, entityPath)
 		return
 	}
+	req.counts = c.srv.counters.entity(e.Name)
 	body, ok := req.msg.Value.(amqp.Map)
 	if !ok {
 		// Service Bus answers a body that is not a map with 400; taking it

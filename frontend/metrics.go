@@ -16,7 +16,7 @@ import (
 // entityCounters are the counts of one entity, since the process started.
 type entityCounters struct {
 	name               string        // as the catalog spells it: the label
-	incomingRequests   atomic.Uint64 // send transfers and dispositions received
+	incomingRequests   atomic.Uint64 // send transfers, dispositions, $management requests
 	successfulRequests atomic.Uint64
 	serverErrors       atomic.Uint64 // failures a retry may mend (status >= 500)
 	userErrors         atomic.Uint64 // failures of the request itself
@@ -90,7 +90,7 @@ var (
 		desc *prometheus.Desc
 		get  func(*entityCounters) uint64
 	}{
-		{entityDesc("incoming_requests_total", "Requests received for the entity: send transfers and settlements."),
+		{entityDesc("incoming_requests_total", "Requests received for the entity: send transfers, settlements, $management operations."),
 			func(c *entityCounters) uint64 { return c.incomingRequests.Load() }},
 		{entityDesc("successful_requests_total", "Requests for the entity that succeeded."),
 			func(c *entityCounters) uint64 { return c.successfulRequests.Load() }},

@@ -146,10 +146,9 @@ func TestMetricsAfterAKnownWorkload(t *testing.T) {
 		{"quorumbus_scheduled_messages", 1},
 		{"quorumbus_incoming_messages_total", 6},
 		{"quorumbus_outgoing_messages_total", 3},
-		// 6 sends and 3 settlements (the schedule goes through
-		// $management, which is not counted yet).
-		{"quorumbus_incoming_requests_total", 9},
-		{"quorumbus_successful_requests_total", 9},
+		// 6 sends, the schedule ($management) and 3 settlements.
+		{"quorumbus_incoming_requests_total", 10},
+		{"quorumbus_successful_requests_total", 10},
 		{"quorumbus_server_errors_total", 0},
 		{"quorumbus_user_errors_total", 0},
 		{"quorumbus_throttled_requests_total", 0},
