@@ -45,7 +45,11 @@ type Config struct {
 	Started time.Time
 	// StatsTimeout bounds reading an entity's counters. Default 5 s.
 	StatsTimeout time.Duration
-	Logger       *slog.Logger
+	// RequestTimeout bounds one request's calls to the cluster; the HTTP
+	// listener must allow longer (adminhttp does, with an API). Default
+	// 60 s.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
 	// Now is the clock tokens expire by. Default time.Now.
 	Now func() time.Time
 }
@@ -72,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatsTimeout <= 0 {
 		c.StatsTimeout = 5 * time.Second
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 60 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -126,6 +133,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.TLS != nil {
 		scheme = "https"
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
 	q := request{w: w, r: r, base: scheme + "://" + r.Host}
 	if err := g.authorize(r); err != nil {
 		g.log.Debug("admin request refused", "method", r.Method, "path", r.URL.Path, "err", err)

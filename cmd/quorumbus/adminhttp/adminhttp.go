@@ -117,9 +117,12 @@ type check struct {
 // writeTimeout bounds writing one response, so that a client that stops
 // reading cannot hold a connection. A CPU profile takes its whole duration
 // (30 s by default) to write, and pprof refuses a duration longer than
-// the timeout.
+// the timeout. The API's calls wait for Raft commits (a create waits for
+// its partitions too) and bound themselves; cutting one short here would
+// make the client retry a change that was made (a create then answers
+// 409).
 func (c Config) writeTimeout() time.Duration {
-	if c.Pprof {
+	if c.Pprof || c.API != nil {
 		return 2 * time.Minute
 	}
 	return 10 * time.Second
