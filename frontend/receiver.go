@@ -126,7 +126,9 @@ func (r *receiver) pump() {
 		credit, drain := r.link.SendState()
 		if len(r.held) > 0 && credit > 0 {
 			before := len(r.held)
-			if r.held = r.deliver(r.held, credit); len(r.held) == before {
+			r.held = r.deliver(r.held, credit)
+			r.counts.outgoingMessages.Add(uint64(before - len(r.held)))
+			if len(r.held) == before {
 				// The link refused them all (it is closing): wait for
 				// the detach rather than spin.
 				select {
