@@ -25,6 +25,11 @@ type Backend interface {
 	CancelScheduled(ctx context.Context, e *placementpb.Entity, c *partitionpb.CancelScheduled) (*partitionpb.Result, error)
 	// ReceiveDeferred locks (or takes) deferred messages by sequence number.
 	ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error)
+	// Serving reports whether the group of the entity's partition is
+	// recorded with a quorum (placement marks a group silent for a few
+	// seconds without one). A hint, never a promise: a group may lose its
+	// quorum after the record said otherwise.
+	Serving(e *placementpb.Entity, partition uint32) bool
 }
 
 // Errors a Backend returns; errorCondition maps them to what clients see.

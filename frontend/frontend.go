@@ -13,13 +13,22 @@ import (
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // Config configures a Server. The zero value (with a Backend) is usable.
 type Config struct {
 	Backend Backend
-	Logger  *slog.Logger
+	// Rules are the authorization rules that tokens put on $cbs and SASL
+	// PLAIN logins are checked against. Required: a front-end without
+	// rules would let nobody in.
+	Rules RuleSource
+	// ClaimTimeout bounds how long a connection may stay open before it
+	// presents its first valid claim (a token on $cbs); until then it may
+	// attach only $cbs links. Default 60s.
+	ClaimTimeout time.Duration
+	Logger       *slog.Logger
 	// ContainerID is announced in the AMQP open frame. Default "quorumbus".
 	ContainerID string
 	// ReceiveWait bounds one long-poll of a partition for a receiver with
@@ -45,14 +54,28 @@ type Config struct {
 	// 100 MB messages per connection, and 1 GiB.
 	MaxConnPartialBytes int64
 	MaxPartialBytes     int64
+	// ThrottleCredits is the namespace's credit budget a second
+	// (throttle.go): a message sent or received costs 1, a $management
+	// operation 10. Zero or negative: no throttling. Service Bus Standard
+	// gives 1000.
+	ThrottleCredits int64
+	// ThrottleShare returns how many live front-ends share the budget;
+	// nil: this one alone.
+	ThrottleShare func() int
 }
 
 func (c *Config) validate() error {
 	if c.Backend == nil {
 		return errors.New("frontend: Config.Backend is nil")
 	}
+	if c.Rules == nil {
+		return errors.New("frontend: Config.Rules is nil; give the front-end at least one authorization rule")
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ClaimTimeout == 0 {
+		c.ClaimTimeout = 60 * time.Second
 	}
 	if c.ContainerID == "" {
 		c.ContainerID = "quorumbus"
@@ -82,7 +105,8 @@ func (c *Config) validate() error {
 type Server struct {
 	cfg      Config
 	amqp     *amqp.Server
-	counters counters // metrics.go
+	throttle *throttle // nil: no throttling
+	counters counters  // metrics.go
 }
 
 // New validates cfg and builds a Server.
@@ -90,15 +114,15 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, throttle: newThrottle(cfg.ThrottleCredits, cfg.ThrottleShare)}
 	s.amqp = &amqp.Server{
 		Handler:     s,
 		ContainerID: cfg.ContainerID,
 		// Service Bus allows messages up to 100 MB on entities that say so;
 		// each link announces its entity's own limit.
-		MaxMessageSize: 100 << 20,
-		// The SDKs offer ANONYMOUS only; MSSBCBS tells them claims come via $cbs.
-		SASL:                amqp.SASL{Anonymous: true, Extra: []amqp.Symbol{"MSSBCBS"}},
+		MaxMessageSize:      100 << 20,
+		SASL:                saslLogin{rules: cfg.Rules, log: cfg.Logger.Debug},
+		RequireSASL:         true,
 		Logger:              cfg.Logger,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnPartialBytes: cfg.MaxConnPartialBytes,
@@ -119,13 +143,20 @@ func (s *Server) Listening() bool { return s.amqp.Listening() }
 // refused, accept errors retried, bytes held in unfinished messages.
 func (s *Server) Stats() amqp.Stats { return s.amqp.Stats() }
 
+// Throttled returns how many requests were throttled, per entity (sends
+// and management operations refused with server-busy, receives made to
+// wait).
+func (s *Server) Throttled() map[string]uint64 { return s.throttle.counts() }
+
 // Shutdown closes every connection and waits for them or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ctx) }
 
 // OpenConn implements amqp.Handler.
 func (s *Server) OpenConn(c *amqp.Conn) (amqp.ConnHandler, error) {
 	s.counters.connsOpened.Add(1)
-	return &conn{srv: s, amqp: c, log: s.cfg.Logger.With("remote", c.RemoteAddr().String())}, nil
+	cn := &conn{srv: s, amqp: c, log: s.cfg.Logger.With("remote", c.RemoteAddr().String())}
+	cn.auth = newAuthz(cn, s.cfg.ClaimTimeout)
+	return cn, nil
 }
 
 // conn is the state of one client connection. The engine calls its methods
@@ -135,13 +166,33 @@ type conn struct {
 	amqp    *amqp.Conn
 	log     *slog.Logger
 	replies replyLinks
+	auth    *authz
+	cbs     int // $cbs links attached
 }
 
-func (c *conn) Closed(error) { c.srv.counters.connsClosed.Add(1) }
+func (c *conn) Closed(error) {
+	c.srv.counters.connsClosed.Add(1)
+	c.auth.close()
+}
 
 // Attach routes a link by its address: $cbs, <entity>/$management, or an
-// entity (optionally its /$DeadLetterQueue).
+// entity (optionally its /$DeadLetterQueue). Every link but $cbs's needs a
+// claim that covers its address, checked before the entity is looked up
+// so that a client without one learns nothing, not even whether the
+// entity exists.
 func (c *conn) Attach(l *amqp.Link) (amqp.LinkHandler, error) {
+	h, err := c.attach(l)
+	if err != nil {
+		c.auth.forget(l) // admitted, then refused for another reason
+		return nil, err
+	}
+	if c.auth.watching(l) {
+		return c.auth.watched(l, h), nil
+	}
+	return h, nil
+}
+
+func (c *conn) attach(l *amqp.Link) (amqp.LinkHandler, error) {
 	a := l.Attach()
 	if a.Role == amqp.RoleSender {
 		if a.Target == nil {
@@ -150,10 +201,20 @@ func (c *conn) Attach(l *amqp.Link) (amqp.LinkHandler, error) {
 		addr := a.Target.Address
 		switch {
 		case strings.EqualFold(addr, cbsNode):
-			return &rpcLink{c: c, node: cbsNode, serve: c.serveCBS}, nil
+			if err := c.admitCBS(); err != nil {
+				return nil, err
+			}
+			l.SetMaxMessageSize(maxCBSMessageSize)
+			return &rpcLink{c: c, node: cbsNode, serve: c.serveCBS, cbs: true}, nil
 		case hasSuffixFold(addr, "/"+managementNode):
+			if err := c.auth.admit(l, linkNeed{path: addr, rights: sas.Listen | sas.Send | sas.Manage, anyRight: true}); err != nil {
+				return nil, err
+			}
 			entity := addr[:len(addr)-len(managementNode)-1]
 			return &rpcLink{c: c, node: addr, serve: func(r *rpcRequest) { c.serveManagement(entity, r) }}, nil
+		}
+		if err := c.auth.admit(l, linkNeed{path: addr, rights: sas.Send}); err != nil {
+			return nil, err
 		}
 		e, sub, err := c.lookup(addr)
 		if err != nil {
@@ -168,16 +229,41 @@ func (c *conn) Attach(l *amqp.Link) (amqp.LinkHandler, error) {
 		return nil, amqp.Errorf(amqp.ErrCondInvalidField, "a receiving link needs a source")
 	}
 	addr := a.Source.Address
-	if strings.EqualFold(addr, cbsNode) || hasSuffixFold(addr, "/"+managementNode) {
+	if strings.EqualFold(addr, cbsNode) {
+		if err := c.admitCBS(); err != nil {
+			return nil, err
+		}
+		rl := &replyLink{c: c, link: l, cbs: true}
+		c.replies.add(rl)
+		return rl, nil
+	}
+	if hasSuffixFold(addr, "/"+managementNode) {
+		if err := c.auth.admit(l, linkNeed{path: addr, rights: sas.Listen | sas.Send | sas.Manage, anyRight: true}); err != nil {
+			return nil, err
+		}
 		rl := &replyLink{c: c, link: l}
 		c.replies.add(rl)
 		return rl, nil
+	}
+	if err := c.auth.admit(l, linkNeed{path: addr, rights: sas.Listen}); err != nil {
+		return nil, err
 	}
 	e, sub, err := c.lookup(addr)
 	if err != nil {
 		return nil, err
 	}
 	return c.newReceiver(l, e, sub)
+}
+
+// admitCBS bounds the $cbs links of a connection: a client needs two at a
+// time (the Go SDK ends their session after each put-token, which detaches
+// them), so more is a client that holds links it does not use.
+func (c *conn) admitCBS() error {
+	if c.cbs >= maxCBSLinks {
+		return amqp.Errorf(amqp.ErrCondResourceLimitExceeded, "a connection may hold at most %d $cbs links", maxCBSLinks)
+	}
+	c.cbs++
+	return nil
 }
 
 // lookup resolves an entity address. The dead-letter sub-queue is addressed
@@ -190,6 +276,12 @@ func (c *conn) lookup(addr string) (*placementpb.Entity, string, error) {
 	e, err := c.srv.cfg.Backend.Entity(name)
 	if err != nil {
 		return nil, "", errFailure(err).amqpError(name)
+	}
+	if e.Kind != placementpb.EntityKind_ENTITY_KIND_QUEUE {
+		// Topics and subscriptions exist in the catalog (issue 21), but
+		// the fan-out and subscription receive do not yet: refuse them
+		// rather than treat them as queues.
+		return nil, "", failNotImpl.amqpError("sending to topics and receiving from subscriptions: " + name)
 	}
 	return e, sub, nil
 }

@@ -18,12 +18,20 @@ const managementTimeout = 30 * time.Second
 
 // serveManagement answers <entity>/$management requests.
 func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
+	if need := (linkNeed{path: entityPath + "/" + managementNode, rights: managementRight(req.operation)}); !c.auth.allows(need) {
+		req.respond(failUnauthorized.status, c.denied(need).Description, nil)
+		return
+	}
 	e, sub, err := c.lookup(entityPath)
 	if err != nil {
 		req.fail(failNotFound, entityPath)
 		return
 	}
 	req.counts = c.srv.counters.entity(e.Name)
+	if !c.srv.throttle.take(e.Name, managementCost) {
+		req.fail(failBusy, "")
+		return
+	}
 	body, ok := req.msg.Value.(amqp.Map)
 	if !ok {
 		// Service Bus answers a body that is not a map with 400; taking it

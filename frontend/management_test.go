@@ -9,6 +9,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // mgmtClient sends raw $management requests, so that tests can send what
@@ -24,7 +26,7 @@ func newMgmtClient(t *testing.T, addr, entity string) *mgmtClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 	if err != nil {
 		t.Fatal(err)
 	}

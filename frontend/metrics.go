@@ -20,7 +20,6 @@ type entityCounters struct {
 	successfulRequests atomic.Uint64
 	serverErrors       atomic.Uint64 // failures a retry may mend (status >= 500)
 	userErrors         atomic.Uint64 // failures of the request itself
-	throttledRequests  atomic.Uint64 // none until throttling exists (MISSION: throttling)
 	incomingMessages   atomic.Uint64 // messages committed by sends
 	outgoingMessages   atomic.Uint64 // messages delivered to receivers
 }
@@ -31,6 +30,9 @@ func (c *entityCounters) outcome(n int, f failure, failed bool) {
 	switch {
 	case !failed:
 		c.successfulRequests.Add(uint64(n))
+	case f.cond == condServerBusy:
+		// Throttled: counted by the throttle (throttle.go), apart from
+		// server errors, as Azure Monitor keeps them.
 	case f.status >= 500:
 		c.serverErrors.Add(uint64(n))
 	default:
@@ -98,13 +100,12 @@ var (
 			func(c *entityCounters) uint64 { return c.serverErrors.Load() }},
 		{entityDesc("user_errors_total", "Requests for the entity that failed for a reason of their own (lock lost, quota, invalid)."),
 			func(c *entityCounters) uint64 { return c.userErrors.Load() }},
-		{entityDesc("throttled_requests_total", "Requests for the entity refused by throttling."),
-			func(c *entityCounters) uint64 { return c.throttledRequests.Load() }},
 		{entityDesc("incoming_messages_total", "Messages sent to the entity and committed."),
 			func(c *entityCounters) uint64 { return c.incomingMessages.Load() }},
 		{entityDesc("outgoing_messages_total", "Messages of the entity delivered to receivers."),
 			func(c *entityCounters) uint64 { return c.outgoingMessages.Load() }},
 	}
+	descThrottled   = entityDesc("throttled_requests_total", "Requests for the entity refused (sends, $management operations) or made to wait (receives) by throttling.")
 	descActiveConns = prometheus.NewDesc("quorumbus_active_connections", "AMQP connections open now.", nil, nil)
 	descConnsOpened = prometheus.NewDesc("quorumbus_connections_opened_total", "AMQP connections opened.", nil, nil)
 	descConnsClosed = prometheus.NewDesc("quorumbus_connections_closed_total", "AMQP connections closed.", nil, nil)
@@ -123,6 +124,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descEntityCounters {
 		ch <- d.desc
 	}
+	ch <- descThrottled
 	ch <- descActiveConns
 	ch <- descConnsOpened
 	ch <- descConnsClosed
@@ -140,6 +142,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for _, d := range descEntityCounters {
 			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(e)), e.name)
 		}
+	}
+	for name, n := range c.s.Throttled() {
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, float64(n), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descActiveConns, prometheus.GaugeValue, float64(c.s.amqp.Stats().Conns))
 	ch <- prometheus.MustNewConstMetric(descConnsOpened, prometheus.CounterValue, float64(m.connsOpened.Load()))

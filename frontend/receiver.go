@@ -190,9 +190,13 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 		ReceiveAndDelete: r.rad,
 		WaitMs:           wait.Milliseconds(),
 	}
+	if err := r.c.srv.throttle.wait(r.ctx, r.entity.Name); err != nil {
+		return 0
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, wait+sendTimeout)
 	res, err := r.c.srv.cfg.Backend.Receive(ctx, r.entity, req)
 	cancel()
+	r.c.srv.throttle.charge(int64(len(res.GetMessages())))
 	if err != nil {
 		if r.ctx.Err() == nil {
 			r.c.log.Debug("receive failed", "entity", r.entity.Name, "partition", partition, "err", err)

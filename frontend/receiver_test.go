@@ -8,6 +8,7 @@ import (
 
 	goamqp "github.com/Azure/go-amqp"
 
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -40,7 +41,7 @@ func TestReceiveAndDeleteLosesNothingUnderFlowChurn(t *testing.T) {
 		t.Run(fmt.Sprint("credit", credit), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+			conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 			if err != nil {
 				t.Fatal(err)
 			}

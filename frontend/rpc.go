@@ -1,10 +1,13 @@
 package frontend
 
 import (
+	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // Service Bus clients talk to two request/response nodes: $cbs (put-token)
@@ -82,6 +85,7 @@ func (r *replyLinks) find(s *amqp.Session, node, replyTo string) *replyLink {
 type replyLink struct {
 	c       *conn
 	link    *amqp.Link
+	cbs     bool // counted in conn.cbs
 	mu      sync.Mutex
 	pending [][]byte
 }
@@ -116,7 +120,12 @@ func (rl *replyLink) Flow(l *amqp.Link, credit uint32, _ bool) {
 	}
 }
 
-func (rl *replyLink) Detached(*amqp.Link, error) { rl.c.replies.remove(rl) }
+func (rl *replyLink) Detached(*amqp.Link, error) {
+	rl.c.replies.remove(rl)
+	if rl.cbs {
+		rl.c.cbs--
+	}
+}
 
 func (*replyLink) Disposition(*amqp.Link, uint32, amqp.DeliveryState, bool) {}
 
@@ -127,9 +136,14 @@ type rpcLink struct {
 	c     *conn
 	node  string // "$cbs" or "<entity>/$management"
 	serve func(req *rpcRequest)
+	cbs   bool // counted in conn.cbs
 }
 
-func (r *rpcLink) Detached(*amqp.Link, error) {}
+func (r *rpcLink) Detached(*amqp.Link, error) {
+	if r.cbs {
+		r.c.cbs--
+	}
+}
 
 func (r *rpcLink) Message(l *amqp.Link, d *amqp.Delivery) {
 	if !d.Settled {
@@ -184,12 +198,66 @@ func (req *rpcRequest) fail(f failure, detail string) {
 	req.respond(f.status, f.describe(detail), nil)
 }
 
-// serveCBS answers put-token. Every token is accepted for now; validating
-// SAS signatures is the security issue's work.
+// Token types of put-token: SAS, and Microsoft Entra ID, which we do not
+// serve.
+const (
+	tokenTypeSAS = "servicebus.windows.net:sastoken"
+	tokenTypeJWT = "jwt"
+)
+
+// serveCBS answers put-token: a valid SAS token grants its claim to the
+// connection (202); any other gets 401 with the reason, which the SDKs
+// report as unauthorized without retrying.
 func (c *conn) serveCBS(req *rpcRequest) {
 	if req.operation != "put-token" {
 		req.fail(failInvalid, "unknown $cbs operation "+req.operation)
 		return
 	}
+	typ := appString(req.msg.ApplicationProperties, "type")
+	switch typ {
+	case tokenTypeSAS:
+	case tokenTypeJWT:
+		req.fail(failNotImpl, "Microsoft Entra ID (jwt) tokens; use a Shared Access Signature")
+		return
+	default:
+		req.fail(failBadField, fmt.Sprintf("token type %q; want %q", truncated(typ), tokenTypeSAS))
+		return
+	}
+	token, ok := req.msg.Value.(string)
+	if !ok {
+		req.fail(failBadField, fmt.Sprintf("the token must be an amqp-value string, got %s", typeOf(req.msg.Value, req.msg.HasValue)))
+		return
+	}
+	claim, err := c.srv.cfg.Rules.Ruleset().Validate(token, c.amqp.Open().Hostname, time.Now())
+	if err != nil {
+		// Validation errors name the rule at most, never a key.
+		c.log.Debug("put-token refused", "err", err)
+		req.fail(failUnauthorized, strings.TrimPrefix(err.Error(), "sas: "))
+		return
+	}
+	if name := appString(req.msg.ApplicationProperties, "name"); name != "" {
+		path, err := sas.AudiencePath(name)
+		if err != nil || !claim.Covers(path) {
+			req.fail(failUnauthorized, fmt.Sprintf("the token's audience does not cover %q", truncated(name)))
+			return
+		}
+	}
+	if err := c.auth.grant(claim); err != nil {
+		req.fail(failure{amqp.ErrCondResourceLimitExceeded, 403, false, "too many claims"}, err.Error())
+		return
+	}
 	req.respond(202, "Accepted", nil)
+}
+
+func appString(m amqp.Map, key string) string {
+	v, _ := m.Get(key)
+	s, _ := v.(string)
+	return s
+}
+
+func truncated(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

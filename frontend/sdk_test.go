@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -151,6 +152,8 @@ func (b *memBackend) ReceiveDeferred(context.Context, *placementpb.Entity, *part
 	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
 }
 
+func (b *memBackend) Serving(*placementpb.Entity, uint32) bool { return true }
+
 func (b *memBackend) left(queue string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -159,7 +162,7 @@ func (b *memBackend) left(queue string) int {
 
 func startFrontend(t *testing.T, b frontend.Backend) string {
 	t.Helper()
-	srv, err := frontend.New(frontend.Config{Backend: b, ReceiveWait: 500 * time.Millisecond})
+	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +178,10 @@ func startFrontend(t *testing.T, b frontend.Backend) string {
 	})
 	return ln.Addr().String()
 }
+
+// devRules is the emulator's rule, which sdkClient's connection string and
+// the raw clients' SASL PLAIN (sas.DevKeyName, sas.DevKey) use.
+func devRules(testing.TB) frontend.RuleSource { return frontend.StaticRules(sas.DevRuleset()) }
 
 func sdkClient(t *testing.T, addr string) *azservicebus.Client {
 	t.Helper()

@@ -98,6 +98,14 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		}
 		return
 	}
+	if d.Settled {
+		// Fire-and-forget: refusing it would lose it unseen, so it is
+		// paid for and passes.
+		s.c.srv.throttle.charge(int64(len(msgs)))
+	} else if !s.c.srv.throttle.take(s.entity.Name, int64(len(msgs))) {
+		s.reject(l, d, failBusy, "")
+		return
+	}
 	p := s.partitionFor(msgs[0])
 	select {
 	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs, bytes: bytes}:
@@ -128,6 +136,18 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 		key = m.MessageId
 	}
 	if key == "" {
+		// An unkeyed message may go to any partition, so it does not wait
+		// for one whose group has no quorum: round-robin over those
+		// recorded serving, or over all while none is (the catalog has not
+		// heard from the groups yet). The send is never retried on
+		// another partition instead: a send that timed out may have
+		// committed, and a second copy elsewhere would be a duplicate.
+		for range n {
+			s.rr++
+			if p := s.rr % n; s.c.srv.cfg.Backend.Serving(s.entity, p) {
+				return p
+			}
+		}
 		s.rr++
 		return s.rr % n
 	}

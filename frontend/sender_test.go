@@ -8,6 +8,7 @@ import (
 
 	goamqp "github.com/Azure/go-amqp"
 
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -124,7 +125,7 @@ func TestLinkCreditFollowsMessageSize(t *testing.T) {
 // closes when the test ends.
 func amqpSender(t *testing.T, ctx context.Context, addr, queue string) *goamqp.Sender {
 	t.Helper()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 	if err != nil {
 		t.Fatal(err)
 	}

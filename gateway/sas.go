@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // Errors of authorization; each is answered 401.
@@ -37,11 +37,12 @@ type Token struct {
 	Resource string
 	KeyName  string
 	Expiry   time.Time
-	// Signature is sig, decoded: HMAC-SHA256 of Signed under the rule's key.
+	// Signature is sig, decoded: HMAC-SHA256, under the rule's key, of
+	// sr as sent, a newline and se as sent (the SDKs sign the escaped
+	// audience). The Validator checks it.
 	Signature []byte
-	// Signed is the string the signature covers: sr as sent, a newline,
-	// se as sent (the SDKs sign the escaped audience).
-	Signed string
+	// Raw is the header as sent.
+	Raw string
 }
 
 // maxTokenLen bounds a header the parser looks at; real tokens are a few
@@ -103,7 +104,7 @@ func ParseToken(header string) (Token, error) {
 		return Token{}, fmt.Errorf("%w: se %q is not a time", ErrBadToken, raw["se"])
 	}
 	t.Expiry = time.Unix(se, 0)
-	t.Signed = raw["sr"] + "\n" + raw["se"]
+	t.Raw = header
 	return t, nil
 }
 
@@ -124,9 +125,8 @@ func (t Token) Covers(host, path string) bool {
 }
 
 // A Validator checks a token's signature and expiry against the
-// namespace's SAS rules and says what rights the signing rule has. The
-// security work (issue 22) provides the real one over the catalog's
-// authorization rules; until it is wired, EmulatorKey stands in.
+// namespace's SAS rules and says what rights the signing rule has
+// (RulesValidator).
 type Validator interface {
 	Validate(t Token, now time.Time) (Rights, error)
 }
@@ -137,45 +137,36 @@ type ValidatorFunc func(t Token, now time.Time) (Rights, error)
 // Validate calls f.
 func (f ValidatorFunc) Validate(t Token, now time.Time) (Rights, error) { return f(t, now) }
 
-// The well-known key of the Service Bus emulator, which `quorumbus dev`
-// prints in its connection string.
-const (
-	EmulatorKeyName = "RootManageSharedAccessKey"
-	EmulatorKey     = "SAS_KEY_VALUE"
-)
-
-// KeyValidator accepts tokens signed with one rule's key, granting that
-// rule all rights. It is what `quorumbus dev` checks against until the
-// catalog's rules are (the emulator's RootManageSharedAccessKey).
-type KeyValidator struct {
-	KeyName string
-	Key     string
+// RuleSource gives the namespace's SAS rules as they stand
+// (frontend/routing.Router keeps them from the catalog, with the seed
+// rules the process was given).
+type RuleSource interface {
+	Ruleset() *sas.Ruleset
 }
 
-var _ Validator = KeyValidator{}
+// RulesValidator checks tokens against the namespace's rules as the
+// front-end's $cbs does (placement/sas): the rule named skn, its primary
+// or secondary key, its scope, its rights.
+type RulesValidator struct {
+	Rules RuleSource
+}
+
+var _ Validator = RulesValidator{}
 
 // Validate implements Validator.
-func (v KeyValidator) Validate(t Token, now time.Time) (Rights, error) {
-	if t.KeyName != v.KeyName {
-		return 0, fmt.Errorf("%w: unknown key name %q", ErrBadSignature, t.KeyName)
+func (v RulesValidator) Validate(t Token, now time.Time) (Rights, error) {
+	claim, err := v.Rules.Ruleset().Validate(t.Raw, "", now)
+	if err != nil {
+		return 0, fmt.Errorf("gateway: token refused: %w", err)
 	}
-	if !hmac.Equal(signature(v.Key, t.Signed), t.Signature) {
-		return 0, ErrBadSignature
+	var r Rights
+	for _, m := range []struct {
+		sas  sas.Rights
+		ours Rights
+	}{{sas.Listen, RightListen}, {sas.Send, RightSend}, {sas.Manage, RightManage}} {
+		if claim.Rights.Has(m.sas) {
+			r |= m.ours
+		}
 	}
-	if !now.Before(t.Expiry) {
-		return 0, fmt.Errorf("%w at %s", ErrTokenExpired, t.Expiry.UTC().Format(time.RFC3339))
-	}
-	return RightListen | RightSend | RightManage, nil
-}
-
-func signature(key, signed string) []byte {
-	mac := hmac.New(sha256.New, []byte(key))
-	mac.Write([]byte(signed))
-	return mac.Sum(nil)
-}
-
-// Sign returns the base64 signature (sig, before query escaping) of the
-// string a token covers, under a rule's key.
-func Sign(key, signed string) string {
-	return base64.StdEncoding.EncodeToString(signature(key, signed))
+	return r, nil
 }

@@ -2,19 +2,30 @@ package gateway
 
 import (
 	"errors"
-	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
-// sign makes a token as the Azure SDKs do: the audience lower-cased and
-// query-escaped, the signature over it and the expiry, query-escaped.
+// sign makes a token as the Azure SDKs do (placement/sas.Sign).
 func sign(uri, keyName, key string, expiry time.Time) string {
-	aud := strings.ToLower(url.QueryEscape(uri))
-	se := fmt.Sprint(expiry.Unix())
-	return fmt.Sprintf("SharedAccessSignature sr=%s&sig=%s&se=%s&skn=%s", aud, url.QueryEscape(Sign(key, aud+"\n"+se)), se, keyName)
+	return sas.Sign(keyName, key, uri, expiry)
+}
+
+// rules is a RuleSource of fixed rules.
+type rules struct{ rs *sas.Ruleset }
+
+func (r rules) Ruleset() *sas.Ruleset { return r.rs }
+
+func validator(t *testing.T, rs ...sas.Rule) RulesValidator {
+	t.Helper()
+	set, err := sas.NewRuleset(rs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return RulesValidator{Rules: rules{set}}
 }
 
 func TestParseTokenOfTheSDK(t *testing.T) {
@@ -24,14 +35,15 @@ func TestParseTokenOfTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.Resource != "https://localhost:5300/q?api-version=2024-05" || tok.KeyName != EmulatorKeyName || tok.Expiry.Unix() != 1795244525 {
+	if tok.Resource != "https://localhost:5300/q?api-version=2024-05" || tok.KeyName != sas.DevKeyName || tok.Expiry.Unix() != 1795244525 {
 		t.Fatalf("parsed %+v", tok)
 	}
-	v := KeyValidator{KeyName: EmulatorKeyName, Key: EmulatorKey}
-	if _, err := v.Validate(tok, time.Unix(1795244525-60, 0)); err != nil {
-		t.Fatalf("the SDK's token does not validate with the emulator key: %v", err)
+	v := RulesValidator{Rules: rules{sas.DevRuleset()}}
+	rights, err := v.Validate(tok, time.Unix(1795244525-60, 0))
+	if err != nil || rights&RightManage == 0 {
+		t.Fatalf("the SDK's token does not validate with the emulator's rule: %v, %v", rights, err)
 	}
-	if _, err := v.Validate(tok, time.Unix(1795244525, 0)); !errors.Is(err, ErrTokenExpired) {
+	if _, err := v.Validate(tok, time.Unix(1795244525, 0)); !errors.Is(err, sas.ErrExpired) {
 		t.Fatalf("at its expiry: %v, want expired", err)
 	}
 	if !tok.Covers("localhost:5300", "/q") || !tok.Covers("LOCALHOST:5300", "/Q") {
@@ -43,7 +55,7 @@ func TestParseTokenOfTheSDK(t *testing.T) {
 }
 
 func TestNamespaceTokenCoversEverything(t *testing.T) {
-	tok, err := ParseToken(sign("sb://localhost:5300/", EmulatorKeyName, EmulatorKey, time.Now().Add(time.Hour)))
+	tok, err := ParseToken(sign("sb://localhost:5300/", sas.DevKeyName, sas.DevKey, time.Now().Add(time.Hour)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,11 +91,16 @@ func TestParseTokenRefusesMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (KeyValidator{KeyName: "k", Key: "other"}).Validate(tok, time.Now()); !errors.Is(err, ErrBadSignature) {
+	all := sas.Listen | sas.Send | sas.Manage
+	if _, err := validator(t, sas.Rule{Name: "k", Rights: all, PrimaryKey: "other"}).Validate(tok, time.Now()); !errors.Is(err, sas.ErrSignature) {
 		t.Fatalf("wrong key: %v", err)
 	}
-	if _, err := (KeyValidator{KeyName: "k2", Key: "key"}).Validate(tok, time.Now()); !errors.Is(err, ErrBadSignature) {
+	if _, err := validator(t, sas.Rule{Name: "k2", Rights: all, PrimaryKey: "key"}).Validate(tok, time.Now()); !errors.Is(err, sas.ErrUnknownRule) {
 		t.Fatalf("wrong key name: %v", err)
+	}
+	rights, err := validator(t, sas.Rule{Name: "k", Rights: sas.Listen, PrimaryKey: "key"}).Validate(tok, time.Now())
+	if err != nil || rights != RightListen {
+		t.Fatalf("a Listen rule: %v, %v; want Listen only", rights, err)
 	}
 }
 
@@ -91,7 +108,7 @@ func TestParseTokenRefusesMalformed(t *testing.T) {
 // ErrBadToken, never a panic; a parsed token's signed string starts with
 // its escaped audience.
 func FuzzParseToken(f *testing.F) {
-	f.Add(sign("https://localhost:5300/q?api-version=2024-05", EmulatorKeyName, EmulatorKey, time.Unix(1795244525, 0)))
+	f.Add(sign("https://localhost:5300/q?api-version=2024-05", sas.DevKeyName, sas.DevKey, time.Unix(1795244525, 0)))
 	f.Add("SharedAccessSignature sr=a&sig=&se=1&skn=k")
 	f.Add("SharedAccessSignature sr=%zz&sig=QQ==&se=1&skn=k")
 	f.Add("sharedaccesssignature skn=k&se=99&sig=QQ%3D%3D&sr=x")
@@ -103,11 +120,11 @@ func FuzzParseToken(f *testing.F) {
 			}
 			return
 		}
-		if tok.KeyName == "" || tok.Resource == "" || !strings.Contains(tok.Signed, "\n") {
+		if tok.KeyName == "" || tok.Resource == "" || tok.Raw != header {
 			t.Fatalf("%q parsed into %+v", header, tok)
 		}
 		// Validation never panics either.
-		_, _ = KeyValidator{KeyName: tok.KeyName, Key: "k"}.Validate(tok, time.Now())
+		_, _ = RulesValidator{Rules: rules{sas.DevRuleset()}}.Validate(tok, time.Now())
 		_ = tok.Covers("h", "/p")
 	})
 }

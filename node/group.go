@@ -231,7 +231,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		g.raftRef.Store(g.raft)
 		g.countVoters()
 	}
-	if !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID {
+	if !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID && !replicas[0].Joined {
 		servers := make([]raft.Server, len(replicas))
 		for i, p := range replicas {
 			servers[i] = raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)}

@@ -35,6 +35,11 @@ const MetaGroup uint64 = 0
 type Peer struct {
 	ID   string
 	Addr string
+	// Joined: the replica was added to the running group by a move
+	// (placementpb.Replica.joined). It never bootstraps the group, even
+	// first in the list: the group exists, and a second bootstrap would
+	// start a second history.
+	Joined bool
 }
 
 // Node is a storage node.
@@ -134,6 +139,7 @@ func New(cfg Config) (*Node, error) {
 	n.svc = &service{n: n}
 	mux.Register(n.srv)
 	partitionpb.RegisterPartitionServiceServer(n.srv, n.svc)
+	partitionpb.RegisterGroupMembershipServer(n.srv, &membership{n: n})
 	return n, nil
 }
 
@@ -265,7 +271,9 @@ func (n *Node) shut(how shutdown) error {
 
 // EnsureGroup opens group id, creating it if this node has no state for
 // it. A new group is bootstrapped by replicas[0] with all replicas as
-// voters; the other replicas start empty and wait for it. EnsureGroup on a
+// voters; the other replicas start empty and wait for it. A replica that
+// joined the running group (Peer.Joined) starts empty too and waits for
+// the leader to add it. EnsureGroup on a
 // group that is open does nothing; on a group that failed, it reopens it
 // (raft then replays the log tail past the store's applied index).
 func (n *Node) EnsureGroup(id uint64, replicas []Peer) error {

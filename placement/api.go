@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -113,6 +115,12 @@ func (s *Service) createEntity(ctx context.Context, req *pb.CreateEntityRequest)
 	if err := catalog.CheckName(req.Name); err != nil {
 		return nil, err
 	}
+	if err := catalog.CheckKindProperties(req.Kind, req.Properties); err != nil {
+		return nil, err
+	}
+	if req.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		return s.createSubscription(ctx, req)
+	}
 	props, err := catalog.Normalize(req.Properties)
 	if err != nil {
 		return nil, err
@@ -134,6 +142,7 @@ func (s *Service) createEntity(ctx context.Context, req *pb.CreateEntityRequest)
 	}
 	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_CreateEntity{CreateEntity: &pb.CreateEntityCommand{
 		Name: req.Name, Kind: req.Kind, Properties: props, Status: req.Status, PartitionGroups: assigned,
+		Rules: req.Rules, // the catalog refuses them on anything but a subscription
 	}}})
 	if err != nil {
 		return nil, err
@@ -253,6 +262,12 @@ func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest)
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ReportGroups); handled {
 		return resp, err
 	}
+	now := time.Now()
+	for _, r := range req.Groups {
+		if r.HasQuorum {
+			s.health.serving(r.GroupId, now)
+		}
+	}
 	changed := &pb.ReportGroupsRequest{NodeId: req.NodeId}
 	s.fsm.Read(func(st *catalog.State) {
 		for _, r := range req.Groups {
@@ -303,4 +318,22 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 		case <-s.fsm.Stopped():
 		}
 	}
+}
+
+// DrainNode marks a storage node draining (its replicas move off it, and
+// it takes no new ones) or, with draining false, no longer draining.
+func (s *Service) DrainNode(ctx context.Context, req *pb.DrainNodeRequest) (*pb.Node, error) {
+	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.DrainNode); handled {
+		return resp, err
+	}
+	if _, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_DrainNode{DrainNode: req}}); err != nil {
+		return nil, s.status(err)
+	}
+	var n *pb.Node
+	s.fsm.Read(func(st *catalog.State) { n = st.Node(req.NodeId) })
+	if n == nil {
+		return nil, toStatus(fmt.Errorf("%w: %q", catalog.ErrUnknownNode, req.NodeId))
+	}
+	s.log.Info("storage node drain", "node", req.NodeId, "draining", req.Draining)
+	return n, nil
 }

@@ -87,6 +87,22 @@ type Config struct {
 	// answers with the created entity either way). Default 5 s; negative:
 	// do not wait.
 	CreateWait time.Duration
+	// GroupSilence is how long a partition group may go without its leader
+	// reporting it serving before the meta leader records it without
+	// quorum and its entities Degraded (health.go). Storage nodes report
+	// every second. Default 3 s.
+	GroupSilence time.Duration
+	// MaxMoves bounds the replica moves under way at once (moves.go).
+	// Default 2; negative: no moves (the replicas stay where they were
+	// created).
+	MaxMoves int
+	// GoneAfter is how long a storage node may be dead before its
+	// replicas are re-created on other nodes. Default 10 min.
+	GoneAfter time.Duration
+	// LeaderBalanceDelay is how long a new meta leader waits before it
+	// hands group leaderships over to spread them (moves.go). Default
+	// 10 s; negative: leaders are not balanced.
+	LeaderBalanceDelay time.Duration
 
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
@@ -113,6 +129,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CreateWait == 0 {
 		c.CreateWait = 5 * time.Second
+	}
+	if c.GroupSilence == 0 {
+		c.GroupSilence = 3 * time.Second
+	}
+	if c.MaxMoves == 0 {
+		c.MaxMoves = 2
+	}
+	if c.GoneAfter == 0 {
+		c.GoneAfter = 10 * time.Minute
+	}
+	if c.LeaderBalanceDelay == 0 {
+		c.LeaderBalanceDelay = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -141,6 +169,10 @@ func (c Config) Validate() error {
 		return bad("ElectionTimeout %v is below 10ms", c.ElectionTimeout)
 	case c.ControlInterval < 0:
 		return bad("ControlInterval %v is negative", c.ControlInterval)
+	case c.GroupSilence < 0:
+		return bad("GroupSilence %v is negative", c.GroupSilence)
+	case c.GoneAfter < 0:
+		return bad("GoneAfter %v is negative", c.GoneAfter)
 	}
 	if len(c.Bootstrap) > 0 && !slices.ContainsFunc(c.Bootstrap, func(s raft.Server) bool { return s.ID == raft.ServerID(c.NodeID) }) {
 		return bad("Bootstrap does not list this member (%s)", c.NodeID)

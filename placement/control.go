@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/placement/catalog"
 	"github.com/quorumbus/quorumbus/placement/membership"
@@ -44,8 +43,13 @@ func (s *Service) lead(ctx context.Context) {
 		s.log.Warn("barrier failed", "err", err)
 		return
 	}
+	s.health.reset(time.Now())
 	tasks := &taskRunner{s: s, running: map[taskKey]bool{}, done: make(chan taskDone, maxTaskRPCs), sem: make(chan struct{}, maxTaskRPCs)}
 	defer tasks.wg.Wait()
+	moves := newMoveRunner(s)
+	defer moves.wg.Wait()
+	leaders := &leaderBalance{since: time.Now()}
+	defer leaders.running.Wait()
 	tick := time.NewTicker(s.cfg.ControlInterval)
 	defer tick.Stop()
 	for {
@@ -56,6 +60,12 @@ func (s *Service) lead(ctx context.Context) {
 		}
 		s.syncNodes(ctx)
 		s.addGroups(ctx)
+		s.markSilentGroups(ctx)
+		s.planMoves(ctx)
+		moves.startRunning(ctx)
+		if s.cfg.LeaderBalanceDelay >= 0 {
+			s.balanceLeaders(ctx, leaders)
+		}
 		tasks.startPending(ctx)
 		select {
 		case <-ctx.Done():
@@ -85,7 +95,7 @@ func (s *Service) syncNodes(ctx context.Context) {
 		w, live := want[n.Id]
 		delete(want, n.Id)
 		switch {
-		case live && !proto.Equal(n, w):
+		case live && (n.GrpcAddr != w.GrpcAddr || n.Zone != w.Zone || !n.Alive):
 			changes = append(changes, w)
 		case !live && n.Alive:
 			n.Alive = false
@@ -312,6 +322,12 @@ func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *p
 // reported), follows LeaderHints in FAILED_PRECONDITION answers, and falls
 // back to the replicas in order. Other errors end the attempt.
 func (s *Service) callGroup(ctx context.Context, g *pb.Group, call func(context.Context, partitionpb.PartitionServiceClient) error) error {
+	return callLeader(ctx, s, g, s.dial.partition, call)
+}
+
+// callLeader is callGroup for any service a storage node serves, dialed
+// with client.
+func callLeader[C any](ctx context.Context, s *Service, g *pb.Group, client func(addr string) (C, error), call func(context.Context, C) error) error {
 	var candidates []string
 	s.leadersMu.Lock()
 	if addr := s.leaders[g.Id]; addr != "" {
@@ -334,13 +350,13 @@ func (s *Service) callGroup(ctx context.Context, g *pb.Group, call func(context.
 			continue
 		}
 		tried[addr] = true
-		client, err := s.dial.partition(addr)
+		c, err := client(addr)
 		if err != nil {
 			lastErr = err
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		err = call(cctx, client)
+		err = call(cctx, c)
 		cancel()
 		if err == nil {
 			s.leadersMu.Lock()

@@ -43,6 +43,15 @@ func (d *dialer) partition(addr string) (partitionpb.PartitionServiceClient, err
 	return partitionpb.NewPartitionServiceClient(cc), nil
 }
 
+// membership returns a GroupMembership client of a storage node.
+func (d *dialer) membership(addr string) (partitionpb.GroupMembershipClient, error) {
+	cc, err := d.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return partitionpb.NewGroupMembershipClient(cc), nil
+}
+
 func (d *dialer) placement(addr string) (pb.PlacementServiceClient, error) {
 	if d.placementFn != nil {
 		return d.placementFn(addr)

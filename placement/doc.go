@@ -95,12 +95,28 @@
 // group it does not host), and reports the groups it leads through
 // ReportGroups.
 //
+// # Group health
+//
+// A group without a quorum has no leader to report it, so the meta leader
+// judges it by silence: a group not reported serving for GroupSilence is
+// recorded without quorum, and every entity with a partition in it reads
+// Degraded (in gets, lists and the routing table) until the group's next
+// serving report (health.go).
+//
+// # Replica moves
+//
+// The control loop also moves replicas (moves.go): off draining nodes
+// (DrainNode, `quorumbus node drain`), off nodes dead for GoneAfter, and
+// onto nodes that joined, until replica counts differ by one at most. A
+// move is recorded in the catalog (StartMove, FinishMove) and carried out
+// through the group leader's GroupMembership service: the target joins as
+// a non-voter, catches up, is promoted, and the source is removed. Storage
+// nodes that join after the bootstrap are no members of the meta group;
+// they read the routing table from the members. When nothing moves, it
+// also spreads group leaderships (one transfer at a time) so that every
+// node leads as many groups as the others, give or take one.
+//
 // # Still to come
 //
-// Rebalancing (moving replicas when nodes join or leave, with AddVoter,
-// RemoveServer and leadership transfer) and marking entities Degraded
-// while a group has no quorum build on what is here: node liveness and
-// group health are already in the catalog (Node.alive, Group.has_quorum
-// from ReportGroups), the planner takes current replica counts, and both
-// become more catalog commands and control-loop steps.
+// Growing the meta group itself beyond its bootstrap voters.
 package placement

@@ -35,6 +35,13 @@ var grpcCodes = []struct {
 	{catalog.ErrTooManyPartitioned, codes.ResourceExhausted},
 	{catalog.ErrInvalidName, codes.InvalidArgument},
 	{catalog.ErrInvalidProperties, codes.InvalidArgument},
+	{catalog.ErrInvalidRule, codes.InvalidArgument},
+	{catalog.ErrRuleNameTaken, codes.AlreadyExists},
+	{catalog.ErrRuleNotFound, codes.NotFound},
+	{catalog.ErrInvalidAuthRule, codes.InvalidArgument},
+	{catalog.ErrAuthRuleExists, codes.AlreadyExists},
+	{catalog.ErrAuthRuleNotFound, codes.NotFound},
+	{catalog.ErrTooManyAuthRules, codes.ResourceExhausted},
 	// The plan was made against a catalog that changed before it applied;
 	// trying again plans afresh.
 	{catalog.ErrConflict, codes.Aborted},

@@ -52,6 +52,8 @@ type Service struct {
 	leadersMu sync.Mutex
 	leaders   map[uint64]string // group id -> gRPC address that last answered as its leader
 
+	health *groupHealth // when each group last reported itself serving (health.go)
+
 	ctx       context.Context // ends with Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -78,6 +80,7 @@ func New(cfg Config) (*Service, error) {
 		log:      cfg.Logger.With("component", "placement"),
 		fsm:      catalog.NewFSM(),
 		leaders:  map[uint64]string{},
+		health:   newGroupHealth(),
 		caughtUp: make(chan struct{}),
 		ctx:      ctx,
 		cancel:   cancel,

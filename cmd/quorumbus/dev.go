@@ -10,7 +10,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
-	"github.com/quorumbus/quorumbus/gateway"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 func devCmd(args []string) error {
@@ -18,18 +18,20 @@ func devCmd(args []string) error {
 	var config string
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.StringVar(&o.DataDir, "data", "./data", "directory for every node's data")
-	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end")
+	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end (plain, for emulator connection strings)")
+	fs.StringVar(&o.AMQPSAddr, "amqps-addr", "127.0.0.1:5671", "AMQP over TLS listener of the front-end (the SDKs' connection strings without UseDevelopmentEmulator); empty: none")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) of the AMQPS listener (re-read when it changes) and of the HTTPS side of the HTTP listener; default: one of a CA dev mode makes under -data/tls")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM key of -tls-cert")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
-	fs.StringVar(&o.AdminCertFile, "tls-cert", "", "PEM certificate of the HTTPS side of the HTTP listener (default: a self-signed one for localhost, kept in -data as admin-cert.pem)")
-	fs.StringVar(&o.AdminKeyFile, "tls-key", "", "PEM key of -tls-cert")
-	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues to create")
+	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues, topics, subscriptions and rules to create")
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
+	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; off by default in dev mode, which benchmarks drive")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
@@ -67,13 +69,17 @@ func devCmd(args []string) error {
 		dev.Declared.Created()
 	}
 	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP and HTTPS (management API) on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
-	if dev.AdminCert != "" {
-		fmt.Printf("quorumbus dev: the HTTPS certificate is %s (self-signed unless -tls-cert)\n", dev.AdminCert)
-	}
 	fmt.Println(cluster.ConnectionString(dev.AMQPAddr))
+	if dev.AMQPS != nil {
+		fmt.Printf("quorumbus dev: AMQPS on %s\n", dev.AMQPSAddr)
+		fmt.Println(cluster.TLSConnectionString(dev.AMQPSAddr, sas.DevKeyName, sas.DevKey))
+	}
 	if dev.Admin.Addr() != "" {
 		fmt.Printf("quorumbus dev: management API (azservicebus/admin): Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s\n",
-			dev.Admin.Addr(), gateway.EmulatorKeyName, gateway.EmulatorKey)
+			dev.Admin.Addr(), sas.DevKeyName, sas.DevKey)
+	}
+	if dev.CAFile != "" {
+		fmt.Printf("quorumbus dev: the AMQPS and HTTPS certificate is signed by the CA in %s; trust it (Go: azservicebus.ClientOptions.TLSConfig.RootCAs, admin.ClientOptions.Transport or SSL_CERT_FILE; Node.js: NODE_EXTRA_CA_CERTS=%s)\n", dev.CAFile, dev.CAFile)
 	}
 	select {
 	case <-ctx.Done():

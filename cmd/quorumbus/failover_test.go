@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -68,7 +69,11 @@ func TestFailoverKillLeader(t *testing.T) {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-log-level", "error")
+	rules := filepath.Join(dir, "rules.json")
+	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -323,7 +328,7 @@ func (p *process) kill9() {
 func dialUntil(t *testing.T, ctx context.Context, addr string) *goamqp.Conn {
 	t.Helper()
 	for {
-		c, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+		c, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 		if err == nil {
 			t.Cleanup(func() { c.Close() })
 			return c

@@ -15,6 +15,7 @@ import (
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/gateway"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // gatewayCmd runs a stateless HTTP gateway: the Service Bus management API
@@ -28,8 +29,7 @@ func gatewayCmd(args []string) error {
 	keyFile := fs.String("tls-key", "", "PEM key of -tls-cert")
 	tlsDir := fs.String("tls-dir", "", "directory to keep the generated self-signed certificate in (empty: made anew in memory at each start)")
 	namespace := fs.String("namespace", "quorumbus", "namespace name the API reports")
-	keyName := fs.String("sas-key-name", gateway.EmulatorKeyName, "name of the SAS rule (with the Manage right) whose tokens the API accepts")
-	key := fs.String("sas-key", os.Getenv("QUORUMBUS_SAS_KEY"), "key of -sas-key-name (default: $QUORUMBUS_SAS_KEY); required until the catalog's authorization rules are checked")
+	rulesPath := fs.String("sas-rules", "", "authorization rules file (JSON, docs/security.md) the gateway trusts besides the catalog's; without it the catalog must hold a rule. Requests need a token of a rule with the Manage right")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
 	fs.Usage = func() {
@@ -42,22 +42,30 @@ func gatewayCmd(args []string) error {
 	if admin.Addr == "" {
 		return errors.New("-http-addr is required: it is where the gateway serves")
 	}
-	if *key == "" {
-		return errors.New("-sas-key (or $QUORUMBUS_SAS_KEY) is required: the API accepts only tokens signed with it")
-	}
 	log := cluster.NewLogger(*logLevel).With("part", "gateway")
 	if err := applyMemoryLimit(*memLimit, baseMiB, log); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var rules []sas.Rule
+	if *rulesPath != "" {
+		var err error
+		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
+			return err
+		}
+	}
 	addrs := splitList(*placementAddrs)
-	router, err := routing.New(routing.Config{Placement: addrs, Logger: log})
+	router, err := routing.New(routing.Config{Placement: addrs, Logger: log, Rules: rules})
 	if err != nil {
 		return err
 	}
 	router.Start(ctx)
 	defer router.Close()
+	// As a front-end: a gateway nobody could sign in to does not start.
+	if err := requireRules(ctx, router, *rulesPath, rulesWait); err != nil {
+		return err
+	}
 	catalog, closeCatalog, err := cluster.DialPlacementMembers(addrs)
 	if err != nil {
 		return err
@@ -65,7 +73,7 @@ func gatewayCmd(args []string) error {
 	defer closeCatalog()
 	gw, err := gateway.New(gateway.Config{
 		Catalog: catalog, Stats: router, Namespace: *namespace, Logger: log,
-		Validator: gateway.KeyValidator{KeyName: *keyName, Key: *key},
+		Validator: gateway.RulesValidator{Rules: router},
 	})
 	if err != nil {
 		return err

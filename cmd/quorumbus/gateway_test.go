@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +16,9 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // TestGatewayProcess runs `quorumbus gateway` beside three storage
@@ -26,13 +29,6 @@ func TestGatewayProcess(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-
-	// Without a key the gateway refuses to start rather than accept
-	// every request.
-	out, err := exec.Command(bin, "gateway", "-http-addr", "127.0.0.1:0").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "-sas-key") {
-		t.Fatalf("gateway without a key: %v, %s", err, out)
-	}
 
 	grpcAddrs := freeAddrs(t, 3)
 	gossipAddrs := freeAddrs(t, 3)
@@ -46,9 +42,16 @@ func TestGatewayProcess(t *testing.T) {
 			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
 	}
 	httpAddr := freeAddrs(t, 1)[0]
+	// The gateway trusts the rules of its file besides the catalog's.
 	const key = "a-key-only-this-test-knows"
+	rules := filepath.Join(dir, "rules.json")
+	if err := cluster.WriteRulesConfig(rules,
+		sas.Rule{Name: "Admin", Rights: sas.Listen | sas.Send | sas.Manage, PrimaryKey: key},
+		sas.Rule{Name: "Reader", Rights: sas.Listen, PrimaryKey: key}); err != nil {
+		t.Fatal(err)
+	}
 	startProcess(t, bin, "gateway", "-http-addr", httpAddr, "-placement", strings.Join(grpcAddrs, ","),
-		"-sas-key-name", "Admin", "-sas-key", key, "-log-level", "error")
+		"-sas-rules", rules, "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -91,5 +94,25 @@ func TestGatewayProcess(t *testing.T) {
 	q, err := ac.GetQueue(ctx, "gw", nil)
 	if err != nil || q == nil || *q.MaxDeliveryCount != 3 {
 		t.Fatalf("GetQueue = %+v, %v", q, err)
+	}
+	wrong, err := admin.NewClientFromConnectionString(
+		fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=Admin;SharedAccessKey=not-the-key", httpAddr),
+		&admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: insecure}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *azcore.ResponseError
+	if _, err := wrong.GetQueue(ctx, "gw", nil); !errors.As(err, &re) || re.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GetQueue with a wrong key: %v, want 401", err)
+	}
+	// A rule without the Manage right manages nothing, reads included.
+	reader, err := admin.NewClientFromConnectionString(
+		fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=Reader;SharedAccessKey=%s", httpAddr, key),
+		&admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: insecure}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.GetQueue(ctx, "gw", nil); !errors.As(err, &re) || re.StatusCode != http.StatusUnauthorized || !strings.Contains(err.Error(), "Manage") {
+		t.Fatalf("GetQueue with a Listen rule: %v, want 401 naming Manage", err)
 	}
 }

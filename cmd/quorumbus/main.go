@@ -24,6 +24,10 @@ var subcommands = []subcommand{
 	{"frontend", "run a stateless AMQP front-end", frontendCmd},
 	{"gateway", "run a stateless HTTP gateway: the Service Bus management API, health, metrics", gatewayCmd},
 	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
+	{"topic", "create, list, get or delete topics on a running cluster", topicCmd},
+	{"subscription", "create, list, get or delete a topic's subscriptions", subscriptionCmd},
+	{"rule", "create, list or delete a subscription's rules (SQL, correlation, true/false filters; SQL actions)", ruleCmd},
+	{"auth-rule", "create, list, show keys of, regenerate keys of or delete Shared Access Signature rules", authRuleCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
 }
 

@@ -21,11 +21,15 @@ import (
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // nodeCmd runs one storage process: a storage node and a member of the
 // placement meta group, on one gRPC port, finding the others by gossip.
 func nodeCmd(args []string) error {
+	if len(args) > 0 && (args[0] == "drain" || args[0] == "undrain") {
+		return drainCmd(args[0], args[1:])
+	}
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	id := fs.String("id", "", "node id, stable across restarts (required)")
 	dataDir := fs.String("data", "", "data directory (required)")
@@ -43,6 +47,7 @@ func nodeCmd(args []string) error {
 	diskReserveMB := fs.Int64("disk-reserve-mb", 0, "free disk below which sends are refused (resource-limit-exceeded) while settles go on, in MiB; 0: two segments and 64 MiB, negative: off")
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	rulesPath := fs.String("sas-rules", "", sasRulesNodeUsage)
 	memLimit := memoryLimitFlag(fs)
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
@@ -59,6 +64,12 @@ func nodeCmd(args []string) error {
 	servers, err := parseServers(*bootstrap)
 	if err != nil {
 		return err
+	}
+	var rules []sas.Rule
+	if *rulesPath != "" {
+		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
+			return err
+		}
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
 	// A node hosts at most every group, each once.
@@ -110,6 +121,13 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	fmt.Printf("quorumbus node %s: gRPC on %s (reached at %s), gossip on %s, HTTP on %s\n", *id, ln.Addr(), addr, ml.Addr(), hs.Addr())
+	if len(rules) > 0 {
+		go func() {
+			if err := cluster.SeedRules(ctx, []string{addr}, rules, log); err != nil {
+				log.Error("authorization rules of -sas-rules not created", "err", err)
+			}
+		}()
+	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -120,13 +138,19 @@ func nodeCmd(args []string) error {
 // frontendCmd runs a stateless AMQP front-end.
 func frontendCmd(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
-	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener")
+	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener (plain); empty: none")
+	amqpsAddr := fs.String("amqps-addr", "", "AMQP over TLS listener (the SDKs dial 5671), with -tls-cert and -tls-key; empty: none")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes (cert-manager rotations)")
+	tlsKey := fs.String("tls-key", "", "PEM key of -tls-cert, re-read with it")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes, to read the routing table from")
-	config := fs.String("config", "", "Service Bus emulator Config.json whose queues to create (through placement) before the front-end is ready")
+	config := fs.String("config", "", "Service Bus emulator Config.json whose queues, topics, subscriptions and rules to create (through placement) before the front-end is ready")
+	rulesPath := fs.String("sas-rules", "", sasRulesFrontendUsage)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
+	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
+	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
 	memLimit := memoryLimitFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
@@ -146,23 +170,33 @@ func frontendCmd(args []string) error {
 			return err
 		}
 	}
+	var rules []sas.Rule
+	if *rulesPath != "" {
+		var err error
+		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log})
+	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log, Rules: rules})
 	if err != nil {
 		return err
 	}
 	router.Start(ctx)
 	defer router.Close()
-	srv, err := frontend.New(frontend.Config{Backend: router, Logger: log, MaxConnections: *maxConns})
+	if err := requireRules(ctx, router, *rulesPath, rulesWait); err != nil {
+		return err
+	}
+	n := *frontends
+	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
+		ThrottleCredits: *throttleCredits, ThrottleShare: func() int { return n }})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *amqpAddr)
-	if err != nil {
-		return err
+	if *amqpAddr == "" && *amqpsAddr == "" {
+		return errors.New("-amqp-addr and -amqps-addr are both empty: the front-end would serve nobody")
 	}
-	amqpLn := cluster.ServeAMQP(srv, ln, log)
 	metrics, err := cluster.MetricsHandler(srv.Collector())
 	if err != nil {
 		return err
@@ -170,7 +204,27 @@ func frontendCmd(args []string) error {
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	hs := adminhttp.New(admin)
-	hs.AddChecks(cluster.FrontendChecks(router, amqpLn)...)
+	var listeners []*cluster.AMQPListener
+	var addrs []string
+	if *amqpAddr != "" {
+		ln, err := net.Listen("tcp", *amqpAddr)
+		if err != nil {
+			return err
+		}
+		l := cluster.ServeAMQP(srv, ln, log)
+		listeners, addrs = append(listeners, l), append(addrs, "AMQP on "+ln.Addr().String())
+		hs.AddChecks(adminhttp.Check{Name: "amqp listener", Func: l.Check})
+	}
+	if *amqpsAddr != "" {
+		ln, err := cluster.ListenTLS(*amqpsAddr, *tlsCert, *tlsKey, log)
+		if err != nil {
+			return fmt.Errorf("-amqps-addr: %w", err)
+		}
+		l := cluster.ServeAMQP(srv, ln, log)
+		listeners, addrs = append(listeners, l), append(addrs, "AMQPS on "+ln.Addr().String())
+		hs.AddChecks(adminhttp.Check{Name: "amqps listener", Func: l.Check})
+	}
+	hs.AddChecks(cluster.RoutingCheck(router))
 	var declared *cluster.Declared
 	if len(queues) > 0 {
 		declared = cluster.NewDeclared(queues, router)
@@ -190,16 +244,57 @@ func frontendCmd(args []string) error {
 		}
 		declared.Created()
 	}
-	fmt.Printf("quorumbus frontend: AMQP on %s\n", ln.Addr())
-	fmt.Println(cluster.ConnectionString(ln.Addr().String()))
+	fmt.Printf("quorumbus frontend: %s\n", strings.Join(addrs, ", "))
+	dead := make(chan *cluster.AMQPListener, len(listeners))
+	for _, l := range listeners {
+		go func() {
+			select {
+			case <-l.Dead():
+				dead <- l
+			case <-ctx.Done():
+			}
+		}()
+	}
 	select {
 	case <-ctx.Done():
-	case <-amqpLn.Dead():
-		return fmt.Errorf("the AMQP listener on %s stopped: %w", ln.Addr(), amqpLn.Err())
+	case l := <-dead:
+		return fmt.Errorf("an AMQP listener stopped: %w", l.Err())
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10; past them sends fail with server-busy, which the SDKs retry (0 or less: no throttling)"
+
+const (
+	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"
+	sasRulesFrontendUsage = "authorization rules file (JSON, docs/security.md) the front-end trusts besides the catalog's; without it the catalog must hold a rule"
+)
+
+// rulesWait bounds how long a front-end without a rules file waits for the
+// routing table to tell whether the catalog holds a rule.
+const rulesWait = 30 * time.Second
+
+// requireRules refuses to run a front-end that would let nobody in: it
+// needs a rule from its file or, failing that, from the catalog.
+func requireRules(ctx context.Context, router *routing.Router, path string, wait time.Duration) error {
+	if router.Ruleset().Len() > 0 {
+		return nil
+	}
+	select {
+	case <-router.Ready():
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if router.Ruleset().Len() > 0 {
+		return nil
+	}
+	if path != "" {
+		return fmt.Errorf("-sas-rules %s holds no rule and the catalog none either: no client could connect", path)
+	}
+	return errors.New("no authorization rule: give -sas-rules FILE, or create one in the catalog first (quorumbus auth-rule create NAME --rights Listen,Send,Manage)")
 }
 
 func splitList(s string) []string {

@@ -100,10 +100,16 @@ func queueCmd(args []string) error {
 
 func printEntities(es []*placementpb.Entity) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tID\tSTATUS\tPARTITIONS\tGROUPS\tLOCK\tMAX-DELIVERY")
+	fmt.Fprintln(w, "NAME\tID\tSTATUS\tAVAILABILITY\tPARTITIONS\tGROUPS\tLOCK\tMAX-DELIVERY")
 	for _, e := range es {
 		p := e.GetProperties()
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%v\t%v\t%d\n", e.Name, e.Id, strings.TrimPrefix(e.Status.String(), "ENTITY_STATUS_"),
+		// Degraded: a group of one of its partitions has no quorum; its
+		// other partitions serve.
+		availability := "Available"
+		if e.Degraded {
+			availability = "Degraded"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%v\t%v\t%d\n", e.Name, e.Id, strings.TrimPrefix(e.Status.String(), "ENTITY_STATUS_"), availability,
 			len(e.PartitionGroups), e.PartitionGroups, time.Duration(p.GetLockDurationMs())*time.Millisecond, p.GetMaxDeliveryCount())
 	}
 	w.Flush()

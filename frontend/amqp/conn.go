@@ -34,6 +34,8 @@ type Conn struct {
 	// Set during the handshake, read-only afterwards.
 	remoteOpen   Open
 	identity     string
+	mechanism    Symbol // the SASL mechanism; empty without a SASL layer
+	principal    any    // from a PrincipalAuthenticator
 	handler      ConnHandler
 	peerMaxFrame uint32
 	peerIdle     time.Duration
@@ -75,6 +77,14 @@ func (c *Conn) Open() *Open { return &c.remoteOpen }
 
 // Identity is who SASL authenticated ("anonymous" for ANONYMOUS).
 func (c *Conn) Identity() string { return c.identity }
+
+// Mechanism is the SASL mechanism the peer authenticated with (empty when
+// it skipped the SASL layer).
+func (c *Conn) Mechanism() Symbol { return c.mechanism }
+
+// Principal is what a PrincipalAuthenticator returned for this
+// connection, or nil.
+func (c *Conn) Principal() any { return c.principal }
 
 // RemoteAddr is the peer's network address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
@@ -274,8 +284,17 @@ func (c *Conn) negotiateSASL() error {
 	outcome := saslOutcome{Code: saslOK}
 	if err != nil {
 		outcome.Code = saslSysPerm
-	} else if c.identity, err = auth.Authenticate(init.Mechanism, init.InitialResponse, init.Hostname); err != nil {
-		outcome.Code = saslAuth
+	} else {
+		if pa, ok := auth.(PrincipalAuthenticator); ok {
+			c.identity, c.principal, err = pa.AuthenticatePrincipal(init.Mechanism, init.InitialResponse, init.Hostname)
+		} else {
+			c.identity, err = auth.Authenticate(init.Mechanism, init.InitialResponse, init.Hostname)
+		}
+		if err != nil {
+			outcome.Code = saslAuth
+		} else {
+			c.mechanism = init.Mechanism
+		}
 	}
 	b, start = appendFrameHeader(nil, frameTypeSASL, 0)
 	b = finishFrame(outcome.append(b), start)

@@ -14,6 +14,26 @@ type Authenticator interface {
 	Authenticate(mechanism Symbol, initialResponse []byte, hostname string) (identity string, err error)
 }
 
+// PrincipalAuthenticator is an Authenticator that also returns a
+// principal: what the credentials grant, which the connection's handler
+// reads back with Conn.Principal instead of checking them a second time.
+// The engine prefers it to Authenticate when an Authenticator has it.
+type PrincipalAuthenticator interface {
+	Authenticator
+	AuthenticatePrincipal(mechanism Symbol, initialResponse []byte, hostname string) (identity string, principal any, err error)
+}
+
+// ParsePlain splits a SASL PLAIN initial response, [authzid] NUL authcid
+// NUL passwd (RFC 4616); ok is false when it has not that form or the
+// authcid is empty.
+func ParsePlain(resp []byte) (authzid, username, password string, ok bool) {
+	parts := bytes.SplitN(resp, []byte{0}, 3)
+	if len(parts) != 3 || len(parts[1]) == 0 {
+		return "", "", "", false
+	}
+	return string(parts[0]), string(parts[1]), string(parts[2]), true
+}
+
 // SASL is the stock Authenticator: ANONYMOUS and PLAIN.
 type SASL struct {
 	// Anonymous accepts the ANONYMOUS mechanism; the identity is
@@ -45,15 +65,14 @@ func (s SASL) Authenticate(mech Symbol, resp []byte, _ string) (string, error) {
 	case mech == "ANONYMOUS" && s.Anonymous:
 		return "anonymous", nil
 	case mech == "PLAIN" && s.Plain != nil:
-		// message = [authzid] NUL authcid NUL passwd (RFC 4616)
-		parts := bytes.SplitN(resp, []byte{0}, 3)
-		if len(parts) != 3 || len(parts[1]) == 0 {
+		authzid, user, pass, ok := ParsePlain(resp)
+		if !ok {
 			return "", ErrAuthFailed
 		}
-		if err := s.Plain(string(parts[0]), string(parts[1]), string(parts[2])); err != nil {
+		if err := s.Plain(authzid, user, pass); err != nil {
 			return "", err
 		}
-		return string(parts[1]), nil
+		return user, nil
 	}
 	return "", ErrAuthFailed
 }

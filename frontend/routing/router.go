@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 	"github.com/quorumbus/quorumbus/proto/rpcbuf"
@@ -39,6 +41,10 @@ type Config struct {
 	// Local holds the PartitionService of storage nodes in this process,
 	// by node id: calls to them are method calls, not gRPC (localClient).
 	Local map[string]partitionpb.PartitionServiceServer
+	// Rules are authorization rules the front-end trusts besides the
+	// catalog's (a deployment's config file, dev mode's emulator rule);
+	// on a clash of name and scope they win over the catalog's.
+	Rules []sas.Rule
 }
 
 // Router implements frontend.Backend.
@@ -53,6 +59,7 @@ type Router struct {
 	nodes   map[string]*placementpb.Node
 	leaders map[uint64]string // group -> node id learnt from hints and answers
 	ready   chan struct{}     // closed when the first table arrived
+	rules   *sas.Ruleset      // Config.Rules and the table's
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // by address
@@ -61,7 +68,10 @@ type Router struct {
 	done   chan struct{}
 }
 
-var _ frontend.Backend = (*Router)(nil)
+var (
+	_ frontend.Backend    = (*Router)(nil)
+	_ frontend.RuleSource = (*Router)(nil)
+)
 
 // New returns a Router; Start begins watching routes.
 func New(cfg Config) (*Router, error) {
@@ -71,9 +81,14 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	rules, err := sas.NewRuleset(cfg.Rules...)
+	if err != nil {
+		return nil, fmt.Errorf("routing: %w", err)
+	}
 	return &Router{
 		cfg:     cfg,
 		log:     cfg.Logger,
+		rules:   rules,
 		leaders: make(map[uint64]string),
 		ready:   make(chan struct{}),
 		conns:   make(map[string]*grpc.ClientConn),
@@ -172,17 +187,59 @@ func (r *Router) install(t *placementpb.RoutingTable) {
 	for _, n := range t.Nodes {
 		nodes[n.Id] = n
 	}
+	rules := r.ruleset(t.AuthorizationRules)
 	r.mu.Lock()
 	if r.table != nil && t.Version < r.table.Version {
 		r.mu.Unlock()
 		return // an older table from a lagging member
 	}
 	first := r.table == nil
-	r.table, r.byName, r.groups, r.nodes = t, byName, groups, nodes
+	r.table, r.byName, r.groups, r.nodes, r.rules = t, byName, groups, nodes, rules
 	r.mu.Unlock()
 	if first {
 		close(r.ready)
 	}
+}
+
+// Ruleset implements frontend.RuleSource: the configured rules and the
+// catalog's as of the latest routing table.
+func (r *Router) Ruleset() *sas.Ruleset {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.rules
+}
+
+// ruleset joins the configured rules and the catalog's. A catalog rule
+// that clashes with a configured one, or that this version cannot use, is
+// left out (and named in the log, never its keys).
+func (r *Router) ruleset(catalog []*placementpb.AuthorizationRule) *sas.Ruleset {
+	key := func(r sas.Rule) [2]string {
+		return [2]string{strings.ToLower(r.Name), strings.ToLower(strings.Trim(r.Entity, "/"))}
+	}
+	rules := slices.Clone(r.cfg.Rules)
+	seen := make(map[[2]string]bool, len(rules)+len(catalog))
+	for _, rule := range rules {
+		seen[key(rule)] = true
+	}
+	for _, c := range catalog {
+		rule := sas.Rule{Name: c.Name, Entity: c.Entity, Rights: sas.Rights(c.Rights), PrimaryKey: c.PrimaryKey, SecondaryKey: c.SecondaryKey}
+		err := rule.Check()
+		if err == nil && seen[key(rule)] {
+			err = errors.New("a configured rule has its name and scope")
+		}
+		if err != nil {
+			r.log.Warn("authorization rule of the catalog left out", "rule", rule.String(), "err", err)
+			continue
+		}
+		seen[key(rule)] = true
+		rules = append(rules, rule)
+	}
+	rs, err := sas.NewRuleset(rules...)
+	if err != nil { // cannot happen: every rule was checked with the others
+		r.log.Error("authorization rules", "err", err)
+		return r.rules
+	}
+	return rs
 }
 
 // lookupTimeout bounds asking placement for an entity the routing table
@@ -252,6 +309,18 @@ func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint
 	return callResult(r, ctx, e, partition, carryTime(size), func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs, RequestId: id})
 	})
+}
+
+// Serving implements frontend.Backend: the routing table records the
+// group of the entity's partition with a quorum.
+func (r *Router) Serving(e *placementpb.Entity, partition uint32) bool {
+	if int(partition) >= len(e.PartitionGroups) {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	g := r.groups[e.PartitionGroups[partition]]
+	return g != nil && g.HasQuorum
 }
 
 // newRequestID returns 16 random bytes: unique enough among the requests

@@ -73,6 +73,16 @@ func wrap(op proto.Message) *pb.CatalogCommand {
 		cmd.Op = &pb.CatalogCommand_ReportGroups{ReportGroups: op}
 	case *pb.CompleteTasks:
 		cmd.Op = &pb.CatalogCommand_CompleteTasks{CompleteTasks: op}
+	case *pb.StartMove:
+		cmd.Op = &pb.CatalogCommand_StartMove{StartMove: op}
+	case *pb.FinishMove:
+		cmd.Op = &pb.CatalogCommand_FinishMove{FinishMove: op}
+	case *pb.DrainNodeRequest:
+		cmd.Op = &pb.CatalogCommand_DrainNode{DrainNode: op}
+	case *pb.AddRuleCommand:
+		cmd.Op = &pb.CatalogCommand_AddRule{AddRule: op}
+	case *pb.RemoveRuleCommand:
+		cmd.Op = &pb.CatalogCommand_RemoveRule{RemoveRule: op}
 	default:
 		panic(fmt.Sprintf("no op for %T", op))
 	}

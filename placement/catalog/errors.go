@@ -16,6 +16,13 @@ var (
 	ErrUnknownNode        = errors.New("catalog: unknown node")
 	ErrConflict           = errors.New("catalog: catalog changed since the command was planned")
 	ErrInvalidCommand     = errors.New("catalog: invalid command")
+	ErrInvalidRule        = errors.New("catalog: invalid rule")
+	ErrRuleNameTaken      = errors.New("catalog: rule name taken")
+	ErrRuleNotFound       = errors.New("catalog: rule not found")
+	ErrInvalidAuthRule    = errors.New("catalog: invalid authorization rule")
+	ErrAuthRuleExists     = errors.New("catalog: authorization rule exists")
+	ErrAuthRuleNotFound   = errors.New("catalog: authorization rule not found")
+	ErrTooManyAuthRules   = errors.New("catalog: too many authorization rules")
 )
 
 // Failures: the entry cannot be applied at all, so the state machine stops

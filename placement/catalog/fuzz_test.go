@@ -22,6 +22,19 @@ func FuzzApply(f *testing.F) {
 		wrap(&pb.RegisterNodes{Nodes: []*pb.Node{{Id: "n9", Alive: true}}}),
 		wrap(&pb.ReportGroupsRequest{Groups: []*pb.GroupReport{{GroupId: 1, LeaderId: "n2"}}}),
 		wrap(&pb.CompleteTasks{Tasks: []*pb.PartitionTask{{EntityId: 1, Partition: 1, Version: 3}}}),
+		wrap(&pb.AddRuleCommand{Subscription: "t/Subscriptions/s", Rule: &pb.Rule{Name: "r",
+			Filter: &pb.Rule_SqlFilter{SqlFilter: &pb.SqlFilter{Expression: "color = 'red' AND n > 1"}},
+			Action: &pb.SqlRuleAction{Expression: "SET sys.Label = 'x'"}}}),
+		wrap(&pb.AddRuleCommand{Subscription: "t/Subscriptions/s", Rule: &pb.Rule{Name: "c",
+			Filter: &pb.Rule_CorrelationFilter{CorrelationFilter: &pb.CorrelationFilter{Subject: "s"}}}}),
+		wrap(&pb.RemoveRuleCommand{Subscription: "t/Subscriptions/s", RuleName: "$Default"}),
+		wrap(&pb.DeleteEntityCommand{Name: "t"}),
+		wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s2", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2},
+			Rules: []*pb.Rule{{Name: "x", Filter: &pb.Rule_FalseFilter{FalseFilter: true}}}}),
+		putRule("r", "", 7, false),
+		putRule("r", "a", 1, true),
+		deleteRule("r", "b"),
 	} {
 		data, err := Encode(cmd)
 		if err != nil {
@@ -35,6 +48,11 @@ func FuzzApply(f *testing.F) {
 		a := newApplier(t, 3)
 		a.must(create("a", 3))
 		a.must(create("b", 0))
+		a.must(wrap(&pb.CreateEntityCommand{Name: "t", Kind: pb.EntityKind_ENTITY_KIND_TOPIC,
+			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2}}))
+		a.must(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2}}))
+		a.must(putRule("r", "b", 2, true))
 		before := a.s.Snapshot()
 		cmd, err := Decode(data)
 		if err != nil {

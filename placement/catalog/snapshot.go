@@ -13,15 +13,16 @@ import (
 func (s *State) Snapshot() *pb.CatalogSnapshot {
 	t := s.Table()
 	return &pb.CatalogSnapshot{
-		AppliedIndex:  s.applied,
-		ModifiedIndex: s.modified,
-		RoutesIndex:   s.routes,
-		NextEntityId:  s.nextEntityID,
-		NextGroupId:   s.nextGroupID,
-		Entities:      t.Entities,
-		Groups:        t.Groups,
-		Nodes:         t.Nodes,
-		Tasks:         s.Tasks(),
+		AppliedIndex:       s.applied,
+		ModifiedIndex:      s.modified,
+		RoutesIndex:        s.routes,
+		NextEntityId:       s.nextEntityID,
+		NextGroupId:        s.nextGroupID,
+		Entities:           t.Entities,
+		Groups:             t.Groups,
+		Nodes:              t.Nodes,
+		Tasks:              s.Tasks(),
+		AuthorizationRules: t.AuthorizationRules,
 	}
 }
 
@@ -60,9 +61,21 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		}
 		s.entities[e.Id] = proto.Clone(e).(*pb.Entity)
 		s.names[Key(e.Name)] = e.Id
-		if len(e.PartitionGroups) > 1 {
+		if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 			s.partitioned++
 		}
+	}
+	for _, r := range snap.AuthorizationRules {
+		if err := checkRule(r); err != nil {
+			return bad("%v", err)
+		}
+		if r.Entity != "" && s.names[Key(r.Entity)] == 0 {
+			return bad("authorization rule %q on unknown entity %q", r.Name, r.Entity)
+		}
+		if s.rules[ruleKeyOf(r)] != nil {
+			return bad("authorization rule %q repeated on %q", r.Name, r.Entity)
+		}
+		s.rules[ruleKeyOf(r)] = proto.Clone(r).(*pb.AuthorizationRule)
 	}
 	for _, t := range snap.Tasks {
 		if s.tasks[keyOf(t)] != nil {

@@ -40,6 +40,7 @@ type State struct {
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
 	partitioned  int // entities with more than one partition
+	rules        map[ruleKey]*pb.AuthorizationRule
 }
 
 // New returns an empty catalog.
@@ -52,15 +53,17 @@ func New() *State {
 		groups:       map[uint64]*pb.Group{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
+		rules:        map[ruleKey]*pb.AuthorizationRule{},
 	}
 }
 
 // Result is the outcome of one command.
 type Result struct {
-	Index  uint64     // the command's log index
-	Entity *pb.Entity // create and update: the entity as stored (a copy)
-	Groups []uint64   // create groups: the ids assigned
-	Err    error      // a rejection; the catalog is unchanged
+	Index  uint64                // the command's log index
+	Entity *pb.Entity            // create and update: the entity as stored (a copy)
+	Rule   *pb.AuthorizationRule // put rule: the rule as stored (a copy)
+	Groups []uint64              // create groups: the ids assigned
+	Err    error                 // a rejection; the catalog is unchanged
 }
 
 // Apply applies the command at log index. A rule the command breaks is a
@@ -72,7 +75,16 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	var changed, routes bool
 	switch op := cmd.Op.(type) {
 	case *pb.CatalogCommand_RegisterNodes:
-		r.Err, changed = s.registerNodes(op.RegisterNodes)
+		r.Err, changed = s.registerNodes(cmd.NowMs, op.RegisterNodes)
+		routes = changed
+	case *pb.CatalogCommand_StartMove:
+		r.Err = s.startMove(op.StartMove)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_FinishMove:
+		r.Err = s.finishMove(op.FinishMove)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_DrainNode:
+		r.Err, changed = s.drainNode(op.DrainNode)
 		routes = changed
 	case *pb.CatalogCommand_CreateGroups:
 		r.Groups, r.Err = s.createGroups(op.CreateGroups)
@@ -92,8 +104,23 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 		routes = changed
 	case *pb.CatalogCommand_CompleteTasks:
 		changed = s.completeTasks(op.CompleteTasks)
+	case *pb.CatalogCommand_AddRule:
+		r.Entity, r.Err = s.addRule(index, cmd.NowMs, op.AddRule)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_RemoveRule:
+		r.Entity, r.Err = s.removeRule(index, cmd.NowMs, op.RemoveRule)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_PutAuthorizationRule:
+		r.Rule, r.Err = s.putRule(cmd.NowMs, op.PutAuthorizationRule)
+		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_DeleteAuthorizationRule:
+		r.Err = s.deleteRule(op.DeleteAuthorizationRule)
+		changed, routes = r.Err == nil, r.Err == nil
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
+	}
+	if r.Entity != nil {
+		r.Entity = s.outward(r.Entity) // as reads show it
 	}
 	r.Index = index
 	s.applied = index
@@ -106,20 +133,92 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	return r, nil
 }
 
-func (s *State) registerNodes(c *pb.RegisterNodes) (err error, changed bool) {
+// registerNodes records what membership says of storage nodes: address,
+// zone and whether they are alive. Draining is the operator's, kept as it
+// is; dead_since_ms is set when a node is first recorded dead (at the
+// command's now_ms) and cleared when it is alive.
+func (s *State) registerNodes(now int64, c *pb.RegisterNodes) (err error, changed bool) {
 	for _, n := range c.Nodes {
 		if n.GetId() == "" {
 			return fmt.Errorf("%w: a node without an id", ErrInvalidCommand), false
 		}
 	}
 	for _, n := range c.Nodes {
-		if cur, ok := s.nodes[n.Id]; ok && proto.Equal(cur, n) {
+		next := &pb.Node{Id: n.Id, GrpcAddr: n.GrpcAddr, Zone: n.Zone, Alive: n.Alive}
+		cur, ok := s.nodes[n.Id]
+		if ok {
+			next.Draining = cur.Draining
+		}
+		if !n.Alive {
+			next.DeadSinceMs = now
+			if ok && !cur.Alive && cur.DeadSinceMs != 0 {
+				next.DeadSinceMs = cur.DeadSinceMs
+			}
+		}
+		if ok && proto.Equal(cur, next) {
 			continue
 		}
-		s.nodes[n.Id] = proto.Clone(n).(*pb.Node)
+		s.nodes[n.Id] = next
 		changed = true
 	}
 	return nil, changed
+}
+
+// startMove lists the move's target as a joined replica of the group and
+// records the move.
+func (s *State) startMove(c *pb.StartMove) error {
+	g, ok := s.groups[c.GroupId]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: no group %d", ErrInvalidCommand, c.GroupId)
+	case g.MovingFrom != "" || g.MovingTo != "":
+		return fmt.Errorf("%w: group %d is moving from %s to %s", ErrConflict, g.Id, g.MovingFrom, g.MovingTo)
+	case !hasReplica(g, c.From):
+		return fmt.Errorf("%w: %s is no replica of group %d", ErrInvalidCommand, c.From, g.Id)
+	case hasReplica(g, c.To):
+		return fmt.Errorf("%w: %s is a replica of group %d already", ErrInvalidCommand, c.To, g.Id)
+	}
+	if _, ok := s.nodes[c.To]; !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, c.To)
+	}
+	g.Replicas = append(g.Replicas, &pb.Replica{NodeId: c.To, Joined: true})
+	g.MovingFrom, g.MovingTo = c.From, c.To
+	return nil
+}
+
+// finishMove ends the group's move: the replica that left (or, aborted,
+// the one that was joining) is no longer listed.
+func (s *State) finishMove(c *pb.FinishMove) error {
+	g, ok := s.groups[c.GroupId]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: no group %d", ErrInvalidCommand, c.GroupId)
+	case g.MovingFrom != c.From || g.MovingTo != c.To || c.From == "":
+		return fmt.Errorf("%w: group %d is not moving from %q to %q", ErrConflict, g.Id, c.From, c.To)
+	}
+	leaves := c.From
+	if c.Abort {
+		leaves = c.To
+	}
+	g.Replicas = slices.DeleteFunc(g.Replicas, func(r *pb.Replica) bool { return r.NodeId == leaves })
+	g.MovingFrom, g.MovingTo = "", ""
+	return nil
+}
+
+func (s *State) drainNode(c *pb.DrainNodeRequest) (err error, changed bool) {
+	n, ok := s.nodes[c.NodeId]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, c.NodeId), false
+	}
+	if n.Draining == c.Draining {
+		return nil, false
+	}
+	n.Draining = c.Draining
+	return nil, true
+}
+
+func hasReplica(g *pb.Group, node string) bool {
+	return slices.ContainsFunc(g.Replicas, func(r *pb.Replica) bool { return r.NodeId == node })
 }
 
 func (s *State) createGroups(c *pb.CreateGroups) ([]uint64, error) {
@@ -162,6 +261,9 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	if err := checkKind(c.Kind, c.Status); err != nil {
 		return nil, err
 	}
+	if err := CheckKindProperties(c.Kind, c.Properties); err != nil {
+		return nil, err
+	}
 	props, err := Normalize(c.Properties)
 	if err != nil {
 		return nil, err
@@ -171,6 +273,16 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	}
 	if _, ok := s.names[Key(c.Name)]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrNameTaken, c.Name)
+	}
+	if err := s.checkPlacement(c, props); err != nil {
+		return nil, err
+	}
+	subscriptionDefaults(c.Kind, props)
+	var rules []*pb.Rule
+	if c.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		if rules, err = checkRules(c.Rules, now); err != nil {
+			return nil, err
+		}
 	}
 	if len(c.PartitionGroups) != int(props.PartitionCount) {
 		return nil, fmt.Errorf("%w: %d partitions but %d partition groups", ErrInvalidCommand, props.PartitionCount, len(c.PartitionGroups))
@@ -183,7 +295,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	if len(s.entities) >= MaxEntities {
 		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyEntities, MaxEntities)
 	}
-	if props.PartitionCount > 1 && s.partitioned >= MaxPartitionedEntities {
+	if countsAsPartitioned(c.Kind, props.PartitionCount) && s.partitioned >= MaxPartitionedEntities {
 		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyPartitioned, MaxPartitionedEntities)
 	}
 
@@ -196,11 +308,12 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 		PartitionGroups: slices.Clone(c.PartitionGroups),
 		CreatedAtMs:     now,
 		UpdatedAtMs:     now,
+		Rules:           rules,
 	}
 	s.nextEntityID++
 	s.entities[e.Id] = e
 	s.names[Key(e.Name)] = e.Id
-	if props.PartitionCount > 1 {
+	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
@@ -215,12 +328,16 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 	if err := checkKind(e.Kind, c.Status); err != nil {
 		return nil, err
 	}
+	if err := CheckKindProperties(e.Kind, c.Properties); err != nil {
+		return nil, err
+	}
 	props := e.Properties
 	if c.Properties != nil {
 		var err error
 		if props, err = mergeUpdate(e.Properties, c.Properties); err != nil {
 			return nil, err
 		}
+		subscriptionDefaults(e.Kind, props)
 		if err := checkForwarding(e.Name, props); err != nil {
 			return nil, err
 		}
@@ -237,13 +354,29 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 	if e == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, c.Name)
 	}
+	if e.Kind == pb.EntityKind_ENTITY_KIND_TOPIC {
+		for _, sub := range s.subscriptionsOf(e) {
+			s.remove(index, sub)
+		}
+	}
+	s.remove(index, e)
+	return nil
+}
+
+func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
-	if len(e.PartitionGroups) > 1 {
+	s.dropRules(e.Name)
+	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_DELETE, index)
-	return nil
+}
+
+// countsAsPartitioned: the namespace's limit of partitioned entities
+// counts queues and topics; a subscription shares its topic's partitions.
+func countsAsPartitioned(kind pb.EntityKind, partitions uint32) bool {
+	return partitions > 1 && kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION
 }
 
 // setTasks makes one task of the given kind per partition of e, replacing
@@ -313,11 +446,37 @@ func (s *State) RoutesVersion() uint64 { return s.routes }
 
 // Entity looks an entity up by name, ignoring case; nil if there is none.
 func (s *State) Entity(name string) *pb.Entity {
-	return cloneOrNil(s.byName(name))
+	return s.outward(s.byName(name))
 }
 
 // EntityByID looks an entity up by id; nil if there is none.
-func (s *State) EntityByID(id uint64) *pb.Entity { return cloneOrNil(s.entities[id]) }
+func (s *State) EntityByID(id uint64) *pb.Entity { return s.outward(s.entities[id]) }
+
+// outward returns a copy of e as readers see it: degraded while a group of
+// one of its partitions is recorded without quorum. Degraded is derived,
+// never stored, so group reports change no entity record. nil stays nil.
+func (s *State) outward(e *pb.Entity) *pb.Entity {
+	if e == nil {
+		return nil
+	}
+	c := proto.Clone(e).(*pb.Entity)
+	c.Degraded = false
+	for _, id := range e.PartitionGroups {
+		if g := s.groups[id]; g == nil || !g.HasQuorum {
+			c.Degraded = true
+			break
+		}
+	}
+	return c
+}
+
+func (s *State) outwardAll(list []*pb.Entity) []*pb.Entity {
+	out := make([]*pb.Entity, len(list))
+	for i, e := range list {
+		out[i] = s.outward(e)
+	}
+	return out
+}
 
 // Entities lists the entities of one kind ordered by name (ignoring case),
 // skipping the first skip; top 0 means no limit.
@@ -328,7 +487,7 @@ func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
 			list = append(list, e)
 		}
 	}
-	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
+	sortEntities(list)
 	if skip >= len(list) {
 		return nil
 	}
@@ -336,7 +495,7 @@ func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
 	if top > 0 && top < len(list) {
 		list = list[:top]
 	}
-	return cloneAll(list)
+	return s.outwardAll(list)
 }
 
 // Len is the number of entities.
@@ -407,10 +566,16 @@ func (s *State) Table() *pb.RoutingTable {
 	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(a.Id, b.Id) })
 	return &pb.RoutingTable{
 		Version:  s.routes,
-		Entities: cloneAll(list),
+		Entities: s.outwardAll(list),
 		Groups:   s.Groups(),
 		Nodes:    s.Nodes(),
+		// The front-ends and gateways validate tokens with them.
+		AuthorizationRules: s.AuthorizationRules("", true),
 	}
+}
+
+func sortEntities(list []*pb.Entity) {
+	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
 }
 
 func compareTasks(a, b *pb.PartitionTask) int {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
@@ -150,7 +151,13 @@ func (r *transcript) run(line string) string {
 				setProp(c.Properties, k, v)
 			}
 		}
-		if !groupsGiven { // round-robin over the groups, as a stand-in for the planner
+		if topicName, _, ok := SplitSubscriptionName(c.Name); ok && !groupsGiven && c.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+			// As the service does: a subscription lives on its topic's groups.
+			if topic := r.s.Entity(topicName); topic != nil {
+				c.PartitionGroups = topic.PartitionGroups
+				c.Properties.PartitionCount = topic.Properties.PartitionCount
+			}
+		} else if !groupsGiven { // round-robin over the groups, as a stand-in for the planner
 			n, err := Normalize(c.Properties)
 			groups := r.s.Groups()
 			if err == nil && len(groups) > 0 {
@@ -185,6 +192,24 @@ func (r *transcript) run(line string) string {
 	case "delete":
 		_, s := r.apply(&pb.DeleteEntityCommand{Name: args[0]})
 		return s
+	case "addrule":
+		res, s := r.apply(&pb.AddRuleCommand{Subscription: args[0], Rule: parseRule(args[1], strings.Join(args[2:], " "))})
+		if res.Entity != nil {
+			s += "\n" + render(res.Entity)
+		}
+		return s
+	case "removerule":
+		res, s := r.apply(&pb.RemoveRuleCommand{Subscription: args[0], RuleName: args[1]})
+		if res.Entity != nil {
+			s += "\n" + render(res.Entity)
+		}
+		return s
+	case "subs":
+		var names []string
+		for _, e := range r.s.Subscriptions(args[0]) {
+			names = append(names, e.Name)
+		}
+		return fmt.Sprintf("%v", names)
 	case "report":
 		c := &pb.ReportGroupsRequest{NodeId: "test"}
 		for _, a := range args {
@@ -316,6 +341,8 @@ func setProp(p *pb.QueueProperties, k, v string) {
 		p.ForwardTo = v
 	case "forward-dlq":
 		p.ForwardDeadLetteredMessagesTo = v
+	case "deadletter-filter":
+		p.DeadLetteringOnFilterEvaluationExceptions = proto.Bool(v != "no")
 	default:
 		panic("unknown property " + k)
 	}
@@ -351,6 +378,75 @@ func render(e *pb.Entity) string {
 	if p.ForwardTo != "" {
 		fmt.Fprintf(&b, " forward=%s", p.ForwardTo)
 	}
+	if e.Kind == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION && !p.GetDeadLetteringOnFilterEvaluationExceptions() {
+		b.WriteString(" deadletter-filter=no") // true is a subscription's default
+	}
 	fmt.Fprintf(&b, " created=%d updated=%d", e.CreatedAtMs, e.UpdatedAtMs)
+	for _, r := range e.Rules {
+		fmt.Fprintf(&b, "\n  rule %s %s", r.Name, renderFilter(r))
+		if r.Action != nil {
+			fmt.Fprintf(&b, " => %s", r.Action.Expression)
+		}
+		fmt.Fprintf(&b, " created=%d", r.CreatedAtMs)
+	}
 	return b.String()
+}
+
+func renderFilter(r *pb.Rule) string {
+	switch f := r.Filter.(type) {
+	case *pb.Rule_SqlFilter:
+		return "sql " + f.SqlFilter.Expression
+	case *pb.Rule_CorrelationFilter:
+		return "correlation " + prototextLine(f.CorrelationFilter)
+	case *pb.Rule_TrueFilter:
+		return "true"
+	case *pb.Rule_FalseFilter:
+		return "false"
+	}
+	return "none"
+}
+
+func prototextLine(m proto.Message) string {
+	return strings.Join(strings.Fields(prototext.Format(m)), " ")
+}
+
+// parseRule reads "NAME KIND [BODY] [=> ACTION]": KIND is sql (BODY the
+// expression), correlation (BODY key=value ..., sys fields by their
+// proto names, user properties as user.NAME=VALUE with strings), true,
+// false or none.
+func parseRule(name, rest string) *pb.Rule {
+	r := &pb.Rule{Name: name}
+	body, action, hasAction := strings.Cut(rest, " => ")
+	if hasAction {
+		r.Action = &pb.SqlRuleAction{Expression: action}
+	}
+	kind, body, _ := strings.Cut(body, " ")
+	switch kind {
+	case "sql":
+		r.Filter = &pb.Rule_SqlFilter{SqlFilter: &pb.SqlFilter{Expression: body}}
+	case "true":
+		r.Filter = &pb.Rule_TrueFilter{TrueFilter: true}
+	case "false":
+		r.Filter = &pb.Rule_FalseFilter{FalseFilter: true}
+	case "correlation":
+		c := &pb.CorrelationFilter{}
+		for _, kv := range strings.Fields(body) {
+			k, v, _ := strings.Cut(kv, "=")
+			switch {
+			case k == "correlation_id":
+				c.CorrelationId = v
+			case k == "subject":
+				c.Subject = v
+			case k == "to":
+				c.To = v
+			case strings.HasPrefix(k, "user."):
+				if c.Properties == nil {
+					c.Properties = map[string]*pb.RuleValue{}
+				}
+				c.Properties[k[5:]] = &pb.RuleValue{Value: &pb.RuleValue_StringValue{StringValue: v}}
+			}
+		}
+		r.Filter = &pb.Rule_CorrelationFilter{CorrelationFilter: c}
+	}
+	return r
 }

@@ -139,11 +139,17 @@ func Normalize(p *pb.QueueProperties) (*pb.QueueProperties, error) {
 	return out, nil
 }
 
-// checkForwarding rejects an entity that forwards to itself.
+// checkForwarding rejects an entity that forwards to itself, and a
+// subscription that forwards to its own topic, which would hand every
+// message it takes back to itself.
 func checkForwarding(name string, p *pb.QueueProperties) error {
+	topic, _, isSub := SplitSubscriptionName(name)
 	for _, fwd := range []string{p.ForwardTo, p.ForwardDeadLetteredMessagesTo} {
 		if fwd != "" && Key(fwd) == Key(name) {
 			return fmt.Errorf("%w: %q forwards to itself", ErrInvalidProperties, name)
+		}
+		if fwd != "" && isSub && Key(fwd) == Key(topic) {
+			return fmt.Errorf("%w: %q forwards to its own topic", ErrInvalidProperties, name)
 		}
 	}
 	return nil
@@ -155,6 +161,9 @@ func checkForwarding(name string, p *pb.QueueProperties) error {
 // an update that sets them to something else is rejected.
 func mergeUpdate(cur, upd *pb.QueueProperties) (*pb.QueueProperties, error) {
 	p := proto.Clone(upd).(*pb.QueueProperties)
+	if p.DeadLetteringOnFilterEvaluationExceptions == nil {
+		p.DeadLetteringOnFilterEvaluationExceptions = cur.DeadLetteringOnFilterEvaluationExceptions
+	}
 	if !p.RequiresSession {
 		p.RequiresSession = cur.RequiresSession
 	}

@@ -33,6 +33,7 @@ type Options struct {
 	ElectionTimeout   time.Duration // default 500ms
 	ControlInterval   time.Duration // default 200ms
 	CreateWait        time.Duration // passed to placement.Config
+	GroupSilence      time.Duration // passed to placement.Config
 	// Logger defaults to discarding; QUORUMBUS_TEST_LOG=1 logs to stderr.
 	Logger *slog.Logger
 }
@@ -140,6 +141,7 @@ func (c *Cluster) start(m *Member, bootstrap []raft.Server) {
 		ElectionTimeout:   c.opts.ElectionTimeout,
 		ControlInterval:   c.opts.ControlInterval,
 		CreateWait:        c.opts.CreateWait,
+		GroupSilence:      c.opts.GroupSilence,
 		Logger:            c.opts.Logger.With("member", m.ID),
 	})
 	if err != nil {

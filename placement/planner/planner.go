@@ -1,5 +1,7 @@
 // Package planner decides where things go: the replicas of new partition
-// groups on storage nodes, and the partitions of a new entity on groups.
+// groups on storage nodes, the partitions of a new entity on groups, and
+// the replica moves that drain, replace and rebalance (moves.go), and the
+// leadership transfers that spread leaders (leaders.go).
 // Its functions are pure and deterministic (ties break by id), so the same
 // input always gives the same plan; the meta leader runs them and puts the
 // result in the command it proposes.

@@ -23,13 +23,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PlacementService_CreateEntity_FullMethodName = "/quorumbus.placement.v1.PlacementService/CreateEntity"
-	PlacementService_UpdateEntity_FullMethodName = "/quorumbus.placement.v1.PlacementService/UpdateEntity"
-	PlacementService_DeleteEntity_FullMethodName = "/quorumbus.placement.v1.PlacementService/DeleteEntity"
-	PlacementService_GetEntity_FullMethodName    = "/quorumbus.placement.v1.PlacementService/GetEntity"
-	PlacementService_ListEntities_FullMethodName = "/quorumbus.placement.v1.PlacementService/ListEntities"
-	PlacementService_WatchRoutes_FullMethodName  = "/quorumbus.placement.v1.PlacementService/WatchRoutes"
-	PlacementService_ReportGroups_FullMethodName = "/quorumbus.placement.v1.PlacementService/ReportGroups"
+	PlacementService_CreateEntity_FullMethodName            = "/quorumbus.placement.v1.PlacementService/CreateEntity"
+	PlacementService_UpdateEntity_FullMethodName            = "/quorumbus.placement.v1.PlacementService/UpdateEntity"
+	PlacementService_DeleteEntity_FullMethodName            = "/quorumbus.placement.v1.PlacementService/DeleteEntity"
+	PlacementService_GetEntity_FullMethodName               = "/quorumbus.placement.v1.PlacementService/GetEntity"
+	PlacementService_ListEntities_FullMethodName            = "/quorumbus.placement.v1.PlacementService/ListEntities"
+	PlacementService_WatchRoutes_FullMethodName             = "/quorumbus.placement.v1.PlacementService/WatchRoutes"
+	PlacementService_ReportGroups_FullMethodName            = "/quorumbus.placement.v1.PlacementService/ReportGroups"
+	PlacementService_DrainNode_FullMethodName               = "/quorumbus.placement.v1.PlacementService/DrainNode"
+	PlacementService_AddRule_FullMethodName                 = "/quorumbus.placement.v1.PlacementService/AddRule"
+	PlacementService_RemoveRule_FullMethodName              = "/quorumbus.placement.v1.PlacementService/RemoveRule"
+	PlacementService_PutAuthorizationRule_FullMethodName    = "/quorumbus.placement.v1.PlacementService/PutAuthorizationRule"
+	PlacementService_DeleteAuthorizationRule_FullMethodName = "/quorumbus.placement.v1.PlacementService/DeleteAuthorizationRule"
+	PlacementService_ListAuthorizationRules_FullMethodName  = "/quorumbus.placement.v1.PlacementService/ListAuthorizationRules"
 )
 
 // PlacementServiceClient is the client API for PlacementService service.
@@ -45,6 +51,18 @@ type PlacementServiceClient interface {
 	WatchRoutes(ctx context.Context, in *WatchRoutesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RoutingTable], error)
 	// ReportGroups tells placement which groups a node leads and their health.
 	ReportGroups(ctx context.Context, in *ReportGroupsRequest, opts ...grpc.CallOption) (*ReportGroupsResponse, error)
+	// DrainNode starts (or, with draining false, stops) moving every replica
+	// off a storage node.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error)
+	// AddRule adds a rule to a subscription; RemoveRule removes one. The
+	// rules are read with GetEntity.
+	AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error)
+	RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error)
+	// PutAuthorizationRule creates or replaces a SAS rule (AlreadyExists
+	// with create_only when it exists; NotFound for a missing entity).
+	PutAuthorizationRule(ctx context.Context, in *PutAuthorizationRuleRequest, opts ...grpc.CallOption) (*AuthorizationRule, error)
+	DeleteAuthorizationRule(ctx context.Context, in *DeleteAuthorizationRuleRequest, opts ...grpc.CallOption) (*DeleteAuthorizationRuleResponse, error)
+	ListAuthorizationRules(ctx context.Context, in *ListAuthorizationRulesRequest, opts ...grpc.CallOption) (*ListAuthorizationRulesResponse, error)
 }
 
 type placementServiceClient struct {
@@ -134,6 +152,66 @@ func (c *placementServiceClient) ReportGroups(ctx context.Context, in *ReportGro
 	return out, nil
 }
 
+func (c *placementServiceClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Node)
+	err := c.cc.Invoke(ctx, PlacementService_DrainNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rule)
+	err := c.cc.Invoke(ctx, PlacementService_AddRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveRuleResponse)
+	err := c.cc.Invoke(ctx, PlacementService_RemoveRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) PutAuthorizationRule(ctx context.Context, in *PutAuthorizationRuleRequest, opts ...grpc.CallOption) (*AuthorizationRule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthorizationRule)
+	err := c.cc.Invoke(ctx, PlacementService_PutAuthorizationRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) DeleteAuthorizationRule(ctx context.Context, in *DeleteAuthorizationRuleRequest, opts ...grpc.CallOption) (*DeleteAuthorizationRuleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteAuthorizationRuleResponse)
+	err := c.cc.Invoke(ctx, PlacementService_DeleteAuthorizationRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *placementServiceClient) ListAuthorizationRules(ctx context.Context, in *ListAuthorizationRulesRequest, opts ...grpc.CallOption) (*ListAuthorizationRulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuthorizationRulesResponse)
+	err := c.cc.Invoke(ctx, PlacementService_ListAuthorizationRules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PlacementServiceServer is the server API for PlacementService service.
 // All implementations must embed UnimplementedPlacementServiceServer
 // for forward compatibility.
@@ -147,6 +225,18 @@ type PlacementServiceServer interface {
 	WatchRoutes(*WatchRoutesRequest, grpc.ServerStreamingServer[RoutingTable]) error
 	// ReportGroups tells placement which groups a node leads and their health.
 	ReportGroups(context.Context, *ReportGroupsRequest) (*ReportGroupsResponse, error)
+	// DrainNode starts (or, with draining false, stops) moving every replica
+	// off a storage node.
+	DrainNode(context.Context, *DrainNodeRequest) (*Node, error)
+	// AddRule adds a rule to a subscription; RemoveRule removes one. The
+	// rules are read with GetEntity.
+	AddRule(context.Context, *AddRuleRequest) (*Rule, error)
+	RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error)
+	// PutAuthorizationRule creates or replaces a SAS rule (AlreadyExists
+	// with create_only when it exists; NotFound for a missing entity).
+	PutAuthorizationRule(context.Context, *PutAuthorizationRuleRequest) (*AuthorizationRule, error)
+	DeleteAuthorizationRule(context.Context, *DeleteAuthorizationRuleRequest) (*DeleteAuthorizationRuleResponse, error)
+	ListAuthorizationRules(context.Context, *ListAuthorizationRulesRequest) (*ListAuthorizationRulesResponse, error)
 	mustEmbedUnimplementedPlacementServiceServer()
 }
 
@@ -177,6 +267,24 @@ func (UnimplementedPlacementServiceServer) WatchRoutes(*WatchRoutesRequest, grpc
 }
 func (UnimplementedPlacementServiceServer) ReportGroups(context.Context, *ReportGroupsRequest) (*ReportGroupsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportGroups not implemented")
+}
+func (UnimplementedPlacementServiceServer) DrainNode(context.Context, *DrainNodeRequest) (*Node, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
+}
+func (UnimplementedPlacementServiceServer) AddRule(context.Context, *AddRuleRequest) (*Rule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) PutAuthorizationRule(context.Context, *PutAuthorizationRuleRequest) (*AuthorizationRule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PutAuthorizationRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) DeleteAuthorizationRule(context.Context, *DeleteAuthorizationRuleRequest) (*DeleteAuthorizationRuleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteAuthorizationRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) ListAuthorizationRules(context.Context, *ListAuthorizationRulesRequest) (*ListAuthorizationRulesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListAuthorizationRules not implemented")
 }
 func (UnimplementedPlacementServiceServer) mustEmbedUnimplementedPlacementServiceServer() {}
 func (UnimplementedPlacementServiceServer) testEmbeddedByValue()                          {}
@@ -318,6 +426,114 @@ func _PlacementService_ReportGroups_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).DrainNode(ctx, req.(*DrainNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_AddRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).AddRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_AddRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).AddRule(ctx, req.(*AddRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_RemoveRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).RemoveRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_RemoveRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).RemoveRule(ctx, req.(*RemoveRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_PutAuthorizationRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutAuthorizationRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).PutAuthorizationRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_PutAuthorizationRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).PutAuthorizationRule(ctx, req.(*PutAuthorizationRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_DeleteAuthorizationRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteAuthorizationRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).DeleteAuthorizationRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_DeleteAuthorizationRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).DeleteAuthorizationRule(ctx, req.(*DeleteAuthorizationRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PlacementService_ListAuthorizationRules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuthorizationRulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).ListAuthorizationRules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_ListAuthorizationRules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).ListAuthorizationRules(ctx, req.(*ListAuthorizationRulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PlacementService_ServiceDesc is the grpc.ServiceDesc for PlacementService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +564,30 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportGroups",
 			Handler:    _PlacementService_ReportGroups_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _PlacementService_DrainNode_Handler,
+		},
+		{
+			MethodName: "AddRule",
+			Handler:    _PlacementService_AddRule_Handler,
+		},
+		{
+			MethodName: "RemoveRule",
+			Handler:    _PlacementService_RemoveRule_Handler,
+		},
+		{
+			MethodName: "PutAuthorizationRule",
+			Handler:    _PlacementService_PutAuthorizationRule_Handler,
+		},
+		{
+			MethodName: "DeleteAuthorizationRule",
+			Handler:    _PlacementService_DeleteAuthorizationRule_Handler,
+		},
+		{
+			MethodName: "ListAuthorizationRules",
+			Handler:    _PlacementService_ListAuthorizationRules_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

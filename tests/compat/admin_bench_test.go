@@ -14,7 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
-	"github.com/quorumbus/quorumbus/gateway"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -47,7 +47,7 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("created %d queues in %v", n, time.Since(start).Round(time.Millisecond))
-	ac := adminClient(b, c, gateway.EmulatorKeyName, gateway.EmulatorKey)
+	ac := adminClient(b, c, sas.DevKeyName, sas.DevKey)
 	b.Run("list-runtime", func(b *testing.B) {
 		for range b.N {
 			got := 0

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +23,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
-	"github.com/quorumbus/quorumbus/gateway"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // These tests drive the management API with the official Go admin client
@@ -94,7 +93,7 @@ func responseStatus(err error) int {
 
 func TestAdminQueueLifecycle(t *testing.T) {
 	c := startAdminDev(t)
-	ac := adminClient(t, c, gateway.EmulatorKeyName, gateway.EmulatorKey)
+	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -205,7 +204,7 @@ func TestAdminQueueLifecycle(t *testing.T) {
 
 func TestAdminListQueuesInPages(t *testing.T) {
 	c := startAdminDev(t)
-	ac := adminClient(t, c, gateway.EmulatorKeyName, gateway.EmulatorKey)
+	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var want []string
@@ -255,7 +254,7 @@ func TestAdminListQueuesInPages(t *testing.T) {
 
 func TestAdminRuntimeCounts(t *testing.T) {
 	c := startAdminDev(t)
-	ac := adminClient(t, c, gateway.EmulatorKeyName, gateway.EmulatorKey)
+	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, q := range []struct {
@@ -321,11 +320,11 @@ func TestAdminRefusesWithoutManageKey(t *testing.T) {
 	c := startAdminDev(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wrong := adminClient(t, c, gateway.EmulatorKeyName, "not-the-key")
+	wrong := adminClient(t, c, sas.DevKeyName, "not-the-key")
 	if _, err := wrong.CreateQueue(ctx, "q", nil); responseStatus(err) != http.StatusUnauthorized {
 		t.Fatalf("CreateQueue with a wrong key: %v, want 401", err)
 	}
-	other := adminClient(t, c, "SomeoneElse", gateway.EmulatorKey)
+	other := adminClient(t, c, "SomeoneElse", sas.DevKey)
 	if _, err := other.GetQueue(ctx, "q", nil); responseStatus(err) != http.StatusUnauthorized {
 		t.Fatalf("GetQueue with an unknown rule: %v, want 401", err)
 	}
@@ -342,7 +341,7 @@ func TestAdminRefusesWithoutManageKey(t *testing.T) {
 		t.Fatalf("no token over HTTP: %d, want 401", resp.StatusCode)
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	req.Header.Set("Authorization", signSAS(u, gateway.EmulatorKeyName, gateway.EmulatorKey, time.Now().Add(time.Hour)))
+	req.Header.Set("Authorization", signSAS(u, sas.DevKeyName, sas.DevKey, time.Now().Add(time.Hour)))
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -363,11 +362,9 @@ func TestAdminRefusesWithoutManageKey(t *testing.T) {
 	}
 }
 
-// signSAS signs a token as the SDKs do (lower-cased escaped audience).
+// signSAS signs a token as the SDKs do.
 func signSAS(uri, keyName, key string, expiry time.Time) string {
-	aud := strings.ToLower(url.QueryEscape(uri))
-	se := fmt.Sprint(expiry.Unix())
-	return fmt.Sprintf("SharedAccessSignature sr=%s&sig=%s&se=%s&skn=%s", aud, url.QueryEscape(gateway.Sign(key, aud+"\n"+se)), se, keyName)
+	return sas.Sign(keyName, key, uri, expiry)
 }
 
 // TestJSAdminClient drives the management API with the official
@@ -378,7 +375,7 @@ func TestJSAdminClient(t *testing.T) {
 	c := startAdminDev(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), gateway.EmulatorKeyName, gateway.EmulatorKey)
+	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), sas.DevKeyName, sas.DevKey)
 	cmd := exec.CommandContext(ctx, "node", "admin.mjs", conn)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+c.AdminCert)

@@ -13,7 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
-	"github.com/quorumbus/quorumbus/gateway"
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // KEDA's azure-servicebus scaler reads a queue's length with the Go admin
@@ -28,7 +28,7 @@ import (
 // has the helper read the lengths as KEDA does.
 func TestKEDAScalerCalls(t *testing.T) {
 	c := startAdminDev(t)
-	ac := adminClient(t, c, gateway.EmulatorKeyName, gateway.EmulatorKey)
+	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	client := devClient(t, c)
@@ -51,7 +51,7 @@ func TestKEDAScalerCalls(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"QUORUMBUS_KEDA_HELPER=1",
 		"SSL_CERT_FILE="+c.AdminCert,
-		fmt.Sprintf("QUORUMBUS_KEDA_CONN=Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), gateway.EmulatorKeyName, gateway.EmulatorKey),
+		fmt.Sprintf("QUORUMBUS_KEDA_CONN=Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), sas.DevKeyName, sas.DevKey),
 	)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -178,7 +179,7 @@ func receiveAll(t *testing.T, ctx context.Context, addr, queue string, sums map[
 // a session on it.
 func dialSession(t *testing.T, ctx context.Context, addr string) *goamqp.Session {
 	t.Helper()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -194,7 +195,7 @@ func TestDevGoAMQPPipelinedSends(t *testing.T) {
 	c := startTestDev(t, cluster.QueueSpec{Name: "pipe", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+c.AMQPAddr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, err := goamqp.Dial(ctx, "amqp://"+c.AMQPAddr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 	if err != nil {
 		t.Fatal(err)
 	}

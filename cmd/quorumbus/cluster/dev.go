@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,26 +24,46 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/frontend/certs"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/gateway"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// ConnectionString is what the SDKs connect to a cluster with, given the
-// front-end's AMQP address. Keys are not checked yet (SAS validation is the
-// security issue's work); these are the emulator's.
+// ConnectionString is what the SDKs connect to dev mode with, given the
+// front-end's AMQP address: the emulator's rule and well-known key, which
+// dev mode serves (sas.DevRule).
 func ConnectionString(amqpAddr string) string {
-	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true", amqpAddr)
+	return RuleConnectionString(amqpAddr, sas.DevKeyName, sas.DevKey)
+}
+
+// RuleConnectionString is an emulator-style (plain AMQP) connection string
+// for a rule's name and key.
+func RuleConnectionString(amqpAddr, keyName, key string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", amqpAddr, keyName, key)
+}
+
+// TLSConnectionString is a connection string for a rule's name and key
+// whose SDKs dial amqps://<amqpsAddr> (no UseDevelopmentEmulator).
+func TLSConnectionString(amqpsAddr, keyName, key string) string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", amqpsAddr, keyName, key)
 }
 
 // DevOptions configures a whole cluster in one process.
 type DevOptions struct {
 	DataDir  string
 	AMQPAddr string
-	HTTPAddr string // admin HTTP listener (cmd/quorumbus/adminhttp); empty: none
-	Pprof    bool   // serve /debug/pprof/ on it
+	// AMQPSAddr is the AMQP-over-TLS listener (the SDKs' amqps:// without
+	// UseDevelopmentEmulator); empty: none. It serves TLSCert and TLSKey,
+	// reloaded when they change, or without them a certificate of a CA
+	// that dev mode makes under DataDir/tls (Dev.CAFile).
+	AMQPSAddr       string
+	TLSCert, TLSKey string
+	HTTPAddr        string // admin HTTP listener (cmd/quorumbus/adminhttp); empty: none
+	Pprof           bool   // serve /debug/pprof/ on it
 	// Declare names the queues the caller will create (--config); the
 	// process is not ready until it called Dev.Declared.Created and the
 	// routing table has them.
@@ -59,22 +81,23 @@ type DevOptions struct {
 	RaftMetrics bool
 	// MaxConnections is frontend.Config.MaxConnections.
 	MaxConnections int
-	// AdminCertFile and AdminKeyFile are the HTTPS certificate of the
-	// HTTP listener; without them a self-signed one for localhost is made
-	// and kept in DataDir (Dev.AdminCert).
-	AdminCertFile, AdminKeyFile string
+	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off).
+	ThrottleCredits int64
 }
 
 // Dev is everything `quorumbus dev` runs.
 type Dev struct {
-	Storage  []*Storage
-	Router   *routing.Router
-	Frontend *frontend.Server
-	AMQP     *AMQPListener
-	Admin    *adminhttp.Server
-	Gateway  *gateway.Gateway
-	// AdminCert is the PEM file of the HTTP listener's certificate, for
-	// clients to trust; "" when it was made in memory.
+	Storage   []*Storage
+	Router    *routing.Router
+	Frontend  *frontend.Server
+	AMQP      *AMQPListener
+	AMQPS     *AMQPListener // nil without DevOptions.AMQPSAddr
+	AMQPSAddr string
+	CAFile    string // the generated CA clients trust; empty with DevOptions.TLSCert
+	Admin     *adminhttp.Server
+	Gateway   *gateway.Gateway
+	// AdminCert is the PEM file a client of the HTTP listener's HTTPS side
+	// trusts: CAFile, or DevOptions.TLSCert.
 	AdminCert string
 	Declared  *Declared // nil without DevOptions.Declare
 	AMQPAddr  string
@@ -140,11 +163,13 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	for _, s := range c.Storage {
 		local[s.Node.ID()] = s.Node.PartitionService()
 	}
-	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local}); err != nil {
+	// Dev mode serves the emulator's rule, and whatever rules the CLI
+	// adds to the catalog.
+	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local, Rules: []sas.Rule{sas.DevRule()}}); err != nil {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections}); err != nil {
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits}); err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", o.AMQPAddr)
@@ -153,17 +178,36 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	c.AMQPAddr = aln.Addr().String()
 	c.AMQP = ServeAMQP(c.Frontend, aln, log)
+	// The AMQPS listener and the HTTPS side of the HTTP listener serve one
+	// certificate: the given one, or one the dev CA signs.
+	cert, key := o.TLSCert, o.TLSKey
+	if cert == "" && key == "" && (o.AMQPSAddr != "" || o.HTTPAddr != "") {
+		files, err := certs.GenerateDev(filepath.Join(o.DataDir, "tls"), append(extraHosts(o.AMQPSAddr), extraHosts(o.HTTPAddr)...)...)
+		if err != nil {
+			return nil, fmt.Errorf("dev TLS certificate: %w", err)
+		}
+		cert, key, c.CAFile = files.Cert, files.Key, files.CA
+	}
+	c.AdminCert = cmp.Or(c.CAFile, cert)
+	if o.AMQPSAddr != "" {
+		tln, err := ListenTLS(o.AMQPSAddr, cert, key, log)
+		if err != nil {
+			return nil, err
+		}
+		c.AMQPSAddr = tln.Addr().String()
+		c.AMQPS = ServeAMQP(c.Frontend, tln, log)
+	}
 
 	placementClient, closePlacement, err := DialPlacementMembers(c.NodeAddrs)
 	if err != nil {
 		return nil, err
 	}
 	c.closers = append(c.closers, closePlacement)
-	// Until the catalog's SAS rules are checked (issue 22), the admin API
-	// accepts the emulator's well-known key only.
+	// The admin API checks tokens against the same rules as the
+	// front-end: the emulator's, and whatever rules the catalog holds.
 	if c.Gateway, err = gateway.New(gateway.Config{
 		Catalog: placementClient, Stats: c.Router, Logger: log.With("part", "gateway"),
-		Validator: gateway.KeyValidator{KeyName: gateway.EmulatorKeyName, Key: gateway.EmulatorKey},
+		Validator: gateway.RulesValidator{Rules: c.Router},
 	}); err != nil {
 		return nil, err
 	}
@@ -178,7 +222,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router), API: c.Gateway,
 		Handlers: map[string]http.Handler{"/metrics": metrics}}
 	if o.HTTPAddr != "" {
-		if admin.TLS, c.AdminCert, err = adminhttp.TLSConfig(o.AdminCertFile, o.AdminKeyFile, o.DataDir); err != nil {
+		if admin.TLS, _, err = adminhttp.TLSConfig(cert, key, ""); err != nil {
 			return nil, err
 		}
 	}
@@ -190,6 +234,9 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	c.Admin = adminhttp.New(admin)
 	c.Admin.AddChecks(FrontendChecks(c.Router, c.AMQP)...)
+	if c.AMQPS != nil {
+		c.Admin.AddChecks(adminhttp.Check{Name: "amqps listener", Func: c.AMQPS.Check})
+	}
 	if len(o.Declare) > 0 {
 		c.Declared = NewDeclared(o.Declare, c.Router)
 		c.Admin.AddChecks(adminhttp.Check{Name: "declared entities", Func: c.Declared.Check})
@@ -203,9 +250,12 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	return c, nil
 }
 
-// CreateQueues creates queues through any placement member, waiting for
-// the meta group to elect a leader first. Queues that exist are left as
-// they are, so that a restart with the same --config is harmless.
+// CreateQueues creates queues, topics and subscriptions (in the order
+// given: a topic before its subscriptions) through any placement member,
+// waiting for the meta group to elect a leader first. Entities that exist
+// are left as they are, so that a restart with the same --config is
+// harmless. A request the catalog refuses (a filter that does not parse)
+// fails at once.
 func CreateQueues(ctx context.Context, placementAddrs []string, queues []QueueSpec, log *slog.Logger) error {
 	client, closeFn, err := DialPlacement(placementAddrs[0])
 	if err != nil {
@@ -216,19 +266,31 @@ func CreateQueues(ctx context.Context, placementAddrs []string, queues []QueueSp
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := client.CreateEntity(cctx, &placementpb.CreateEntityRequest{Name: q.Name, Properties: q.Props})
+			_, err := client.CreateEntity(cctx, &placementpb.CreateEntityRequest{Name: q.Name, Kind: q.Kind, Properties: q.Props, Rules: q.Rules})
 			cancel()
+			kind := strings.ToLower(strings.TrimPrefix(q.Kind.String(), "ENTITY_KIND_"))
 			if err == nil || IsAlreadyExists(err) {
-				log.Info("queue ready", "queue", q.Name)
+				log.Info(kind+" ready", kind, q.Name)
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("create queue %s: %w", q.Name, err)
+			if !retriable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("create %s %s: %w", kind, q.Name, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	return nil
+}
+
+// retriable reports whether a refused creation may succeed later (the
+// meta group electing, a plan that met a changed catalog), rather than
+// being wrong in itself.
+func retriable(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.ResourceExhausted:
+		return false
+	}
+	return true
 }
 
 func (c *Dev) Close() error {

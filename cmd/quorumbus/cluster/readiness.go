@@ -84,17 +84,19 @@ func (l *AMQPListener) Check() error {
 
 // FrontendChecks are the readiness checks of a front-end.
 func FrontendChecks(r *routing.Router, l *AMQPListener) []adminhttp.Check {
-	return []adminhttp.Check{
-		{Name: "amqp listener", Func: l.Check},
-		{Name: "routing table", Func: func() error {
-			select {
-			case <-r.Ready():
-				return nil
-			default:
-				return errors.New("no routing table yet from a placement member that caught up with the catalog")
-			}
-		}},
-	}
+	return []adminhttp.Check{{Name: "amqp listener", Func: l.Check}, RoutingCheck(r)}
+}
+
+// RoutingCheck is ready once the router has a routing table.
+func RoutingCheck(r *routing.Router) adminhttp.Check {
+	return adminhttp.Check{Name: "routing table", Func: func() error {
+		select {
+		case <-r.Ready():
+			return nil
+		default:
+			return errors.New("no routing table yet from a placement member that caught up with the catalog")
+		}
+	}}
 }
 
 // GatewayChecks are the readiness checks of a gateway: it reached the

@@ -58,7 +58,7 @@ func TestDeadListenerIsUnready(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	srv, err := frontend.New(frontend.Config{Backend: r, Logger: testLogger()})
+	srv, err := frontend.New(frontend.Config{Backend: r, Rules: r, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestDeadListenerIsUnready(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv2, _ := frontend.New(frontend.Config{Backend: r, Logger: testLogger()})
+	srv2, _ := frontend.New(frontend.Config{Backend: r, Rules: r, Logger: testLogger()})
 	l2 := ServeAMQP(srv2, ln2, testLogger())
 	if err := srv2.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

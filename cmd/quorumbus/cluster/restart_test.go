@@ -11,6 +11,8 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
 // freeNodePort finds n consecutive free ports, for a dev cluster that must
@@ -43,7 +45,7 @@ func freeNodePort(t *testing.T, n int) int {
 // attach opens a sender on queue, and returns the AMQP error it was
 // refused with, if any.
 func attach(ctx context.Context, addr, queue string) error {
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 	if err != nil {
 		return err
 	}

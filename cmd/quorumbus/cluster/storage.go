@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -106,7 +107,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	s := &Storage{Node: n, Placement: p, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		reconcile(rctx, n, w, o.Logger)
+		reconcile(rctx, n, o.Members, w, o.Logger)
 	}()
 	return s, nil
 }
@@ -137,33 +138,78 @@ func (s *Storage) Close() error {
 // opens every group the table places on this node, and reports which
 // groups it leads so that the table's leader hints stay fresh. It records
 // in w which groups the table places here.
-func reconcile(ctx context.Context, n *node.Node, w *groupWatch, log *slog.Logger) {
-	cc, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		log.Error("reconcile: dial own placement", "err", err)
-		return
-	}
-	defer cc.Close()
-	client := placementpb.NewPlacementServiceClient(cc)
-	go reportGroups(ctx, n, client, log)
+//
+// It reads the table from this node's own placement member, or, while
+// that one cannot serve it (a node that joined later is no member of the
+// meta group), from another storage member's.
+func reconcile(ctx context.Context, n *node.Node, members placement.Members, w *groupWatch, log *slog.Logger) {
+	pc := &placementClients{own: n.Addr(), members: members, conns: map[string]*grpc.ClientConn{}}
+	defer pc.close()
+	go reportGroups(ctx, n, pc, log)
 	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		stream, err := client.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		client, err := pc.client(attempt)
 		if err == nil {
-			for {
-				t, err := stream.Recv()
-				if err != nil {
+			var stream grpc.ServerStreamingClient[placementpb.RoutingTable]
+			stream, err = client.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
+			for err == nil {
+				var t *placementpb.RoutingTable
+				if t, err = stream.Recv(); err != nil {
 					break
 				}
-				backoff = 100 * time.Millisecond
+				backoff, attempt = 100*time.Millisecond, 0
 				applyRoutes(n, w, t, log)
 			}
+		}
+		if err != nil {
+			log.Debug("routing table watch", "err", err)
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// placementClients reaches a placement member: this node's own first,
+// then the other storage members in turn.
+type placementClients struct {
+	own     string
+	members placement.Members
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+}
+
+// client returns the client of the attempt-th candidate.
+func (pc *placementClients) client(attempt int) (placementpb.PlacementServiceClient, error) {
+	addrs := []string{pc.own}
+	if pc.members != nil {
+		for _, m := range pc.members.Members() {
+			if m.Role == membership.RoleStorage && m.GRPCAddr != "" && m.GRPCAddr != pc.own {
+				addrs = append(addrs, m.GRPCAddr)
+			}
+		}
+	}
+	addr := addrs[attempt%len(addrs)]
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	cc := pc.conns[addr]
+	if cc == nil {
+		var err error
+		if cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			return nil, err
+		}
+		pc.conns[addr] = cc
+	}
+	return placementpb.NewPlacementServiceClient(cc), nil
+}
+
+func (pc *placementClients) close() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for _, cc := range pc.conns {
+		cc.Close()
 	}
 }
 
@@ -174,13 +220,15 @@ func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *
 	}
 	var placed []uint64
 	defer func() { w.placed(t, placed) }()
+	listed := map[uint64]bool{}
 	for _, g := range t.Groups {
 		var peers []node.Peer
 		mine := false
 		for _, r := range g.Replicas {
-			peers = append(peers, node.Peer{ID: r.NodeId, Addr: addrs[r.NodeId]})
+			peers = append(peers, node.Peer{ID: r.NodeId, Addr: addrs[r.NodeId], Joined: r.Joined})
 			mine = mine || r.NodeId == n.ID()
 		}
+		listed[g.Id] = true
 		if !mine {
 			continue
 		}
@@ -192,13 +240,27 @@ func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *
 			log.Debug("open group", "group", g.Id, "err", err)
 		}
 	}
+	// A group the table lists without this node was moved off it (the
+	// move is recorded done only once the group's configuration no longer
+	// has this replica): its data goes. A group the table does not list
+	// at all is left alone; the table may be one of a catalog that lost
+	// it, which is not this node's to judge.
+	for _, id := range n.Groups() {
+		if listed[id] && !slices.Contains(placed, id) {
+			log.Info("removing a group moved off this node", "group", id)
+			if err := n.RemoveGroup(id); err != nil {
+				log.Warn("remove group", "group", id, "err", err)
+			}
+		}
+	}
 }
 
 // reportGroups tells placement, every second, which groups this node
-// leads.
-func reportGroups(ctx context.Context, n *node.Node, client placementpb.PlacementServiceClient, log *slog.Logger) {
+// leads, through its own member or, when that fails, another.
+func reportGroups(ctx context.Context, n *node.Node, pc *placementClients, log *slog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	attempt := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -213,11 +275,16 @@ func reportGroups(ctx context.Context, n *node.Node, client placementpb.Placemen
 			}
 			req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderId: n.ID(), HasQuorum: st.Serving})
 		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if _, err := client.ReportGroups(cctx, req); err != nil && ctx.Err() == nil {
-			log.Debug("report groups", "err", err)
+		client, err := pc.client(attempt)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = client.ReportGroups(cctx, req)
+			cancel()
 		}
-		cancel()
+		if err != nil && ctx.Err() == nil {
+			log.Debug("report groups", "err", err)
+			attempt++ // the next report tries the next member
+		}
 	}
 }
 

@@ -36,6 +36,9 @@ type benchConfig struct {
 	receiveMode string
 	serverPid   int // a local server whose CPU to report, or 0
 	coalesce    bool
+	keyName     string // SASL PLAIN: an authorization rule's name
+	key         string // and one of its keys
+	caFile      string // amqps: the CA to trust besides the system's
 }
 
 // benchGCPercent is the load tool's default GC percent. Its live heap is a
@@ -62,7 +65,11 @@ func Command(args []string) error {
 	fs.IntVar(&c.credit, "credit", 1000, "credit per receiver link")
 	fs.StringVar(&c.receiveMode, "receive-mode", "peeklock", "peeklock (receive, then complete) or receiveanddelete")
 	fs.IntVar(&c.serverPid, "server-pid", 0, "pid of a server on this machine whose CPU per message to report (Linux)")
-	fs.BoolVar(&c.coalesce, "coalesce", true, "gather the frames written while a write is in flight into one write(2) (amqp:// only; a synchronous sender never has two)")
+	fs.BoolVar(&c.coalesce, "coalesce", true, "gather the frames written while a write is in flight into one write(2) (under TLS for amqps://; a synchronous sender never has two)")
+	// The emulator's well-known rule, which `quorumbus dev` serves.
+	fs.StringVar(&c.keyName, "key-name", "RootManageSharedAccessKey", "authorization rule to log in with (SASL PLAIN); empty: SASL ANONYMOUS")
+	fs.StringVar(&c.key, "key", "SAS_KEY_VALUE", "key of the -key-name rule")
+	fs.StringVar(&c.caFile, "ca", "", "amqps:// only: PEM file of a CA to trust besides the system's (quorumbus dev prints its own)")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (to see what the client costs)")
 	gcPercent := fs.Int("gogc", benchGCPercent, "the load tool's GC percent (as GOGC; the GOGC environment variable, when set, wins)")
 	fs.Usage = func() {

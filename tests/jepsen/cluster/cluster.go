@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -99,10 +100,16 @@ func New(net Network, bin, dir string) (*Cluster, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
+	// The workload's clients log in with the emulator's rule (SASL PLAIN).
+	rules := filepath.Join(dir, "sas-rules.json")
+	ruleJSON := fmt.Sprintf(`{"AuthorizationRules": [{"Name": %q, "Rights": ["Listen", "Send", "Manage"], "PrimaryKey": %q}]}`, sas.DevKeyName, sas.DevKey)
+	if err := os.WriteFile(rules, []byte(ruleJSON), 0o600); err != nil {
+		return nil, err
+	}
 	c.Frontend = &Process{Name: "fe", net: net, member: FE, bin: bin,
 		log: filepath.Join(dir, "logs", "fe.log"),
 		args: []string{"frontend", "-amqp-addr", c.AMQP, "-http-addr", c.FEHTTP,
-			"-placement", strings.Join(c.GRPC, ","), "-log-level", "warn"}}
+			"-placement", strings.Join(c.GRPC, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "warn"}}
 	return c, nil
 }
 

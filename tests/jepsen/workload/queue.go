@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/tests/jepsen/history"
 )
 
@@ -126,7 +127,7 @@ func (q *Queue) connect(ctx context.Context) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := amqp.NewConn(dctx, nc, &amqp.ConnOptions{SASLType: amqp.SASLTypeAnonymous()})
+	conn, err := amqp.NewConn(dctx, nc, &amqp.ConnOptions{SASLType: amqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -1,0 +1,143 @@
+package frontend
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+)
+
+// Credit-based throttling, as Service Bus Standard does it (seed 003): the
+// namespace has a budget of credits a second; a message sent or received
+// costs 1, a $management operation 10; the budget refills each second. A
+// throttled send or management operation fails with server-busy, which
+// the SDKs retry with their backoff (nothing was stored); a throttled
+// receiver waits for the next second instead.
+//
+// Front-ends are stateless and several serve one namespace: each enforces
+// its share, the budget divided by the number of live front-ends it is
+// told of (Config.ThrottleShare). That is exact while the clients spread
+// evenly over the front-ends; one front-end's clients cannot borrow the
+// share of an idle one.
+
+const (
+	condServerBusy amqp.Symbol = "com.microsoft:server-busy"
+	// managementCost is what a $management operation costs.
+	managementCost = 10
+)
+
+var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
+
+// throttle is a namespace's credit budget on this front-end. A nil
+// throttle never throttles.
+type throttle struct {
+	budget int64      // credits a second for the whole namespace
+	share  func() int // live front-ends sharing it
+	now    func() time.Time
+
+	mu        sync.Mutex
+	second    int64 // the Unix second left was last refilled in
+	left      int64 // may go below zero: a batch larger than what is left passes once and is paid back
+	throttled map[string]uint64
+}
+
+func newThrottle(budget int64, share func() int) *throttle {
+	if budget <= 0 {
+		return nil
+	}
+	if share == nil {
+		share = func() int { return 1 }
+	}
+	return &throttle{budget: budget, share: share, now: time.Now, throttled: map[string]uint64{}}
+}
+
+// perSecond is this front-end's share of the budget, at least 1.
+func (t *throttle) perSecond() int64 {
+	return max(t.budget/int64(max(t.share(), 1)), 1)
+}
+
+// refillLocked adds a second's share for every second passed, up to one
+// second's worth: credits do not pile up while the namespace is idle.
+func (t *throttle) refillLocked() {
+	now := t.now().Unix()
+	if now == t.second {
+		return
+	}
+	per := t.perSecond()
+	elapsed := now - t.second
+	if t.second == 0 || elapsed > 1<<20 {
+		elapsed = 1 << 20
+	}
+	t.left = min(t.left+elapsed*per, per)
+	t.second = now
+}
+
+// take spends cost credits for an operation on entity and reports whether
+// it may go ahead; a refusal is counted against the entity.
+func (t *throttle) take(entity string, cost int64) bool {
+	if t == nil {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refillLocked()
+	if t.left <= 0 {
+		t.throttled[entity]++
+		return false
+	}
+	t.left -= cost
+	return true
+}
+
+// charge spends credits already used (messages a receive returned).
+func (t *throttle) charge(cost int64) {
+	if t == nil || cost == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.refillLocked()
+	t.left -= cost
+	t.mu.Unlock()
+}
+
+// wait blocks until credits are left (counting the wait once against
+// entity) or ctx ends.
+func (t *throttle) wait(ctx context.Context, entity string) error {
+	if t == nil {
+		return nil
+	}
+	counted := false
+	for {
+		t.mu.Lock()
+		t.refillLocked()
+		ok := t.left > 0
+		if !ok && !counted {
+			t.throttled[entity]++
+			counted = true
+		}
+		next := time.Unix(t.second+1, 0)
+		t.mu.Unlock()
+		if ok {
+			return nil
+		}
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// counts returns the throttled requests per entity.
+func (t *throttle) counts() map[string]uint64 {
+	if t == nil {
+		return map[string]uint64{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.throttled)
+}
