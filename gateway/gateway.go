@@ -106,8 +106,8 @@ func New(cfg Config) (*Gateway, error) {
 	return &Gateway{cfg: cfg, log: cfg.Logger}, nil
 }
 
-// ErrNotImplemented: the catalog has no topics, subscriptions or rules
-// yet; answered 501.
+// ErrNotImplemented: the API does not serve topics, subscriptions and
+// rules yet (the catalog has them); answered 501.
 var ErrNotImplemented = errors.New("gateway: not implemented")
 
 // request is one call, with what every answer needs.
@@ -158,13 +158,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.listQueues(q)
 	case strings.EqualFold(path, "$Resources/Topics"):
-		g.fail(q, fmt.Errorf("%w: topics are not in the catalog yet", ErrNotImplemented))
+		g.fail(q, fmt.Errorf("%w: the management API does not serve topics yet", ErrNotImplemented))
 	case len(segs) >= 2 && strings.EqualFold(segs[1], "Subscriptions"):
 		what := "subscriptions"
 		if len(segs) >= 4 && strings.EqualFold(segs[3], "Rules") {
 			what = "rules"
 		}
-		g.fail(q, fmt.Errorf("%w: %s are not in the catalog yet", ErrNotImplemented, what))
+		g.fail(q, fmt.Errorf("%w: the management API does not serve %s yet", ErrNotImplemented, what))
 	case strings.HasPrefix(path, "$"):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("gateway: no resource %q", path))
 	default:
@@ -308,7 +308,7 @@ func (g *Gateway) putEntity(q request, name string) {
 	switch kind {
 	case "QueueDescription":
 	case "TopicDescription", "SubscriptionDescription", "RuleDescription":
-		g.fail(q, fmt.Errorf("%w: %s: topics, subscriptions and rules are not in the catalog yet", ErrNotImplemented, kind))
+		g.fail(q, fmt.Errorf("%w: %s: the management API does not serve topics, subscriptions and rules yet", ErrNotImplemented, kind))
 		return
 	default:
 		g.fail(q, fmt.Errorf("%w: unknown description <%s>", ErrBadXML, kind))
@@ -385,8 +385,8 @@ func (g *Gateway) updateQueue(q request, name string, req queueRequest) {
 
 func (g *Gateway) deleteEntity(q request, name string) {
 	ctx := q.r.Context()
-	// Only queues exist in the catalog so far; once topics do, deleting
-	// one deletes its subscriptions too (the catalog's work).
+	// The catalog deletes any kind by name; a topic's subscriptions go
+	// with it (the catalog's work).
 	if _, err := g.cfg.Catalog.DeleteEntity(ctx, &placementpb.DeleteEntityRequest{Name: name}); err != nil {
 		g.fail(q, err)
 		return
