@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos
+.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -73,6 +73,23 @@ CHAOS_PROFILE ?= ci
 chaos: ## Chaos test: a 3-node cluster of processes under kills, pauses, partitions; history checked (< 10 min)
 	cd tests/jepsen && $(GO) vet ./... && $(GO) test -short -count=1 ./...
 	cd tests/jepsen && CHAOS_PROFILE=$(CHAOS_PROFILE) $(GO) test -run '^TestChaos$$' -v -count=1 -timeout 15m .
+
+scale: ## Scale test: 3 node processes grown to 7 and drained back to 3 under load on two 16-partition queues; move times and the longest send stall (minutes)
+	QUORUMBUS_SCALE=1 $(GO) test -run '^TestScaleSevenAndBack$$' -v -count=1 -timeout 20m ./cmd/quorumbus/
+
+# deploy/ is a module of its own like tests/jepsen, so that Helm,
+# Kubernetes' API types and go-containerregistry stay out of the product's
+# go.mod. The image's version is `git describe`; IMAGE_OUT says where the
+# tarball goes (docs/operations.md: building the image, pushing it).
+IMAGE_OUT ?= $(BIN)/quorumbus-image.tar
+image: ## Build the OCI image (linux/amd64 and arm64, no Docker) into bin/quorumbus-image.tar
+	cd deploy && $(GO) run ./image -root .. -out $(IMAGE_OUT)
+
+# Without -race: the module's code is the image builder and test helpers,
+# and Helm's dependency tree takes minutes to build with it. The tests build
+# the image (both platforms) and run the chart's pods as local processes.
+deploy-test: ## Vet the deploy module and run its tests: image, chart lint/render/schema, the chart's pods as a local cluster (1-2 min)
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 soak-backlog: ## Send a 2 GB backlog to the dev cluster and report its RSS (minutes; needs ~15 GB of disk)
 	scripts/backlog-rss.sh $(BACKLOG_MESSAGES) 1024 32

@@ -29,6 +29,7 @@ var subcommands = []subcommand{
 	{"rule", "create, list or delete a subscription's rules (SQL, correlation, true/false filters; SQL actions)", ruleCmd},
 	{"auth-rule", "create, list, show keys of, regenerate keys of or delete Shared Access Signature rules", authRuleCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
+	{"version", "print the version this binary was built from (also -version, --version)", versionCmd},
 }
 
 func usage() {
@@ -43,6 +44,9 @@ func main() {
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)
+	}
+	if os.Args[1] == "-version" || os.Args[1] == "--version" {
+		os.Args[1] = "version"
 	}
 	for _, s := range subcommands {
 		if s.name == os.Args[1] {

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,14 +32,42 @@ import (
 // or receive may fail meanwhile, and every acknowledged message must be
 // received.
 func TestGrowAndDrainUnderLoad(t *testing.T) {
+	scaleRun(t, scalePlan{nodes: 5, groups: 3, queues: map[string]uint32{"grow": 3}, grow: 5, drain: []int{5}})
+}
+
+// TestScaleSevenAndBack is `make scale`: three nodes grown to seven and
+// drained back to three, one node at a time, with two queues of 16
+// partitions under load, reporting how long moves took and the longest
+// time without an acknowledged send. It runs only with QUORUMBUS_SCALE=1.
+func TestScaleSevenAndBack(t *testing.T) {
+	if os.Getenv("QUORUMBUS_SCALE") == "" {
+		t.Skip("QUORUMBUS_SCALE=1 (make scale) runs it")
+	}
+	scaleRun(t, scalePlan{nodes: 7, groups: 7, queues: map[string]uint32{"scale-a": 16, "scale-b": 16}, grow: 7, drain: []int{7, 6, 5, 4},
+		timeout: 15 * time.Minute})
+}
+
+// scalePlan: start 3 of nodes, create groups and the queues (name →
+// partitions), start the others up to grow, then drain the listed nodes
+// (1-based) one after another, stopping each once it is empty.
+type scalePlan struct {
+	nodes, groups, grow int
+	queues              map[string]uint32
+	drain               []int
+	timeout             time.Duration
+}
+
+func scaleRun(t *testing.T, plan scalePlan) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	const total = 5
+	if plan.timeout == 0 {
+		plan.timeout = 4 * time.Minute
+	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	grpcAddrs := freeAddrs(t, total)
-	gossipAddrs := freeAddrs(t, total)
+	grpcAddrs := freeAddrs(t, plan.nodes)
+	gossipAddrs := freeAddrs(t, plan.nodes)
 	var boot []string
 	for i := range 3 {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
@@ -44,14 +75,15 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 	nodeArgs := func(i int) []string {
 		args := []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs[:3], ","),
-			"-groups", "3", "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
+			"-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
 		if i < 3 {
 			args = append(args, "-bootstrap", strings.Join(boot, ","))
 		}
 		return args
 	}
+	procs := make([]*process, plan.nodes)
 	for i := range 3 {
-		startProcess(t, bin, nodeArgs(i)...)
+		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
 	rules := filepath.Join(dir, "rules.json")
@@ -60,11 +92,21 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 	}
 	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs[:3], ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), plan.timeout)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	props := &placementpb.QueueProperties{PartitionCount: 3, LockDurationMs: 30_000}
-	if err := cluster.CreateQueues(ctx, grpcAddrs[:3], []cluster.QueueSpec{{Name: "grow", Props: props}}, quiet); err != nil {
+	var specs []cluster.QueueSpec
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range plan.queues {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	for _, name := range names {
+		specs = append(specs, cluster.QueueSpec{Name: name, Props: &placementpb.QueueProperties{PartitionCount: plan.queues[name], LockDurationMs: 30_000}})
+	}
+	if err := cluster.CreateQueues(ctx, grpcAddrs[:3], specs, quiet); err != nil {
 		t.Fatal(err)
 	}
 	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0])
@@ -74,81 +116,97 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 	defer closePlacement()
 
 	conn := dialUntil(t, ctx, amqpAddr)
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snd := senderUntil(t, ctx, sess, "grow")
-	rcv, err := sess.NewReceiver(ctx, "grow", &goamqp.ReceiverOptions{Credit: 200, SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	var (
-		mu       sync.Mutex
-		acked    = map[int64]bool{}
-		received = map[int64]bool{}
-		next     atomic.Int64
-		failure  atomic.Value
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
+		mu         sync.Mutex
+		acked      = map[string]bool{}
+		received   = map[string]bool{}
+		next       atomic.Int64
+		failure    atomic.Value
+		lastAck    atomic.Int64
+		longestGap atomic.Int64
+		stop       = make(chan struct{})
+		wg         sync.WaitGroup
 	)
+	lastAck.Store(time.Now().UnixNano())
 	fail := func(err error) { failure.CompareAndSwap(nil, err) }
-	for range 2 {
-		wg.Add(1)
+	type receiver struct {
+		rcv  *goamqp.Receiver
+		name string
+	}
+	var rcvs []receiver
+	for _, name := range names {
+		sess, err := conn.NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd := senderUntil(t, ctx, sess, name)
+		rcv, err := sess.NewReceiver(ctx, name, &goamqp.ReceiverOptions{Credit: 200, SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcvs = append(rcvs, receiver{rcv, name})
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					id := name + "/" + strconv.FormatInt(next.Add(1), 10)
+					sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+					err := snd.Send(sctx, goamqp.NewMessage([]byte(id)), nil)
+					scancel()
+					if err != nil {
+						fail(fmt.Errorf("send %s: %w", id, err))
+						return
+					}
+					mu.Lock()
+					acked[id] = true
+					mu.Unlock()
+					now := time.Now().UnixNano()
+					if gap := now - lastAck.Swap(now); gap > longestGap.Load() {
+						longestGap.Store(gap) // racy max: a figure, not a check
+					}
+				}
+			}()
+		}
+	}
+	receive := func(r receiver, wait time.Duration) error {
+		rctx, rcancel := context.WithTimeout(ctx, wait)
+		defer rcancel()
+		m, err := r.rcv.Receive(rctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := r.rcv.AcceptMessage(ctx, m); err != nil {
+			return fmt.Errorf("complete: %w", err)
+		}
+		mu.Lock()
+		received[string(m.GetData())] = true
+		mu.Unlock()
+		return nil
+	}
+	var recvWG sync.WaitGroup
+	for _, r := range rcvs {
+		recvWG.Add(1)
 		go func() {
-			defer wg.Done()
+			defer recvWG.Done()
 			for {
 				select {
 				case <-stop:
 					return
-				case <-time.After(5 * time.Millisecond):
+				default:
 				}
-				id := next.Add(1)
-				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-				err := snd.Send(sctx, goamqp.NewMessage([]byte(strconv.FormatInt(id, 10))), nil)
-				scancel()
-				if err != nil {
-					fail(fmt.Errorf("send %d: %w", id, err))
+				if err := receive(r, 2*time.Second); err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "deadline") {
+					fail(fmt.Errorf("receive %s: %w", r.name, err))
 					return
 				}
-				mu.Lock()
-				acked[id] = true
-				mu.Unlock()
 			}
 		}()
 	}
-	receive := func(wait time.Duration) error {
-		rctx, rcancel := context.WithTimeout(ctx, wait)
-		defer rcancel()
-		m, err := rcv.Receive(rctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := rcv.AcceptMessage(ctx, m); err != nil {
-			return fmt.Errorf("complete: %w", err)
-		}
-		id, _ := strconv.ParseInt(string(m.GetData()), 10, 64)
-		mu.Lock()
-		received[id] = true
-		mu.Unlock()
-		return nil
-	}
-	recvDone := make(chan struct{})
-	go func() {
-		defer close(recvDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := receive(2 * time.Second); err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "deadline") {
-				fail(fmt.Errorf("receive: %w", err))
-				return
-			}
-		}
-	}()
 
 	table := func() *placementpb.RoutingTable {
 		st, err := placement.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
@@ -161,10 +219,13 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 		}
 		return tb
 	}
-	// settled waits until no group is moving, every usable node holds
-	// between lo and hi replicas and the drained ones none; it returns the
-	// loads.
-	settled := func(what string, usable, drained []string, lo, hi int) map[string]int {
+	// Move durations as the routing table shows them (polled).
+	var moveTimes []time.Duration
+	movingSince := map[uint64]time.Time{}
+	// settled waits until no group is moving, the usable nodes hold as
+	// many replicas as each other, give or take one, and the drained ones
+	// none.
+	settled := func(what string, usable, drained []string) {
 		start := time.Now()
 		for {
 			if err, _ := failure.Load().(error); err != nil {
@@ -173,12 +234,24 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 			tb := table()
 			load := map[string]int{}
 			moving := false
+			now := time.Now()
+			total := 0
 			for _, g := range tb.Groups {
-				moving = moving || g.MovingFrom != ""
+				if g.MovingFrom != "" {
+					moving = true
+					if _, ok := movingSince[g.Id]; !ok {
+						movingSince[g.Id] = now
+					}
+				} else if since, ok := movingSince[g.Id]; ok {
+					moveTimes = append(moveTimes, now.Sub(since))
+					delete(movingSince, g.Id)
+				}
 				for _, r := range g.Replicas {
 					load[r.NodeId]++
+					total++
 				}
 			}
+			lo, hi := total/len(usable), (total+len(usable)-1)/len(usable)
 			ok := !moving
 			for _, id := range usable {
 				ok = ok && load[id] >= lo && load[id] <= hi
@@ -188,35 +261,59 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 			}
 			if ok {
 				t.Logf("%s after %v: %v", what, time.Since(start).Round(100*time.Millisecond), load)
-				return load
+				return
 			}
-			if time.Since(start) > 2*time.Minute {
-				t.Fatalf("%s: not settled after 2 min: %v (moving %v)", what, load, moving)
+			if time.Since(start) > 3*time.Minute {
+				t.Fatalf("%s: not settled after 3 min: %v (moving %v)", what, load, moving)
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
 	}
+	ids := func(from, to int) []string {
+		var out []string
+		for i := from; i <= to; i++ {
+			out = append(out, fmt.Sprintf("n%d", i))
+		}
+		return out
+	}
 
 	time.Sleep(2 * time.Second)
-	for i := 3; i < total; i++ {
-		startProcess(t, bin, nodeArgs(i)...)
+	for i := 3; i < plan.grow; i++ {
+		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
-	settled("grown to 5", []string{"n1", "n2", "n3", "n4", "n5"}, nil, 1, 2)
+	settled(fmt.Sprintf("grown to %d", plan.grow), ids(1, plan.grow), nil)
 
-	if _, err := placement.DrainNode(ctx, &placementpb.DrainNodeRequest{NodeId: "n5", Draining: true}); err != nil {
-		t.Fatal(err)
+	var drained []string
+	usable := ids(1, plan.grow)
+	for _, n := range plan.drain {
+		id := fmt.Sprintf("n%d", n)
+		if _, err := placement.DrainNode(ctx, &placementpb.DrainNodeRequest{NodeId: id, Draining: true}); err != nil {
+			t.Fatal(err)
+		}
+		usable = slices.DeleteFunc(usable, func(u string) bool { return u == id })
+		drained = append(drained, id)
+		settled(id+" drained", usable, drained)
+		if len(plan.drain) > 1 {
+			procs[n-1].signal(syscall.SIGTERM) // drained: it may go
+		}
 	}
-	settled("n5 drained", []string{"n1", "n2", "n3", "n4"}, []string{"n5"}, 2, 3)
 
-	// Leaderships spread too: three groups over four usable nodes, one
-	// each at most (the bootstrap left them wherever elections put them).
+	// Leaderships spread too: no node leads two groups more than another.
 	start := time.Now()
 	for {
 		leads := map[string]int{}
 		for _, g := range table().Groups {
 			leads[g.LeaderId]++
 		}
-		if leads[""] == 0 && leads["n5"] == 0 && leads["n1"] <= 1 && leads["n2"] <= 1 && leads["n3"] <= 1 && leads["n4"] <= 1 {
+		most, least := 0, 1<<30
+		for _, id := range usable {
+			most, least = max(most, leads[id]), min(least, leads[id])
+		}
+		bad := leads[""] > 0
+		for _, id := range drained {
+			bad = bad || leads[id] > 0
+		}
+		if !bad && most-least <= 1 {
 			t.Logf("leaders spread after %v: %v", time.Since(start).Round(100*time.Millisecond), leads)
 			break
 		}
@@ -228,25 +325,33 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 
 	close(stop)
 	wg.Wait()
-	<-recvDone
+	recvWG.Wait()
 	if err, _ := failure.Load().(error); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		mu.Lock()
-		missing := 0
-		for id := range acked {
-			if !received[id] {
-				missing++
+	for _, r := range rcvs {
+		for {
+			mu.Lock()
+			missing := 0
+			for id := range acked {
+				if strings.HasPrefix(id, r.name+"/") && !received[id] {
+					missing++
+				}
+			}
+			mu.Unlock()
+			if missing == 0 {
+				break
+			}
+			if err := receive(r, 45*time.Second); err != nil {
+				t.Fatalf("%s: %d acknowledged messages never received: %v", r.name, missing, err)
 			}
 		}
-		mu.Unlock()
-		if missing == 0 {
-			break
-		}
-		if err := receive(45 * time.Second); err != nil {
-			t.Fatalf("%d acknowledged messages never received: %v", missing, err)
-		}
 	}
-	t.Logf("%d messages sent and received while replicas moved", len(acked))
+	slices.Sort(moveTimes)
+	var longest time.Duration
+	if len(moveTimes) > 0 {
+		longest = moveTimes[len(moveTimes)-1]
+	}
+	t.Logf("%d messages sent and received while replicas moved; %d moves seen, longest %v; longest time without an acknowledged send %v",
+		len(acked), len(moveTimes), longest.Round(100*time.Millisecond), time.Duration(longestGap.Load()).Round(time.Millisecond))
 }

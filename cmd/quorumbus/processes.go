@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +40,7 @@ func nodeCmd(args []string) error {
 	gossipAddr := fs.String("gossip-addr", "127.0.0.1:7946", "memberlist gossip address (UDP and TCP)")
 	gossipAdvertise := fs.String("gossip-advertise-addr", "", "gossip address other members reach this node at (default: memberlist picks one of the bound address's)")
 	join := fs.String("join", "", "comma-separated gossip addresses of other members")
-	bootstrap := fs.String("bootstrap", "", "initial meta-group voters as id=grpc-addr,...; give the same list to each of them on first start, nothing to later joiners")
+	bootstrap := fs.String("bootstrap", "", "initial meta-group voters as id=grpc-addr,...; give the same list to each of them on first start; a node the list does not name joins by gossip instead (so every pod of a StatefulSet can get the same list)")
 	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
@@ -72,6 +74,7 @@ func nodeCmd(args []string) error {
 		}
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
+	servers = bootstrapFor(*id, servers, log)
 	// A node hosts at most every group, each once.
 	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(*groups, *cacheMB), log); err != nil {
 		return err
@@ -336,4 +339,17 @@ func advertisedAddr(advertise string, bound net.Addr) (string, error) {
 		return "", fmt.Errorf("-grpc-addr %s binds every interface: give -advertise-addr, the address peers and front-ends dial", bound)
 	}
 	return bound.String(), nil
+}
+
+// bootstrapFor is the part of the -bootstrap list this node acts on: all
+// of it when the list names the node, none when it does not. A node the
+// list does not name is a later member that joins the meta group by
+// gossip; this lets an orchestrator that gives every replica the same
+// arguments (a Kubernetes StatefulSet) name only the first few.
+func bootstrapFor(id string, servers []raft.Server, log *slog.Logger) []raft.Server {
+	if len(servers) == 0 || slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) }) {
+		return servers
+	}
+	log.Info("this node is not in -bootstrap: it joins the existing meta group by gossip", "bootstrap", len(servers))
+	return nil
 }

@@ -426,10 +426,18 @@ func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition
 	var res *partitionpb.Result
 	err := r.call(ctx, e, partition, extra, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		resp, err := op(ctx, c, group)
-		if err == nil {
-			res = resp.GetResult()
+		if err != nil {
+			return err
 		}
-		return err
+		res = resp.GetResult()
+		if res.GetCode() == partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND && r.names(e) {
+			// The partition does not know an entity the catalog has: it
+			// was created a moment ago and its partition is still being
+			// configured (or the group is new). Nothing was applied;
+			// call retries while the table names the entity.
+			return status.Error(codes.NotFound, res.GetDescription())
+		}
+		return nil
 	})
 	return res, err
 }

@@ -158,6 +158,10 @@ func TestNormalize(t *testing.T) {
 		{"partitioned with one partition", &pb.QueueProperties{PartitionCount: 1, EnablePartitioning: true}, nil},
 		{"32 partitions", &pb.QueueProperties{PartitionCount: 32}, with(func(p *pb.QueueProperties) { p.PartitionCount, p.EnablePartitioning = 32, true })},
 		{"33 partitions", &pb.QueueProperties{PartitionCount: 33}, nil},
+		{"partitioned, 1 MB messages", &pb.QueueProperties{PartitionCount: 2, MaxMessageSizeInKilobytes: 1024}, with(func(p *pb.QueueProperties) {
+			p.PartitionCount, p.EnablePartitioning, p.MaxMessageSizeInKilobytes = 2, true, 1024
+		})},
+		{"partitioned, messages over 1 MB", &pb.QueueProperties{PartitionCount: 2, MaxMessageSizeInKilobytes: 1025}, nil},
 		{"forward to a bad name", &pb.QueueProperties{ForwardTo: "a b"}, nil},
 		{"forward dead letters", &pb.QueueProperties{ForwardDeadLetteredMessagesTo: "dlq"}, with(func(p *pb.QueueProperties) { p.ForwardDeadLetteredMessagesTo = "dlq" })},
 	}

@@ -33,6 +33,9 @@ const (
 	MaxMaxSizeMB             = 81_920
 	DefaultMaxMessageSizeKB  = 256
 	MaxMaxMessageSizeKB      = 102_400
+	// A partitioned entity takes messages, and batches, of at most 1 MB
+	// (Service Bus: partitioned entities, seed 000).
+	MaxPartitionedMessageSizeKB = 1024
 )
 
 // Key is the form of a name under which the catalog looks it up: names are
@@ -127,6 +130,9 @@ func Normalize(p *pb.QueueProperties) (*pb.QueueProperties, error) {
 		return nil, invalid("%d partitions, at most %d", n, MaxPartitions)
 	}
 	out.EnablePartitioning = out.PartitionCount > 1
+	if out.EnablePartitioning && out.MaxMessageSizeInKilobytes > MaxPartitionedMessageSizeKB {
+		return nil, invalid("a partitioned entity takes messages of at most %d KB, not %d", MaxPartitionedMessageSizeKB, out.MaxMessageSizeInKilobytes)
+	}
 
 	for _, fwd := range []string{out.ForwardTo, out.ForwardDeadLetteredMessagesTo} {
 		if fwd == "" {

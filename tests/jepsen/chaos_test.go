@@ -73,7 +73,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("report: %s", dir)
 
 	netw := network(t)
-	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority}
+	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader}
 	if netw.Mode() == "netns" {
 		kinds = append(kinds, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
 	}

@@ -235,6 +235,23 @@ func (c *Cluster) Leader(ctx context.Context, group uint64) int {
 	return -1
 }
 
+// TransferLeader asks node from, the group's leader, to hand its
+// leadership to node to (the GroupMembership service placement uses to
+// spread leaders).
+func (c *Cluster) TransferLeader(ctx context.Context, group uint64, from, to int) error {
+	cc, err := c.grpcConn(from)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = partitionpb.NewGroupMembershipClient(cc).ChangeReplica(sctx, &partitionpb.ChangeReplicaRequest{
+		GroupId: group, Change: partitionpb.ReplicaChange_REPLICA_CHANGE_LEAD, NodeId: c.Nodes[to].Name, Addr: c.GRPC[to],
+	})
+	return err
+}
+
 // freeAddr returns a loopback address whose port was free a moment ago
 // (a process keeps its address across restarts, so it cannot take :0).
 func freeAddr() (string, error) {

@@ -40,6 +40,9 @@ const (
 	// quorum until both restart, so sends stall, and what was
 	// acknowledged before must come back from the disks.
 	KillMajority = "kill-majority"
+	// TransferLeader has the leader hand its leadership to another node
+	// at once (as placement does to spread leaders); nothing to heal.
+	TransferLeader = "transfer-leader"
 )
 
 // Config is a schedule's shape.
@@ -147,7 +150,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // random node was the leader.
 func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
 	switch kind {
-	case KillLeader, PauseLeader, IsolateLeader, KillMajority:
+	case KillLeader, PauseLeader, IsolateLeader, KillMajority, TransferLeader:
 		if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
 			return l, ""
 		}
@@ -202,6 +205,13 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 		other := s.Other // node is s.Pick: a bridge never aims at the leader
 		f.Target = fmt.Sprintf("%s|%s", c.Nodes[node].Name, c.Nodes[other].Name)
 		err, heal = c.Net.Cut(node, other), c.Net.Heal
+	case TransferLeader:
+		to := s.Other
+		if to == node {
+			to = (node + 1) % cluster.Nodes
+		}
+		f.Target = c.Nodes[node].Name + "->" + c.Nodes[to].Name
+		err, heal = c.TransferLeader(ctx, n.cfg.Group, node, to), func() error { return nil }
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
 	}

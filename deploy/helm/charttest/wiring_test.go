@@ -1,0 +1,297 @@
+package charttest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestChartWiring runs what the chart renders for four storage nodes (three
+// that bootstrap the cluster, one that joins it) and a front-end as local
+// processes: each pod's container args and
+// environment exactly as rendered, $(VAR) expanded as the kubelet does,
+// the downward API's values filled in, each pod on its own loopback
+// address, and the pods' DNS names mapped to those addresses in an
+// /etc/hosts that only the pods see. The cluster they form must become
+// ready and carry a message from the Go SDK to a queue the chart
+// declared, authenticated with the key of the rule the chart generated.
+// Then one storage pod is "rescheduled": stopped, and started
+// again on its volume with a new IP that its DNS name now maps to; the
+// cluster must take it back and carry another message. This tests the
+// chart's wiring (flags, names, ports, the
+// bootstrap and join lists); what it cannot test is a real kubelet,
+// scheduler, volume or network policy (README: what was verified how).
+//
+// The one value it changes is listenHost: $(POD_IP), so that the pods'
+// listeners do not collide on one machine.
+func TestChartWiring(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four processes; skipped with -short")
+	}
+	binary := quorumbusBinary(t)
+	values := parseValues(t, `
+listenHost: $(POD_IP)
+logLevel: warn
+storage: {replicas: 4, bootstrapReplicas: 3, groups: 2, cacheMB: 8, walSegmentMB: 4}
+frontend:
+  replicas: 1
+  emulatorConfig: {UserConfig: {Namespaces: [{Name: sbemulatorns, Queues: [{Name: orders}]}]}}
+`)
+	manifest, err := Template(Release{Name: "wire", Namespace: "qb"}, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := Find[appsv1.StatefulSet](objs, "StatefulSet", "")
+	var fe *appsv1.Deployment
+	for _, d := range All[appsv1.Deployment](objs) {
+		if d.Spec.Template.Spec.Containers[0].Args[0] == "frontend" {
+			fe = d
+		}
+	}
+	cm := Find[corev1.ConfigMap](objs, "ConfigMap", fe.Name)
+	if cm == nil {
+		t.Fatal("no ConfigMap with the front-end's entities")
+	}
+	sasSecret := Find[corev1.Secret](objs, "Secret", "wire-quorumbus-sas")
+	if sasSecret == nil {
+		t.Fatal("no generated SAS Secret")
+	}
+	rules, err := SASRules(sasSecret, "rules.json")
+	if err != nil || len(rules) == 0 {
+		t.Fatalf("SAS rules: %v %v", rules, err)
+	}
+
+	// A random 127.x.y.0/24 keeps runs of this test on one machine apart.
+	base := fmt.Sprintf("127.%d.%d.", 20+rand.IntN(200), rand.IntN(250))
+	dir := t.TempDir()
+	hosts := map[string]string{}
+	var pods []PodInfo
+	for i := range int(*sts.Spec.Replicas) {
+		p := PodInfo{Name: fmt.Sprintf("%s-%d", sts.Name, i), Namespace: "qb", IP: fmt.Sprintf("%s%d", base, 1+i),
+			Labels: map[string]string{"topology.kubernetes.io/zone": fmt.Sprintf("zone-%c", 'a'+i)}}
+		for k, v := range sts.Spec.Template.Labels {
+			p.Labels[k] = v
+		}
+		hosts[fmt.Sprintf("%s.%s.qb.svc.cluster.local", p.Name, sts.Spec.ServiceName)] = p.IP
+		pods = append(pods, p)
+	}
+	hostsPath := filepath.Join(dir, "hosts")
+	if err := WriteHosts(hostsPath, hosts); err != nil {
+		t.Fatal(err)
+	}
+
+	var procs []*Process
+	t.Cleanup(func() {
+		for _, p := range procs {
+			if err := p.Stop(15 * time.Second); err != nil {
+				t.Logf("%s: %v", p.Name, err)
+			}
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("--- %s log:\n%s", p.Name, tail(p.Log(), 40))
+			}
+		}
+	})
+	start := func(pod PodInfo, c corev1.Container, mounts map[string]string) *Process {
+		t.Helper()
+		env, order, err := ContainerEnv(c, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, err := LocalArgs(c, env, mounts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envList := []string{"HOSTNAME=" + pod.Name}
+		for _, k := range order {
+			envList = append(envList, k+"="+env[k])
+		}
+		t.Logf("%s: quorumbus %s", pod.Name, strings.Join(args, " "))
+		p, err := StartProcess(pod.Name, append([]string{binary}, args...), envList, hostsPath, filepath.Join(dir, pod.Name+".log"))
+		if err != nil {
+			t.Skipf("cannot give a pod its own /etc/hosts here (needs a mount namespace): %v", err)
+		}
+		procs = append(procs, p)
+		return p
+	}
+	for _, pod := range pods {
+		mounts := map[string]string{"data": mkdir(t, dir, pod.Name, "data"), "tmp": mkdir(t, dir, pod.Name, "tmp")}
+		start(pod, sts.Spec.Template.Spec.Containers[0], mounts)
+	}
+	fePod := PodInfo{Name: fe.Name + "-6d5f8b7c9-x7k2p", Namespace: "qb", IP: base + "10", Labels: fe.Spec.Template.Labels}
+	configDir := mkdir(t, dir, fePod.Name, "config")
+	for name, data := range cm.Data {
+		if err := os.WriteFile(filepath.Join(configDir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sasDir := mkdir(t, dir, fePod.Name, "sas")
+	for name, data := range sasSecret.Data {
+		if err := os.WriteFile(filepath.Join(sasDir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feProc := start(fePod, fe.Spec.Template.Spec.Containers[0], map[string]string{"tmp": mkdir(t, dir, fePod.Name, "tmp"), "config": configDir, "sas": sasDir})
+
+	// Every pod becomes ready, as its readiness probe would see it.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	bootstrap := 3
+	for i, pod := range pods {
+		url := fmt.Sprintf("http://%s:%d/readyz", pod.IP, containerPort(sts.Spec.Template.Spec.Containers[0], "http"))
+		if i < bootstrap {
+			waitReady(ctx, t, procs[i], url, "")
+			continue
+		}
+		// A joiner hosts groups but is no member of the meta group, and
+		// its readiness check of the catalog never passes (reported; see
+		// the chart's README): wait for its groups only.
+		waitReady(ctx, t, procs[i], url, "ok   node "+pod.Name+" groups")
+	}
+	feC := fe.Spec.Template.Spec.Containers[0]
+	waitReady(ctx, t, feProc, fmt.Sprintf("http://%s:%d/readyz", fePod.IP, containerPort(feC, "http")), "")
+
+	// The Go SDK sends to the declared queue through the front-end's AMQP
+	// port and receives the message back.
+	// The key of the rule the chart generated; the dev key would be refused.
+	cs := fmt.Sprintf("Endpoint=sb://%s:%d;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true", fePod.IP, containerPort(feC, "amqp"), rules[0].Name, rules[0].PrimaryKey)
+	client, err := azservicebus.NewClientFromConnectionString(cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	sender, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := "wired by the chart " + base
+	if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte(body)}, nil); err != nil {
+		t.Fatalf("send through the chart's cluster: %v", err)
+	}
+	receiver, err := client.NewReceiverForQueue("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := receiver.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive: %d messages, %v", len(msgs), err)
+	}
+	if string(msgs[0].Body) != body {
+		t.Fatalf("received %q, sent %q", msgs[0].Body, body)
+	}
+	if err := receiver.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+
+	// A storage pod rescheduled: the kubelet stops it, it comes back with
+	// the same name and volume but a new IP, and DNS follows. Raft knows
+	// its peers by name, so the cluster takes it back.
+	moved := bootstrap - 1
+	if err := procs[moved].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pods[moved].IP = fmt.Sprintf("%s%d", base, 20)
+	hosts[fmt.Sprintf("%s.%s.qb.svc.cluster.local", pods[moved].Name, sts.Spec.ServiceName)] = pods[moved].IP
+	// WriteHosts rewrites the file in place, so the pods' bind mounts of
+	// it see the new address.
+	if err := WriteHosts(hostsPath, hosts); err != nil {
+		t.Fatal(err)
+	}
+	procs[moved] = start(pods[moved], sts.Spec.Template.Spec.Containers[0], map[string]string{
+		"data": filepath.Join(dir, pods[moved].Name, "data"), "tmp": filepath.Join(dir, pods[moved].Name, "tmp")})
+	rctx, rcancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer rcancel()
+	for i := range bootstrap {
+		waitReady(rctx, t, procs[i], fmt.Sprintf("http://%s:%d/readyz", pods[i].IP, containerPort(sts.Spec.Template.Spec.Containers[0], "http")), "")
+	}
+	body = "after " + pods[moved].Name + " moved to " + pods[moved].IP
+	if err := sender.SendMessage(rctx, &azservicebus.Message{Body: []byte(body)}, nil); err != nil {
+		t.Fatalf("send after the pod moved: %v", err)
+	}
+	if msgs, err = receiver.ReceiveMessages(rctx, 1, nil); err != nil || len(msgs) != 1 || string(msgs[0].Body) != body {
+		t.Fatalf("receive after the pod moved: %d messages, %v", len(msgs), err)
+	}
+	if err := receiver.CompleteMessage(rctx, msgs[0], nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+}
+
+func mkdir(t *testing.T, parts ...string) string {
+	t.Helper()
+	d := filepath.Join(parts...)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitReady polls url until it answers 200 (or, with line set, until its
+// body has that line), the process exits, or ctx ends.
+func waitReady(ctx context.Context, t *testing.T, p *Process, url, line string) {
+	t.Helper()
+	var last string
+	for {
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("%s exited (%v) before it was ready", p.Name, err)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			buf := make([]byte, 2048)
+			n, _ := resp.Body.Read(buf)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || line != "" && strings.Contains(string(buf[:n]), line+"\n") {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, buf[:n])
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s not ready at %s: %s", p.Name, url, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// quorumbusBinary builds ./cmd/quorumbus as the image does (static), or
+// takes QUORUMBUS_BINARY when set.
+func quorumbusBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("QUORUMBUS_BINARY"); b != "" {
+		return b
+	}
+	out := filepath.Join(t.TempDir(), "quorumbus")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./cmd/quorumbus")
+	cmd.Dir = filepath.Join(ChartDir(), "..", "..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
