@@ -25,6 +25,7 @@ func gatewayCmd(args []string) error {
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
 	placementAddrs := fs.String("placement", "127.0.0.1:7101", "comma-separated gRPC addresses of storage nodes (placement members)")
+	httpsAddr := fs.String("https-addr", "", "a second listener that serves HTTPS only (the -http-addr listener serves HTTPS and HTTP on one port); empty: none")
 	certFile := fs.String("tls-cert", "", "PEM certificate of the HTTPS side of the listener (default: a self-signed one for localhost, kept in -tls-dir)")
 	keyFile := fs.String("tls-key", "", "PEM key of -tls-cert")
 	tlsDir := fs.String("tls-dir", "", "directory to keep the generated self-signed certificate in (empty: made anew in memory at each start)")
@@ -88,12 +89,16 @@ func gatewayCmd(args []string) error {
 	}
 	admin.Logger, admin.Probes, admin.API = log, cluster.FrontendProbes(router), gw
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
+	admin.TLSAddr = *httpsAddr
 	hs := adminhttp.New(admin)
 	hs.AddChecks(cluster.GatewayChecks(router)...)
 	if err := hs.Start(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("quorumbus gateway: management API (HTTPS and HTTP) on %s", hs.Addr())
+	if a := hs.TLSAddr(); a != "" {
+		fmt.Printf(", HTTPS on %s", a)
+	}
 	if certPath != "" {
 		fmt.Printf(", certificate %s", certPath)
 	}

@@ -59,6 +59,10 @@ type Config struct {
 	// TLS, when set, makes the listener serve HTTPS and plain HTTP on the
 	// same port, told apart by the first byte (tls.go).
 	TLS *tls.Config
+	// TLSAddr, with TLS, is a second listen address that serves HTTPS
+	// only (a port of its own for HTTPS, as a Kubernetes Service names
+	// one); empty: none.
+	TLSAddr string
 
 	// ProbeInterval is the pause between two rounds of probes. Default 5 s.
 	ProbeInterval time.Duration
@@ -106,6 +110,7 @@ type Server struct {
 	mu     sync.Mutex
 	checks []*check
 	ln     net.Listener
+	tlsLn  net.Listener // TLSAddr's
 	cancel context.CancelFunc
 }
 
@@ -197,8 +202,22 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.TLS != nil {
 		ln = newSniffListener(ln, s.cfg.TLS)
 	}
+	var tlsLn net.Listener
+	if s.cfg.TLSAddr != "" && s.cfg.TLS != nil {
+		if tlsLn, err = net.Listen("tcp", s.cfg.TLSAddr); err != nil {
+			ln.Close()
+			cancel()
+			return fmt.Errorf("admin HTTPS listener: %w", err)
+		}
+		tlsLn = tls.NewListener(tlsLn, s.cfg.TLS)
+		go func() {
+			if err := s.http.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.cfg.Logger.Error("admin HTTPS listener stopped", "addr", tlsLn.Addr(), "err", err)
+			}
+		}()
+	}
 	s.mu.Lock()
-	s.ln = ln
+	s.ln, s.tlsLn = ln, tlsLn
 	s.mu.Unlock()
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -217,6 +236,16 @@ func (s *Server) Addr() string {
 		return ""
 	}
 	return s.ln.Addr().String()
+}
+
+// TLSAddr is the address of the HTTPS-only listener; "" without one.
+func (s *Server) TLSAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
 }
 
 // Shutdown stops the watchdog and the listener, waiting for requests in

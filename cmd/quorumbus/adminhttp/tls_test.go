@@ -30,7 +30,7 @@ func TestHTTPSAndHTTPOnOnePort(t *testing.T) {
 		}
 		io.WriteString(w, "api "+proto+" "+r.URL.Path)
 	})
-	s := New(Config{Addr: "127.0.0.1:0", TLS: cfg, API: api})
+	s := New(Config{Addr: "127.0.0.1:0", TLS: cfg, API: api, TLSAddr: "127.0.0.1:0"})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,7 @@ func TestHTTPSAndHTTPOnOnePort(t *testing.T) {
 		{https, "https://localhost:" + port(s.Addr()) + "/q", "api https /q"},
 		{http.DefaultClient, "http://" + s.Addr() + "/q", "api http /q"},
 		{https, "https://" + s.Addr() + "/healthz?api-version=2024-05", "api https /healthz"},
+		{https, "https://" + s.TLSAddr() + "/q", "api https /q"},
 	} {
 		resp, err := tc.client.Get(tc.url)
 		if err != nil {
