@@ -106,6 +106,7 @@ type Server struct {
 	cfg      Config
 	amqp     *amqp.Server
 	throttle *throttle // nil: no throttling
+	counters counters  // metrics.go
 }
 
 // New validates cfg and builds a Server.
@@ -152,6 +153,7 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ct
 
 // OpenConn implements amqp.Handler.
 func (s *Server) OpenConn(c *amqp.Conn) (amqp.ConnHandler, error) {
+	s.counters.connsOpened.Add(1)
 	cn := &conn{srv: s, amqp: c, log: s.cfg.Logger.With("remote", c.RemoteAddr().String())}
 	cn.auth = newAuthz(cn, s.cfg.ClaimTimeout)
 	return cn, nil
@@ -168,7 +170,10 @@ type conn struct {
 	cbs     int // $cbs links attached
 }
 
-func (c *conn) Closed(error) { c.auth.close() }
+func (c *conn) Closed(error) {
+	c.srv.counters.connsClosed.Add(1)
+	c.auth.close()
+}
 
 // Attach routes a link by its address: $cbs, <entity>/$management, or an
 // entity (optionally its /$DeadLetterQueue). Every link but $cbs's needs a

@@ -27,6 +27,7 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		req.fail(failNotFound, entityPath)
 		return
 	}
+	req.counts = c.srv.counters.entity(e.Name)
 	if !c.srv.throttle.take(e.Name, managementCost) {
 		req.fail(failBusy, "")
 		return

@@ -45,6 +45,8 @@ type receiver struct {
 	// Link.Send copies: a message's payload was an allocation of its size.
 	buf []byte
 	tag [16]byte
+	// counts are the entity's metrics (metrics.go).
+	counts *entityCounters
 }
 
 type settleReq struct {
@@ -64,6 +66,7 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 		wake:    make(chan struct{}, 1),
 		settles: make(chan settleReq, 8192),
 		tokens:  make(map[uint32][]byte),
+		counts:  c.srv.counters.entity(e.Name),
 	}
 	if sub != "" {
 		r.subQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
@@ -123,7 +126,9 @@ func (r *receiver) pump() {
 		credit, drain := r.link.SendState()
 		if len(r.held) > 0 && credit > 0 {
 			before := len(r.held)
-			if r.held = r.deliver(r.held, credit); len(r.held) == before {
+			r.held = r.deliver(r.held, credit)
+			r.counts.outgoingMessages.Add(uint64(before - len(r.held)))
+			if len(r.held) == before {
 				// The link refused them all (it is closing): wait for
 				// the detach rather than spin.
 				select {
@@ -204,6 +209,7 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 		return 0
 	}
 	sent := len(res.Messages)
+	defer func() { r.counts.outgoingMessages.Add(uint64(sent)) }()
 	if rest := r.deliver(res.Messages, max); len(rest) > 0 {
 		sent -= len(rest)
 		if r.rad {
@@ -420,6 +426,7 @@ func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl
 // confirm answers the client's disposition: accepted on success (the SDKs
 // take it for every outcome), rejected with the reason otherwise.
 func (r *receiver) confirm(id uint32, f failure, ok bool) {
+	r.counts.outcome(1, f, !ok)
 	if ok {
 		r.link.Settle(id, amqp.Accepted{})
 		return

@@ -26,6 +26,9 @@ type rpcRequest struct {
 	operation string
 	reply     *replyLink
 	messageID any
+	// counts are the metrics of the entity a $management request is
+	// for (metrics.go); nil for $cbs.
+	counts *entityCounters
 }
 
 // replyLinks keeps the reply links of a connection, per session, so that a
@@ -180,6 +183,9 @@ func (req *rpcRequest) respond(status int32, description string, body any) {
 	}
 	if body != nil {
 		resp.Value, resp.HasValue = body, true
+	}
+	if req.counts != nil {
+		req.counts.outcome(1, failure{status: status}, status >= 300)
 	}
 	payload, err := resp.Append(nil)
 	if err != nil {

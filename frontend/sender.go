@@ -39,7 +39,8 @@ type sender struct {
 	queue  chan pendingSend
 	done   chan struct{}
 	once   sync.Once
-	rr     uint32 // round-robin cursor for unkeyed messages
+	rr     uint32          // round-robin cursor for unkeyed messages
+	counts *entityCounters // metrics.go
 }
 
 type pendingSend struct {
@@ -63,7 +64,7 @@ func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler,
 	if w := uint64(linkBytesInFlight) / max; w < engineLinkCredit {
 		l.SetCreditWindow(uint32(w) + 1)
 	}
-	s := &sender{c: c, entity: e, queue: make(chan pendingSend, 4096), done: make(chan struct{})}
+	s := &sender{c: c, entity: e, queue: make(chan pendingSend, 4096), done: make(chan struct{}), counts: c.srv.counters.entity(e.Name)}
 	go s.run()
 	return s, nil
 }
@@ -113,6 +114,7 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 }
 
 func (s *sender) reject(l *amqp.Link, d *amqp.Delivery, f failure, detail string) {
+	s.counts.outcome(1, f, true)
 	if !d.Settled {
 		l.Settle(d.ID, amqp.Rejected{Error: f.amqpError(detail)})
 	}
@@ -209,10 +211,17 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 	res, err := s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
 	cancel()
 	var state amqp.DeliveryState = amqp.Accepted{}
-	if err != nil {
-		state = amqp.Rejected{Error: errFailure(err).amqpError(s.entity.Name)}
-	} else if f, failed := resultFailure(res.GetCode()); failed {
+	var f failure
+	failed := err != nil
+	if failed {
+		f = errFailure(err)
+		state = amqp.Rejected{Error: f.amqpError(s.entity.Name)}
+	} else if f, failed = resultFailure(res.GetCode()); failed {
 		state = amqp.Rejected{Error: f.amqpError(res.GetDescription())}
+	}
+	s.counts.outcome(len(items), f, failed)
+	if !failed {
+		s.counts.incomingMessages.Add(uint64(len(msgs)))
 	}
 	for _, it := range items {
 		if !it.settled {

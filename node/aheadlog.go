@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -101,6 +102,9 @@ type aheadLog struct {
 	// fail stops the group (fail-stop) after a write or an fsync of the
 	// log failed.
 	fail func(error)
+	// synced is told how long each of the syncer's fsyncs took (metrics);
+	// nil: nobody asks.
+	synced func(since time.Time)
 
 	stop chan struct{}
 	done chan struct{}
@@ -275,7 +279,12 @@ func (l *aheadLog) syncLoop() {
 				return
 			}
 		}
-		if err := l.fs.syncDirty(); err != nil {
+		start := time.Now()
+		err := l.fs.syncDirty()
+		if l.synced != nil {
+			l.synced(start)
+		}
+		if err != nil {
 			l.durMu.Lock()
 			l.err = fmt.Errorf("fsync of the raft log: %w", err)
 			close(l.failed)

@@ -586,7 +586,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	if len(entries) == 0 {
 		return out
 	}
+	start := time.Now()
 	results, err := f.g.machine.Apply(entries)
+	f.g.observe(latencyApply, start)
 	if err != nil {
 		f.g.fail(err)
 		return fail(f.g.failure())

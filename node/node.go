@@ -72,6 +72,8 @@ type Node struct {
 
 	stopSupervisor chan struct{}
 	supervisorDone chan struct{}
+
+	metrics *nodeMetrics // metrics.go
 }
 
 // New returns a node that listens (on cfg.Listener, or on cfg.Addr) but
@@ -117,6 +119,7 @@ func New(cfg Config) (*Node, error) {
 		troubles:       make(map[uint64]*trouble),
 		stopSupervisor: make(chan struct{}),
 		supervisorDone: make(chan struct{}),
+		metrics:        newNodeMetrics(),
 	}
 	if n.addr == "" {
 		n.addr = lis.Addr().String()

@@ -246,7 +246,11 @@ func (p *proposer) apply(batch []*proposal) {
 			}
 		}
 	}
+	start := time.Now()
 	results, err := p.commit(b)
+	if err == nil {
+		g.observe(latencyCommit, start)
+	}
 	if err == nil && len(results) != n {
 		err = fmt.Errorf("node: group %d: %d results for %d commands", g.id, len(results), n)
 	}

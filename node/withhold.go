@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -106,6 +107,7 @@ func (g *group) openAheadLog(dir string, hlog *hclogger) (*aheadLog, error) {
 	l.mark = func(term uint64) error { return storeAheadMark(g.stable, aheadMark{term: term, boot: boot}) }
 	l.lostTerm = mark.term
 	l.log = g.log
+	l.synced = func(since time.Time) { g.observe(latencyFsync, since) }
 	return l, nil
 }
 

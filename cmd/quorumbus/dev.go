@@ -20,7 +20,7 @@ func devCmd(args []string) error {
 	fs.StringVar(&o.DataDir, "data", "./data", "directory for every node's data")
 	fs.StringVar(&o.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listener of the front-end (plain, for emulator connection strings)")
 	fs.StringVar(&o.AMQPSAddr, "amqps-addr", "127.0.0.1:5671", "AMQP over TLS listener of the front-end (the SDKs' connection strings without UseDevelopmentEmulator); empty: none")
-	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes; default: one of a CA dev mode makes under -data/tls")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate (chain) of the AMQPS listener (re-read when it changes) and of the HTTPS side of the HTTP listener; default: one of a CA dev mode makes under -data/tls")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM key of -tls-cert")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
@@ -68,14 +68,18 @@ func devCmd(args []string) error {
 		}
 		dev.Declared.Created()
 	}
-	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
+	fmt.Printf("quorumbus dev: %d storage nodes, AMQP on %s, HTTP and HTTPS (management API) on %s, data in %s\n", o.Nodes, dev.AMQPAddr, dev.Admin.Addr(), o.DataDir)
 	fmt.Println(cluster.ConnectionString(dev.AMQPAddr))
 	if dev.AMQPS != nil {
 		fmt.Printf("quorumbus dev: AMQPS on %s\n", dev.AMQPSAddr)
 		fmt.Println(cluster.TLSConnectionString(dev.AMQPSAddr, sas.DevKeyName, sas.DevKey))
-		if dev.CAFile != "" {
-			fmt.Printf("quorumbus dev: the AMQPS certificate is signed by the CA in %s; trust it (Go: azservicebus.ClientOptions.TLSConfig.RootCAs; Node.js: NODE_EXTRA_CA_CERTS=%s)\n", dev.CAFile, dev.CAFile)
-		}
+	}
+	if dev.Admin.Addr() != "" {
+		fmt.Printf("quorumbus dev: management API (azservicebus/admin): Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s\n",
+			dev.Admin.Addr(), sas.DevKeyName, sas.DevKey)
+	}
+	if dev.CAFile != "" {
+		fmt.Printf("quorumbus dev: the AMQPS and HTTPS certificate is signed by the CA in %s; trust it (Go: azservicebus.ClientOptions.TLSConfig.RootCAs, admin.ClientOptions.Transport or SSL_CERT_FILE; Node.js: NODE_EXTRA_CA_CERTS=%s)\n", dev.CAFile, dev.CAFile)
 	}
 	select {
 	case <-ctx.Done():

@@ -22,6 +22,7 @@ var subcommands = []subcommand{
 	{"dev", "run a whole replicated cluster (3 storage nodes, placement, front-end) in one process", devCmd},
 	{"node", "run a storage node (partition groups, placement member)", nodeCmd},
 	{"frontend", "run a stateless AMQP front-end", frontendCmd},
+	{"gateway", "run a stateless HTTP gateway: the Service Bus management API, health, metrics", gatewayCmd},
 	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
 	{"topic", "create, list, get or delete topics on a running cluster", topicCmd},
 	{"subscription", "create, list, get or delete a topic's subscriptions", subscriptionCmd},

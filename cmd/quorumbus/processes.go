@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -109,7 +110,13 @@ func nodeCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	metrics, err := cluster.MetricsHandler(s.Node.Collector())
+	if err != nil {
+		s.Close()
+		return err
+	}
 	admin.Logger, admin.Probes = log, s.Probes()
+	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	hs := adminhttp.New(admin)
 	hs.AddChecks(s.ReadyChecks()...)
 	if err := hs.Start(ctx); err != nil {
@@ -193,7 +200,12 @@ func frontendCmd(args []string) error {
 	if *amqpAddr == "" && *amqpsAddr == "" {
 		return errors.New("-amqp-addr and -amqps-addr are both empty: the front-end would serve nobody")
 	}
+	metrics, err := cluster.MetricsHandler(srv.Collector())
+	if err != nil {
+		return err
+	}
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
+	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	hs := adminhttp.New(admin)
 	var listeners []*cluster.AMQPListener
 	var addrs []string

@@ -383,6 +383,18 @@ func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partition
 	return msgs, err
 }
 
+// Stats reads one entity partition's counters from its group's leader
+// (the gateway's runtime counts and metrics).
+func (r *Router) Stats(ctx context.Context, e *placementpb.Entity, partition uint32) (*partitionpb.StatsResponse, error) {
+	var resp *partitionpb.StatsResponse
+	err := r.call(ctx, e, partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		var err error
+		resp, err = c.Stats(ctx, &partitionpb.StatsRequest{GroupId: group, EntityId: e.Id, Partition: partition})
+		return err
+	})
+	return resp, err
+}
+
 // CancelScheduled implements frontend.Backend.
 func (r *Router) CancelScheduled(ctx context.Context, e *placementpb.Entity, cs *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
 	cs.EntityId = e.Id

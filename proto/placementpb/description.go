@@ -23,16 +23,24 @@ type QueueDescription struct {
 	MaxSizeInMegabytes                  int64
 	MaxMessageSizeInKilobytes           int64
 	PartitionCount                      uint32
-	ForwardTo                           string
-	ForwardDeadLetteredMessagesTo       string
+	// EnablePartitioning without a PartitionCount asks for the default
+	// count (the admin API has no count, only this flag).
+	EnablePartitioning            bool
+	ForwardTo                     string
+	ForwardDeadLetteredMessagesTo string
+	UserMetadata                  string
 }
 
 // Properties returns the catalog's properties of a queue so described.
 func (d QueueDescription) Properties() *QueueProperties {
+	ttl := d.DefaultMessageTimeToLive
+	if ttl >= NeverExpires {
+		ttl = 0
+	}
 	return &QueueProperties{
 		LockDurationMs:                   d.LockDuration.Milliseconds(),
 		MaxDeliveryCount:                 d.MaxDeliveryCount,
-		DefaultMessageTtlMs:              d.DefaultMessageTimeToLive.Milliseconds(),
+		DefaultMessageTtlMs:              ttl.Milliseconds(),
 		DeadLetteringOnMessageExpiration: d.DeadLetteringOnMessageExpiration,
 		RequiresDuplicateDetection:       d.RequiresDuplicateDetection,
 		DuplicateDetectionWindowMs:       d.DuplicateDetectionHistoryTimeWindow.Milliseconds(),
@@ -40,9 +48,84 @@ func (d QueueDescription) Properties() *QueueProperties {
 		MaxSizeInMegabytes:               d.MaxSizeInMegabytes,
 		MaxMessageSizeInKilobytes:        d.MaxMessageSizeInKilobytes,
 		PartitionCount:                   d.PartitionCount,
+		EnablePartitioning:               d.EnablePartitioning,
 		ForwardTo:                        d.ForwardTo,
 		ForwardDeadLetteredMessagesTo:    d.ForwardDeadLetteredMessagesTo,
+		UserMetadata:                     d.UserMetadata,
 	}
+}
+
+// Describe is the inverse of Properties: the description of a queue with
+// these catalog properties (normalized ones have every default filled in).
+// A default message TTL of 0 (none) is described as Forever.
+func Describe(p *QueueProperties) QueueDescription {
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	d := QueueDescription{
+		LockDuration:                        ms(p.GetLockDurationMs()),
+		MaxDeliveryCount:                    p.GetMaxDeliveryCount(),
+		DefaultMessageTimeToLive:            ms(p.GetDefaultMessageTtlMs()),
+		DeadLetteringOnMessageExpiration:    p.GetDeadLetteringOnMessageExpiration(),
+		RequiresDuplicateDetection:          p.GetRequiresDuplicateDetection(),
+		DuplicateDetectionHistoryTimeWindow: ms(p.GetDuplicateDetectionWindowMs()),
+		RequiresSession:                     p.GetRequiresSession(),
+		MaxSizeInMegabytes:                  p.GetMaxSizeInMegabytes(),
+		MaxMessageSizeInKilobytes:           p.GetMaxMessageSizeInKilobytes(),
+		PartitionCount:                      p.GetPartitionCount(),
+		EnablePartitioning:                  p.GetEnablePartitioning() || p.GetPartitionCount() > 1,
+		ForwardTo:                           p.GetForwardTo(),
+		ForwardDeadLetteredMessagesTo:       p.GetForwardDeadLetteredMessagesTo(),
+		UserMetadata:                        p.GetUserMetadata(),
+	}
+	if d.DefaultMessageTimeToLive == 0 {
+		d.DefaultMessageTimeToLive = Forever
+	}
+	return d
+}
+
+// Forever is Service Bus's "no limit" for a duration (.NET's
+// TimeSpan.MaxValue, written P10675199DT2H48M5.4775807S), the largest
+// time.Duration here. A default message TTL from NeverExpires on is
+// stored as none (0): no message lives 290 years.
+const (
+	Forever      = time.Duration(1<<63 - 1)
+	NeverExpires = 100 * 365 * 24 * time.Hour
+)
+
+// ForeverISO is how Service Bus writes Forever.
+const ForeverISO = "P10675199DT2H48M5.4775807S"
+
+// FormatISODuration writes d as Service Bus writes durations: PT1M, P14D,
+// P1DT2H3M4.5S; Forever as ForeverISO.
+func FormatISODuration(d time.Duration) string {
+	if d == Forever {
+		return ForeverISO
+	}
+	if d <= 0 {
+		return "PT0S"
+	}
+	var b strings.Builder
+	b.WriteByte('P')
+	if days := d / (24 * time.Hour); days > 0 {
+		fmt.Fprintf(&b, "%dD", days)
+		d -= days * 24 * time.Hour
+	}
+	if d == 0 {
+		return b.String()
+	}
+	b.WriteByte('T')
+	if h := d / time.Hour; h > 0 {
+		fmt.Fprintf(&b, "%dH", h)
+		d -= h * time.Hour
+	}
+	if m := d / time.Minute; m > 0 {
+		fmt.Fprintf(&b, "%dM", m)
+		d -= m * time.Minute
+	}
+	if d > 0 {
+		b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
+		b.WriteByte('S')
+	}
+	return b.String()
 }
 
 // ParseISODuration parses the ISO 8601 durations Service Bus uses:

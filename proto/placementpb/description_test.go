@@ -56,3 +56,55 @@ func TestQueueDescriptionProperties(t *testing.T) {
 		t.Fatalf("properties\n%v\nwant\n%v", got, want)
 	}
 }
+
+func TestFormatISODurationRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{time.Minute, "PT1M"},
+		{20 * time.Second, "PT20S"},
+		{14 * 24 * time.Hour, "P14D"},
+		{26*time.Hour + 3*time.Minute + 4500*time.Millisecond, "P1DT2H3M4.5S"},
+		{250 * time.Millisecond, "PT0.25S"},
+		{0, "PT0S"},
+		{Forever, ForeverISO},
+	} {
+		got := FormatISODuration(tc.d)
+		if got != tc.want {
+			t.Errorf("FormatISODuration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+		back, err := ParseISODuration(got)
+		if err != nil || back != tc.d {
+			t.Errorf("ParseISODuration(%q) = %v, %v; want %v", got, back, err, tc.d)
+		}
+	}
+}
+
+func TestDescribeInvertsProperties(t *testing.T) {
+	d := QueueDescription{
+		LockDuration:                        30 * time.Second,
+		MaxDeliveryCount:                    7,
+		DefaultMessageTimeToLive:            time.Hour,
+		DeadLetteringOnMessageExpiration:    true,
+		RequiresDuplicateDetection:          true,
+		DuplicateDetectionHistoryTimeWindow: 2 * time.Minute,
+		RequiresSession:                     true,
+		MaxSizeInMegabytes:                  2048,
+		MaxMessageSizeInKilobytes:           1024,
+		PartitionCount:                      4,
+		EnablePartitioning:                  true,
+		UserMetadata:                        "owner=payments",
+	}
+	if got := Describe(d.Properties()); got != d {
+		t.Fatalf("Describe(Properties()) = %+v, want %+v", got, d)
+	}
+	// No TTL is described as Forever, and Forever is stored as none.
+	none := Describe(&QueueProperties{})
+	if none.DefaultMessageTimeToLive != Forever {
+		t.Fatalf("TTL of 0 described as %v, want Forever", none.DefaultMessageTimeToLive)
+	}
+	if ms := none.Properties().DefaultMessageTtlMs; ms != 0 {
+		t.Fatalf("Forever stored as %d ms, want 0 (none)", ms)
+	}
+}

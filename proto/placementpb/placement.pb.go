@@ -196,6 +196,9 @@ type QueueProperties struct {
 	// enable_partitioning without a partition_count asks for the default of
 	// 16 partitions (the admin API's EnablePartitioning).
 	EnablePartitioning bool `protobuf:"varint,13,opt,name=enable_partitioning,json=enablePartitioning,proto3" json:"enable_partitioning,omitempty"`
+	// user_metadata is kept for the user, never interpreted (the admin
+	// API's UserMetadata, at most 1024 characters).
+	UserMetadata string `protobuf:"bytes,14,opt,name=user_metadata,json=userMetadata,proto3" json:"user_metadata,omitempty"`
 	// Subscriptions only: a copy whose rule cannot be evaluated goes to the
 	// dead-letter sub-queue instead of being dropped. Unset means true, as
 	// Azure's default; the catalog stores it set. (Numbers from 31 up:
@@ -324,6 +327,13 @@ func (x *QueueProperties) GetEnablePartitioning() bool {
 		return x.EnablePartitioning
 	}
 	return false
+}
+
+func (x *QueueProperties) GetUserMetadata() string {
+	if x != nil {
+		return x.UserMetadata
+	}
+	return ""
 }
 
 func (x *QueueProperties) GetDeadLetteringOnFilterEvaluationExceptions() bool {
@@ -3641,7 +3651,7 @@ var File_placementpb_placement_proto protoreflect.FileDescriptor
 
 const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
-	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xf1\x06\n" +
+	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\x96\a\n" +
 	"\x0fQueueProperties\x12(\n" +
 	"\x10lock_duration_ms\x18\x01 \x01(\x03R\x0elockDurationMs\x12,\n" +
 	"\x12max_delivery_count\x18\x02 \x01(\rR\x10maxDeliveryCount\x123\n" +
@@ -3657,7 +3667,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
 	"forward_to\x18\v \x01(\tR\tforwardTo\x12H\n" +
 	"!forward_dead_lettered_messages_to\x18\f \x01(\tR\x1dforwardDeadLetteredMessagesTo\x12/\n" +
-	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\x12f\n" +
+	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\x12#\n" +
+	"\ruser_metadata\x18\x0e \x01(\tR\fuserMetadata\x12f\n" +
 	".dead_lettering_on_filter_evaluation_exceptions\x18\x1f \x01(\bH\x00R)deadLetteringOnFilterEvaluationExceptions\x88\x01\x01B1\n" +
 	"/_dead_lettering_on_filter_evaluation_exceptions\"\xef\x02\n" +
 	"\x04Rule\x12\x12\n" +

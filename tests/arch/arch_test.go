@@ -105,6 +105,12 @@ var rules = []rule{
 		reason:  "partition/filter compiles and evaluates rules; every replica must decide the same for the same message and rule, so it reads nothing but the message and the rule, and newid() takes an injected source",
 	},
 	{
+		name:   "the gateway is HTTP over the gRPC services",
+		pkgs:   []string{our("gateway/...")},
+		forbid: []string{our("frontend/..."), our("cmd/...")},
+		reason: "the gateway serves the management API from PlacementService and the partitions' Stats, which cmd wires in (routing.Router); it shares nothing with the AMQP front-end",
+	},
+	{
 		name:    "the placement planner is pure",
 		pkgs:    []string{our("placement/planner/...")},
 		stdOnly: true,

@@ -7,6 +7,7 @@ package adminhttp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +51,18 @@ type Config struct {
 	Probes []Probe
 	// Handlers are served as they are, by pattern (http.ServeMux).
 	Handlers map[string]http.Handler
+	// API serves what the listener's own routes do not, and every request
+	// that carries an api-version query parameter (the Service Bus
+	// management API's, gateway.Gateway), so that an entity named like a
+	// route (healthz, metrics) is still reachable. nil: none.
+	API http.Handler
+	// TLS, when set, makes the listener serve HTTPS and plain HTTP on the
+	// same port, told apart by the first byte (tls.go).
+	TLS *tls.Config
+	// TLSAddr, with TLS, is a second listen address that serves HTTPS
+	// only (a port of its own for HTTPS, as a Kubernetes Service names
+	// one); empty: none.
+	TLSAddr string
 
 	// ProbeInterval is the pause between two rounds of probes. Default 5 s.
 	ProbeInterval time.Duration
@@ -67,7 +80,7 @@ type Config struct {
 // -http-addr's default. Every subcommand that runs a process calls it, so
 // the flags are the same everywhere.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultAddr string) {
-	fs.StringVar(&c.Addr, "http-addr", defaultAddr, "admin HTTP listener: /healthz (liveness), /readyz (readiness), /debug/pprof/ with -pprof (empty: none)")
+	fs.StringVar(&c.Addr, "http-addr", defaultAddr, "admin HTTP listener: /healthz (liveness), /readyz (readiness), /metrics (Prometheus), /debug/pprof/ with -pprof; on dev and gateway the management API too (empty: none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on the admin HTTP listener")
 }
 
@@ -97,6 +110,7 @@ type Server struct {
 	mu     sync.Mutex
 	checks []*check
 	ln     net.Listener
+	tlsLn  net.Listener // TLSAddr's
 	cancel context.CancelFunc
 }
 
@@ -108,9 +122,12 @@ type check struct {
 // writeTimeout bounds writing one response, so that a client that stops
 // reading cannot hold a connection. A CPU profile takes its whole duration
 // (30 s by default) to write, and pprof refuses a duration longer than
-// the timeout.
+// the timeout. The API's calls wait for Raft commits (a create waits for
+// its partitions too) and bound themselves; cutting one short here would
+// make the client retry a change that was made (a create then answers
+// 409).
 func (c Config) writeTimeout() time.Duration {
-	if c.Pprof {
+	if c.Pprof || c.API != nil {
 		return 2 * time.Minute
 	}
 	return 10 * time.Second
@@ -132,8 +149,19 @@ func New(cfg Config) *Server {
 	for pattern, h := range cfg.Handlers {
 		s.mux.Handle(pattern, h)
 	}
+	var handler http.Handler = s.mux
+	if cfg.API != nil {
+		s.mux.Handle("/", cfg.API)
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("api-version") {
+				cfg.API.ServeHTTP(w, r)
+				return
+			}
+			s.mux.ServeHTTP(w, r)
+		})
+	}
 	s.http = &http.Server{
-		Handler:           s.mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      cfg.writeTimeout(),
@@ -153,7 +181,7 @@ func (s *Server) AddChecks(checks ...Check) {
 }
 
 // Handler serves the listener's routes, for tests and for embedding.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.http.Handler }
 
 // Start listens on Config.Addr, serves in the background and starts the
 // watchdog. With an empty Addr it only starts the watchdog.
@@ -171,8 +199,25 @@ func (s *Server) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("admin HTTP listener: %w", err)
 	}
+	if s.cfg.TLS != nil {
+		ln = newSniffListener(ln, s.cfg.TLS)
+	}
+	var tlsLn net.Listener
+	if s.cfg.TLSAddr != "" && s.cfg.TLS != nil {
+		if tlsLn, err = net.Listen("tcp", s.cfg.TLSAddr); err != nil {
+			ln.Close()
+			cancel()
+			return fmt.Errorf("admin HTTPS listener: %w", err)
+		}
+		tlsLn = tls.NewListener(tlsLn, s.cfg.TLS)
+		go func() {
+			if err := s.http.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.cfg.Logger.Error("admin HTTPS listener stopped", "addr", tlsLn.Addr(), "err", err)
+			}
+		}()
+	}
 	s.mu.Lock()
-	s.ln = ln
+	s.ln, s.tlsLn = ln, tlsLn
 	s.mu.Unlock()
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -191,6 +236,16 @@ func (s *Server) Addr() string {
 		return ""
 	}
 	return s.ln.Addr().String()
+}
+
+// TLSAddr is the address of the HTTPS-only listener; "" without one.
+func (s *Server) TLSAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
 }
 
 // Shutdown stops the watchdog and the listener, waiting for requests in

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,15 +14,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/certs"
 	"github.com/quorumbus/quorumbus/frontend/routing"
+	"github.com/quorumbus/quorumbus/gateway"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -90,9 +95,15 @@ type Dev struct {
 	AMQPSAddr string
 	CAFile    string // the generated CA clients trust; empty with DevOptions.TLSCert
 	Admin     *adminhttp.Server
+	Gateway   *gateway.Gateway
+	// AdminCert is the PEM file a client of the HTTP listener's HTTPS side
+	// trusts: CAFile, or DevOptions.TLSCert.
+	AdminCert string
 	Declared  *Declared // nil without DevOptions.Declare
 	AMQPAddr  string
 	NodeAddrs []string
+
+	closers []func()
 }
 
 func NewLogger(level string) *slog.Logger {
@@ -167,15 +178,18 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	c.AMQPAddr = aln.Addr().String()
 	c.AMQP = ServeAMQP(c.Frontend, aln, log)
-	if o.AMQPSAddr != "" {
-		cert, key := o.TLSCert, o.TLSKey
-		if cert == "" && key == "" {
-			files, err := certs.GenerateDev(filepath.Join(o.DataDir, "tls"), extraHosts(o.AMQPSAddr)...)
-			if err != nil {
-				return nil, fmt.Errorf("dev TLS certificate: %w", err)
-			}
-			cert, key, c.CAFile = files.Cert, files.Key, files.CA
+	// The AMQPS listener and the HTTPS side of the HTTP listener serve one
+	// certificate: the given one, or one the dev CA signs.
+	cert, key := o.TLSCert, o.TLSKey
+	if cert == "" && key == "" && (o.AMQPSAddr != "" || o.HTTPAddr != "") {
+		files, err := certs.GenerateDev(filepath.Join(o.DataDir, "tls"), append(extraHosts(o.AMQPSAddr), extraHosts(o.HTTPAddr)...)...)
+		if err != nil {
+			return nil, fmt.Errorf("dev TLS certificate: %w", err)
 		}
+		cert, key, c.CAFile = files.Cert, files.Key, files.CA
+	}
+	c.AdminCert = cmp.Or(c.CAFile, cert)
+	if o.AMQPSAddr != "" {
 		tln, err := ListenTLS(o.AMQPSAddr, cert, key, log)
 		if err != nil {
 			return nil, err
@@ -184,9 +198,36 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		c.AMQPS = ServeAMQP(c.Frontend, tln, log)
 	}
 
-	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router)}
+	placementClient, closePlacement, err := DialPlacementMembers(c.NodeAddrs)
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, closePlacement)
+	// The admin API checks tokens against the same rules as the
+	// front-end: the emulator's, and whatever rules the catalog holds.
+	if c.Gateway, err = gateway.New(gateway.Config{
+		Catalog: placementClient, Stats: c.Router, Logger: log.With("part", "gateway"),
+		Validator: gateway.RulesValidator{Rules: c.Router},
+	}); err != nil {
+		return nil, err
+	}
+	collectors := []prometheus.Collector{c.Frontend.Collector(), c.Gateway.Collector()}
+	for _, s := range c.Storage {
+		collectors = append(collectors, s.Node.Collector())
+	}
+	metrics, err := MetricsHandler(collectors...)
+	if err != nil {
+		return nil, err
+	}
+	admin := adminhttp.Config{Addr: o.HTTPAddr, Pprof: o.Pprof, Logger: log, Probes: FrontendProbes(c.Router), API: c.Gateway,
+		Handlers: map[string]http.Handler{"/metrics": metrics}}
+	if o.HTTPAddr != "" {
+		if admin.TLS, _, err = adminhttp.TLSConfig(cert, key, ""); err != nil {
+			return nil, err
+		}
+	}
 	if o.RaftMetrics {
-		admin.Handlers = map[string]http.Handler{"/debug/raft-metrics": collectRaftMetrics()}
+		admin.Handlers["/debug/raft-metrics"] = collectRaftMetrics()
 	}
 	for _, s := range c.Storage {
 		admin.Probes = append(admin.Probes, s.Probes()...)
@@ -265,6 +306,9 @@ func (c *Dev) Close() error {
 	if c.Router != nil {
 		c.Router.Close()
 	}
+	for _, f := range c.closers {
+		f()
+	}
 	for _, s := range c.Storage {
 		errs = append(errs, s.Close())
 	}
@@ -275,6 +319,23 @@ func (c *Dev) Close() error {
 // gRPC address, and a function that closes it.
 func DialPlacement(addr string) (placementpb.PlacementServiceClient, func(), error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return placementpb.NewPlacementServiceClient(cc), func() { cc.Close() }, nil
+}
+
+// DialPlacementMembers returns a PlacementService client over every
+// member's address: gRPC connects to the first that answers and moves on
+// when it fails (any member serves, forwarding changes to the leader).
+func DialPlacementMembers(addrs []string) (placementpb.PlacementServiceClient, func(), error) {
+	r := manual.NewBuilderWithScheme("quorumbus-placement")
+	state := resolver.State{}
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	r.InitialState(state)
+	cc, err := grpc.NewClient(r.Scheme()+":///placement", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, err
 	}

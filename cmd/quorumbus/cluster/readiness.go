@@ -99,6 +99,19 @@ func RoutingCheck(r *routing.Router) adminhttp.Check {
 	}}
 }
 
+// GatewayChecks are the readiness checks of a gateway: it reached the
+// catalog (a routing table came from a placement member that caught up).
+func GatewayChecks(r *routing.Router) []adminhttp.Check {
+	return []adminhttp.Check{{Name: "catalog", Func: func() error {
+		select {
+		case <-r.Ready():
+			return nil
+		default:
+			return errors.New("no placement member that caught up with the catalog reached yet")
+		}
+	}}}
+}
+
 // FrontendProbes are the liveness probes of a front-end: the router's
 // lock, which every lookup and every routed call takes.
 func FrontendProbes(r *routing.Router) []adminhttp.Probe {

@@ -1,0 +1,494 @@
+// Package gateway serves the Service Bus management API over HTTP: the
+// ATOM documents that the Azure admin clients (Go azservicebus/admin,
+// JavaScript and .NET ServiceBusAdministrationClient) send and read. It
+// is stateless: entities live in the catalog, reached through
+// PlacementService, and runtime counts come from the partition groups'
+// counters. docs/gateway.md describes the API and its answers.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Stats reads one entity partition's counters from its group's leader
+// (frontend/routing.Router follows leaders for it).
+type Stats interface {
+	Stats(ctx context.Context, e *placementpb.Entity, partition uint32) (*partitionpb.StatsResponse, error)
+}
+
+// Config configures a Gateway.
+type Config struct {
+	// Catalog is a PlacementService client: any member answers, and
+	// forwards changes to the meta leader.
+	Catalog placementpb.PlacementServiceClient
+	Stats   Stats
+	// Validator checks SAS tokens; every request needs one with the
+	// Manage right. Required: there is no unauthenticated mode.
+	Validator Validator
+	// Namespace is the name $namespaceinfo reports. Default "quorumbus".
+	Namespace string
+	// Started is reported as the namespace's creation time (the catalog
+	// does not record one). Default: when New ran.
+	Started time.Time
+	// StatsTimeout bounds reading an entity's counters. Default 5 s.
+	StatsTimeout time.Duration
+	// RequestTimeout bounds one request's calls to the cluster; the HTTP
+	// listener must allow longer (adminhttp does, with an API). Default
+	// 60 s.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+	// Now is the clock tokens expire by. Default time.Now.
+	Now func() time.Time
+}
+
+// Validate reports a missing required part.
+func (c Config) Validate() error {
+	switch {
+	case c.Catalog == nil:
+		return errors.New("gateway: no catalog")
+	case c.Stats == nil:
+		return errors.New("gateway: no stats reader")
+	case c.Validator == nil:
+		return errors.New("gateway: no SAS validator")
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "quorumbus"
+	}
+	if c.Started.IsZero() {
+		c.Started = time.Now()
+	}
+	if c.StatsTimeout <= 0 {
+		c.StatsTimeout = 5 * time.Second
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 60 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Gateway is an http.Handler for the management API.
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+}
+
+var _ http.Handler = (*Gateway)(nil)
+
+// New returns a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Gateway{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// ErrNotImplemented: the API does not serve topics, subscriptions and
+// rules yet (the catalog has them); answered 501.
+var ErrNotImplemented = errors.New("gateway: not implemented")
+
+// request is one call, with what every answer needs.
+type request struct {
+	w    http.ResponseWriter
+	r    *http.Request
+	base string // scheme://host, as the client addressed us
+}
+
+// selfLink is the URL of path as the client addressed it, with the API
+// version it asked for.
+func (q request) selfLink(path string) string {
+	u := q.base + "/" + strings.TrimPrefix(path, "/")
+	if v := q.r.URL.Query().Get("api-version"); v != "" {
+		u += "?api-version=" + v
+	}
+	return u
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
+	q := request{w: w, r: r, base: scheme + "://" + r.Host}
+	if err := g.authorize(r); err != nil {
+		g.log.Debug("admin request refused", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	path := strings.Trim(r.URL.Path, "/")
+	segs := strings.Split(path, "/")
+	switch {
+	case path == "":
+		writeError(w, http.StatusNotFound, "gateway: no entity named")
+	case strings.EqualFold(path, "$namespaceinfo"):
+		if !allow(q, http.MethodGet) {
+			return
+		}
+		g.namespaceInfo(q)
+	case strings.EqualFold(path, "$Resources/Queues"):
+		if !allow(q, http.MethodGet) {
+			return
+		}
+		g.listQueues(q)
+	case strings.EqualFold(path, "$Resources/Topics"):
+		g.fail(q, fmt.Errorf("%w: the management API does not serve topics yet", ErrNotImplemented))
+	case len(segs) >= 2 && strings.EqualFold(segs[1], "Subscriptions"):
+		what := "subscriptions"
+		if len(segs) >= 4 && strings.EqualFold(segs[3], "Rules") {
+			what = "rules"
+		}
+		g.fail(q, fmt.Errorf("%w: the management API does not serve %s yet", ErrNotImplemented, what))
+	case strings.HasPrefix(path, "$"):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("gateway: no resource %q", path))
+	default:
+		switch r.Method {
+		case http.MethodGet:
+			g.getEntity(q, path)
+		case http.MethodPut:
+			g.putEntity(q, path)
+		case http.MethodDelete:
+			g.deleteEntity(q, path)
+		default:
+			allow(q, http.MethodGet, http.MethodPut, http.MethodDelete)
+		}
+	}
+}
+
+// allow answers 405 unless the request's method is one of methods.
+func allow(q request, methods ...string) bool {
+	for _, m := range methods {
+		if q.r.Method == m {
+			return true
+		}
+	}
+	q.w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeError(q.w, http.StatusMethodNotAllowed, fmt.Sprintf("gateway: %s is not allowed here", q.r.Method))
+	return false
+}
+
+// authorize checks the SAS token: valid, covering the request's URL, and
+// with the Manage right (every management operation needs it, reads too).
+func (g *Gateway) authorize(r *http.Request) error {
+	t, err := ParseToken(r.Header.Get("Authorization"))
+	if err != nil {
+		return err
+	}
+	rights, err := g.cfg.Validator.Validate(t, g.cfg.Now())
+	if err != nil {
+		return err
+	}
+	if !t.Covers(r.Host, r.URL.Path) {
+		return fmt.Errorf("%w: token for %q, request for %s%s", ErrAudience, t.Resource, r.Host, r.URL.Path)
+	}
+	if rights&RightManage == 0 {
+		return ErrNoManage
+	}
+	return nil
+}
+
+func (g *Gateway) namespaceInfo(q request) {
+	started := atomTime(g.cfg.Started)
+	writeXML(q.w, http.StatusOK, entryType, entryOut{
+		NS:      atomNS,
+		ID:      q.selfLink("$namespaceinfo"),
+		Title:   titleOut{Type: "text", Text: g.cfg.Namespace},
+		Updated: atomTime(g.cfg.Now()),
+		Author:  &authorOut{Name: g.cfg.Namespace},
+		Link:    linkOut{Rel: "self", Href: q.selfLink("$namespaceinfo")},
+		Content: contentOut{Type: "application/xml", Body: namespaceInfoOut{
+			NS: sbNS, NSI: xsiNS,
+			CreatedTime: started, ModifiedTime: started,
+			MessagingSKU: "Standard", Name: g.cfg.Namespace, NamespaceType: "Messaging",
+		}},
+	})
+}
+
+// entry wraps a description in an ATOM entry.
+func (g *Gateway) entry(q request, e *placementpb.Entity, body any) entryOut {
+	return entryOut{
+		NS:        atomNS,
+		ID:        q.selfLink(e.GetName()),
+		Title:     titleOut{Type: "text", Text: e.GetName()},
+		Published: atomTime(msTime(e.GetCreatedAtMs())),
+		Updated:   atomTime(msTime(e.GetUpdatedAtMs())),
+		Author:    &authorOut{Name: g.cfg.Namespace},
+		Link:      linkOut{Rel: "self", Href: q.selfLink(e.GetName())},
+		Content:   contentOut{Type: "application/xml", Body: body},
+	}
+}
+
+func (g *Gateway) getEntity(q request, name string) {
+	ctx := q.r.Context()
+	e, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	if e.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
+		g.fail(q, fmt.Errorf("%w: %s is a %s", ErrNotImplemented, name, e.GetKind()))
+		return
+	}
+	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
+}
+
+// counts sums an entity's partition counters, or returns nil (and logs)
+// when a partition does not answer in time: the description is still
+// served, without its runtime figures.
+func (g *Gateway) counts(ctx context.Context, e *placementpb.Entity) *Counts {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.StatsTimeout)
+	defer cancel()
+	var c Counts
+	for p := range e.GetPartitionGroups() {
+		st, err := g.cfg.Stats.Stats(ctx, e, uint32(p))
+		if err != nil {
+			g.log.Warn("reading an entity's counters", "entity", e.GetName(), "partition", p, "err", err)
+			return nil
+		}
+		c.Active += st.GetActiveMessages()
+		c.DeadLetter += st.GetDeadLetterMessages()
+		c.Scheduled += st.GetScheduledMessages()
+		c.SizeBytes += st.GetSizeBytes()
+	}
+	return &c
+}
+
+func (g *Gateway) readBody(q request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(q.w, http.StatusRequestEntityTooLarge, fmt.Sprintf("gateway: request body over %d bytes", maxBody))
+		} else {
+			writeError(q.w, http.StatusBadRequest, "gateway: reading the request body: "+err.Error())
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// putEntity creates an entity (no If-Match) or updates it (If-Match: *),
+// by the description the body carries.
+func (g *Gateway) putEntity(q request, name string) {
+	body, ok := g.readBody(q)
+	if !ok {
+		return
+	}
+	kind, fields, err := DecodeEntry(body)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	switch kind {
+	case "QueueDescription":
+	case "TopicDescription", "SubscriptionDescription", "RuleDescription":
+		g.fail(q, fmt.Errorf("%w: %s: the management API does not serve topics, subscriptions and rules yet", ErrNotImplemented, kind))
+		return
+	default:
+		g.fail(q, fmt.Errorf("%w: unknown description <%s>", ErrBadXML, kind))
+		return
+	}
+	req, err := DecodeQueue(fields)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	if q.r.Header.Get("If-Match") == "" {
+		g.createQueue(q, name, req)
+		return
+	}
+	g.updateQueue(q, name, req)
+}
+
+func (g *Gateway) createQueue(q request, name string, req queueRequest) {
+	ctx := q.r.Context()
+	e, err := g.cfg.Catalog.CreateEntity(ctx, &placementpb.CreateEntityRequest{
+		Name: name, Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Properties: req.desc.Properties(), Status: req.status,
+	})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	// A queue just created holds nothing: its counts are zero without
+	// asking its partitions, which may still be configuring.
+	writeXML(q.w, http.StatusCreated, entryType, g.entry(q, e, describeQueue(e, &Counts{})))
+}
+
+// immutable are the properties fixed at creation: an update may repeat
+// them, not change them.
+var immutable = []struct {
+	name string
+	get  func(placementpb.QueueDescription) bool
+}{
+	{"RequiresSession", func(d placementpb.QueueDescription) bool { return d.RequiresSession }},
+	{"RequiresDuplicateDetection", func(d placementpb.QueueDescription) bool { return d.RequiresDuplicateDetection }},
+	{"EnablePartitioning", func(d placementpb.QueueDescription) bool { return d.EnablePartitioning }},
+}
+
+// updateQueue replaces a queue's description, as a PUT does: properties
+// the request leaves out go back to their defaults, except the ones fixed
+// at creation, which keep their value.
+func (g *Gateway) updateQueue(q request, name string, req queueRequest) {
+	ctx := q.r.Context()
+	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
+		g.fail(q, fmt.Errorf("%w: %s is a %s, not a queue", ErrBadProperty, name, cur.GetKind()))
+		return
+	}
+	was := placementpb.Describe(cur.GetProperties())
+	for _, p := range immutable {
+		if req.set[p.name] && p.get(req.desc) != p.get(was) {
+			g.fail(q, fmt.Errorf("%w: %s: fixed at creation (%t), cannot be changed", ErrBadProperty, p.name, p.get(was)))
+			return
+		}
+	}
+	req.desc.RequiresSession = was.RequiresSession
+	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
+	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
+	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, nil)))
+}
+
+func (g *Gateway) deleteEntity(q request, name string) {
+	ctx := q.r.Context()
+	// The catalog deletes any kind by name; a topic's subscriptions go
+	// with it (the catalog's work).
+	if _, err := g.cfg.Catalog.DeleteEntity(ctx, &placementpb.DeleteEntityRequest{Name: name}); err != nil {
+		g.fail(q, err)
+		return
+	}
+	q.w.WriteHeader(http.StatusOK)
+}
+
+// defaultPage is the page size of a list that gives no $top (Service
+// Bus's); maxPage bounds one (the namespace's entity limit).
+const (
+	defaultPage = 100
+	maxPage     = 10_000
+)
+
+// listConcurrency bounds the entities whose counters one list (or scrape)
+// reads at once. Each read waits for a leader to confirm its leadership
+// with a quorum, and concurrent confirmations share a heartbeat round, so
+// more at once is faster (docs/performance.md).
+const listConcurrency = 64
+
+func (g *Gateway) listQueues(q request) {
+	skip, top, err := paging(q.r)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	ctx := q.r.Context()
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
+		// One more than the page, to tell whether a next page exists.
+		Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Skip: uint32(skip), Top: uint32(top + 1),
+	})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	es := resp.GetEntities()
+	more := len(es) > top
+	if more {
+		es = es[:top]
+	}
+	descs := make([]*queueDescriptionOut, len(es))
+	sem := make(chan struct{}, listConcurrency)
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			descs[i] = describeQueue(e, g.counts(ctx, e))
+		}()
+	}
+	wg.Wait()
+	feed := feedOut{
+		NS:      atomNS,
+		Title:   titleOut{Type: "text", Text: "Queues"},
+		ID:      q.selfLink("$Resources/Queues"),
+		Updated: atomTime(g.cfg.Now()),
+		Links:   []linkOut{{Rel: "self", Href: q.selfLink("$Resources/Queues")}},
+	}
+	// The JavaScript client pages by the next link's $skip (the Go client
+	// counts for itself).
+	if more {
+		next := q.base + "/$Resources/Queues?" + url.Values{
+			"$skip": {strconv.Itoa(skip + len(es))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
+		}.Encode()
+		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
+	}
+	for i, e := range es {
+		feed.Entries = append(feed.Entries, g.entry(q, e, descs[i]))
+	}
+	writeXML(q.w, http.StatusOK, feedType, feed)
+}
+
+// paging reads $skip and $top.
+func paging(r *http.Request) (skip, top int, err error) {
+	qs := r.URL.Query()
+	top = defaultPage
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"$skip", &skip}, {"$top", &top}} {
+		v := qs.Get(p.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, 0, fmt.Errorf("%w: %s=%q is not a count", ErrBadProperty, p.name, v)
+		}
+		*p.dst = n
+	}
+	if top == 0 || top > maxPage {
+		top = maxPage
+	}
+	return skip, top, nil
+}
+
+// fail answers an error with its status (errors.go) and its text.
+func (g *Gateway) fail(q request, err error) {
+	code := httpStatus(err)
+	if code >= 500 && code != http.StatusNotImplemented {
+		g.log.Warn("admin request failed", "method", q.r.Method, "path", q.r.URL.Path, "status", code, "err", err)
+	}
+	writeError(q.w, code, err.Error())
+}

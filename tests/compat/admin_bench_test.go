@@ -1,0 +1,93 @@
+package compat
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/placement/sas"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// BenchmarkAdminListAndScrape creates QUORUMBUS_BENCH_ENTITIES queues
+// (default 1,000; the namespace allows 10,000) in a dev cluster, then
+// measures listing them all with their runtime properties through the Go
+// admin client (pages of 100, as it asks by default) and scraping
+// /metrics. Figures go to docs/performance.md.
+func BenchmarkAdminListAndScrape(b *testing.B) {
+	n := 1000
+	if v := os.Getenv("QUORUMBUS_BENCH_ENTITIES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := cluster.StartDev(ctx, cluster.DevOptions{
+		DataDir: b.TempDir(), AMQPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Nodes: 3, Groups: 3, CacheMB: 16, LogLevel: "error",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	queues := make([]cluster.QueueSpec, n)
+	for i := range queues {
+		queues[i] = cluster.QueueSpec{Name: fmt.Sprintf("bench-%05d", i), Props: &placementpb.QueueProperties{}}
+	}
+	start := time.Now()
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("created %d queues in %v", n, time.Since(start).Round(time.Millisecond))
+	ac := adminClient(b, c, sas.DevKeyName, sas.DevKey)
+	b.Run("list-runtime", func(b *testing.B) {
+		for range b.N {
+			got := 0
+			p := ac.NewListQueuesRuntimePropertiesPager(nil)
+			for p.More() {
+				page, err := p.NextPage(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += len(page.QueueRuntimeProperties)
+			}
+			if got != n {
+				b.Fatalf("listed %d queues, want %d", got, n)
+			}
+		}
+	})
+	b.Run("list-one-page", func(b *testing.B) {
+		for range b.N {
+			got := 0
+			p := ac.NewListQueuesPager(&admin.ListQueuesOptions{MaxPageSize: int32(n)})
+			for p.More() {
+				page, err := p.NextPage(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += len(page.Queues)
+			}
+			if got != n {
+				b.Fatalf("listed %d queues, want %d", got, n)
+			}
+		}
+	})
+	b.Run("scrape", func(b *testing.B) {
+		for range b.N {
+			resp, err := http.Get("http://" + c.Admin.Addr() + "/metrics")
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}

@@ -1,0 +1,86 @@
+// Drives quorumbus's management API with the official JavaScript admin
+// client (ServiceBusAdministrationClient, ATOM over HTTPS): create, get,
+// update, runtime properties, list in pages, exists, delete, namespace
+// properties, and the errors Azure gives. Usage:
+//
+//   NODE_EXTRA_CA_CERTS=<admin-cert.pem> node admin.mjs "<connection string>"
+//
+// Exits 0 when every step behaved as Azure Service Bus documents, 1 with
+// "FAIL <step>: <reason>" otherwise. A timer ends it.
+import { ServiceBusAdministrationClient } from "@azure/service-bus";
+
+const [connectionString] = process.argv.slice(2);
+const deadline = setTimeout(() => fail("timeout", "did not finish within 100 s"), 100_000);
+
+function fail(step, reason) {
+  console.error(`FAIL ${step}: ${reason}`);
+  process.exit(1);
+}
+
+function check(step, ok, reason) {
+  if (!ok) fail(step, reason);
+  console.log(`ok   ${step}`);
+}
+
+async function status(fn) {
+  try {
+    await fn();
+    return 0;
+  } catch (err) {
+    return err.statusCode ?? -1;
+  }
+}
+
+const admin = new ServiceBusAdministrationClient(connectionString, {
+  retryOptions: { maxRetries: 5, retryDelayInMs: 200 },
+});
+
+try {
+  const created = await admin.createQueue("jsq", { maxDeliveryCount: 4, lockDuration: "PT45S" });
+  check("create", created.name === "jsq" && created.maxDeliveryCount === 4 && created.lockDuration === "PT45S",
+    JSON.stringify(created));
+  check("create again is 409", (await status(() => admin.createQueue("jsq"))) === 409, "no conflict");
+
+  const got = await admin.getQueue("jsq");
+  check("get", got.maxDeliveryCount === 4 && got.status === "Active" && got.requiresSession === false,
+    JSON.stringify(got));
+
+  got.maxDeliveryCount = 9;
+  const updated = await admin.updateQueue(got);
+  check("update", updated.maxDeliveryCount === 9 && updated.lockDuration === "PT45S", JSON.stringify(updated));
+  got.requiresSession = true;
+  check("update of RequiresSession is 400", (await status(() => admin.updateQueue(got))) === 400, "accepted");
+
+  const rt = await admin.getQueueRuntimeProperties("jsq");
+  check("runtime properties", rt.activeMessageCount === 0 && rt.deadLetterMessageCount === 0 &&
+    rt.totalMessageCount === 0 && rt.createdAt instanceof Date && !isNaN(rt.createdAt), JSON.stringify(rt));
+
+  for (const name of ["jsq-a", "jsq-b", "jsq-c"]) await admin.createQueue(name);
+  const names = [];
+  let pages = 0;
+  for await (const page of admin.listQueues().byPage({ maxPageSize: 2 })) {
+    pages++;
+    for (const q of page) names.push(q.name);
+  }
+  check("list in pages", JSON.stringify(names) === JSON.stringify(["jsq", "jsq-a", "jsq-b", "jsq-c"]) && pages === 2,
+    `${JSON.stringify(names)} in ${pages} pages`);
+  const rts = [];
+  for await (const q of admin.listQueuesRuntimeProperties()) rts.push(q.name);
+  check("list runtime properties", rts.length === 4, JSON.stringify(rts));
+
+  check("exists", (await admin.queueExists("jsq")) && !(await admin.queueExists("missing")), "wrong answer");
+  check("get missing is 404", (await status(() => admin.getQueue("missing"))) === 404, "not 404");
+
+  await admin.deleteQueue("jsq");
+  check("delete", !(await admin.queueExists("jsq")), "still there");
+  check("delete missing is 404", (await status(() => admin.deleteQueue("jsq"))) === 404, "not 404");
+
+  const ns = await admin.getNamespaceProperties();
+  check("namespace", ns.name === "quorumbus" && ns.messagingSku === "Standard", JSON.stringify(ns));
+
+  check("topics are 501", (await status(() => admin.createTopic("t"))) === 501, "not 501");
+} catch (err) {
+  fail("unexpected error", err?.stack ?? String(err));
+}
+clearTimeout(deadline);
+process.exit(0);
