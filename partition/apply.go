@@ -68,6 +68,7 @@ type applier struct {
 	locks        map[ekey]bool       // entities whose locks changed
 	scheds       map[ekey]bool       // entities whose scheduled index changed
 	exps         map[ekey]bool       // entities whose expiry index changed
+	slocks       map[ekey]bool       // entities whose session lock index changed
 	woken        map[wakeKey]bool    // sub-queues whose receivers to wake (wake.go)
 	replica      string              // this replica's name (Options.Replica)
 	bodies       bool                // results carry message bodies: this replica answers the batch
@@ -174,6 +175,16 @@ func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
 		return a.expireMessages()
 	case *partitionpb.Command_StageBody:
 		return a.stageBody(op.StageBody)
+	case *partitionpb.Command_AcceptSession:
+		return a.acceptSession(op.AcceptSession)
+	case *partitionpb.Command_RenewSessionLock:
+		return a.renewSessionLock(op.RenewSessionLock)
+	case *partitionpb.Command_SetSessionState:
+		return a.setSessionState(op.SetSessionState)
+	case *partitionpb.Command_ReleaseSession:
+		return a.releaseSession(op.ReleaseSession)
+	case *partitionpb.Command_ExpireSessionLocks:
+		return a.expireSessionLocks()
 	default:
 		// A newer leader's command: applying nothing would diverge from the
 		// replicas that know it, so the group stops.
@@ -355,6 +366,11 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		}
 		if err := a.checkStaged(e, i, nm); err != nil {
 			return nil, err
+		}
+		if e.cfg.RequiresSession {
+			if err := checkSessionID(nm.SessionId); err != nil {
+				return nil, fmt.Errorf("%w: message %d: %s requires sessions, and every message needs a session id of at most %d bytes", err, i, e.cfg.Name, MaxSessionIDBytes)
+			}
 		}
 		size += newMessageSize(nm)
 	}
