@@ -261,8 +261,8 @@ func sessionLog(t *testing.T, seed uint64, n int) *pt.Driver {
 	cfg.MaxDeliveryCount = 3
 	d.OK(pt.Upsert(cfg))
 	sids := []string{"a", "b", "c", "d"}
-	held := map[string][]byte{}  // session -> token
-	var tokens [][]byte          // message lock tokens handed out
+	held := map[string][]byte{} // session -> token
+	var tokens [][]byte         // message lock tokens handed out
 	for i := range n {
 		if err := partition.CheckSessions(d.M, 1, 0); err != nil {
 			t.Fatalf("before command %d: %v", i, err)
