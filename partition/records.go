@@ -267,7 +267,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 			e.sched.lower(keys[len(keys)-1])
 		}
 	}
-	if s.expiring() {
+	if s.expiring() && !session {
 		keys = append(keys, expiryKey(e.key, s.exp, s.seq))
 		a.exps[e.key] = true
 		if set {

@@ -241,8 +241,14 @@ func (a *applier) expireSessionLocks() (*partitionpb.Result, error) {
 
 // lockSession takes the next messages of the session that c's session
 // token locks, in sequence order: locked until the session lock ends, or
-// removed with receive_and_delete. Expired messages on the way are
-// dropped (or dead-lettered) as Lock drops them.
+// removed with receive_and_delete.
+//
+// Time to live within a session follows Service Bus: messages expire
+// only while a receiver holds the session (they are in no expiry index),
+// and once one of them has expired, the session's messages are expired
+// with it: the Lock that meets an expired message ends it and every
+// message after it in the stream (dropped, or dead-lettered where the
+// entity says so) and hands out only those before it.
 func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Result, error) {
 	r, err := a.heldSession(e, c.SessionId, c.SessionToken)
 	if err != nil {
@@ -262,9 +268,10 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 		return nil, err
 	}
 	count, taken := 0, int64(0)
+	expiring := false // an expired message was met: the rest expire too
 	err = func() error {
 		for _, seq := range seqs {
-			if count >= want || taken >= lockBytes {
+			if !expiring && (count >= want || taken >= lockBytes) {
 				return nil
 			}
 			p, err := cur.record(seq)
@@ -281,7 +288,8 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			if !old.available() {
 				return fmt.Errorf("%w: %s: message %d is in session %q's stream but not available", ErrCorrupt, e.key, seq, c.SessionId)
 			}
-			if old.expired(a.now) {
+			if old.expired(a.now) || expiring {
+				expiring = true
 				m, err := decodeState(cur.key, p)
 				if err != nil {
 					return err

@@ -377,3 +377,44 @@ func TestSessionDeterminism(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionTTL: messages of a session expire only while a receiver holds
+// the session, and once one has expired the ones after it expire with it.
+func TestSessionTTL(t *testing.T) {
+	for _, dl := range []bool{false, true} {
+		t.Run(fmt.Sprint("dead-letter ", dl), func(t *testing.T) {
+			d := pt.NewDriver(t, 1000)
+			cfg := pt.SessionQueue(1, 0, "sq")
+			cfg.DeadLetteringOnExpiration = dl
+			d.OK(pt.Upsert(cfg))
+			short := pt.SessionMsg("a", "m2")
+			short.TtlMs = 1000
+			d.OK(pt.Enqueue(1, 0, pt.SessionMsg("a", "m1"), short, pt.SessionMsg("a", "m3")))
+			d.Now += 5000
+			if _, ok := d.M.NextMessageExpiry(); ok {
+				t.Fatal("a session message is in the expiry index")
+			}
+			d.OK(pt.ExpireMessages())
+			if s := d.Stats(1, 0); s.ActiveMessages != 3 {
+				t.Fatalf("%d active before a receiver came, want 3", s.ActiveMessages)
+			}
+			tok := pt.SessionToken(1)
+			d.OK(pt.Accept(1, 0, "a", tok))
+			r := d.OK(pt.LockSession(1, 0, "a", tok, 10, 1))
+			if got := bodies(r); !slices.Equal(got, []string{"m1"}) {
+				t.Fatalf("received %q, want m1 alone", got)
+			}
+			s := d.Stats(1, 0)
+			wantDead := uint64(0)
+			if dl {
+				wantDead = 2
+			}
+			if s.ActiveMessages != 1 || s.DeadLetterMessages != wantDead {
+				t.Fatalf("active %d dead %d, want 1 and %d", s.ActiveMessages, s.DeadLetterMessages, wantDead)
+			}
+			if err := partition.CheckSessions(d.M, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
