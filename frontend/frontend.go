@@ -45,6 +45,10 @@ type Config struct {
 	// 100 MB messages per connection, and 1 GiB.
 	MaxConnPartialBytes int64
 	MaxPartialBytes     int64
+	// SessionAcceptWait is how long an accept-next session receiver waits
+	// for a session when the client names no com.microsoft:timeout.
+	// Default DefaultSessionAcceptWait.
+	SessionAcceptWait time.Duration
 }
 
 func (c *Config) validate() error {
@@ -56,6 +60,9 @@ func (c *Config) validate() error {
 	}
 	if c.ContainerID == "" {
 		c.ContainerID = "quorumbus"
+	}
+	if c.SessionAcceptWait == 0 {
+		c.SessionAcceptWait = DefaultSessionAcceptWait
 	}
 	if c.ReceiveWait == 0 {
 		c.ReceiveWait = 5 * time.Second
@@ -133,6 +140,9 @@ type conn struct {
 	amqp    *amqp.Conn
 	log     *slog.Logger
 	replies replyLinks
+	// sessionLocks are the session locks of the connection's session
+	// receivers, for the session's $management operations.
+	sessionLocks sessionRegistry
 }
 
 func (c *conn) Closed(error) {}
