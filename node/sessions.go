@@ -26,8 +26,11 @@ func (s *service) AcceptSession(ctx context.Context, req *partitionpb.AcceptSess
 	if lead == nil {
 		return nil, toStatus(g.checkLeader())
 	}
-	token := make([]byte, partitionpb.LockTokenBytes)
-	rand.Read(token) // never fails (crypto/rand)
+	token := req.Token
+	if len(token) == 0 {
+		token = make([]byte, partitionpb.LockTokenBytes)
+		rand.Read(token) // never fails (crypto/rand)
+	}
 	cmd := &partitionpb.Command{Op: &partitionpb.Command_AcceptSession{AcceptSession: &partitionpb.AcceptSession{
 		EntityId: req.EntityId, Partition: req.Partition, SessionId: req.SessionId, Next: req.Next, Token: token,
 	}}}

@@ -78,6 +78,10 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 	if err != nil {
 		return nil, err
 	}
+	if r.lockedBy(c.Token, a.now) {
+		// A repeated request, whose first answer was lost: it has it.
+		return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{r.until}}, nil
+	}
 	if r.locked() {
 		if r.until > a.now {
 			return nil, fmt.Errorf("%w: session %q of %s is locked by another receiver", ErrSessionLocked, sid, e.cfg.Name)

@@ -80,6 +80,11 @@ func TestSessionOrderAndLocks(t *testing.T) {
 		t.Fatalf("accept: %v", acc)
 	}
 	wantCode(t, "second accept", d.Do(pt.Accept(1, 0, "a", tb)), codeSessionLocked)
+	// A repeated accept (its answer lost) finds the lock its own.
+	d.Now += 10
+	if again := d.OK(pt.Accept(1, 0, "a", ta)); again.LockedUntilMs[0] != acc.LockedUntilMs[0] {
+		t.Fatalf("repeated accept: %v, want the first answer %v", again, acc)
+	}
 	wantCode(t, "lock with another token", d.Do(pt.LockSession(1, 0, "a", tb, 10, 1)), codeSessionLost)
 
 	// In order; an abandoned message comes back first.

@@ -2044,10 +2044,11 @@ func (x *LockBySequence) GetSessionToken() []byte {
 // AcceptSession locks a session for a receiver: the one named by
 // session_id (a session with no messages can be locked), or with next
 // the session that has waited longest with available messages (none:
-// an OK result without session_id). token (16 bytes, chosen by the
-// leader) names the lock from then on. A session locked by another
-// token is rejected (RESULT_SESSION_CANNOT_BE_LOCKED). The result
-// carries session_id and locked_until_ms[0].
+// an OK result without session_id). token (16 bytes) names the lock from
+// then on. A session locked by another token is rejected
+// (RESULT_SESSION_CANNOT_BE_LOCKED); one locked by this token already is
+// answered as it stands (a repeated request). The result carries
+// session_id and locked_until_ms[0].
 type AcceptSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
@@ -3807,13 +3808,17 @@ func (x *ReceiveDeferredResponse) GetResult() *Result {
 // waits that long for a session with available messages; running out of
 // time is an OK result without session_id.
 type AcceptSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	EntityId      uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
-	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	SessionId     string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Next          bool                   `protobuf:"varint,5,opt,name=next,proto3" json:"next,omitempty"`
-	WaitMs        int64                  `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	GroupId   uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId  uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Next      bool                   `protobuf:"varint,5,opt,name=next,proto3" json:"next,omitempty"`
+	WaitMs    int64                  `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// The lock's token, 16 bytes, the same on every attempt of the request,
+	// so that a retry of an accept whose answer was lost finds the session
+	// locked by it rather than by another; empty: the node chooses one.
+	Token         []byte `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3888,6 +3893,13 @@ func (x *AcceptSessionRequest) GetWaitMs() int64 {
 		return x.WaitMs
 	}
 	return 0
+}
+
+func (x *AcceptSessionRequest) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
 }
 
 type AcceptSessionResponse struct {
@@ -4779,7 +4791,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"session_id\x18\b \x01(\tR\tsessionId\x12#\n" +
 	"\rsession_token\x18\t \x01(\fR\fsessionToken\"Q\n" +
 	"\x17ReceiveDeferredResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xb8\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xce\x01\n" +
 	"\x14AcceptSessionRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -4787,7 +4799,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04next\x18\x05 \x01(\bR\x04next\x12\x17\n" +
-	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\"e\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x14\n" +
+	"\x05token\x18\a \x01(\fR\x05token\"e\n" +
 	"\x15AcceptSessionResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\fR\x05token\"t\n" +
