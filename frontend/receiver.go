@@ -106,7 +106,14 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 // its session back, and with it the messages it did not settle.
 func (r *receiver) Detached(*amqp.Link, error) {
 	r.cancel()
-	if r.c.sessions() != nil {
+	if r.entity.GetProperties().GetRequiresSession() && r.c.sessions() != nil {
+		// Marked here, on the engine's goroutine, so that an attach that
+		// follows on this connection already sees the lock ending.
+		r.mu.Lock()
+		if r.session != nil {
+			r.session.ending.Store(true)
+		}
+		r.mu.Unlock()
 		go r.releaseSession()
 	}
 }

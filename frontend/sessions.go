@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
@@ -37,6 +38,10 @@ type sessionLock struct {
 	partition uint32
 	token     []byte
 	link      string // the receiver's link name
+	// ending: the receiver's link ended and the lock is being given
+	// back; released is closed once it was.
+	ending   atomic.Bool
+	released chan struct{}
 
 	mu    sync.Mutex
 	until time.Time
@@ -155,16 +160,23 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration) (req sessionReques
 	}
 	req.wait = defaultWait
 	if v, present := a.Properties.Get(propTimeout); present {
+		var ms int64
 		switch t := v.(type) {
 		case uint32:
-			req.wait = time.Duration(t) * time.Millisecond
+			ms = int64(t)
 		case uint64:
-			req.wait = time.Duration(min(t, uint64(24*time.Hour/time.Millisecond))) * time.Millisecond
+			ms = int64(min(t, uint64(24*time.Hour/time.Millisecond)))
 		case int64:
-			req.wait = time.Duration(max(t, 0)) * time.Millisecond
+			ms = max(t, 0)
 		case int32:
-			req.wait = time.Duration(max(t, 0)) * time.Millisecond
+			ms = int64(max(t, 0))
 		}
+		// The client gives up when its time is out (the Go SDK sends
+		// what remains of its deadline, less a few milliseconds): the
+		// answer has to be on its way before, so the wait ends a tenth
+		// early (at most a second).
+		t := time.Duration(ms) * time.Millisecond
+		req.wait = t - min(t/10, time.Second)
 	}
 	return req, true, nil
 }
@@ -187,14 +199,26 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 	e := r.entity
 	partitions := uint32(max(len(e.PartitionGroups), 1))
 	refuse := func(f failure, detail string) { r.link.RefuseAttach(f.amqpError(detail)) }
+	// The calls do not end with the link: a call given up half way may
+	// still lock a session, which nobody would then release. One that
+	// locks a session after the peer detached releases it below.
 
 	var res *partitionpb.Result
 	var token []byte
 	var part uint32
 	var err error
 	if sr.id != "" {
+		// The SDKs accept a session again after its link failed: wait
+		// for the release of that link's lock on this connection first.
+		if old := r.c.sessionLocks.find(e.Id, sr.id); old != nil && old.ending.Load() {
+			select {
+			case <-old.released:
+			case <-time.After(sendTimeout):
+			case <-r.ctx.Done():
+			}
+		}
 		part = partitionpb.PartitionForKey(sr.id, partitions)
-		ctx, cancel := context.WithTimeout(r.ctx, sendTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: part, SessionId: sr.id})
 		cancel()
 	} else {
@@ -207,20 +231,16 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 			if p == partitions-1 {
 				wait = time.Until(deadline)
 			}
-			ctx, cancel := context.WithTimeout(r.ctx, wait+sendTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), wait+sendTimeout)
 			res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: p, Next: true, WaitMs: max(wait.Milliseconds(), 0)})
 			cancel()
 		}
 	}
-	switch {
-	case r.ctx.Err() != nil:
-		// The peer detached while we waited; a lock taken meanwhile goes
-		// back below.
-	case err != nil:
+	if err != nil {
 		refuse(errFailure(err), "")
 		return
 	}
-	if f, failed := resultFailure(res.GetCode()); err == nil && failed {
+	if f, failed := resultFailure(res.GetCode()); failed {
 		refuse(f, res.GetDescription())
 		return
 	}
@@ -230,7 +250,7 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 		}
 		return
 	}
-	lock := &sessionLock{id: res.SessionId, partition: part, token: token, link: r.link.Name()}
+	lock := &sessionLock{id: res.SessionId, partition: part, token: token, link: r.link.Name(), released: make(chan struct{})}
 	until := time.Now()
 	if len(res.LockedUntilMs) > 0 {
 		until = time.UnixMilli(res.LockedUntilMs[0]).UTC()
@@ -271,8 +291,12 @@ func (r *receiver) releaseSession() {
 	if lock == nil {
 		return // none yet: acceptSession releases what it takes after the detach
 	}
+	lock.ending.Store(true)
 	r.releaseOnce.Do(func() {
-		r.c.sessionLocks.remove(r.entity.Id, lock)
+		// Out of the registry only once released: an accept of the same
+		// session on this connection waits for that.
+		defer close(lock.released)
+		defer r.c.sessionLocks.remove(r.entity.Id, lock)
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		defer cancel()
 		res, err := r.c.sessions().ReleaseSession(ctx, r.entity, &partitionpb.ReleaseSession{
