@@ -28,8 +28,17 @@ func sessionQueue(name string) cluster.QueueSpec {
 func sendSession(t *testing.T, ctx context.Context, snd *azservicebus.Sender, sid string, bodies ...string) {
 	t.Helper()
 	for _, b := range bodies {
-		if err := snd.SendMessage(ctx, &azservicebus.Message{SessionID: &sid, Body: []byte(b)}, nil); err != nil {
-			t.Fatalf("send %s to session %s: %v", b, sid, err)
+		for {
+			err := snd.SendMessage(ctx, &azservicebus.Message{SessionID: &sid, Body: []byte(b)}, nil)
+			if err == nil {
+				break
+			}
+			// The routing table may name a new queue before its
+			// partition group has applied it.
+			if !strings.Contains(err.Error(), "entity not found") || ctx.Err() != nil {
+				t.Fatalf("send %s to session %s: %v", b, sid, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }
@@ -277,9 +286,13 @@ func TestDevSessionsConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+				start := time.Now()
 				r, err := client.AcceptNextSessionForQueue(actx, "sq", nil)
 				acancel()
+				if err != nil {
+					t.Logf("accept next: %v after %v", err, time.Since(start))
+				}
 				var sbErr *azservicebus.Error
 				if errors.As(err, &sbErr) && sbErr.Code == azservicebus.CodeTimeout {
 					return // none left
