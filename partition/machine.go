@@ -376,7 +376,6 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),
 		exps:         make(map[ekey]bool),
-		slocks:       make(map[ekey]bool),
 		woken:        make(map[wakeKey]bool),
 		replica:      m.replica,
 		reqFloor:     &m.reqFloor,
@@ -404,6 +403,9 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		return results, nil
 	}
 	if err := a.flushGrants(); err != nil {
+		return nil, m.fail(err)
+	}
+	if err := a.flushSessions(); err != nil {
 		return nil, m.fail(err)
 	}
 	for _, k := range sortedKeys(a.dirty) {

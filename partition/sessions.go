@@ -305,19 +305,19 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			}
 			count++
 			taken += old.size
+			// As Lock does: only the answering replica decodes what it
+			// hands out; the others lock the record as it is.
 			var m *partitionpb.StoredMessage
-			if a.bodies || !c.ReceiveAndDelete {
+			if a.bodies {
 				if m, err = decodeState(cur.key, p); err != nil {
 					return err
 				}
+				if err := cur.body(m); err != nil {
+					return err
+				}
+				res.Messages = append(res.Messages, m)
 			}
 			if c.ReceiveAndDelete {
-				if a.bodies {
-					if err := cur.body(m); err != nil {
-						return err
-					}
-					res.Messages = append(res.Messages, m)
-				}
 				if err := a.remove(e, old); err != nil {
 					return err
 				}
@@ -326,14 +326,11 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			if a.recordLocks {
 				a.handedOut = append(a.handedOut, seq)
 			}
-			m.LockToken, m.LockedUntilMs = lockToken(seq, c.TokenSeed), r.until
-			if a.bodies {
-				if err := cur.body(m); err != nil {
-					return err
-				}
-				res.Messages = append(res.Messages, m)
+			token := lockToken(seq, c.TokenSeed)
+			if m != nil {
+				m.LockToken, m.LockedUntilMs = token, r.until
 			}
-			if err := a.update(e, old, m); err != nil {
+			if err := a.lockRecord(e, old, p, token, r.until); err != nil {
 				return err
 			}
 		}

@@ -368,8 +368,31 @@ func TestSessionDeterminism(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// n2 applies what n1 proposed: it answers nothing and reads
+			// no message it hands out.
+			opts := pt.Options()
+			opts.Replica = "n2"
+			n2, err := partition.Open(t.TempDir(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = n2.Close() })
+			for _, e := range entries {
+				batch, err := partition.DecodeBatch(e.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch.Proposer = "n1"
+				data, err := partition.EncodeBatch(batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := n2.Apply([]partition.Entry{{Index: e.Index, Data: data}}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			sa := snapshotBytes(t, a.M)
-			for name, m := range map[string]*partition.Machine{"b": b, "c": c, "restored": r} {
+			for name, m := range map[string]*partition.Machine{"b": b, "c": c, "restored": r, "n2": n2} {
 				if !bytes.Equal(sa, snapshotBytes(t, m)) {
 					t.Fatalf("snapshots of a and %s differ", name)
 				}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -151,19 +153,87 @@ func readSession(r pebble.Reader, k ekey, sid string) (*sessionRecord, error) {
 	return decodeSessionRecord(key, p)
 }
 
-// session reads a session's record as this batch left it.
-func (a *applier) session(e *entity, sid string) (*sessionRecord, error) {
-	return readSession(a.b, e.key, sid)
+// sessionRef names a session of an entity partition.
+type sessionRef struct {
+	k   ekey
+	sid string
 }
 
-// putSession writes a session's record, or deletes it once the session
-// is implicit again.
-func (a *applier) putSession(e *entity, sid string, r *sessionRecord) error {
-	key := sessionKey(e.key, sid)
-	if r.empty() {
-		return a.b.Delete(key, nil)
+// session returns a session's record as this Apply left it. The records
+// an Apply reads stay with the applier (changed in place) until
+// flushSessions writes the changed ones: a session's messages change its
+// counts several times per command (a Lock of 64 messages: 128 times),
+// and a read through the batch for each cost more than the messages.
+func (a *applier) session(e *entity, sid string) (*sessionRecord, error) {
+	ref := sessionRef{e.key, sid}
+	if r, ok := a.sessionRecs[ref]; ok {
+		return r, nil
 	}
-	return a.b.Set(key, seal(key, r.encode()), nil)
+	r, err := readSession(a.b, e.key, sid)
+	if err != nil {
+		return nil, err
+	}
+	if a.sessionRecs == nil {
+		a.sessionRecs = make(map[sessionRef]*sessionRecord)
+		a.sessionDirty = make(map[sessionRef]bool)
+	}
+	a.sessionRecs[ref] = r
+	return r, nil
+}
+
+// putSession notes that a session's record (the one session returned)
+// changed.
+func (a *applier) putSession(e *entity, sid string, r *sessionRecord) error {
+	ref := sessionRef{e.key, sid}
+	if a.sessionRecs[ref] != r {
+		return fmt.Errorf("partition: %s: session %q: a record not read through the applier", e.key, sid)
+	}
+	a.sessionDirty[ref] = true
+	return nil
+}
+
+// flushSessions writes the session records changed since the last flush,
+// in key order: a record, or its deletion once the session is implicit
+// again.
+func (a *applier) flushSessions() error {
+	refs := make([]sessionRef, 0, len(a.sessionDirty))
+	for ref := range a.sessionDirty {
+		refs = append(refs, ref)
+	}
+	slices.SortFunc(refs, func(x, y sessionRef) int {
+		switch {
+		case x.k.less(y.k):
+			return -1
+		case y.k.less(x.k):
+			return 1
+		}
+		return strings.Compare(x.sid, y.sid)
+	})
+	for _, ref := range refs {
+		r, key := a.sessionRecs[ref], sessionKey(ref.k, ref.sid)
+		var err error
+		if r.empty() {
+			err = a.b.Delete(key, nil)
+		} else {
+			err = a.b.Set(key, seal(key, r.encode()), nil)
+		}
+		if err != nil {
+			return err
+		}
+		delete(a.sessionDirty, ref)
+	}
+	return nil
+}
+
+// dropSessions forgets the session records of an entity partition whose
+// records a range deletion removed.
+func (a *applier) dropSessions(k ekey) {
+	for ref := range a.sessionRecs {
+		if ref.k == k {
+			delete(a.sessionRecs, ref)
+			delete(a.sessionDirty, ref)
+		}
+	}
 }
 
 // setReady puts the session in (or takes it out of) the index of sessions
@@ -226,6 +296,9 @@ func (a *applier) setSessionLock(e *entity, sid string, r *sessionRecord, token 
 			return err
 		}
 		e.slock.lower(key)
+	}
+	if a.slocks == nil {
+		a.slocks = make(map[ekey]bool)
 	}
 	a.slocks[e.key] = true
 	return nil
