@@ -90,3 +90,19 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	return nil
 }
+
+// DecodeSessionRecord decodes a session record's payload and encodes it
+// again (FuzzSessionRecord).
+func DecodeSessionRecord(p []byte) (again []byte, err error) {
+	r, err := decodeSessionRecord([]byte("key"), p)
+	if err != nil {
+		return nil, err
+	}
+	return r.encode(), nil
+}
+
+// SessionRecordBytes is the payload of a session record (for fuzz seeds).
+func SessionRecordBytes(token []byte, until, avail, held int64, readySeq uint64, state []byte) []byte {
+	r := &sessionRecord{token: token, until: until, avail: avail, held: held, ready: readySeq != 0, readySeq: readySeq, state: state}
+	return r.encode()
+}
