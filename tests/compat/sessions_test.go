@@ -389,3 +389,38 @@ func TestDevSessionLockSurvivesLeaderLoss(t *testing.T) {
 }
 
 func other(t *testing.T, c *cluster.Dev) *azservicebus.Client { return devClient(t, c) }
+
+// A session lock that runs out ends by the leader's clock: another
+// receiver can then accept the session and gets its unsettled messages
+// again, each counting the delivery. (The first receiver's Go SDK answers
+// the lost lock, on its next operation, by accepting the session again.)
+func TestDevSessionLockExpiry(t *testing.T) {
+	c := startTestDev(t, cluster.QueueSpec{Name: "sq", Props: &placementpb.QueueProperties{RequiresSession: true, LockDurationMs: 2000}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("sq", nil)
+	sendSession(t, ctx, snd, "s", "m1", "m2")
+	r, err := client.AcceptSessionForQueue(ctx, "sq", "s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := receiveN(t, ctx, r, 2)
+	if got[0].DeliveryCount != 1 {
+		t.Fatalf("first delivery count %d", got[0].DeliveryCount)
+	}
+	time.Sleep(time.Until(r.LockedUntil()) + 1500*time.Millisecond)
+	next, err := devClient(t, c).AcceptSessionForQueue(ctx, "sq", "s", nil)
+	if err != nil {
+		t.Fatalf("accept after the lock ran out: %v", err)
+	}
+	again := receiveN(t, ctx, next, 2)
+	if b := bodiesOf(again); !slices.Equal(b, []string{"m1", "m2"}) || again[0].DeliveryCount != 2 {
+		t.Fatalf("after expiry: %q, delivery count %d, want m1 m2 and 2", b, again[0].DeliveryCount)
+	}
+	for _, m := range again {
+		if err := next.CompleteMessage(ctx, m, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
