@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -422,5 +424,90 @@ func TestDevSessionLockExpiry(t *testing.T) {
 		if err := next.CompleteMessage(ctx, m, nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A session's state is kept while the session has no messages and no
+// receiver, and through a restart of the whole cluster.
+func TestDevSessionStateSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	port := freePortRun(t, 3)
+	start := func() *cluster.Dev {
+		c, err := cluster.StartDev(context.Background(), cluster.DevOptions{
+			DataDir: dir, AMQPAddr: "127.0.0.1:0", Nodes: 3, NodePort: port, Groups: 3, CacheMB: 16, LogLevel: "error",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := c.Router.Entity("sq"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatal("queue sq never reached the front-end's routing table")
+			}
+		}
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := cluster.StartDev(context.Background(), cluster.DevOptions{
+		DataDir: dir, AMQPAddr: "127.0.0.1:0", Nodes: 3, NodePort: port, Groups: 3, CacheMB: 16, LogLevel: "error",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, []cluster.QueueSpec{sessionQueue("sq")}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	c.Close()
+
+	c = start()
+	client, err := azservicebus.NewClientFromConnectionString(cluster.ConnectionString(c.AMQPAddr), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r *azservicebus.SessionReceiver
+	for {
+		if r, err = client.AcceptSessionForQueue(ctx, "sq", "s", nil); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the queue's group may still be applying it
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetSessionState(ctx, []byte("kept"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client.Close(ctx)
+	c.Close()
+
+	c = start()
+	defer c.Close()
+	client = devClient(t, c)
+	var listed []string
+	pager := client.NewListSessionsForQueuePager("sq", nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, page.Sessions...)
+	}
+	if !slices.Equal(listed, []string{"s"}) {
+		t.Fatalf("sessions after the restart: %q", listed)
+	}
+	r, err = client.AcceptSessionForQueue(ctx, "sq", "s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.GetSessionState(ctx, nil); err != nil || string(st) != "kept" {
+		t.Fatalf("state after the restart: %q %v", st, err)
 	}
 }
