@@ -33,7 +33,7 @@ func (s *service) AcceptSession(ctx context.Context, req *partitionpb.AcceptSess
 	}
 	cmd := &partitionpb.Command{Op: &partitionpb.Command_AcceptSession{AcceptSession: &partitionpb.AcceptSession{
 		EntityId: req.EntityId, Partition: req.Partition, SessionId: req.SessionId, Next: req.Next, Token: token,
-	}}}
+	}}, RequestId: req.RequestId}
 	if !req.Next {
 		res, err := g.propose1(ctx, cmd)
 		if err != nil {

@@ -470,3 +470,27 @@ func FuzzSessionRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestSessionAcceptRequestID: an accept-next repeated under its request id
+// (its answer was lost) gets the session it locked, not another; one that
+// locked nothing recorded nothing, so its repeat may lock one.
+func TestSessionAcceptRequestID(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	withID := func(c *partitionpb.Command, id string) *partitionpb.Command {
+		c.RequestId = []byte(id)
+		return c
+	}
+	if r := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(1)), "req-1")); r.SessionId != "" {
+		t.Fatalf("accept-next on an empty entity: %v", r)
+	}
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("a", "a1"), pt.SessionMsg("b", "b1")))
+	first := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(1)), "req-1"))
+	again := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(1)), "req-1"))
+	if first.SessionId != "a" || again.SessionId != "a" || again.LockedUntilMs[0] != first.LockedUntilMs[0] {
+		t.Fatalf("accept-next %v, its repeat %v: want session a twice", first, again)
+	}
+	if r := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(2)), "req-2")); r.SessionId != "b" {
+		t.Fatalf("another accept-next: %v, want b", r)
+	}
+}

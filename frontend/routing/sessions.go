@@ -16,15 +16,16 @@ var _ frontend.SessionBackend = (*Router)(nil)
 
 // AcceptSession implements frontend.SessionBackend. An accept-next may
 // wait req.WaitMs on the node, so each attempt may take that much longer.
-// Every attempt carries the same token, so that a retried accept of a
-// given session finds the lock an earlier attempt took as its own.
+// Every attempt carries the same token and request id, so that a retried
+// accept finds the lock an earlier attempt took as its own: the session
+// it named, or the one an accept-next locked.
 func (r *Router) AcceptSession(ctx context.Context, e *placementpb.Entity, req *partitionpb.AcceptSessionRequest) (*partitionpb.Result, []byte, error) {
 	var res *partitionpb.Result
 	var token []byte
 	id := newRequestID() // 16 random bytes, a lock token's size
 	err := r.call(ctx, e, req.Partition, time.Duration(req.WaitMs)*time.Millisecond, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		rq := proto.Clone(req).(*partitionpb.AcceptSessionRequest)
-		rq.GroupId, rq.EntityId, rq.Token = group, e.Id, id
+		rq.GroupId, rq.EntityId, rq.Token, rq.RequestId = group, e.Id, id, id
 		resp, err := c.AcceptSession(ctx, rq)
 		res, token = resp.GetResult(), resp.GetToken()
 		return err

@@ -816,6 +816,9 @@ type Command struct {
 	// is not refused as lock-lost. An entry with a request id is written in
 	// format 2, which replicas that would ignore the id refuse.
 	//
+	// An AcceptSession may carry one (format 5): a repeat is answered with
+	// the session the first locked, if it locked one.
+	//
 	// A peek-lock Lock or LockBySequence may carry one too (format 3): the
 	// partition keeps which messages it locked (numbers, token seed) if it
 	// locked any, and answers a repeat with those of
@@ -3818,7 +3821,11 @@ type AcceptSessionRequest struct {
 	// The lock's token, 16 bytes, the same on every attempt of the request,
 	// so that a retry of an accept whose answer was lost finds the session
 	// locked by it rather than by another; empty: the node chooses one.
-	Token         []byte `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
+	Token []byte `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
+	// Command.request_id of the AcceptSession, the same on every attempt:
+	// an accept-next whose answer was lost is answered with the session it
+	// locked. An accept that locked nothing records nothing.
+	RequestId     []byte `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3898,6 +3905,13 @@ func (x *AcceptSessionRequest) GetWaitMs() int64 {
 func (x *AcceptSessionRequest) GetToken() []byte {
 	if x != nil {
 		return x.Token
+	}
+	return nil
+}
+
+func (x *AcceptSessionRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -4791,7 +4805,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"session_id\x18\b \x01(\tR\tsessionId\x12#\n" +
 	"\rsession_token\x18\t \x01(\fR\fsessionToken\"Q\n" +
 	"\x17ReceiveDeferredResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xce\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xed\x01\n" +
 	"\x14AcceptSessionRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -4800,7 +4814,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04next\x18\x05 \x01(\bR\x04next\x12\x17\n" +
 	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x14\n" +
-	"\x05token\x18\a \x01(\fR\x05token\"e\n" +
+	"\x05token\x18\a \x01(\fR\x05token\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\fR\trequestId\"e\n" +
 	"\x15AcceptSessionResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\fR\x05token\"t\n" +
