@@ -48,3 +48,19 @@ var (
 	// until space is freed; settles and receives go on.
 	ErrStorageFull = errors.New("frontend: partition storage full")
 )
+
+// SessionBackend is what a Backend offers for message sessions; the
+// front-end refuses session receivers (not implemented) on a Backend
+// without it. Each call goes to the partition that holds the session.
+type SessionBackend interface {
+	// AcceptSession locks a session (req.SessionId, or with req.Next the
+	// next available, waiting up to req.WaitMs). The result carries the
+	// session id and locked-until; token names the lock.
+	AcceptSession(ctx context.Context, e *placementpb.Entity, req *partitionpb.AcceptSessionRequest) (res *partitionpb.Result, token []byte, err error)
+	RenewSessionLock(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewSessionLock) (*partitionpb.Result, error)
+	SetSessionState(ctx context.Context, e *placementpb.Entity, s *partitionpb.SetSessionState) (*partitionpb.Result, error)
+	// GetSessionState returns a locked session's state (nil: none).
+	GetSessionState(ctx context.Context, e *placementpb.Entity, req *partitionpb.GetSessionStateRequest) (*partitionpb.Result, []byte, error)
+	ReleaseSession(ctx context.Context, e *placementpb.Entity, r *partitionpb.ReleaseSession) (*partitionpb.Result, error)
+	ListSessions(ctx context.Context, e *placementpb.Entity, req *partitionpb.ListSessionsRequest) ([]string, error)
+}

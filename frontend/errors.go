@@ -16,6 +16,9 @@ const (
 	condLockLost       amqp.Symbol = "com.microsoft:message-lock-lost"
 	condTimeout        amqp.Symbol = "com.microsoft:timeout"
 	condEntityDisabled amqp.Symbol = "com.microsoft:entity-disabled"
+
+	condSessionCannotBeLocked amqp.Symbol = "com.microsoft:session-cannot-be-locked"
+	condSessionLockLost       amqp.Symbol = "com.microsoft:session-lock-lost"
 )
 
 // failure is an error a client sees: an AMQP condition, the status code
@@ -43,6 +46,14 @@ var (
 	failNotImpl    = failure{amqp.ErrCondNotImplemented, 501, false, "not implemented yet"}
 	failBadRequest = failure{amqp.ErrCondDecodeError, 400, false, "the request could not be decoded"}
 	failBadField   = failure{amqp.ErrCondInvalidField, 400, false, "a request field is missing or malformed"}
+
+	// Sessions. A lost session lock is 410 on $management, like a lost
+	// message lock (the SDKs report both as lock lost).
+	failSessionLocked   = failure{condSessionCannotBeLocked, 409, false, "the session is locked by another receiver"}
+	failSessionLockLost = failure{condSessionLockLost, 410, false, "the session lock was lost: it expired or was released; accept the session again"}
+	failNoSession       = failure{condTimeout, 408, false, "no session became available within the timeout"}
+	failNeedsSession    = failure{amqp.ErrCondNotAllowed, 400, false, "the entity requires sessions: accept a session to receive from it"}
+	failNoSessions      = failure{amqp.ErrCondNotAllowed, 400, false, "the entity does not require sessions: a session receiver cannot be created for it"}
 )
 
 func resultFailure(code partitionpb.ResultCode) (failure, bool) {
@@ -57,6 +68,10 @@ func resultFailure(code partitionpb.ResultCode) (failure, bool) {
 		return failQuota, true
 	case partitionpb.ResultCode_RESULT_ENTITY_DISABLED:
 		return failDisabled, true
+	case partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST:
+		return failSessionLockLost, true
+	case partitionpb.ResultCode_RESULT_SESSION_CANNOT_BE_LOCKED:
+		return failSessionLocked, true
 	}
 	return failInvalid, true
 }

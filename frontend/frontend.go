@@ -62,6 +62,10 @@ type Config struct {
 	// ThrottleShare returns how many live front-ends share the budget;
 	// nil: this one alone.
 	ThrottleShare func() int
+	// SessionAcceptWait is how long an accept-next session receiver waits
+	// for a session when the client names no com.microsoft:timeout.
+	// Default DefaultSessionAcceptWait.
+	SessionAcceptWait time.Duration
 }
 
 func (c *Config) validate() error {
@@ -79,6 +83,9 @@ func (c *Config) validate() error {
 	}
 	if c.ContainerID == "" {
 		c.ContainerID = "quorumbus"
+	}
+	if c.SessionAcceptWait == 0 {
+		c.SessionAcceptWait = DefaultSessionAcceptWait
 	}
 	if c.ReceiveWait == 0 {
 		c.ReceiveWait = 5 * time.Second
@@ -168,6 +175,9 @@ type conn struct {
 	replies replyLinks
 	auth    *authz
 	cbs     int // $cbs links attached
+	// sessionLocks are the session locks of the connection's session
+	// receivers, for the session's $management operations.
+	sessionLocks sessionRegistry
 }
 
 func (c *conn) Closed(error) {

@@ -57,6 +57,14 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		op = c.peekMessages
 	case "com.microsoft:receive-by-sequence-number":
 		op = c.receiveBySequence
+	case "com.microsoft:renew-session-lock":
+		op = c.renewSessionLock
+	case "com.microsoft:get-session-state":
+		op = c.getSessionState
+	case "com.microsoft:set-session-state":
+		op = c.setSessionState
+	case "com.microsoft:get-message-sessions":
+		op = c.getMessageSessions
 	default:
 		req.fail(failNotImpl, "$management operation "+req.operation)
 		return
@@ -375,11 +383,24 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 	}
 	count = min(count, maxPeek)
 	partitions := uint32(max(len(e.PartitionGroups), 1))
+	first := partitionpb.PartitionOfSequence(uint64(from))
+	// A session receiver peeks its session: one partition holds it.
+	var sid string
+	if q == partitionpb.SubQueue_SUB_QUEUE_MAIN {
+		lock, id := c.requestSession(e, body, req)
+		if sid = id; lock != nil {
+			sid = lock.id
+		}
+		if sid != "" {
+			first = partitionpb.PartitionForKey(sid, partitions)
+			partitions = first + 1
+		}
+	}
 	var found []*partitionpb.StoredMessage
-	for p := partitionpb.PartitionOfSequence(uint64(from)); p < partitions && len(found) < int(count); p++ {
+	for p := first; p < partitions && len(found) < int(count); p++ {
 		start := max(uint64(from), partitionpb.SequenceNumber(p, 0))
 		msgs, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{
-			Partition: p, SubQueue: q, FromSequenceNumber: start, MaxCount: uint32(int(count) - len(found)),
+			Partition: p, SubQueue: q, FromSequenceNumber: start, MaxCount: uint32(int(count) - len(found)), SessionId: sid,
 		})
 		if err != nil {
 			req.fail(errFailure(err), "")
@@ -426,11 +447,24 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 		}
 	}
 	rad := mode == 0
+	// On a session entity, deferred messages are received under the
+	// session lock of the receiver the request names.
+	var lock *sessionLock
+	if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && e.GetProperties().GetRequiresSession() {
+		if lock, _ = c.requestSession(e, body, req); lock == nil {
+			req.fail(failSessionLockLost, "receive deferred messages of a session through its session receiver")
+			return
+		}
+	}
 	var list []any
 	for p, ns := range byPartition(seqs) {
-		res, err := c.srv.cfg.Backend.ReceiveDeferred(ctx, e, &partitionpb.ReceiveDeferredRequest{
+		rd := &partitionpb.ReceiveDeferredRequest{
 			Partition: p, SubQueue: q, SequenceNumbers: ns, ReceiveAndDelete: rad,
-		})
+		}
+		if lock != nil {
+			rd.SessionId, rd.SessionToken = lock.id, lock.token
+		}
+		res, err := c.srv.cfg.Backend.ReceiveDeferred(ctx, e, rd)
 		if err != nil {
 			req.fail(errFailure(err), "")
 			return

@@ -47,6 +47,10 @@ type receiver struct {
 	tag [16]byte
 	// counts are the entity's metrics (metrics.go).
 	counts *entityCounters
+	// session is the lock of a session receiver, set once its attach is
+	// answered (sessions.go); nil for a plain receiver.
+	session     *sessionLock
+	releaseOnce sync.Once
 }
 
 type settleReq struct {
@@ -74,7 +78,26 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 	if m := l.Attach().SndSettleMode; m != nil && *m == amqp.SenderSettleSettled {
 		r.rad = true
 	}
+	sr, isSession, err := sessionFilter(l.Attach(), c.srv.cfg.SessionAcceptWait)
+	if err != nil {
+		return nil, err
+	}
+	requires := e.GetProperties().GetRequiresSession() && sub == ""
+	switch {
+	case isSession && !requires:
+		return nil, failNoSessions.amqpError(e.Name)
+	case requires && !isSession:
+		return nil, failNeedsSession.amqpError(e.Name)
+	case isSession && c.sessions() == nil:
+		return nil, failNotImpl.amqpError("sessions")
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if isSession {
+		// The attach is answered once the session is locked.
+		l.DeferAttach()
+		go r.acceptSession(sr)
+		return r, nil
+	}
 	go r.pump()
 	go r.settleLoop()
 	return r, nil
@@ -82,8 +105,21 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 
 // Detached stops the pump. Locks of delivered messages are not released:
 // they belong to the entity and end by settlement (possibly through
-// $management on another connection) or expiry.
-func (r *receiver) Detached(*amqp.Link, error) { r.cancel() }
+// $management on another connection) or expiry. A session receiver gives
+// its session back, and with it the messages it did not settle.
+func (r *receiver) Detached(*amqp.Link, error) {
+	r.cancel()
+	if r.entity.GetProperties().GetRequiresSession() && r.c.sessions() != nil {
+		// Marked here, on the engine's goroutine, so that an attach that
+		// follows on this connection already sees the lock ending.
+		r.mu.Lock()
+		if r.session != nil {
+			r.session.ending.Store(true)
+		}
+		r.mu.Unlock()
+		go r.releaseSession()
+	}
+}
 
 // Flow wakes the pump, which reads the credit from the link itself.
 func (r *receiver) Flow(*amqp.Link, uint32, bool) {
@@ -122,6 +158,10 @@ func (r *receiver) pump() {
 		}
 	}()
 	partitions := uint32(max(len(r.entity.PartitionGroups), 1))
+	base := uint32(0)
+	if r.session != nil {
+		partitions, base = 1, r.session.partition // the session's only
+	}
 	for r.ctx.Err() == nil {
 		credit, drain := r.link.SendState()
 		if len(r.held) > 0 && credit > 0 {
@@ -150,7 +190,7 @@ func (r *receiver) pump() {
 		// One pass over the partitions without waiting, then a long-poll of
 		// one partition (rotating) when nothing was there.
 		for i := uint32(0); i < partitions && credit > 0 && len(r.held) == 0; i++ {
-			p := (r.nextStart + i) % partitions
+			p := base + (r.nextStart+i)%partitions
 			n := r.fetch(p, credit, 0)
 			got += n
 			credit -= uint32(n)
@@ -165,7 +205,7 @@ func (r *receiver) pump() {
 			r.link.Drain()
 			continue
 		}
-		p := r.nextStart % partitions
+		p := base + r.nextStart%partitions
 		r.nextStart++
 		if r.fetch(p, credit, r.c.srv.cfg.ReceiveWait) == 0 {
 			// Nothing arrived: check for new credit or a drain before
@@ -193,6 +233,9 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 	if err := r.c.srv.throttle.wait(r.ctx, r.entity.Name); err != nil {
 		return 0
 	}
+	if r.session != nil {
+		req.SessionId, req.SessionToken = r.session.id, r.session.token
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, wait+sendTimeout)
 	res, err := r.c.srv.cfg.Backend.Receive(ctx, r.entity, req)
 	cancel()
@@ -202,6 +245,10 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 			r.c.log.Debug("receive failed", "entity", r.entity.Name, "partition", partition, "err", err)
 			time.Sleep(100 * time.Millisecond) // do not spin on a partition without a leader
 		}
+		return 0
+	}
+	if res.GetCode() == partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST && r.session != nil {
+		r.sessionLost(res.GetDescription())
 		return 0
 	}
 	if _, failed := resultFailure(res.GetCode()); failed {
@@ -417,6 +464,10 @@ func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl
 			return errFailure(err), false
 		}
 		if f, failed := resultFailure(res.GetCode()); failed {
+			if f == failLockLost && r.session != nil {
+				// Under a session lock a message's lock is the session's.
+				f = failSessionLockLost
+			}
 			return f, false
 		}
 	}

@@ -36,6 +36,18 @@ type StateMachine interface {
 	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
 	HasEntity(entityID uint64, partition uint32) bool
 	Close() error
+	sessionReader
+}
+
+// sessionReader is what the service reads of sessions from the leader's
+// own state machine.
+type sessionReader interface {
+	NextSessionLockExpiry() (ms int64, ok bool)
+	SessionReady(entityID uint64, partition uint32) bool
+	SessionAvailable(entityID uint64, partition uint32, sessionID string) bool
+	SessionState(entityID uint64, partition uint32, sessionID string, token []byte, nowMs int64) ([]byte, error)
+	ListSessions(entityID uint64, partition uint32, skip, top uint32) ([]string, error)
+	PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error)
 }
 
 var _ StateMachine = (*partition.Machine)(nil)
@@ -449,9 +461,10 @@ type timedCommand struct {
 	stuck   int   // proposals in a row that left the due time where it was
 }
 
-// runClock proposes ExpireLocks, ActivateScheduled and ExpireMessages
-// whenever the leader's clock passes the earliest lock expiry, scheduled
-// time or message expiry of the group. The due ones go out together in one
+// runClock proposes ExpireLocks, ActivateScheduled, ExpireMessages and
+// ExpireSessionLocks whenever the leader's clock passes the earliest lock
+// expiry, scheduled time, message expiry or session lock expiry of the
+// group. The due ones go out together in one
 // request.
 func (g *group) runClock(ctx context.Context) {
 	cmds := []*timedCommand{
@@ -461,6 +474,8 @@ func (g *group) runClock(ctx context.Context) {
 			cmd: &partitionpb.Command{Op: &partitionpb.Command_ActivateScheduled{ActivateScheduled: &partitionpb.ActivateScheduled{}}}},
 		{name: "ExpireMessages", next: g.machine.NextMessageExpiry,
 			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireMessages{ExpireMessages: &partitionpb.ExpireMessages{}}}},
+		{name: "ExpireSessionLocks", next: g.machine.NextSessionLockExpiry,
+			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireSessionLocks{ExpireSessionLocks: &partitionpb.ExpireSessionLocks{}}}},
 	}
 	timer := time.NewTimer(maxExpiryPoll)
 	defer timer.Stop()

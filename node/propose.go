@@ -241,7 +241,8 @@ func (p *proposer) apply(batch []*proposal) {
 		for _, c := range pr.cmds {
 			switch c.Op.(type) {
 			case *partitionpb.Command_Lock, *partitionpb.Command_RenewLocks, *partitionpb.Command_UpsertEntity,
-				*partitionpb.Command_Enqueue, *partitionpb.Command_Settle, *partitionpb.Command_LockBySequence:
+				*partitionpb.Command_Enqueue, *partitionpb.Command_Settle, *partitionpb.Command_LockBySequence,
+				*partitionpb.Command_AcceptSession, *partitionpb.Command_RenewSessionLock, *partitionpb.Command_ReleaseSession:
 				timed = true
 			}
 		}

@@ -138,7 +138,7 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 		changed := g.machine.Changed(req.EntityId, req.Partition, req.SubQueue)
 		last := !time.Now().Before(deadline)
 		// An unknown entity goes to the machine too: its Result says so.
-		if repeat || !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.Available(req.EntityId, req.Partition, req.SubQueue) {
+		if repeat || !g.machine.HasEntity(req.EntityId, req.Partition) || available(g.machine, req) {
 			repeat = false
 			res, err := g.propose1(ctx, lockCommand(req))
 			if err != nil {
@@ -165,6 +165,15 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 	}
 }
 
+// available reports whether a Receive may find a message: in its session,
+// for a session receiver.
+func available(m StateMachine, req *partitionpb.ReceiveRequest) bool {
+	if len(req.SessionToken) > 0 {
+		return m.SessionAvailable(req.EntityId, req.Partition, req.SessionId)
+	}
+	return m.Available(req.EntityId, req.Partition, req.SubQueue)
+}
+
 func lockCommand(req *partitionpb.ReceiveRequest) *partitionpb.Command {
 	seed := make([]byte, 8)
 	rand.Read(seed) // never fails (crypto/rand)
@@ -175,6 +184,8 @@ func lockCommand(req *partitionpb.ReceiveRequest) *partitionpb.Command {
 		MaxCount:         req.MaxCount,
 		ReceiveAndDelete: req.ReceiveAndDelete,
 		TokenSeed:        seed,
+		SessionId:        req.SessionId,
+		SessionToken:     req.SessionToken,
 	}}}
 	if !req.ReceiveAndDelete {
 		// Every Lock of this request, on any attempt, under one id: a
@@ -246,7 +257,12 @@ func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*part
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	msgs, err := g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli())
+	var msgs []*partitionpb.StoredMessage
+	if req.SessionId != "" {
+		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli(), req.SessionId)
+	} else {
+		msgs, err = g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli())
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -273,6 +289,8 @@ func (s *service) ReceiveDeferred(ctx context.Context, req *partitionpb.ReceiveD
 		SubQueue:         req.SubQueue,
 		SequenceNumbers:  req.SequenceNumbers,
 		ReceiveAndDelete: req.ReceiveAndDelete,
+		SessionId:        req.SessionId,
+		SessionToken:     req.SessionToken,
 	}
 	c := &partitionpb.Command{Op: &partitionpb.Command_LockBySequence{LockBySequence: l}}
 	if !req.ReceiveAndDelete {

@@ -64,23 +64,26 @@ type applier struct {
 	entities     map[ekey]*entity // the machine's, changed in place
 	b            *pebble.Batch
 	now          int64
-	dirty        map[ekey]bool       // entity records to write (or delete)
-	locks        map[ekey]bool       // entities whose locks changed
-	scheds       map[ekey]bool       // entities whose scheduled index changed
-	exps         map[ekey]bool       // entities whose expiry index changed
-	woken        map[wakeKey]bool    // sub-queues whose receivers to wake (wake.go)
-	replica      string              // this replica's name (Options.Replica)
-	bodies       bool                // results carry message bodies: this replica answers the batch
-	keyBuf       []byte              // seqKey's buffer
-	recBuf       []byte              // lockRecord's buffer
-	reqFloor     *int64              // the machine's: no request result is older (requests.go)
-	reqFilter    *requestFilter      // the machine's: ids recorded since it loaded
-	lockedStates *lockedStates       // the machine's: state records of locked messages (lockcache.go)
-	grants       map[grantKey]*grant // lock grants read or changed (grants.go)
-	lastGrantKey grantKey            // the key and grant that grant() returned
-	lastGrant    *grant              // last, while in grants (nil: none)
-	recordLocks  bool                // locking commands list what they hand out in handedOut (lockOnce)
-	handedOut    []uint64            // their sequence numbers
+	dirty        map[ekey]bool                 // entity records to write (or delete)
+	locks        map[ekey]bool                 // entities whose locks changed
+	scheds       map[ekey]bool                 // entities whose scheduled index changed
+	exps         map[ekey]bool                 // entities whose expiry index changed
+	slocks       map[ekey]bool                 // entities whose session lock index changed (nil until one does)
+	sessionRecs  map[sessionRef]*sessionRecord // session records read or changed (sessionstore.go)
+	sessionDirty map[sessionRef]bool           // those changed since the last flush
+	woken        map[wakeKey]bool              // sub-queues whose receivers to wake (wake.go)
+	replica      string                        // this replica's name (Options.Replica)
+	bodies       bool                          // results carry message bodies: this replica answers the batch
+	keyBuf       []byte                        // seqKey's buffer
+	recBuf       []byte                        // lockRecord's buffer
+	reqFloor     *int64                        // the machine's: no request result is older (requests.go)
+	reqFilter    *requestFilter                // the machine's: ids recorded since it loaded
+	lockedStates *lockedStates                 // the machine's: state records of locked messages (lockcache.go)
+	grants       map[grantKey]*grant           // lock grants read or changed (grants.go)
+	lastGrantKey grantKey                      // the key and grant that grant() returned
+	lastGrant    *grant                        // last, while in grants (nil: none)
+	recordLocks  bool                          // locking commands list what they hand out in handedOut (lockOnce)
+	handedOut    []uint64                      // their sequence numbers
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader
@@ -174,6 +177,16 @@ func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
 		return a.expireMessages()
 	case *partitionpb.Command_StageBody:
 		return a.stageBody(op.StageBody)
+	case *partitionpb.Command_AcceptSession:
+		return a.acceptSession(op.AcceptSession)
+	case *partitionpb.Command_RenewSessionLock:
+		return a.renewSessionLock(op.RenewSessionLock)
+	case *partitionpb.Command_SetSessionState:
+		return a.setSessionState(op.SetSessionState)
+	case *partitionpb.Command_ReleaseSession:
+		return a.releaseSession(op.ReleaseSession)
+	case *partitionpb.Command_ExpireSessionLocks:
+		return a.expireSessionLocks()
 	default:
 		// A newer leader's command: applying nothing would diverge from the
 		// replicas that know it, so the group stops.
@@ -315,6 +328,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	}
 	a.lockedStates.reset()
 	a.dropGrants(e.key)
+	a.dropSessions(e.key)
 	delete(a.entities, e.key)
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
@@ -355,6 +369,11 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		}
 		if err := a.checkStaged(e, i, nm); err != nil {
 			return nil, err
+		}
+		if e.cfg.RequiresSession {
+			if err := checkSessionID(nm.SessionId); err != nil {
+				return nil, fmt.Errorf("%w: message %d: %s requires sessions, and every message needs a session id of at most %d bytes", err, i, e.cfg.Name, MaxSessionIDBytes)
+			}
 		}
 		size += newMessageSize(nm)
 	}

@@ -37,6 +37,12 @@ const FormatV3 byte = 3
 // would ignore staged_body would store a message without its bare message.
 const FormatV4 byte = 4
 
+// FormatV5 is FormatV4 with sessions (sessions.go): the session commands,
+// and the session of a Lock or LockBySequence honoured. A replica of a
+// version that would ignore a Lock's session would take messages of any
+// session, or none, while the others take the session's.
+const FormatV5 byte = 5
+
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // EncodeBatch encodes b as a Raft entry: the format byte, then the
@@ -45,9 +51,13 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
 	buf[0] = FormatV1
 	for _, c := range b.Commands {
-		if stages(c) {
-			buf[0] = FormatV4
+		if sessional(c) {
+			buf[0] = FormatV5
 			break
+		}
+		if stages(c) {
+			buf[0] = max(buf[0], FormatV4)
+			continue
 		}
 		if len(c.RequestId) > 0 && (c.GetLock() != nil || c.GetLockBySequence() != nil) {
 			buf[0] = max(buf[0], FormatV3)
@@ -73,7 +83,7 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] < FormatV1 || data[0] > FormatV4 {
+	if data[0] < FormatV1 || data[0] > FormatV5 {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
 	b, ok := aliasBatch(data[1:])
@@ -98,9 +108,32 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 			}
 		}
 	}
+	if data[0] < FormatV5 {
+		for _, c := range b.Commands { // unknown before format 5: ignored
+			if l := c.GetLock(); l != nil {
+				l.SessionId, l.SessionToken = "", nil
+			}
+			if l := c.GetLockBySequence(); l != nil {
+				l.SessionId, l.SessionToken = "", nil
+			}
+		}
+	}
 	// Format 2's replicas refused a request id on a Lock, but no version
 	// that wrote format 2 put one there, so no entry tells the two apart.
 	return b, nil
+}
+
+// sessional reports whether c is a session command or receives from a
+// session.
+func sessional(c *partitionpb.Command) bool {
+	switch c.GetOp().(type) {
+	case *partitionpb.Command_AcceptSession, *partitionpb.Command_RenewSessionLock,
+		*partitionpb.Command_SetSessionState, *partitionpb.Command_ReleaseSession,
+		*partitionpb.Command_ExpireSessionLocks:
+		return true
+	}
+	return len(c.GetLock().GetSessionToken()) > 0 || len(c.GetLockBySequence().GetSessionToken()) > 0 ||
+		c.GetLock().GetSessionId() != "" || c.GetLockBySequence().GetSessionId() != ""
 }
 
 // stages reports whether c stages a body or names a staged one.

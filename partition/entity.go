@@ -67,6 +67,8 @@ type entity struct {
 	// The scheduled and expiry indexes: their earliest time in the
 	// committed store, and where their scans start.
 	sched, exp timeIndex
+	// slock: the index of session locks by their end (sessionstore.go).
+	slock timeIndex
 	// dedupFloor: no dedup time entry is earlier than this.
 	dedupFloor int64
 }
@@ -76,6 +78,7 @@ func newEntity(k ekey) *entity {
 		key: k, next: 1, lockFloor: kindPrefix(k, kindLock),
 		sched:      newTimeIndex(k, kindScheduled),
 		exp:        newTimeIndex(k, kindExpiry),
+		slock:      newTimeIndex(k, kindSessionLock),
 		dedupFloor: math.MinInt64,
 	}
 }
@@ -185,6 +188,10 @@ type slot struct {
 	size   int64
 	inLog  bool   // the body is in the Raft log, not in a body record
 	blob   []byte // the id of the blob holding the bare message, if any (blobs.go)
+	// session is the message's session id; on an entity that requires
+	// sessions it places a main-queue message in its session's stream
+	// (sessionstore.go).
+	session string
 }
 
 func slotOf(m *partitionpb.StoredMessage) slot {
@@ -199,6 +206,8 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		size:   m.Size,
 		inLog:  m.BodyIndex != 0,
 		blob:   m.BodyBlob,
+
+		session: m.SessionId,
 	}
 }
 

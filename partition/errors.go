@@ -15,6 +15,11 @@ var (
 	ErrQuotaExceeded  = errors.New("partition: quota exceeded")
 	ErrEntityDisabled = errors.New("partition: entity disabled")
 	ErrInvalid        = errors.New("partition: invalid command")
+	// ErrSessionLockLost: the session lock a command names has ended or
+	// was never granted.
+	ErrSessionLockLost = errors.New("partition: session lock lost")
+	// ErrSessionLocked: another receiver holds the session's lock.
+	ErrSessionLocked = errors.New("partition: session cannot be locked")
 )
 
 // Failures: Apply, Restore and the reads return these (wrapped) when the
@@ -40,6 +45,8 @@ var codes = []struct {
 	{ErrQuotaExceeded, partitionpb.ResultCode_RESULT_QUOTA_EXCEEDED},
 	{ErrInvalid, partitionpb.ResultCode_RESULT_INVALID},
 	{ErrEntityDisabled, partitionpb.ResultCode_RESULT_ENTITY_DISABLED},
+	{ErrSessionLockLost, partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST},
+	{ErrSessionLocked, partitionpb.ResultCode_RESULT_SESSION_CANNOT_BE_LOCKED},
 }
 
 // Code returns the result code for err: RESULT_OK for nil, the rule's code

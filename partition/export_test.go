@@ -152,13 +152,15 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			}
 			want[string(bodyKey(k, sub, seq))] = true
 			s := slotOf(msg)
-			if s.available() && e.indexedAvailable(s) {
+			// A session's messages are in its stream instead
+			// (CheckSessions), and in no expiry index.
+			if s.available() && !e.inSession(s) && e.indexedAvailable(s) {
 				want[string(availableKey(k, sub, seq))] = true
 			}
 			if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 				want[string(scheduledKey(k, s.at, s.seq))] = true
 			}
-			if s.expiring() {
+			if s.expiring() && !e.inSession(s) {
 				want[string(expiryKey(k, s.exp, s.seq))] = true
 			}
 			if s.locked {

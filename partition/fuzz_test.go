@@ -19,6 +19,14 @@ func seedBatches() []*partitionpb.Batch {
 	staged.MessageId = "staged"
 	return []*partitionpb.Batch{
 		{NowMs: 3000, Commands: append(stages, pt.Enqueue(1, 0, staged))}, // format 4
+		{NowMs: 4000, Commands: []*partitionpb.Command{ // format 5
+			pt.Upsert(pt.SessionQueue(2, 0, "sq")), pt.Enqueue(2, 0, pt.SessionMsg("s", "m")),
+			pt.Accept(2, 0, "s", pt.SessionToken(1)), pt.Accept(2, 0, "", pt.SessionToken(2)),
+			pt.LockSession(2, 0, "s", pt.SessionToken(1), 3, 4), pt.RenewSession(2, 0, "s", pt.SessionToken(1)),
+			pt.SetState(2, 0, "s", pt.SessionToken(1), []byte("state")), pt.Release(2, 0, "s", pt.SessionToken(1)),
+			pt.ExpireSessionLocks(),
+			pt.LockBySequence(&partitionpb.LockBySequence{EntityId: 2, SequenceNumbers: []uint64{1}, TokenSeed: pt.Seed(3), SessionId: "s", SessionToken: pt.SessionToken(1)}),
+		}},
 		{},
 		{NowMs: 1000, Commands: []*partitionpb.Command{pt.Upsert(pt.Queue(1, 2, "q")), pt.Delete(1, 2)}},
 		{NowMs: -1, Commands: []*partitionpb.Command{pt.Enqueue(1, 0, pt.Msg("hello"), &partitionpb.NewMessage{

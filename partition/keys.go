@@ -23,6 +23,7 @@ import (
 //	0x02 eid(8) part(4) 0x08 sub(1) seq(8)       message body: header, annotations, bare
 //	0x02 eid(8) part(4) 0x09 blob(16) off(8)     a chunk of a staged bare message (blobs.go)
 //	0x02 eid(8) part(4) 0x0a blob(16)            staged blob not yet taken over: last chunk at(8), length(8)
+//	0x02 eid(8) part(4) 0x0b..0x0f ...           sessions (sessionstore.go)
 //	0x03 request_id                              a request's result: applied at(8), then the Result
 //	0x04 at(8) request_id                        requests by time, for pruning
 //	0x05 eid(8) part(4)                          tombstone of a deleted entity partition: the delete's version(8)

@@ -260,6 +260,9 @@ func (m *Machine) load() error {
 		if err := e.exp.load(m.db); err != nil {
 			return err
 		}
+		if err := e.slock.load(m.db); err != nil {
+			return err
+		}
 	}
 	m.applied, m.entities = applied, entities
 	m.reqFloor = math.MinInt64 // the first entry's pruning finds the oldest
@@ -402,6 +405,9 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	if err := a.flushGrants(); err != nil {
 		return nil, m.fail(err)
 	}
+	if err := a.flushSessions(); err != nil {
+		return nil, m.fail(err)
+	}
 	for _, k := range sortedKeys(a.dirty) {
 		var err error
 		if e, ok := m.entities[k]; ok {
@@ -435,6 +441,13 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	for k := range a.exps {
 		if e, ok := m.entities[k]; ok {
 			if err := e.exp.load(m.db); err != nil {
+				return nil, m.fail(err)
+			}
+		}
+	}
+	for k := range a.slocks {
+		if e, ok := m.entities[k]; ok {
+			if err := e.slock.load(m.db); err != nil {
 				return nil, m.fail(err)
 			}
 		}
@@ -531,6 +544,13 @@ func (m *Machine) NextScheduledDue() (ms int64, ok bool) {
 // its clock passes it.
 func (m *Machine) NextMessageExpiry() (ms int64, ok bool) {
 	return m.earliest(func(e *entity) *timeIndex { return &e.exp })
+}
+
+// NextSessionLockExpiry returns the earliest end of any session lock in
+// the group; ok is false when no session is locked. The leader proposes
+// ExpireSessionLocks once its clock passes it.
+func (m *Machine) NextSessionLockExpiry() (ms int64, ok bool) {
+	return m.earliest(func(e *entity) *timeIndex { return &e.slock })
 }
 
 func (m *Machine) earliest(index func(*entity) *timeIndex) (ms int64, ok bool) {
@@ -643,6 +663,16 @@ const (
 // tokens. Messages expired by nowMs, the reader's clock, are left out
 // (ExpireMessages will end them). It locks nothing and changes nothing.
 func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error) {
+	return m.peek(entityID, partition, q, from, max, nowMs, "")
+}
+
+// PeekSession is Peek restricted to one session's messages (a session
+// receiver's peek); the scan still passes the others.
+func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
+	return m.peek(entityID, partition, partitionpb.SubQueue_SUB_QUEUE_MAIN, from, max, nowMs, sessionID)
+}
+
+func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if err := m.usable(); err != nil {
@@ -673,7 +703,8 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 		if err != nil {
 			return nil, closeIter(it, err)
 		}
-		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
+		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) ||
+			!sessionOf(msg, sessionID) {
 			continue
 		}
 		if err := readBody(m.db, m.logs, k, msg); err != nil {

@@ -25,6 +25,12 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	if err := checkTokenSeed(c.ReceiveAndDelete, c.TokenSeed); err != nil {
 		return nil, err
 	}
+	if e.cfg.RequiresSession && c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN {
+		if len(c.SessionToken) == 0 {
+			return nil, fmt.Errorf("%w: %s requires sessions: receive from an accepted session", ErrInvalid, e.cfg.Name)
+		}
+		return a.lockSession(e, c)
+	}
 	want := int(min(c.MaxCount, uint32(lockCount)))
 	r := okResult()
 	if want == 0 {

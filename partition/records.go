@@ -234,11 +234,16 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 // index sets (or deletes) the index entries of a message in slot s.
 func (a *applier) index(e *entity, s slot, set bool) error {
 	var keys [][]byte
+	session := e.inSession(s)
+	var dAvail, dHeld int64
 	if s.available() {
 		if set {
 			a.woken[wakeKey{e.key, s.sub}] = true
 		}
-		if e.indexedAvailable(s) {
+		if session {
+			keys = append(keys, sessionStreamKey(e.key, kindSessionMsg, s.sub, s.session, s.seq))
+			dAvail = 1
+		} else if e.indexedAvailable(s) {
 			keys = append(keys, availableKey(e.key, s.sub, s.seq))
 			if set {
 				e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
@@ -250,6 +255,10 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 		if err := a.markLock(e, s, set); err != nil {
 			return err
 		}
+		if session {
+			keys = append(keys, sessionStreamKey(e.key, kindSessionHeld, s.sub, s.session, s.seq))
+			dHeld = 1
+		}
 	}
 	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
@@ -258,7 +267,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 			e.sched.lower(keys[len(keys)-1])
 		}
 	}
-	if s.expiring() {
+	if s.expiring() && !session {
 		keys = append(keys, expiryKey(e.key, s.exp, s.seq))
 		a.exps[e.key] = true
 		if set {
@@ -275,6 +284,12 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 		if err != nil {
 			return err
 		}
+	}
+	if dAvail != 0 || dHeld != 0 {
+		if !set {
+			dAvail, dHeld = -dAvail, -dHeld
+		}
+		return a.countSessionMessage(e, s.session, s.seq, dAvail, dHeld)
 	}
 	return nil
 }

@@ -45,8 +45,8 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	switch {
 	case locks && lock.receiveAndDelete:
 		return result(nil, fmt.Errorf("%w: request id on a receive-and-delete lock", ErrInvalid))
-	case !locks && c.GetEnqueue() == nil && c.GetSettle() == nil:
-		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle or a peek-lock lock", ErrInvalid))
+	case !locks && c.GetEnqueue() == nil && c.GetSettle() == nil && c.GetAcceptSession() == nil:
+		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle, AcceptSession or a peek-lock lock", ErrInvalid))
 	}
 	if len(c.RequestId) > maxRequestIDBytes {
 		return result(nil, fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes))
@@ -69,6 +69,11 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	}
 	if r, err = result(a.apply(c)); err != nil {
 		return nil, err
+	}
+	if c.GetAcceptSession() != nil && r.SessionId == "" {
+		// An accept that locked nothing records nothing, as a Lock: the
+		// node proposes a waiting accept-next again under the same id.
+		return r, nil
 	}
 	return r, a.recordRequest(c.RequestId, r, stale)
 }

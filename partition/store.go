@@ -384,6 +384,8 @@ func stateSlot(p []byte) (s slot, token []byte, err error) {
 			switch num {
 			case 6:
 				token = b
+			case 11:
+				s.session = string(b) // only messages with a session id pay for it
 			case 26:
 				s.blob = append([]byte(nil), b...) // rare: a staged body
 			}

@@ -223,6 +223,20 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 	if err != nil {
 		return nil, err
 	}
+	// Deferred messages of a session are received under its lock, and
+	// held until it ends.
+	until := a.now + e.cfg.LockDurationMs
+	session := e.cfg.RequiresSession && c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
+	if session {
+		if len(c.SessionToken) == 0 {
+			return nil, fmt.Errorf("%w: %s requires sessions: receive deferred messages from an accepted session", ErrInvalid, e.cfg.Name)
+		}
+		s, err := a.heldSession(e, c.SessionId, c.SessionToken)
+		if err != nil {
+			return nil, err
+		}
+		until = s.until
+	}
 	r := okResult()
 	for _, seq := range seqs {
 		if partitionpb.PartitionOfSequence(seq) != e.key.part {
@@ -233,7 +247,8 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 			return nil, err
 		}
 		if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_DEFERRED || len(m.LockToken) > 0 ||
-			c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now) {
+			c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && expired(m, a.now) ||
+			session && m.SessionId != c.SessionId {
 			continue
 		}
 		old := slotOf(m)
@@ -243,7 +258,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 			}
 		} else {
 			m.LockToken = lockToken(m.SequenceNumber, c.TokenSeed)
-			m.LockedUntilMs = a.now + e.cfg.LockDurationMs
+			m.LockedUntilMs = until
 			if a.recordLocks {
 				a.handedOut = append(a.handedOut, seq)
 			}

@@ -192,6 +192,8 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 		return pt.ActivateScheduled()
 	case "expire-msgs":
 		return pt.ExpireMessages()
+	case "expire-sessions":
+		return pt.ExpireSessionLocks()
 	}
 	if len(args) == 0 {
 		return nil
@@ -226,6 +228,8 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 				cfg.RequiresDuplicateDetection = true
 			case "dupwin":
 				cfg.DuplicateDetectionWindowMs = tr.num(v)
+			case "sessions":
+				cfg.RequiresSession = true
 			default:
 				tr.t.Fatalf("upsert: unknown option %q", a)
 			}
@@ -247,6 +251,8 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 					m.ScheduledEnqueueTimeMs = tr.num(v)
 				case "id":
 					m.MessageId = v
+				case "s":
+					m.SessionId = v
 				default:
 					tr.t.Fatalf("enqueue: unknown option %q", o)
 				}
@@ -272,6 +278,43 @@ func (tr *transcript) command(f []string) *partitionpb.Command {
 		return &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: l}}
 	case "renew":
 		return pt.Renew(id, part, sub, tr.tokenArgs(args)...)
+	case "accept", "slock", "srenew", "sstate", "srelease":
+		// Session commands: accept E/P SESSION|next tok=N, then the
+		// others name the session and the token: slock E/P SESSION tok=N
+		// [n=K seed=S], srenew, srelease, sstate E/P SESSION tok=N [STATE].
+		if len(args) == 0 {
+			tr.t.Fatalf("%s: no session", name)
+		}
+		sid, tok := args[0], pt.SessionToken(0)
+		n, seed, state := uint32(1), uint64(1), []byte(nil)
+		for _, a := range args[1:] {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "tok":
+				tok = pt.SessionToken(uint64(tr.num(v)))
+			case "n":
+				n = uint32(tr.num(v))
+			case "seed":
+				seed = uint64(tr.num(v))
+			default:
+				state = []byte(a)
+			}
+		}
+		switch name {
+		case "accept":
+			if sid == "next" {
+				sid = ""
+			}
+			return pt.Accept(id, part, sid, tok)
+		case "slock":
+			return pt.LockSession(id, part, sid, tok, n, seed)
+		case "srenew":
+			return pt.RenewSession(id, part, sid, tok)
+		case "sstate":
+			return pt.SetState(id, part, sid, tok, state)
+		default:
+			return pt.Release(id, part, sid, tok)
+		}
 	case "cancel":
 		var seqs []uint64
 		for _, a := range args {
@@ -342,9 +385,10 @@ func (tr *transcript) tokenArgs(args []string) [][]byte {
 func (tr *transcript) query(f []string) []string {
 	m := tr.d.M
 	switch f[0] {
-	case "next-lock", "next-scheduled", "next-expiry":
+	case "next-lock", "next-scheduled", "next-expiry", "next-session-lock":
 		next := map[string]func() (int64, bool){
 			"next-lock": m.NextLockExpiry, "next-scheduled": m.NextScheduledDue, "next-expiry": m.NextMessageExpiry,
+			"next-session-lock": m.NextSessionLockExpiry,
 		}[f[0]]
 		if ms, ok := next(); ok {
 			return []string{strconv.FormatInt(ms, 10)}
@@ -375,6 +419,29 @@ func (tr *transcript) query(f []string) []string {
 			s.ActiveMessages, s.DeadLetterMessages, s.ScheduledMessages, s.LockedMessages, s.SizeBytes)}
 	case "available":
 		return []string{strconv.FormatBool(m.Available(id, part, sub))}
+	case "sessions":
+		sids, err := m.ListSessions(id, part, 0, 1000)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		if len(sids) == 0 {
+			return []string{"(none)"}
+		}
+		return []string{strings.Join(sids, " ")}
+	case "state":
+		// state E/P SESSION tok=N: the state as its lock holder reads it.
+		if len(f) < 4 {
+			tr.t.Fatal("state E/P SESSION tok=N")
+		}
+		_, v, _ := strings.Cut(f[3], "=")
+		st, err := m.SessionState(id, part, f[2], pt.SessionToken(uint64(tr.num(v))), tr.d.Now)
+		switch {
+		case err != nil:
+			return []string{err.Error()}
+		case st == nil:
+			return []string{"(null)"}
+		}
+		return []string{string(st)}
 	case "peek":
 		from, n := uint64(0), uint32(100)
 		for _, a := range f[2:] {
@@ -450,6 +517,9 @@ func renderResult(name string, r *partitionpb.Result) string {
 		}
 		s += ")"
 	}
+	if r.SessionId != "" {
+		s += " session=" + r.SessionId
+	}
 	if len(r.LockedUntilMs) > 0 {
 		var us []string
 		for _, u := range r.LockedUntilMs {
@@ -457,7 +527,8 @@ func renderResult(name string, r *partitionpb.Result) string {
 		}
 		s += " until=" + strings.Join(us, ",")
 	}
-	if name == "lock" && r.Code == partitionpb.ResultCode_RESULT_OK && len(r.Messages) == 0 {
+	if (name == "lock" || name == "slock") && r.Code == partitionpb.ResultCode_RESULT_OK && len(r.Messages) == 0 ||
+		name == "accept" && r.Code == partitionpb.ResultCode_RESULT_OK && r.SessionId == "" {
 		s += " (none)"
 	}
 	if name == "deferred" && r.Code != partitionpb.ResultCode_RESULT_OK {

@@ -15,7 +15,6 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
-	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -53,11 +52,7 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
-	rules := filepath.Join(dir, "rules.json")
-	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
-		t.Fatal(err)
-	}
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
+	startFrontendProcess(t, bin, dir, amqpAddr, grpcAddrs)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -69,11 +69,7 @@ func TestFailoverKillLeader(t *testing.T) {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
-	rules := filepath.Join(dir, "rules.json")
-	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
-		t.Fatal(err)
-	}
-	startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(grpcAddrs, ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
+	startFrontendProcess(t, bin, dir, amqpAddr, grpcAddrs)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -314,6 +310,20 @@ func startProcess(t *testing.T, bin string, args ...string) *process {
 		}
 	})
 	return p
+}
+
+// startFrontendProcess starts a `quorumbus frontend` on amqpAddr reading
+// routes from the nodes at placement, trusting the dev rule from a rules
+// file in dir (a front-end refuses to start without a rule), throttling
+// off.
+func startFrontendProcess(t *testing.T, bin, dir, amqpAddr string, placement []string) *process {
+	t.Helper()
+	rules := filepath.Join(dir, "rules.json")
+	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(placement, ","),
+		"-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 }
 
 func (p *process) signal(sig syscall.Signal) {

@@ -38,6 +38,7 @@ func queueCmd(args []string) error {
 	fs.DurationVar(&d.DefaultMessageTimeToLive, "default-ttl", 0, "DefaultMessageTimeToLive (default: none)")
 	fs.BoolVar(&d.DeadLetteringOnMessageExpiration, "dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
 	fs.BoolVar(&d.RequiresDuplicateDetection, "duplicate-detection", false, "RequiresDuplicateDetection")
+	fs.BoolVar(&d.RequiresSession, "requires-session", false, "RequiresSession: every message needs a SessionId, and receivers take one session at a time")
 	fs.DurationVar(&d.DuplicateDetectionHistoryTimeWindow, "duplicate-detection-window", 0, "DuplicateDetectionHistoryTimeWindow (default 10m)")
 	fs.Func("partitions", "PartitionCount (0: not partitioned)", uint32Flag(&d.PartitionCount))
 	fs.Int64Var(&d.MaxMessageSizeInKilobytes, "max-message-size-kb", 0, "MaxMessageSizeInKilobytes (default 256)")

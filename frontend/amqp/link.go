@@ -21,8 +21,13 @@ type Link struct {
 	detachSent     bool   // we sent detach; waiting for the peer's
 	detachErr      error  // why we detached, for the handler
 	detached       bool   // Detached has been (or is being) called
-	sndSettle      uint8  // effective settle modes
-	rcvSettle      uint8
+	// attachPending: the handler deferred the attach reply (DeferAttach)
+	// and pendingReply waits for CompleteAttach or RefuseAttach.
+	attachPending bool
+	deferAttach   bool // set by DeferAttach during ConnHandler.Attach
+	pendingReply  Attach
+	sndSettle     uint8 // effective settle modes
+	rcvSettle     uint8
 
 	// Peer sends: credit we granted and deliveries handed to the handler.
 	creditWindow  uint32
@@ -76,6 +81,72 @@ func (l *Link) SetCreditWindow(n uint32) {
 	l.creditWindow = n
 	l.topUpLocked()
 	c.mu.Unlock()
+}
+
+// DeferAttach, called from ConnHandler.Attach, holds the attach reply
+// back until the handler calls CompleteAttach or RefuseAttach, from any
+// goroutine: for a link whose terms depend on work that takes a while
+// (a Service Bus session receiver waits for a session to lock). The
+// reading goroutine goes on meanwhile. A peer that detaches first gets a
+// refusal, and the handler hears Detached.
+func (l *Link) DeferAttach() {
+	c := l.session.conn
+	c.mu.Lock()
+	l.deferAttach = true
+	c.mu.Unlock()
+}
+
+// CompleteAttach sends a deferred attach reply. source, when not nil,
+// replaces the source the reply echoes (a receiving peer's), and
+// properties are the reply's link properties. It reports false when the
+// link ended before.
+func (l *Link) CompleteAttach(source *Source, properties Map) bool {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !l.attachPending || l.detachSent || l.detached || l.session.ended {
+		return false
+	}
+	l.attachPending = false
+	reply := l.pendingReply
+	if source != nil {
+		reply.Source = source
+	}
+	reply.Properties = properties
+	c.writeFrameLocked(l.session.channel, reply.append)
+	if l.receiver != nil {
+		l.topUpLocked()
+	}
+	return true
+}
+
+// RefuseAttach refuses a deferred attach as ConnHandler.Attach's error
+// would: an attach reply with a null terminus, then a closing detach with
+// err. The handler is not told (it refused).
+func (l *Link) RefuseAttach(err error) {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !l.attachPending || l.detachSent || l.detached || l.session.ended {
+		return
+	}
+	l.attachPending = false
+	l.refuseLocked(l.pendingReply, err)
+}
+
+// refuseLocked refuses the attach the way clients expect (spec 2.6.3):
+// attach with a null terminus on our side, then detach with the reason.
+func (l *Link) refuseLocked(reply Attach, err error) {
+	c := l.session.conn
+	if l.attach.Role == RoleSender {
+		reply.Target = nil
+	} else {
+		reply.Source = nil
+	}
+	c.writeFrameLocked(l.session.channel, reply.append)
+	detach := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
+	c.writeFrameLocked(l.session.channel, detach.append)
+	l.detachSent, l.detached = true, true
 }
 
 func (s *Session) onAttach(d *decoder) error {
@@ -132,17 +203,7 @@ func (s *Session) onAttach(d *decoder) error {
 		Target:        l.attach.Target,
 	}
 	if err != nil {
-		// Refuse the way clients expect (spec 2.6.3): attach with a null
-		// terminus on our side, then detach with the reason.
-		if l.attach.Role == RoleSender {
-			reply.Target = nil
-		} else {
-			reply.Source = nil
-		}
-		c.writeFrameLocked(s.channel, reply.append)
-		detach := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
-		c.writeFrameLocked(s.channel, detach.append)
-		l.detachSent, l.detached = true, true
+		l.refuseLocked(reply, err)
 		return nil
 	}
 	l.sndSettle, l.rcvSettle = SenderSettleMixed, ReceiverSettleFirst
@@ -153,6 +214,10 @@ func (s *Session) onAttach(d *decoder) error {
 		l.rcvSettle = *m
 	}
 	reply.MaxMessageSize = l.maxMessageSize
+	if l.deferAttach {
+		l.attachPending, l.pendingReply = true, reply
+		return nil
+	}
 	c.writeFrameLocked(s.channel, reply.append)
 	if l.receiver != nil {
 		l.topUpLocked()

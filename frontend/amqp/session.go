@@ -329,6 +329,13 @@ func (s *Session) onDetach(d *decoder) error {
 			delete(s.unsettled, id)
 		}
 	}
+	if l.attachPending {
+		// Our attach reply is still held back (DeferAttach): it goes
+		// first, as a refusal, and its detach answers the peer's.
+		l.attachPending = false
+		l.refuseLocked(l.pendingReply, Errorf(ErrCondDetachForced, "detached before the attach was answered"))
+		l.detached = false // the handler has yet to hear of it
+	}
 	if !l.detachSent {
 		reply := Detach{Handle: p.Handle, Closed: p.Closed}
 		c.writeFrameLocked(s.channel, reply.append)

@@ -63,3 +63,27 @@ func (c localClient) CancelScheduled(ctx context.Context, in *partitionpb.Cancel
 func (c localClient) ReceiveDeferred(ctx context.Context, in *partitionpb.ReceiveDeferredRequest, _ ...grpc.CallOption) (*partitionpb.ReceiveDeferredResponse, error) {
 	return c.s.ReceiveDeferred(ctx, in)
 }
+
+func (c localClient) AcceptSession(ctx context.Context, in *partitionpb.AcceptSessionRequest, _ ...grpc.CallOption) (*partitionpb.AcceptSessionResponse, error) {
+	return c.s.AcceptSession(ctx, in)
+}
+
+func (c localClient) RenewSessionLock(ctx context.Context, in *partitionpb.RenewSessionLockRequest, _ ...grpc.CallOption) (*partitionpb.RenewSessionLockResponse, error) {
+	return c.s.RenewSessionLock(ctx, in)
+}
+
+func (c localClient) SetSessionState(ctx context.Context, in *partitionpb.SetSessionStateRequest, _ ...grpc.CallOption) (*partitionpb.SetSessionStateResponse, error) {
+	return c.s.SetSessionState(ctx, in)
+}
+
+func (c localClient) GetSessionState(ctx context.Context, in *partitionpb.GetSessionStateRequest, _ ...grpc.CallOption) (*partitionpb.GetSessionStateResponse, error) {
+	return c.s.GetSessionState(ctx, in)
+}
+
+func (c localClient) ReleaseSession(ctx context.Context, in *partitionpb.ReleaseSessionRequest, _ ...grpc.CallOption) (*partitionpb.ReleaseSessionResponse, error) {
+	return c.s.ReleaseSession(ctx, in)
+}
+
+func (c localClient) ListSessions(ctx context.Context, in *partitionpb.ListSessionsRequest, _ ...grpc.CallOption) (*partitionpb.ListSessionsResponse, error) {
+	return c.s.ListSessions(ctx, in)
+}

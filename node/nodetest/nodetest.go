@@ -495,6 +495,48 @@ func (cl *Client) ReceiveDeferred(ctx context.Context, in *partitionpb.ReceiveDe
 	})
 }
 
+func (cl *Client) AcceptSession(ctx context.Context, in *partitionpb.AcceptSessionRequest, opts ...grpc.CallOption) (*partitionpb.AcceptSessionResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.AcceptSessionResponse, error) {
+		return c.AcceptSession(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) RenewSessionLock(ctx context.Context, in *partitionpb.RenewSessionLockRequest, opts ...grpc.CallOption) (*partitionpb.RenewSessionLockResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.RenewSessionLockResponse, error) {
+		return c.RenewSessionLock(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) SetSessionState(ctx context.Context, in *partitionpb.SetSessionStateRequest, opts ...grpc.CallOption) (*partitionpb.SetSessionStateResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.SetSessionStateResponse, error) {
+		return c.SetSessionState(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) GetSessionState(ctx context.Context, in *partitionpb.GetSessionStateRequest, opts ...grpc.CallOption) (*partitionpb.GetSessionStateResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.GetSessionStateResponse, error) {
+		return c.GetSessionState(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) ReleaseSession(ctx context.Context, in *partitionpb.ReleaseSessionRequest, opts ...grpc.CallOption) (*partitionpb.ReleaseSessionResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.ReleaseSessionResponse, error) {
+		return c.ReleaseSession(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) ListSessions(ctx context.Context, in *partitionpb.ListSessionsRequest, opts ...grpc.CallOption) (*partitionpb.ListSessionsResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.ListSessionsResponse, error) {
+		return c.ListSessions(ctx, in, opts...)
+	})
+}
+
 // Logger returns a logger that writes to t's log at Warn and above, or at
 // the level QUORUMBUS_TEST_LOG names (debug, info, warn, error). It goes
 // quiet once the test has finished.

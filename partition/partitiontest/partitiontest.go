@@ -147,6 +147,16 @@ func cmd(c any) *partitionpb.Command {
 		return &partitionpb.Command{Op: &partitionpb.Command_LockBySequence{LockBySequence: c}}
 	case *partitionpb.ExpireMessages:
 		return &partitionpb.Command{Op: &partitionpb.Command_ExpireMessages{ExpireMessages: c}}
+	case *partitionpb.AcceptSession:
+		return &partitionpb.Command{Op: &partitionpb.Command_AcceptSession{AcceptSession: c}}
+	case *partitionpb.RenewSessionLock:
+		return &partitionpb.Command{Op: &partitionpb.Command_RenewSessionLock{RenewSessionLock: c}}
+	case *partitionpb.SetSessionState:
+		return &partitionpb.Command{Op: &partitionpb.Command_SetSessionState{SetSessionState: c}}
+	case *partitionpb.ReleaseSession:
+		return &partitionpb.Command{Op: &partitionpb.Command_ReleaseSession{ReleaseSession: c}}
+	case *partitionpb.ExpireSessionLocks:
+		return &partitionpb.Command{Op: &partitionpb.Command_ExpireSessionLocks{ExpireSessionLocks: c}}
 	}
 	panic("partitiontest: not a command")
 }
@@ -246,3 +256,49 @@ func Seqs(r *partitionpb.Result) []uint64 {
 	}
 	return s
 }
+
+// SessionQueue is the config of an entity partition that requires
+// sessions.
+func SessionQueue(id uint64, part uint32, name string) *partitionpb.EntityConfig {
+	return &partitionpb.EntityConfig{EntityId: id, Partition: part, Name: name, RequiresSession: true}
+}
+
+// SessionMsg is a message of a session.
+func SessionMsg(sid, body string) *partitionpb.NewMessage {
+	m := Msg(body)
+	m.SessionId = sid
+	return m
+}
+
+// SessionToken is a session lock token made of n.
+func SessionToken(n uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, n), n)
+}
+
+// Accept locks a session by id, or with sid "" the next available one.
+func Accept(id uint64, part uint32, sid string, token []byte) *partitionpb.Command {
+	return cmd(&partitionpb.AcceptSession{EntityId: id, Partition: part, SessionId: sid, Next: sid == "", Token: token})
+}
+
+// LockSession takes up to max messages of a locked session.
+func LockSession(id uint64, part uint32, sid string, token []byte, max uint32, seed uint64) *partitionpb.Command {
+	return cmd(&partitionpb.Lock{EntityId: id, Partition: part, MaxCount: max, TokenSeed: Seed(seed), SessionId: sid, SessionToken: token})
+}
+
+// RenewSession renews a session lock.
+func RenewSession(id uint64, part uint32, sid string, token []byte) *partitionpb.Command {
+	return cmd(&partitionpb.RenewSessionLock{EntityId: id, Partition: part, SessionId: sid, Token: token})
+}
+
+// SetState sets (or with nil clears) a session's state.
+func SetState(id uint64, part uint32, sid string, token, state []byte) *partitionpb.Command {
+	return cmd(&partitionpb.SetSessionState{EntityId: id, Partition: part, SessionId: sid, Token: token, State: state})
+}
+
+// Release gives a session lock back.
+func Release(id uint64, part uint32, sid string, token []byte) *partitionpb.Command {
+	return cmd(&partitionpb.ReleaseSession{EntityId: id, Partition: part, SessionId: sid, Token: token})
+}
+
+// ExpireSessionLocks ends the session locks that ran out.
+func ExpireSessionLocks() *partitionpb.Command { return cmd(&partitionpb.ExpireSessionLocks{}) }

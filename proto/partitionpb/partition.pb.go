@@ -230,12 +230,14 @@ func (Disposition) EnumDescriptor() ([]byte, []int) {
 type ResultCode int32
 
 const (
-	ResultCode_RESULT_OK               ResultCode = 0
-	ResultCode_RESULT_ENTITY_NOT_FOUND ResultCode = 1
-	ResultCode_RESULT_LOCK_LOST        ResultCode = 2
-	ResultCode_RESULT_QUOTA_EXCEEDED   ResultCode = 3
-	ResultCode_RESULT_INVALID          ResultCode = 4
-	ResultCode_RESULT_ENTITY_DISABLED  ResultCode = 5
+	ResultCode_RESULT_OK                       ResultCode = 0
+	ResultCode_RESULT_ENTITY_NOT_FOUND         ResultCode = 1
+	ResultCode_RESULT_LOCK_LOST                ResultCode = 2
+	ResultCode_RESULT_QUOTA_EXCEEDED           ResultCode = 3
+	ResultCode_RESULT_INVALID                  ResultCode = 4
+	ResultCode_RESULT_ENTITY_DISABLED          ResultCode = 5
+	ResultCode_RESULT_SESSION_LOCK_LOST        ResultCode = 6 // the session lock named is not current
+	ResultCode_RESULT_SESSION_CANNOT_BE_LOCKED ResultCode = 7 // another receiver holds the session
 )
 
 // Enum value maps for ResultCode.
@@ -247,14 +249,18 @@ var (
 		3: "RESULT_QUOTA_EXCEEDED",
 		4: "RESULT_INVALID",
 		5: "RESULT_ENTITY_DISABLED",
+		6: "RESULT_SESSION_LOCK_LOST",
+		7: "RESULT_SESSION_CANNOT_BE_LOCKED",
 	}
 	ResultCode_value = map[string]int32{
-		"RESULT_OK":               0,
-		"RESULT_ENTITY_NOT_FOUND": 1,
-		"RESULT_LOCK_LOST":        2,
-		"RESULT_QUOTA_EXCEEDED":   3,
-		"RESULT_INVALID":          4,
-		"RESULT_ENTITY_DISABLED":  5,
+		"RESULT_OK":                       0,
+		"RESULT_ENTITY_NOT_FOUND":         1,
+		"RESULT_LOCK_LOST":                2,
+		"RESULT_QUOTA_EXCEEDED":           3,
+		"RESULT_INVALID":                  4,
+		"RESULT_ENTITY_DISABLED":          5,
+		"RESULT_SESSION_LOCK_LOST":        6,
+		"RESULT_SESSION_CANNOT_BE_LOCKED": 7,
 	}
 )
 
@@ -795,6 +801,11 @@ type Command struct {
 	//	*Command_LockBySequence
 	//	*Command_ExpireMessages
 	//	*Command_StageBody
+	//	*Command_AcceptSession
+	//	*Command_RenewSessionLock
+	//	*Command_SetSessionState
+	//	*Command_ReleaseSession
+	//	*Command_ExpireSessionLocks
 	Op isCommand_Op `protobuf_oneof:"op"`
 	// Set by the front-end on an Enqueue or a Settle it may send again after
 	// an ambiguous failure (a timeout, a leader lost after proposing): at
@@ -804,6 +815,9 @@ type Command struct {
 	// nothing, so a retried send is not stored twice and a retried complete
 	// is not refused as lock-lost. An entry with a request id is written in
 	// format 2, which replicas that would ignore the id refuse.
+	//
+	// An AcceptSession may carry one (format 5): a repeat is answered with
+	// the session the first locked, if it locked one.
 	//
 	// A peek-lock Lock or LockBySequence may carry one too (format 3): the
 	// partition keeps which messages it locked (numbers, token seed) if it
@@ -961,6 +975,51 @@ func (x *Command) GetStageBody() *StageBody {
 	return nil
 }
 
+func (x *Command) GetAcceptSession() *AcceptSession {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AcceptSession); ok {
+			return x.AcceptSession
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRenewSessionLock() *RenewSessionLock {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RenewSessionLock); ok {
+			return x.RenewSessionLock
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetSessionState() *SetSessionState {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetSessionState); ok {
+			return x.SetSessionState
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReleaseSession() *ReleaseSession {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReleaseSession); ok {
+			return x.ReleaseSession
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetExpireSessionLocks() *ExpireSessionLocks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ExpireSessionLocks); ok {
+			return x.ExpireSessionLocks
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetRequestId() []byte {
 	if x != nil {
 		return x.RequestId
@@ -1020,6 +1079,26 @@ type Command_StageBody struct {
 	StageBody *StageBody `protobuf:"bytes,13,opt,name=stage_body,json=stageBody,proto3,oneof"`
 }
 
+type Command_AcceptSession struct {
+	AcceptSession *AcceptSession `protobuf:"bytes,14,opt,name=accept_session,json=acceptSession,proto3,oneof"`
+}
+
+type Command_RenewSessionLock struct {
+	RenewSessionLock *RenewSessionLock `protobuf:"bytes,15,opt,name=renew_session_lock,json=renewSessionLock,proto3,oneof"`
+}
+
+type Command_SetSessionState struct {
+	SetSessionState *SetSessionState `protobuf:"bytes,16,opt,name=set_session_state,json=setSessionState,proto3,oneof"`
+}
+
+type Command_ReleaseSession struct {
+	ReleaseSession *ReleaseSession `protobuf:"bytes,17,opt,name=release_session,json=releaseSession,proto3,oneof"`
+}
+
+type Command_ExpireSessionLocks struct {
+	ExpireSessionLocks *ExpireSessionLocks `protobuf:"bytes,18,opt,name=expire_session_locks,json=expireSessionLocks,proto3,oneof"`
+}
+
 func (*Command_UpsertEntity) isCommand_Op() {}
 
 func (*Command_DeleteEntity) isCommand_Op() {}
@@ -1043,6 +1122,16 @@ func (*Command_LockBySequence) isCommand_Op() {}
 func (*Command_ExpireMessages) isCommand_Op() {}
 
 func (*Command_StageBody) isCommand_Op() {}
+
+func (*Command_AcceptSession) isCommand_Op() {}
+
+func (*Command_RenewSessionLock) isCommand_Op() {}
+
+func (*Command_SetSessionState) isCommand_Op() {}
+
+func (*Command_ReleaseSession) isCommand_Op() {}
+
+func (*Command_ExpireSessionLocks) isCommand_Op() {}
 
 type UpsertEntity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1436,8 +1525,17 @@ type Lock struct {
 	MaxCount         uint32                 `protobuf:"varint,4,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
 	ReceiveAndDelete bool                   `protobuf:"varint,5,opt,name=receive_and_delete,json=receiveAndDelete,proto3" json:"receive_and_delete,omitempty"`
 	TokenSeed        []byte                 `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"` // 8 random bytes
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// On an entity that requires sessions, the main sub-queue is received
+	// one session at a time: session_id names the session and
+	// session_token is the lock AcceptSession granted on it. The Lock takes
+	// that session's next messages in sequence order, locked until the
+	// session lock ends; a session lock that is not current is rejected
+	// (RESULT_SESSION_LOCK_LOST). An entry with a session token is written
+	// in format 5.
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionToken  []byte `protobuf:"bytes,8,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lock) Reset() {
@@ -1508,6 +1606,20 @@ func (x *Lock) GetReceiveAndDelete() bool {
 func (x *Lock) GetTokenSeed() []byte {
 	if x != nil {
 		return x.TokenSeed
+	}
+	return nil
+}
+
+func (x *Lock) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Lock) GetSessionToken() []byte {
+	if x != nil {
+		return x.SessionToken
 	}
 	return nil
 }
@@ -1838,8 +1950,12 @@ type LockBySequence struct {
 	SequenceNumbers  []uint64               `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
 	ReceiveAndDelete bool                   `protobuf:"varint,5,opt,name=receive_and_delete,json=receiveAndDelete,proto3" json:"receive_and_delete,omitempty"`
 	TokenSeed        []byte                 `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"` // 8 random bytes, as in Lock
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// As in Lock: on a session entity's main sub-queue, only messages of
+	// the session that session_token locks are found.
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionToken  []byte `protobuf:"bytes,8,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockBySequence) Reset() {
@@ -1914,6 +2030,364 @@ func (x *LockBySequence) GetTokenSeed() []byte {
 	return nil
 }
 
+func (x *LockBySequence) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LockBySequence) GetSessionToken() []byte {
+	if x != nil {
+		return x.SessionToken
+	}
+	return nil
+}
+
+// AcceptSession locks a session for a receiver: the one named by
+// session_id (a session with no messages can be locked), or with next
+// the session that has waited longest with available messages (none:
+// an OK result without session_id). token (16 bytes) names the lock from
+// then on. A session locked by another token is rejected
+// (RESULT_SESSION_CANNOT_BE_LOCKED); one locked by this token already is
+// answered as it stands (a repeated request). The result carries
+// session_id and locked_until_ms[0].
+type AcceptSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Next          bool                   `protobuf:"varint,4,opt,name=next,proto3" json:"next,omitempty"`
+	Token         []byte                 `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptSession) Reset() {
+	*x = AcceptSession{}
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptSession) ProtoMessage() {}
+
+func (x *AcceptSession) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptSession.ProtoReflect.Descriptor instead.
+func (*AcceptSession) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AcceptSession) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *AcceptSession) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *AcceptSession) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcceptSession) GetNext() bool {
+	if x != nil {
+		return x.Next
+	}
+	return false
+}
+
+func (x *AcceptSession) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// RenewSessionLock extends a session lock, and the locks of the messages
+// received under it, to now + the entity's lock duration; the result's
+// locked_until_ms[0] is the new end.
+type RenewSessionLock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         []byte                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSessionLock) Reset() {
+	*x = RenewSessionLock{}
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSessionLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSessionLock) ProtoMessage() {}
+
+func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSessionLock.ProtoReflect.Descriptor instead.
+func (*RenewSessionLock) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RenewSessionLock) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *RenewSessionLock) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RenewSessionLock) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RenewSessionLock) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// SetSessionState replaces a locked session's state; an empty state
+// clears it. The state is kept while the session has no messages.
+type SetSessionState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         []byte                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	State         []byte                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSessionState) Reset() {
+	*x = SetSessionState{}
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSessionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSessionState) ProtoMessage() {}
+
+func (x *SetSessionState) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSessionState.ProtoReflect.Descriptor instead.
+func (*SetSessionState) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SetSessionState) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *SetSessionState) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SetSessionState) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetSessionState) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *SetSessionState) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// ReleaseSession ends a session lock when its receiver closes: the
+// messages received under it and not settled return to the session
+// without counting a delivery.
+type ReleaseSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         []byte                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSession) Reset() {
+	*x = ReleaseSession{}
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSession) ProtoMessage() {}
+
+func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
+func (*ReleaseSession) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReleaseSession) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *ReleaseSession) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReleaseSession) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReleaseSession) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// ExpireSessionLocks ends every session lock whose end is <= the batch's
+// now_ms: the messages received under it return to the session, each
+// counting a delivery. The leader proposes it when its clock passes
+// Machine.NextSessionLockExpiry.
+type ExpireSessionLocks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpireSessionLocks) Reset() {
+	*x = ExpireSessionLocks{}
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireSessionLocks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireSessionLocks) ProtoMessage() {}
+
+func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireSessionLocks.ProtoReflect.Descriptor instead.
+func (*ExpireSessionLocks) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+}
+
 // ExpireMessages removes the unlocked messages of main sub-queues whose
 // expires_at_ms <= the batch's now_ms (active and deferred; scheduled ones
 // expire only once active), or dead-letters them with reason
@@ -1928,7 +2402,7 @@ type ExpireMessages struct {
 
 func (x *ExpireMessages) Reset() {
 	*x = ExpireMessages{}
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2414,7 @@ func (x *ExpireMessages) String() string {
 func (*ExpireMessages) ProtoMessage() {}
 
 func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2427,7 @@ func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireMessages.ProtoReflect.Descriptor instead.
 func (*ExpireMessages) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
 }
 
 // Results, one per command, in order.
@@ -1971,13 +2445,14 @@ type Result struct {
 	// sequence_numbers, each locked by the token its number and this seed
 	// make.
 	TokenSeed     []byte `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"`
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"` // AcceptSession: the session locked
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2464,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2477,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Result) GetCode() ResultCode {
@@ -2047,6 +2522,13 @@ func (x *Result) GetTokenSeed() []byte {
 	return nil
 }
 
+func (x *Result) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type LeaderHint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -2058,7 +2540,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2552,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2565,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LeaderHint) GetGroupId() uint64 {
@@ -2117,7 +2599,7 @@ type UpsertEntityRequest struct {
 
 func (x *UpsertEntityRequest) Reset() {
 	*x = UpsertEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2611,7 @@ func (x *UpsertEntityRequest) String() string {
 func (*UpsertEntityRequest) ProtoMessage() {}
 
 func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2624,7 @@ func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpsertEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpsertEntityRequest) GetGroupId() uint64 {
@@ -2167,7 +2649,7 @@ type UpsertEntityResponse struct {
 
 func (x *UpsertEntityResponse) Reset() {
 	*x = UpsertEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2661,7 @@ func (x *UpsertEntityResponse) String() string {
 func (*UpsertEntityResponse) ProtoMessage() {}
 
 func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2674,7 @@ func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityResponse.ProtoReflect.Descriptor instead.
 func (*UpsertEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
 }
 
 type DeleteEntityRequest struct {
@@ -2207,7 +2689,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2701,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2714,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteEntityRequest) GetGroupId() uint64 {
@@ -2271,7 +2753,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2765,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2778,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
 }
 
 type SendRequest struct {
@@ -2312,7 +2794,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2806,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2819,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SendRequest) GetGroupId() uint64 {
@@ -2384,7 +2866,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2878,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2891,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SendResponse) GetResult() *Result {
@@ -2435,14 +2917,17 @@ type ReceiveRequest struct {
 	RequestId []byte `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// A later attempt of the request: propose its Lock even when nothing
 	// looks available, so that a Lock an earlier attempt committed answers.
-	Repeat        bool `protobuf:"varint,9,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	Repeat bool `protobuf:"varint,9,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	// Lock.session_id and Lock.session_token: receive from a locked session.
+	SessionId     string `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionToken  []byte `protobuf:"bytes,11,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2939,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2952,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReceiveRequest) GetGroupId() uint64 {
@@ -2533,6 +3018,20 @@ func (x *ReceiveRequest) GetRepeat() bool {
 	return false
 }
 
+func (x *ReceiveRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReceiveRequest) GetSessionToken() []byte {
+	if x != nil {
+		return x.SessionToken
+	}
+	return nil
+}
+
 type ReceiveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -2542,7 +3041,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +3053,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +3066,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReceiveResponse) GetResult() *Result {
@@ -2588,7 +3087,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +3099,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +3112,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SettleRequest) GetGroupId() uint64 {
@@ -2646,7 +3145,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +3157,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +3170,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -2691,7 +3190,7 @@ type RenewLocksRequest struct {
 
 func (x *RenewLocksRequest) Reset() {
 	*x = RenewLocksRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +3202,7 @@ func (x *RenewLocksRequest) String() string {
 func (*RenewLocksRequest) ProtoMessage() {}
 
 func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +3215,7 @@ func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksRequest.ProtoReflect.Descriptor instead.
 func (*RenewLocksRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenewLocksRequest) GetGroupId() uint64 {
@@ -2742,7 +3241,7 @@ type RenewLocksResponse struct {
 
 func (x *RenewLocksResponse) Reset() {
 	*x = RenewLocksResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +3253,7 @@ func (x *RenewLocksResponse) String() string {
 func (*RenewLocksResponse) ProtoMessage() {}
 
 func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +3266,7 @@ func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksResponse.ProtoReflect.Descriptor instead.
 func (*RenewLocksResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RenewLocksResponse) GetResult() *Result {
@@ -2788,7 +3287,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3299,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3312,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -2850,7 +3349,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3361,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3374,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -2926,13 +3425,16 @@ type PeekRequest struct {
 	SubQueue           SubQueue               `protobuf:"varint,4,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
 	FromSequenceNumber uint64                 `protobuf:"varint,5,opt,name=from_sequence_number,json=fromSequenceNumber,proto3" json:"from_sequence_number,omitempty"`
 	MaxCount           uint32                 `protobuf:"varint,6,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Only the messages of this session, when set (a session receiver's
+	// peek).
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3446,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3459,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -3002,6 +3504,13 @@ func (x *PeekRequest) GetMaxCount() uint32 {
 	return 0
 }
 
+func (x *PeekRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type PeekResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      []*StoredMessage       `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -3011,7 +3520,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3532,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3545,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PeekResponse) GetMessages() []*StoredMessage {
@@ -3056,7 +3565,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3577,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3590,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -3107,7 +3616,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3628,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3641,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -3155,13 +3664,15 @@ type ReceiveDeferredRequest struct {
 	// Command.request_id of the LockBySequence, the same on every attempt
 	// (ignored with receive_and_delete).
 	RequestId     []byte `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"` // LockBySequence.session_id
+	SessionToken  []byte `protobuf:"bytes,9,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3684,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3697,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -3238,6 +3749,20 @@ func (x *ReceiveDeferredRequest) GetRequestId() []byte {
 	return nil
 }
 
+func (x *ReceiveDeferredRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReceiveDeferredRequest) GetSessionToken() []byte {
+	if x != nil {
+		return x.SessionToken
+	}
+	return nil
+}
+
 type ReceiveDeferredResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -3247,7 +3772,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3784,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,12 +3797,714 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
 	if x != nil {
 		return x.Result
+	}
+	return nil
+}
+
+// AcceptSession proposes an AcceptSession. With next and wait_ms > 0 it
+// waits that long for a session with available messages; running out of
+// time is an OK result without session_id.
+type AcceptSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	GroupId   uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId  uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Next      bool                   `protobuf:"varint,5,opt,name=next,proto3" json:"next,omitempty"`
+	WaitMs    int64                  `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// The lock's token, 16 bytes, the same on every attempt of the request,
+	// so that a retry of an accept whose answer was lost finds the session
+	// locked by it rather than by another; empty: the node chooses one.
+	Token []byte `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
+	// Command.request_id of the AcceptSession, the same on every attempt:
+	// an accept-next whose answer was lost is answered with the session it
+	// locked. An accept that locked nothing records nothing.
+	RequestId     []byte `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptSessionRequest) Reset() {
+	*x = AcceptSessionRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptSessionRequest) ProtoMessage() {}
+
+func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
+func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *AcceptSessionRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *AcceptSessionRequest) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *AcceptSessionRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *AcceptSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcceptSessionRequest) GetNext() bool {
+	if x != nil {
+		return x.Next
+	}
+	return false
+}
+
+func (x *AcceptSessionRequest) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *AcceptSessionRequest) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *AcceptSessionRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+type AcceptSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Token         []byte                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"` // the session lock's token, when one was granted
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptSessionResponse) Reset() {
+	*x = AcceptSessionResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptSessionResponse) ProtoMessage() {}
+
+func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
+func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *AcceptSessionResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AcceptSessionResponse) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type RenewSessionLockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Renew         *RenewSessionLock      `protobuf:"bytes,2,opt,name=renew,proto3" json:"renew,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSessionLockRequest) Reset() {
+	*x = RenewSessionLockRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSessionLockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSessionLockRequest) ProtoMessage() {}
+
+func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
+func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RenewSessionLockRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *RenewSessionLockRequest) GetRenew() *RenewSessionLock {
+	if x != nil {
+		return x.Renew
+	}
+	return nil
+}
+
+type RenewSessionLockResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSessionLockResponse) Reset() {
+	*x = RenewSessionLockResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSessionLockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSessionLockResponse) ProtoMessage() {}
+
+func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
+func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RenewSessionLockResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type SetSessionStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Set           *SetSessionState       `protobuf:"bytes,2,opt,name=set,proto3" json:"set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSessionStateRequest) Reset() {
+	*x = SetSessionStateRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSessionStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSessionStateRequest) ProtoMessage() {}
+
+func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
+func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *SetSessionStateRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *SetSessionStateRequest) GetSet() *SetSessionState {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+type SetSessionStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSessionStateResponse) Reset() {
+	*x = SetSessionStateResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSessionStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSessionStateResponse) ProtoMessage() {}
+
+func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
+func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SetSessionStateResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// GetSessionState reads the leader's own state machine, like Peek: the
+// state of a session that token locks.
+type GetSessionStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId      uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	SessionId     string                 `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         []byte                 `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionStateRequest) Reset() {
+	*x = GetSessionStateRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionStateRequest) ProtoMessage() {}
+
+func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
+func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GetSessionStateRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *GetSessionStateRequest) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *GetSessionStateRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GetSessionStateRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetSessionStateRequest) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type GetSessionStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"` // RESULT_SESSION_LOCK_LOST when not locked by token
+	State         []byte                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`   // empty: no state
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionStateResponse) Reset() {
+	*x = GetSessionStateResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionStateResponse) ProtoMessage() {}
+
+func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
+func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *GetSessionStateResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *GetSessionStateResponse) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type ReleaseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Release       *ReleaseSession        `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSessionRequest) Reset() {
+	*x = ReleaseSessionRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSessionRequest) ProtoMessage() {}
+
+func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ReleaseSessionRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *ReleaseSessionRequest) GetRelease() *ReleaseSession {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+type ReleaseSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSessionResponse) Reset() {
+	*x = ReleaseSessionResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSessionResponse) ProtoMessage() {}
+
+func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ReleaseSessionResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ListSessions reads the leader's own state machine: the ids of the
+// sessions that have messages, state or a lock, in id order, skipping
+// skip of them, at most top (capped at 1000).
+type ListSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId      uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Skip          uint32                 `protobuf:"varint,4,opt,name=skip,proto3" json:"skip,omitempty"`
+	Top           uint32                 `protobuf:"varint,5,opt,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListSessionsRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetSkip() uint32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetTop() uint32 {
+	if x != nil {
+		return x.Top
+	}
+	return 0
+}
+
+type ListSessionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionIds    []string               `protobuf:"bytes,1,rep,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListSessionsResponse) GetSessionIds() []string {
+	if x != nil {
+		return x.SessionIds
 	}
 	return nil
 }
@@ -3341,7 +4568,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xa8\a\n" +
+	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xdc\n" +
+	"\n" +
 	"\aCommand\x12K\n" +
 	"\rupsert_entity\x18\x01 \x01(\v2$.quorumbus.partition.v1.UpsertEntityH\x00R\fupsertEntity\x12K\n" +
 	"\rdelete_entity\x18\x02 \x01(\v2$.quorumbus.partition.v1.DeleteEntityH\x00R\fdeleteEntity\x12;\n" +
@@ -3357,7 +4585,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	" \x01(\v2&.quorumbus.partition.v1.LockBySequenceH\x00R\x0elockBySequence\x12Q\n" +
 	"\x0fexpire_messages\x18\v \x01(\v2&.quorumbus.partition.v1.ExpireMessagesH\x00R\x0eexpireMessages\x12B\n" +
 	"\n" +
-	"stage_body\x18\r \x01(\v2!.quorumbus.partition.v1.StageBodyH\x00R\tstageBody\x12\x1d\n" +
+	"stage_body\x18\r \x01(\v2!.quorumbus.partition.v1.StageBodyH\x00R\tstageBody\x12N\n" +
+	"\x0eaccept_session\x18\x0e \x01(\v2%.quorumbus.partition.v1.AcceptSessionH\x00R\racceptSession\x12X\n" +
+	"\x12renew_session_lock\x18\x0f \x01(\v2(.quorumbus.partition.v1.RenewSessionLockH\x00R\x10renewSessionLock\x12U\n" +
+	"\x11set_session_state\x18\x10 \x01(\v2'.quorumbus.partition.v1.SetSessionStateH\x00R\x0fsetSessionState\x12Q\n" +
+	"\x0frelease_session\x18\x11 \x01(\v2&.quorumbus.partition.v1.ReleaseSessionH\x00R\x0ereleaseSession\x12^\n" +
+	"\x14expire_session_locks\x18\x12 \x01(\v2*.quorumbus.partition.v1.ExpireSessionLocksH\x00R\x12expireSessionLocks\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\f \x01(\fR\trequestIdB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"L\n" +
@@ -3394,7 +4627,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x12\n" +
 	"\x04blob\x18\x03 \x01(\fR\x04blob\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\fR\x04data\"\xea\x01\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"\xae\x02\n" +
 	"\x04Lock\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
@@ -3402,7 +4635,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\tmax_count\x18\x04 \x01(\rR\bmaxCount\x12,\n" +
 	"\x12receive_and_delete\x18\x05 \x01(\bR\x10receiveAndDelete\x12\x1d\n" +
 	"\n" +
-	"token_seed\x18\x06 \x01(\fR\ttokenSeed\"\x82\x03\n" +
+	"token_seed\x18\x06 \x01(\fR\ttokenSeed\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x12#\n" +
+	"\rsession_token\x18\b \x01(\fR\fsessionToken\"\x82\x03\n" +
 	"\x06Settle\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
@@ -3425,7 +4661,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0fCancelScheduled\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12)\n" +
-	"\x10sequence_numbers\x18\x03 \x03(\x04R\x0fsequenceNumbers\"\x82\x02\n" +
+	"\x10sequence_numbers\x18\x03 \x03(\x04R\x0fsequenceNumbers\"\xc6\x02\n" +
 	"\x0eLockBySequence\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
@@ -3433,8 +4669,38 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10sequence_numbers\x18\x04 \x03(\x04R\x0fsequenceNumbers\x12,\n" +
 	"\x12receive_and_delete\x18\x05 \x01(\bR\x10receiveAndDelete\x12\x1d\n" +
 	"\n" +
-	"token_seed\x18\x06 \x01(\fR\ttokenSeed\"\x10\n" +
-	"\x0eExpireMessages\"\x97\x02\n" +
+	"token_seed\x18\x06 \x01(\fR\ttokenSeed\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x12#\n" +
+	"\rsession_token\x18\b \x01(\fR\fsessionToken\"\x93\x01\n" +
+	"\rAcceptSession\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04next\x18\x04 \x01(\bR\x04next\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\fR\x05token\"\x82\x01\n" +
+	"\x10RenewSessionLock\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\fR\x05token\"\x97\x01\n" +
+	"\x0fSetSessionState\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\fR\x05token\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\fR\x05state\"\x80\x01\n" +
+	"\x0eReleaseSession\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\fR\x05token\"\x14\n" +
+	"\x12ExpireSessionLocks\"\x10\n" +
+	"\x0eExpireMessages\"\xb6\x02\n" +
 	"\x06Result\x126\n" +
 	"\x04code\x18\x01 \x01(\x0e2\".quorumbus.partition.v1.ResultCodeR\x04code\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12A\n" +
@@ -3442,7 +4708,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10sequence_numbers\x18\x04 \x03(\x04R\x0fsequenceNumbers\x12&\n" +
 	"\x0flocked_until_ms\x18\x05 \x03(\x03R\rlockedUntilMs\x12\x1d\n" +
 	"\n" +
-	"token_seed\x18\x06 \x01(\fR\ttokenSeed\"e\n" +
+	"token_seed\x18\x06 \x01(\fR\ttokenSeed\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\"e\n" +
 	"\n" +
 	"LeaderHint\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
@@ -3467,7 +4735,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\fR\trequestId\"F\n" +
 	"\fSendResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xc0\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x84\x03\n" +
 	"\x0eReceiveRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -3478,7 +4746,11 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\await_ms\x18\a \x01(\x03R\x06waitMs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\fR\trequestId\x12\x16\n" +
-	"\x06repeat\x18\t \x01(\bR\x06repeat\"I\n" +
+	"\x06repeat\x18\t \x01(\bR\x06repeat\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\n" +
+	" \x01(\tR\tsessionId\x12#\n" +
+	"\rsession_token\x18\v \x01(\fR\fsessionToken\"I\n" +
 	"\x0fReceiveResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x81\x01\n" +
 	"\rSettleRequest\x12\x19\n" +
@@ -3503,21 +4775,23 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12scheduled_messages\x18\x03 \x01(\x04R\x11scheduledMessages\x12'\n" +
 	"\x0flocked_messages\x18\x04 \x01(\x04R\x0elockedMessages\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x05 \x01(\x04R\tsizeBytes\"\xf1\x01\n" +
+	"size_bytes\x18\x05 \x01(\x04R\tsizeBytes\"\x90\x02\n" +
 	"\vPeekRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12=\n" +
 	"\tsub_queue\x18\x04 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x120\n" +
 	"\x14from_sequence_number\x18\x05 \x01(\x04R\x12fromSequenceNumber\x12\x1b\n" +
-	"\tmax_count\x18\x06 \x01(\rR\bmaxCount\"Q\n" +
+	"\tmax_count\x18\x06 \x01(\rR\bmaxCount\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\"Q\n" +
 	"\fPeekResponse\x12A\n" +
 	"\bmessages\x18\x01 \x03(\v2%.quorumbus.partition.v1.StoredMessageR\bmessages\"t\n" +
 	"\x16CancelScheduledRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12?\n" +
 	"\x06cancel\x18\x02 \x01(\v2'.quorumbus.partition.v1.CancelScheduledR\x06cancel\"Q\n" +
 	"\x17CancelScheduledResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xa5\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xe9\x02\n" +
 	"\x16ReceiveDeferredRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -3526,9 +4800,60 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10sequence_numbers\x18\x05 \x03(\x04R\x0fsequenceNumbers\x12,\n" +
 	"\x12receive_and_delete\x18\x06 \x01(\bR\x10receiveAndDelete\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\a \x01(\fR\trequestId\"Q\n" +
+	"request_id\x18\a \x01(\fR\trequestId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12#\n" +
+	"\rsession_token\x18\t \x01(\fR\fsessionToken\"Q\n" +
 	"\x17ReceiveDeferredResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result*\x89\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xed\x01\n" +
+	"\x14AcceptSessionRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
+	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04next\x18\x05 \x01(\bR\x04next\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x14\n" +
+	"\x05token\x18\a \x01(\fR\x05token\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\fR\trequestId\"e\n" +
+	"\x15AcceptSessionResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\fR\x05token\"t\n" +
+	"\x17RenewSessionLockRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12>\n" +
+	"\x05renew\x18\x02 \x01(\v2(.quorumbus.partition.v1.RenewSessionLockR\x05renew\"R\n" +
+	"\x18RenewSessionLockResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"n\n" +
+	"\x16SetSessionStateRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x129\n" +
+	"\x03set\x18\x02 \x01(\v2'.quorumbus.partition.v1.SetSessionStateR\x03set\"Q\n" +
+	"\x17SetSessionStateResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xa3\x01\n" +
+	"\x16GetSessionStateRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
+	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\fR\x05token\"g\n" +
+	"\x17GetSessionStateResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\"t\n" +
+	"\x15ReleaseSessionRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12@\n" +
+	"\arelease\x18\x02 \x01(\v2&.quorumbus.partition.v1.ReleaseSessionR\arelease\"P\n" +
+	"\x16ReleaseSessionResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x91\x01\n" +
+	"\x13ListSessionsRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
+	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x12\n" +
+	"\x04skip\x18\x04 \x01(\rR\x04skip\x12\x10\n" +
+	"\x03top\x18\x05 \x01(\rR\x03top\"7\n" +
+	"\x14ListSessionsResponse\x12\x1f\n" +
+	"\vsession_ids\x18\x01 \x03(\tR\n" +
+	"sessionIds*\x89\x01\n" +
 	"\fEntityStatus\x12\x18\n" +
 	"\x14ENTITY_STATUS_ACTIVE\x10\x00\x12\x1a\n" +
 	"\x16ENTITY_STATUS_DISABLED\x10\x01\x12\x1f\n" +
@@ -3546,7 +4871,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x13DISPOSITION_ABANDON\x10\x01\x12\x1b\n" +
 	"\x17DISPOSITION_DEAD_LETTER\x10\x02\x12\x15\n" +
 	"\x11DISPOSITION_DEFER\x10\x03\x12\x17\n" +
-	"\x13DISPOSITION_RELEASE\x10\x04*\x99\x01\n" +
+	"\x13DISPOSITION_RELEASE\x10\x04*\xdc\x01\n" +
 	"\n" +
 	"ResultCode\x12\r\n" +
 	"\tRESULT_OK\x10\x00\x12\x1b\n" +
@@ -3554,7 +4879,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10RESULT_LOCK_LOST\x10\x02\x12\x19\n" +
 	"\x15RESULT_QUOTA_EXCEEDED\x10\x03\x12\x12\n" +
 	"\x0eRESULT_INVALID\x10\x04\x12\x1a\n" +
-	"\x16RESULT_ENTITY_DISABLED\x10\x052\xe6\a\n" +
+	"\x16RESULT_ENTITY_DISABLED\x10\x05\x12\x1c\n" +
+	"\x18RESULT_SESSION_LOCK_LOST\x10\x06\x12#\n" +
+	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\x8f\r\n" +
 	"\x10PartitionService\x12i\n" +
 	"\fUpsertEntity\x12+.quorumbus.partition.v1.UpsertEntityRequest\x1a,.quorumbus.partition.v1.UpsertEntityResponse\x12i\n" +
 	"\fDeleteEntity\x12+.quorumbus.partition.v1.DeleteEntityRequest\x1a,.quorumbus.partition.v1.DeleteEntityResponse\x12Q\n" +
@@ -3566,7 +4893,13 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x05Stats\x12$.quorumbus.partition.v1.StatsRequest\x1a%.quorumbus.partition.v1.StatsResponse\x12Q\n" +
 	"\x04Peek\x12#.quorumbus.partition.v1.PeekRequest\x1a$.quorumbus.partition.v1.PeekResponse\x12r\n" +
 	"\x0fCancelScheduled\x12..quorumbus.partition.v1.CancelScheduledRequest\x1a/.quorumbus.partition.v1.CancelScheduledResponse\x12r\n" +
-	"\x0fReceiveDeferred\x12..quorumbus.partition.v1.ReceiveDeferredRequest\x1a/.quorumbus.partition.v1.ReceiveDeferredResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
+	"\x0fReceiveDeferred\x12..quorumbus.partition.v1.ReceiveDeferredRequest\x1a/.quorumbus.partition.v1.ReceiveDeferredResponse\x12l\n" +
+	"\rAcceptSession\x12,.quorumbus.partition.v1.AcceptSessionRequest\x1a-.quorumbus.partition.v1.AcceptSessionResponse\x12u\n" +
+	"\x10RenewSessionLock\x12/.quorumbus.partition.v1.RenewSessionLockRequest\x1a0.quorumbus.partition.v1.RenewSessionLockResponse\x12r\n" +
+	"\x0fSetSessionState\x12..quorumbus.partition.v1.SetSessionStateRequest\x1a/.quorumbus.partition.v1.SetSessionStateResponse\x12r\n" +
+	"\x0fGetSessionState\x12..quorumbus.partition.v1.GetSessionStateRequest\x1a/.quorumbus.partition.v1.GetSessionStateResponse\x12o\n" +
+	"\x0eReleaseSession\x12-.quorumbus.partition.v1.ReleaseSessionRequest\x1a..quorumbus.partition.v1.ReleaseSessionResponse\x12i\n" +
+	"\fListSessions\x12+.quorumbus.partition.v1.ListSessionsRequest\x1a,.quorumbus.partition.v1.ListSessionsResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
 
 var (
 	file_partitionpb_partition_proto_rawDescOnce sync.Once
@@ -3581,52 +4914,69 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_partitionpb_partition_proto_goTypes = []any{
-	(EntityStatus)(0),               // 0: quorumbus.partition.v1.EntityStatus
-	(SubQueue)(0),                   // 1: quorumbus.partition.v1.SubQueue
-	(MessageState)(0),               // 2: quorumbus.partition.v1.MessageState
-	(Disposition)(0),                // 3: quorumbus.partition.v1.Disposition
-	(ResultCode)(0),                 // 4: quorumbus.partition.v1.ResultCode
-	(*EntityConfig)(nil),            // 5: quorumbus.partition.v1.EntityConfig
-	(*StoredMessage)(nil),           // 6: quorumbus.partition.v1.StoredMessage
-	(*Batch)(nil),                   // 7: quorumbus.partition.v1.Batch
-	(*Command)(nil),                 // 8: quorumbus.partition.v1.Command
-	(*UpsertEntity)(nil),            // 9: quorumbus.partition.v1.UpsertEntity
-	(*DeleteEntity)(nil),            // 10: quorumbus.partition.v1.DeleteEntity
-	(*Enqueue)(nil),                 // 11: quorumbus.partition.v1.Enqueue
-	(*NewMessage)(nil),              // 12: quorumbus.partition.v1.NewMessage
-	(*StageBody)(nil),               // 13: quorumbus.partition.v1.StageBody
-	(*Lock)(nil),                    // 14: quorumbus.partition.v1.Lock
-	(*Settle)(nil),                  // 15: quorumbus.partition.v1.Settle
-	(*RenewLocks)(nil),              // 16: quorumbus.partition.v1.RenewLocks
-	(*ExpireLocks)(nil),             // 17: quorumbus.partition.v1.ExpireLocks
-	(*ActivateScheduled)(nil),       // 18: quorumbus.partition.v1.ActivateScheduled
-	(*CancelScheduled)(nil),         // 19: quorumbus.partition.v1.CancelScheduled
-	(*LockBySequence)(nil),          // 20: quorumbus.partition.v1.LockBySequence
-	(*ExpireMessages)(nil),          // 21: quorumbus.partition.v1.ExpireMessages
-	(*Result)(nil),                  // 22: quorumbus.partition.v1.Result
-	(*LeaderHint)(nil),              // 23: quorumbus.partition.v1.LeaderHint
-	(*UpsertEntityRequest)(nil),     // 24: quorumbus.partition.v1.UpsertEntityRequest
-	(*UpsertEntityResponse)(nil),    // 25: quorumbus.partition.v1.UpsertEntityResponse
-	(*DeleteEntityRequest)(nil),     // 26: quorumbus.partition.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil),    // 27: quorumbus.partition.v1.DeleteEntityResponse
-	(*SendRequest)(nil),             // 28: quorumbus.partition.v1.SendRequest
-	(*SendResponse)(nil),            // 29: quorumbus.partition.v1.SendResponse
-	(*ReceiveRequest)(nil),          // 30: quorumbus.partition.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),         // 31: quorumbus.partition.v1.ReceiveResponse
-	(*SettleRequest)(nil),           // 32: quorumbus.partition.v1.SettleRequest
-	(*SettleResponse)(nil),          // 33: quorumbus.partition.v1.SettleResponse
-	(*RenewLocksRequest)(nil),       // 34: quorumbus.partition.v1.RenewLocksRequest
-	(*RenewLocksResponse)(nil),      // 35: quorumbus.partition.v1.RenewLocksResponse
-	(*StatsRequest)(nil),            // 36: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),           // 37: quorumbus.partition.v1.StatsResponse
-	(*PeekRequest)(nil),             // 38: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),            // 39: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),  // 40: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil), // 41: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),  // 42: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil), // 43: quorumbus.partition.v1.ReceiveDeferredResponse
+	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
+	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
+	(MessageState)(0),                // 2: quorumbus.partition.v1.MessageState
+	(Disposition)(0),                 // 3: quorumbus.partition.v1.Disposition
+	(ResultCode)(0),                  // 4: quorumbus.partition.v1.ResultCode
+	(*EntityConfig)(nil),             // 5: quorumbus.partition.v1.EntityConfig
+	(*StoredMessage)(nil),            // 6: quorumbus.partition.v1.StoredMessage
+	(*Batch)(nil),                    // 7: quorumbus.partition.v1.Batch
+	(*Command)(nil),                  // 8: quorumbus.partition.v1.Command
+	(*UpsertEntity)(nil),             // 9: quorumbus.partition.v1.UpsertEntity
+	(*DeleteEntity)(nil),             // 10: quorumbus.partition.v1.DeleteEntity
+	(*Enqueue)(nil),                  // 11: quorumbus.partition.v1.Enqueue
+	(*NewMessage)(nil),               // 12: quorumbus.partition.v1.NewMessage
+	(*StageBody)(nil),                // 13: quorumbus.partition.v1.StageBody
+	(*Lock)(nil),                     // 14: quorumbus.partition.v1.Lock
+	(*Settle)(nil),                   // 15: quorumbus.partition.v1.Settle
+	(*RenewLocks)(nil),               // 16: quorumbus.partition.v1.RenewLocks
+	(*ExpireLocks)(nil),              // 17: quorumbus.partition.v1.ExpireLocks
+	(*ActivateScheduled)(nil),        // 18: quorumbus.partition.v1.ActivateScheduled
+	(*CancelScheduled)(nil),          // 19: quorumbus.partition.v1.CancelScheduled
+	(*LockBySequence)(nil),           // 20: quorumbus.partition.v1.LockBySequence
+	(*AcceptSession)(nil),            // 21: quorumbus.partition.v1.AcceptSession
+	(*RenewSessionLock)(nil),         // 22: quorumbus.partition.v1.RenewSessionLock
+	(*SetSessionState)(nil),          // 23: quorumbus.partition.v1.SetSessionState
+	(*ReleaseSession)(nil),           // 24: quorumbus.partition.v1.ReleaseSession
+	(*ExpireSessionLocks)(nil),       // 25: quorumbus.partition.v1.ExpireSessionLocks
+	(*ExpireMessages)(nil),           // 26: quorumbus.partition.v1.ExpireMessages
+	(*Result)(nil),                   // 27: quorumbus.partition.v1.Result
+	(*LeaderHint)(nil),               // 28: quorumbus.partition.v1.LeaderHint
+	(*UpsertEntityRequest)(nil),      // 29: quorumbus.partition.v1.UpsertEntityRequest
+	(*UpsertEntityResponse)(nil),     // 30: quorumbus.partition.v1.UpsertEntityResponse
+	(*DeleteEntityRequest)(nil),      // 31: quorumbus.partition.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),     // 32: quorumbus.partition.v1.DeleteEntityResponse
+	(*SendRequest)(nil),              // 33: quorumbus.partition.v1.SendRequest
+	(*SendResponse)(nil),             // 34: quorumbus.partition.v1.SendResponse
+	(*ReceiveRequest)(nil),           // 35: quorumbus.partition.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),          // 36: quorumbus.partition.v1.ReceiveResponse
+	(*SettleRequest)(nil),            // 37: quorumbus.partition.v1.SettleRequest
+	(*SettleResponse)(nil),           // 38: quorumbus.partition.v1.SettleResponse
+	(*RenewLocksRequest)(nil),        // 39: quorumbus.partition.v1.RenewLocksRequest
+	(*RenewLocksResponse)(nil),       // 40: quorumbus.partition.v1.RenewLocksResponse
+	(*StatsRequest)(nil),             // 41: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),            // 42: quorumbus.partition.v1.StatsResponse
+	(*PeekRequest)(nil),              // 43: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 44: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 45: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 46: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 47: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 48: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 49: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 50: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 51: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 52: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 53: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 54: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 55: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 56: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 57: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 58: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 59: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 60: quorumbus.partition.v1.ListSessionsResponse
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
 	2,  // 0: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
@@ -3642,57 +4992,82 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	18, // 10: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
 	19, // 11: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
 	20, // 12: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
-	21, // 13: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	26, // 13: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
 	13, // 14: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
-	5,  // 15: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 16: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	1,  // 17: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 18: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 19: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 20: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 21: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	4,  // 22: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	6,  // 23: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	5,  // 24: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 25: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	22, // 26: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 27: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	22, // 28: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	15, // 29: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	22, // 30: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	16, // 31: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	22, // 32: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 33: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	6,  // 34: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	19, // 35: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	22, // 36: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 37: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	22, // 38: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	24, // 39: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	26, // 40: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	28, // 41: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	30, // 42: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	32, // 43: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	34, // 44: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	36, // 45: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	38, // 46: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	40, // 47: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	42, // 48: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	25, // 49: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	27, // 50: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	29, // 51: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	31, // 52: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	33, // 53: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	35, // 54: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	37, // 55: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	39, // 56: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	41, // 57: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	43, // 58: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	49, // [49:59] is the sub-list for method output_type
-	39, // [39:49] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	21, // 15: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
+	22, // 16: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
+	23, // 17: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
+	24, // 18: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
+	25, // 19: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
+	5,  // 20: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 21: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	1,  // 22: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 23: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 24: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 25: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 26: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	4,  // 27: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	6,  // 28: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	5,  // 29: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 30: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	27, // 31: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 32: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	27, // 33: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	15, // 34: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	27, // 35: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	16, // 36: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	27, // 37: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 38: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	6,  // 39: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	19, // 40: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	27, // 41: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 42: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	27, // 43: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	27, // 44: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	22, // 45: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	27, // 46: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	23, // 47: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	27, // 48: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	27, // 49: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	24, // 50: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	27, // 51: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	29, // 52: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	31, // 53: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	33, // 54: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	35, // 55: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	37, // 56: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	39, // 57: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	41, // 58: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	43, // 59: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	45, // 60: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	47, // 61: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	49, // 62: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	51, // 63: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	53, // 64: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	55, // 65: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	57, // 66: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	59, // 67: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	30, // 68: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	32, // 69: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	34, // 70: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	36, // 71: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	38, // 72: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	40, // 73: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	42, // 74: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	44, // 75: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	46, // 76: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	48, // 77: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	50, // 78: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	52, // 79: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	54, // 80: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	56, // 81: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	58, // 82: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	60, // 83: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	68, // [68:84] is the sub-list for method output_type
+	52, // [52:68] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -3713,6 +5088,11 @@ func file_partitionpb_partition_proto_init() {
 		(*Command_LockBySequence)(nil),
 		(*Command_ExpireMessages)(nil),
 		(*Command_StageBody)(nil),
+		(*Command_AcceptSession)(nil),
+		(*Command_RenewSessionLock)(nil),
+		(*Command_SetSessionState)(nil),
+		(*Command_ReleaseSession)(nil),
+		(*Command_ExpireSessionLocks)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3720,7 +5100,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   39,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,16 +22,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PartitionService_UpsertEntity_FullMethodName    = "/quorumbus.partition.v1.PartitionService/UpsertEntity"
-	PartitionService_DeleteEntity_FullMethodName    = "/quorumbus.partition.v1.PartitionService/DeleteEntity"
-	PartitionService_Send_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Send"
-	PartitionService_Receive_FullMethodName         = "/quorumbus.partition.v1.PartitionService/Receive"
-	PartitionService_Settle_FullMethodName          = "/quorumbus.partition.v1.PartitionService/Settle"
-	PartitionService_RenewLocks_FullMethodName      = "/quorumbus.partition.v1.PartitionService/RenewLocks"
-	PartitionService_Stats_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Stats"
-	PartitionService_Peek_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Peek"
-	PartitionService_CancelScheduled_FullMethodName = "/quorumbus.partition.v1.PartitionService/CancelScheduled"
-	PartitionService_ReceiveDeferred_FullMethodName = "/quorumbus.partition.v1.PartitionService/ReceiveDeferred"
+	PartitionService_UpsertEntity_FullMethodName     = "/quorumbus.partition.v1.PartitionService/UpsertEntity"
+	PartitionService_DeleteEntity_FullMethodName     = "/quorumbus.partition.v1.PartitionService/DeleteEntity"
+	PartitionService_Send_FullMethodName             = "/quorumbus.partition.v1.PartitionService/Send"
+	PartitionService_Receive_FullMethodName          = "/quorumbus.partition.v1.PartitionService/Receive"
+	PartitionService_Settle_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Settle"
+	PartitionService_RenewLocks_FullMethodName       = "/quorumbus.partition.v1.PartitionService/RenewLocks"
+	PartitionService_Stats_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Stats"
+	PartitionService_Peek_FullMethodName             = "/quorumbus.partition.v1.PartitionService/Peek"
+	PartitionService_CancelScheduled_FullMethodName  = "/quorumbus.partition.v1.PartitionService/CancelScheduled"
+	PartitionService_ReceiveDeferred_FullMethodName  = "/quorumbus.partition.v1.PartitionService/ReceiveDeferred"
+	PartitionService_AcceptSession_FullMethodName    = "/quorumbus.partition.v1.PartitionService/AcceptSession"
+	PartitionService_RenewSessionLock_FullMethodName = "/quorumbus.partition.v1.PartitionService/RenewSessionLock"
+	PartitionService_SetSessionState_FullMethodName  = "/quorumbus.partition.v1.PartitionService/SetSessionState"
+	PartitionService_GetSessionState_FullMethodName  = "/quorumbus.partition.v1.PartitionService/GetSessionState"
+	PartitionService_ReleaseSession_FullMethodName   = "/quorumbus.partition.v1.PartitionService/ReleaseSession"
+	PartitionService_ListSessions_FullMethodName     = "/quorumbus.partition.v1.PartitionService/ListSessions"
 )
 
 // PartitionServiceClient is the client API for PartitionService service.
@@ -48,6 +54,12 @@ type PartitionServiceClient interface {
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	CancelScheduled(ctx context.Context, in *CancelScheduledRequest, opts ...grpc.CallOption) (*CancelScheduledResponse, error)
 	ReceiveDeferred(ctx context.Context, in *ReceiveDeferredRequest, opts ...grpc.CallOption) (*ReceiveDeferredResponse, error)
+	AcceptSession(ctx context.Context, in *AcceptSessionRequest, opts ...grpc.CallOption) (*AcceptSessionResponse, error)
+	RenewSessionLock(ctx context.Context, in *RenewSessionLockRequest, opts ...grpc.CallOption) (*RenewSessionLockResponse, error)
+	SetSessionState(ctx context.Context, in *SetSessionStateRequest, opts ...grpc.CallOption) (*SetSessionStateResponse, error)
+	GetSessionState(ctx context.Context, in *GetSessionStateRequest, opts ...grpc.CallOption) (*GetSessionStateResponse, error)
+	ReleaseSession(ctx context.Context, in *ReleaseSessionRequest, opts ...grpc.CallOption) (*ReleaseSessionResponse, error)
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
 type partitionServiceClient struct {
@@ -158,6 +170,66 @@ func (c *partitionServiceClient) ReceiveDeferred(ctx context.Context, in *Receiv
 	return out, nil
 }
 
+func (c *partitionServiceClient) AcceptSession(ctx context.Context, in *AcceptSessionRequest, opts ...grpc.CallOption) (*AcceptSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcceptSessionResponse)
+	err := c.cc.Invoke(ctx, PartitionService_AcceptSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) RenewSessionLock(ctx context.Context, in *RenewSessionLockRequest, opts ...grpc.CallOption) (*RenewSessionLockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewSessionLockResponse)
+	err := c.cc.Invoke(ctx, PartitionService_RenewSessionLock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) SetSessionState(ctx context.Context, in *SetSessionStateRequest, opts ...grpc.CallOption) (*SetSessionStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSessionStateResponse)
+	err := c.cc.Invoke(ctx, PartitionService_SetSessionState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) GetSessionState(ctx context.Context, in *GetSessionStateRequest, opts ...grpc.CallOption) (*GetSessionStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSessionStateResponse)
+	err := c.cc.Invoke(ctx, PartitionService_GetSessionState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) ReleaseSession(ctx context.Context, in *ReleaseSessionRequest, opts ...grpc.CallOption) (*ReleaseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseSessionResponse)
+	err := c.cc.Invoke(ctx, PartitionService_ReleaseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, PartitionService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionServiceServer is the server API for PartitionService service.
 // All implementations must embed UnimplementedPartitionServiceServer
 // for forward compatibility.
@@ -172,6 +244,12 @@ type PartitionServiceServer interface {
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	CancelScheduled(context.Context, *CancelScheduledRequest) (*CancelScheduledResponse, error)
 	ReceiveDeferred(context.Context, *ReceiveDeferredRequest) (*ReceiveDeferredResponse, error)
+	AcceptSession(context.Context, *AcceptSessionRequest) (*AcceptSessionResponse, error)
+	RenewSessionLock(context.Context, *RenewSessionLockRequest) (*RenewSessionLockResponse, error)
+	SetSessionState(context.Context, *SetSessionStateRequest) (*SetSessionStateResponse, error)
+	GetSessionState(context.Context, *GetSessionStateRequest) (*GetSessionStateResponse, error)
+	ReleaseSession(context.Context, *ReleaseSessionRequest) (*ReleaseSessionResponse, error)
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedPartitionServiceServer()
 }
 
@@ -211,6 +289,24 @@ func (UnimplementedPartitionServiceServer) CancelScheduled(context.Context, *Can
 }
 func (UnimplementedPartitionServiceServer) ReceiveDeferred(context.Context, *ReceiveDeferredRequest) (*ReceiveDeferredResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReceiveDeferred not implemented")
+}
+func (UnimplementedPartitionServiceServer) AcceptSession(context.Context, *AcceptSessionRequest) (*AcceptSessionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AcceptSession not implemented")
+}
+func (UnimplementedPartitionServiceServer) RenewSessionLock(context.Context, *RenewSessionLockRequest) (*RenewSessionLockResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RenewSessionLock not implemented")
+}
+func (UnimplementedPartitionServiceServer) SetSessionState(context.Context, *SetSessionStateRequest) (*SetSessionStateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetSessionState not implemented")
+}
+func (UnimplementedPartitionServiceServer) GetSessionState(context.Context, *GetSessionStateRequest) (*GetSessionStateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetSessionState not implemented")
+}
+func (UnimplementedPartitionServiceServer) ReleaseSession(context.Context, *ReleaseSessionRequest) (*ReleaseSessionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReleaseSession not implemented")
+}
+func (UnimplementedPartitionServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedPartitionServiceServer) mustEmbedUnimplementedPartitionServiceServer() {}
 func (UnimplementedPartitionServiceServer) testEmbeddedByValue()                          {}
@@ -413,6 +509,114 @@ func _PartitionService_ReceiveDeferred_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionService_AcceptSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcceptSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).AcceptSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_AcceptSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).AcceptSession(ctx, req.(*AcceptSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_RenewSessionLock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewSessionLockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).RenewSessionLock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_RenewSessionLock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).RenewSessionLock(ctx, req.(*RenewSessionLockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_SetSessionState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSessionStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).SetSessionState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_SetSessionState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).SetSessionState(ctx, req.(*SetSessionStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_GetSessionState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSessionStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).GetSessionState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_GetSessionState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).GetSessionState(ctx, req.(*GetSessionStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_ReleaseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).ReleaseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_ReleaseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).ReleaseSession(ctx, req.(*ReleaseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionService_ServiceDesc is the grpc.ServiceDesc for PartitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -459,6 +663,30 @@ var PartitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReceiveDeferred",
 			Handler:    _PartitionService_ReceiveDeferred_Handler,
+		},
+		{
+			MethodName: "AcceptSession",
+			Handler:    _PartitionService_AcceptSession_Handler,
+		},
+		{
+			MethodName: "RenewSessionLock",
+			Handler:    _PartitionService_RenewSessionLock_Handler,
+		},
+		{
+			MethodName: "SetSessionState",
+			Handler:    _PartitionService_SetSessionState_Handler,
+		},
+		{
+			MethodName: "GetSessionState",
+			Handler:    _PartitionService_GetSessionState_Handler,
+		},
+		{
+			MethodName: "ReleaseSession",
+			Handler:    _PartitionService_ReleaseSession_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _PartitionService_ListSessions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

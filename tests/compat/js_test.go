@@ -18,6 +18,40 @@ import (
 // modules it skips loudly on a developer's machine and fails in CI, whose
 // .ci/run installs them.
 func TestJSSDKEssentials(t *testing.T) {
+	dir := jsDir(t)
+	c := startTestDev(t, cluster.QueueSpec{Name: "js", Props: &placementpb.QueueProperties{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "essentials.mjs", cluster.ConnectionString(c.AMQPAddr), "js")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+}
+
+// TestJSSDKSessions drives message sessions with the JavaScript SDK
+// (tests/compat/js/sessions.mjs).
+func TestJSSDKSessions(t *testing.T) {
+	dir := jsDir(t)
+	c := startTestDev(t, sessionQueue("jss"))
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "sessions.mjs", cluster.ConnectionString(c.AMQPAddr), "jss")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+}
+
+// jsDir returns the directory of the JavaScript SDK scripts. Without node
+// or the npm modules it skips loudly on a developer's machine and fails
+// in CI, whose .ci/run installs them.
+func jsDir(t *testing.T) string {
+	t.Helper()
 	dir, err := filepath.Abs("js")
 	if err != nil {
 		t.Fatal(err)
@@ -36,14 +70,5 @@ func TestJSSDKEssentials(t *testing.T) {
 		fmt.Fprintln(os.Stderr, msg)
 		t.Skip(msg)
 	}
-	c := startTestDev(t, cluster.QueueSpec{Name: "js", Props: &placementpb.QueueProperties{}})
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "essentials.mjs", cluster.ConnectionString(c.AMQPAddr), "js")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s", out)
-	if err != nil {
-		t.Fatalf("the JavaScript SDK script failed: %v", err)
-	}
+	return dir
 }

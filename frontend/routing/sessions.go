@@ -1,0 +1,85 @@
+package routing
+
+import (
+	"time"
+
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+var _ frontend.SessionBackend = (*Router)(nil)
+
+// AcceptSession implements frontend.SessionBackend. An accept-next may
+// wait req.WaitMs on the node, so each attempt may take that much longer.
+// Every attempt carries the same token and request id, so that a retried
+// accept finds the lock an earlier attempt took as its own: the session
+// it named, or the one an accept-next locked.
+func (r *Router) AcceptSession(ctx context.Context, e *placementpb.Entity, req *partitionpb.AcceptSessionRequest) (*partitionpb.Result, []byte, error) {
+	var res *partitionpb.Result
+	var token []byte
+	id := newRequestID() // 16 random bytes, a lock token's size
+	err := r.call(ctx, e, req.Partition, time.Duration(req.WaitMs)*time.Millisecond, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		rq := proto.Clone(req).(*partitionpb.AcceptSessionRequest)
+		rq.GroupId, rq.EntityId, rq.Token, rq.RequestId = group, e.Id, id, id
+		resp, err := c.AcceptSession(ctx, rq)
+		res, token = resp.GetResult(), resp.GetToken()
+		return err
+	})
+	return res, token, err
+}
+
+// RenewSessionLock implements frontend.SessionBackend.
+func (r *Router) RenewSessionLock(ctx context.Context, e *placementpb.Entity, rl *partitionpb.RenewSessionLock) (*partitionpb.Result, error) {
+	rl.EntityId = e.Id
+	return callResult(r, ctx, e, rl.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.RenewSessionLock(ctx, &partitionpb.RenewSessionLockRequest{GroupId: group, Renew: rl})
+	})
+}
+
+// SetSessionState implements frontend.SessionBackend.
+func (r *Router) SetSessionState(ctx context.Context, e *placementpb.Entity, s *partitionpb.SetSessionState) (*partitionpb.Result, error) {
+	s.EntityId = e.Id
+	return callResult(r, ctx, e, s.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.SetSessionState(ctx, &partitionpb.SetSessionStateRequest{GroupId: group, Set: s})
+	})
+}
+
+// GetSessionState implements frontend.SessionBackend.
+func (r *Router) GetSessionState(ctx context.Context, e *placementpb.Entity, req *partitionpb.GetSessionStateRequest) (*partitionpb.Result, []byte, error) {
+	var res *partitionpb.Result
+	var state []byte
+	err := r.call(ctx, e, req.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		rq := proto.Clone(req).(*partitionpb.GetSessionStateRequest)
+		rq.GroupId, rq.EntityId = group, e.Id
+		resp, err := c.GetSessionState(ctx, rq)
+		res, state = resp.GetResult(), resp.GetState()
+		return err
+	})
+	return res, state, err
+}
+
+// ReleaseSession implements frontend.SessionBackend.
+func (r *Router) ReleaseSession(ctx context.Context, e *placementpb.Entity, rs *partitionpb.ReleaseSession) (*partitionpb.Result, error) {
+	rs.EntityId = e.Id
+	return callResult(r, ctx, e, rs.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+		return c.ReleaseSession(ctx, &partitionpb.ReleaseSessionRequest{GroupId: group, Release: rs})
+	})
+}
+
+// ListSessions implements frontend.SessionBackend.
+func (r *Router) ListSessions(ctx context.Context, e *placementpb.Entity, req *partitionpb.ListSessionsRequest) ([]string, error) {
+	var sids []string
+	err := r.call(ctx, e, req.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		rq := proto.Clone(req).(*partitionpb.ListSessionsRequest)
+		rq.GroupId, rq.EntityId = group, e.Id
+		resp, err := c.ListSessions(ctx, rq)
+		sids = resp.GetSessionIds()
+		return err
+	})
+	return sids, err
+}

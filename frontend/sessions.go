@@ -1,0 +1,457 @@
+package frontend
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Session receivers (Service Bus message sessions). A receiving link whose
+// source filter holds com.microsoft:session-filter accepts a session: the
+// one the filter names, or with a null value the next available one. The
+// attach reply waits for the partition to lock it (amqp.Link.DeferAttach),
+// then echoes the filter with the locked session's id and carries
+// com.microsoft:locked-until-utc; a session that cannot be had is refused
+// with an attach without source and a detach with the reason. The
+// receiver then takes only that session's messages, and the session's
+// $management operations (state, renew) of this connection find its lock
+// here.
+
+const (
+	sessionFilterName amqp.Symbol = "com.microsoft:session-filter"
+	propLockedUntil   amqp.Symbol = "com.microsoft:locked-until-utc"
+	propTimeout       amqp.Symbol = "com.microsoft:timeout"
+)
+
+// DefaultSessionAcceptWait is how long an accept-next waits for a session
+// when the client names no com.microsoft:timeout: Service Bus's minute.
+const DefaultSessionAcceptWait = time.Minute
+
+// sessionLock is the lock a session receiver holds.
+type sessionLock struct {
+	id        string
+	partition uint32
+	token     []byte
+	link      string // the receiver's link name
+	// ending: the receiver's link ended and the lock is being given
+	// back; released is closed once it was.
+	ending   atomic.Bool
+	released chan struct{}
+
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (s *sessionLock) setUntil(t time.Time) {
+	s.mu.Lock()
+	s.until = t
+	s.mu.Unlock()
+}
+
+// sessionKey names a session of an entity in a connection's registry.
+type sessionKey struct {
+	entity  uint64
+	session string
+}
+
+// sessionRegistry holds the session locks of a connection's receivers.
+// A request names its session by id, or (the Go SDK's peek and
+// receive-deferred) by the receiver's link as associated-link-name.
+type sessionRegistry struct {
+	mu     sync.Mutex
+	locks  map[sessionKey]*sessionLock
+	byLink map[string]*sessionLock
+}
+
+func (r *sessionRegistry) add(e uint64, s *sessionLock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.locks == nil {
+		r.locks = make(map[sessionKey]*sessionLock)
+		r.byLink = make(map[string]*sessionLock)
+	}
+	r.locks[sessionKey{e, s.id}] = s
+	r.byLink[s.link] = s
+}
+
+func (r *sessionRegistry) remove(e uint64, s *sessionLock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.locks[sessionKey{e, s.id}] == s {
+		delete(r.locks, sessionKey{e, s.id})
+	}
+	if r.byLink[s.link] == s {
+		delete(r.byLink, s.link)
+	}
+}
+
+func (r *sessionRegistry) findLink(name string) *sessionLock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byLink[name]
+}
+
+// requestSession returns the session a $management request of a session
+// receiver names, by session-id or associated-link-name; nil for a
+// request of no session. id is the session-id it named, if any.
+func (c *conn) requestSession(e *placementpb.Entity, body amqp.Map, req *rpcRequest) (lock *sessionLock, id string) {
+	if sid, _ := stringField(body, "session-id"); sid != "" {
+		return c.sessionLocks.find(e.Id, sid), sid
+	}
+	if v, ok := req.msg.ApplicationProperties.Get("associated-link-name"); ok {
+		if name, ok := v.(string); ok {
+			return c.sessionLocks.findLink(name), ""
+		}
+	}
+	return nil, ""
+}
+
+func (r *sessionRegistry) find(e uint64, sid string) *sessionLock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.locks[sessionKey{e, sid}]
+}
+
+// sessionRequest is what a session receiver's attach asks for.
+type sessionRequest struct {
+	key        any // the filter's key and descriptor, echoed in the reply
+	descriptor any
+	id         string // "": the next available session
+	wait       time.Duration
+}
+
+// sessionFilter reads the session filter of a receiving link's source;
+// ok is false when it has none.
+func sessionFilter(a *amqp.Attach, defaultWait time.Duration) (req sessionRequest, ok bool, err error) {
+	if a.Source == nil {
+		return req, false, nil
+	}
+	for _, p := range a.Source.Filter {
+		if k, isSym := p.Key.(amqp.Symbol); !isSym || k != sessionFilterName {
+			continue
+		}
+		req.key = p.Key
+		v := p.Value
+		if d, isDesc := v.(amqp.Described); isDesc {
+			req.descriptor, v = d.Descriptor, d.Value
+		} else if d, isDesc := v.(*amqp.Described); isDesc && d != nil {
+			req.descriptor, v = d.Descriptor, d.Value
+		}
+		switch id := v.(type) {
+		case nil:
+		case string:
+			if id == "" {
+				return req, true, amqp.Errorf(amqp.ErrCondInvalidField, "the session filter names an empty session id")
+			}
+			req.id = id
+		default:
+			return req, true, amqp.Errorf(amqp.ErrCondInvalidField, "the session filter must be a string or null, got %T", v)
+		}
+		ok = true
+		break
+	}
+	if !ok {
+		return req, false, nil
+	}
+	req.wait = defaultWait
+	if v, present := a.Properties.Get(propTimeout); present {
+		var ms int64
+		switch t := v.(type) {
+		case uint32:
+			ms = int64(t)
+		case uint64:
+			ms = int64(min(t, uint64(24*time.Hour/time.Millisecond)))
+		case int64:
+			ms = max(t, 0)
+		case int32:
+			ms = int64(max(t, 0))
+		}
+		// The client gives up when its time is out (the Go SDK sends
+		// what remains of its deadline, less a few milliseconds): the
+		// answer has to be on its way before, so the wait ends a tenth
+		// early (at most a second).
+		t := time.Duration(ms) * time.Millisecond
+		req.wait = t - min(t/10, time.Second)
+	}
+	return req, true, nil
+}
+
+// dotnetTicks is t in .NET ticks: 100 ns since 0001-01-01 UTC.
+func dotnetTicks(t time.Time) int64 {
+	return t.UnixMilli()*10_000 + 621_355_968_000_000_000
+}
+
+// sessions returns the Backend's session operations, or nil.
+func (c *conn) sessions() SessionBackend {
+	sb, _ := c.srv.cfg.Backend.(SessionBackend)
+	return sb
+}
+
+// acceptSession locks the session r's attach asked for and answers the
+// attach: with the session, or refused. It runs on its own goroutine.
+func (r *receiver) acceptSession(sr sessionRequest) {
+	sb := r.c.sessions()
+	e := r.entity
+	partitions := uint32(max(len(e.PartitionGroups), 1))
+	refuse := func(f failure, detail string) { r.link.RefuseAttach(f.amqpError(detail)) }
+	// The calls do not end with the link: a call given up half way may
+	// still lock a session, which nobody would then release. One that
+	// locks a session after the peer detached releases it below.
+
+	var res *partitionpb.Result
+	var token []byte
+	var part uint32
+	var err error
+	if sr.id != "" {
+		// The SDKs accept a session again after its link failed: wait
+		// for the release of that link's lock on this connection first.
+		if old := r.c.sessionLocks.find(e.Id, sr.id); old != nil && old.ending.Load() {
+			select {
+			case <-old.released:
+			case <-time.After(sendTimeout):
+			case <-r.ctx.Done():
+			}
+		}
+		part = partitionpb.PartitionForKey(sr.id, partitions)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: part, SessionId: sr.id})
+		cancel()
+	} else {
+		// Each partition once without waiting, then a wait on the
+		// first: a partitioned entity (issue 24) gets no better yet.
+		deadline := time.Now().Add(sr.wait)
+		for p := uint32(0); p < partitions && err == nil && res.GetSessionId() == "" && res.GetCode() == partitionpb.ResultCode_RESULT_OK; p++ {
+			part = p
+			wait := time.Duration(0)
+			if p == partitions-1 {
+				wait = time.Until(deadline)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait+sendTimeout)
+			res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: p, Next: true, WaitMs: max(wait.Milliseconds(), 0)})
+			cancel()
+		}
+	}
+	if err != nil {
+		refuse(errFailure(err), "")
+		return
+	}
+	if f, failed := resultFailure(res.GetCode()); failed {
+		refuse(f, res.GetDescription())
+		return
+	}
+	if res.GetSessionId() == "" || len(token) == 0 {
+		if r.ctx.Err() == nil {
+			refuse(failNoSession, "")
+		}
+		return
+	}
+	lock := &sessionLock{id: res.SessionId, partition: part, token: token, link: r.link.Name(), released: make(chan struct{})}
+	until := time.Now()
+	if len(res.LockedUntilMs) > 0 {
+		until = time.UnixMilli(res.LockedUntilMs[0]).UTC()
+	}
+	lock.setUntil(until)
+	src := *r.link.Attach().Source
+	src.Filter = append(amqp.Map(nil), src.Filter...)
+	for i, p := range src.Filter {
+		if p.Key != sr.key {
+			continue
+		}
+		// In the form the client sent: described (Go, .NET) or plain
+		// (JavaScript).
+		src.Filter[i].Value = lock.id
+		if sr.descriptor != nil {
+			src.Filter[i].Value = amqp.Described{Descriptor: sr.descriptor, Value: lock.id}
+		}
+	}
+	r.mu.Lock()
+	r.session = lock
+	r.mu.Unlock()
+	r.c.sessionLocks.add(e.Id, lock)
+	if r.ctx.Err() != nil || !r.link.CompleteAttach(&src, amqp.Map{{Key: propLockedUntil, Value: dotnetTicks(until)}}) {
+		r.releaseSession()
+		return
+	}
+	go r.pump()
+	go r.settleLoop()
+}
+
+// releaseSession gives the session lock back (the receiver closed): the
+// messages it holds and did not settle return to the session without
+// counting a delivery. Once only.
+func (r *receiver) releaseSession() {
+	r.mu.Lock()
+	lock := r.session
+	r.mu.Unlock()
+	if lock == nil {
+		return // none yet: acceptSession releases what it takes after the detach
+	}
+	lock.ending.Store(true)
+	r.releaseOnce.Do(func() {
+		// Out of the registry only once released: an accept of the same
+		// session on this connection waits for that.
+		defer close(lock.released)
+		defer r.c.sessionLocks.remove(r.entity.Id, lock)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		defer cancel()
+		res, err := r.c.sessions().ReleaseSession(ctx, r.entity, &partitionpb.ReleaseSession{
+			Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+		})
+		if err != nil || res.GetCode() != partitionpb.ResultCode_RESULT_OK {
+			// The lock ends by expiry instead.
+			r.c.log.Debug("session release failed", "entity", r.entity.Name, "session", lock.id, "err", err, "code", res.GetCode())
+		}
+	})
+}
+
+// sessionLost ends a session receiver whose lock is gone: its link is
+// detached with session-lock-lost, which the SDKs answer by accepting the
+// session again.
+func (r *receiver) sessionLost(detail string) {
+	r.c.sessionLocks.remove(r.entity.Id, r.session)
+	r.link.Detach(failSessionLockLost.amqpError(detail))
+	r.cancel()
+}
+
+// heldSession returns the lock of a session one of the connection's
+// receivers holds, answering the request 410 when there is none.
+func (c *conn) heldSession(e *placementpb.Entity, body amqp.Map, req *rpcRequest) (*sessionLock, bool) {
+	if c.sessions() == nil {
+		req.fail(failNotImpl, "sessions")
+		return nil, false
+	}
+	sid, err := stringField(body, "session-id")
+	if err != nil || sid == "" {
+		req.fail(failBadField, "the request needs a session-id")
+		return nil, false
+	}
+	lock := c.sessionLocks.find(e.Id, sid)
+	if lock == nil {
+		req.fail(failSessionLockLost, "no receiver of this connection holds session "+sid)
+		return nil, false
+	}
+	return lock, true
+}
+
+// renewSessionLock: session-id → 200 {expiration: timestamp}.
+func (c *conn) renewSessionLock(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	lock, ok := c.heldSession(e, body, req)
+	if !ok {
+		return
+	}
+	res, err := c.sessions().RenewSessionLock(ctx, e, &partitionpb.RenewSessionLock{
+		Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+	})
+	if answered(req, res, err) {
+		return
+	}
+	until := time.Now().UTC()
+	if len(res.LockedUntilMs) > 0 {
+		until = time.UnixMilli(res.LockedUntilMs[0]).UTC()
+	}
+	lock.setUntil(until)
+	req.respond(200, "OK", amqp.Map{{Key: "expiration", Value: until}})
+}
+
+// getSessionState: session-id → 200 {session-state: binary, or null for
+// none}.
+func (c *conn) getSessionState(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	lock, ok := c.heldSession(e, body, req)
+	if !ok {
+		return
+	}
+	res, state, err := c.sessions().GetSessionState(ctx, e, &partitionpb.GetSessionStateRequest{
+		Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+	})
+	if answered(req, res, err) {
+		return
+	}
+	var v any // null: no state
+	if len(state) > 0 {
+		v = state
+	}
+	req.respond(200, "OK", amqp.Map{{Key: "session-state", Value: v}})
+}
+
+// setSessionState: session-id, session-state (binary; empty or null
+// clears it) → 200.
+func (c *conn) setSessionState(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	lock, ok := c.heldSession(e, body, req)
+	if !ok {
+		return
+	}
+	var state []byte
+	switch v, _ := body.Get("session-state"); s := v.(type) {
+	case nil:
+	case []byte:
+		state = s
+	default:
+		req.fail(failBadField, "session-state must be binary or null")
+		return
+	}
+	res, err := c.sessions().SetSessionState(ctx, e, &partitionpb.SetSessionState{
+		Partition: lock.partition, SessionId: lock.id, Token: lock.token, State: state,
+	})
+	if answered(req, res, err) {
+		return
+	}
+	req.respond(200, "OK", amqp.Map{})
+}
+
+// maxListSessions caps the sessions one get-message-sessions returns.
+const maxListSessions = 1000
+
+// getMessageSessions: skip, top (last-updated-time is not kept: every
+// session is listed) → 200 {sessions-ids: array of strings}, 204 when
+// there are none.
+func (c *conn) getMessageSessions(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
+	sb := c.sessions()
+	if sb == nil {
+		req.fail(failNotImpl, "sessions")
+		return
+	}
+	skip, top := int64(0), int64(100)
+	var err error
+	if _, ok := body.Get("skip"); ok {
+		if skip, err = intField(body, "skip", 0, 1<<31-1); err != nil {
+			req.fail(failBadField, err.Error())
+			return
+		}
+	}
+	if _, ok := body.Get("top"); ok {
+		if top, err = intField(body, "top", 0, 1<<31-1); err != nil {
+			req.fail(failBadField, err.Error())
+			return
+		}
+	}
+	top = min(top, maxListSessions)
+	// A partitioned entity's sessions are listed partition after
+	// partition, skip counting over all of them.
+	var ids []string
+	partitions := uint32(max(len(e.PartitionGroups), 1))
+	for p := uint32(0); p < partitions && int64(len(ids)) < top; p++ {
+		got, err := sb.ListSessions(ctx, e, &partitionpb.ListSessionsRequest{Partition: p, Skip: 0, Top: uint32(skip + top)})
+		if err != nil {
+			req.fail(errFailure(err), "")
+			return
+		}
+		n := int64(len(got))
+		if skip >= n {
+			skip -= n
+			continue
+		}
+		got = got[skip:]
+		skip = 0
+		ids = append(ids, got[:min(int64(len(got)), top-int64(len(ids)))]...)
+	}
+	if len(ids) == 0 {
+		req.respond(204, "No Content", amqp.Map{{Key: "sessions-ids", Value: []string{}}})
+		return
+	}
+	req.respond(200, "OK", amqp.Map{{Key: "sessions-ids", Value: ids}})
+}

@@ -1,0 +1,496 @@
+package partition_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/quorumbus/quorumbus/partition"
+	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
+
+const (
+	codeSessionLost   = partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST
+	codeSessionLocked = partitionpb.ResultCode_RESULT_SESSION_CANNOT_BE_LOCKED
+)
+
+// bodies returns the bare messages of a result, as strings.
+func bodies(r *partitionpb.Result) []string {
+	var out []string
+	for _, m := range r.Messages {
+		out = append(out, string(m.Bare))
+	}
+	return out
+}
+
+func sessionMsgs(sid string, bodies ...string) []*partitionpb.NewMessage {
+	var out []*partitionpb.NewMessage
+	for _, b := range bodies {
+		out = append(out, pt.SessionMsg(sid, b))
+	}
+	return out
+}
+
+func wantCode(t *testing.T, what string, r *partitionpb.Result, code partitionpb.ResultCode) {
+	t.Helper()
+	if r.Code != code {
+		t.Fatalf("%s: %v (%s), want %v", what, r.Code, r.Description, code)
+	}
+}
+
+func TestSessionSend(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	d.OK(pt.Upsert(pt.Queue(2, 0, "q")))
+	// A message without a session id is refused, and with it the whole
+	// send: nothing is stored.
+	r := d.Do(pt.Enqueue(1, 0, pt.SessionMsg("a", "x"), pt.Msg("no session")))
+	wantCode(t, "send without session id", r, codeInvalid)
+	if s := d.Stats(1, 0); s.ActiveMessages != 0 {
+		t.Fatalf("a refused send stored %d messages", s.ActiveMessages)
+	}
+	// A session id on an entity without sessions is carried.
+	d.OK(pt.Enqueue(2, 0, pt.SessionMsg("a", "x")))
+	got := d.OK(pt.Lock(2, 0, main, 10, 1))
+	if len(got.Messages) != 1 || got.Messages[0].SessionId != "a" {
+		t.Fatalf("plain queue: got %v, want one message of session a", got.Messages)
+	}
+	// A session entity's main queue is received through sessions only; its
+	// dead-letter queue without.
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("a", "x")))
+	wantCode(t, "plain lock of a session entity", d.Do(pt.Lock(1, 0, main, 10, 1)), codeInvalid)
+	wantCode(t, "accept on a plain entity", d.Do(pt.Accept(2, 0, "a", pt.SessionToken(1))), codeInvalid)
+}
+
+func TestSessionOrderAndLocks(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	d.OK(pt.Enqueue(1, 0, append(sessionMsgs("a", "a1", "a2"), sessionMsgs("b", "b1")...)...))
+	d.OK(pt.Enqueue(1, 0, sessionMsgs("a", "a3")...))
+	ta, tb := pt.SessionToken(1), pt.SessionToken(2)
+
+	// Receiving needs the session's lock.
+	wantCode(t, "lock without accept", d.Do(pt.LockSession(1, 0, "a", ta, 10, 1)), codeSessionLost)
+	acc := d.OK(pt.Accept(1, 0, "a", ta))
+	if acc.SessionId != "a" || len(acc.LockedUntilMs) != 1 || acc.LockedUntilMs[0] != d.Now+partition.DefaultLockDurationMs {
+		t.Fatalf("accept: %v", acc)
+	}
+	wantCode(t, "second accept", d.Do(pt.Accept(1, 0, "a", tb)), codeSessionLocked)
+	// A repeated accept (its answer lost) finds the lock its own.
+	d.Now += 10
+	if again := d.OK(pt.Accept(1, 0, "a", ta)); again.LockedUntilMs[0] != acc.LockedUntilMs[0] {
+		t.Fatalf("repeated accept: %v, want the first answer %v", again, acc)
+	}
+	wantCode(t, "lock with another token", d.Do(pt.LockSession(1, 0, "a", tb, 10, 1)), codeSessionLost)
+
+	// In order; an abandoned message comes back first.
+	r := d.OK(pt.LockSession(1, 0, "a", ta, 2, 1))
+	if got := bodies(r); !slices.Equal(got, []string{"a1", "a2"}) {
+		t.Fatalf("first lock: %v", got)
+	}
+	for _, m := range r.Messages {
+		if m.LockedUntilMs != acc.LockedUntilMs[0] {
+			t.Fatalf("message locked until %d, session until %d", m.LockedUntilMs, acc.LockedUntilMs[0])
+		}
+	}
+	d.OK(pt.Settle(1, 0, main, abandon, r.Messages[0].LockToken))
+	d.OK(pt.Enqueue(1, 0, sessionMsgs("a", "a4")...)) // a later arrival belongs to the lock too
+	r2 := d.OK(pt.LockSession(1, 0, "a", ta, 10, 2))
+	if got := bodies(r2); !slices.Equal(got, []string{"a1", "a3", "a4"}) {
+		t.Fatalf("after abandon: %v", got)
+	}
+	if r2.Messages[0].DeliveryCount != 1 {
+		t.Fatalf("abandoned message delivery count %d, want 1", r2.Messages[0].DeliveryCount)
+	}
+	d.OK(pt.Settle(1, 0, main, complete, r.Messages[1].LockToken))
+
+	// Renewing the session renews its messages' locks.
+	d.Now += 30_000
+	ren := d.OK(pt.RenewSession(1, 0, "a", ta))
+	if ren.LockedUntilMs[0] != d.Now+partition.DefaultLockDurationMs {
+		t.Fatalf("renew: %v", ren)
+	}
+	d.Now += 45_000 // past the first lock, before the renewed one
+	d.OK(pt.ExpireLocks())
+	d.OK(pt.ExpireSessionLocks())
+	d.OK(pt.Settle(1, 0, main, complete, r2.Messages[1].LockToken))
+
+	// The lock runs out: the held messages return, counting a delivery,
+	// and the session can be accepted again.
+	d.Now = ren.LockedUntilMs[0]
+	if next, ok := d.M.NextSessionLockExpiry(); !ok || next != d.Now {
+		t.Fatalf("next session lock expiry %d %v, want %d", next, ok, d.Now)
+	}
+	d.OK(pt.ExpireLocks())
+	d.OK(pt.ExpireSessionLocks())
+	if _, ok := d.M.NextSessionLockExpiry(); ok {
+		t.Fatal("a session lock is left after expiry")
+	}
+	wantCode(t, "settle after the session lock ended", d.Do(pt.Settle(1, 0, main, complete, r2.Messages[0].LockToken)), codeLost)
+	wantCode(t, "renew after expiry", d.Do(pt.RenewSession(1, 0, "a", ta)), codeSessionLost)
+	d.OK(pt.Accept(1, 0, "a", tb))
+	r3 := d.OK(pt.LockSession(1, 0, "a", tb, 10, 3))
+	if got := bodies(r3); !slices.Equal(got, []string{"a1", "a4"}) {
+		t.Fatalf("after expiry: %v", got)
+	}
+	if r3.Messages[0].DeliveryCount != 2 || r3.Messages[1].DeliveryCount != 1 {
+		t.Fatalf("delivery counts after expiry %d %d, want 2 1", r3.Messages[0].DeliveryCount, r3.Messages[1].DeliveryCount)
+	}
+	// Released (the receiver closed): back without counting a delivery.
+	d.OK(pt.Release(1, 0, "a", tb))
+	d.OK(pt.Accept(1, 0, "a", ta))
+	r4 := d.OK(pt.LockSession(1, 0, "a", ta, 10, 4))
+	if r4.Messages[0].DeliveryCount != 2 {
+		t.Fatalf("delivery count after release %d, want 2", r4.Messages[0].DeliveryCount)
+	}
+}
+
+func TestSessionAcceptNext(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	if r := d.OK(pt.Accept(1, 0, "", pt.SessionToken(1))); r.SessionId != "" {
+		t.Fatalf("accept-next on an empty entity: %v", r)
+	}
+	if d.M.SessionReady(1, 0) {
+		t.Fatal("ready without sessions")
+	}
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("b", "b1"), pt.SessionMsg("a", "a1"), pt.SessionMsg("b", "b2")))
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("c", "c1")))
+	if !d.M.SessionReady(1, 0) {
+		t.Fatal("not ready with sessions")
+	}
+	// A specific empty session can be accepted, and is not offered.
+	d.OK(pt.Accept(1, 0, "empty", pt.SessionToken(9)))
+	var got []string
+	for i := range 4 {
+		got = append(got, d.OK(pt.Accept(1, 0, "", pt.SessionToken(uint64(10+i)))).SessionId)
+	}
+	// By when each got its first message; then none is left.
+	if want := []string{"b", "a", "c", ""}; !slices.Equal(got, want) {
+		t.Fatalf("accept-next took %q, want %q", got, want)
+	}
+	sids, err := d.M.ListSessions(1, 0, 0, 100)
+	if err != nil || !slices.Equal(sids, []string{"a", "b", "c", "empty"}) {
+		t.Fatalf("list sessions: %q %v", sids, err)
+	}
+	if sids, _ := d.M.ListSessions(1, 0, 1, 2); !slices.Equal(sids, []string{"b", "c"}) {
+		t.Fatalf("list sessions skip 1 top 2: %q", sids)
+	}
+	// Releasing an empty session forgets it; releasing one with messages
+	// offers it again.
+	d.OK(pt.Release(1, 0, "empty", pt.SessionToken(9)))
+	d.OK(pt.Release(1, 0, "a", pt.SessionToken(11)))
+	if r := d.OK(pt.Accept(1, 0, "", pt.SessionToken(20))); r.SessionId != "a" {
+		t.Fatalf("accept-next after release: %q", r.SessionId)
+	}
+	if sids, _ := d.M.ListSessions(1, 0, 0, 100); !slices.Equal(sids, []string{"a", "b", "c"}) {
+		t.Fatalf("list sessions after release: %q", sids)
+	}
+}
+
+func TestSessionState(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	tok := pt.SessionToken(1)
+	wantCode(t, "set state unlocked", d.Do(pt.SetState(1, 0, "s", tok, []byte("x"))), codeSessionLost)
+	d.OK(pt.Accept(1, 0, "s", tok))
+	if st, err := d.M.SessionState(1, 0, "s", tok, d.Now); err != nil || st != nil {
+		t.Fatalf("new session's state %q %v, want none", st, err)
+	}
+	d.OK(pt.SetState(1, 0, "s", tok, []byte("state 1")))
+	d.OK(pt.Release(1, 0, "s", tok))
+	// Kept while the session has no messages and no lock.
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10); !slices.Equal(sids, []string{"s"}) {
+		t.Fatalf("sessions %q, want the one with state", sids)
+	}
+	if _, err := d.M.SessionState(1, 0, "s", tok, d.Now); !errors.Is(err, partition.ErrSessionLockLost) {
+		t.Fatalf("state read without the lock: %v", err)
+	}
+	tok2 := pt.SessionToken(2)
+	d.OK(pt.Accept(1, 0, "s", tok2))
+	if st, err := d.M.SessionState(1, 0, "s", tok2, d.Now); err != nil || string(st) != "state 1" {
+		t.Fatalf("state %q %v", st, err)
+	}
+	big := bytes.Repeat([]byte{1}, partition.MaxSessionStateBytes+1)
+	wantCode(t, "state too large", d.Do(pt.SetState(1, 0, "s", tok2, big)), codeInvalid)
+	d.OK(pt.SetState(1, 0, "s", tok2, nil))
+	if st, _ := d.M.SessionState(1, 0, "s", tok2, d.Now); st != nil {
+		t.Fatalf("cleared state reads %q", st)
+	}
+	d.OK(pt.Release(1, 0, "s", tok2))
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10); len(sids) != 0 {
+		t.Fatalf("sessions %q after clearing the only state", sids)
+	}
+}
+
+// TestSessionDeferAndDeadLetter: deferred messages of a session are
+// received under its lock; dead-lettered ones leave the session.
+func TestSessionDeferAndDeadLetter(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	d.OK(pt.Enqueue(1, 0, sessionMsgs("a", "a1", "a2", "a3")...))
+	tok := pt.SessionToken(1)
+	d.OK(pt.Accept(1, 0, "a", tok))
+	r := d.OK(pt.LockSession(1, 0, "a", tok, 3, 1))
+	d.OK(pt.Settle(1, 0, main, deferD, r.Messages[0].LockToken))
+	d.OK(pt.Settle(1, 0, main, deadLetter, r.Messages[1].LockToken))
+	seq := r.Messages[0].SequenceNumber
+	wantCode(t, "deferred without session", d.Do(pt.LockBySequence(&partitionpb.LockBySequence{
+		EntityId: 1, SubQueue: main, SequenceNumbers: []uint64{seq}, TokenSeed: pt.Seed(5)})), codeInvalid)
+	got := d.OK(pt.LockBySequence(&partitionpb.LockBySequence{
+		EntityId: 1, SubQueue: main, SequenceNumbers: []uint64{seq}, TokenSeed: pt.Seed(5), SessionId: "a", SessionToken: tok}))
+	if len(got.Messages) != 1 || string(got.Messages[0].Bare) != "a1" {
+		t.Fatalf("receive deferred: %v", bodies(got))
+	}
+	d.OK(pt.Settle(1, 0, main, complete, got.Messages[0].LockToken))
+	dl := d.OK(pt.Lock(1, 0, dlq, 10, 6))
+	if got := bodies(dl); !slices.Equal(got, []string{"a2"}) {
+		t.Fatalf("dead-letter queue: %v", got)
+	}
+	peek, err := d.M.PeekSession(1, 0, 0, 10, d.Now, "a")
+	if err != nil || len(peek) != 1 || string(peek[0].Bare) != "a3" {
+		t.Fatalf("peek session: %v %v", peek, err)
+	}
+}
+
+// sessionLog is a random workload of session commands.
+func sessionLog(t *testing.T, seed uint64, n int) *pt.Driver {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	d := pt.NewDriver(t, 1_000_000)
+	cfg := pt.SessionQueue(1, 0, "sq")
+	cfg.LockDurationMs = 5000
+	cfg.MaxDeliveryCount = 3
+	d.OK(pt.Upsert(cfg))
+	sids := []string{"a", "b", "c", "d"}
+	held := map[string][]byte{} // session -> token
+	var tokens [][]byte         // message lock tokens handed out
+	for i := range n {
+		if err := partition.CheckSessions(d.M, 1, 0); err != nil {
+			t.Fatalf("before command %d: %v", i, err)
+		}
+		d.Now += rng.Int64N(2000)
+		sid := sids[rng.IntN(len(sids))]
+		var c *partitionpb.Command
+		switch k := rng.IntN(100); {
+		case k < 25:
+			var ms []*partitionpb.NewMessage
+			for j := range 1 + rng.IntN(4) {
+				m := pt.SessionMsg(sids[rng.IntN(len(sids))], fmt.Sprintf("m%d.%d", i, j))
+				if rng.IntN(5) == 0 {
+					m.TtlMs = rng.Int64N(10_000) + 1
+				}
+				ms = append(ms, m)
+			}
+			c = pt.Enqueue(1, 0, ms...)
+		case k < 35:
+			tok := pt.SessionToken(uint64(i))
+			if rng.IntN(2) == 0 {
+				sid = ""
+			}
+			r := d.Do(pt.Accept(1, 0, sid, tok))
+			if r.Code == codeOK && r.SessionId != "" {
+				held[r.SessionId] = tok
+			}
+			continue
+		case k < 55:
+			r := d.Do(pt.LockSession(1, 0, sid, held[sid], uint32(1+rng.IntN(4)), uint64(i)))
+			for _, m := range r.Messages {
+				tokens = append(tokens, m.LockToken)
+			}
+			continue
+		case k < 75 && len(tokens) > 0:
+			j := rng.IntN(len(tokens))
+			disp := []partitionpb.Disposition{complete, abandon, deadLetter, deferD}[rng.IntN(4)]
+			c = pt.Settle(1, 0, main, disp, tokens[j])
+			tokens = slices.Delete(tokens, j, j+1)
+		case k < 80:
+			c = pt.RenewSession(1, 0, sid, held[sid])
+		case k < 85:
+			c = pt.SetState(1, 0, sid, held[sid], []byte(fmt.Sprint(i)))
+		case k < 90:
+			c = pt.Release(1, 0, sid, held[sid])
+		case k < 95:
+			c = pt.ExpireSessionLocks()
+		default:
+			d.Apply(pt.ExpireLocks(), pt.ExpireMessages(), pt.ExpireSessionLocks())
+			continue
+		}
+		d.Do(c)
+		if err := partition.CheckSessions(d.M, 1, 0); err != nil {
+			t.Fatalf("after command %d (%v): %v", i, c, err)
+		}
+	}
+	return d
+}
+
+// TestSessionDeterminism: replicas that apply the same session commands in
+// other chunkings, or restart midway, or restore a snapshot, hold
+// byte-equal stores.
+func TestSessionDeterminism(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			a := sessionLog(t, seed, 600)
+			checkCounters(t, a.M)
+			entries := a.Entries
+			b := pt.Open(t)
+			rng := rand.New(rand.NewPCG(seed, 7))
+			applyInRuns(t, b, entries, rng, nil)
+
+			dir := t.TempDir()
+			c := pt.OpenDir(t, dir)
+			half := len(entries) / 2
+			if _, err := c.Apply(entries[:half]); err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if _, err := s.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			s.Release()
+			r := pt.Open(t)
+			if err := r.Restore(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			c = pt.OpenDir(t, dir)
+			for _, m := range []*partition.Machine{c, r} {
+				if _, err := m.Apply(entries[half-10:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// n2 applies what n1 proposed: it answers nothing and reads
+			// no message it hands out.
+			opts := pt.Options()
+			opts.Replica = "n2"
+			n2, err := partition.Open(t.TempDir(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = n2.Close() })
+			for _, e := range entries {
+				batch, err := partition.DecodeBatch(e.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch.Proposer = "n1"
+				data, err := partition.EncodeBatch(batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := n2.Apply([]partition.Entry{{Index: e.Index, Data: data}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sa := snapshotBytes(t, a.M)
+			for name, m := range map[string]*partition.Machine{"b": b, "c": c, "restored": r, "n2": n2} {
+				if !bytes.Equal(sa, snapshotBytes(t, m)) {
+					t.Fatalf("snapshots of a and %s differ", name)
+				}
+				if n := partition.Misuse(m); n > 0 {
+					t.Errorf("%s: %d single deletes met no write or two", name, n)
+				}
+			}
+			ra, _ := a.M.ListSessions(1, 0, 0, 100)
+			t.Logf("%d entries, sessions %q, snapshot of %d bytes", len(entries), ra, len(sa))
+		})
+	}
+}
+
+// TestSessionTTL: messages of a session expire only while a receiver holds
+// the session, and once one has expired the ones after it expire with it.
+func TestSessionTTL(t *testing.T) {
+	for _, dl := range []bool{false, true} {
+		t.Run(fmt.Sprint("dead-letter ", dl), func(t *testing.T) {
+			d := pt.NewDriver(t, 1000)
+			cfg := pt.SessionQueue(1, 0, "sq")
+			cfg.DeadLetteringOnExpiration = dl
+			d.OK(pt.Upsert(cfg))
+			short := pt.SessionMsg("a", "m2")
+			short.TtlMs = 1000
+			d.OK(pt.Enqueue(1, 0, pt.SessionMsg("a", "m1"), short, pt.SessionMsg("a", "m3")))
+			d.Now += 5000
+			if _, ok := d.M.NextMessageExpiry(); ok {
+				t.Fatal("a session message is in the expiry index")
+			}
+			d.OK(pt.ExpireMessages())
+			if s := d.Stats(1, 0); s.ActiveMessages != 3 {
+				t.Fatalf("%d active before a receiver came, want 3", s.ActiveMessages)
+			}
+			tok := pt.SessionToken(1)
+			d.OK(pt.Accept(1, 0, "a", tok))
+			r := d.OK(pt.LockSession(1, 0, "a", tok, 10, 1))
+			if got := bodies(r); !slices.Equal(got, []string{"m1"}) {
+				t.Fatalf("received %q, want m1 alone", got)
+			}
+			s := d.Stats(1, 0)
+			wantDead := uint64(0)
+			if dl {
+				wantDead = 2
+			}
+			if s.ActiveMessages != 1 || s.DeadLetterMessages != wantDead {
+				t.Fatalf("active %d dead %d, want 1 and %d", s.ActiveMessages, s.DeadLetterMessages, wantDead)
+			}
+			if err := partition.CheckSessions(d.M, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// FuzzSessionRecord: a session record decodes without panicking, or is
+// refused as corrupt; one that decodes encodes back to a record that
+// decodes to the same.
+func FuzzSessionRecord(f *testing.F) {
+	f.Add(partition.SessionRecordBytes(nil, 0, 0, 0, 0, nil))
+	f.Add(partition.SessionRecordBytes(pt.SessionToken(3), 1234, 5, 2, 0, []byte("state")))
+	f.Add(partition.SessionRecordBytes(nil, 0, 7, 0, 99, nil))
+	f.Add([]byte{1})
+	f.Add([]byte{2, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		again, err := partition.DecodeSessionRecord(p)
+		if err != nil {
+			if !errors.Is(err, partition.ErrCorrupt) {
+				t.Fatalf("not a corruption: %v", err)
+			}
+			return
+		}
+		twice, err := partition.DecodeSessionRecord(again)
+		if err != nil || !bytes.Equal(again, twice) {
+			t.Fatalf("re-encoded record %x decodes to %x, %v", again, twice, err)
+		}
+	})
+}
+
+// TestSessionAcceptRequestID: an accept-next repeated under its request id
+// (its answer was lost) gets the session it locked, not another; one that
+// locked nothing recorded nothing, so its repeat may lock one.
+func TestSessionAcceptRequestID(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	withID := func(c *partitionpb.Command, id string) *partitionpb.Command {
+		c.RequestId = []byte(id)
+		return c
+	}
+	if r := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(1)), "req-1")); r.SessionId != "" {
+		t.Fatalf("accept-next on an empty entity: %v", r)
+	}
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("a", "a1"), pt.SessionMsg("b", "b1")))
+	first := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(1)), "req-1"))
+	again := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(1)), "req-1"))
+	if first.SessionId != "a" || again.SessionId != "a" || again.LockedUntilMs[0] != first.LockedUntilMs[0] {
+		t.Fatalf("accept-next %v, its repeat %v: want session a twice", first, again)
+	}
+	if r := d.OK(withID(pt.Accept(1, 0, "", pt.SessionToken(2)), "req-2")); r.SessionId != "b" {
+		t.Fatalf("another accept-next: %v, want b", r)
+	}
+}
