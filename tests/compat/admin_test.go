@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -384,30 +383,4 @@ func TestJSAdminClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the JavaScript admin script failed: %v", err)
 	}
-}
-
-// jsDir is the directory of the JavaScript scripts, as TestJSSDKEssentials
-// finds it: without node or the npm modules the test skips loudly on a
-// developer's machine and fails in CI, whose .ci/run installs them.
-func jsDir(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs("js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	missing := ""
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = "node is not installed"
-	} else if _, err := os.Stat(filepath.Join(dir, "node_modules", "@azure", "service-bus")); err != nil {
-		missing = "the npm modules are not installed (cd tests/compat/js && npm ci)"
-	}
-	if missing != "" {
-		msg := "SKIP: the JavaScript admin client test did not run: " + missing
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg + "; CI must install them (.ci/run)")
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		t.Skip(msg)
-	}
-	return dir
 }

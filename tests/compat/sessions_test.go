@@ -139,7 +139,7 @@ func TestDevSessions(t *testing.T) {
 	if err := s1.DeferMessage(ctx, got[0], nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.DeadLetterMessage(ctx, got[1], &azservicebus.DeadLetterOptions{Reason: to("r")}); err != nil {
+	if err := s1.DeadLetterMessage(ctx, got[1], &azservicebus.DeadLetterOptions{Reason: strPtr("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s1.CompleteMessage(ctx, got[2], nil); err != nil {
@@ -241,7 +241,7 @@ func TestDevSessions(t *testing.T) {
 	}
 }
 
-func to(s string) *string { return &s }
+func strPtr(s string) *string { return &s }
 
 func toReceived(msgs []*azservicebus.ReceivedMessage) []*azservicebus.ReceivedMessage { return msgs }
 
