@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -106,7 +107,11 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		s.reject(l, d, failBusy, "")
 		return
 	}
-	p := s.partitionFor(msgs[0])
+	p, err := s.batchPartition(msgs)
+	if err != nil {
+		s.reject(l, d, failBadField, err.Error())
+		return
+	}
 	select {
 	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs, bytes: bytes}:
 	case <-s.done:
@@ -118,6 +123,32 @@ func (s *sender) reject(l *amqp.Link, d *amqp.Delivery, f failure, detail string
 	if !d.Settled {
 		l.Settle(d.ID, amqp.Rejected{Error: f.amqpError(detail)})
 	}
+}
+
+// batchPartition is the partition of a delivery's messages. A message's
+// PartitionKey must be its SessionId when it has both, and the keyed
+// messages of a batch must all go to one partition (unkeyed ones join
+// them), as Service Bus requires of partitioned entities; otherwise the
+// delivery is refused and nothing is stored.
+func (s *sender) batchPartition(msgs []*partitionpb.NewMessage) (uint32, error) {
+	p := anyPartition
+	for _, m := range msgs {
+		if m.PartitionKey != "" && m.SessionId != "" && m.PartitionKey != m.SessionId {
+			return 0, fmt.Errorf("the message's PartitionKey %q differs from its SessionId %q: a session's messages are partitioned by the session id", m.PartitionKey, m.SessionId)
+		}
+		mp := s.partitionFor(m)
+		switch {
+		case mp == anyPartition:
+		case p == anyPartition:
+			p = mp
+		case mp != p:
+			return 0, fmt.Errorf("the batch's messages belong to different partitions of %s: give them one SessionId or PartitionKey", s.entity.Name)
+		}
+	}
+	if p == anyPartition && len(s.entity.PartitionGroups) <= 1 {
+		p = 0
+	}
+	return p, nil
 }
 
 // anyPartition marks a message without a key (partitionFor): the worker

@@ -2,6 +2,7 @@ package frontend_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +140,70 @@ func amqpSender(t *testing.T, ctx context.Context, addr, queue string) *goamqp.S
 		t.Fatal(err)
 	}
 	return snd
+}
+
+// TestPartitionKeyRules: a message whose PartitionKey is not its
+// SessionId is refused with invalid-field and nothing is stored, as is a
+// batch whose keyed messages belong to different partitions; the same
+// key twice, or unkeyed messages beside a keyed one, are accepted.
+func TestPartitionKeyRules(t *testing.T) {
+	b := newMemBackend("pq")
+	b.entities["pq"].PartitionGroups = []uint64{1, 2, 3, 4}
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snd := amqpSender(t, ctx, addr, "pq")
+	keyed := func(partitionKey, session string) *goamqp.Message {
+		m := goamqp.NewMessage([]byte("x"))
+		m.Annotations = goamqp.Annotations{"x-opt-partition-key": partitionKey}
+		if session != "" {
+			m.Properties = &goamqp.MessageProperties{GroupID: &session}
+		}
+		return m
+	}
+	err := snd.Send(ctx, keyed("a", "b"), nil)
+	var amqpErr *goamqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Condition != goamqp.ErrCondInvalidField {
+		t.Fatalf("PartitionKey a, SessionId b: %v, want %s", err, goamqp.ErrCondInvalidField)
+	}
+	if got := b.left("pq"); got != 0 {
+		t.Fatalf("%d messages stored after the refusal", got)
+	}
+	if err := snd.Send(ctx, keyed("a", "a"), nil); err != nil {
+		t.Fatalf("PartitionKey and SessionId both a: %v", err)
+	}
+	if err := snd.Send(ctx, keyed("a", ""), nil); err != nil {
+		t.Fatalf("PartitionKey a: %v", err)
+	}
+	if got := b.left("pq"); got != 2 {
+		t.Fatalf("%d messages stored, want 2", got)
+	}
+
+	// Batches (Service Bus batch format): keys of two partitions are
+	// refused; one key with an unkeyed message is accepted.
+	other := "b"
+	for partitionpb.PartitionForKey(other, 4) == partitionpb.PartitionForKey("a", 4) {
+		other += "b"
+	}
+	batch := func(msgs ...*goamqp.Message) *goamqp.Message {
+		var data [][]byte
+		for _, m := range msgs {
+			bin, err := m.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = append(data, bin)
+		}
+		return &goamqp.Message{Format: 0x80013700, Data: data}
+	}
+	err = snd.Send(ctx, batch(keyed("a", ""), keyed(other, "")), nil)
+	if !errors.As(err, &amqpErr) || amqpErr.Condition != goamqp.ErrCondInvalidField {
+		t.Fatalf("a batch over two partitions: %v, want %s", err, goamqp.ErrCondInvalidField)
+	}
+	if err := snd.Send(ctx, batch(keyed("a", ""), goamqp.NewMessage([]byte("unkeyed"))), nil); err != nil {
+		t.Fatalf("a keyed and an unkeyed message in one batch: %v", err)
+	}
+	if got := b.left("pq"); got != 4 {
+		t.Fatalf("%d messages stored, want 4", got)
+	}
 }
