@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale image deploy-test
+.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale soak-entities image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -90,6 +90,9 @@ image: ## Build the OCI image (linux/amd64 and arm64, no Docker) into bin/quorum
 # the image (both platforms) and run the chart's pods as local processes.
 deploy-test: ## Vet the deploy module and run its tests: image, chart lint/render/schema, the chart's pods as a local cluster (1-2 min)
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+soak-entities: ## 10,000 queues (100 of 16 partitions) on three node processes: memory per node and the time a full restart takes (minutes)
+	QUORUMBUS_ENTITIES=1 $(GO) test -run '^TestTenThousandEntities$$' -v -count=1 -timeout 40m ./cmd/quorumbus/
 
 soak-backlog: ## Send a 2 GB backlog to the dev cluster and report its RSS (minutes; needs ~15 GB of disk)
 	scripts/backlog-rss.sh $(BACKLOG_MESSAGES) 1024 32
