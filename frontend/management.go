@@ -335,7 +335,15 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 			req.fail(failBadRequest, err.Error())
 			return
 		}
-		res, err := c.srv.cfg.Backend.Send(ctx, e, s.partitionFor(nm), []*partitionpb.NewMessage{nm})
+		p, err := s.batchPartition([]*partitionpb.NewMessage{nm})
+		if err != nil {
+			req.fail(failBadField, err.Error())
+			return
+		}
+		if p == anyPartition {
+			p = s.unkeyedPartition()
+		}
+		res, err := c.srv.cfg.Backend.Send(ctx, e, p, []*partitionpb.NewMessage{nm})
 		if answered(req, res, err) {
 			return
 		}

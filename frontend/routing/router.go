@@ -311,6 +311,17 @@ func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint
 	})
 }
 
+// remainingWait is what is left of a long-poll's wait at deadline, for an
+// attempt after a leader change: a retry waits out the caller's time, not
+// the whole wait again (an accept-next must answer before the client's
+// com.microsoft:timeout). 0 when the request did not wait.
+func remainingWait(deadline time.Time, waitMs int64) int64 {
+	if waitMs <= 0 {
+		return waitMs
+	}
+	return max(time.Until(deadline).Milliseconds(), 0)
+}
+
 // Serving implements frontend.Backend: the routing table records the
 // group of the entity's partition with a quorum.
 func (r *Router) Serving(e *placementpb.Entity, partition uint32) bool {
@@ -344,9 +355,11 @@ func (r *Router) Receive(ctx context.Context, e *placementpb.Entity, req *partit
 	}
 	attempts := 0
 	wait := time.Duration(req.WaitMs) * time.Millisecond
+	deadline := time.Now().Add(wait)
 	return callResult(r, ctx, e, req.Partition, wait, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
 		rq := proto.Clone(req).(*partitionpb.ReceiveRequest)
 		rq.GroupId, rq.EntityId = group, e.Id
+		rq.WaitMs = remainingWait(deadline, req.WaitMs)
 		rq.RequestId, rq.Repeat = id, attempts > 0
 		attempts++
 		return c.Receive(ctx, rq)

@@ -23,9 +23,11 @@ func (r *Router) AcceptSession(ctx context.Context, e *placementpb.Entity, req *
 	var res *partitionpb.Result
 	var token []byte
 	id := newRequestID() // 16 random bytes, a lock token's size
+	deadline := time.Now().Add(time.Duration(req.WaitMs) * time.Millisecond)
 	err := r.call(ctx, e, req.Partition, time.Duration(req.WaitMs)*time.Millisecond, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		rq := proto.Clone(req).(*partitionpb.AcceptSessionRequest)
 		rq.GroupId, rq.EntityId, rq.Token, rq.RequestId = group, e.Id, id, id
+		rq.WaitMs = remainingWait(deadline, req.WaitMs)
 		resp, err := c.AcceptSession(ctx, rq)
 		res, token = resp.GetResult(), resp.GetToken()
 		return err
