@@ -23,9 +23,11 @@ type TopicDescription struct {
 }
 
 // Properties returns the catalog's properties of a topic so described.
+// A default message TTL from NeverExpires on is stored as none, as a
+// queue's is.
 func (d TopicDescription) Properties() *QueueProperties {
 	return &QueueProperties{
-		DefaultMessageTtlMs:        d.DefaultMessageTimeToLive.Milliseconds(),
+		DefaultMessageTtlMs:        storedTTL(d.DefaultMessageTimeToLive),
 		RequiresDuplicateDetection: d.RequiresDuplicateDetection,
 		DuplicateDetectionWindowMs: d.DuplicateDetectionHistoryTimeWindow.Milliseconds(),
 		MaxSizeInMegabytes:         d.MaxSizeInMegabytes,
@@ -33,6 +35,16 @@ func (d TopicDescription) Properties() *QueueProperties {
 		PartitionCount:             d.PartitionCount,
 		EnablePartitioning:         d.EnablePartitioning,
 	}
+}
+
+// storedTTL is a default message TTL as the catalog keeps it: in
+// milliseconds, with 0 (none) for anything from NeverExpires on (Service
+// Bus's "forever" among them).
+func storedTTL(ttl time.Duration) int64 {
+	if ttl >= NeverExpires {
+		return 0
+	}
+	return ttl.Milliseconds()
 }
 
 // SubscriptionDescription is a subscription's properties under Service
@@ -50,12 +62,12 @@ type SubscriptionDescription struct {
 }
 
 // Properties returns the catalog's properties of a subscription so
-// described.
+// described; its TTL is stored as a topic's.
 func (d SubscriptionDescription) Properties() *QueueProperties {
 	return &QueueProperties{
 		LockDurationMs:                            d.LockDuration.Milliseconds(),
 		MaxDeliveryCount:                          d.MaxDeliveryCount,
-		DefaultMessageTtlMs:                       d.DefaultMessageTimeToLive.Milliseconds(),
+		DefaultMessageTtlMs:                       storedTTL(d.DefaultMessageTimeToLive),
 		DeadLetteringOnMessageExpiration:          d.DeadLetteringOnMessageExpiration,
 		DeadLetteringOnFilterEvaluationExceptions: d.DeadLetteringOnFilterEvaluationExceptions,
 		RequiresSession:                           d.RequiresSession,
