@@ -75,7 +75,11 @@ func DecodeRule(fields []rawField) (*placementpb.Rule, error) {
 			return nil, err
 		}
 	}
-	return d.Rule()
+	r, err := d.Rule()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadProperty, err)
+	}
+	return r, nil
 }
 
 // xsiType is an element's i:type, without its prefix.
