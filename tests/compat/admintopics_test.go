@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -461,4 +463,22 @@ func isTrueFilter(f admin.RuleFilter) bool {
 // pointers.
 func show(r admin.RuleProperties) string {
 	return fmt.Sprintf("{%s %+v %+v}", r.Name, r.Filter, r.Action)
+}
+
+// TestJSAdminTopics runs js/admintopics.mjs: topics, subscriptions and
+// rules through the JavaScript admin client.
+func TestJSAdminTopics(t *testing.T) {
+	dir := jsDir(t)
+	c := startAdminDev(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), sas.DevKeyName, sas.DevKey)
+	cmd := exec.CommandContext(ctx, "node", "admintopics.mjs", conn)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+c.AdminCert)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript admin script failed: %v", err)
+	}
 }
