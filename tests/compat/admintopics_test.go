@@ -482,3 +482,33 @@ func TestJSAdminTopics(t *testing.T) {
 		t.Fatalf("the JavaScript admin script failed: %v", err)
 	}
 }
+
+// TestAdminTopicMetrics: /metrics carries topics and subscriptions as it
+// does queues, a subscription under its catalog name.
+func TestAdminTopicMetrics(t *testing.T) {
+	c := startAdminDev(t)
+	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := ac.CreateTopic(ctx, "metered-topic", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateSubscription(ctx, "metered-topic", "sub", nil); err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, c.Admin.Addr())
+	for _, entity := range []string{"metered-topic", "metered-topic/Subscriptions/sub"} {
+		for _, name := range []string{"quorumbus_active_messages", "quorumbus_dead_lettered_messages", "quorumbus_size_bytes"} {
+			if v, ok := value(fams, name, map[string]string{"entity": entity}); !ok || v != 0 {
+				t.Errorf("%s{entity=%q} = %v (present %t), want 0", name, entity, v, ok)
+			}
+		}
+		// Degraded may be 1 while the groups still elect after the start.
+		if _, ok := value(fams, "quorumbus_entity_degraded", map[string]string{"entity": entity}); !ok {
+			t.Errorf("no quorumbus_entity_degraded{entity=%q}", entity)
+		}
+	}
+	if v, ok := value(fams, "quorumbus_entity_scrape_errors", nil); !ok || v != 0 {
+		t.Errorf("scrape errors = %v (present %t)", v, ok)
+	}
+}
