@@ -438,6 +438,22 @@ func TestAdminRules(t *testing.T) {
 	if _, err := ac.DeleteRule(ctx, "shop", "sub", "corr", nil); responseStatus(err) != http.StatusNotFound {
 		t.Fatalf("second DeleteRule: %v, want 404", err)
 	}
+
+	// Without a valid key nothing is read or changed.
+	wrong := adminClient(t, c, sas.DevKeyName, "not-the-key")
+	for what, call := range map[string]func() error{
+		"GetTopic":           func() error { _, err := wrong.GetTopic(ctx, "shop", nil); return err },
+		"CreateSubscription": func() error { _, err := wrong.CreateSubscription(ctx, "shop", "x", nil); return err },
+		"GetRule":            func() error { _, err := wrong.GetRule(ctx, "shop", "sub", "sql", nil); return err },
+		"DeleteRule":         func() error { _, err := wrong.DeleteRule(ctx, "shop", "sub", "sql", nil); return err },
+	} {
+		if err := call(); responseStatus(err) != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong key: %v, want 401", what, err)
+		}
+	}
+	if got, err := ac.GetRule(ctx, "shop", "sub", "sql", nil); err != nil || got == nil {
+		t.Fatalf("the rule after refused calls = %+v, %v", got, err)
+	}
 }
 
 func listRules(ctx context.Context, t *testing.T, ac *admin.Client, topic, sub string) []admin.RuleProperties {
