@@ -29,7 +29,7 @@ import (
 // over HTTPS, against a dev cluster with its HTTP listener (which serves
 // the gateway), as a user of `quorumbus dev` would.
 
-func startAdminDev(t *testing.T) *cluster.Dev {
+func startAdminDev(t testing.TB) *cluster.Dev {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, err := cluster.StartDev(ctx, cluster.DevOptions{

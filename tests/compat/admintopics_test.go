@@ -528,3 +528,66 @@ func TestAdminTopicMetrics(t *testing.T) {
 		t.Errorf("scrape errors = %v (present %t)", v, ok)
 	}
 }
+
+// BenchmarkAdminRules measures, through the Go admin client against a dev
+// cluster, adding and removing a rule (two catalog commits), replacing
+// one (UpdateRule: a remove and an add in the gateway), reading a
+// subscription's runtime properties, and listing a topic's subscriptions
+// when the namespace holds QUORUMBUS_BENCH_SUBSCRIPTIONS (default 200).
+func BenchmarkAdminRules(b *testing.B) {
+	n := 200
+	if v := os.Getenv("QUORUMBUS_BENCH_SUBSCRIPTIONS"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	c := startAdminDev(b)
+	ac := adminClient(b, c, sas.DevKeyName, sas.DevKey)
+	ctx := context.Background()
+	if _, err := ac.CreateTopic(ctx, "bench", nil); err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		if _, err := ac.CreateSubscription(ctx, "bench", fmt.Sprintf("s%04d", i), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("create-delete-rule", func(b *testing.B) {
+		for range b.N {
+			if _, err := ac.CreateRule(ctx, "bench", "s0000", &admin.CreateRuleOptions{Name: to.Ptr("r"), Filter: &admin.SQLFilter{Expression: "a = 1"}}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := ac.DeleteRule(ctx, "bench", "s0000", "r", nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("update-rule", func(b *testing.B) {
+		for i := range b.N {
+			if _, err := ac.UpdateRule(ctx, "bench", "s0000", admin.RuleProperties{Name: "$Default", Filter: &admin.SQLFilter{Expression: fmt.Sprintf("a = %d", i)}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("subscription-runtime", func(b *testing.B) {
+		for range b.N {
+			if rt, err := ac.GetSubscriptionRuntimeProperties(ctx, "bench", "s0001", nil); err != nil || rt == nil {
+				b.Fatal(rt, err)
+			}
+		}
+	})
+	b.Run("list-subscriptions", func(b *testing.B) {
+		for range b.N {
+			got := 0
+			p := ac.NewListSubscriptionsPager("bench", nil)
+			for p.More() {
+				page, err := p.NextPage(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += len(page.Subscriptions)
+			}
+			if got != n {
+				b.Fatalf("listed %d subscriptions, want %d", got, n)
+			}
+		}
+	})
+}
