@@ -154,7 +154,7 @@ func TestDecodeTopicAndSubscription(t *testing.T) {
 	}
 	for _, bad := range []string{
 		`<AutoDeleteOnIdle>PT5M</AutoDeleteOnIdle>`, `<EnableExpress>true</EnableExpress>`, `<LockDuration>PT1M</LockDuration>`,
-		`<UserMetadata>x</UserMetadata>`, `<FilteringMessagesBeforePublishing>true</FilteringMessagesBeforePublishing>`,
+		`<UserMetadata>` + strings.Repeat("x", maxUserMetadata+1) + `</UserMetadata>`, `<FilteringMessagesBeforePublishing>true</FilteringMessagesBeforePublishing>`,
 	} {
 		_, fields, err := DecodeEntry([]byte(`<entry><content><TopicDescription>` + bad + `</TopicDescription></content></entry>`))
 		if err != nil {

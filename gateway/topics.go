@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -51,13 +52,17 @@ func sharedProperty(f rawField, text string) (handled bool, err error) {
 			return true, errors.New("auto-forwarding is not implemented yet")
 		}
 		return true, nil
-	case "UserMetadata":
-		if f.Text != "" {
-			return true, errors.New("user metadata is kept for queues only so far")
-		}
-		return true, nil
 	}
 	return false, nil
+}
+
+// userMetadata reads UserMetadata as given (not trimmed), at most
+// maxUserMetadata characters.
+func userMetadata(f rawField) (string, error) {
+	if n := utf8.RuneCountInString(f.Text); n > maxUserMetadata {
+		return "", fmt.Errorf("%d characters, at most %d", n, maxUserMetadata)
+	}
+	return f.Text, nil
 }
 
 func badProperty(name, format string, args ...any) error {
@@ -98,6 +103,8 @@ func DecodeTopic(fields []rawField) (topicRequest, error) {
 				return t, badProperty(name, "%q is not one of Active, Disabled, SendDisabled, ReceiveDisabled", text)
 			}
 			t.status = s
+		case "UserMetadata":
+			t.desc.UserMetadata, err = userMetadata(f)
 		default:
 			var handled bool
 			if handled, err = sharedProperty(f, text); !handled {
@@ -140,6 +147,7 @@ type topicDescriptionOut struct {
 	EntityAvailabilityStatus            string           `xml:"EntityAvailabilityStatus"`
 	EnableSubscriptionPartitioning      bool             `xml:"EnableSubscriptionPartitioning"`
 	EnableExpress                       bool             `xml:"EnableExpress"`
+	UserMetadata                        string           `xml:"UserMetadata,omitempty"`
 	MaxMessageSizeInKilobytes           int64            `xml:"MaxMessageSizeInKilobytes"`
 }
 
@@ -174,6 +182,7 @@ func describeTopic(e *placementpb.Entity, fig topicFigures) *topicDescriptionOut
 		EnablePartitioning:                  d.EnablePartitioning || d.PartitionCount > 1,
 		EntityAvailabilityStatus:            availability(e),
 		MaxMessageSizeInKilobytes:           d.MaxMessageSizeInKilobytes,
+		UserMetadata:                        d.UserMetadata,
 	}
 	if c := fig.counts; c != nil {
 		out.SizeInBytes = &c.SizeBytes
@@ -253,6 +262,8 @@ func DecodeSubscription(fields []rawField) (subscriptionRequest, error) {
 				return s, badProperty(name, "%q is not one of Active, Disabled, SendDisabled, ReceiveDisabled", text)
 			}
 			s.status = st
+		case "UserMetadata":
+			s.desc.UserMetadata, err = userMetadata(f)
 		case "DefaultRuleDescription":
 			var r *placementpb.Rule
 			if r, err = DecodeRuleXML([]byte(f.Inner)); err == nil {
@@ -290,6 +301,7 @@ type subscriptionDescriptionOut struct {
 	UpdatedAt                                 string           `xml:"UpdatedAt"`
 	AccessedAt                                string           `xml:"AccessedAt"`
 	CountDetails                              *countDetailsOut `xml:"CountDetails,omitempty"`
+	UserMetadata                              string           `xml:"UserMetadata,omitempty"`
 	AutoDeleteOnIdle                          string           `xml:"AutoDeleteOnIdle"`
 	EntityAvailabilityStatus                  string           `xml:"EntityAvailabilityStatus"`
 }
@@ -316,6 +328,7 @@ func describeSubscription(e *placementpb.Entity, counts *Counts) *subscriptionDe
 		AccessedAt:               zeroTime,
 		AutoDeleteOnIdle:         placementpb.ForeverISO,
 		EntityAvailabilityStatus: availability(e),
+		UserMetadata:             d.UserMetadata,
 	}
 	if counts != nil {
 		total := counts.Active + counts.DeadLetter + counts.Scheduled

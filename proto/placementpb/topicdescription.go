@@ -20,6 +20,7 @@ type TopicDescription struct {
 	MaxMessageSizeInKilobytes           int64
 	PartitionCount                      uint32
 	EnablePartitioning                  bool
+	UserMetadata                        string
 }
 
 // Properties returns the catalog's properties of a topic so described.
@@ -34,6 +35,7 @@ func (d TopicDescription) Properties() *QueueProperties {
 		MaxMessageSizeInKilobytes:  d.MaxMessageSizeInKilobytes,
 		PartitionCount:             d.PartitionCount,
 		EnablePartitioning:         d.EnablePartitioning,
+		UserMetadata:               d.UserMetadata,
 	}
 }
 
@@ -59,6 +61,7 @@ type SubscriptionDescription struct {
 	RequiresSession                           bool
 	ForwardTo                                 string
 	ForwardDeadLetteredMessagesTo             string
+	UserMetadata                              string
 }
 
 // Properties returns the catalog's properties of a subscription so
@@ -73,6 +76,7 @@ func (d SubscriptionDescription) Properties() *QueueProperties {
 		RequiresSession:                           d.RequiresSession,
 		ForwardTo:                                 d.ForwardTo,
 		ForwardDeadLetteredMessagesTo:             d.ForwardDeadLetteredMessagesTo,
+		UserMetadata:                              d.UserMetadata,
 	}
 }
 
@@ -209,6 +213,7 @@ func TopicDescriptionOf(p *QueueProperties) TopicDescription {
 		MaxMessageSizeInKilobytes:           p.GetMaxMessageSizeInKilobytes(),
 		PartitionCount:                      p.GetPartitionCount(),
 		EnablePartitioning:                  p.GetEnablePartitioning(),
+		UserMetadata:                        p.GetUserMetadata(),
 	}
 }
 
@@ -223,6 +228,7 @@ func SubscriptionDescriptionOf(p *QueueProperties) SubscriptionDescription {
 		RequiresSession:                  p.GetRequiresSession(),
 		ForwardTo:                        p.GetForwardTo(),
 		ForwardDeadLetteredMessagesTo:    p.GetForwardDeadLetteredMessagesTo(),
+		UserMetadata:                     p.GetUserMetadata(),
 	}
 	if p.DeadLetteringOnFilterEvaluationExceptions != nil {
 		v := *p.DeadLetteringOnFilterEvaluationExceptions

@@ -33,13 +33,14 @@ func TestAdminTopicLifecycle(t *testing.T) {
 		DuplicateDetectionHistoryTimeWindow: to.Ptr("PT5M"),
 		MaxSizeInMegabytes:                  to.Ptr(int32(2048)),
 		MaxMessageSizeInKilobytes:           to.Ptr(int64(512)),
+		UserMetadata:                        to.Ptr("owner: team 'checkout'"),
 	}})
 	if err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
 	p := created.TopicProperties
 	if *p.DefaultMessageTimeToLive != "PT1H" || !*p.RequiresDuplicateDetection || *p.DuplicateDetectionHistoryTimeWindow != "PT5M" ||
-		*p.MaxSizeInMegabytes != 2048 || *p.MaxMessageSizeInKilobytes != 512 || *p.EnablePartitioning || *p.Status != admin.EntityStatusActive {
+		*p.MaxSizeInMegabytes != 2048 || *p.MaxMessageSizeInKilobytes != 512 || *p.UserMetadata != "owner: team 'checkout'" || *p.EnablePartitioning || *p.Status != admin.EntityStatusActive {
 		t.Fatalf("created topic = %+v", p)
 	}
 	if _, err := ac.CreateTopic(ctx, "events", nil); responseStatus(err) != http.StatusConflict {
@@ -230,6 +231,7 @@ func TestAdminSubscriptionLifecycle(t *testing.T) {
 		DefaultMessageTimeToLive:                        to.Ptr("PT10M"),
 		DeadLetteringOnMessageExpiration:                to.Ptr(true),
 		EnableDeadLetteringOnFilterEvaluationExceptions: to.Ptr(false),
+		UserMetadata:                                    to.Ptr("audit trail"),
 	}})
 	if err != nil {
 		t.Fatalf("CreateSubscription: %v", err)
@@ -237,6 +239,7 @@ func TestAdminSubscriptionLifecycle(t *testing.T) {
 	p := created.SubscriptionProperties
 	if *p.LockDuration != "PT45S" || *p.MaxDeliveryCount != 3 || *p.DefaultMessageTimeToLive != "PT10M" ||
 		!*p.DeadLetteringOnMessageExpiration || *p.EnableDeadLetteringOnFilterEvaluationExceptions || *p.RequiresSession ||
+		p.UserMetadata == nil || *p.UserMetadata != "audit trail" ||
 		*p.Status != admin.EntityStatusActive {
 		t.Fatalf("created subscription = %+v", p)
 	}
