@@ -66,8 +66,13 @@ try {
   const updSub = await admin.updateSubscription(gotSub);
   check("update subscription", updSub.maxDeliveryCount === 8 && updSub.status === "ReceiveDisabled", JSON.stringify(updSub));
   const subs = [];
-  for await (const s of admin.listSubscriptions("jst")) subs.push(s.subscriptionName);
-  check("list subscriptions", JSON.stringify(subs) === JSON.stringify(["s1", "s2"]), JSON.stringify(subs));
+  let subPages = 0;
+  for await (const page of admin.listSubscriptions("jst").byPage({ maxPageSize: 1 })) {
+    subPages++;
+    for (const s of page) subs.push(s.subscriptionName);
+  }
+  check("list subscriptions in pages", JSON.stringify(subs) === JSON.stringify(["s1", "s2"]) && subPages === 2,
+    `${JSON.stringify(subs)} in ${subPages} pages`);
   const srt = await admin.getSubscriptionRuntimeProperties("jst", "s1");
   check("subscription runtime properties", srt.activeMessageCount === 0 && srt.deadLetterMessageCount === 0 &&
     srt.totalMessageCount === 0, JSON.stringify(srt));
@@ -92,8 +97,13 @@ try {
   const updRule = await admin.updateRule("jst", "s1", corr);
   check("update rule", updRule.filter.sqlExpression === "region = 'us'", JSON.stringify(updRule));
   const rules = [];
-  for await (const r of admin.listRules("jst", "s1")) rules.push(r.name);
-  check("list rules", JSON.stringify(rules) === JSON.stringify(["$Default", "corr"]), JSON.stringify(rules));
+  let rulePages = 0;
+  for await (const page of admin.listRules("jst", "s1").byPage({ maxPageSize: 1 })) {
+    rulePages++;
+    for (const r of page) rules.push(r.name);
+  }
+  check("list rules in pages", JSON.stringify(rules) === JSON.stringify(["$Default", "corr"]) && rulePages === 2,
+    `${JSON.stringify(rules)} in ${rulePages} pages`);
   await admin.deleteRule("jst", "s1", "corr");
   check("delete rule", !(await admin.ruleExists("jst", "s1", "corr")), "still there");
 
