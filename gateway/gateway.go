@@ -13,10 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -428,42 +426,10 @@ func (g *Gateway) listQueues(q request) {
 		g.fail(q, err)
 		return
 	}
-	es := resp.GetEntities()
-	more := len(es) > top
-	if more {
-		es = es[:top]
-	}
-	descs := make([]*queueDescriptionOut, len(es))
-	sem := make(chan struct{}, listConcurrency)
-	var wg sync.WaitGroup
-	for i, e := range es {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			descs[i] = describeQueue(e, g.counts(ctx, e))
-		}()
-	}
-	wg.Wait()
-	feed := feedOut{
-		NS:      atomNS,
-		Title:   titleOut{Type: "text", Text: "Queues"},
-		ID:      q.selfLink("$Resources/Queues"),
-		Updated: atomTime(g.cfg.Now()),
-		Links:   []linkOut{{Rel: "self", Href: q.selfLink("$Resources/Queues")}},
-	}
-	// The JavaScript client pages by the next link's $skip (the Go client
-	// counts for itself).
-	if more {
-		next := q.base + "/$Resources/Queues?" + url.Values{
-			"$skip": {strconv.Itoa(skip + len(es))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
-		}.Encode()
-		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
-	}
-	for i, e := range es {
-		feed.Entries = append(feed.Entries, g.entry(q, e, descs[i]))
-	}
-	writeXML(q.w, http.StatusOK, feedType, feed)
+	es, more := page(resp.GetEntities(), top)
+	entries := make([]entryOut, len(es))
+	g.forEachCounted(ctx, es, func(i int, c *Counts) { entries[i] = g.entry(q, es[i], describeQueue(es[i], c)) })
+	g.writeFeed(q, "Queues", "$Resources/Queues", skip, top, more, entries)
 }
 
 // paging reads $skip and $top.
