@@ -127,8 +127,15 @@ func writeXML(w http.ResponseWriter, status int, contentType string, v any) {
 	}
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	io.WriteString(w, entityRefs.Replace(buf.String()))
 }
+
+// entityRefs rewrites the character references encoding/xml writes for
+// quotes, tabs and newlines into what the JavaScript client's parser
+// reads (it knows the five named entities, not numeric references: a
+// filter's 'red' came back as &#39;red&#39;). Our attributes hold no
+// tabs or newlines, so writing those raw changes no attribute's value.
+var entityRefs = strings.NewReplacer("&#39;", "&apos;", "&#34;", "&quot;", "&#xA;", "\n", "&#x9;", "\t")
 
 func writeError(w http.ResponseWriter, status int, detail string) {
 	writeXML(w, status, errorType, errorOut{Code: status, Detail: detail})

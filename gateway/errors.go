@@ -17,7 +17,12 @@ var httpErrors = []struct {
 	{ErrBadXML, http.StatusBadRequest},
 	{ErrBadProperty, http.StatusBadRequest},
 	{ErrNotImplemented, http.StatusNotImplemented},
+	{ErrNotFound, http.StatusNotFound},
 }
+
+// ErrNotFound: the path names no entity of its kind, or no rule; answered
+// 404 (the SDKs return nil).
+var ErrNotFound = errors.New("gateway: not found")
 
 // grpcStatuses maps the catalog's and the partitions' gRPC codes to what
 // Service Bus answers: 404 for a missing entity (the SDKs turn it into

@@ -13,10 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -106,8 +104,7 @@ func New(cfg Config) (*Gateway, error) {
 	return &Gateway{cfg: cfg, log: cfg.Logger}, nil
 }
 
-// ErrNotImplemented: the API does not serve topics, subscriptions and
-// rules yet (the catalog has them); answered 501.
+// ErrNotImplemented: what the API does not serve yet; answered 501.
 var ErrNotImplemented = errors.New("gateway: not implemented")
 
 // request is one call, with what every answer needs.
@@ -158,13 +155,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.listQueues(q)
 	case strings.EqualFold(path, "$Resources/Topics"):
-		g.fail(q, fmt.Errorf("%w: the management API does not serve topics yet", ErrNotImplemented))
-	case len(segs) >= 2 && strings.EqualFold(segs[1], "Subscriptions"):
-		what := "subscriptions"
-		if len(segs) >= 4 && strings.EqualFold(segs[3], "Rules") {
-			what = "rules"
+		if !allow(q, http.MethodGet) {
+			return
 		}
-		g.fail(q, fmt.Errorf("%w: the management API does not serve %s yet", ErrNotImplemented, what))
+		g.listTopics(q)
+	case len(segs) >= 2 && strings.EqualFold(segs[1], "Subscriptions"):
+		g.serveSubscriptions(q, segs)
 	case strings.HasPrefix(path, "$"):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("gateway: no resource %q", path))
 	default:
@@ -251,8 +247,13 @@ func (g *Gateway) getEntity(q request, name string) {
 		g.fail(q, err)
 		return
 	}
-	if e.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
-		g.fail(q, fmt.Errorf("%w: %s is a %s", ErrNotImplemented, name, e.GetKind()))
+	switch e.GetKind() {
+	case placementpb.EntityKind_ENTITY_KIND_QUEUE:
+	case placementpb.EntityKind_ENTITY_KIND_TOPIC:
+		g.getTopic(q, e)
+		return
+	default:
+		g.fail(q, fmt.Errorf("%w: %s is a %s", ErrNotFound, name, e.GetKind()))
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
@@ -307,8 +308,11 @@ func (g *Gateway) putEntity(q request, name string) {
 	}
 	switch kind {
 	case "QueueDescription":
-	case "TopicDescription", "SubscriptionDescription", "RuleDescription":
-		g.fail(q, fmt.Errorf("%w: %s: the management API does not serve topics, subscriptions and rules yet", ErrNotImplemented, kind))
+	case "TopicDescription":
+		g.putTopic(q, name, fields)
+		return
+	case "SubscriptionDescription", "RuleDescription":
+		g.fail(q, fmt.Errorf("%w: a <%s> belongs under /<topic>/Subscriptions", ErrBadXML, kind))
 		return
 	default:
 		g.fail(q, fmt.Errorf("%w: unknown description <%s>", ErrBadXML, kind))
@@ -422,42 +426,10 @@ func (g *Gateway) listQueues(q request) {
 		g.fail(q, err)
 		return
 	}
-	es := resp.GetEntities()
-	more := len(es) > top
-	if more {
-		es = es[:top]
-	}
-	descs := make([]*queueDescriptionOut, len(es))
-	sem := make(chan struct{}, listConcurrency)
-	var wg sync.WaitGroup
-	for i, e := range es {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			descs[i] = describeQueue(e, g.counts(ctx, e))
-		}()
-	}
-	wg.Wait()
-	feed := feedOut{
-		NS:      atomNS,
-		Title:   titleOut{Type: "text", Text: "Queues"},
-		ID:      q.selfLink("$Resources/Queues"),
-		Updated: atomTime(g.cfg.Now()),
-		Links:   []linkOut{{Rel: "self", Href: q.selfLink("$Resources/Queues")}},
-	}
-	// The JavaScript client pages by the next link's $skip (the Go client
-	// counts for itself).
-	if more {
-		next := q.base + "/$Resources/Queues?" + url.Values{
-			"$skip": {strconv.Itoa(skip + len(es))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
-		}.Encode()
-		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
-	}
-	for i, e := range es {
-		feed.Entries = append(feed.Entries, g.entry(q, e, descs[i]))
-	}
-	writeXML(q.w, http.StatusOK, feedType, feed)
+	es, more := page(resp.GetEntities(), top)
+	entries := make([]entryOut, len(es))
+	g.forEachCounted(ctx, es, func(i int, c *Counts) { entries[i] = g.entry(q, es[i], describeQueue(es[i], c)) })
+	g.writeFeed(q, "Queues", "$Resources/Queues", skip, top, more, entries)
 }
 
 // paging reads $skip and $top.

@@ -24,8 +24,10 @@ var (
 	descScrapeErr = prometheus.NewDesc("quorumbus_entity_scrape_errors", "Entities whose counters could not be read in this scrape (left out above).", nil, nil)
 )
 
-// Collector returns a Prometheus collector of every queue's runtime
-// figures. A scrape lists the queues from the catalog and reads their
+// Collector returns a Prometheus collector of every queue's, topic's and
+// subscription's runtime figures (a subscription's entity label is its
+// catalog name, <topic>/Subscriptions/<name>). A scrape lists the
+// entities from the catalog and reads their
 // partitions' counters, listConcurrency entities at a time, within
 // StatsTimeout.
 func (g *Gateway) Collector() prometheus.Collector { return entityCollector{g} }
@@ -42,13 +44,18 @@ func (c entityCollector) Collect(ch chan<- prometheus.Metric) {
 	g := c.g
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.StatsTimeout+5*time.Second)
 	defer cancel()
-	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE})
-	if err != nil {
-		g.log.Warn("metrics: listing entities", "err", err)
-		ch <- prometheus.NewInvalidMetric(descScrapeErr, err)
-		return
+	var es []*placementpb.Entity
+	for _, kind := range []placementpb.EntityKind{
+		placementpb.EntityKind_ENTITY_KIND_QUEUE, placementpb.EntityKind_ENTITY_KIND_TOPIC, placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+	} {
+		resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: kind})
+		if err != nil {
+			g.log.Warn("metrics: listing entities", "kind", kind, "err", err)
+			ch <- prometheus.NewInvalidMetric(descScrapeErr, err)
+			return
+		}
+		es = append(es, resp.GetEntities()...)
 	}
-	es := resp.GetEntities()
 	counts := make([]*Counts, len(es))
 	sem := make(chan struct{}, listConcurrency)
 	var wg sync.WaitGroup

@@ -20,19 +20,33 @@ type TopicDescription struct {
 	MaxMessageSizeInKilobytes           int64
 	PartitionCount                      uint32
 	EnablePartitioning                  bool
+	UserMetadata                        string
 }
 
 // Properties returns the catalog's properties of a topic so described.
+// A default message TTL from NeverExpires on is stored as none, as a
+// queue's is.
 func (d TopicDescription) Properties() *QueueProperties {
 	return &QueueProperties{
-		DefaultMessageTtlMs:        d.DefaultMessageTimeToLive.Milliseconds(),
+		DefaultMessageTtlMs:        storedTTL(d.DefaultMessageTimeToLive),
 		RequiresDuplicateDetection: d.RequiresDuplicateDetection,
 		DuplicateDetectionWindowMs: d.DuplicateDetectionHistoryTimeWindow.Milliseconds(),
 		MaxSizeInMegabytes:         d.MaxSizeInMegabytes,
 		MaxMessageSizeInKilobytes:  d.MaxMessageSizeInKilobytes,
 		PartitionCount:             d.PartitionCount,
 		EnablePartitioning:         d.EnablePartitioning,
+		UserMetadata:               d.UserMetadata,
 	}
+}
+
+// storedTTL is a default message TTL as the catalog keeps it: in
+// milliseconds, with 0 (none) for anything from NeverExpires on (Service
+// Bus's "forever" among them).
+func storedTTL(ttl time.Duration) int64 {
+	if ttl >= NeverExpires {
+		return 0
+	}
+	return ttl.Milliseconds()
 }
 
 // SubscriptionDescription is a subscription's properties under Service
@@ -47,20 +61,22 @@ type SubscriptionDescription struct {
 	RequiresSession                           bool
 	ForwardTo                                 string
 	ForwardDeadLetteredMessagesTo             string
+	UserMetadata                              string
 }
 
 // Properties returns the catalog's properties of a subscription so
-// described.
+// described; its TTL is stored as a topic's.
 func (d SubscriptionDescription) Properties() *QueueProperties {
 	return &QueueProperties{
 		LockDurationMs:                            d.LockDuration.Milliseconds(),
 		MaxDeliveryCount:                          d.MaxDeliveryCount,
-		DefaultMessageTtlMs:                       d.DefaultMessageTimeToLive.Milliseconds(),
+		DefaultMessageTtlMs:                       storedTTL(d.DefaultMessageTimeToLive),
 		DeadLetteringOnMessageExpiration:          d.DeadLetteringOnMessageExpiration,
 		DeadLetteringOnFilterEvaluationExceptions: d.DeadLetteringOnFilterEvaluationExceptions,
 		RequiresSession:                           d.RequiresSession,
 		ForwardTo:                                 d.ForwardTo,
 		ForwardDeadLetteredMessagesTo:             d.ForwardDeadLetteredMessagesTo,
+		UserMetadata:                              d.UserMetadata,
 	}
 }
 
@@ -197,6 +213,7 @@ func TopicDescriptionOf(p *QueueProperties) TopicDescription {
 		MaxMessageSizeInKilobytes:           p.GetMaxMessageSizeInKilobytes(),
 		PartitionCount:                      p.GetPartitionCount(),
 		EnablePartitioning:                  p.GetEnablePartitioning(),
+		UserMetadata:                        p.GetUserMetadata(),
 	}
 }
 
@@ -211,6 +228,7 @@ func SubscriptionDescriptionOf(p *QueueProperties) SubscriptionDescription {
 		RequiresSession:                  p.GetRequiresSession(),
 		ForwardTo:                        p.GetForwardTo(),
 		ForwardDeadLetteredMessagesTo:    p.GetForwardDeadLetteredMessagesTo(),
+		UserMetadata:                     p.GetUserMetadata(),
 	}
 	if p.DeadLetteringOnFilterEvaluationExceptions != nil {
 		v := *p.DeadLetteringOnFilterEvaluationExceptions

@@ -1,0 +1,502 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// The requests on topics, subscriptions and rules. The catalog names a
+// subscription <topic>/Subscriptions/<name>, as its path is on Service
+// Bus, and keeps its rules in the subscription's entity.
+
+// entryAt wraps a description in an ATOM entry for the resource at path
+// (as the client addressed it), titled by its own name.
+func (g *Gateway) entryAt(q request, path, title string, createdMs, updatedMs int64, body any) entryOut {
+	return entryOut{
+		NS:        atomNS,
+		ID:        q.selfLink(path),
+		Title:     titleOut{Type: "text", Text: title},
+		Published: atomTime(msTime(createdMs)),
+		Updated:   atomTime(msTime(updatedMs)),
+		Author:    &authorOut{Name: g.cfg.Namespace},
+		Link:      linkOut{Rel: "self", Href: q.selfLink(path)},
+		Content:   contentOut{Type: "application/xml", Body: body},
+	}
+}
+
+// topicFiguresOf reads what a topic's runtime properties add up: its own
+// partitions' counters and its subscriptions with their rules.
+func (g *Gateway) topicFiguresOf(ctx context.Context, e *placementpb.Entity) topicFigures {
+	fig := topicFigures{counts: g.counts(ctx, e)}
+	subs, err := g.subscriptionsOf(ctx, e.GetName())
+	if err != nil {
+		g.log.Warn("listing a topic's subscriptions", "topic", e.GetName(), "err", err)
+		return fig
+	}
+	fig.haveSubscriptions = true
+	fig.subscriptions = len(subs)
+	for _, s := range subs {
+		for _, r := range s.GetRules() {
+			switch r.GetFilter().(type) {
+			case *placementpb.Rule_SqlFilter:
+				fig.sql++
+			case *placementpb.Rule_CorrelationFilter:
+				fig.correlation++
+			}
+		}
+	}
+	return fig
+}
+
+// subscriptionsOf lists a topic's subscriptions, ordered by name. The
+// catalog lists subscriptions of every topic together, so this reads them
+// all: a namespace holds at most its entity limit.
+func (g *Gateway) subscriptionsOf(ctx context.Context, topic string) ([]*placementpb.Entity, error) {
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION})
+	if err != nil {
+		return nil, err
+	}
+	prefix := strings.ToLower(topic + "/Subscriptions/")
+	var out []*placementpb.Entity
+	for _, e := range resp.GetEntities() {
+		if strings.HasPrefix(strings.ToLower(e.GetName()), prefix) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (g *Gateway) getTopic(q request, e *placementpb.Entity) {
+	body := describeTopic(e, g.topicFiguresOf(q.r.Context(), e))
+	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
+}
+
+func (g *Gateway) putTopic(q request, name string, fields []rawField) {
+	req, err := DecodeTopic(fields)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	ctx := q.r.Context()
+	var e *placementpb.Entity
+	if q.r.Header.Get("If-Match") == "" {
+		e, err = g.cfg.Catalog.CreateEntity(ctx, &placementpb.CreateEntityRequest{
+			Name: name, Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Properties: req.desc.Properties(), Status: req.status,
+		})
+		if err != nil {
+			g.fail(q, err)
+			return
+		}
+		body := describeTopic(e, topicFigures{counts: &Counts{}, haveSubscriptions: true})
+		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
+		return
+	}
+	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		g.fail(q, fmt.Errorf("%w: %s is a %s, not a topic", ErrBadProperty, name, cur.GetKind()))
+		return
+	}
+	// Fixed at creation: an update may repeat them, not change them.
+	was := placementpb.TopicDescriptionOf(cur.GetProperties())
+	wasPartitioned := was.EnablePartitioning || was.PartitionCount > 1
+	switch {
+	case req.set["RequiresDuplicateDetection"] && req.desc.RequiresDuplicateDetection != was.RequiresDuplicateDetection:
+		g.fail(q, fmt.Errorf("%w: RequiresDuplicateDetection: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresDuplicateDetection))
+		return
+	case req.set["EnablePartitioning"] && req.desc.EnablePartitioning != wasPartitioned:
+		g.fail(q, fmt.Errorf("%w: EnablePartitioning: fixed at creation (%t), cannot be changed", ErrBadProperty, wasPartitioned))
+		return
+	}
+	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
+	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
+	e, err = g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
+}
+
+func (g *Gateway) listTopics(q request) {
+	skip, top, err := paging(q.r)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	ctx := q.r.Context()
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
+		Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Skip: uint32(skip), Top: uint32(top + 1),
+	})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	es, more := page(resp.GetEntities(), top)
+	// The subscriptions are listed once for the page, not per topic.
+	subs, subsErr := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION})
+	if subsErr != nil {
+		g.log.Warn("listing subscriptions for a topic list", "err", subsErr)
+	}
+	figs := make([]topicFigures, len(es))
+	byTopic := map[string]int{}
+	for i, e := range es {
+		byTopic[strings.ToLower(e.GetName())] = i
+		figs[i].haveSubscriptions = subsErr == nil
+	}
+	for _, s := range subs.GetEntities() {
+		topic, _, ok := strings.Cut(s.GetName(), "/")
+		i, listed := byTopic[strings.ToLower(topic)]
+		if !ok || !listed {
+			continue
+		}
+		figs[i].subscriptions++
+		for _, r := range s.GetRules() {
+			switch r.GetFilter().(type) {
+			case *placementpb.Rule_SqlFilter:
+				figs[i].sql++
+			case *placementpb.Rule_CorrelationFilter:
+				figs[i].correlation++
+			}
+		}
+	}
+	g.forEachCounted(ctx, es, func(i int, c *Counts) { figs[i].counts = c })
+	entries := make([]entryOut, len(es))
+	for i, e := range es {
+		entries[i] = g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, figs[i]))
+	}
+	g.writeFeed(q, "Topics", "$Resources/Topics", skip, top, more, entries)
+}
+
+// page cuts a list read with one entity more than top to the page, and
+// says whether more follow.
+func page(es []*placementpb.Entity, top int) ([]*placementpb.Entity, bool) {
+	if len(es) > top {
+		return es[:top], true
+	}
+	return es, false
+}
+
+// forEachCounted reads the counters of each entity, listConcurrency at a
+// time, and hands them to set (nil when they could not be read).
+func (g *Gateway) forEachCounted(ctx context.Context, es []*placementpb.Entity, set func(i int, c *Counts)) {
+	var mu sync.Mutex
+	sem := make(chan struct{}, listConcurrency)
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c := g.counts(ctx, e)
+			mu.Lock()
+			set(i, c)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+// writeFeed answers a page of a list, with a next link (by which the
+// JavaScript client pages) when more follow.
+func (g *Gateway) writeFeed(q request, title, path string, skip, top int, more bool, entries []entryOut) {
+	feed := feedOut{
+		NS:      atomNS,
+		Title:   titleOut{Type: "text", Text: title},
+		ID:      q.selfLink(path),
+		Updated: atomTime(g.cfg.Now()),
+		Links:   []linkOut{{Rel: "self", Href: q.selfLink(path)}},
+		Entries: entries,
+	}
+	if more {
+		next := q.base + "/" + path + "?" + url.Values{
+			"$skip": {strconv.Itoa(skip + len(entries))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
+		}.Encode()
+		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
+	}
+	writeXML(q.w, http.StatusOK, feedType, feed)
+}
+
+// serveSubscriptions serves /<topic>/Subscriptions[/<sub>[/Rules[/<rule>]]].
+func (g *Gateway) serveSubscriptions(q request, segs []string) {
+	topic := segs[0]
+	switch {
+	case len(segs) == 2:
+		if allow(q, http.MethodGet) {
+			g.listSubscriptions(q, topic)
+		}
+	case len(segs) == 3:
+		name := subscriptionName(topic, segs[2])
+		switch q.r.Method {
+		case http.MethodGet:
+			g.getSubscription(q, name, segs[2])
+		case http.MethodPut:
+			g.putSubscription(q, name, segs[2])
+		case http.MethodDelete:
+			g.deleteEntity(q, name)
+		default:
+			allow(q, http.MethodGet, http.MethodPut, http.MethodDelete)
+		}
+	case len(segs) == 4 && strings.EqualFold(segs[3], "Rules"):
+		if allow(q, http.MethodGet) {
+			g.listRules(q, subscriptionName(topic, segs[2]))
+		}
+	case len(segs) == 5 && strings.EqualFold(segs[3], "Rules"):
+		sub := subscriptionName(topic, segs[2])
+		switch q.r.Method {
+		case http.MethodGet:
+			g.getRule(q, sub, segs[4])
+		case http.MethodPut:
+			g.putRule(q, sub, segs[4])
+		case http.MethodDelete:
+			g.deleteRule(q, sub, segs[4])
+		default:
+			allow(q, http.MethodGet, http.MethodPut, http.MethodDelete)
+		}
+	default:
+		writeError(q.w, http.StatusNotFound, fmt.Sprintf("gateway: no resource %q", strings.Join(segs, "/")))
+	}
+}
+
+// subscription reads a subscription from the catalog; a name that is
+// some other kind of entity is reported missing, as Service Bus would.
+func (g *Gateway) subscription(ctx context.Context, name string) (*placementpb.Entity, error) {
+	e, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	if e.GetKind() != placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		return nil, fmt.Errorf("%w: %s is a %s, not a subscription", ErrNotFound, name, e.GetKind())
+	}
+	return e, nil
+}
+
+func (g *Gateway) getSubscription(q request, name, title string) {
+	ctx := q.r.Context()
+	e, err := g.subscription(ctx, name)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, g.counts(ctx, e))))
+}
+
+func (g *Gateway) putSubscription(q request, name, title string) {
+	body, ok := g.readBody(q)
+	if !ok {
+		return
+	}
+	kind, fields, err := DecodeEntry(body)
+	if err == nil && kind != "SubscriptionDescription" {
+		err = fmt.Errorf("%w: a subscription's path takes a SubscriptionDescription, not <%s>", ErrBadXML, kind)
+	}
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	req, err := DecodeSubscription(fields)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	ctx := q.r.Context()
+	if q.r.Header.Get("If-Match") == "" {
+		e, err := g.cfg.Catalog.CreateEntity(ctx, &placementpb.CreateEntityRequest{
+			Name: name, Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+			Properties: req.desc.Properties(), Status: req.status, Rules: req.rules,
+		})
+		if err != nil {
+			g.fail(q, err)
+			return
+		}
+		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
+		return
+	}
+	if req.set["DefaultRuleDescription"] {
+		g.fail(q, fmt.Errorf("%w: DefaultRuleDescription: only when the subscription is created; change its rules through its Rules", ErrBadProperty))
+		return
+	}
+	cur, err := g.subscription(ctx, name)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	was := placementpb.SubscriptionDescriptionOf(cur.GetProperties())
+	if req.set["RequiresSession"] && req.desc.RequiresSession != was.RequiresSession {
+		g.fail(q, fmt.Errorf("%w: RequiresSession: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresSession))
+		return
+	}
+	req.desc.RequiresSession = was.RequiresSession
+	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
+}
+
+func (g *Gateway) listSubscriptions(q request, topic string) {
+	skip, top, err := paging(q.r)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	ctx := q.r.Context()
+	t, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: topic})
+	if err == nil && t.GetKind() != placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		err = fmt.Errorf("%w: %s is a %s, not a topic", ErrNotFound, topic, t.GetKind())
+	}
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	all, err := g.subscriptionsOf(ctx, t.GetName())
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	es := all[min(skip, len(all)):]
+	es, more := page(es, top)
+	counts := make([]*Counts, len(es))
+	g.forEachCounted(ctx, es, func(i int, c *Counts) { counts[i] = c })
+	entries := make([]entryOut, len(es))
+	for i, e := range es {
+		_, title, _ := strings.Cut(e.GetName()[len(t.GetName()):], "/Subscriptions/")
+		entries[i] = g.entryAt(q, e.GetName(), title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, counts[i]))
+	}
+	g.writeFeed(q, "Subscriptions", t.GetName()+"/Subscriptions", skip, top, more, entries)
+}
+
+// ruleOf finds a subscription's rule by name (ignoring case, as the
+// catalog compares them).
+func ruleOf(e *placementpb.Entity, name string) *placementpb.Rule {
+	for _, r := range e.GetRules() {
+		if strings.EqualFold(r.GetName(), name) {
+			return r
+		}
+	}
+	return nil
+}
+
+func (g *Gateway) getRule(q request, sub, name string) {
+	e, err := g.subscription(q.r.Context(), sub)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	r := ruleOf(e, name)
+	if r == nil {
+		g.fail(q, fmt.Errorf("%w: no rule %q on %s", ErrNotFound, name, sub))
+		return
+	}
+	g.writeRule(q, http.StatusOK, sub, r)
+}
+
+func (g *Gateway) writeRule(q request, status int, sub string, r *placementpb.Rule) {
+	path := sub + "/Rules/" + r.GetName()
+	writeXML(q.w, status, entryType, g.entryAt(q, path, r.GetName(), r.GetCreatedAtMs(), r.GetCreatedAtMs(), describeRule(r)))
+}
+
+// putRule adds a rule (no If-Match) or replaces one (If-Match: *). The
+// catalog has no replace: an update removes the rule and adds the new
+// one, and puts the old one back when the new one is refused. Between
+// the two a message may meet the subscription without the rule.
+func (g *Gateway) putRule(q request, sub, name string) {
+	body, ok := g.readBody(q)
+	if !ok {
+		return
+	}
+	kind, fields, err := DecodeEntry(body)
+	if err == nil && kind != "RuleDescription" {
+		err = fmt.Errorf("%w: a rule's path takes a RuleDescription, not <%s>", ErrBadXML, kind)
+	}
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	r, err := DecodeRule(fields)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	if r.Name != "" && !strings.EqualFold(r.Name, name) {
+		g.fail(q, fmt.Errorf("%w: Name: %q, but the path names rule %q", ErrBadProperty, r.Name, name))
+		return
+	}
+	r.Name = name
+	ctx := q.r.Context()
+	if q.r.Header.Get("If-Match") == "" {
+		added, err := g.cfg.Catalog.AddRule(ctx, &placementpb.AddRuleRequest{Subscription: sub, Rule: r})
+		if err != nil {
+			g.fail(q, err)
+			return
+		}
+		g.writeRule(q, http.StatusCreated, sub, added)
+		return
+	}
+	e, err := g.subscription(ctx, sub)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	old := ruleOf(e, name)
+	if old == nil {
+		g.fail(q, fmt.Errorf("%w: no rule %q on %s", ErrNotFound, name, sub))
+		return
+	}
+	r.Name = old.GetName()
+	if _, err := g.cfg.Catalog.RemoveRule(ctx, &placementpb.RemoveRuleRequest{Subscription: sub, RuleName: old.GetName()}); err != nil {
+		g.fail(q, err)
+		return
+	}
+	added, err := g.cfg.Catalog.AddRule(ctx, &placementpb.AddRuleRequest{Subscription: sub, Rule: r})
+	if err != nil {
+		if _, rerr := g.cfg.Catalog.AddRule(context.WithoutCancel(ctx), &placementpb.AddRuleRequest{Subscription: sub, Rule: old}); rerr != nil {
+			g.log.Error("restoring a rule after its replacement was refused", "subscription", sub, "rule", old.GetName(), "err", rerr)
+		}
+		g.fail(q, err)
+		return
+	}
+	g.writeRule(q, http.StatusOK, sub, added)
+}
+
+func (g *Gateway) deleteRule(q request, sub, name string) {
+	if _, err := g.cfg.Catalog.RemoveRule(q.r.Context(), &placementpb.RemoveRuleRequest{Subscription: sub, RuleName: name}); err != nil {
+		g.fail(q, err)
+		return
+	}
+	q.w.WriteHeader(http.StatusOK)
+}
+
+func (g *Gateway) listRules(q request, sub string) {
+	skip, top, err := paging(q.r)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	e, err := g.subscription(q.r.Context(), sub)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	rules := e.GetRules()[min(skip, len(e.GetRules())):]
+	more := len(rules) > top
+	if more {
+		rules = rules[:top]
+	}
+	entries := make([]entryOut, len(rules))
+	for i, r := range rules {
+		entries[i] = g.entryAt(q, sub+"/Rules/"+r.GetName(), r.GetName(), r.GetCreatedAtMs(), r.GetCreatedAtMs(), describeRule(r))
+	}
+	g.writeFeed(q, "Rules", sub+"/Rules", skip, top, more, entries)
+}
