@@ -37,6 +37,11 @@ func (h quietRaft) Handle(ctx context.Context, r slog.Record) error {
 		level = slog.LevelDebug
 	case level == slog.LevelWarn && strings.Contains(r.Message, "starting election"):
 		level = slog.LevelInfo
+	case level == slog.LevelError && strings.Contains(r.Message, "peer has newer term, stopping replication"):
+		// A leader that handed its leadership over (placement spreads
+		// leaders) or lost it to an election learns so this way: a
+		// leadership change, not a failure.
+		level = slog.LevelInfo
 	}
 	if level == r.Level {
 		return h.Handler.Handle(ctx, r)
