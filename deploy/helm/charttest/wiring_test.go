@@ -2,12 +2,18 @@ package charttest
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +24,8 @@ import (
 )
 
 // TestChartWiring runs what the chart renders for four storage nodes (three
-// that bootstrap the cluster, one that joins it) and a front-end as local
-// processes: each pod's container args and
+// that bootstrap the cluster, one that joins it), a front-end and a gateway
+// as local processes: each pod's container args and
 // environment exactly as rendered, $(VAR) expanded as the kubelet does,
 // the downward API's values filled in, each pod on its own loopback
 // address, and the pods' DNS names mapped to those addresses in an
@@ -47,6 +53,7 @@ storage: {replicas: 4, bootstrapReplicas: 3, groups: 2, cacheMB: 8, walSegmentMB
 frontend:
   replicas: 1
   emulatorConfig: {UserConfig: {Namespaces: [{Name: sbemulatorns, Queues: [{Name: orders}]}]}}
+gateway: {enabled: true, replicas: 1}
 `)
 	manifest, err := Template(Release{Name: "wire", Namespace: "qb"}, values)
 	if err != nil {
@@ -57,11 +64,17 @@ frontend:
 		t.Fatal(err)
 	}
 	sts := Find[appsv1.StatefulSet](objs, "StatefulSet", "")
-	var fe *appsv1.Deployment
+	var fe, gw *appsv1.Deployment
 	for _, d := range All[appsv1.Deployment](objs) {
-		if d.Spec.Template.Spec.Containers[0].Args[0] == "frontend" {
+		switch d.Spec.Template.Spec.Containers[0].Args[0] {
+		case "frontend":
 			fe = d
+		case "gateway":
+			gw = d
 		}
+	}
+	if gw == nil {
+		t.Fatal("no gateway Deployment with gateway.enabled")
 	}
 	cm := Find[corev1.ConfigMap](objs, "ConfigMap", fe.Name)
 	if cm == nil {
@@ -161,6 +174,34 @@ frontend:
 	}
 	feC := fe.Spec.Template.Spec.Containers[0]
 	waitReady(ctx, t, feProc, fmt.Sprintf("http://%s:%d/readyz", fePod.IP, containerPort(feC, "http")), "")
+
+	// The gateway pod: the management API answers the generated key, on
+	// the port its Service targets, and refuses a wrong one.
+	gwPod := PodInfo{Name: gw.Name + "-7c9d6b5f4-q2w8e", Namespace: "qb", IP: base + "11", Labels: gw.Spec.Template.Labels}
+	gwC := gw.Spec.Template.Spec.Containers[0]
+	gwProc := start(gwPod, gwC, map[string]string{"tmp": mkdir(t, dir, gwPod.Name, "tmp"), "sas": sasDir})
+	gwURL := fmt.Sprintf("http://%s:%d", gwPod.IP, containerPort(gwC, "http"))
+	waitReady(ctx, t, gwProc, gwURL+"/readyz", "")
+	adminGet := func(key string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, gwURL+"/orders?api-version=2021-05", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", sasToken(gwURL+"/orders", rules[0].Name, key, time.Now().Add(time.Hour)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("management API: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := adminGet(rules[0].PrimaryKey); code != http.StatusOK || !strings.Contains(body, "QueueDescription") {
+		t.Fatalf("GET /orders with the generated key: %d %s", code, body)
+	}
+	if code, _ := adminGet("bm90IHRoZSBrZXk="); code != http.StatusUnauthorized {
+		t.Fatalf("GET /orders with a wrong key: %d, want 401", code)
+	}
 
 	// The Go SDK sends to the declared queue through the front-end's AMQP
 	// port and receives the message back.
@@ -289,4 +330,16 @@ func quorumbusBinary(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
 	return out
+}
+
+// sasToken signs a Shared Access Signature for uri as the Azure SDKs do:
+// HMAC-SHA256 with the rule's key over the URL-encoded uri, a line feed
+// and the expiry in Unix seconds.
+func sasToken(uri, keyName, key string, expiry time.Time) string {
+	encoded := url.QueryEscape(uri)
+	se := strconv.FormatInt(expiry.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(key))
+	mac.Write([]byte(encoded + "\n" + se))
+	sig := url.QueryEscape(base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	return fmt.Sprintf("SharedAccessSignature sr=%s&sig=%s&se=%s&skn=%s", encoded, sig, se, keyName)
 }
