@@ -272,6 +272,12 @@ func (s *Service) abortMove(ctx context.Context, g *pb.Group) (bool, error) {
 type leaderBalance struct {
 	since   time.Time // this leadership's start
 	mu      sync.Mutex
+	// leaders is each group's leader as last seen, and changed when one
+	// last changed: balancing waits until they have been stable for
+	// LeaderBalanceDelay, so that it never acts on an election in
+	// progress (a paused or cut-off leader).
+	leaders map[uint64]string
+	changed time.Time
 	busy    bool
 	last    planner.Transfer
 	lastAt  time.Time
@@ -290,7 +296,19 @@ func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
 	s.fsm.Read(func(st *catalog.State) { nodes, groups = st.Nodes(), st.Groups() })
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	if lb.busy {
+	if lb.leaders == nil {
+		lb.leaders = map[uint64]string{}
+	}
+	for _, g := range groups {
+		leader := g.LeaderId
+		if !g.HasQuorum {
+			leader = ""
+		}
+		if lb.leaders[g.Id] != leader {
+			lb.leaders[g.Id], lb.changed = leader, now
+		}
+	}
+	if lb.busy || now.Sub(lb.changed) < s.cfg.LeaderBalanceDelay {
 		return
 	}
 	led := make([]planner.Led, 0, len(groups))
@@ -329,6 +347,16 @@ func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
 	lb.running.Add(1)
 	go func() {
 		defer lb.running.Done()
+		// A leader handing over takes no writes until the target has
+		// taken over or the transfer timed out: hand over only to a
+		// replica that answers at once and has applied the group's log.
+		if err := s.readyToLead(ctx, g, tr.To); err != nil {
+			s.log.Debug("leadership transfer skipped", "transfer", tr.String(), "err", err)
+			lb.mu.Lock()
+			lb.busy, lb.lastAt = false, time.Now()
+			lb.mu.Unlock()
+			return
+		}
 		req := &partitionpb.ChangeReplicaRequest{GroupId: tr.Group, Change: partitionpb.ReplicaChange_REPLICA_CHANGE_LEAD, NodeId: tr.To, Addr: s.grpcAddr(tr.To)}
 		err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
 			_, err := c.ChangeReplica(ctx, req)
@@ -344,3 +372,39 @@ func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
 		lb.mu.Unlock()
 	}()
 }
+
+// readyToLead checks that node's replica of g answers within a second and
+// has applied what the group's leader has committed, give or take a
+// moment's entries.
+func (s *Service) readyToLead(ctx context.Context, g *pb.Group, node string) error {
+	var commit uint64
+	err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+		st, err := c.GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
+		if err == nil && st.State != "Leader" {
+			err = fmt.Errorf("%s answered as %s", st.LeaderId, st.State)
+		}
+		commit = st.GetCommitIndex()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c, err := s.dial.membership(s.grpcAddr(node))
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := c.GroupStatus(cctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
+	if err != nil {
+		return fmt.Errorf("%s does not answer: %w", node, err)
+	}
+	if st.AppliedIndex+maxLeadLag < commit {
+		return fmt.Errorf("%s has applied %d of %d", node, st.AppliedIndex, commit)
+	}
+	return nil
+}
+
+// maxLeadLag is how many entries behind the leader's commit index a
+// replica may be and still be handed the leadership.
+const maxLeadLag = 64
