@@ -1,11 +1,13 @@
 package frontend
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // FuzzIncoming: whatever a sender's transfer holds, incoming either
@@ -43,6 +45,18 @@ func FuzzIncoming(f *testing.F) {
 		stored.SubQueue, stored.DeadLetterReason = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, "r"
 		if _, err := outgoing(nil, stored, true); err != nil {
 			t.Fatalf("incoming accepted % x but dead-lettered it cannot be delivered: %v", payload, err)
+		}
+		// Sent to a topic, the same message is accepted as it is, with
+		// a FilterView whose every value is one a filter reads.
+		tm, err := incomingFor(payload, true)
+		if err != nil {
+			t.Fatalf("incoming accepted % x for a queue, not for a topic: %v", payload, err)
+		}
+		if tm.FilterView == nil || !bytes.Equal(tm.Header, nm.Header) || !bytes.Equal(tm.Annotations, nm.Annotations) {
+			t.Fatalf("for a topic, % x becomes %v, for a queue %v", payload, tm, nm)
+		}
+		if _, err := placementpb.RuleValuesAny(tm.FilterView.Properties); err != nil {
+			t.Fatalf("filter view of % x: %v", payload, err)
 		}
 	})
 }
