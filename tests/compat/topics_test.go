@@ -327,3 +327,54 @@ func TestDevSDKDeleteTopic(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDevSDKRuleChangeReachesPartitions: a rule added to a subscription
+// through PlacementService reaches its partitions (an upsert of the
+// subscription), after which sends to the topic match it and only it.
+func TestDevSDKRuleChangeReachesPartitions(t *testing.T) {
+	c := startTestDev(t, topicSpecs()...)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closePC()
+	if _, err := pc.AddRule(ctx, &placementpb.AddRuleRequest{Subscription: "shop/Subscriptions/none", Rule: &placementpb.Rule{
+		Name: "green", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "color = 'green'"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	snd, err := client.NewSender("shop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close(ctx)
+	r, err := client.NewReceiverForSubscription("shop", "none", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	// The upsert is asynchronous: send until a green message arrives.
+	deadline := time.Now().Add(30 * time.Second)
+	for got := false; !got; {
+		if err := snd.SendMessage(ctx, shopMessage("g", "green", "", "", "", 0), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := snd.SendMessage(ctx, shopMessage("b", "blue", "", "", "", 0), nil); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		msgs, _ := r.ReceiveMessages(rctx, 10, nil)
+		cancel()
+		for _, m := range msgs {
+			if string(m.Body) != "g" {
+				t.Fatalf("shop/none got %q", m.Body)
+			}
+			got = true
+		}
+		if !got && time.Now().After(deadline) {
+			t.Fatal("the added rule never matched")
+		}
+	}
+}
