@@ -58,6 +58,12 @@ func FuzzIncoming(f *testing.F) {
 		if _, err := placementpb.RuleValuesAny(tm.FilterView.Properties); err != nil {
 			t.Fatalf("filter view of % x: %v", payload, err)
 		}
+		// A rule's action that sets what the view holds and removes a
+		// property: the copy can still be delivered.
+		stored.ActionSet, stored.ActionRemoved = tm.FilterView, []string{"k"}
+		if _, err := outgoing(nil, stored, true); err != nil {
+			t.Fatalf("incoming accepted % x but changed by an action it cannot be delivered: %v", payload, err)
+		}
 	})
 }
 

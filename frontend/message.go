@@ -230,7 +230,7 @@ func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || len(m.ModifiedProperties) > 0 {
+	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || len(m.ModifiedProperties) > 0 || m.ActionSet != nil || len(m.ActionRemoved) > 0 {
 		return appendRewrittenBare(out, m)
 	}
 	return append(out, m.Bare...), nil
@@ -244,8 +244,12 @@ func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, er
 // type-asserts them). Only that section is re-encoded; the others keep the
 // sender's bytes.
 func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, error) {
+	bare, err := withActionProperties(m.Bare, m.ActionSet)
+	if err != nil {
+		return nil, err
+	}
 	var secs [8]amqp.Section
-	sections, err := amqp.Sections(m.Bare, secs[:0])
+	sections, err := amqp.Sections(bare, secs[:0])
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +264,7 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 			break
 		}
 	}
+	props = withActionApplicationProperties(props, m.ActionSet, m.ActionRemoved)
 	for _, enc := range m.ModifiedProperties {
 		var mod amqp.Message
 		if err := mod.Decode(enc); err != nil {

@@ -34,7 +34,8 @@ var workloadEntities = []struct {
 		}}},
 	{12, 0, &partitionpb.EntityConfig{EntityId: 12, Name: "t/Subscriptions/b", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
 		TopicId: 10, DefaultTtlMs: 15_000, Rules: []*placementpb.Rule{
-			{Name: "ones", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "sys.MessageId LIKE '1%'"}}},
+			{Name: "ones", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "sys.MessageId LIKE '1%'"}},
+				Action: &placementpb.SqlRuleAction{Expression: "SET sys.Label = 'one'; SET k = newid()"}},
 		}}},
 }
 

@@ -1,10 +1,14 @@
 package partition
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/partition/filter"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -126,10 +130,15 @@ type copyPlan struct {
 	sub  *entity
 	dead string // dead-letter reason; "" for the main queue
 	desc string
+	// What the rule's action changed, if it has one.
+	set     *partitionpb.FilterView
+	removed []string
 }
 
-// route decides the copies of nm: per subscription, one per matching rule.
-func route(subs []*entity, fm *filter.Message) ([]copyPlan, error) {
+// route decides the copies of a message: per subscription, one per
+// matching rule, each changed by its rule's action. newID is newid()'s
+// source for the actions.
+func route(subs []*entity, fm *filter.Message, newID func() filter.UUID) ([]copyPlan, error) {
 	var out []copyPlan
 	for _, s := range subs {
 		if s.status() == partitionpb.EntityStatus_ENTITY_STATUS_DISABLED {
@@ -146,10 +155,18 @@ func route(subs []*entity, fm *filter.Message) ([]copyPlan, error) {
 			if !ok {
 				continue
 			}
+			cp := copyPlan{sub: s}
 			if r.action != nil {
-				return nil, fmt.Errorf("%w: not implemented: SQL rule actions (rule %q of %s matches the message)", ErrInvalid, r.name, s.cfg.Name)
+				after, err := r.action.Apply(fm, newID)
+				if err != nil {
+					if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
+						out = append(out, copyPlan{sub: s, dead: ReasonFilterEvaluation, desc: fmt.Sprintf("rule %s: action: %v", r.name, err)})
+					}
+					continue
+				}
+				cp.set, cp.removed = actionChanges(fm, after)
 			}
-			out = append(out, copyPlan{sub: s})
+			out = append(out, cp)
 		}
 	}
 	return out, nil
@@ -170,7 +187,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		if ttl == 0 {
 			ttl = t.cfg.DefaultTtlMs
 		}
-		p, err := route(subs, filterMessage(nm, a.now, ttl))
+		p, err := route(subs, filterMessage(nm, a.now, ttl), newIDs(t, i))
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -250,6 +267,7 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error 
 	if d := s.cfg.DefaultTtlMs; d > 0 && (m.TtlMs == 0 || m.TtlMs > d) {
 		m.TtlMs = d
 	}
+	m.ActionSet, m.ActionRemoved = cp.set, cp.removed
 	a.keepInLog(m, i)
 	if cp.dead != "" {
 		m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
@@ -265,4 +283,96 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error 
 		}
 	}
 	return a.add(s, m)
+}
+
+// newIDs is newid()'s source for the actions run on message i of an
+// Enqueue to topic t: identifiers derived from the topic partition, its
+// sequence counter, i and a count, so that every replica makes the same
+// ones (the leader stamps nothing). They are unique per topic partition
+// (the counter only grows) but not random: do not take them for secrets.
+func newIDs(t *entity, i int) func() filter.UUID {
+	n := uint64(0)
+	return func() filter.UUID {
+		var in [8 * 5]byte
+		for k, v := range []uint64{t.key.id, uint64(t.key.part), t.next, uint64(i), n} {
+			binary.BigEndian.PutUint64(in[8*k:], v)
+		}
+		n++
+		sum := sha256.Sum256(in[:])
+		var u filter.UUID
+		copy(u[:], sum[:16])
+		u[6] = u[6]&0x0f | 0x40 // version 4, variant 10, as a random UUID
+		u[8] = u[8]&0x3f | 0x80
+		return u
+	}
+}
+
+// actionChanges is what an action changed from before to after: the
+// system properties the front-end can write back (a property an action
+// clears keeps its value: the view cannot say "unset"), the application
+// properties set to a new value, and those removed (or set to null, or to
+// a value a rule value cannot hold), by name.
+func actionChanges(before, after *filter.Message) (*partitionpb.FilterView, []string) {
+	set := &partitionpb.FilterView{}
+	pick := func(b, a string) string {
+		if a != b {
+			return a
+		}
+		return ""
+	}
+	set.CorrelationId = pick(before.CorrelationID, after.CorrelationID)
+	set.To = pick(before.To, after.To)
+	set.ReplyTo = pick(before.ReplyTo, after.ReplyTo)
+	set.Subject = pick(before.Subject, after.Subject)
+	set.ContentType = pick(before.ContentType, after.ContentType)
+	set.ReplyToSessionId = pick(before.ReplyToSessionID, after.ReplyToSessionID)
+	var removed []string
+	for k, v := range after.Properties {
+		rv := anyRuleValue(v)
+		if rv == nil {
+			removed = append(removed, k)
+			continue
+		}
+		if old, ok := before.Properties[k]; ok {
+			if orv := anyRuleValue(old); orv != nil && proto.Equal(orv, rv) {
+				continue
+			}
+		}
+		if set.Properties == nil {
+			set.Properties = map[string]*placementpb.RuleValue{}
+		}
+		set.Properties[k] = rv
+	}
+	for k := range before.Properties {
+		if _, ok := after.Properties[k]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	slices.Sort(removed)
+	if proto.Size(set) == 0 {
+		set = nil
+	}
+	return set, removed
+}
+
+// anyRuleValue is the rule value of an application property as an action
+// leaves it, nil when none holds it.
+func anyRuleValue(v any) *placementpb.RuleValue {
+	switch x := v.(type) {
+	case string:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_StringValue{StringValue: x}}
+	case bool:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_BoolValue{BoolValue: x}}
+	case int64:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_LongValue{LongValue: x}}
+	case float64:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_DoubleValue{DoubleValue: x}}
+	case filter.Timestamp:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_TimestampMs{TimestampMs: int64(x)}}
+	case filter.Duration:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_DurationMs{DurationMs: int64(x)}}
+	case filter.UUID: // newid(): Service Bus sets a Guid; a rule value holds its text
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_StringValue{StringValue: x.String()}}
+	}
+	return nil
 }

@@ -92,19 +92,21 @@ func TestTopicFanOut(t *testing.T) {
 		t.Fatalf("red got %q", got)
 	}
 
-	// A matching rule with an action refuses the send whole: actions are
-	// not built yet.
+	// A rule's action changes its copy only: what it changed goes with the
+	// copy, for the front-end to write over the bare message.
 	cfg := topicConfigs()[2]
-	cfg.Rules[0].Action = &placementpb.SqlRuleAction{Expression: "SET n = 0"}
+	cfg.Rules[0].Action = &placementpb.SqlRuleAction{Expression: "SET n = n * 10; SET sys.To = 'x'; REMOVE color; SET id = newid()"}
 	d.OK(pt.Upsert(cfg))
-	if r := d.Do(pt.Enqueue(10, 0, topicMsg("f", "blue", 0, "hot"), topicMsg("g", "red", 9, ""))); r.Code != partitionpb.ResultCode_RESULT_INVALID ||
-		!strings.Contains(r.Description, "not implemented: SQL rule actions") {
-		t.Fatalf("send through a rule with an action: %v %s", r.Code, r.Description)
+	d.OK(pt.Enqueue(10, 0, topicMsg("f", "blue", 0, "hot"), topicMsg("g", "red", 9, "")))
+	r = d.OK(pt.ReceiveAndDelete(12, 0, main, 10))
+	if len(r.Messages) != 2 || r.Messages[0].ActionSet != nil || r.Messages[0].ActionRemoved != nil {
+		t.Fatalf("copies %v: want f untouched (its rule has no action), then g", r.Messages)
 	}
-	if got := bodiesOf(t, d, 12, main); got != "" {
-		t.Fatalf("red got %q after a refused send", got)
+	g := r.Messages[1]
+	if string(g.Bare) != "g" || g.ActionSet.GetTo() != "x" || g.ActionSet.Properties["n"].GetLongValue() != 90 ||
+		len(g.ActionSet.Properties["id"].GetStringValue()) != 36 || strings.Join(g.ActionRemoved, ",") != "color" {
+		t.Fatalf("g changed by the action: %v", g)
 	}
-
 	// A rule that does not compile is refused with the config.
 	bad := topicConfigs()[1]
 	bad.Rules[0] = &placementpb.Rule{Name: "x", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "a = "}}}

@@ -532,8 +532,14 @@ type StoredMessage struct {
 	BodyBlob       []byte `protobuf:"bytes,26,opt,name=body_blob,json=bodyBlob,proto3" json:"body_blob,omitempty"`
 	BodyBlobLength uint64 `protobuf:"varint,27,opt,name=body_blob_length,json=bodyBlobLength,proto3" json:"body_blob_length,omitempty"`
 	BodyBlobCrc    uint32 `protobuf:"varint,28,opt,name=body_blob_crc,json=bodyBlobCrc,proto3" json:"body_blob_crc,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A copy made by a subscription rule with a SQL action: what the action
+	// changed. The front-end writes action_set's non-empty system fields and
+	// its properties over the bare message's when it delivers the copy, and
+	// removes the application properties named in action_removed.
+	ActionSet     *FilterView `protobuf:"bytes,29,opt,name=action_set,json=actionSet,proto3" json:"action_set,omitempty"`
+	ActionRemoved []string    `protobuf:"bytes,30,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredMessage) Reset() {
@@ -760,6 +766,20 @@ func (x *StoredMessage) GetBodyBlobCrc() uint32 {
 		return x.BodyBlobCrc
 	}
 	return 0
+}
+
+func (x *StoredMessage) GetActionSet() *FilterView {
+	if x != nil {
+		return x.ActionSet
+	}
+	return nil
+}
+
+func (x *StoredMessage) GetActionRemoved() []string {
+	if x != nil {
+		return x.ActionRemoved
+	}
+	return nil
 }
 
 type Batch struct {
@@ -4679,7 +4699,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x04kind\x18\x0e \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12\x19\n" +
 	"\btopic_id\x18\x0f \x01(\x04R\atopicId\x122\n" +
 	"\x05rules\x18\x10 \x03(\v2\x1c.quorumbus.placement.v1.RuleR\x05rules\x12a\n" +
-	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\"\xb2\b\n" +
+	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\"\x9c\t\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -4715,7 +4735,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bbody_crc\x18\x19 \x01(\rR\abodyCrc\x12\x1b\n" +
 	"\tbody_blob\x18\x1a \x01(\fR\bbodyBlob\x12(\n" +
 	"\x10body_blob_length\x18\x1b \x01(\x04R\x0ebodyBlobLength\x12\"\n" +
-	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\"w\n" +
+	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\x12A\n" +
+	"\n" +
+	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
+	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\"w\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
@@ -5155,96 +5178,97 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	64, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
 	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	8,  // 4: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
-	9,  // 5: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
-	10, // 6: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
-	11, // 7: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
-	15, // 8: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
-	16, // 9: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
-	17, // 10: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
-	18, // 11: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
-	19, // 12: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
-	20, // 13: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
-	21, // 14: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
-	27, // 15: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
-	14, // 16: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
-	22, // 17: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
-	23, // 18: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
-	24, // 19: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
-	25, // 20: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
-	26, // 21: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
-	5,  // 22: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 23: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	13, // 24: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
-	62, // 25: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
-	1,  // 26: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 27: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 28: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 29: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 30: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	4,  // 31: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	6,  // 32: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	5,  // 33: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 34: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	28, // 35: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 36: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	28, // 37: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	16, // 38: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	28, // 39: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	17, // 40: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	28, // 41: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 42: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	6,  // 43: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	20, // 44: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	28, // 45: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 46: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	28, // 47: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	28, // 48: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	23, // 49: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
-	28, // 50: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
-	24, // 51: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
-	28, // 52: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	28, // 53: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	25, // 54: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
-	28, // 55: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	65, // 56: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	30, // 57: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	32, // 58: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	34, // 59: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	36, // 60: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	38, // 61: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	40, // 62: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	42, // 63: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	44, // 64: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	46, // 65: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	48, // 66: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	50, // 67: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	52, // 68: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	54, // 69: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	56, // 70: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	58, // 71: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	60, // 72: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	31, // 73: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	33, // 74: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	35, // 75: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	37, // 76: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	39, // 77: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	41, // 78: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	43, // 79: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	45, // 80: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	47, // 81: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	49, // 82: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	51, // 83: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	53, // 84: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	55, // 85: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	57, // 86: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	59, // 87: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	61, // 88: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	73, // [73:89] is the sub-list for method output_type
-	57, // [57:73] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	13, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
+	8,  // 5: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
+	9,  // 6: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
+	10, // 7: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
+	11, // 8: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
+	15, // 9: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
+	16, // 10: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
+	17, // 11: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
+	18, // 12: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
+	19, // 13: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
+	20, // 14: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
+	21, // 15: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
+	27, // 16: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	14, // 17: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
+	22, // 18: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
+	23, // 19: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
+	24, // 20: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
+	25, // 21: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
+	26, // 22: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
+	5,  // 23: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 24: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	13, // 25: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
+	62, // 26: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	1,  // 27: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 28: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 29: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 30: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 31: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	4,  // 32: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	6,  // 33: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	5,  // 34: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 35: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	28, // 36: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 37: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	28, // 38: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	16, // 39: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	28, // 40: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	17, // 41: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	28, // 42: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 43: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	6,  // 44: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	20, // 45: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	28, // 46: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 47: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	28, // 48: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	28, // 49: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	23, // 50: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	28, // 51: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	24, // 52: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	28, // 53: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	28, // 54: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	25, // 55: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	28, // 56: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	65, // 57: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	30, // 58: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	32, // 59: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	34, // 60: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	36, // 61: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	38, // 62: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	40, // 63: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	42, // 64: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	44, // 65: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	46, // 66: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	48, // 67: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	50, // 68: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	52, // 69: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	54, // 70: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	56, // 71: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	58, // 72: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	60, // 73: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	31, // 74: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	33, // 75: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	35, // 76: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	37, // 77: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	39, // 78: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	41, // 79: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	43, // 80: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	45, // 81: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	47, // 82: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	49, // 83: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	51, // 84: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	53, // 85: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	55, // 86: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	57, // 87: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	59, // 88: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	61, // 89: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	74, // [74:90] is the sub-list for method output_type
+	58, // [58:74] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }

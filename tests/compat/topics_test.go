@@ -41,6 +41,10 @@ func topicSpecs() []cluster.QueueSpec {
 			sql("big", "qty >= 100"),
 		}},
 		{Name: "shop/Subscriptions/none", Kind: sub, Rules: []*placementpb.Rule{never}},
+		{Name: "shop/Subscriptions/tagged", Kind: sub, Rules: []*placementpb.Rule{{
+			Name: "tag", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "qty = 7"}},
+			Action: &placementpb.SqlRuleAction{Expression: "SET sys.To = 'paint-shop'; SET qty = qty * 2; SET note = 'seen'; REMOVE region"},
+		}}},
 		{Name: "quiet", Kind: topic, Props: &placementpb.QueueProperties{}},
 		{Name: "quiet/Subscriptions/never", Kind: sub, Rules: []*placementpb.Rule{never}},
 	}
@@ -376,5 +380,51 @@ func TestDevSDKRuleChangeReachesPartitions(t *testing.T) {
 		if !got && time.Now().After(deadline) {
 			t.Fatal("the added rule never matched")
 		}
+	}
+}
+
+// TestDevSDKRuleAction: a rule's SQL action changes its subscription's
+// copy (a system property, a user property set from an expression, one
+// added, one removed) and leaves every other copy as it was sent.
+func TestDevSDKRuleAction(t *testing.T) {
+	c := startTestDev(t, topicSpecs()...)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snd, err := client.NewSender("shop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close(ctx)
+	to := "warehouse"
+	m := shopMessage("a1", "red", "tools", "", "us", 7)
+	m.To = &to
+	if err := snd.SendMessage(ctx, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	receiveOne := func(sub string) *azservicebus.ReceivedMessage {
+		t.Helper()
+		r, err := client.NewReceiverForSubscription("shop", sub, &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close(ctx)
+		got, err := r.ReceiveMessages(ctx, 1, nil)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("%s: %v %v", sub, got, err)
+		}
+		return got[0]
+	}
+	tagged := receiveOne("tagged")
+	if string(tagged.Body) != "a1" || tagged.To == nil || *tagged.To != "paint-shop" || tagged.Subject == nil || *tagged.Subject != "tools" {
+		t.Fatalf("tagged copy: body %q to %v subject %v", tagged.Body, tagged.To, tagged.Subject)
+	}
+	p := tagged.ApplicationProperties
+	if p["qty"] != int64(14) || p["note"] != "seen" || p["color"] != "red" || p["region"] != nil {
+		t.Fatalf("tagged copy's properties: %v", p)
+	}
+	plain := receiveOne("all")
+	if *plain.To != "warehouse" || plain.ApplicationProperties["qty"] != int64(7) || plain.ApplicationProperties["region"] != "us" || plain.ApplicationProperties["note"] != nil {
+		t.Fatalf("the copy without an action changed: to %v, %v", *plain.To, plain.ApplicationProperties)
 	}
 }
