@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/partition/filter"
+	"github.com/quorumbus/quorumbus/partition/rules"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -53,7 +54,7 @@ func compileRules(cfg *partitionpb.EntityConfig) ([]compiledRule, error) {
 	}
 	out := make([]compiledRule, 0, len(cfg.Rules))
 	for _, r := range cfg.Rules {
-		f, a, err := r.Compile()
+		f, a, err := rules.Compile(r)
 		if err != nil {
 			return nil, err
 		}
@@ -117,7 +118,7 @@ func filterMessage(nm *partitionpb.NewMessage, now, ttl int64) *filter.Message {
 	if len(v.GetProperties()) > 0 {
 		m.Properties = make(map[string]any, len(v.Properties))
 		for k, rv := range v.Properties {
-			if x, err := rv.Any(); err == nil {
+			if x, err := rules.ValueAny(rv); err == nil {
 				m.Properties[k] = x
 			}
 		}

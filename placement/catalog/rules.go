@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/partition/filter"
+	"github.com/quorumbus/quorumbus/partition/rules"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -29,7 +30,7 @@ func CompileRule(r *pb.Rule) (filter.Filter, *filter.Action, error) {
 	if err := checkRuleName(r.GetName()); err != nil {
 		return nil, nil, err
 	}
-	f, a, err := r.Compile()
+	f, a, err := rules.Compile(r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}

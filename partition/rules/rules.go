@@ -1,26 +1,31 @@
-package placementpb
+// Package rules compiles the catalog's subscription rules
+// (placementpb.Rule) with partition/filter. The catalog compiles a rule to
+// refuse one that does not compile; a partition compiles its
+// subscriptions' rules when their config applies: both read a rule
+// through this one mapping. Front-ends and gateways do not need it, which
+// is why it is not in proto/placementpb.
+package rules
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/quorumbus/quorumbus/partition/filter"
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// Compile compiles r's filter and action with partition/filter; the action
-// is nil when the rule has none. The catalog compiles a rule to refuse one
-// that does not compile (with the position, from the filter's
-// *SyntaxError); a partition compiles the rules of its subscriptions when
-// their config is applied, so both read a rule through this one mapping.
-// The name is not checked here (the catalog does).
-func (r *Rule) Compile() (filter.Filter, *filter.Action, error) {
+// Compile compiles r's filter and action; the action is nil when the rule
+// has none. A text that does not compile gives the filter's *SyntaxError
+// with the position, wrapped. The name is not checked here (the catalog
+// does).
+func Compile(r *pb.Rule) (filter.Filter, *filter.Action, error) {
 	invalid := func(what string, err error) error {
 		return fmt.Errorf("rule %q: %s: %w", r.GetName(), what, err)
 	}
 	var f filter.Filter
 	switch x := r.GetFilter().(type) {
-	case *Rule_SqlFilter:
-		params, err := RuleValuesAny(x.SqlFilter.GetParameters())
+	case *pb.Rule_SqlFilter:
+		params, err := ValuesAny(x.SqlFilter.GetParameters())
 		if err != nil {
 			return nil, nil, invalid("filter parameters", err)
 		}
@@ -29,9 +34,9 @@ func (r *Rule) Compile() (filter.Filter, *filter.Action, error) {
 			return nil, nil, invalid("SQL filter", err)
 		}
 		f = sql
-	case *Rule_CorrelationFilter:
+	case *pb.Rule_CorrelationFilter:
 		c := x.CorrelationFilter
-		props, err := RuleValuesAny(c.GetProperties())
+		props, err := ValuesAny(c.GetProperties())
 		if err != nil {
 			return nil, nil, invalid("correlation properties", err)
 		}
@@ -44,12 +49,12 @@ func (r *Rule) Compile() (filter.Filter, *filter.Action, error) {
 			return nil, nil, invalid("correlation filter", err)
 		}
 		f = cf
-	case *Rule_TrueFilter:
+	case *pb.Rule_TrueFilter:
 		if !x.TrueFilter {
 			return nil, nil, fmt.Errorf("rule %q: true_filter must be true when set", r.GetName())
 		}
 		f = filter.True
-	case *Rule_FalseFilter:
+	case *pb.Rule_FalseFilter:
 		if !x.FalseFilter {
 			return nil, nil, fmt.Errorf("rule %q: false_filter must be true when set", r.GetName())
 		}
@@ -60,7 +65,7 @@ func (r *Rule) Compile() (filter.Filter, *filter.Action, error) {
 	if r.GetAction() == nil {
 		return f, nil, nil
 	}
-	params, err := RuleValuesAny(r.Action.GetParameters())
+	params, err := ValuesAny(r.Action.GetParameters())
 	if err != nil {
 		return nil, nil, invalid("action parameters", err)
 	}
@@ -71,16 +76,16 @@ func (r *Rule) Compile() (filter.Filter, *filter.Action, error) {
 	return f, a, nil
 }
 
-// RuleValuesAny maps rule values onto the Go values partition/filter
+// ValuesAny maps rule values onto the Go values partition/filter
 // reads (filter parameters, correlation properties, a message's
 // application properties).
-func RuleValuesAny(m map[string]*RuleValue) (map[string]any, error) {
+func ValuesAny(m map[string]*pb.RuleValue) (map[string]any, error) {
 	if len(m) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
-		x, err := v.Any()
+		x, err := ValueAny(v)
 		if err != nil {
 			return nil, fmt.Errorf("%q %w", k, err)
 		}
@@ -91,20 +96,20 @@ func RuleValuesAny(m map[string]*RuleValue) (map[string]any, error) {
 
 var errNoValue = errors.New("has no value")
 
-// Any is v as partition/filter reads it.
-func (v *RuleValue) Any() (any, error) {
+// ValueAny is v as partition/filter reads it.
+func ValueAny(v *pb.RuleValue) (any, error) {
 	switch x := v.GetValue().(type) {
-	case *RuleValue_StringValue:
+	case *pb.RuleValue_StringValue:
 		return x.StringValue, nil
-	case *RuleValue_LongValue:
+	case *pb.RuleValue_LongValue:
 		return x.LongValue, nil
-	case *RuleValue_DoubleValue:
+	case *pb.RuleValue_DoubleValue:
 		return x.DoubleValue, nil
-	case *RuleValue_BoolValue:
+	case *pb.RuleValue_BoolValue:
 		return x.BoolValue, nil
-	case *RuleValue_TimestampMs:
+	case *pb.RuleValue_TimestampMs:
 		return filter.Timestamp(x.TimestampMs), nil
-	case *RuleValue_DurationMs:
+	case *pb.RuleValue_DurationMs:
 		return filter.Duration(x.DurationMs), nil
 	}
 	return nil, errNoValue
