@@ -428,3 +428,37 @@ func TestDevSDKRuleAction(t *testing.T) {
 		t.Fatalf("the copy without an action changed: to %v, %v", *plain.To, plain.ApplicationProperties)
 	}
 }
+
+// TestDevSDKTopicScheduled: a message scheduled on a topic reaches the
+// subscriptions it matches when it is due, not before.
+func TestDevSDKTopicScheduled(t *testing.T) {
+	c := startTestDev(t, topicSpecs()...)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snd, err := client.NewSender("shop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close(ctx)
+	due := time.Now().Add(3 * time.Second)
+	if _, err := snd.ScheduleMessages(ctx, []*azservicebus.Message{shopMessage("s1", "red", "paint", "", "", 5)}, due, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := client.NewReceiverForSubscription("shop", "red", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	peeked, err := r.PeekMessages(ctx, 5, nil)
+	if err != nil || len(peeked) != 1 || peeked[0].State != azservicebus.MessageStateScheduled {
+		t.Fatalf("peek before it is due: %v %v", peeked, err)
+	}
+	got, err := r.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(got) != 1 || string(got[0].Body) != "s1" {
+		t.Fatalf("receive: %v %v", got, err)
+	}
+	if time.Now().Before(due.Add(-200 * time.Millisecond)) {
+		t.Fatalf("received at %v, before it was due at %v", time.Now(), due)
+	}
+}
