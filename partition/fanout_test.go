@@ -107,6 +107,12 @@ func TestTopicFanOut(t *testing.T) {
 		len(g.ActionSet.Properties["id"].GetStringValue()) != 36 || strings.Join(g.ActionRemoved, ",") != "color" {
 		t.Fatalf("g changed by the action: %v", g)
 	}
+	// Cancelling a message scheduled on a topic is refused, not ignored.
+	if r := d.Do(pt.CancelScheduled(10, 0, 1)); r.Code != partitionpb.ResultCode_RESULT_INVALID ||
+		!strings.Contains(r.Description, "not implemented") {
+		t.Fatalf("cancel scheduled on a topic: %v %s", r.Code, r.Description)
+	}
+
 	// A rule that does not compile is refused with the config.
 	bad := topicConfigs()[1]
 	bad.Rules[0] = &placementpb.Rule{Name: "x", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "a = "}}}
