@@ -462,3 +462,52 @@ func TestDevSDKTopicScheduled(t *testing.T) {
 		t.Fatalf("received at %v, before it was due at %v", time.Now(), due)
 	}
 }
+
+// TestDevSDKSubscriptionSessions: a subscription that requires sessions
+// takes the copies of session messages and serves them to a session
+// receiver, as a session queue does.
+func TestDevSDKSubscriptionSessions(t *testing.T) {
+	c := startTestDev(t,
+		cluster.QueueSpec{Name: "st", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{}},
+		cluster.QueueSpec{Name: "st/Subscriptions/s", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Props: &placementpb.QueueProperties{RequiresSession: true}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snd, err := client.NewSender("st", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close(ctx)
+	for _, m := range []struct{ sid, body string }{{"a", "a1"}, {"b", "b1"}, {"a", "a2"}} {
+		sid := m.sid
+		if err := snd.SendMessage(ctx, &azservicebus.Message{SessionID: &sid, Body: []byte(m.body)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := client.AcceptSessionForSubscription(ctx, "st", "s", "a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	var got []string
+	for len(got) < 2 {
+		msgs, err := r.ReceiveMessages(ctx, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			got = append(got, string(m.Body))
+			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if strings.Join(got, " ") != "a1 a2" {
+		t.Fatalf("session a: %v", got)
+	}
+	// A message without a session id is refused whole: the subscription
+	// requires sessions.
+	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("none")}, nil); err == nil {
+		t.Fatal("a message without a session id was accepted for a subscription that requires sessions")
+	}
+}
