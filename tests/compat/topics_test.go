@@ -3,6 +3,7 @@ package compat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -509,5 +510,41 @@ func TestDevSDKSubscriptionSessions(t *testing.T) {
 	// requires sessions.
 	if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte("none")}, nil); err == nil {
 		t.Fatal("a message without a session id was accepted for a subscription that requires sessions")
+	}
+}
+
+// TestDevSDKPartitionedTopic: on a topic of two partitions, each
+// subscription partition receives from the topic partition of its index;
+// every message reaches each subscription once.
+func TestDevSDKPartitionedTopic(t *testing.T) {
+	c := startTestDev(t,
+		cluster.QueueSpec{Name: "pt", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{PartitionCount: 2}},
+		cluster.QueueSpec{Name: "pt/Subscriptions/a", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION},
+		cluster.QueueSpec{Name: "pt/Subscriptions/b", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION})
+	for _, name := range []string{"pt", "pt/Subscriptions/a"} {
+		if e, err := c.Router.Entity(name); err != nil || len(e.PartitionGroups) != 2 {
+			t.Fatalf("%s: %v, %v: want two partitions", name, e, err)
+		}
+	}
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snd, err := client.NewSender("pt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close(ctx)
+	var want []string
+	for i := range 20 {
+		body := fmt.Sprintf("m%02d", i)
+		want = append(want, body)
+		if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte(body)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sub := range []string{"a", "b"} {
+		if got := receiveBodies(t, ctx, client, "pt", sub, nil); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("pt/%s: %v", sub, got)
+		}
 	}
 }
