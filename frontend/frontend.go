@@ -230,7 +230,7 @@ func (c *conn) attach(l *amqp.Link) (amqp.LinkHandler, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sub != "" {
+		if sub != "" || e.Kind == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
 			return nil, amqp.Errorf(amqp.ErrCondNotAllowed, "cannot send to %s", addr)
 		}
 		return c.newSender(l, e)
@@ -262,6 +262,10 @@ func (c *conn) attach(l *amqp.Link) (amqp.LinkHandler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		// A topic keeps no messages: they are in its subscriptions.
+		return nil, amqp.Errorf(amqp.ErrCondNotAllowed, "cannot receive from topic %s: receive from one of its subscriptions, %s/Subscriptions/<name>", addr, addr)
+	}
 	return c.newReceiver(l, e, sub)
 }
 
@@ -286,12 +290,6 @@ func (c *conn) lookup(addr string) (*placementpb.Entity, string, error) {
 	e, err := c.srv.cfg.Backend.Entity(name)
 	if err != nil {
 		return nil, "", errFailure(err).amqpError(name)
-	}
-	if e.Kind != placementpb.EntityKind_ENTITY_KIND_QUEUE {
-		// Topics and subscriptions exist in the catalog (issue 21), but
-		// the fan-out and subscription receive do not yet: refuse them
-		// rather than treat them as queues.
-		return nil, "", failNotImpl.amqpError("sending to topics and receiving from subscriptions: " + name)
 	}
 	return e, sub, nil
 }

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -43,6 +44,26 @@ func FuzzIncoming(f *testing.F) {
 		stored.SubQueue, stored.DeadLetterReason = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, "r"
 		if _, err := outgoing(nil, stored, true); err != nil {
 			t.Fatalf("incoming accepted % x but dead-lettered it cannot be delivered: %v", payload, err)
+		}
+		// Sent to a topic, the same message is accepted as it is, with
+		// a FilterView whose every value is one a filter reads.
+		tm, err := incomingFor(payload, true)
+		if err != nil {
+			t.Fatalf("incoming accepted % x for a queue, not for a topic: %v", payload, err)
+		}
+		if tm.FilterView == nil || !bytes.Equal(tm.Header, nm.Header) || !bytes.Equal(tm.Annotations, nm.Annotations) {
+			t.Fatalf("for a topic, % x becomes %v, for a queue %v", payload, tm, nm)
+		}
+		for k, v := range tm.FilterView.Properties {
+			if v.GetValue() == nil {
+				t.Fatalf("filter view of % x: property %q without a value", payload, k)
+			}
+		}
+		// A rule's action that sets what the view holds and removes a
+		// property: the copy can still be delivered.
+		stored.ActionSet, stored.ActionRemoved = tm.FilterView, []string{"k"}
+		if _, err := outgoing(nil, stored, true); err != nil {
+			t.Fatalf("incoming accepted % x but changed by an action it cannot be delivered: %v", payload, err)
 		}
 	})
 }

@@ -330,7 +330,7 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 			req.fail(failInvalid, "a scheduled message without its encoding")
 			return
 		}
-		nm, err := incoming(payload)
+		nm, err := incomingFor(payload, e.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC)
 		if err != nil {
 			req.fail(failBadRequest, err.Error())
 			return

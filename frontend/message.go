@@ -57,6 +57,12 @@ func splitBatch(payload []byte) ([][]byte, error) {
 // Service Bus gives one to every message. Everything is copied: payload
 // belongs to the engine.
 func incoming(payload []byte) (*partitionpb.NewMessage, error) {
+	return incomingFor(payload, false)
+}
+
+// incomingFor is incoming, and for a send to a topic (topic true) it also
+// fills in the message's FilterView, what subscription rules read.
+func incomingFor(payload []byte, topic bool) (*partitionpb.NewMessage, error) {
 	var secs [8]amqp.Section
 	sections, err := amqp.Sections(payload, secs[:0])
 	if err != nil {
@@ -65,6 +71,7 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 	nm := &partitionpb.NewMessage{}
 	bare := len(sections) // index of the bare message's first section
 	var props *amqp.Properties
+	var appProps amqp.Map
 	for i, s := range sections {
 		switch s.Descriptor {
 		case amqp.SectionHeader:
@@ -115,6 +122,13 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 				if err := amqp.CheckApplicationProperties(s.Raw); err != nil {
 					return nil, err
 				}
+				if topic {
+					var m amqp.Message
+					if err := m.Decode(s.Raw); err != nil {
+						return nil, err
+					}
+					appProps = m.ApplicationProperties
+				}
 			}
 		}
 	}
@@ -133,6 +147,9 @@ func incoming(payload []byte) (*partitionpb.NewMessage, error) {
 	}
 	nm.MessageId = messageIDString(props.MessageID)
 	nm.SessionId = props.GroupID
+	if topic {
+		nm.FilterView = filterView(props, appProps)
+	}
 	return nm, nil
 }
 
@@ -213,7 +230,7 @@ func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || len(m.ModifiedProperties) > 0 {
+	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || len(m.ModifiedProperties) > 0 || m.ActionSet != nil || len(m.ActionRemoved) > 0 {
 		return appendRewrittenBare(out, m)
 	}
 	return append(out, m.Bare...), nil
@@ -227,8 +244,12 @@ func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, er
 // type-asserts them). Only that section is re-encoded; the others keep the
 // sender's bytes.
 func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, error) {
+	bare, err := withActionProperties(m.Bare, m.ActionSet)
+	if err != nil {
+		return nil, err
+	}
 	var secs [8]amqp.Section
-	sections, err := amqp.Sections(m.Bare, secs[:0])
+	sections, err := amqp.Sections(bare, secs[:0])
 	if err != nil {
 		return nil, err
 	}
@@ -243,6 +264,7 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 			break
 		}
 	}
+	props = withActionApplicationProperties(props, m.ActionSet, m.ActionRemoved)
 	for _, enc := range m.ModifiedProperties {
 		var mod amqp.Message
 		if err := mod.Decode(enc); err != nil {

@@ -85,7 +85,7 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 	msgs := make([]*partitionpb.NewMessage, 0, len(parts))
 	bytes := 0
 	for _, p := range parts {
-		m, err := incoming(p)
+		m, err := incomingFor(p, s.entity.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC)
 		if err != nil {
 			s.reject(l, d, failBadRequest, err.Error())
 			return

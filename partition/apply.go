@@ -284,11 +284,16 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 			}
 		}
 	}
+	rules, err := compileRules(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, cfg.Name, err)
+	}
 	if !ok {
 		e = newEntity(k)
 		a.entities[k] = e
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
+	e.rules = rules
 	a.dirty[k] = true
 	a.wakeEntity(k) // receiving may have been enabled
 	return okResult(), nil
@@ -379,6 +384,9 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 	}
 	if max := e.cfg.MaxSizeBytes; max > 0 && e.n.size+size > max {
 		return nil, fmt.Errorf("%w: %s holds %d bytes, %d more exceed its %d", ErrQuotaExceeded, e.cfg.Name, e.n.size, size, max)
+	}
+	if isTopic(e.cfg) {
+		return a.publish(e, c)
 	}
 	if err := a.pruneDedup(e, dedupPrune+len(c.Messages)); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 var workloadEntities = []struct {
@@ -22,6 +23,20 @@ var workloadEntities = []struct {
 	{1, 1, &partitionpb.EntityConfig{EntityId: 1, Partition: 1, Name: "q1", LockDurationMs: 10_000, MaxDeliveryCount: 3, DefaultTtlMs: 30_000, DeadLetteringOnExpiration: true}},
 	{2, 0, &partitionpb.EntityConfig{EntityId: 2, Partition: 0, Name: "q2", LockDurationMs: 5_000, MaxDeliveryCount: 2, MaxSizeBytes: 4000,
 		RequiresDuplicateDetection: true, DuplicateDetectionWindowMs: 20_000}},
+	// A topic fanned out to two subscriptions (fanout.go): one message may
+	// get two copies in sub 11 (both its rules match id 7).
+	{10, 0, &partitionpb.EntityConfig{EntityId: 10, Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC,
+		RequiresDuplicateDetection: true, DuplicateDetectionWindowMs: 20_000}},
+	{11, 0, &partitionpb.EntityConfig{EntityId: 11, Name: "t/Subscriptions/a", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+		TopicId: 10, LockDurationMs: 10_000, MaxDeliveryCount: 3, Rules: []*placementpb.Rule{
+			{Name: "$Default", Filter: &placementpb.Rule_TrueFilter{TrueFilter: true}},
+			{Name: "seven", Filter: &placementpb.Rule_CorrelationFilter{CorrelationFilter: &placementpb.CorrelationFilter{MessageId: "7"}}},
+		}}},
+	{12, 0, &partitionpb.EntityConfig{EntityId: 12, Name: "t/Subscriptions/b", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+		TopicId: 10, DefaultTtlMs: 15_000, Rules: []*placementpb.Rule{
+			{Name: "ones", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "sys.MessageId LIKE '1%'"}},
+				Action: &placementpb.SqlRuleAction{Expression: "SET sys.Label = 'one'; SET k = newid()"}},
+		}}},
 }
 
 // randomLog drives a machine with a random mix of every command and returns

@@ -35,10 +35,12 @@ const (
 // config and counters (small and bounded by the number of entity
 // partitions, never by the backlog). It is persisted as the entity record.
 type entity struct {
-	key  ekey
-	cfg  *partitionpb.EntityConfig // normalized: defaults filled in
-	next uint64                    // the counter of the next sequence number
-	n    counts
+	key ekey
+	cfg *partitionpb.EntityConfig // normalized: defaults filled in
+	// rules: a subscription's rules, compiled from cfg (fanout.go).
+	rules []compiledRule
+	next  uint64 // the counter of the next sequence number
+	n     counts
 	// fresh: main-queue messages with this sequence number or higher have
 	// not been handed out since they arrived. They have no entry in the
 	// available index: Lock takes them from the state records themselves,
@@ -340,5 +342,11 @@ func parseEntityRecord(k ekey, p []byte) (*entity, error) {
 	if err := proto.Unmarshal(p[entityRecordLen:], e.cfg); err != nil {
 		return nil, fmt.Errorf("%w: entity %s: %v", ErrCorrupt, k, err)
 	}
+	rules, err := compileRules(e.cfg)
+	if err != nil {
+		// They compiled when the config was applied.
+		return nil, fmt.Errorf("%w: entity %s: rules: %v", ErrCorrupt, k, err)
+	}
+	e.rules = rules
 	return e, nil
 }

@@ -137,7 +137,7 @@ func (e *recordEncoder) str(num protowire.Number, v string) {
 
 // stateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
-var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28}
+var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30}
 
 // message encodes m's body record (body) or its state record.
 func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
@@ -184,6 +184,16 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 	e.bytes(26, m.BodyBlob, false)
 	e.varint(27, m.BodyBlobLength)
 	e.varint(28, uint64(m.BodyBlobCrc))
+	if m.ActionSet != nil { // only copies changed by a rule's action (fanout.go)
+		set, err := marshal.Marshal(m.ActionSet)
+		if err != nil {
+			panic(fmt.Sprintf("partition: marshal action changes: %v", err)) // a generated message always marshals
+		}
+		e.bytes(29, set, true)
+	}
+	for _, name := range m.ActionRemoved {
+		e.bytes(30, []byte(name), true)
+	}
 	// Fields a newer version wrote, kept as protobuf keeps them: replicas
 	// of two versions must still write the same bytes.
 	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
@@ -340,6 +350,13 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.ModifiedProperties = append(m.ModifiedProperties, append([]byte{}, b...))
 			case 26:
 				m.BodyBlob = append([]byte{}, b...)
+			case 29:
+				m.ActionSet = new(partitionpb.FilterView)
+				if err := proto.Unmarshal(b, m.ActionSet); err != nil {
+					return fmt.Errorf("%w: action changes: %v", ErrCorrupt, err)
+				}
+			case 30:
+				m.ActionRemoved = append(m.ActionRemoved, string(b))
 			case fieldHeader: // sections belong in a body record, but
 				m.Header = append([]byte{}, b...) // protobuf would take them
 			case fieldAnnotations:

@@ -180,6 +180,11 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 	if err != nil {
 		return nil, err
 	}
+	if isTopic(e.cfg) {
+		// The copies are in the subscriptions, under their own sequence
+		// numbers; cancelling nothing would tell the sender it worked.
+		return nil, fmt.Errorf("%w: not implemented: cancelling a message scheduled on topic %s", ErrInvalid, e.cfg.Name)
+	}
 	seqs, err := uniqueSeqs(c.SequenceNumbers)
 	if err != nil {
 		return nil, err

@@ -294,6 +294,7 @@ func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *p
 		}
 		cfg := catalog.PartitionConfig(entity, task.Partition)
 		cfg.Version = task.Version // the group ignores an older upsert arriving late
+		s.fsm.Read(func(st *catalog.State) { cfg.TopicId = st.TopicID(entity) })
 		req := &partitionpb.UpsertEntityRequest{GroupId: group.Id, Config: cfg}
 		return s.callGroup(ctx, group, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
 			_, err := c.UpsertEntity(ctx, req)

@@ -29,5 +29,29 @@ func PartitionConfig(e *pb.Entity, partition uint32) *partitionpb.EntityConfig {
 		RequiresSession:            p.RequiresSession,
 		MaxSizeBytes:               p.MaxSizeInMegabytes << 20,
 		Status:                     uint32(e.GetStatus()),
+		Kind:                       e.GetKind(),
+		// A subscription's rules go to its partitions, which compile them
+		// when the config applies; its topic id is the caller's to set
+		// (TopicID), as the subscription entity does not hold it.
+		Rules: e.GetRules(),
+		DeadLetteringOnFilterEvaluationExceptions: e.GetKind() == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION &&
+			p.GetDeadLetteringOnFilterEvaluationExceptions(),
 	}
+}
+
+// TopicID is the entity id of the topic of subscription e in s, 0 if e is
+// not a subscription or its topic is gone.
+func (s *State) TopicID(e *pb.Entity) uint64 {
+	if e.GetKind() != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		return 0
+	}
+	name, _, ok := SplitSubscriptionName(e.GetName())
+	if !ok {
+		return 0
+	}
+	t := s.byName(name)
+	if t == nil || t.GetKind() != pb.EntityKind_ENTITY_KIND_TOPIC {
+		return 0
+	}
+	return t.GetId()
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/partition/filter"
+	"github.com/quorumbus/quorumbus/partition/rules"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -29,59 +30,9 @@ func CompileRule(r *pb.Rule) (filter.Filter, *filter.Action, error) {
 	if err := checkRuleName(r.GetName()); err != nil {
 		return nil, nil, err
 	}
-	invalid := func(what string, err error) error {
-		return fmt.Errorf("%w: rule %q: %s: %w", ErrInvalidRule, r.Name, what, err)
-	}
-	var f filter.Filter
-	switch x := r.Filter.(type) {
-	case *pb.Rule_SqlFilter:
-		params, err := ruleValues(x.SqlFilter.GetParameters())
-		if err != nil {
-			return nil, nil, invalid("filter parameters", err)
-		}
-		sql, err := filter.CompileSQL(x.SqlFilter.GetExpression(), params)
-		if err != nil {
-			return nil, nil, invalid("SQL filter", err)
-		}
-		f = sql
-	case *pb.Rule_CorrelationFilter:
-		c := x.CorrelationFilter
-		props, err := ruleValues(c.GetProperties())
-		if err != nil {
-			return nil, nil, invalid("correlation properties", err)
-		}
-		cf, err := filter.Correlation{
-			CorrelationID: c.CorrelationId, MessageID: c.MessageId, To: c.To, ReplyTo: c.ReplyTo,
-			Subject: c.Subject, SessionID: c.SessionId, ReplyToSessionID: c.ReplyToSessionId,
-			ContentType: c.ContentType, Properties: props,
-		}.Compile()
-		if err != nil {
-			return nil, nil, invalid("correlation filter", err)
-		}
-		f = cf
-	case *pb.Rule_TrueFilter:
-		if !x.TrueFilter {
-			return nil, nil, fmt.Errorf("%w: rule %q: true_filter must be true when set", ErrInvalidRule, r.Name)
-		}
-		f = filter.True
-	case *pb.Rule_FalseFilter:
-		if !x.FalseFilter {
-			return nil, nil, fmt.Errorf("%w: rule %q: false_filter must be true when set", ErrInvalidRule, r.Name)
-		}
-		f = filter.False
-	default:
-		return nil, nil, fmt.Errorf("%w: rule %q has no filter", ErrInvalidRule, r.Name)
-	}
-	if r.Action == nil {
-		return f, nil, nil
-	}
-	params, err := ruleValues(r.Action.GetParameters())
+	f, a, err := rules.Compile(r)
 	if err != nil {
-		return nil, nil, invalid("action parameters", err)
-	}
-	a, err := filter.CompileAction(r.Action.GetExpression(), params)
-	if err != nil {
-		return nil, nil, invalid("SQL action", err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
 	return f, a, nil
 }
@@ -102,32 +53,6 @@ func checkRuleName(name string) error {
 		}
 	}
 	return nil
-}
-
-func ruleValues(m map[string]*pb.RuleValue) (map[string]any, error) {
-	if len(m) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		switch x := v.GetValue().(type) {
-		case *pb.RuleValue_StringValue:
-			out[k] = x.StringValue
-		case *pb.RuleValue_LongValue:
-			out[k] = x.LongValue
-		case *pb.RuleValue_DoubleValue:
-			out[k] = x.DoubleValue
-		case *pb.RuleValue_BoolValue:
-			out[k] = x.BoolValue
-		case *pb.RuleValue_TimestampMs:
-			out[k] = filter.Timestamp(x.TimestampMs)
-		case *pb.RuleValue_DurationMs:
-			out[k] = filter.Duration(x.DurationMs)
-		default:
-			return nil, fmt.Errorf("%q has no value", k)
-		}
-	}
-	return out, nil
 }
 
 // DefaultRule is the $Default rule: a true filter, no action.

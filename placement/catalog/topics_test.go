@@ -110,3 +110,31 @@ func TestSplitSubscriptionName(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscriptionPartitionConfig: a subscription's partition config
+// carries its kind, rules, filter-exception dead-lettering and (from the
+// state) its topic's id, which the partition's fan-out needs; a topic's
+// carries its kind and no topic id.
+func TestSubscriptionPartitionConfig(t *testing.T) {
+	rule := &pb.Rule{Name: "a", Filter: &pb.Rule_CorrelationFilter{CorrelationFilter: &pb.CorrelationFilter{Subject: "s"}}}
+	s, res := topicState(t, subscriptionCommand(rule))
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sub := res.Entity
+	cfg := PartitionConfig(sub, 1)
+	if cfg.Kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION || len(cfg.Rules) != 1 || cfg.Rules[0].Name != "a" ||
+		!cfg.DeadLetteringOnFilterEvaluationExceptions || cfg.TopicId != 0 {
+		t.Fatalf("subscription config %v", cfg)
+	}
+	topic := s.Entity("t")
+	if id := s.TopicID(sub); id != topic.Id || id == 0 {
+		t.Fatalf("TopicID %d, want the topic's %d", id, topic.Id)
+	}
+	if id := s.TopicID(topic); id != 0 {
+		t.Fatalf("TopicID of a topic: %d", id)
+	}
+	if cfg := PartitionConfig(topic, 0); cfg.Kind != pb.EntityKind_ENTITY_KIND_TOPIC || cfg.TopicId != 0 || len(cfg.Rules) != 0 {
+		t.Fatalf("topic config %v", cfg)
+	}
+}

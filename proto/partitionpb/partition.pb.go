@@ -10,6 +10,7 @@
 package partitionpb
 
 import (
+	placementpb "github.com/quorumbus/quorumbus/proto/placementpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -309,9 +310,20 @@ type EntityConfig struct {
 	// ignores an upsert older than the configuration it holds: a call of a
 	// former catalog leader that arrives after its successor's. 0 (tests,
 	// tools) is applied whatever the group holds.
-	Version       uint64 `protobuf:"varint,13,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version uint64 `protobuf:"varint,13,opt,name=version,proto3" json:"version,omitempty"`
+	// Topics and subscriptions (issue 21). A send to a topic partition is
+	// fanned out, in the same apply, to every subscription partition of the
+	// group whose topic_id is the topic's entity id and whose partition is
+	// the topic partition's; the topic partition itself keeps no messages.
+	Kind    placementpb.EntityKind `protobuf:"varint,14,opt,name=kind,proto3,enum=quorumbus.placement.v1.EntityKind" json:"kind,omitempty"`
+	TopicId uint64                 `protobuf:"varint,15,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"` // subscriptions: the topic's entity id
+	// Subscriptions: the rules, as the catalog orders them (by name,
+	// ignoring case). Compiled when the config is applied or loaded.
+	Rules []*placementpb.Rule `protobuf:"bytes,16,rep,name=rules,proto3" json:"rules,omitempty"`
+	// Subscriptions: a rule whose evaluation fails dead-letters the copy.
+	DeadLetteringOnFilterEvaluationExceptions bool `protobuf:"varint,17,opt,name=dead_lettering_on_filter_evaluation_exceptions,json=deadLetteringOnFilterEvaluationExceptions,proto3" json:"dead_lettering_on_filter_evaluation_exceptions,omitempty"`
+	unknownFields                             protoimpl.UnknownFields
+	sizeCache                                 protoimpl.SizeCache
 }
 
 func (x *EntityConfig) Reset() {
@@ -435,6 +447,34 @@ func (x *EntityConfig) GetVersion() uint64 {
 	return 0
 }
 
+func (x *EntityConfig) GetKind() placementpb.EntityKind {
+	if x != nil {
+		return x.Kind
+	}
+	return placementpb.EntityKind(0)
+}
+
+func (x *EntityConfig) GetTopicId() uint64 {
+	if x != nil {
+		return x.TopicId
+	}
+	return 0
+}
+
+func (x *EntityConfig) GetRules() []*placementpb.Rule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *EntityConfig) GetDeadLetteringOnFilterEvaluationExceptions() bool {
+	if x != nil {
+		return x.DeadLetteringOnFilterEvaluationExceptions
+	}
+	return false
+}
+
 // A message as the state machine keeps it. `bare` holds the sender's bare
 // message (properties, application-properties, body sections) exactly as it
 // arrived; `annotations` holds the sender's message-annotations section,
@@ -492,8 +532,14 @@ type StoredMessage struct {
 	BodyBlob       []byte `protobuf:"bytes,26,opt,name=body_blob,json=bodyBlob,proto3" json:"body_blob,omitempty"`
 	BodyBlobLength uint64 `protobuf:"varint,27,opt,name=body_blob_length,json=bodyBlobLength,proto3" json:"body_blob_length,omitempty"`
 	BodyBlobCrc    uint32 `protobuf:"varint,28,opt,name=body_blob_crc,json=bodyBlobCrc,proto3" json:"body_blob_crc,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A copy made by a subscription rule with a SQL action: what the action
+	// changed. The front-end writes action_set's non-empty system fields and
+	// its properties over the bare message's when it delivers the copy, and
+	// removes the application properties named in action_removed.
+	ActionSet     *FilterView `protobuf:"bytes,29,opt,name=action_set,json=actionSet,proto3" json:"action_set,omitempty"`
+	ActionRemoved []string    `protobuf:"bytes,30,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredMessage) Reset() {
@@ -720,6 +766,20 @@ func (x *StoredMessage) GetBodyBlobCrc() uint32 {
 		return x.BodyBlobCrc
 	}
 	return 0
+}
+
+func (x *StoredMessage) GetActionSet() *FilterView {
+	if x != nil {
+		return x.ActionSet
+	}
+	return nil
+}
+
+func (x *StoredMessage) GetActionRemoved() []string {
+	if x != nil {
+		return x.ActionRemoved
+	}
+	return nil
 }
 
 type Batch struct {
@@ -1318,9 +1378,14 @@ type NewMessage struct {
 	// applied before this Enqueue, as the blob staged_body of staged_length
 	// bytes with CRC-32C staged_crc. The Enqueue takes the blob over; if the
 	// blob is not complete, the Enqueue is refused as invalid.
-	StagedBody    []byte `protobuf:"bytes,9,opt,name=staged_body,json=stagedBody,proto3" json:"staged_body,omitempty"`
-	StagedLength  uint64 `protobuf:"varint,10,opt,name=staged_length,json=stagedLength,proto3" json:"staged_length,omitempty"`
-	StagedCrc     uint32 `protobuf:"varint,11,opt,name=staged_crc,json=stagedCrc,proto3" json:"staged_crc,omitempty"`
+	StagedBody   []byte `protobuf:"bytes,9,opt,name=staged_body,json=stagedBody,proto3" json:"staged_body,omitempty"`
+	StagedLength uint64 `protobuf:"varint,10,opt,name=staged_length,json=stagedLength,proto3" json:"staged_length,omitempty"`
+	StagedCrc    uint32 `protobuf:"varint,11,opt,name=staged_crc,json=stagedCrc,proto3" json:"staged_crc,omitempty"`
+	// Sends to a topic only: what subscription rules read of the message
+	// besides message_id, session_id and partition_key, taken by the
+	// front-end from the bare message it checked. Replicas evaluate rules on
+	// it and never decode the bare message.
+	FilterView    *FilterView `protobuf:"bytes,12,opt,name=filter_view,json=filterView,proto3" json:"filter_view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1432,6 +1497,108 @@ func (x *NewMessage) GetStagedCrc() uint32 {
 	return 0
 }
 
+func (x *NewMessage) GetFilterView() *FilterView {
+	if x != nil {
+		return x.FilterView
+	}
+	return nil
+}
+
+// FilterView is the part of a message's properties and application
+// properties that rules read. Application property values of types a rule
+// value cannot hold (binary, uuid, lists, ...) are left out.
+type FilterView struct {
+	state            protoimpl.MessageState            `protogen:"open.v1"`
+	CorrelationId    string                            `protobuf:"bytes,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	To               string                            `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	ReplyTo          string                            `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	Subject          string                            `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
+	ContentType      string                            `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ReplyToSessionId string                            `protobuf:"bytes,6,opt,name=reply_to_session_id,json=replyToSessionId,proto3" json:"reply_to_session_id,omitempty"`
+	Properties       map[string]*placementpb.RuleValue `protobuf:"bytes,7,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *FilterView) Reset() {
+	*x = FilterView{}
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FilterView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FilterView) ProtoMessage() {}
+
+func (x *FilterView) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FilterView.ProtoReflect.Descriptor instead.
+func (*FilterView) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FilterView) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+func (x *FilterView) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *FilterView) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
+}
+
+func (x *FilterView) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *FilterView) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *FilterView) GetReplyToSessionId() string {
+	if x != nil {
+		return x.ReplyToSessionId
+	}
+	return ""
+}
+
+func (x *FilterView) GetProperties() map[string]*placementpb.RuleValue {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
 // StageBody writes one chunk of a bare message that is too large for one
 // Raft entry (node/stage.go splits it): data at offset of blob, an id of
 // 16 bytes the leader chose. An Enqueue names the blob once every chunk is
@@ -1450,7 +1617,7 @@ type StageBody struct {
 
 func (x *StageBody) Reset() {
 	*x = StageBody{}
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1629,7 @@ func (x *StageBody) String() string {
 func (*StageBody) ProtoMessage() {}
 
 func (x *StageBody) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1642,7 @@ func (x *StageBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageBody.ProtoReflect.Descriptor instead.
 func (*StageBody) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StageBody) GetEntityId() uint64 {
@@ -1540,7 +1707,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1719,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1732,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Lock) GetEntityId() uint64 {
@@ -1640,7 +1807,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1819,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1832,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Settle) GetEntityId() uint64 {
@@ -1736,7 +1903,7 @@ type RenewLocks struct {
 
 func (x *RenewLocks) Reset() {
 	*x = RenewLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1915,7 @@ func (x *RenewLocks) String() string {
 func (*RenewLocks) ProtoMessage() {}
 
 func (x *RenewLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1928,7 @@ func (x *RenewLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocks.ProtoReflect.Descriptor instead.
 func (*RenewLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewLocks) GetEntityId() uint64 {
@@ -1803,7 +1970,7 @@ type ExpireLocks struct {
 
 func (x *ExpireLocks) Reset() {
 	*x = ExpireLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1982,7 @@ func (x *ExpireLocks) String() string {
 func (*ExpireLocks) ProtoMessage() {}
 
 func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1995,7 @@ func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireLocks.ProtoReflect.Descriptor instead.
 func (*ExpireLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
 }
 
 // ActivateScheduled turns the scheduled messages whose
@@ -1844,7 +2011,7 @@ type ActivateScheduled struct {
 
 func (x *ActivateScheduled) Reset() {
 	*x = ActivateScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2023,7 @@ func (x *ActivateScheduled) String() string {
 func (*ActivateScheduled) ProtoMessage() {}
 
 func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2036,7 @@ func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateScheduled.ProtoReflect.Descriptor instead.
 func (*ActivateScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
 }
 
 // CancelScheduled deletes scheduled messages by the sequence numbers Enqueue
@@ -1886,7 +2053,7 @@ type CancelScheduled struct {
 
 func (x *CancelScheduled) Reset() {
 	*x = CancelScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2065,7 @@ func (x *CancelScheduled) String() string {
 func (*CancelScheduled) ProtoMessage() {}
 
 func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2078,7 @@ func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduled.ProtoReflect.Descriptor instead.
 func (*CancelScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelScheduled) GetEntityId() uint64 {
@@ -1960,7 +2127,7 @@ type LockBySequence struct {
 
 func (x *LockBySequence) Reset() {
 	*x = LockBySequence{}
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2139,7 @@ func (x *LockBySequence) String() string {
 func (*LockBySequence) ProtoMessage() {}
 
 func (x *LockBySequence) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2152,7 @@ func (x *LockBySequence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBySequence.ProtoReflect.Descriptor instead.
 func (*LockBySequence) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockBySequence) GetEntityId() uint64 {
@@ -2065,7 +2232,7 @@ type AcceptSession struct {
 
 func (x *AcceptSession) Reset() {
 	*x = AcceptSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2244,7 @@ func (x *AcceptSession) String() string {
 func (*AcceptSession) ProtoMessage() {}
 
 func (x *AcceptSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2257,7 @@ func (x *AcceptSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSession.ProtoReflect.Descriptor instead.
 func (*AcceptSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AcceptSession) GetEntityId() uint64 {
@@ -2143,7 +2310,7 @@ type RenewSessionLock struct {
 
 func (x *RenewSessionLock) Reset() {
 	*x = RenewSessionLock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2322,7 @@ func (x *RenewSessionLock) String() string {
 func (*RenewSessionLock) ProtoMessage() {}
 
 func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2335,7 @@ func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLock.ProtoReflect.Descriptor instead.
 func (*RenewSessionLock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RenewSessionLock) GetEntityId() uint64 {
@@ -2214,7 +2381,7 @@ type SetSessionState struct {
 
 func (x *SetSessionState) Reset() {
 	*x = SetSessionState{}
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2393,7 @@ func (x *SetSessionState) String() string {
 func (*SetSessionState) ProtoMessage() {}
 
 func (x *SetSessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2406,7 @@ func (x *SetSessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionState.ProtoReflect.Descriptor instead.
 func (*SetSessionState) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetSessionState) GetEntityId() uint64 {
@@ -2292,7 +2459,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2471,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2484,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseSession) GetEntityId() uint64 {
@@ -2360,7 +2527,7 @@ type ExpireSessionLocks struct {
 
 func (x *ExpireSessionLocks) Reset() {
 	*x = ExpireSessionLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2539,7 @@ func (x *ExpireSessionLocks) String() string {
 func (*ExpireSessionLocks) ProtoMessage() {}
 
 func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2552,7 @@ func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessionLocks.ProtoReflect.Descriptor instead.
 func (*ExpireSessionLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
 }
 
 // ExpireMessages removes the unlocked messages of main sub-queues whose
@@ -2402,7 +2569,7 @@ type ExpireMessages struct {
 
 func (x *ExpireMessages) Reset() {
 	*x = ExpireMessages{}
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2581,7 @@ func (x *ExpireMessages) String() string {
 func (*ExpireMessages) ProtoMessage() {}
 
 func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2594,7 @@ func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireMessages.ProtoReflect.Descriptor instead.
 func (*ExpireMessages) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
 }
 
 // Results, one per command, in order.
@@ -2452,7 +2619,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2631,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2644,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Result) GetCode() ResultCode {
@@ -2540,7 +2707,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2719,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2732,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaderHint) GetGroupId() uint64 {
@@ -2599,7 +2766,7 @@ type UpsertEntityRequest struct {
 
 func (x *UpsertEntityRequest) Reset() {
 	*x = UpsertEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2778,7 @@ func (x *UpsertEntityRequest) String() string {
 func (*UpsertEntityRequest) ProtoMessage() {}
 
 func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2791,7 @@ func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpsertEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpsertEntityRequest) GetGroupId() uint64 {
@@ -2649,7 +2816,7 @@ type UpsertEntityResponse struct {
 
 func (x *UpsertEntityResponse) Reset() {
 	*x = UpsertEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2828,7 @@ func (x *UpsertEntityResponse) String() string {
 func (*UpsertEntityResponse) ProtoMessage() {}
 
 func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2841,7 @@ func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityResponse.ProtoReflect.Descriptor instead.
 func (*UpsertEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
 }
 
 type DeleteEntityRequest struct {
@@ -2689,7 +2856,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2868,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2881,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteEntityRequest) GetGroupId() uint64 {
@@ -2753,7 +2920,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2932,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2945,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
 }
 
 type SendRequest struct {
@@ -2794,7 +2961,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2973,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2986,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SendRequest) GetGroupId() uint64 {
@@ -2866,7 +3033,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3045,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3058,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SendResponse) GetResult() *Result {
@@ -2927,7 +3094,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3106,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3119,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReceiveRequest) GetGroupId() uint64 {
@@ -3041,7 +3208,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3220,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3233,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReceiveResponse) GetResult() *Result {
@@ -3087,7 +3254,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3266,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3279,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SettleRequest) GetGroupId() uint64 {
@@ -3145,7 +3312,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3324,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3337,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -3190,7 +3357,7 @@ type RenewLocksRequest struct {
 
 func (x *RenewLocksRequest) Reset() {
 	*x = RenewLocksRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3369,7 @@ func (x *RenewLocksRequest) String() string {
 func (*RenewLocksRequest) ProtoMessage() {}
 
 func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3382,7 @@ func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksRequest.ProtoReflect.Descriptor instead.
 func (*RenewLocksRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RenewLocksRequest) GetGroupId() uint64 {
@@ -3241,7 +3408,7 @@ type RenewLocksResponse struct {
 
 func (x *RenewLocksResponse) Reset() {
 	*x = RenewLocksResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3420,7 @@ func (x *RenewLocksResponse) String() string {
 func (*RenewLocksResponse) ProtoMessage() {}
 
 func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3433,7 @@ func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksResponse.ProtoReflect.Descriptor instead.
 func (*RenewLocksResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RenewLocksResponse) GetResult() *Result {
@@ -3287,7 +3454,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3466,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3479,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -3349,7 +3516,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3528,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3541,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -3434,7 +3601,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3613,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3626,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -3520,7 +3687,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3699,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3712,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PeekResponse) GetMessages() []*StoredMessage {
@@ -3565,7 +3732,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3744,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3757,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -3616,7 +3783,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3795,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3808,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -3672,7 +3839,7 @@ type ReceiveDeferredRequest struct {
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3851,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3864,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -3772,7 +3939,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3951,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3964,7 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
@@ -3832,7 +3999,7 @@ type AcceptSessionRequest struct {
 
 func (x *AcceptSessionRequest) Reset() {
 	*x = AcceptSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4011,7 @@ func (x *AcceptSessionRequest) String() string {
 func (*AcceptSessionRequest) ProtoMessage() {}
 
 func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4024,7 @@ func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
 func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcceptSessionRequest) GetGroupId() uint64 {
@@ -3926,7 +4093,7 @@ type AcceptSessionResponse struct {
 
 func (x *AcceptSessionResponse) Reset() {
 	*x = AcceptSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4105,7 @@ func (x *AcceptSessionResponse) String() string {
 func (*AcceptSessionResponse) ProtoMessage() {}
 
 func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4118,7 @@ func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
 func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AcceptSessionResponse) GetResult() *Result {
@@ -3978,7 +4145,7 @@ type RenewSessionLockRequest struct {
 
 func (x *RenewSessionLockRequest) Reset() {
 	*x = RenewSessionLockRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4157,7 @@ func (x *RenewSessionLockRequest) String() string {
 func (*RenewSessionLockRequest) ProtoMessage() {}
 
 func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4170,7 @@ func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RenewSessionLockRequest) GetGroupId() uint64 {
@@ -4029,7 +4196,7 @@ type RenewSessionLockResponse struct {
 
 func (x *RenewSessionLockResponse) Reset() {
 	*x = RenewSessionLockResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4208,7 @@ func (x *RenewSessionLockResponse) String() string {
 func (*RenewSessionLockResponse) ProtoMessage() {}
 
 func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4221,7 @@ func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RenewSessionLockResponse) GetResult() *Result {
@@ -4074,7 +4241,7 @@ type SetSessionStateRequest struct {
 
 func (x *SetSessionStateRequest) Reset() {
 	*x = SetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4086,7 +4253,7 @@ func (x *SetSessionStateRequest) String() string {
 func (*SetSessionStateRequest) ProtoMessage() {}
 
 func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4099,7 +4266,7 @@ func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetSessionStateRequest) GetGroupId() uint64 {
@@ -4125,7 +4292,7 @@ type SetSessionStateResponse struct {
 
 func (x *SetSessionStateResponse) Reset() {
 	*x = SetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4304,7 @@ func (x *SetSessionStateResponse) String() string {
 func (*SetSessionStateResponse) ProtoMessage() {}
 
 func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4317,7 @@ func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetSessionStateResponse) GetResult() *Result {
@@ -4175,7 +4342,7 @@ type GetSessionStateRequest struct {
 
 func (x *GetSessionStateRequest) Reset() {
 	*x = GetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4354,7 @@ func (x *GetSessionStateRequest) String() string {
 func (*GetSessionStateRequest) ProtoMessage() {}
 
 func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4367,7 @@ func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetSessionStateRequest) GetGroupId() uint64 {
@@ -4248,7 +4415,7 @@ type GetSessionStateResponse struct {
 
 func (x *GetSessionStateResponse) Reset() {
 	*x = GetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +4427,7 @@ func (x *GetSessionStateResponse) String() string {
 func (*GetSessionStateResponse) ProtoMessage() {}
 
 func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +4440,7 @@ func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetSessionStateResponse) GetResult() *Result {
@@ -4300,7 +4467,7 @@ type ReleaseSessionRequest struct {
 
 func (x *ReleaseSessionRequest) Reset() {
 	*x = ReleaseSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4479,7 @@ func (x *ReleaseSessionRequest) String() string {
 func (*ReleaseSessionRequest) ProtoMessage() {}
 
 func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4492,7 @@ func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReleaseSessionRequest) GetGroupId() uint64 {
@@ -4351,7 +4518,7 @@ type ReleaseSessionResponse struct {
 
 func (x *ReleaseSessionResponse) Reset() {
 	*x = ReleaseSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4530,7 @@ func (x *ReleaseSessionResponse) String() string {
 func (*ReleaseSessionResponse) ProtoMessage() {}
 
 func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4543,7 @@ func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReleaseSessionResponse) GetResult() *Result {
@@ -4402,7 +4569,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4581,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4594,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListSessionsRequest) GetGroupId() uint64 {
@@ -4474,7 +4641,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4653,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4666,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListSessionsResponse) GetSessionIds() []string {
@@ -4513,7 +4680,7 @@ var File_partitionpb_partition_proto protoreflect.FileDescriptor
 
 const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
-	"\x1bpartitionpb/partition.proto\x12\x16quorumbus.partition.v1\"\xa4\x04\n" +
+	"\x1bpartitionpb/partition.proto\x12\x16quorumbus.partition.v1\x1a\x1bplacementpb/placement.proto\"\x8e\x06\n" +
 	"\fEntityConfig\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x12\n" +
@@ -4528,7 +4695,11 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	" \x01(\bR\x0frequiresSession\x12$\n" +
 	"\x0emax_size_bytes\x18\v \x01(\x03R\fmaxSizeBytes\x12\x16\n" +
 	"\x06status\x18\f \x01(\rR\x06status\x12\x18\n" +
-	"\aversion\x18\r \x01(\x04R\aversion\"\xb2\b\n" +
+	"\aversion\x18\r \x01(\x04R\aversion\x126\n" +
+	"\x04kind\x18\x0e \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12\x19\n" +
+	"\btopic_id\x18\x0f \x01(\x04R\atopicId\x122\n" +
+	"\x05rules\x18\x10 \x03(\v2\x1c.quorumbus.placement.v1.RuleR\x05rules\x12a\n" +
+	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\"\x9c\t\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -4564,7 +4735,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bbody_crc\x18\x19 \x01(\rR\abodyCrc\x12\x1b\n" +
 	"\tbody_blob\x18\x1a \x01(\fR\bbodyBlob\x12(\n" +
 	"\x10body_blob_length\x18\x1b \x01(\x04R\x0ebodyBlobLength\x12\"\n" +
-	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\"w\n" +
+	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\x12A\n" +
+	"\n" +
+	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
+	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\"w\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
@@ -4603,7 +4777,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\aEnqueue\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12>\n" +
-	"\bmessages\x18\x03 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"\xf4\x02\n" +
+	"\bmessages\x18\x03 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"\xb9\x03\n" +
 	"\n" +
 	"NewMessage\x12\x1d\n" +
 	"\n" +
@@ -4621,7 +4795,23 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\rstaged_length\x18\n" +
 	" \x01(\x04R\fstagedLength\x12\x1d\n" +
 	"\n" +
-	"staged_crc\x18\v \x01(\rR\tstagedCrc\"\x86\x01\n" +
+	"staged_crc\x18\v \x01(\rR\tstagedCrc\x12C\n" +
+	"\vfilter_view\x18\f \x01(\v2\".quorumbus.partition.v1.FilterViewR\n" +
+	"filterView\"\x80\x03\n" +
+	"\n" +
+	"FilterView\x12%\n" +
+	"\x0ecorrelation_id\x18\x01 \x01(\tR\rcorrelationId\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x19\n" +
+	"\breply_to\x18\x03 \x01(\tR\areplyTo\x12\x18\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject\x12!\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12-\n" +
+	"\x13reply_to_session_id\x18\x06 \x01(\tR\x10replyToSessionId\x12R\n" +
+	"\n" +
+	"properties\x18\a \x03(\v22.quorumbus.partition.v1.FilterView.PropertiesEntryR\n" +
+	"properties\x1a`\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x05value\x18\x02 \x01(\v2!.quorumbus.placement.v1.RuleValueR\x05value:\x028\x01\"\x86\x01\n" +
 	"\tStageBody\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x12\n" +
@@ -4914,7 +5104,7 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_partitionpb_partition_proto_goTypes = []any{
 	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
 	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
@@ -4929,145 +5119,156 @@ var file_partitionpb_partition_proto_goTypes = []any{
 	(*DeleteEntity)(nil),             // 10: quorumbus.partition.v1.DeleteEntity
 	(*Enqueue)(nil),                  // 11: quorumbus.partition.v1.Enqueue
 	(*NewMessage)(nil),               // 12: quorumbus.partition.v1.NewMessage
-	(*StageBody)(nil),                // 13: quorumbus.partition.v1.StageBody
-	(*Lock)(nil),                     // 14: quorumbus.partition.v1.Lock
-	(*Settle)(nil),                   // 15: quorumbus.partition.v1.Settle
-	(*RenewLocks)(nil),               // 16: quorumbus.partition.v1.RenewLocks
-	(*ExpireLocks)(nil),              // 17: quorumbus.partition.v1.ExpireLocks
-	(*ActivateScheduled)(nil),        // 18: quorumbus.partition.v1.ActivateScheduled
-	(*CancelScheduled)(nil),          // 19: quorumbus.partition.v1.CancelScheduled
-	(*LockBySequence)(nil),           // 20: quorumbus.partition.v1.LockBySequence
-	(*AcceptSession)(nil),            // 21: quorumbus.partition.v1.AcceptSession
-	(*RenewSessionLock)(nil),         // 22: quorumbus.partition.v1.RenewSessionLock
-	(*SetSessionState)(nil),          // 23: quorumbus.partition.v1.SetSessionState
-	(*ReleaseSession)(nil),           // 24: quorumbus.partition.v1.ReleaseSession
-	(*ExpireSessionLocks)(nil),       // 25: quorumbus.partition.v1.ExpireSessionLocks
-	(*ExpireMessages)(nil),           // 26: quorumbus.partition.v1.ExpireMessages
-	(*Result)(nil),                   // 27: quorumbus.partition.v1.Result
-	(*LeaderHint)(nil),               // 28: quorumbus.partition.v1.LeaderHint
-	(*UpsertEntityRequest)(nil),      // 29: quorumbus.partition.v1.UpsertEntityRequest
-	(*UpsertEntityResponse)(nil),     // 30: quorumbus.partition.v1.UpsertEntityResponse
-	(*DeleteEntityRequest)(nil),      // 31: quorumbus.partition.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil),     // 32: quorumbus.partition.v1.DeleteEntityResponse
-	(*SendRequest)(nil),              // 33: quorumbus.partition.v1.SendRequest
-	(*SendResponse)(nil),             // 34: quorumbus.partition.v1.SendResponse
-	(*ReceiveRequest)(nil),           // 35: quorumbus.partition.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),          // 36: quorumbus.partition.v1.ReceiveResponse
-	(*SettleRequest)(nil),            // 37: quorumbus.partition.v1.SettleRequest
-	(*SettleResponse)(nil),           // 38: quorumbus.partition.v1.SettleResponse
-	(*RenewLocksRequest)(nil),        // 39: quorumbus.partition.v1.RenewLocksRequest
-	(*RenewLocksResponse)(nil),       // 40: quorumbus.partition.v1.RenewLocksResponse
-	(*StatsRequest)(nil),             // 41: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),            // 42: quorumbus.partition.v1.StatsResponse
-	(*PeekRequest)(nil),              // 43: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),             // 44: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),   // 45: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil),  // 46: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),   // 47: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil),  // 48: quorumbus.partition.v1.ReceiveDeferredResponse
-	(*AcceptSessionRequest)(nil),     // 49: quorumbus.partition.v1.AcceptSessionRequest
-	(*AcceptSessionResponse)(nil),    // 50: quorumbus.partition.v1.AcceptSessionResponse
-	(*RenewSessionLockRequest)(nil),  // 51: quorumbus.partition.v1.RenewSessionLockRequest
-	(*RenewSessionLockResponse)(nil), // 52: quorumbus.partition.v1.RenewSessionLockResponse
-	(*SetSessionStateRequest)(nil),   // 53: quorumbus.partition.v1.SetSessionStateRequest
-	(*SetSessionStateResponse)(nil),  // 54: quorumbus.partition.v1.SetSessionStateResponse
-	(*GetSessionStateRequest)(nil),   // 55: quorumbus.partition.v1.GetSessionStateRequest
-	(*GetSessionStateResponse)(nil),  // 56: quorumbus.partition.v1.GetSessionStateResponse
-	(*ReleaseSessionRequest)(nil),    // 57: quorumbus.partition.v1.ReleaseSessionRequest
-	(*ReleaseSessionResponse)(nil),   // 58: quorumbus.partition.v1.ReleaseSessionResponse
-	(*ListSessionsRequest)(nil),      // 59: quorumbus.partition.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 60: quorumbus.partition.v1.ListSessionsResponse
+	(*FilterView)(nil),               // 13: quorumbus.partition.v1.FilterView
+	(*StageBody)(nil),                // 14: quorumbus.partition.v1.StageBody
+	(*Lock)(nil),                     // 15: quorumbus.partition.v1.Lock
+	(*Settle)(nil),                   // 16: quorumbus.partition.v1.Settle
+	(*RenewLocks)(nil),               // 17: quorumbus.partition.v1.RenewLocks
+	(*ExpireLocks)(nil),              // 18: quorumbus.partition.v1.ExpireLocks
+	(*ActivateScheduled)(nil),        // 19: quorumbus.partition.v1.ActivateScheduled
+	(*CancelScheduled)(nil),          // 20: quorumbus.partition.v1.CancelScheduled
+	(*LockBySequence)(nil),           // 21: quorumbus.partition.v1.LockBySequence
+	(*AcceptSession)(nil),            // 22: quorumbus.partition.v1.AcceptSession
+	(*RenewSessionLock)(nil),         // 23: quorumbus.partition.v1.RenewSessionLock
+	(*SetSessionState)(nil),          // 24: quorumbus.partition.v1.SetSessionState
+	(*ReleaseSession)(nil),           // 25: quorumbus.partition.v1.ReleaseSession
+	(*ExpireSessionLocks)(nil),       // 26: quorumbus.partition.v1.ExpireSessionLocks
+	(*ExpireMessages)(nil),           // 27: quorumbus.partition.v1.ExpireMessages
+	(*Result)(nil),                   // 28: quorumbus.partition.v1.Result
+	(*LeaderHint)(nil),               // 29: quorumbus.partition.v1.LeaderHint
+	(*UpsertEntityRequest)(nil),      // 30: quorumbus.partition.v1.UpsertEntityRequest
+	(*UpsertEntityResponse)(nil),     // 31: quorumbus.partition.v1.UpsertEntityResponse
+	(*DeleteEntityRequest)(nil),      // 32: quorumbus.partition.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),     // 33: quorumbus.partition.v1.DeleteEntityResponse
+	(*SendRequest)(nil),              // 34: quorumbus.partition.v1.SendRequest
+	(*SendResponse)(nil),             // 35: quorumbus.partition.v1.SendResponse
+	(*ReceiveRequest)(nil),           // 36: quorumbus.partition.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),          // 37: quorumbus.partition.v1.ReceiveResponse
+	(*SettleRequest)(nil),            // 38: quorumbus.partition.v1.SettleRequest
+	(*SettleResponse)(nil),           // 39: quorumbus.partition.v1.SettleResponse
+	(*RenewLocksRequest)(nil),        // 40: quorumbus.partition.v1.RenewLocksRequest
+	(*RenewLocksResponse)(nil),       // 41: quorumbus.partition.v1.RenewLocksResponse
+	(*StatsRequest)(nil),             // 42: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),            // 43: quorumbus.partition.v1.StatsResponse
+	(*PeekRequest)(nil),              // 44: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 45: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 46: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 47: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 48: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 49: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 50: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 51: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 52: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 53: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 54: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 55: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 56: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 57: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 58: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 59: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 60: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 61: quorumbus.partition.v1.ListSessionsResponse
+	nil,                              // 62: quorumbus.partition.v1.FilterView.PropertiesEntry
+	(placementpb.EntityKind)(0),      // 63: quorumbus.placement.v1.EntityKind
+	(*placementpb.Rule)(nil),         // 64: quorumbus.placement.v1.Rule
+	(*placementpb.RuleValue)(nil),    // 65: quorumbus.placement.v1.RuleValue
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
-	2,  // 0: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
-	1,  // 1: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	8,  // 2: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
-	9,  // 3: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
-	10, // 4: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
-	11, // 5: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
-	14, // 6: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
-	15, // 7: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
-	16, // 8: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
-	17, // 9: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
-	18, // 10: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
-	19, // 11: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
-	20, // 12: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
-	26, // 13: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
-	13, // 14: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
-	21, // 15: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
-	22, // 16: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
-	23, // 17: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
-	24, // 18: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
-	25, // 19: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
-	5,  // 20: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 21: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	1,  // 22: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 23: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 24: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 25: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 26: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	4,  // 27: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	6,  // 28: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	5,  // 29: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 30: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	27, // 31: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 32: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	27, // 33: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	15, // 34: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	27, // 35: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	16, // 36: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	27, // 37: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 38: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	6,  // 39: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	19, // 40: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	27, // 41: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 42: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	27, // 43: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	27, // 44: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	22, // 45: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
-	27, // 46: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
-	23, // 47: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
-	27, // 48: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	27, // 49: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	24, // 50: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
-	27, // 51: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	29, // 52: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	31, // 53: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	33, // 54: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	35, // 55: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	37, // 56: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	39, // 57: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	41, // 58: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	43, // 59: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	45, // 60: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	47, // 61: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	49, // 62: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	51, // 63: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	53, // 64: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	55, // 65: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	57, // 66: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	59, // 67: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	30, // 68: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	32, // 69: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	34, // 70: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	36, // 71: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	38, // 72: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	40, // 73: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	42, // 74: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	44, // 75: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	46, // 76: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	48, // 77: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	50, // 78: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	52, // 79: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	54, // 80: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	56, // 81: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	58, // 82: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	60, // 83: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	68, // [68:84] is the sub-list for method output_type
-	52, // [52:68] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	63, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
+	64, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
+	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
+	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	13, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
+	8,  // 5: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
+	9,  // 6: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
+	10, // 7: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
+	11, // 8: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
+	15, // 9: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
+	16, // 10: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
+	17, // 11: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
+	18, // 12: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
+	19, // 13: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
+	20, // 14: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
+	21, // 15: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
+	27, // 16: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	14, // 17: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
+	22, // 18: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
+	23, // 19: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
+	24, // 20: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
+	25, // 21: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
+	26, // 22: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
+	5,  // 23: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 24: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	13, // 25: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
+	62, // 26: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	1,  // 27: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 28: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 29: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 30: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 31: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	4,  // 32: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	6,  // 33: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	5,  // 34: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 35: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	28, // 36: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 37: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	28, // 38: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	16, // 39: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	28, // 40: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	17, // 41: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	28, // 42: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 43: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	6,  // 44: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	20, // 45: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	28, // 46: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 47: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	28, // 48: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	28, // 49: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	23, // 50: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	28, // 51: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	24, // 52: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	28, // 53: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	28, // 54: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	25, // 55: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	28, // 56: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	65, // 57: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	30, // 58: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	32, // 59: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	34, // 60: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	36, // 61: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	38, // 62: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	40, // 63: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	42, // 64: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	44, // 65: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	46, // 66: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	48, // 67: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	50, // 68: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	52, // 69: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	54, // 70: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	56, // 71: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	58, // 72: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	60, // 73: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	31, // 74: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	33, // 75: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	35, // 76: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	37, // 77: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	39, // 78: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	41, // 79: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	43, // 80: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	45, // 81: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	47, // 82: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	49, // 83: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	51, // 84: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	53, // 85: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	55, // 86: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	57, // 87: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	59, // 88: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	61, // 89: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	74, // [74:90] is the sub-list for method output_type
+	58, // [58:74] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -5100,7 +5301,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   56,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -72,3 +72,25 @@ func jsDir(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestJSSDKTopics drives a topic and its subscriptions with the
+// JavaScript SDK (tests/compat/js/topics.mjs): fan-out by a SQL filter,
+// settlement and the dead-letter queue of a subscription, peek.
+func TestJSSDKTopics(t *testing.T) {
+	dir := jsDir(t)
+	c := startTestDev(t,
+		cluster.QueueSpec{Name: "jst", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{}},
+		cluster.QueueSpec{Name: "jst/Subscriptions/all", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION},
+		cluster.QueueSpec{Name: "jst/Subscriptions/red", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Rules: []*placementpb.Rule{
+			{Name: "red", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "color = 'red'"}}},
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "topics.mjs", cluster.ConnectionString(c.AMQPAddr), "jst")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+}

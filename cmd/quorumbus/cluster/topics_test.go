@@ -18,9 +18,8 @@ import (
 // TestDevDeclaresTopicsFromConfig starts a dev cluster with the topics,
 // subscriptions and rules of an emulator Config.json: they are created in
 // the catalog with their rules (a subscription without rules gets
-// $Default), the cluster becomes ready, a topic and a subscription are
-// refused over AMQP as not implemented (the fan-out is not built yet), and
-// a Config.json whose filter does not parse fails with the position.
+// $Default), the cluster becomes ready, a sender attaches to the topic and
+// not to a subscription, and a Config.json whose filter does not parse fails with the position.
 func TestDevDeclaresTopicsFromConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dev cluster")
@@ -67,12 +66,14 @@ func TestDevDeclaresTopicsFromConfig(t *testing.T) {
 		t.Fatalf("subscription.2: %v, %v", sub2, err)
 	}
 
-	for _, addr := range []string{"topic.1", "topic.1/Subscriptions/subscription.1"} {
-		err := attach(ctx, dev.AMQPAddr, addr)
-		var ae *goamqp.Error
-		if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondNotImplemented {
-			t.Errorf("attach to %s: %v, want amqp:not-implemented", addr, err)
-		}
+	// A sender attaches to the topic; a subscription takes no senders.
+	if err := attach(ctx, dev.AMQPAddr, "topic.1"); err != nil {
+		t.Errorf("sender on topic.1: %v", err)
+	}
+	err = attach(ctx, dev.AMQPAddr, "topic.1/Subscriptions/subscription.1")
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondNotAllowed {
+		t.Errorf("sender on a subscription: %v, want amqp:not-allowed", err)
 	}
 
 	bad := []QueueSpec{{Name: "topic.1/Subscriptions/bad", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,

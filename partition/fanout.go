@@ -1,0 +1,379 @@
+package partition
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumbus/quorumbus/partition/filter"
+	"github.com/quorumbus/quorumbus/partition/rules"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Topics and their subscriptions (issue 21).
+//
+// A topic partition and the partitions of its subscriptions with the same
+// index live in one group (the catalog places them so). An Enqueue to a
+// topic partition keeps nothing in the topic: it evaluates every
+// subscription's rules on each message and adds a copy to each
+// subscription partition per matching rule, all in the one apply of the
+// one entry, so a message is in every subscription it matches or in none.
+// The topic keeps only its sequence counter (each message sent gets a
+// topic sequence number, the send's answer) and its duplicate detection.
+//
+// Rules are compiled when a subscription's config is applied or loaded,
+// never per message; they read the message's FilterView, which the
+// front-end took from the bare message, so replicas decode no AMQP.
+//
+// Every copy of a message kept in the log names the same bytes of the
+// same entry: the body is written once whatever the number of copies
+// (logbodies.go). Snapshots move each copy's body into its own record.
+
+// ReasonFilterEvaluation is the dead-letter reason of a copy whose rule
+// could not be evaluated, on a subscription with
+// dead_lettering_on_filter_evaluation_exceptions.
+const ReasonFilterEvaluation = "FilterEvaluationException"
+
+// compiledRule is a subscription rule ready to evaluate.
+type compiledRule struct {
+	name   string
+	filter filter.Filter
+	action *filter.Action
+}
+
+// compileRules compiles the rules of a subscription's config.
+func compileRules(cfg *partitionpb.EntityConfig) ([]compiledRule, error) {
+	if len(cfg.GetRules()) == 0 {
+		return nil, nil
+	}
+	out := make([]compiledRule, 0, len(cfg.Rules))
+	for _, r := range cfg.Rules {
+		f, a, err := rules.Compile(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, compiledRule{name: r.GetName(), filter: f, action: a})
+	}
+	return out, nil
+}
+
+func isTopic(cfg *partitionpb.EntityConfig) bool {
+	return cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_TOPIC
+}
+
+// subscriptionsOf lists the subscription partitions that receive the
+// sends to topic partition t, by entity id: the order copies are made in,
+// the same on every replica.
+//
+// It scans the group's entity partitions, once per Enqueue to a topic
+// (not per message); a group holds few enough that an index was not worth
+// keeping in step yet.
+func (a *applier) subscriptionsOf(t *entity) []*entity {
+	var subs []*entity
+	for k, e := range a.entities {
+		if k.part == t.key.part && e.cfg.GetTopicId() == t.key.id && e.cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+			subs = append(subs, e)
+		}
+	}
+	slices.SortFunc(subs, func(x, y *entity) int {
+		switch {
+		case x.key.id < y.key.id:
+			return -1
+		case x.key.id > y.key.id:
+			return 1
+		}
+		return 0
+	})
+	return subs
+}
+
+// filterMessage is what rules see of nm.
+func filterMessage(nm *partitionpb.NewMessage, now, ttl int64) *filter.Message {
+	v := nm.GetFilterView()
+	m := &filter.Message{
+		MessageID:        nm.MessageId,
+		SessionID:        nm.SessionId,
+		PartitionKey:     nm.PartitionKey,
+		CorrelationID:    v.GetCorrelationId(),
+		To:               v.GetTo(),
+		ReplyTo:          v.GetReplyTo(),
+		Subject:          v.GetSubject(),
+		ContentType:      v.GetContentType(),
+		ReplyToSessionID: v.GetReplyToSessionId(),
+		Size:             newMessageSize(nm),
+		EnqueuedTimeUtc:  filter.Timestamp(now),
+		TimeToLive:       filter.Duration(ttl),
+		State:            "Active",
+	}
+	if nm.ScheduledEnqueueTimeMs > now {
+		m.ScheduledEnqueueTimeUtc = filter.Timestamp(nm.ScheduledEnqueueTimeMs)
+		m.State = "Scheduled"
+	}
+	if len(v.GetProperties()) > 0 {
+		m.Properties = make(map[string]any, len(v.Properties))
+		for k, rv := range v.Properties {
+			if x, err := rules.ValueAny(rv); err == nil {
+				m.Properties[k] = x
+			}
+		}
+	}
+	return m
+}
+
+// copyPlan is one copy of a message to add to a subscription.
+type copyPlan struct {
+	sub  *entity
+	dead string // dead-letter reason; "" for the main queue
+	desc string
+	// What the rule's action changed, if it has one.
+	set     *partitionpb.FilterView
+	removed []string
+}
+
+// route decides the copies of a message: per subscription, one per
+// matching rule, each changed by its rule's action. newID is newid()'s
+// source for the actions.
+func route(subs []*entity, fm *filter.Message, newID func() filter.UUID) ([]copyPlan, error) {
+	var out []copyPlan
+	for _, s := range subs {
+		if s.status() == partitionpb.EntityStatus_ENTITY_STATUS_DISABLED {
+			continue // a disabled subscription takes no copies
+		}
+		for _, r := range s.rules {
+			ok, err := r.filter.Match(fm)
+			if err != nil {
+				if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
+					out = append(out, copyPlan{sub: s, dead: ReasonFilterEvaluation, desc: fmt.Sprintf("rule %s: %v", r.name, err)})
+				}
+				continue
+			}
+			if !ok {
+				continue
+			}
+			cp := copyPlan{sub: s}
+			if r.action != nil {
+				after, err := r.action.Apply(fm, newID)
+				if err != nil {
+					if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
+						out = append(out, copyPlan{sub: s, dead: ReasonFilterEvaluation, desc: fmt.Sprintf("rule %s: action: %v", r.name, err)})
+					}
+					continue
+				}
+				cp.set, cp.removed = actionChanges(fm, after)
+			}
+			out = append(out, cp)
+		}
+	}
+	return out, nil
+}
+
+// publish applies an Enqueue to topic partition t (enqueue has checked
+// the messages as it does for any entity): every check first, then the
+// copies, so that a refused send writes nothing.
+func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Result, error) {
+	subs := a.subscriptionsOf(t)
+	plans := make([][]copyPlan, len(c.Messages))
+	added := map[*entity]int64{}
+	for i, nm := range c.Messages {
+		if len(nm.StagedBody) > 0 {
+			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks (over 1 MiB) sent to topic %s", ErrInvalid, i, t.cfg.Name)
+		}
+		ttl := nm.TtlMs
+		if ttl == 0 {
+			ttl = t.cfg.DefaultTtlMs
+		}
+		p, err := route(subs, filterMessage(nm, a.now, ttl), newIDs(t, i))
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		for _, cp := range p {
+			if cp.dead == "" && cp.sub.cfg.RequiresSession {
+				if err := checkSessionID(nm.SessionId); err != nil {
+					return nil, fmt.Errorf("%w: message %d: subscription %s requires sessions, and the message has no session id of at most %d bytes", err, i, cp.sub.cfg.Name, MaxSessionIDBytes)
+				}
+			}
+			added[cp.sub] += newMessageSize(nm)
+		}
+		plans[i] = p
+	}
+	for _, s := range subs {
+		if max := s.cfg.MaxSizeBytes; max > 0 && added[s] > 0 && s.n.size+added[s] > max {
+			return nil, fmt.Errorf("%w: %s holds %d bytes, %d more exceed its %d", ErrQuotaExceeded, s.cfg.Name, s.n.size, added[s], max)
+		}
+	}
+	dedup := t.cfg.RequiresDuplicateDetection
+	if err := a.pruneDedup(t, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
+	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
+	for i, nm := range c.Messages {
+		var seen *dedupEntry
+		if dedup && nm.MessageId != "" {
+			d, err := a.dedupEntry(t, nm.MessageId)
+			if err != nil {
+				return nil, err
+			}
+			if d != nil && a.now-d.at < t.cfg.DuplicateDetectionWindowMs {
+				r.SequenceNumbers = append(r.SequenceNumbers, d.seq)
+				continue
+			}
+			seen = &dedupEntry{}
+			if d != nil {
+				seen = d
+			}
+		}
+		seq := t.nextSequence()
+		a.dirty[t.key] = true
+		for _, cp := range plans[i] {
+			if err := a.addCopy(cp, nm, i); err != nil {
+				return nil, err
+			}
+		}
+		if seen != nil {
+			if err := a.recordDedup(t, nm.MessageId, seq, seen); err != nil {
+				return nil, err
+			}
+		}
+		r.SequenceNumbers = append(r.SequenceNumbers, seq)
+	}
+	return r, nil
+}
+
+// addCopy adds message i of the Enqueue being applied to a subscription.
+// Its time to live is the message's, else the topic's default (the
+// front-end's ttl_ms), capped by the subscription's default, as Service
+// Bus takes the smaller.
+func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error {
+	s := cp.sub
+	m := &partitionpb.StoredMessage{
+		SequenceNumber:         s.nextSequence(),
+		EnqueuedTimeMs:         a.now,
+		SubQueue:               partitionpb.SubQueue_SUB_QUEUE_MAIN,
+		State:                  partitionpb.MessageState_MESSAGE_STATE_ACTIVE,
+		ScheduledEnqueueTimeMs: nm.ScheduledEnqueueTimeMs,
+		MessageId:              nm.MessageId,
+		SessionId:              nm.SessionId,
+		PartitionKey:           nm.PartitionKey,
+		Header:                 nm.Header,
+		Annotations:            nm.Annotations,
+		Bare:                   nm.Bare,
+		TtlMs:                  nm.TtlMs,
+	}
+	if d := s.cfg.DefaultTtlMs; d > 0 && (m.TtlMs == 0 || m.TtlMs > d) {
+		m.TtlMs = d
+	}
+	m.ActionSet, m.ActionRemoved = cp.set, cp.removed
+	a.keepInLog(m, i)
+	if cp.dead != "" {
+		m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
+		m.DeadLetterReason, m.DeadLetterDescription = cp.dead, cp.desc
+	} else {
+		from := a.now
+		if nm.ScheduledEnqueueTimeMs > a.now {
+			m.State = partitionpb.MessageState_MESSAGE_STATE_SCHEDULED
+			from = nm.ScheduledEnqueueTimeMs
+		}
+		if m.TtlMs > 0 && from <= math.MaxInt64-m.TtlMs {
+			m.ExpiresAtMs = from + m.TtlMs
+		}
+	}
+	return a.add(s, m)
+}
+
+// newIDs is newid()'s source for the actions run on message i of an
+// Enqueue to topic t: identifiers derived from the topic partition, its
+// sequence counter, i and a count, so that every replica makes the same
+// ones (the leader stamps nothing). They are unique per topic partition
+// (the counter only grows) but not random: do not take them for secrets.
+func newIDs(t *entity, i int) func() filter.UUID {
+	n := uint64(0)
+	return func() filter.UUID {
+		var in [8 * 5]byte
+		for k, v := range []uint64{t.key.id, uint64(t.key.part), t.next, uint64(i), n} {
+			binary.BigEndian.PutUint64(in[8*k:], v)
+		}
+		n++
+		sum := sha256.Sum256(in[:])
+		var u filter.UUID
+		copy(u[:], sum[:16])
+		u[6] = u[6]&0x0f | 0x40 // version 4, variant 10, as a random UUID
+		u[8] = u[8]&0x3f | 0x80
+		return u
+	}
+}
+
+// actionChanges is what an action changed from before to after: the
+// system properties the front-end can write back (a property an action
+// clears keeps its value: the view cannot say "unset"), the application
+// properties set to a new value, and those removed (or set to null, or to
+// a value a rule value cannot hold), by name.
+func actionChanges(before, after *filter.Message) (*partitionpb.FilterView, []string) {
+	set := &partitionpb.FilterView{}
+	pick := func(b, a string) string {
+		if a != b {
+			return a
+		}
+		return ""
+	}
+	set.CorrelationId = pick(before.CorrelationID, after.CorrelationID)
+	set.To = pick(before.To, after.To)
+	set.ReplyTo = pick(before.ReplyTo, after.ReplyTo)
+	set.Subject = pick(before.Subject, after.Subject)
+	set.ContentType = pick(before.ContentType, after.ContentType)
+	set.ReplyToSessionId = pick(before.ReplyToSessionID, after.ReplyToSessionID)
+	var removed []string
+	for k, v := range after.Properties {
+		rv := anyRuleValue(v)
+		if rv == nil {
+			removed = append(removed, k)
+			continue
+		}
+		if old, ok := before.Properties[k]; ok {
+			if orv := anyRuleValue(old); orv != nil && proto.Equal(orv, rv) {
+				continue
+			}
+		}
+		if set.Properties == nil {
+			set.Properties = map[string]*placementpb.RuleValue{}
+		}
+		set.Properties[k] = rv
+	}
+	for k := range before.Properties {
+		if _, ok := after.Properties[k]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	slices.Sort(removed)
+	if proto.Size(set) == 0 {
+		set = nil
+	}
+	return set, removed
+}
+
+// anyRuleValue is the rule value of an application property as an action
+// leaves it, nil when none holds it.
+func anyRuleValue(v any) *placementpb.RuleValue {
+	switch x := v.(type) {
+	case string:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_StringValue{StringValue: x}}
+	case bool:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_BoolValue{BoolValue: x}}
+	case int64:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_LongValue{LongValue: x}}
+	case float64:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_DoubleValue{DoubleValue: x}}
+	case filter.Timestamp:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_TimestampMs{TimestampMs: int64(x)}}
+	case filter.Duration:
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_DurationMs{DurationMs: int64(x)}}
+	case filter.UUID: // newid(): Service Bus sets a Guid; a rule value holds its text
+		return &placementpb.RuleValue{Value: &placementpb.RuleValue_StringValue{StringValue: x.String()}}
+	}
+	return nil
+}
