@@ -270,8 +270,8 @@ func (s *Service) abortMove(ctx context.Context, g *pb.Group) (bool, error) {
 // leaders come from the groups' reports, a second behind, and planning
 // over a stale one would hand over a leadership twice.
 type leaderBalance struct {
-	since   time.Time // this leadership's start
-	mu      sync.Mutex
+	since time.Time // this leadership's start
+	mu    sync.Mutex
 	// leaders is each group's leader as last seen, and changed when one
 	// last changed: balancing waits until they have been stable for
 	// LeaderBalanceDelay, so that it never acts on an election in
