@@ -182,17 +182,7 @@ func (s *Service) moveOnce(ctx context.Context, groupID uint64) (done bool, err 
 	if err := change(partitionpb.ReplicaChange_REPLICA_CHANGE_ADD_LEARNER, to, toAddr); err != nil {
 		return false, fmt.Errorf("adding %s as a learner: %w", to, err)
 	}
-	var commit uint64
-	err = callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
-		st, err := c.GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
-		if err == nil && st.State != "Leader" {
-			err = fmt.Errorf("%s answered as %s", st.LeaderId, st.State)
-		}
-		if err == nil {
-			commit = st.CommitIndex
-		}
-		return err
-	})
+	commit, err := s.leaderCommit(ctx, g)
 	if err != nil {
 		return false, fmt.Errorf("reading the leader's commit index: %w", err)
 	}
@@ -377,15 +367,7 @@ func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
 // has applied what the group's leader has committed, give or take a
 // moment's entries.
 func (s *Service) readyToLead(ctx context.Context, g *pb.Group, node string) error {
-	var commit uint64
-	err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
-		st, err := c.GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
-		if err == nil && st.State != "Leader" {
-			err = fmt.Errorf("%s answered as %s", st.LeaderId, st.State)
-		}
-		commit = st.GetCommitIndex()
-		return err
-	})
+	commit, err := s.leaderCommit(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -408,3 +390,17 @@ func (s *Service) readyToLead(ctx context.Context, g *pb.Group, node string) err
 // maxLeadLag is how many entries behind the leader's commit index a
 // replica may be and still be handed the leadership.
 const maxLeadLag = 64
+
+// leaderCommit is the commit index of g's leader, as the leader reports it.
+func (s *Service) leaderCommit(ctx context.Context, g *pb.Group) (uint64, error) {
+	var commit uint64
+	err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+		st, err := c.GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
+		if err == nil && st.State != "Leader" {
+			err = fmt.Errorf("%s answered as %s", st.LeaderId, st.State)
+		}
+		commit = st.GetCommitIndex()
+		return err
+	})
+	return commit, err
+}
