@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -57,6 +58,10 @@ type SessionBackend interface {
 	// next available, waiting up to req.WaitMs). The result carries the
 	// session id and locked-until; token names the lock.
 	AcceptSession(ctx context.Context, e *placementpb.Entity, req *partitionpb.AcceptSessionRequest) (res *partitionpb.Result, token []byte, err error)
+	// SessionReady waits up to wait for the entity partition to have a
+	// session that an accept-next would take, locking none: true when
+	// one is there (another receiver may still take it first).
+	SessionReady(ctx context.Context, e *placementpb.Entity, partition uint32, wait time.Duration) (bool, error)
 	RenewSessionLock(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewSessionLock) (*partitionpb.Result, error)
 	SetSessionState(ctx context.Context, e *placementpb.Entity, s *partitionpb.SetSessionState) (*partitionpb.Result, error)
 	// GetSessionState returns a locked session's state (nil: none).

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,19 +223,7 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 		res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: part, SessionId: sr.id})
 		cancel()
 	} else {
-		// Each partition once without waiting, then a wait on the
-		// first: a partitioned entity (issue 24) gets no better yet.
-		deadline := time.Now().Add(sr.wait)
-		for p := uint32(0); p < partitions && err == nil && res.GetSessionId() == "" && res.GetCode() == partitionpb.ResultCode_RESULT_OK; p++ {
-			part = p
-			wait := time.Duration(0)
-			if p == partitions-1 {
-				wait = time.Until(deadline)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), wait+sendTimeout)
-			res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: p, Next: true, WaitMs: max(wait.Milliseconds(), 0)})
-			cancel()
-		}
+		res, token, part, err = r.acceptNext(sb, partitions, sr.wait)
 	}
 	if err != nil {
 		refuse(errFailure(err), "")
@@ -279,6 +268,77 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 	}
 	go r.pump()
 	go r.settleLoop()
+}
+
+// acceptNext locks the next available session of r's entity, waiting up
+// to wait for one. An entity of one partition is asked once, and its
+// leader waits. A partitioned entity's partitions are asked in turn
+// without waiting, from a random one (so that concurrent accept-nexts
+// spread); then every partition is probed at once (SessionReady, which
+// locks nothing) and the first that has a session is asked again without
+// waiting. So a waiting accept-next gets the first session that becomes
+// available on any partition, and only calls that lock at once are made:
+// the probes given up when one partition answered hold nothing.
+func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, wait time.Duration) (res *partitionpb.Result, token []byte, part uint32, err error) {
+	e := r.entity
+	deadline := time.Now().Add(wait)
+	accept := func(p uint32, wait time.Duration) (*partitionpb.Result, []byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait+sendTimeout)
+		defer cancel()
+		return sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: p, Next: true, WaitMs: max(wait.Milliseconds(), 0)})
+	}
+	// got reports whether an answer ends the accept: a session, or a
+	// failure.
+	got := func(res *partitionpb.Result, err error) bool {
+		return err != nil || res.GetSessionId() != "" || res.GetCode() != partitionpb.ResultCode_RESULT_OK
+	}
+	if partitions == 1 {
+		res, token, err = accept(0, wait)
+		return res, token, 0, err
+	}
+	first := rand.Uint32N(partitions)
+	for i := range partitions {
+		part = (first + i) % partitions
+		if res, token, err = accept(part, 0); got(res, err) {
+			return res, token, part, err
+		}
+	}
+
+	ctx, cancel := context.WithDeadline(r.ctx, deadline)
+	defer cancel()
+	ready := make(chan uint32, partitions)
+	probe := func(p uint32) {
+		for ctx.Err() == nil {
+			ok, err := sb.SessionReady(ctx, e, p, time.Until(deadline))
+			if err == nil && ok {
+				ready <- p
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				// A partition without a leader for now: ask again soon,
+				// as a long-poll receive does.
+				r.c.log.Debug("session probe failed", "entity", e.Name, "partition", p, "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}
+	for p := range partitions {
+		go probe(p)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return &partitionpb.Result{}, nil, 0, nil // none in time, or the link ended
+		case part = <-ready:
+		}
+		if res, token, err = accept(part, 0); got(res, err) {
+			return res, token, part, err
+		}
+		go probe(part) // another receiver was first: wait for the next
+	}
 }
 
 // releaseSession gives the session lock back (the receiver closed): the

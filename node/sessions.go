@@ -26,6 +26,9 @@ func (s *service) AcceptSession(ctx context.Context, req *partitionpb.AcceptSess
 	if lead == nil {
 		return nil, toStatus(g.checkLeader())
 	}
+	if req.Probe {
+		return probeSession(ctx, g, lead, req)
+	}
 	token := req.Token
 	if len(token) == 0 {
 		token = make([]byte, partitionpb.LockTokenBytes)
@@ -57,6 +60,35 @@ func (s *service) AcceptSession(ctx context.Context, req *partitionpb.AcceptSess
 			}
 			// Another receiver took it first; wait for another.
 		} else if last {
+			return &partitionpb.AcceptSessionResponse{Result: &partitionpb.Result{}}, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+		case <-lead.Done():
+			return nil, toStatus(g.checkLeader())
+		case <-ctx.Done():
+			return nil, toStatus(ctx.Err())
+		}
+	}
+}
+
+// probeSession waits up to req.WaitMs for the entity partition to have a
+// session that an accept-next would take, and locks nothing: the answer
+// is only a hint (another receiver may take the session first), which the
+// front-end follows with an accept-next that does not wait. An entity the
+// machine does not know answers ready, so that the accept that follows
+// gets the error.
+func probeSession(ctx context.Context, g *group, lead context.Context, req *partitionpb.AcceptSessionRequest) (*partitionpb.AcceptSessionResponse, error) {
+	deadline := time.Now().Add(time.Duration(max(req.WaitMs, 0)) * time.Millisecond)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		changed := g.machine.Changed(req.EntityId, req.Partition, partitionpb.SubQueue_SUB_QUEUE_MAIN)
+		if !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.SessionReady(req.EntityId, req.Partition) {
+			return &partitionpb.AcceptSessionResponse{Result: &partitionpb.Result{}, Ready: true}, nil
+		}
+		if !time.Now().Before(deadline) {
 			return &partitionpb.AcceptSessionResponse{Result: &partitionpb.Result{}}, nil
 		}
 		select {

@@ -1,9 +1,8 @@
 package routing
 
 import (
-	"time"
-
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -33,6 +32,36 @@ func (r *Router) AcceptSession(ctx context.Context, e *placementpb.Entity, req *
 		return err
 	})
 	return res, token, err
+}
+
+// SessionReady implements frontend.SessionBackend with a probe: the
+// partition's leader waits up to wait for a session an accept-next would
+// take and locks nothing. A node that does not know probes treats the
+// request as an accept-next and may lock a session: that lock is given
+// back at once and the answer is ready.
+func (r *Router) SessionReady(ctx context.Context, e *placementpb.Entity, partition uint32, wait time.Duration) (bool, error) {
+	var ready bool
+	waitMs := max(wait.Milliseconds(), 0)
+	deadline := time.Now().Add(wait)
+	err := r.call(ctx, e, partition, wait, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := c.AcceptSession(ctx, &partitionpb.AcceptSessionRequest{
+			GroupId: group, EntityId: e.Id, Partition: partition, Next: true, Probe: true,
+			WaitMs: remainingWait(deadline, waitMs),
+		})
+		if err != nil {
+			return err
+		}
+		ready = resp.Ready
+		if sid := resp.GetResult().GetSessionId(); sid != "" && len(resp.Token) > 0 {
+			ready = true
+			rs := &partitionpb.ReleaseSession{EntityId: e.Id, Partition: partition, SessionId: sid, Token: resp.Token}
+			if _, err := c.ReleaseSession(ctx, &partitionpb.ReleaseSessionRequest{GroupId: group, Release: rs}); err != nil {
+				r.log.Warn("give back the session a probe locked", "entity", e.Name, "session", sid, "err", err)
+			}
+		}
+		return nil
+	})
+	return ready, err
 }
 
 // RenewSessionLock implements frontend.SessionBackend.

@@ -3992,7 +3992,13 @@ type AcceptSessionRequest struct {
 	// Command.request_id of the AcceptSession, the same on every attempt:
 	// an accept-next whose answer was lost is answered with the session it
 	// locked. An accept that locked nothing records nothing.
-	RequestId     []byte `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId []byte `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// probe (with next): lock nothing; wait up to wait_ms for the entity
+	// partition to have a session an accept-next would take, and answer
+	// ready. A front-end waits so on every partition of a partitioned
+	// entity at once and then accepts on the one that answered: a probe
+	// given up half way holds no lock that nobody would release.
+	Probe         bool `protobuf:"varint,9,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4083,10 +4089,18 @@ func (x *AcceptSessionRequest) GetRequestId() []byte {
 	return nil
 }
 
+func (x *AcceptSessionRequest) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
 type AcceptSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
-	Token         []byte                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"` // the session lock's token, when one was granted
+	Token         []byte                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`  // the session lock's token, when one was granted
+	Ready         bool                   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"` // a probe's answer: a session is available
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4133,6 +4147,13 @@ func (x *AcceptSessionResponse) GetToken() []byte {
 		return x.Token
 	}
 	return nil
+}
+
+func (x *AcceptSessionResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
 }
 
 type RenewSessionLockRequest struct {
@@ -4995,7 +5016,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"session_id\x18\b \x01(\tR\tsessionId\x12#\n" +
 	"\rsession_token\x18\t \x01(\fR\fsessionToken\"Q\n" +
 	"\x17ReceiveDeferredResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xed\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x83\x02\n" +
 	"\x14AcceptSessionRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -5006,10 +5027,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x14\n" +
 	"\x05token\x18\a \x01(\fR\x05token\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\fR\trequestId\"e\n" +
+	"request_id\x18\b \x01(\fR\trequestId\x12\x14\n" +
+	"\x05probe\x18\t \x01(\bR\x05probe\"{\n" +
 	"\x15AcceptSessionResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\fR\x05token\"t\n" +
+	"\x05token\x18\x02 \x01(\fR\x05token\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\"t\n" +
 	"\x17RenewSessionLockRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12>\n" +
 	"\x05renew\x18\x02 \x01(\v2(.quorumbus.partition.v1.RenewSessionLockR\x05renew\"R\n" +

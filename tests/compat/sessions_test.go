@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -509,5 +510,131 @@ func TestDevSessionStateSurvivesRestart(t *testing.T) {
 	}
 	if st, err := r.GetSessionState(ctx, nil); err != nil || string(st) != "kept" {
 		t.Fatalf("state after the restart: %q %v", st, err)
+	}
+}
+
+// sessionOnPartition returns a session id that a queue of n partitions
+// keeps on partition p.
+func sessionOnPartition(prefix string, p, n uint32) string {
+	for i := 0; ; i++ {
+		if sid := fmt.Sprintf("%s-%d", prefix, i); partitionpb.PartitionForKey(sid, n) == p {
+			return sid
+		}
+	}
+}
+
+// On a partitioned session queue a waiting accept-next gets the first
+// session that becomes available on any partition, not only on the last
+// one; the partitions it waited on keep no lock: the next sessions can be
+// accepted, by id and by accept-next, at once. Concurrent waiting
+// accept-nexts each get a different session; with none available the
+// accept times out within the client's budget.
+func TestDevSessionsPartitionedAcceptNext(t *testing.T) {
+	const parts = 4
+	c := startTestDev(t, cluster.QueueSpec{Name: "sq4", Props: &placementpb.QueueProperties{RequiresSession: true, PartitionCount: parts}})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("sq4", nil)
+	// The partitions' groups may apply the queue after the routing table
+	// names it: a send to each partition waits for that.
+	for p := range uint32(parts) {
+		sid := sessionOnPartition("warm", p, parts)
+		sendSession(t, ctx, snd, sid, "w")
+		r, err := client.AcceptSessionForQueue(ctx, "sq4", sid, &azservicebus.SessionReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+		if err != nil {
+			t.Fatal(err)
+		}
+		receiveN(t, ctx, r, 1)
+		r.Close(ctx)
+	}
+
+	acceptAsync := func() chan *azservicebus.SessionReceiver {
+		got := make(chan *azservicebus.SessionReceiver, 1)
+		go func() {
+			r, err := client.AcceptNextSessionForQueue(ctx, "sq4", nil)
+			if err != nil {
+				t.Errorf("pending accept next: %v", err)
+			}
+			got <- r
+		}()
+		return got
+	}
+	pending := acceptAsync()
+	time.Sleep(time.Second)
+	first := sessionOnPartition("first", 0, parts)
+	sendSession(t, ctx, snd, first, "f1")
+	r := <-pending
+	if r == nil || r.SessionID() != first {
+		t.Fatalf("the waiting accept-next did not get session %s of partition 0", first)
+	}
+	if got := receiveN(t, ctx, r, 1); string(got[0].Body) != "f1" {
+		t.Fatalf("got %q", got[0].Body)
+	} else if err := r.CompleteMessage(ctx, got[0], nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nothing else stays locked: sessions of the other partitions are had
+	// at once, by id and by accept-next.
+	byID := sessionOnPartition("byid", 1, parts)
+	next := sessionOnPartition("next", 2, parts)
+	sendSession(t, ctx, snd, byID, "b1")
+	sendSession(t, ctx, snd, next, "n1")
+	rb, err := client.AcceptSessionForQueue(ctx, "sq4", byID, nil)
+	if err != nil {
+		t.Fatalf("accept %s by id: %v", byID, err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	rn, err := client.AcceptNextSessionForQueue(short, "sq4", nil)
+	cancelShort()
+	if err != nil || rn.SessionID() != next {
+		t.Fatalf("accept next: %v, want session %s", err, next)
+	}
+	for _, rr := range []*azservicebus.SessionReceiver{r, rb, rn} {
+		if rr != r {
+			if err := rr.CompleteMessage(ctx, receiveN(t, ctx, rr, 1)[0], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rr.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Concurrent waiting accept-nexts, one session arriving on each
+	// partition: each gets a different one.
+	var waiting []chan *azservicebus.SessionReceiver
+	for range parts {
+		waiting = append(waiting, acceptAsync())
+	}
+	time.Sleep(time.Second)
+	want := map[string]bool{}
+	for p := range uint32(parts) {
+		sid := sessionOnPartition("late", p, parts)
+		want[sid] = true
+		sendSession(t, ctx, snd, sid, "l")
+	}
+	for _, w := range waiting {
+		rr := <-w
+		if rr == nil {
+			t.FailNow()
+		}
+		if !want[rr.SessionID()] {
+			t.Fatalf("accept next got session %s twice or unexpected", rr.SessionID())
+		}
+		delete(want, rr.SessionID())
+		defer rr.Close(ctx)
+	}
+
+	short, cancelShort = context.WithTimeout(ctx, 3*time.Second)
+	defer cancelShort()
+	start := time.Now()
+	_, err = client.AcceptNextSessionForQueue(short, "sq4", nil)
+	var sbErr *azservicebus.Error
+	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeTimeout {
+		t.Fatalf("accept next with none available: %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("accept next answered after %v, past the client's 3s", took)
 	}
 }
