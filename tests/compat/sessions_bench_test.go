@@ -20,6 +20,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -178,11 +179,9 @@ func consumePlain(ctx context.Context, client *azservicebus.Client, queue string
 					errs <- err
 					return
 				}
-				for _, m := range msgs {
-					if err := r.CompleteMessage(ctx, m, nil); err != nil {
-						errs <- err
-						return
-					}
+				if err := completeAll(ctx, r, msgs); err != nil {
+					errs <- err
+					return
 				}
 				left.Add(-int64(len(msgs)))
 			}
@@ -230,11 +229,9 @@ func consumeSessions(ctx context.Context, client *azservicebus.Client, queue str
 						errs <- fmt.Errorf("session %s: %w", r.SessionID(), err)
 						return
 					}
-					for _, m := range msgs {
-						if err := r.CompleteMessage(ctx, m, nil); err != nil {
-							errs <- err
-							return
-						}
+					if err := completeAll(ctx, r, msgs); err != nil {
+						errs <- err
+						return
 					}
 					got += len(msgs)
 				}
@@ -249,6 +246,48 @@ func consumeSessions(ctx context.Context, client *azservicebus.Client, queue str
 	wg.Wait()
 	close(errs)
 	return accepts, <-errs
+}
+
+// completeAll completes msgs concurrently, as an application that
+// processes a batch in parallel does: the rate is then bound by the
+// broker rather than by one settlement round trip after another.
+func completeAll(ctx context.Context, r interface {
+	CompleteMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.CompleteMessageOptions) error
+}, msgs []*azservicebus.ReceivedMessage) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(msgs))
+	for _, m := range msgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// syncSends sends n messages one after another and returns each one's
+// latency: one Raft commit each, the floor under an accept-next.
+func syncSends(ctx context.Context, client *azservicebus.Client, queue string, n int) ([]time.Duration, error) {
+	snd, err := client.NewSender(queue, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer snd.Close(ctx)
+	body := make([]byte, benchBodyBytes)
+	var took []time.Duration
+	for range n {
+		start := time.Now()
+		if err := snd.SendMessage(ctx, &azservicebus.Message{Body: body}, nil); err != nil {
+			return nil, err
+		}
+		took = append(took, time.Since(start))
+	}
+	return took, nil
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -281,7 +320,7 @@ func BenchmarkSessionsAgainstPlain(b *testing.B) {
 		}
 		return p
 	}
-	_, client := startBenchDev(b,
+	c, client := startBenchDev(b,
 		cluster.QueueSpec{Name: "sq", Props: props(true)},
 		cluster.QueueSpec{Name: "plain", Props: props(false)})
 	ctx := context.Background()
@@ -311,6 +350,51 @@ func BenchmarkSessionsAgainstPlain(b *testing.B) {
 		accepts = append(accepts, got...)
 		b.Logf("plain %.0f msgs/s, sessions %.0f msgs/s (%.0f %%); accept-next p50 %v p99 %v max %v over %d",
 			plainRate, sessRate, 100*sessRate/plainRate, percentile(got, 0.5), percentile(got, 0.99), slices.Max(got), len(got))
+		b.StopTimer()
+		// The floor under an accept-next in this cluster at this time.
+		sends, err := syncSends(ctx, client, "plain", 500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("one synchronous sender: p50 %v p99 %v", percentile(sends, 0.5), percentile(sends, 0.99))
+		// An accept-next alone, sessions available, nothing else running.
+		fill(b, ctx, client, "sq", 200, 1)
+		var alone []time.Duration
+		for range 200 {
+			start := time.Now()
+			r, err := client.AcceptNextSessionForQueue(ctx, "sq", &azservicebus.SessionReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+			if err != nil {
+				b.Fatal(err)
+			}
+			alone = append(alone, time.Since(start))
+			if _, err := r.ReceiveMessages(ctx, 1, nil); err != nil {
+				b.Fatal(err)
+			}
+			r.Close(ctx)
+		}
+		b.Logf("accept-next alone: p50 %v p99 %v", percentile(alone, 0.5), percentile(alone, 0.99))
+		// The broker's part of it: the front-end's call to the partition
+		// (the accept's Raft commit), without the SDK's link set-up.
+		fill(b, ctx, client, "sq", 200, 1)
+		e, err := c.Router.Entity("sq")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var broker []time.Duration
+		for range 200 {
+			start := time.Now()
+			res, token, err := c.Router.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Next: true})
+			if err != nil || res.GetSessionId() == "" {
+				b.Fatalf("accept next at the router: %v %v", res, err)
+			}
+			broker = append(broker, time.Since(start))
+			if _, err := c.Router.ReleaseSession(ctx, e, &partitionpb.ReleaseSession{SessionId: res.SessionId, Token: token}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Logf("accept-next at the router (partition 0): p50 %v p99 %v", percentile(broker, 0.5), percentile(broker, 0.99))
+		b.ReportMetric(float64(percentile(broker, 0.99).Microseconds())/1000, "router-accept-p99-ms")
+		b.StartTimer()
 	}
 	b.ReportMetric(plainRate, "plain-msgs/s")
 	b.ReportMetric(sessRate, "session-msgs/s")
