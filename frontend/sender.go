@@ -126,13 +126,17 @@ func (s *sender) reject(l *amqp.Link, d *amqp.Delivery, f failure, detail string
 }
 
 // batchPartition is the partition of a delivery's messages. A message's
-// PartitionKey must be its SessionId when it has both, and the keyed
+// SessionId has at most 128 characters, its PartitionKey must be its
+// SessionId when it has both, and the keyed
 // messages of a batch must all go to one partition (unkeyed ones join
 // them), as Service Bus requires of partitioned entities; otherwise the
 // delivery is refused and nothing is stored.
 func (s *sender) batchPartition(msgs []*partitionpb.NewMessage) (uint32, error) {
 	p := anyPartition
 	for _, m := range msgs {
+		if err := checkSessionID(m.SessionId); err != nil {
+			return 0, err
+		}
 		if m.PartitionKey != "" && m.SessionId != "" && m.PartitionKey != m.SessionId {
 			return 0, fmt.Errorf("the message's PartitionKey %q differs from its SessionId %q: a session's messages are partitioned by the session id", m.PartitionKey, m.SessionId)
 		}

@@ -2,10 +2,12 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -28,6 +30,28 @@ const (
 	propLockedUntil   amqp.Symbol = "com.microsoft:locked-until-utc"
 	propTimeout       amqp.Symbol = "com.microsoft:timeout"
 )
+
+// maxSessionIDChars is Service Bus's limit on a session id, in
+// characters. (The partition's own bound is the bytes that many
+// characters may take in UTF-8.)
+const maxSessionIDChars = 128
+
+// checkSessionID refuses a session id longer than Service Bus allows.
+func checkSessionID(sid string) error {
+	if n := utf8.RuneCountInString(sid); n > maxSessionIDChars {
+		return fmt.Errorf("the session id has %d characters, at most %d are allowed", n, maxSessionIDChars)
+	}
+	return nil
+}
+
+// maxSessionStateBytes is the largest session state e keeps: Service
+// Bus's limit, the entity's maximum message size.
+func maxSessionStateBytes(e *placementpb.Entity) int {
+	if kb := e.GetProperties().GetMaxMessageSizeInKilobytes(); kb > 0 {
+		return int(kb) << 10
+	}
+	return defaultMaxMessageBytes
+}
 
 // DefaultSessionAcceptWait is how long an accept-next waits for a session
 // when the client names no com.microsoft:timeout: Service Bus's minute.
@@ -148,6 +172,9 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration) (req sessionReques
 		case string:
 			if id == "" {
 				return req, true, amqp.Errorf(amqp.ErrCondInvalidField, "the session filter names an empty session id")
+			}
+			if err := checkSessionID(id); err != nil {
+				return req, true, amqp.Errorf(amqp.ErrCondInvalidField, "the session filter: %v", err)
 			}
 			req.id = id
 		default:
@@ -390,6 +417,10 @@ func (c *conn) heldSession(e *placementpb.Entity, body amqp.Map, req *rpcRequest
 		req.fail(failBadField, "the request needs a session-id")
 		return nil, false
 	}
+	if err := checkSessionID(sid); err != nil {
+		req.fail(failBadField, err.Error())
+		return nil, false
+	}
 	lock := c.sessionLocks.find(e.Id, sid)
 	if lock == nil {
 		req.fail(failSessionLockLost, "no receiver of this connection holds session "+sid)
@@ -452,6 +483,10 @@ func (c *conn) setSessionState(ctx context.Context, e *placementpb.Entity, _ par
 		state = s
 	default:
 		req.fail(failBadField, "session-state must be binary or null")
+		return
+	}
+	if max := maxSessionStateBytes(e); len(state) > max {
+		req.fail(failBadField, fmt.Sprintf("a session state of %d bytes exceeds the entity's maximum message size of %d bytes", len(state), max))
 		return
 	}
 	res, err := c.sessions().SetSessionState(ctx, e, &partitionpb.SetSessionState{

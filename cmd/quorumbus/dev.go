@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
@@ -31,6 +32,7 @@ func devCmd(args []string) error {
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
+	fs.DurationVar(&o.SessionAcceptWait, "session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
 	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; off by default in dev mode, which benchmarks drive")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)

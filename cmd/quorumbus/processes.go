@@ -153,6 +153,7 @@ func frontendCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
+	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
 	memLimit := memoryLimitFlag(fs)
 	fs.Usage = func() {
@@ -193,7 +194,7 @@ func frontendCmd(args []string) error {
 	}
 	n := *frontends
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
-		ThrottleCredits: *throttleCredits, ThrottleShare: func() int { return n }})
+		ThrottleCredits: *throttleCredits, ThrottleShare: func() int { return n }, SessionAcceptWait: *acceptWait})
 	if err != nil {
 		return err
 	}
@@ -267,6 +268,8 @@ func frontendCmd(args []string) error {
 	defer cancel()
 	return srv.Shutdown(sctx)
 }
+
+const sessionAcceptWaitUsage = "how long an accept-next session receiver waits for a session when its client names no com.microsoft:timeout (Service Bus: a minute)"
 
 const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10; past them sends fail with server-busy, which the SDKs retry (0 or less: no throttling)"
 

@@ -638,3 +638,85 @@ func TestDevSessionsPartitionedAcceptNext(t *testing.T) {
 		t.Fatalf("accept next answered after %v, past the client's 3s", took)
 	}
 }
+
+// An accept-next whose client names no timeout waits the front-end's
+// SessionAcceptWait (`quorumbus dev -session-accept-wait`), then times
+// out; session ids over 128 characters and a state over the entity's
+// maximum message size are refused with a clear error, and nothing is
+// stored.
+func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := cluster.StartDev(ctx, cluster.DevOptions{
+		DataDir: t.TempDir(), AMQPAddr: "127.0.0.1:0", Nodes: 3, Groups: 3, CacheMB: 16, LogLevel: "error",
+		SessionAcceptWait: 1500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := cluster.QueueSpec{Name: "sq", Props: &placementpb.QueueProperties{RequiresSession: true, MaxMessageSizeInKilobytes: 1}}
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, []cluster.QueueSpec{q}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := c.Router.Entity("sq"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("queue sq never reached the routing table")
+		}
+	}
+	client := devClient(t, c)
+	snd, _ := client.NewSender("sq", nil)
+	sendSession(t, ctx, snd, "warm", "w") // the partition has applied the queue
+
+	r, err := client.AcceptNextSessionForQueue(ctx, "sq", nil)
+	if err != nil || r.SessionID() != "warm" {
+		t.Fatalf("accept next: %v", err)
+	}
+	receiveN(t, ctx, r, 1)
+	// No deadline on the context: the SDK sends no com.microsoft:timeout.
+	start := time.Now()
+	_, err = client.AcceptNextSessionForQueue(context.Background(), "sq", nil)
+	var sbErr *azservicebus.Error
+	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeTimeout {
+		t.Fatalf("accept next with none available and no client timeout: %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("waited %v", took)
+	}
+
+	long := strings.Repeat("é", 129) // 129 characters, 258 bytes
+	err = snd.SendMessage(ctx, &azservicebus.Message{SessionID: &long, Body: []byte("x")}, nil)
+	if err == nil || !strings.Contains(err.Error(), "at most 128") {
+		t.Fatalf("send with a session id of 129 characters: %v", err)
+	}
+	ok128 := strings.Repeat("é", 128)
+	sendSession(t, ctx, snd, ok128, "y")
+	if _, err := client.AcceptSessionForQueue(ctx, "sq", long, nil); err == nil || !strings.Contains(err.Error(), "at most 128") {
+		t.Fatalf("accept a session id of 129 characters: %v", err)
+	}
+
+	if err := r.SetSessionState(ctx, make([]byte, 1024), nil); err != nil {
+		t.Fatalf("a state of the maximum message size: %v", err)
+	}
+	if err := r.SetSessionState(ctx, make([]byte, 1025), nil); err == nil || !strings.Contains(err.Error(), "maximum message size") {
+		t.Fatalf("a state over the maximum message size: %v", err)
+	}
+	if st, err := r.GetSessionState(ctx, nil); err != nil || len(st) != 1024 {
+		t.Fatalf("state after the refused set: %d bytes, %v", len(st), err)
+	}
+	pager := client.NewListSessionsForQueuePager("sq", nil)
+	var listed []string
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, page.Sessions...)
+	}
+	if slices.Sort(listed); !slices.Equal(listed, []string{"warm", ok128}) {
+		t.Fatalf("listed %q: the refused session must not be there", listed)
+	}
+}

@@ -83,6 +83,9 @@ type DevOptions struct {
 	MaxConnections int
 	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off).
 	ThrottleCredits int64
+	// SessionAcceptWait is frontend.Config.SessionAcceptWait (0: its
+	// default).
+	SessionAcceptWait time.Duration
 }
 
 // Dev is everything `quorumbus dev` runs.
@@ -169,7 +172,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits}); err != nil {
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits, SessionAcceptWait: o.SessionAcceptWait}); err != nil {
 		return nil, err
 	}
 	aln, err := net.Listen("tcp", o.AMQPAddr)
