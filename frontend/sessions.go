@@ -501,9 +501,15 @@ func (c *conn) setSessionState(ctx context.Context, e *placementpb.Entity, _ par
 // maxListSessions caps the sessions one get-message-sessions returns.
 const maxListSessions = 1000
 
-// getMessageSessions: skip, top (last-updated-time is not kept: every
-// session is listed) → 200 {sessions-ids: array of strings}, 204 when
-// there are none.
+// listAllSessions: a last-updated-time at or past it asks for the default
+// listing (the Go SDK sends year 10000, .NET DateTime.MaxValue).
+var listAllSessions = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// getMessageSessions: skip, top, last-updated-time → 200 {sessions-ids:
+// array of strings}, 204 when there are none. The default listing has
+// every session with messages (deferred and scheduled ones too), a state
+// or a lock; an earlier last-updated-time lists the sessions whose state
+// was set or cleared since, as Service Bus's GetMessageSessions(DateTime).
 func (c *conn) getMessageSessions(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	sb := c.sessions()
 	if sb == nil {
@@ -525,12 +531,23 @@ func (c *conn) getMessageSessions(ctx context.Context, e *placementpb.Entity, _ 
 		}
 	}
 	top = min(top, maxListSessions)
+	var since int64
+	switch v, _ := body.Get("last-updated-time"); t := v.(type) {
+	case nil:
+	case time.Time:
+		if t.Before(listAllSessions) {
+			since = max(t.UnixMilli(), 1)
+		}
+	default:
+		req.fail(failBadField, fmt.Sprintf("last-updated-time must be a timestamp, got %T", v))
+		return
+	}
 	// A partitioned entity's sessions are listed partition after
 	// partition, skip counting over all of them.
 	var ids []string
 	partitions := uint32(max(len(e.PartitionGroups), 1))
 	for p := uint32(0); p < partitions && int64(len(ids)) < top; p++ {
-		got, err := sb.ListSessions(ctx, e, &partitionpb.ListSessionsRequest{Partition: p, Skip: 0, Top: uint32(skip + top)})
+		got, err := sb.ListSessions(ctx, e, &partitionpb.ListSessionsRequest{Partition: p, Skip: 0, Top: uint32(skip + top), UpdatedSinceMs: since})
 		if err != nil {
 			req.fail(errFailure(err), "")
 			return

@@ -46,7 +46,7 @@ type sessionReader interface {
 	SessionReady(entityID uint64, partition uint32) bool
 	SessionAvailable(entityID uint64, partition uint32, sessionID string) bool
 	SessionState(entityID uint64, partition uint32, sessionID string, token []byte, nowMs int64) ([]byte, error)
-	ListSessions(entityID uint64, partition uint32, skip, top uint32) ([]string, error)
+	ListSessions(entityID uint64, partition uint32, skip, top uint32, updatedSinceMs int64) ([]string, error)
 	PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error)
 }
 

@@ -166,7 +166,7 @@ func (s *service) ListSessions(ctx context.Context, req *partitionpb.ListSession
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	sids, err := g.machine.ListSessions(req.EntityId, req.Partition, req.Skip, req.Top)
+	sids, err := g.machine.ListSessions(req.EntityId, req.Partition, req.Skip, req.Top, req.UpdatedSinceMs)
 	if err != nil {
 		return nil, toStatus(err)
 	}

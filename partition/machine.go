@@ -666,12 +666,6 @@ func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	return m.peek(entityID, partition, q, from, max, nowMs, "")
 }
 
-// PeekSession is Peek restricted to one session's messages (a session
-// receiver's peek); the scan still passes the others.
-func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
-	return m.peek(entityID, partition, partitionpb.SubQueue_SUB_QUEUE_MAIN, from, max, nowMs, sessionID)
-}
-
 func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

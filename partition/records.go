@@ -235,7 +235,7 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) index(e *entity, s slot, set bool) error {
 	var keys [][]byte
 	session := e.inSession(s)
-	var dAvail, dHeld int64
+	var dAvail, dHeld, dParked int64
 	if s.available() {
 		if set {
 			a.woken[wakeKey{e.key, s.sub}] = true
@@ -259,6 +259,10 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 			keys = append(keys, sessionStreamKey(e.key, kindSessionHeld, s.sub, s.session, s.seq))
 			dHeld = 1
 		}
+	}
+	if session && !s.available() && !s.locked {
+		keys = append(keys, sessionStreamKey(e.key, kindSessionParked, s.sub, s.session, s.seq))
+		dParked = 1
 	}
 	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
@@ -285,11 +289,11 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 			return err
 		}
 	}
-	if dAvail != 0 || dHeld != 0 {
+	if dAvail != 0 || dHeld != 0 || dParked != 0 {
 		if !set {
-			dAvail, dHeld = -dAvail, -dHeld
+			dAvail, dHeld, dParked = -dAvail, -dHeld, -dParked
 		}
-		return a.countSessionMessage(e, s.session, s.seq, dAvail, dHeld)
+		return a.countSessionMessage(e, s.session, s.seq, dAvail, dHeld, dParked)
 	}
 	return nil
 }

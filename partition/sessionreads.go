@@ -1,7 +1,10 @@
 package partition
 
 import (
+	"encoding/binary"
 	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -50,17 +53,18 @@ func (m *Machine) SessionState(entityID uint64, partition uint32, sid string, to
 	return r.state, nil
 }
 
-// ListSessions returns the ids of the sessions that have messages, state
-// or a lock, in id order, skipping skip, at most top (capped at
-// MaxListSessions).
-func (m *Machine) ListSessions(entityID uint64, partition uint32, skip, top uint32) ([]string, error) {
+// ListSessions returns the ids of the sessions that have messages
+// (deferred and scheduled ones too), state or a lock, in id order,
+// skipping skip, at most top (capped at MaxListSessions); with
+// updatedSinceMs > 0 only those whose state was set or cleared since.
+func (m *Machine) ListSessions(entityID uint64, partition uint32, skip, top uint32, updatedSinceMs int64) ([]string, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, err := m.sessionEntity(entityID, partition)
 	if err != nil {
 		return nil, err
 	}
-	return listSessions(m.db, e.key, int(skip), int(min(top, MaxListSessions)))
+	return listSessions(m.db, e.key, int(skip), int(min(top, MaxListSessions)), updatedSinceMs)
 }
 
 // SessionReady reports whether the entity partition has a session with
@@ -94,6 +98,108 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 		return false
 	}
 	return r.avail > 0
+}
+
+// PeekSession is Peek restricted to one session's messages (a session
+// receiver's peek). On an entity that requires sessions it reads the
+// session's own entries (stream, held, parked: every message of the
+// session in the main sub-queue) merged in sequence order, so its cost
+// does not grow with the other sessions' messages; elsewhere it filters
+// the entity partition's messages.
+func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
+	m.mu.RLock()
+	e, ok := m.entities[ekey{entityID, partition}]
+	indexed := ok && e.cfg.RequiresSession
+	m.mu.RUnlock()
+	if !indexed {
+		return m.peek(entityID, partition, partitionpb.SubQueue_SUB_QUEUE_MAIN, from, max, nowMs, sessionID)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	e, err := m.sessionEntity(entityID, partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSessionID(sessionID); err != nil {
+		return nil, err
+	}
+	want := int(min(max, MaxPeekCount))
+	if want == 0 {
+		return nil, nil
+	}
+	var its []*pebble.Iterator
+	defer func() {
+		for _, it := range its {
+			it.Close()
+		}
+	}()
+	for _, kind := range []byte{kindSessionMsg, kindSessionHeld, kindSessionParked} {
+		prefix := sessionStreamPrefix(e.key, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sessionID)
+		it, err := m.db.NewIter(&pebble.IterOptions{
+			LowerBound: binary.BigEndian.AppendUint64(prefix, from),
+			UpperBound: prefixEnd(prefix),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("partition: iterator: %w", err)
+		}
+		its = append(its, it)
+		it.First()
+	}
+	var out []*partitionpb.StoredMessage
+	var size int64
+	for len(out) < want && size < MaxPeekBytes {
+		// The entry of the lowest sequence number among the three.
+		var next *pebble.Iterator
+		var seq uint64
+		for _, it := range its {
+			if !it.Valid() {
+				if err := it.Error(); err != nil {
+					return nil, fmt.Errorf("partition: iterator: %w", err)
+				}
+				continue
+			}
+			key := it.Key()
+			if len(key) < 8 {
+				return nil, fmt.Errorf("%w: session key %x", ErrCorrupt, key)
+			}
+			if s := binary.BigEndian.Uint64(key[len(key)-8:]); next == nil || s < seq {
+				next, seq = it, s
+			}
+		}
+		if next == nil {
+			break
+		}
+		if _, err := iterValue(next); err != nil {
+			return nil, err
+		}
+		next.Next()
+		key := messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+		p, found, err := get(m.db, key)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, sessionID, seq)
+		}
+		msg, err := decodeState(key, p)
+		if err != nil {
+			return nil, err
+		}
+		if msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
+			continue
+		}
+		if err := readBody(m.db, m.logs, e.key, msg); err != nil {
+			return nil, err
+		}
+		dropStoreRefs(msg)
+		unlock(msg)
+		out = append(out, msg)
+		size += msg.Size
+	}
+	return out, nil
 }
 
 // sessionOf reports whether a peeked message belongs to the session a

@@ -206,6 +206,7 @@ func (a *applier) setSessionState(c *partitionpb.SetSessionState) (*partitionpb.
 	if len(c.State) > 0 {
 		r.state = c.State
 	}
+	r.updated = a.now
 	return okResult(), a.putSession(e, c.SessionId, r)
 }
 

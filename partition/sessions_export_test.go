@@ -9,8 +9,9 @@ import (
 
 // CheckSessions checks that the session indexes of an entity partition
 // agree with its messages: every available main-queue message is in its
-// session's stream and every locked one among its held messages, and no
-// other; each record counts them; a session is offered (ready) exactly when
+// session's stream, every locked one among its held messages, every other
+// (deferred, scheduled) among its parked ones, and no other; each record
+// counts them; a session is offered (ready) exactly when
 // it has available messages and no lock.
 func CheckSessions(m *Machine, id uint64, part uint32) error {
 	msgs, err := Messages(m, id, part, partitionpb.SubQueue_SUB_QUEUE_MAIN)
@@ -20,7 +21,7 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	k := ekey{id, part}
-	wantAvail, wantHeld := map[string][]uint64{}, map[string][]uint64{}
+	wantAvail, wantHeld, wantParked := map[string][]uint64{}, map[string][]uint64{}, map[string][]uint64{}
 	for _, msg := range msgs {
 		s := slotOf(msg)
 		switch {
@@ -28,9 +29,11 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 			wantAvail[s.session] = append(wantAvail[s.session], s.seq)
 		case s.locked:
 			wantHeld[s.session] = append(wantHeld[s.session], s.seq)
+		default:
+			wantParked[s.session] = append(wantParked[s.session], s.seq)
 		}
 	}
-	sids, err := listSessions(m.db, k, 0, 1<<30)
+	sids, err := listSessions(m.db, k, 0, 1<<30, 0)
 	if err != nil {
 		return err
 	}
@@ -55,6 +58,11 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 			sids = append(sids, sid)
 		}
 	}
+	for sid := range wantParked {
+		if !slices.Contains(sids, sid) {
+			sids = append(sids, sid)
+		}
+	}
 	offered := 0
 	for _, sid := range sids {
 		r, err := readSession(m.db, k, sid)
@@ -69,13 +77,19 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 		if err != nil {
 			return err
 		}
+		parked, err := sessionSeqs(m.db, k, kindSessionParked, sid, 0)
+		if err != nil {
+			return err
+		}
 		switch {
 		case !slices.Equal(avail, wantAvail[sid]):
 			return fmt.Errorf("session %q: stream %v, available messages %v", sid, avail, wantAvail[sid])
 		case !slices.Equal(held, wantHeld[sid]):
 			return fmt.Errorf("session %q: held %v, locked messages %v", sid, held, wantHeld[sid])
-		case r.avail != int64(len(avail)) || r.held != int64(len(held)):
-			return fmt.Errorf("session %q: record counts %d/%d, indexes %d/%d", sid, r.avail, r.held, len(avail), len(held))
+		case !slices.Equal(parked, wantParked[sid]):
+			return fmt.Errorf("session %q: parked %v, deferred and scheduled messages %v", sid, parked, wantParked[sid])
+		case r.avail != int64(len(avail)) || r.held != int64(len(held)) || r.parked != int64(len(parked)):
+			return fmt.Errorf("session %q: record counts %d/%d/%d, indexes %d/%d/%d", sid, r.avail, r.held, r.parked, len(avail), len(held), len(parked))
 		case r.ready != (r.avail > 0 && !r.locked()):
 			return fmt.Errorf("session %q: ready %v with %d available, locked %v", sid, r.ready, r.avail, r.locked())
 		case len(held) > 0 && !r.locked():
@@ -102,7 +116,7 @@ func DecodeSessionRecord(p []byte) (again []byte, err error) {
 }
 
 // SessionRecordBytes is the payload of a session record (for fuzz seeds).
-func SessionRecordBytes(token []byte, until, avail, held int64, readySeq uint64, state []byte) []byte {
-	r := &sessionRecord{token: token, until: until, avail: avail, held: held, ready: readySeq != 0, readySeq: readySeq, state: state}
+func SessionRecordBytes(token []byte, until, avail, held, parked int64, readySeq uint64, updated int64, state []byte) []byte {
+	r := &sessionRecord{token: token, until: until, avail: avail, held: held, parked: parked, ready: readySeq != 0, readySeq: readySeq, updated: updated, state: state}
 	return r.encode()
 }

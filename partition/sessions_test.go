@@ -173,11 +173,11 @@ func TestSessionAcceptNext(t *testing.T) {
 	if want := []string{"b", "a", "c", ""}; !slices.Equal(got, want) {
 		t.Fatalf("accept-next took %q, want %q", got, want)
 	}
-	sids, err := d.M.ListSessions(1, 0, 0, 100)
+	sids, err := d.M.ListSessions(1, 0, 0, 100, 0)
 	if err != nil || !slices.Equal(sids, []string{"a", "b", "c", "empty"}) {
 		t.Fatalf("list sessions: %q %v", sids, err)
 	}
-	if sids, _ := d.M.ListSessions(1, 0, 1, 2); !slices.Equal(sids, []string{"b", "c"}) {
+	if sids, _ := d.M.ListSessions(1, 0, 1, 2, 0); !slices.Equal(sids, []string{"b", "c"}) {
 		t.Fatalf("list sessions skip 1 top 2: %q", sids)
 	}
 	// Releasing an empty session forgets it; releasing one with messages
@@ -187,7 +187,7 @@ func TestSessionAcceptNext(t *testing.T) {
 	if r := d.OK(pt.Accept(1, 0, "", pt.SessionToken(20))); r.SessionId != "a" {
 		t.Fatalf("accept-next after release: %q", r.SessionId)
 	}
-	if sids, _ := d.M.ListSessions(1, 0, 0, 100); !slices.Equal(sids, []string{"a", "b", "c"}) {
+	if sids, _ := d.M.ListSessions(1, 0, 0, 100, 0); !slices.Equal(sids, []string{"a", "b", "c"}) {
 		t.Fatalf("list sessions after release: %q", sids)
 	}
 }
@@ -204,7 +204,7 @@ func TestSessionState(t *testing.T) {
 	d.OK(pt.SetState(1, 0, "s", tok, []byte("state 1")))
 	d.OK(pt.Release(1, 0, "s", tok))
 	// Kept while the session has no messages and no lock.
-	if sids, _ := d.M.ListSessions(1, 0, 0, 10); !slices.Equal(sids, []string{"s"}) {
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10, 0); !slices.Equal(sids, []string{"s"}) {
 		t.Fatalf("sessions %q, want the one with state", sids)
 	}
 	if _, err := d.M.SessionState(1, 0, "s", tok, d.Now); !errors.Is(err, partition.ErrSessionLockLost) {
@@ -222,7 +222,7 @@ func TestSessionState(t *testing.T) {
 		t.Fatalf("cleared state reads %q", st)
 	}
 	d.OK(pt.Release(1, 0, "s", tok2))
-	if sids, _ := d.M.ListSessions(1, 0, 0, 10); len(sids) != 0 {
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10, 0); len(sids) != 0 {
 		t.Fatalf("sessions %q after clearing the only state", sids)
 	}
 }
@@ -400,7 +400,7 @@ func TestSessionDeterminism(t *testing.T) {
 					t.Errorf("%s: %d single deletes met no write or two", name, n)
 				}
 			}
-			ra, _ := a.M.ListSessions(1, 0, 0, 100)
+			ra, _ := a.M.ListSessions(1, 0, 0, 100, 0)
 			t.Logf("%d entries, sessions %q, snapshot of %d bytes", len(entries), ra, len(sa))
 		})
 	}
@@ -451,9 +451,11 @@ func TestSessionTTL(t *testing.T) {
 // refused as corrupt; one that decodes encodes back to a record that
 // decodes to the same.
 func FuzzSessionRecord(f *testing.F) {
-	f.Add(partition.SessionRecordBytes(nil, 0, 0, 0, 0, nil))
-	f.Add(partition.SessionRecordBytes(pt.SessionToken(3), 1234, 5, 2, 0, []byte("state")))
-	f.Add(partition.SessionRecordBytes(nil, 0, 7, 0, 99, nil))
+	f.Add(partition.SessionRecordBytes(nil, 0, 0, 0, 0, 0, 0, nil))
+	f.Add(partition.SessionRecordBytes(pt.SessionToken(3), 1234, 5, 2, 0, 0, 0, []byte("state")))
+	f.Add(partition.SessionRecordBytes(nil, 0, 7, 0, 0, 99, 0, nil))
+	f.Add(partition.SessionRecordBytes(pt.SessionToken(4), 99, 1, 1, 3, 7, 1700000000000, []byte("v2")))
+	f.Add(partition.SessionRecordBytes(nil, 0, 0, 0, 2, 0, 0, nil))
 	f.Add([]byte{1})
 	f.Add([]byte{2, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {

@@ -21,12 +21,16 @@ import (
 //	0x02 eid part 0x0d sub len(2) session_id seq(8)  its messages locked under the session lock
 //	0x02 eid part 0x0e seq(8) session_id             sessions with available messages and no lock, by when they became so
 //	0x02 eid part 0x0f until(8) session_id           session locks by their end
+//	0x02 eid part 0x18 sub len(2) session_id seq(8)  its messages that are neither available nor locked: deferred, scheduled
 //
 // These take the place of the available index (kindAvailable) and of
 // entity.fresh for session messages: index() puts a session message's
 // entries here and keeps the session record's counts with them, so every
 // rule that moves a message (lock, settle, expiry, activation) keeps the
-// sessions right without knowing them. The functions below are the
+// sessions right without knowing them. The three entries of a session's
+// messages (stream, held, parked) together name every message of the
+// session in the main sub-queue, which is what a session's peek reads.
+// The functions below are the
 // rules' words for this part of the store; no rule builds these keys.
 const (
 	kindSession      byte = 0x0b
@@ -34,13 +38,19 @@ const (
 	kindSessionHeld  byte = 0x0d
 	kindSessionReady byte = 0x0e
 	kindSessionLock  byte = 0x0f
+	// 0x10-0x17 are left to other kinds of entity data.
+	kindSessionParked byte = 0x18
 )
 
-// MaxSessionIDBytes caps a session id (Service Bus allows 128 characters).
+// MaxSessionIDBytes caps a session id: the most bytes that Service Bus's
+// 128 characters take in UTF-8. The front-end refuses more than 128
+// characters; the state machine keeps the byte bound it has always
+// applied, so that replicas of every version judge a command alike.
 const MaxSessionIDBytes = 512
 
-// MaxSessionStateBytes caps a session's state (Service Bus: the entity's
-// maximum message size).
+// MaxSessionStateBytes caps a session's state. Service Bus's limit is
+// the entity's maximum message size, which the front-end applies; this
+// bound keeps a state within a Raft entry whatever the entity says.
 const MaxSessionStateBytes = 1 << 20
 
 // inSession reports whether the message in slot s is kept in a session's
@@ -79,8 +89,10 @@ type sessionRecord struct {
 	until    int64  // the lock's end
 	avail    int64  // entries in the session's stream
 	held     int64  // messages locked under the session lock
+	parked   int64  // deferred and scheduled messages (kindSessionParked)
 	ready    bool   // it has a ready entry, at readySeq
 	readySeq uint64
+	updated  int64  // when its state was last set or cleared (ms); 0: never
 	state    []byte // nil: none
 }
 
@@ -92,18 +104,23 @@ func (r *sessionRecord) lockedBy(token []byte, now int64) bool {
 }
 
 func (r *sessionRecord) empty() bool {
-	return !r.locked() && r.avail == 0 && r.held == 0 && len(r.state) == 0
+	return !r.locked() && r.avail == 0 && r.held == 0 && r.parked == 0 && len(r.state) == 0
 }
 
 // The session record: a version byte, flags (1: locked, 2: ready), the
-// token (16), until, avail, held and readySeq (8 each), then the state.
+// token (16), until, avail, held and readySeq (8 each); version 2 then
+// has parked and updated (8 each); then the state. A record whose parked
+// and updated are zero is written as version 1, as before they existed.
 const (
-	sessionRecordV1  = 1
-	sessionRecordLen = 2 + 16 + 8*4
+	sessionRecordV1    = 1
+	sessionRecordV2    = 2
+	sessionRecordLen   = 2 + 16 + 8*4
+	sessionRecordV2Len = sessionRecordLen + 8*2
 )
 
 func (r *sessionRecord) encode() []byte {
-	b := make([]byte, 0, sessionRecordLen+len(r.state))
+	v2 := r.parked != 0 || r.updated != 0
+	b := make([]byte, 0, sessionRecordV2Len+len(r.state))
 	var flags byte
 	if r.locked() {
 		flags |= 1
@@ -111,7 +128,11 @@ func (r *sessionRecord) encode() []byte {
 	if r.ready {
 		flags |= 2
 	}
-	b = append(b, sessionRecordV1, flags)
+	version := byte(sessionRecordV1)
+	if v2 {
+		version = sessionRecordV2
+	}
+	b = append(b, version, flags)
 	var token [16]byte
 	copy(token[:], r.token)
 	b = append(b, token[:]...)
@@ -119,11 +140,19 @@ func (r *sessionRecord) encode() []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(r.avail))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.held))
 	b = binary.BigEndian.AppendUint64(b, r.readySeq)
+	if v2 {
+		b = binary.BigEndian.AppendUint64(b, uint64(r.parked))
+		b = binary.BigEndian.AppendUint64(b, uint64(r.updated))
+	}
 	return append(b, r.state...)
 }
 
 func decodeSessionRecord(key, p []byte) (*sessionRecord, error) {
-	if len(p) < sessionRecordLen || p[0] != sessionRecordV1 {
+	n := sessionRecordLen
+	if len(p) > 0 && p[0] == sessionRecordV2 {
+		n = sessionRecordV2Len
+	}
+	if len(p) < n || (p[0] != sessionRecordV1 && p[0] != sessionRecordV2) {
 		return nil, fmt.Errorf("%w: session record %x", ErrCorrupt, key)
 	}
 	r := &sessionRecord{
@@ -136,8 +165,12 @@ func decodeSessionRecord(key, p []byte) (*sessionRecord, error) {
 	if p[1]&1 != 0 {
 		r.token = append([]byte(nil), p[2:18]...)
 	}
-	if len(p) > sessionRecordLen {
-		r.state = append([]byte(nil), p[sessionRecordLen:]...)
+	if n == sessionRecordV2Len {
+		r.parked = int64(binary.BigEndian.Uint64(p[sessionRecordLen:]))
+		r.updated = int64(binary.BigEndian.Uint64(p[sessionRecordLen+8:]))
+	}
+	if len(p) > n {
+		r.state = append([]byte(nil), p[n:]...)
 	}
 	return r, nil
 }
@@ -255,15 +288,20 @@ func (a *applier) setReady(e *entity, sid string, r *sessionRecord, ready bool, 
 	return a.b.Set(key, seal(key, nil), nil)
 }
 
-// countSessionMessage notes a message of a session entering (d = +1) or
-// leaving (-1) the session's stream (avail) or its held messages (held).
-func (a *applier) countSessionMessage(e *entity, sid string, seq uint64, avail, held int64) error {
+// countSessionMessage notes a message of a session entering (+1) or
+// leaving (-1) the session's stream (avail), its held messages (held) or
+// its parked ones (parked).
+func (a *applier) countSessionMessage(e *entity, sid string, seq uint64, avail, held, parked int64) error {
 	r, err := a.session(e, sid)
 	if err != nil {
 		return err
 	}
 	r.avail += avail
 	r.held += held
+	// A store written before parked messages were counted has deferred
+	// and scheduled session messages that never counted: the count
+	// stops at zero rather than call the store corrupt.
+	r.parked = max(r.parked+parked, 0)
 	if r.avail < 0 || r.held < 0 {
 		return fmt.Errorf("%w: %s: session %q counts %d available, %d held", ErrCorrupt, e.key, sid, r.avail, r.held)
 	}
@@ -374,14 +412,28 @@ func (a *applier) dueSessionLocks(e *entity, max int) ([]string, error) {
 }
 
 // listSessions returns the ids of the sessions that have a record, in id
-// order, after skipping skip of them, at most top.
-func listSessions(r pebble.Reader, k ekey, skip, top int) ([]string, error) {
+// order, after skipping skip of them, at most top; with since > 0 only
+// those whose state was set or cleared at or after since (ms).
+func listSessions(r pebble.Reader, k ekey, skip, top int, since int64) ([]string, error) {
 	it, err := prefixIter(r, kindPrefix(k, kindSession))
 	if err != nil {
 		return nil, err
 	}
 	var sids []string
 	for valid := it.First(); valid && len(sids) < top; valid = it.Next() {
+		if since > 0 {
+			p, err := iterValue(it)
+			if err != nil {
+				return nil, closeIter(it, err)
+			}
+			rec, err := decodeSessionRecord(it.Key(), p)
+			if err != nil {
+				return nil, closeIter(it, err)
+			}
+			if rec.updated < since {
+				continue
+			}
+		}
 		if skip > 0 {
 			skip--
 			continue

@@ -420,7 +420,7 @@ func (tr *transcript) query(f []string) []string {
 	case "available":
 		return []string{strconv.FormatBool(m.Available(id, part, sub))}
 	case "sessions":
-		sids, err := m.ListSessions(id, part, 0, 1000)
+		sids, err := m.ListSessions(id, part, 0, 1000, 0)
 		if err != nil {
 			return []string{err.Error()}
 		}

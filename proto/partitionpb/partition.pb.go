@@ -4578,14 +4578,17 @@ func (x *ReleaseSessionResponse) GetResult() *Result {
 // sessions that have messages, state or a lock, in id order, skipping
 // skip of them, at most top (capped at 1000).
 type ListSessionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	EntityId      uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
-	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Skip          uint32                 `protobuf:"varint,4,opt,name=skip,proto3" json:"skip,omitempty"`
-	Top           uint32                 `protobuf:"varint,5,opt,name=top,proto3" json:"top,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	GroupId   uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	EntityId  uint64                 `protobuf:"varint,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Skip      uint32                 `protobuf:"varint,4,opt,name=skip,proto3" json:"skip,omitempty"`
+	Top       uint32                 `protobuf:"varint,5,opt,name=top,proto3" json:"top,omitempty"`
+	// updated_since_ms > 0: only sessions whose state was set or cleared at
+	// or after it (get-message-sessions' last-updated-time).
+	UpdatedSinceMs int64 `protobuf:"varint,6,opt,name=updated_since_ms,json=updatedSinceMs,proto3" json:"updated_since_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListSessionsRequest) Reset() {
@@ -4649,6 +4652,13 @@ func (x *ListSessionsRequest) GetSkip() uint32 {
 func (x *ListSessionsRequest) GetTop() uint32 {
 	if x != nil {
 		return x.Top
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetUpdatedSinceMs() int64 {
+	if x != nil {
+		return x.UpdatedSinceMs
 	}
 	return 0
 }
@@ -5057,13 +5067,14 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12@\n" +
 	"\arelease\x18\x02 \x01(\v2&.quorumbus.partition.v1.ReleaseSessionR\arelease\"P\n" +
 	"\x16ReleaseSessionResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x91\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xbb\x01\n" +
 	"\x13ListSessionsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x12\n" +
 	"\x04skip\x18\x04 \x01(\rR\x04skip\x12\x10\n" +
-	"\x03top\x18\x05 \x01(\rR\x03top\"7\n" +
+	"\x03top\x18\x05 \x01(\rR\x03top\x12(\n" +
+	"\x10updated_since_ms\x18\x06 \x01(\x03R\x0eupdatedSinceMs\"7\n" +
 	"\x14ListSessionsResponse\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds*\x89\x01\n" +
