@@ -496,3 +496,64 @@ func TestSessionAcceptRequestID(t *testing.T) {
 		t.Fatalf("another accept-next: %v, want b", r)
 	}
 }
+
+// TestSessionParked: a session whose only messages are deferred (or
+// scheduled) is listed, its peek shows them with the rest of its messages
+// in sequence order and none of another session's; get-message-sessions'
+// last-updated-time lists the sessions whose state changed since.
+func TestSessionParked(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("a", "a1"), pt.SessionMsg("b", "b1"), pt.SessionMsg("a", "a2"), pt.SessionMsg("a", "a3")))
+	sched := pt.SessionMsg("c", "c1")
+	sched.ScheduledEnqueueTimeMs = d.Now + 60_000
+	d.OK(pt.Enqueue(1, 0, sched))
+	tok := pt.SessionToken(1)
+	d.OK(pt.Accept(1, 0, "a", tok))
+	r := d.OK(pt.LockSession(1, 0, "a", tok, 2, 1))
+	d.OK(pt.Settle(1, 0, main, deferD, r.Messages[0].LockToken)) // a1 deferred, a2 held, a3 available
+	if err := partition.CheckSessions(d.M, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	peek, err := d.M.PeekSession(1, 0, 0, 10, d.Now, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range peek {
+		got = append(got, string(m.Bare))
+	}
+	if !slices.Equal(got, []string{"a1", "a2", "a3"}) {
+		t.Fatalf("peek of session a: %q", got)
+	}
+	if peek, _ := d.M.PeekSession(1, 0, r.Messages[1].SequenceNumber, 10, d.Now, "a"); len(peek) != 2 || string(peek[0].Bare) != "a2" {
+		t.Fatalf("peek of session a from a2: %v", peek)
+	}
+	if peek, _ := d.M.PeekSession(1, 0, 0, 10, d.Now, "c"); len(peek) != 1 || string(peek[0].Bare) != "c1" {
+		t.Fatalf("peek of session c (scheduled): %v", peek)
+	}
+	d.OK(pt.Settle(1, 0, main, complete, r.Messages[1].LockToken))
+	r3 := d.OK(pt.LockSession(1, 0, "a", tok, 1, 2))
+	d.OK(pt.Settle(1, 0, main, complete, r3.Messages[0].LockToken))
+	d.OK(pt.Release(1, 0, "a", tok))
+	d.OK(pt.Enqueue(1, 0, pt.SessionMsg("b", "b2")))
+	// a holds only its deferred a1, c only a scheduled message.
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10, 0); !slices.Equal(sids, []string{"a", "b", "c"}) {
+		t.Fatalf("sessions %q, want a (deferred only), b, c (scheduled only)", sids)
+	}
+
+	tb := pt.SessionToken(2)
+	d.OK(pt.Accept(1, 0, "b", tb))
+	d.Now += 1000
+	since := d.Now
+	d.OK(pt.SetState(1, 0, "b", tb, []byte("x")))
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10, since); !slices.Equal(sids, []string{"b"}) {
+		t.Fatalf("sessions updated since %d: %q", since, sids)
+	}
+	if sids, _ := d.M.ListSessions(1, 0, 0, 10, since+1); len(sids) != 0 {
+		t.Fatalf("sessions updated after the last change: %q", sids)
+	}
+	if err := partition.CheckSessions(d.M, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/hashicorp/raft"
@@ -718,5 +719,78 @@ func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 	}
 	if slices.Sort(listed); !slices.Equal(listed, []string{"warm", ok128}) {
 		t.Fatalf("listed %q: the refused session must not be there", listed)
+	}
+}
+
+// get-message-sessions lists a session whose only message is deferred,
+// and with SessionStateUpdatedAfter only the sessions whose state changed
+// since; a session receiver's peek shows its session's messages, the
+// deferred one too, and no other session's.
+func TestDevSessionsDeferredListAndPeek(t *testing.T) {
+	c := startTestDev(t, sessionQueue("sq"))
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("sq", nil)
+	sendSession(t, ctx, snd, "d", "d1")
+	sendSession(t, ctx, snd, "o", "o1")
+	sendSession(t, ctx, snd, "d", "d2")
+	r, err := client.AcceptSessionForQueue(ctx, "sq", "d", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := receiveN(t, ctx, r, 2)
+	if err := r.DeferMessage(ctx, got[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CompleteMessage(ctx, got[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := r.PeekMessages(ctx, 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr(int64(0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := bodiesOf(peeked); !slices.Equal(b, []string{"d1"}) {
+		t.Fatalf("peek of session d: %q, want its deferred d1 only", b)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := client.AcceptSessionForQueue(ctx, "sq", "o", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.CompleteMessage(ctx, receiveN(t, ctx, ro, 1)[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if err := ro.SetSessionState(ctx, []byte("st"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list := func(after *time.Time) []string {
+		var ids []string
+		p := client.NewListSessionsForQueuePager("sq", &azservicebus.ListSessionsOptions{SessionStateUpdatedAfter: after})
+		for p.More() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, page.Sessions...)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if ids := list(nil); !slices.Equal(ids, []string{"d", "o"}) {
+		t.Fatalf("sessions %q, want d (only a deferred message) and o (only state)", ids)
+	}
+	if ids := list(&before); !slices.Equal(ids, []string{"o"}) {
+		t.Fatalf("sessions whose state changed since %v: %q", before, ids)
+	}
+	later := time.Now().Add(time.Minute)
+	if ids := list(&later); len(ids) != 0 {
+		t.Fatalf("sessions whose state changed in the future: %q", ids)
 	}
 }
