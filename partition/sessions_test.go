@@ -257,6 +257,35 @@ func TestSessionDeferAndDeadLetter(t *testing.T) {
 	}
 }
 
+// checkSessionPeeks checks that a session's peek, which reads the
+// session's own index entries, returns what the entity partition's peek
+// has of that session.
+func checkSessionPeeks(t *testing.T, d *pt.Driver, sids []string) {
+	t.Helper()
+	all, err := d.M.Peek(1, 0, main, 0, partition.MaxPeekCount, d.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range sids {
+		var want, got []uint64
+		for _, m := range all {
+			if m.SessionId == sid {
+				want = append(want, m.SequenceNumber)
+			}
+		}
+		peek, err := d.M.PeekSession(1, 0, 0, partition.MaxPeekCount, d.Now, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range peek {
+			got = append(got, m.SequenceNumber)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("peek of session %s: %v, the partition's peek has %v", sid, got, want)
+		}
+	}
+}
+
 // sessionLog is a random workload of session commands.
 func sessionLog(t *testing.T, seed uint64, n int) *pt.Driver {
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -271,6 +300,9 @@ func sessionLog(t *testing.T, seed uint64, n int) *pt.Driver {
 	for i := range n {
 		if err := partition.CheckSessions(d.M, 1, 0); err != nil {
 			t.Fatalf("before command %d: %v", i, err)
+		}
+		if i%16 == 0 {
+			checkSessionPeeks(t, d, sids)
 		}
 		d.Now += rng.Int64N(2000)
 		sid := sids[rng.IntN(len(sids))]
