@@ -336,7 +336,11 @@ func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, wait time.Du
 	ready := make(chan uint32, partitions)
 	probe := func(p uint32) {
 		for ctx.Err() == nil {
-			ok, err := sb.SessionReady(ctx, e, p, time.Until(deadline))
+			left := time.Until(deadline)
+			if left <= 0 {
+				return
+			}
+			ok, err := sb.SessionReady(ctx, e, p, left)
 			if err == nil && ok {
 				ready <- p
 				return
