@@ -454,14 +454,20 @@ func BenchmarkSessionsIdle(b *testing.B) {
 				}
 				var r *azservicebus.SessionReceiver
 				var err error
+				sid := fmt.Sprintf("idle-%07d", s)
 				for try := 0; ; try++ {
-					if r, err = client.AcceptSessionForQueue(ctx, "sq", fmt.Sprintf("idle-%07d", s), nil); err == nil || try == 50 {
+					// Bounded: an attach left unanswered fails the run
+					// with its session instead of hanging it.
+					actx, cancel := context.WithTimeout(ctx, time.Minute)
+					r, err = client.AcceptSessionForQueue(actx, "sq", sid, nil)
+					cancel()
+					if err == nil || try == 50 {
 						break
 					}
 					time.Sleep(100 * time.Millisecond) // the queue's partition may still be configuring
 				}
 				if err != nil {
-					errs <- err
+					errs <- fmt.Errorf("accept session %s: %w", sid, err)
 					return
 				}
 				if err := r.SetSessionState(ctx, state, nil); err != nil {
