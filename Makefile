@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale soak-entities image deploy-test
+.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale soak-entities image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -90,6 +90,10 @@ image: ## Build the OCI image (linux/amd64 and arm64, no Docker) into bin/quorum
 # the image (both platforms) and run the chart's pods as local processes.
 deploy-test: ## Vet the deploy module and run its tests: image, chart lint/render/schema, the chart's pods as a local cluster (1-2 min)
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+MOVE_BACKLOG_MB ?= 1024
+move-backlog: ## Move a replica holding a MOVE_BACKLOG_MB (1024) MiB backlog to a new node under a live client: move time, client latency before/during/after (minutes; ~8 GB of disk)
+	QUORUMBUS_BACKLOG_MB=$(MOVE_BACKLOG_MB) $(GO) test -run '^TestMoveBacklogReplica$$' -v -count=1 -timeout 45m ./cmd/quorumbus/
 
 soak-entities: ## 10,000 queues (100 of 16 partitions) on three node processes: memory per node and the time a full restart takes (minutes)
 	QUORUMBUS_ENTITIES=1 $(GO) test -run '^TestTenThousandEntities$$' -v -count=1 -timeout 40m ./cmd/quorumbus/
