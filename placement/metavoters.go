@@ -75,6 +75,15 @@ func (s *Service) tendMetaVoters(ctx context.Context) {
 	switch {
 	case len(bad) > 0 && len(good) >= s.cfg.MetaVoters:
 		old := bad[0]
+		if string(old.ID) == s.cfg.NodeID {
+			// A leader that removes itself loses the answer with its
+			// leadership; it hands over instead, and the next leader
+			// removes it.
+			if err := s.await(ctx, r.LeadershipTransfer()); err != nil {
+				s.log.Warn("handing the meta group over before leaving it", "err", err)
+			}
+			return
+		}
 		if err := s.await(ctx, r.RemoveServer(old.ID, 0, rpcTimeout)); err != nil {
 			s.log.Warn("removing a meta-group voter", "voter", old.ID, "err", err)
 			return
