@@ -427,3 +427,34 @@ func Topic(topic string, subs map[string]func(map[string]string) bool) func(ops 
 		return out
 	}
 }
+
+// Without returns checkers without the named ones.
+func Without(cs []Checker, names ...string) []Checker {
+	var out []Checker
+	for _, c := range cs {
+		skip := false
+		for _, n := range names {
+			skip = skip || c.Name == n
+		}
+		if !skip {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// PerCopy returns the named checkers judging each copy of an id
+// (id@sequence-number) on its own: for a queue where one id may
+// legitimately become two messages.
+func PerCopy(cs []Checker, names ...string) []Checker {
+	var out []Checker
+	for _, c := range cs {
+		for _, n := range names {
+			if c.Name == n {
+				c.Check = onCopies(c.Check)
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

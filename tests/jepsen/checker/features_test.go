@@ -207,3 +207,19 @@ func TestCatalogLinearizable(t *testing.T) {
 	expectViolations(t, "catalog (stale read)", CatalogLinearizable, good, stale)
 	expectViolations(t, "catalog (created twice)", CatalogLinearizable, good, doubled)
 }
+
+func TestConverged(t *testing.T) {
+	good := []DigestSample{{Node: "n1", Group: 1, Applied: 7, Sum: []byte{1}}, {Node: "n2", Group: 1, Applied: 7, Sum: []byte{1}}}
+	if v := Converged(good); len(v) > 0 {
+		t.Errorf("equal digests fail: %v", v)
+	}
+	for name, bad := range map[string][]DigestSample{
+		"diverged": {{Node: "n1", Group: 1, Applied: 7, Sum: []byte{1}}, {Node: "n2", Group: 1, Applied: 7, Sum: []byte{2}}},
+		"behind":   {{Node: "n1", Group: 1, Applied: 7, Sum: []byte{1}}, {Node: "n2", Group: 1, Applied: 6, Sum: []byte{1}}},
+		"silent":   {{Node: "n1", Group: 1, Applied: 7, Sum: []byte{1}}, {Node: "n2", Group: 1, Err: "unavailable"}},
+	} {
+		if v := Converged(bad); len(v) == 0 {
+			t.Errorf("%s: passed", name)
+		}
+	}
+}

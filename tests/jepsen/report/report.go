@@ -35,6 +35,12 @@ type Run struct {
 	Counts          map[string]int    `json:"faults_by_kind"`
 	Stalls          []Stall           `json:"stalls"`
 	Extra           map[string]string `json:"extra,omitempty"`
+	// CatchUps: after each healed partition, how long until every
+	// replica had applied what the leader had committed at the heal.
+	CatchUps []CatchUp `json:"catch_ups,omitempty"`
+	// Digests: the last round of replica digests after the drain
+	// (checker.Converged's input).
+	Digests []checker.DigestSample `json:"digests,omitempty"`
 }
 
 // Valid says whether every checker passed and the harness saw no problem.
@@ -118,6 +124,12 @@ func Summary(r *Run) string {
 	}
 	b.WriteString("\n")
 	b.WriteString(StallSummary(r.Stalls))
+	b.WriteString(Figures(r.Stalls, r.CatchUps))
+	violations := 0
+	for _, res := range r.Results {
+		violations += len(res.Violations)
+	}
+	fmt.Fprintf(&b, "violations: %d\n", violations)
 	for _, k := range sortedKeys(r.Extra) {
 		fmt.Fprintf(&b, "%s: %s\n", k, r.Extra[k])
 	}
