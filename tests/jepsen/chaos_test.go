@@ -243,6 +243,13 @@ func TestChaos(t *testing.T) {
 		Summary: checker.Summarize(ops), Results: results,
 		Faults: nem.Faults(), History: ops, HistoryStreamed: true, Problems: problems,
 		Extra: map[string]string{"harness peak RSS": peakRSS()}, CatchUps: catchUps, Digests: sums}
+	for _, r := range results {
+		if r.Name == "catalog/linearizable" && !r.Valid {
+			if err := checker.VisualizeCatalog(history.Select(ops, workload.MetadataEntity), filepath.Join(dir, "catalog.html")); err != nil {
+				t.Logf("catalog.html: %v", err)
+			}
+		}
+	}
 	if err := report.Write(dir, run); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}

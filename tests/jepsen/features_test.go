@@ -19,7 +19,7 @@ const (
 	topicName    = "jepsen-topic"
 
 	// dedupWindow is short so that resends past it happen within a run.
-	dedupWindow = 15 * time.Second
+	dedupWindow = 20 * time.Second
 	// renewLock is the lock-renewal queue's lock: receivers hold for up
 	// to three of it, renewing.
 	renewLock = 5 * time.Second
@@ -37,7 +37,7 @@ func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64) []wor
 		workload.StartScheduled(ctx, workload.ScheduledConfig{Common: common, Queue: schedQueue,
 			Senders: 1, Receivers: 2, SendRate: 10, MaxDelay: 5 * time.Second, Seed: seed}),
 		workload.StartRenew(ctx, workload.RenewConfig{Common: common, Queue: renewQueue, Lock: renewLock,
-			Senders: 1, Receivers: 4, SendRate: 3, Seed: seed}),
+			Senders: 1, Receivers: 4, SendRate: 1, Seed: seed}),
 		workload.StartSessions(ctx, workload.SessionConfig{Common: common, Queue: sessionQueue, Sessions: 6,
 			Senders: 2, Receivers: 3, SendRate: 20, Seed: seed}),
 		workload.StartTopic(ctx, workload.TopicConfig{Common: common, Topic: topicName,

@@ -137,3 +137,11 @@ func CatalogLinearizable(ops []history.Op) []Violation {
 	}
 	return []Violation{v}
 }
+
+// VisualizeCatalog writes porcupine's HTML view of the metadata history
+// to path: each operation on a timeline and how far a linearization got.
+// The test writes it into the report when P15 fails.
+func VisualizeCatalog(ops []history.Op, path string) error {
+	_, info := porcupine.CheckOperationsVerbose(catalogModel, CatalogOperations(ops), CatalogTimeout)
+	return porcupine.VisualizePath(catalogModel, info, path)
+}

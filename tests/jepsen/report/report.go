@@ -118,6 +118,7 @@ func Summary(r *Run) string {
 	fmt.Fprintf(&b, "operations: %d (sends %d ok, %d fail, %d info; %d deliveries of %d ids, %d redeliveries, %d info sends recovered; completes %d ok, %d fail, %d info; %d empty receives)\n",
 		s.Ops, s.SendsOK, s.SendsFail, s.SendsInfo, s.Deliveries, s.Received, s.Redeliveries, s.Recovered,
 		s.CompletesOK, s.CompletesFail, s.CompletesInfo, s.EmptyReceives)
+	b.WriteString(EntityCounts(r.History))
 	fmt.Fprintf(&b, "faults: %d", len(r.Faults))
 	for _, k := range sortedKeys(r.Counts) {
 		fmt.Fprintf(&b, ", %s %d", k, r.Counts[k])

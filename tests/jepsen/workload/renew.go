@@ -23,7 +23,7 @@ type RenewConfig struct {
 }
 
 // StartRenew: each receiver takes one message at a time (credit 1),
-// holds it for up to three lock durations renewing every third of one,
+// holds it for up to two lock durations, renewing every third of one,
 // and then completes it. Now and then it holds without renewing past
 // the lock, so that the complete must fail. A renew the broker answers
 // with lock-lost (410) is recorded as fail; the workload still completes
@@ -57,7 +57,7 @@ func StartRenew(ctx context.Context, cfg RenewConfig) Runner {
 					return
 				}
 			}
-			tok, ok := r.m.Annotations["x-opt-lock-token"].(amqp.UUID)
+			tok, ok := lockTokenUUID(r.m.DeliveryTag)
 			if !ok {
 				return
 			}
@@ -67,7 +67,7 @@ func StartRenew(ctx context.Context, cfg RenewConfig) Runner {
 				pause(ctx, cfg.Lock+cfg.Lock/2)
 				return
 			}
-			end := time.Now().Add(time.Duration(rng.Int64N(int64(3 * cfg.Lock))))
+			end := time.Now().Add(time.Duration(rng.Int64N(int64(2 * cfg.Lock))))
 			for time.Now().Before(end) {
 				if !pause(ctx, every) {
 					return
@@ -99,4 +99,21 @@ func StartRenew(ctx context.Context, cfg RenewConfig) Runner {
 		})
 	}
 	return s
+}
+
+// lockTokenUUID reads a delivery tag as the SDKs do (azservicebus
+// lockTokenFromMessageTag): the broker writes the lock token in .NET's
+// GUID byte order, and $management requests carry it as an RFC 4122
+// uuid, so the first three fields are swapped back.
+func lockTokenUUID(tag []byte) (amqp.UUID, bool) {
+	var t amqp.UUID
+	if len(tag) != len(t) {
+		return t, false
+	}
+	copy(t[:], tag)
+	t[0], t[3] = t[3], t[0]
+	t[1], t[2] = t[2], t[1]
+	t[4], t[5] = t[5], t[4]
+	t[6], t[7] = t[7], t[6]
+	return t, true
 }
