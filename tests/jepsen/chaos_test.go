@@ -162,7 +162,8 @@ func TestChaos(t *testing.T) {
 	})
 	runners := append([]workload.Runner{q}, startFeatures(c, rec, seed)...)
 	meta := workload.StartMetadata(context.Background(), workload.MetadataConfig{Placement: pl, Rec: rec, Clients: 3,
-		Names: workload.MetadataNames(3), Interval: 300 * time.Millisecond, OpTimeout: 10 * time.Second, Seed: seed})
+		Names: workload.MetadataNames(3), Interval: 300 * time.Millisecond, OpTimeout: 10 * time.Second, Seed: seed,
+		Generation: 2 * time.Minute})
 	watch := startWatch(c, group, rec.Since, 250*time.Millisecond)
 	nem := nemesis.New(nemesis.Config{Cluster: c, Group: group, Seed: seed, Kinds: kinds,
 		HoldMin: prof.holdMin, HoldMax: prof.holdMax, QuietMin: prof.quietMin, QuietMax: prof.quietMax,
@@ -240,9 +241,10 @@ func TestChaos(t *testing.T) {
 	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(), ops)...)
 	results = append(results, checker.Run([]checker.Checker{{Name: "converged", Property: "P16: after healing, every replica of every group has one digest at one applied index", Check: func([]history.Op) []checker.Violation { return checker.Converged(sums) }}}, nil)...)
 	run := &report.Run{Seed: seed, Profile: name, Network: netw.Mode(), Duration: time.Since(start),
-		Summary: checker.Summarize(ops), Results: results,
+		Summary: checker.Summarize(history.Select(ops, "")), Results: results,
 		Faults: nem.Faults(), History: ops, HistoryStreamed: true, Problems: problems,
-		Extra: map[string]string{"harness peak RSS": peakRSS()}, CatchUps: catchUps, Digests: sums}
+		Extra:    map[string]string{"harness peak RSS": peakRSS(), "operations of all workloads": strconv.Itoa(len(history.Pairs(ops)))},
+		CatchUps: catchUps, Digests: sums}
 	for _, r := range results {
 		if r.Name == "catalog/linearizable" && !r.Valid {
 			if err := checker.VisualizeCatalog(history.Select(ops, workload.MetadataEntity), filepath.Join(dir, "catalog.html")); err != nil {

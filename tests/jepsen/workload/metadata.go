@@ -25,6 +25,12 @@ type MetadataConfig struct {
 	Interval  time.Duration // between one client's operations
 	OpTimeout time.Duration
 	Seed      uint64
+	// Generation, when set, moves the clients to fresh names (suffixed
+	// -g1, -g2, ...) each time it passes. Porcupine checks each name on
+	// its own, and a create or delete of unknown outcome stays open to
+	// the end of its name's history, so short histories per name keep
+	// the search small over an hours-long soak.
+	Generation time.Duration
 }
 
 // MetadataEntity is the history's Entity of every metadata operation.
@@ -34,6 +40,7 @@ const MetadataEntity = "$catalog"
 type Metadata struct {
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+	start  time.Time
 }
 
 // StartMetadata starts the clients. An ok records what the catalog
@@ -43,7 +50,7 @@ type Metadata struct {
 // fails had no effect and is fail.
 func StartMetadata(ctx context.Context, cfg MetadataConfig) *Metadata {
 	ctx, cancel := context.WithCancel(ctx)
-	md := &Metadata{cancel: cancel}
+	md := &Metadata{cancel: cancel, start: time.Now()}
 	for i := range cfg.Clients {
 		p := 700 + i
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(p)))
@@ -73,6 +80,9 @@ func (md *Metadata) client(ctx context.Context, cfg MetadataConfig, p, node int,
 			}
 		}
 		name := cfg.Names[rng.IntN(len(cfg.Names))]
+		if cfg.Generation > 0 {
+			name = fmt.Sprintf("%s-g%d", name, time.Since(md.start)/cfg.Generation)
+		}
 		f := []string{history.Create, history.Delete, history.Get, history.Get}[rng.IntN(4)]
 		inv := history.Op{Process: p, Type: history.Invoke, F: f, Entity: MetadataEntity, Attrs: map[string]string{"entity": name}}
 		cfg.Rec.Add(inv)
