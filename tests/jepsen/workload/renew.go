@@ -48,6 +48,11 @@ func StartRenew(ctx context.Context, cfg RenewConfig) Runner {
 		var m *mgmt
 		var mlink *link
 		hold := func(ctx context.Context, r received) {
+			if s.stopped() {
+				// The drain: take the backlog at once, not a hold per
+				// message (four receivers would need minutes).
+				return
+			}
 			if mlink != r.l { // a new connection: the old links are gone
 				m, mlink = nil, r.l
 			}
