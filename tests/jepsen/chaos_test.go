@@ -45,7 +45,7 @@ var profiles = map[string]profile{
 	// sends at 60/s so that the history (all workloads together record
 	// about 15,000 entries a minute at that rate) stays under the
 	// recorder's bound for about five hours.
-	"soak": {faults: 1 << 30, duration: 2 * time.Hour, holdMin: 3 * time.Second, holdMax: 10 * time.Second,
+	"soak": {duration: 2 * time.Hour, holdMin: 3 * time.Second, holdMax: 10 * time.Second,
 		quietMin: 3 * time.Second, quietMax: 10 * time.Second, rate: 60},
 	// short: a minute, for working on the harness.
 	"short": {faults: 6, holdMin: 2 * time.Second, holdMax: 5 * time.Second,
@@ -78,7 +78,12 @@ func TestChaos(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CHAOS_DURATION=%s: %v", v, err)
 		}
-		prof.duration, prof.faults = d, 1<<30
+		prof.duration = d
+	}
+	if prof.duration > 0 {
+		// Enough faults to fill the duration, which ends the run first;
+		// the plan is drawn up front, so no more than that.
+		prof.faults = int(prof.duration/(prof.quietMin+prof.holdMin)) + 1
 	}
 	if v := os.Getenv("CHAOS_RATE"); v != "" {
 		prof.rate = float64(mustAtoi(t, "CHAOS_RATE", v))
