@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale soak-entities image deploy-test
+.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos soak scale soak-entities image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -73,6 +73,13 @@ CHAOS_PROFILE ?= ci
 chaos: ## Chaos test: a 3-node cluster of processes under kills, pauses, partitions; history checked (< 10 min)
 	cd tests/jepsen && $(GO) vet ./... && $(GO) test -short -count=1 ./...
 	cd tests/jepsen && CHAOS_PROFILE=$(CHAOS_PROFILE) $(GO) test -run '^TestChaos$$' -v -count=1 -timeout 15m .
+
+# The soak profile: the chaos run's faults and workloads for SOAK_DURATION
+# (hours for the figures of docs/reliability.md; 10m to see it work).
+SOAK_DURATION ?= 2h
+soak: ## Soak: the chaos run for SOAK_DURATION (default 2h): faults per kind, operations, violations, stall and catch-up p50/p99
+	cd tests/jepsen && $(GO) vet ./... && $(GO) test -short -count=1 ./...
+	cd tests/jepsen && CHAOS_PROFILE=soak CHAOS_DURATION=$(SOAK_DURATION) $(GO) test -run '^TestChaos$$' -v -count=1 -timeout 0 .
 
 scale: ## Scale test: 3 node processes grown to 7 and drained back to 3 under load on two 16-partition queues; move times and the longest send stall (minutes)
 	QUORUMBUS_SCALE=1 $(GO) test -run '^TestScaleSevenAndBack$$' -v -count=1 -timeout 20m ./cmd/quorumbus/
