@@ -1,6 +1,10 @@
 package node
 
-import "github.com/hashicorp/raft"
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+)
 
 // Hooks for the package's external tests.
 
@@ -76,3 +80,7 @@ func LogBytes(n *Node, id uint64) (largest, total int, err error) {
 
 // MaxEntryBytes is the bound on an entry (propose.go).
 const MaxEntryBytes = maxEntryBytes
+
+// SkewClock makes a node built from cfg read its wall clock offset by d
+// (as node.ChaosSkewClock does in the chaos suite's build).
+func SkewClock(cfg *Config, d time.Duration) { cfg.clockOffset = d }
