@@ -32,6 +32,11 @@ const (
 // the suite tells it from a crash of the product.
 const crashExit = 86
 
+// crashHold is how long the logs go unsynced before a simulated machine
+// crash (node.ChaosCrashMachine): long enough for a leader to write
+// ahead a few batches, which the crash then loses.
+const crashHold = 500 * time.Millisecond
+
 func armChaos(cfg *node.Config, log *slog.Logger) (func(*node.Node), error) {
 	if v := os.Getenv(envClockOffset); v != "" {
 		d, err := time.ParseDuration(v)
@@ -52,7 +57,7 @@ func armChaos(cfg *node.Config, log *slog.Logger) (func(*node.Node), error) {
 		signal.Notify(sig, syscall.SIGUSR1)
 		go func() {
 			<-sig
-			err := node.ChaosCrashMachine(n)
+			err := node.ChaosCrashMachine(n, crashHold)
 			// Written straight to stderr: the process exits next, and
 			// the suite reads the count from the log.
 			fmt.Fprintf(os.Stderr, "chaos: machine crash: %d unsynced log writes lost (err %v)\n", node.ChaosLostWrites(), err)

@@ -46,7 +46,12 @@ func linkToxics(kind string, s Step, note string) ([]string, string) {
 		}
 		what = fmt.Sprintf("bandwidth %d KiB/s each way", rate)
 	}
-	return toxics, strings.TrimSpace(what + "; " + note)
+	return toxics, joinNote(what, note)
+}
+
+// joinNote joins the parts of a fault's note that are not empty.
+func joinNote(parts ...string) string {
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return strings.TrimSpace(p) == "" }), "; ")
 }
 
 // skewFor is a clock skew of 5 s to 100 s, ahead or behind by s.X: short
@@ -94,7 +99,7 @@ func (n *Nemesis) skew(ctx context.Context, s Step, node int, f *Fault) (func() 
 	} else if l == node {
 		note += "; leads the group"
 	}
-	f.Note = strings.TrimSpace(note + " " + f.Note)
+	f.Note = joinNote(note, f.Note)
 	return heal, nil
 }
 
@@ -120,7 +125,7 @@ func (n *Nemesis) drain(ctx context.Context, node int, f *Fault) (func() error, 
 			return heal, fmt.Errorf("adding a node to drain to: %w", err)
 		}
 		if i >= 0 {
-			f.Note = strings.TrimSpace(f.Note + "; added " + c.Nodes[i].Name)
+			f.Note = joinNote(f.Note, "added "+c.Nodes[i].Name)
 		}
 	}
 	if err := c.Drain(ctx, node, true); err != nil {
@@ -131,11 +136,11 @@ func (n *Nemesis) drain(ctx context.Context, node int, f *Fault) (func() error, 
 	for {
 		held, err := c.Holds(ctx, node)
 		if err == nil && held == 0 {
-			f.Note = strings.TrimSpace(fmt.Sprintf("%s; drained in %v", f.Note, time.Since(start).Round(100*time.Millisecond)))
+			f.Note = joinNote(f.Note, fmt.Sprintf("drained in %v", time.Since(start).Round(100*time.Millisecond)))
 			return heal, nil
 		}
 		if time.Since(start) > drainWait {
-			f.Note = strings.TrimSpace(fmt.Sprintf("%s; still holds %d replicas after %v (err %v)", f.Note, held, drainWait, err))
+			f.Note = joinNote(f.Note, fmt.Sprintf("still holds %d replicas after %v (err %v)", held, drainWait, err))
 			return heal, nil
 		}
 		if !sleep(ctx, 500*time.Millisecond) {

@@ -328,7 +328,7 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 			said = append(said, line)
 		}
 		f.Target = strings.Join(names, "+")
-		f.Note = strings.TrimSpace(f.Note + " " + strings.Join(said, "; "))
+		f.Note = joinNote(append([]string{f.Note}, said...)...)
 		heal = func() error {
 			var errs []error
 			for _, v := range victims {
@@ -373,7 +373,7 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 	i := len(n.faults)
 	n.faults = append(n.faults, f)
 	n.mu.Unlock()
-	n.cfg.Log("nemesis: %s %s for %v %s", kind, f.Target, hold.Round(time.Millisecond), note)
+	n.cfg.Log("nemesis: %s %s for %v %s", kind, f.Target, hold.Round(time.Millisecond), f.Note)
 	// The fault is healed even when ctx ends mid-hold: a run never
 	// leaves a node down or a link cut behind it.
 	sleep(ctx, hold)
