@@ -416,9 +416,13 @@ func (c *Cluster) Leader(ctx context.Context, group uint64) int {
 		cancel()
 		cc.Close()
 		// The leader answers (NotFound is an answer too); a follower
-		// refuses with FailedPrecondition.
-		switch status.Code(err) {
-		case codes.OK, codes.NotFound:
+		// refuses with FailedPrecondition. A node that holds no replica
+		// of the group (a spare, a drained node) says NotFound too, with
+		// the node's "group not found".
+		st := status.Convert(err)
+		switch {
+		case st.Code() == codes.NotFound && strings.Contains(st.Message(), "group not found"):
+		case st.Code() == codes.OK, st.Code() == codes.NotFound:
 			return i
 		}
 	}
@@ -460,6 +464,10 @@ func (c *Cluster) Replicas(ctx context.Context, group uint64) ([]int, error) {
 		t, err := c.routes(ctx, i)
 		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if len(t.Groups) == 0 {
+			errs = append(errs, fmt.Errorf("%s: a routing table without groups", c.Nodes[i].Name))
 			continue
 		}
 		var out []int
@@ -528,7 +536,10 @@ func (c *Cluster) Drain(ctx context.Context, i int, draining bool) error {
 	return errors.Join(errs...)
 }
 
-// Holds says how many replicas the routing table places on node i.
+// Holds says how many replicas the routing table places on node i,
+// counting a move away from it that has not finished. A table without
+// groups (a placement member that has not caught up since its restart)
+// is an error, not an answer.
 func (c *Cluster) Holds(ctx context.Context, i int) (int, error) {
 	var errs []error
 	for _, j := range c.Joined() {
@@ -536,12 +547,19 @@ func (c *Cluster) Holds(ctx context.Context, i int) (int, error) {
 			continue
 		}
 		t, err := c.routes(ctx, j)
+		if err == nil && len(t.Groups) == 0 {
+			err = fmt.Errorf("%s: a routing table without groups", c.Nodes[j].Name)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		n := 0
 		for _, g := range t.Groups {
+			if g.MovingFrom == c.Nodes[i].Name {
+				n++
+				continue
+			}
 			for _, r := range g.Replicas {
 				if r.NodeId == c.Nodes[i].Name {
 					n++

@@ -116,7 +116,7 @@ func (n *Nemesis) drain(ctx context.Context, node int, f *Fault) (func() error, 
 		return heal, err
 	}
 	if len(rs) > 0 && !slices.Contains(rs, node) {
-		node = rs[0] // a node without a replica has nothing to drain
+		node = rs[n.shift%len(rs)] // a node without a replica has nothing to drain
 		f.Target = c.Nodes[node].Name
 	}
 	if len(c.Joined()) <= len(rs) {

@@ -78,7 +78,7 @@ const (
 
 // drainWait bounds how long a drain-node fault waits for the node to hold
 // no replica: moves take longer than a fault's hold.
-const drainWait = 60 * time.Second
+const drainWait = 45 * time.Second
 
 // Needs says what a kind needs of the cluster: "netns" (network
 // namespaces), "iptables", "proxies" (Options.Proxies), "machines"
@@ -116,6 +116,8 @@ type Config struct {
 // Nemesis runs a schedule and keeps its log.
 type Nemesis struct {
 	cfg Config
+
+	shift int // the step being injected's Shift (Run injects one at a time)
 
 	mu     sync.Mutex
 	faults []Fault
@@ -158,6 +160,9 @@ type Step struct {
 	// X in [0, 1) sizes a fault of the kinds that take a size: a skew, a
 	// latency, a bandwidth.
 	X float64
+	// Shift spreads Pick and Other over more nodes once spares joined:
+	// the node taken is (Pick+Shift) mod the nodes running (joined).
+	Shift int
 }
 
 // Plan draws count steps from the seed alone, so a seed replays the same
@@ -178,6 +183,7 @@ func Plan(cfg Config, count int) []Step {
 			Hold: between(cfg.HoldMin, cfg.HoldMax), Pick: rng.IntN(cluster.Nodes)}
 		s.Other = (s.Pick + 1 + rng.IntN(cluster.Nodes-1)) % cluster.Nodes
 		s.X = rng.Float64()
+		s.Shift = rng.IntN(60) // 60: every count of nodes up to 6 divides it, so none is favoured
 		out = append(out, s)
 	}
 	return out
@@ -222,12 +228,13 @@ func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, strin
 	return pick, leader
 }
 
-// joined maps a planned node (0..cluster.Nodes-1) onto the nodes running
-// now: with spares added, the plan's picks spread over them too. Distinct
-// planned nodes stay distinct.
+// joined maps a planned node (Pick or Other, 0..cluster.Nodes-1) onto
+// the nodes running now, shifted by the step's Shift: with spares added,
+// the plan's picks spread over them too. Distinct planned nodes stay
+// distinct.
 func (n *Nemesis) joined(planned int) int {
 	j := n.cfg.Cluster.Joined()
-	return j[planned%len(j)]
+	return j[(planned+n.shift)%len(j)]
 }
 
 // replicaOther is a replica of the group other than node, preferring the
@@ -252,6 +259,7 @@ func (n *Nemesis) replicaOther(ctx context.Context, node, planned int) int {
 func (n *Nemesis) inject(ctx context.Context, s Step) {
 	c := n.cfg.Cluster
 	kind, hold := s.Kind, s.Hold
+	n.shift = s.Shift
 	node, note := n.target(ctx, kind, n.joined(s.Pick))
 	f := Fault{Kind: kind, Target: c.Nodes[node].Name, Note: note}
 	var heal func() error
