@@ -65,11 +65,17 @@ func skewFor(s Step) time.Duration {
 	return mag.Round(time.Second)
 }
 
-// skew restarts node with a skewed clock and hands it the group's
-// leadership; the heal restarts it on the true clock.
+// skew restarts node (or, when it holds no replica of the group, a node
+// that does) with a skewed clock and hands it the group's leadership; the
+// heal restarts it on the true clock.
 func (n *Nemesis) skew(ctx context.Context, s Step, node int, f *Fault) (func() error, error) {
 	c := n.cfg.Cluster
 	d := skewFor(s)
+	// The skew matters where the group's leader may be: on a replica.
+	if rs, err := c.Replicas(ctx, n.cfg.Group); err == nil && len(rs) > 0 && !slices.Contains(rs, node) {
+		node = rs[n.shift%len(rs)]
+		f.Target = c.Nodes[node].Name
+	}
 	p := c.Nodes[node]
 	c.SetClockOffset(node, d)
 	p.Kill()
