@@ -50,6 +50,8 @@ const (
 	// the reverse (in: a deaf leader whose heartbeats still go out).
 	OneWayLeaderOut = "one-way-leader-out"
 	OneWayLeaderIn  = "one-way-leader-in"
+	// OneWayPair drops one random node's packets to one other node only.
+	OneWayPair = "one-way-pair"
 
 	// Link faults through the nodes' link proxies (toxiproxy): every link
 	// into and out of one node. Delay adds latency with jitter; LossLike
@@ -87,7 +89,7 @@ func Needs(kind string) []string {
 	switch kind {
 	case IsolateLeader, IsolateNode, PartitionBridge:
 		return []string{"netns"}
-	case OneWayLeaderOut, OneWayLeaderIn:
+	case OneWayLeaderOut, OneWayLeaderIn, OneWayPair:
 		return []string{"netns", "iptables"}
 	case Delay, LossLike, SlowLink:
 		return []string{"proxies"}
@@ -312,6 +314,10 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 		}
 		f.Target = c.Nodes[node].Name + map[string]string{OneWayLeaderOut: "->others", OneWayLeaderIn: "<-others"}[kind]
 		heal = c.Net.Heal
+	case OneWayPair:
+		to := n.joined(s.Other)
+		f.Target = c.Nodes[node].Name + "->" + c.Nodes[to].Name
+		err, heal = c.Net.CutOneWay(c.Member(node), c.Member(to)), c.Net.Heal
 	case Delay, LossLike, SlowLink:
 		var toxics []string
 		toxics, f.Note = linkToxics(kind, s, f.Note)
