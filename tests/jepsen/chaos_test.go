@@ -76,7 +76,7 @@ func TestChaos(t *testing.T) {
 
 	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader,
 		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair,
-		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.ClockSkew,
+		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.DeafLeader, nemesis.ClockSkew,
 		nemesis.CrashLeaderMachine, nemesis.CrashMajorityMachines, nemesis.AddNode, nemesis.DrainNode}
 	explicit := os.Getenv("CHAOS_KINDS") != ""
 	if explicit {

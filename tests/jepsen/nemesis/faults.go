@@ -37,6 +37,13 @@ func linkToxics(kind string, s Step, note string) ([]string, string) {
 			fmt.Sprintf(`{"name":"loss-reset","type":"reset_peer","stream":"downstream","toxicity":0.2,"attributes":{"timeout":%d}}`, reset),
 			`{"name":"loss-slicer","type":"slicer","stream":"downstream","attributes":{"average_size":64,"size_variation":48,"delay":500}}`)
 		what = fmt.Sprintf("33%% of links blackholed then closed after 2 s, 20%% reset after %d ms, the rest sliced", reset)
+	case DeafLeader:
+		// Upstream is towards the node on the connections others opened
+		// to it; what it sends on its own connections is not proxied
+		// here. A timeout of 0 never closes them: the heal removes the
+		// toxic, and toxiproxy then closes what it held.
+		toxics = append(toxics, `{"name":"deaf","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`)
+		what = "nothing reaches it on connections others opened"
 	case SlowLink:
 		// 16-256 KiB/s each way: the leader's replication and answers
 		// queue behind each other.

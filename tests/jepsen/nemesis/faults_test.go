@@ -16,7 +16,7 @@ import (
 // time, minutes into a chaos run), at both ends of its size.
 func TestLinkToxicsParse(t *testing.T) {
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	for _, kind := range []string{Delay, LossLike, SlowLink} {
+	for _, kind := range []string{Delay, LossLike, SlowLink, DeafLeader} {
 		for _, x := range []float64{0, 0.999} {
 			p := toxiproxy.NewProxy(srv, "test", "127.0.0.1:0", "127.0.0.1:1")
 			toxics, note := linkToxics(kind, Step{X: x}, "leader n1")
@@ -51,7 +51,7 @@ func TestSkewBounds(t *testing.T) {
 // cluster say so, so that a run leaves out what the machine cannot do.
 func TestEveryKindSaysWhatItNeeds(t *testing.T) {
 	for kind, want := range map[string]string{
-		IsolateLeader: "netns", OneWayLeaderIn: "iptables", OneWayPair: "iptables", Delay: "proxies", LossLike: "proxies", SlowLink: "proxies",
+		IsolateLeader: "netns", OneWayLeaderIn: "iptables", OneWayPair: "iptables", Delay: "proxies", LossLike: "proxies", SlowLink: "proxies", DeafLeader: "proxies",
 		CrashLeaderMachine: "machines", CrashMajorityMachines: "machines", AddNode: "spares", DrainNode: "spares",
 	} {
 		if !strings.Contains(strings.Join(Needs(kind), ","), want) {

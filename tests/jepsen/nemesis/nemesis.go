@@ -62,6 +62,12 @@ const (
 	Delay    = "delay"
 	LossLike = "loss-like"
 	SlowLink = "slow-link"
+	// DeafLeader: every connection others opened to the leader carries
+	// nothing towards it, while its own calls out (raft replication to
+	// its followers, answered on those connections) still work: the
+	// front-end and the followers' elections cannot reach a leader that
+	// still leads. A one-way cut per message, not per packet.
+	DeafLeader = "deaf-leader"
 
 	// ClockSkew restarts a random node with its wall clock offset by
 	// seconds to minutes either way and makes it the group's leader, so
@@ -91,7 +97,7 @@ func Needs(kind string) []string {
 		return []string{"netns"}
 	case OneWayLeaderOut, OneWayLeaderIn, OneWayPair:
 		return []string{"netns", "iptables"}
-	case Delay, LossLike, SlowLink:
+	case Delay, LossLike, SlowLink, DeafLeader:
 		return []string{"proxies"}
 	case CrashLeaderMachine, CrashMajorityMachines:
 		return []string{"machines"}
@@ -217,7 +223,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
 	switch kind {
 	case KillLeader, PauseLeader, IsolateLeader, KillMajority, TransferLeader,
-		OneWayLeaderOut, OneWayLeaderIn, SlowLink, CrashLeaderMachine, CrashMajorityMachines:
+		OneWayLeaderOut, OneWayLeaderIn, SlowLink, DeafLeader, CrashLeaderMachine, CrashMajorityMachines:
 		if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
 			return l, ""
 		}
@@ -318,7 +324,7 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 		to := n.joined(s.Other)
 		f.Target = c.Nodes[node].Name + "->" + c.Nodes[to].Name
 		err, heal = c.Net.CutOneWay(c.Member(node), c.Member(to)), c.Net.Heal
-	case Delay, LossLike, SlowLink:
+	case Delay, LossLike, SlowLink, DeafLeader:
 		var toxics []string
 		toxics, f.Note = linkToxics(kind, s, f.Note)
 		for _, t := range toxics {
