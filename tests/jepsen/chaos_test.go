@@ -34,7 +34,7 @@ var profiles = map[string]profile{
 	// ci: what `make chaos` runs; about seven minutes of faults (a drain
 	// or a clock skew's restarts take longer than a hold), under ten
 	// minutes in all on two cores.
-	"ci": {faults: 36, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
+	"ci": {faults: 32, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
 		quietMin: 2 * time.Second, quietMax: 5 * time.Second, rate: 150},
 	// short: a minute, for working on the harness.
 	"short": {faults: 6, holdMin: 2 * time.Second, holdMax: 5 * time.Second,
