@@ -35,10 +35,10 @@ type profile struct {
 }
 
 var profiles = map[string]profile{
-	// ci: what `make chaos` runs; about seven minutes of faults (each
-	// takes 12 s with its gap and the leader lookups), under ten
+	// ci: what `make chaos` runs; about seven minutes of faults (a drain
+	// or a clock skew's restarts take longer than a hold), under ten
 	// minutes in all on two cores.
-	"ci": {faults: 34, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
+	"ci": {faults: 32, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
 		quietMin: 2 * time.Second, quietMax: 5 * time.Second, rate: 150},
 	// soak: hours of faults for the availability figures
 	// (docs/reliability.md); CHAOS_DURATION sets how long. The queue
@@ -97,15 +97,59 @@ func TestChaos(t *testing.T) {
 	dir, _ = filepath.Abs(dir)
 	t.Logf("report: %s", dir)
 
-	netw := network(t)
-	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader}
-	if netw.Mode() == "netns" {
-		kinds = append(kinds, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader,
+		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair,
+		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.DeafLeader, nemesis.ClockSkew,
+		nemesis.CrashLeaderMachine, nemesis.CrashMajorityMachines, nemesis.AddNode, nemesis.DrainNode}
+	explicit := os.Getenv("CHAOS_KINDS") != ""
+	if explicit {
+		kinds = strings.Split(os.Getenv("CHAOS_KINDS"), ",")
 	}
-	if v := os.Getenv("CHAOS_KINDS"); v != "" {
-		kinds = strings.Split(v, ",")
+	var opts cluster.Options
+	for _, k := range kinds {
+		for _, need := range nemesis.Needs(k) {
+			switch need {
+			case "proxies":
+				opts.Proxies = true
+			case "machines":
+				opts.SimulateMachines = true
+			case "spares":
+				opts.Spares = 2
+			}
+		}
 	}
-
+	netw := network(t, cluster.Members(opts.Spares))
+	// Kinds this machine cannot inject: dropped from the default list
+	// (and said so), fatal when asked for by name.
+	var cannot []string
+	kinds = slices.DeleteFunc(kinds, func(k string) bool {
+		for _, need := range nemesis.Needs(k) {
+			var why error
+			switch {
+			case need == "netns" && netw.Mode() != "netns":
+				why = fmt.Errorf("network %s", netw.Mode())
+			case need == "iptables" && netw.Mode() == "netns":
+				why = cluster.IptablesAvailable()
+			case need == "iptables":
+				why = fmt.Errorf("network %s", netw.Mode())
+			}
+			if why != nil {
+				cannot = append(cannot, fmt.Sprintf("%s (%v)", k, why))
+				return true
+			}
+		}
+		return false
+	})
+	if len(cannot) > 0 {
+		if explicit {
+			t.Fatalf("CHAOS_KINDS: cannot inject %s", strings.Join(cannot, ", "))
+		}
+		t.Logf("fault kinds left out on this machine: %s", strings.Join(cannot, ", "))
+	}
+	if len(kinds) == 0 {
+		t.Fatal("no fault kind to draw from")
+	}
+	t.Logf("fault kinds: %s", strings.Join(kinds, ","))
 	bin, err := cluster.Build(filepath.Join("..", ".."), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +157,7 @@ func TestChaos(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := cluster.New(netw, bin, dir)
+	c, err := cluster.New(netw, bin, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,13 +245,8 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
-	for i := range cluster.Nodes {
-		if err := c.WaitReady(rctx, i, c.HTTP[i]); err != nil {
-			problems = append(problems, fmt.Sprintf("n%d not ready 60 s after healing: %v", i+1, err))
-		}
-	}
-	if err := c.WaitReady(rctx, cluster.FE, c.FEHTTP); err != nil {
-		problems = append(problems, fmt.Sprintf("front-end not ready 60 s after healing: %v", err))
+	if err := c.WaitAllReady(rctx); err != nil {
+		problems = append(problems, fmt.Sprintf("not ready 60 s after healing: %v", err))
 	}
 	rcancel()
 	time.Sleep(3 * time.Second) // sends resume against the healed cluster before they stop
@@ -276,7 +315,7 @@ func TestChaos(t *testing.T) {
 
 // network is netns when the machine allows it, loopback otherwise (or
 // with CHAOS_NETWORK=loopback), saying why.
-func network(t *testing.T) cluster.Network {
+func network(t *testing.T, members int) cluster.Network {
 	if os.Getenv("CHAOS_NETWORK") == "loopback" {
 		t.Log("network: loopback (CHAOS_NETWORK=loopback): no partitions")
 		return cluster.Loopback{}
@@ -288,7 +327,7 @@ func network(t *testing.T) cluster.Network {
 	if err := cluster.ReapStale(); err != nil {
 		t.Logf("deleting namespaces of earlier runs: %v", err)
 	}
-	n, err := cluster.NewNetns(cluster.Nodes + 1)
+	n, err := cluster.NewNetns(members)
 	if err != nil {
 		t.Fatalf("network namespaces: %v", err)
 	}
