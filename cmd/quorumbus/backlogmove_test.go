@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -15,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	goamqp "github.com/Azure/go-amqp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -49,7 +53,7 @@ func TestMoveBacklogReplica(t *testing.T) {
 	nodeArgs := func(i int) []string {
 		args := []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs[:3], ","),
-			"-http-addr", httpAddrs[i], "-groups", "1", "-log-level", "error"}
+			"-http-addr", httpAddrs[i], "-groups", "1", "-log-level", cmp.Or(os.Getenv("QUORUMBUS_TEST_NODE_LOG"), "error")}
 		if i < 3 {
 			args = append(args, "-bootstrap", strings.Join(boot, ","))
 		}
@@ -124,12 +128,19 @@ func TestMoveBacklogReplica(t *testing.T) {
 		failure atomic.Value
 		stop    = make(chan struct{})
 	)
-	sess, err := conn.NewSession(ctx, nil)
+	// The live client is the Go SDK, which retries what the broker says
+	// may be retried (a timeout while a partition elects a leader): the
+	// latency it reports is what an application sees.
+	client, err := azservicebus.NewClientFromConnectionString(cluster.ConnectionString(amqpAddr), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	liveSnd := senderUntil(t, ctx, sess, "live")
-	liveRcv, err := sess.NewReceiver(ctx, "live", &goamqp.ReceiverOptions{Credit: 10, SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()})
+	defer client.Close(context.Background())
+	liveSnd, err := client.NewSender("live", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveRcv, err := client.NewReceiverForQueue("live", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,14 +154,14 @@ func TestMoveBacklogReplica(t *testing.T) {
 			case <-time.After(10 * time.Millisecond):
 			}
 			start := time.Now()
-			if err := liveSnd.Send(ctx, goamqp.NewMessage([]byte(strconv.Itoa(i))), nil); err != nil {
+			if err := liveSnd.SendMessage(ctx, &azservicebus.Message{Body: []byte(strconv.Itoa(i))}, nil); err != nil {
 				failure.CompareAndSwap(nil, fmt.Errorf("live send: %w", err))
 				return
 			}
 			d := time.Since(start)
-			m, err := liveRcv.Receive(ctx, nil)
-			if err == nil {
-				err = liveRcv.AcceptMessage(ctx, m)
+			msgs, err := liveRcv.ReceiveMessages(ctx, 1, nil)
+			if err == nil && len(msgs) == 1 {
+				err = liveRcv.CompleteMessage(ctx, msgs[0], nil)
 			}
 			if err != nil {
 				failure.CompareAndSwap(nil, fmt.Errorf("live receive: %w", err))
@@ -161,14 +172,39 @@ func TestMoveBacklogReplica(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
+	// The "before" window starts once the live client runs steadily: the
+	// store may still be flushing the backlog it just took.
+	for settle := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		n := len(samples)
+		mu.Unlock()
+		if n >= 20 {
+			t.Logf("live client steady after %v", time.Since(settle).Round(100*time.Millisecond))
+			break
+		}
+		if err, _ := failure.Load().(error); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(settle) > 3*time.Minute {
+			t.Fatal("the live client did not complete 20 sends and receives in 3 minutes")
+		}
+	}
 	time.Sleep(15 * time.Second) // the "before" window
 
 	// n4 joins; n3 is drained, so its replica moves to n4 (one group of
 	// three replicas on four nodes is already balanced otherwise).
 	startProcess(t, bin, nodeArgs(3)...)
 	time.Sleep(3 * time.Second)
-	if _, err := placement.DrainNode(ctx, &placementpb.DrainNodeRequest{NodeId: "n3", Draining: true}); err != nil {
-		t.Fatal(err)
+	for drainAsked := time.Now(); ; {
+		_, err := placement.DrainNode(ctx, &placementpb.DrainNodeRequest{NodeId: "n3", Draining: true})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Since(drainAsked) > 2*time.Minute {
+			t.Fatal(err)
+		}
+		t.Logf("drain: %v; asking again", err)
+		time.Sleep(time.Second)
 	}
 	var moveStart, moveEnd time.Time
 	for {
