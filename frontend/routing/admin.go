@@ -31,3 +31,11 @@ func (r *Router) Redrive(ctx context.Context, e *placementpb.Entity, rd *partiti
 		return c.Redrive(ctx, &partitionpb.RedriveRequest{GroupId: group, Redrive: rq})
 	})
 }
+
+// Table is the routing table as placement last published it (nil before
+// the first): the gateway's console shows its nodes and groups.
+func (r *Router) Table() *placementpb.RoutingTable {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.table
+}
