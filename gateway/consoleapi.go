@@ -292,21 +292,30 @@ func (g *Gateway) consoleAct(ctx context.Context, api string, in consoleAction) 
 	if err != nil {
 		return nil, err
 	}
-	if api == "purge" {
-		n, err := Purge(ctx, g.cfg.Messages, e, PurgeOptions{DeadLetter: in.DeadLetter})
+	// The loop runs within the request: it stops a little before the
+	// request's time runs out and says how far it got (what it did stays
+	// done); the CLI has no such bound.
+	budget := g.cfg.RequestTimeout - g.cfg.RequestTimeout/10
+	lctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	partial := func(n int, err error, key string) (any, error) {
+		if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+			return map[string]any{key: n, "stopped": fmt.Sprintf("stopped after %v, the console's bound on one request: run it again for the rest, or use the CLI", budget)}, nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		return map[string]int{"purged": n}, nil
+		return map[string]any{key: n}, nil
+	}
+	if api == "purge" {
+		n, err := Purge(lctx, g.cfg.Messages, e, PurgeOptions{DeadLetter: in.DeadLetter})
+		return partial(n, err, "purged")
 	}
 	if in.Rate < 0 || in.Max < 0 {
 		return nil, fmt.Errorf("%w: rate and max are not negative", ErrBadProperty)
 	}
-	n, err := Redrive(ctx, g.cfg.Messages, e, RedriveOptions{Filter: in.Filter, Max: in.Max, Rate: in.Rate, Sequence: in.Sequence})
-	if err != nil {
-		return nil, err
-	}
-	return map[string]int{"moved": n}, nil
+	n, err := Redrive(lctx, g.cfg.Messages, e, RedriveOptions{Filter: in.Filter, Max: in.Max, Rate: in.Rate, Sequence: in.Sequence})
+	return partial(n, err, "moved")
 }
 
 // consoleCreate creates an entity with the catalog's defaults and what

@@ -199,7 +199,7 @@ async function act(what, extra, say) {
   error();
   try {
     const r = await call(what, Object.assign({ name: current }, extra));
-    $("#action-result").textContent = say(r);
+    $("#action-result").textContent = say(r) + (r.stopped ? " (" + r.stopped + ")" : "");
     await refreshEntity(false);
     await peek();
   } catch (e) { error(e); }
