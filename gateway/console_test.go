@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -108,7 +110,7 @@ func FuzzMessageView(f *testing.F) {
 	subject := "s"
 	m := &amqp.Message{
 		Properties:            &amqp.MessageProperties{MessageID: "id", Subject: &subject, CorrelationID: amqp.UUID{1}},
-		ApplicationProperties: map[string]any{"colour": "red", "n": int64(3), "t": time.UnixMilli(5), "b": []byte{1}},
+		ApplicationProperties: map[string]any{"colour": "red", "n": int64(3), "t": time.UnixMilli(5), "b": []byte{1}, "nan": math.NaN()},
 		Data:                  [][]byte{[]byte("hello")},
 	}
 	good, err := m.MarshalBinary()
@@ -120,6 +122,9 @@ func FuzzMessageView(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, bare []byte) {
 		out := messageOf(&partitionpb.StoredMessage{SequenceNumber: 1, Bare: bare})
+		if _, err := json.Marshal(out); err != nil {
+			t.Fatalf("the console could not send what it shows of a message: %v", err)
+		}
 		v, err := FilterViewOf(bare)
 		if err == nil && out.BodyEncoding == "value" && strings.HasPrefix(out.Body, "(the message does not decode") {
 			t.Fatalf("FilterViewOf decodes what messageOf could not: %v", v)

@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,8 +226,15 @@ func messageOf(m *partitionpb.StoredMessage) messageJSON {
 		out.Properties = make(map[string]any, len(am.ApplicationProperties))
 		for k, v := range am.ApplicationProperties {
 			switch v := v.(type) {
-			case string, bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64, nil:
+			case string, bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, nil:
 				out.Properties[k] = v
+			case float32, float64:
+				// JSON has no NaN or infinities: those are written as text.
+				if f := reflect.ValueOf(v).Float(); math.IsNaN(f) || math.IsInf(f, 0) {
+					out.Properties[k] = fmt.Sprint(v)
+				} else {
+					out.Properties[k] = v
+				}
 			case time.Time:
 				out.Properties[k] = v.UTC().Format(time.RFC3339Nano)
 			default:
