@@ -193,9 +193,21 @@ func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, er
 			return nil, fmt.Errorf("%w: n=%q: a count from 1 to 250", ErrBadProperty, v)
 		}
 	}
+	var from uint64
+	if v := qs.Get("from"); v != "" {
+		if from, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: from=%q: not a sequence number", ErrBadProperty, v)
+		}
+	}
 	out := []messageJSON{}
 	for p := range e.GetPartitionGroups() {
-		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, MaxCount: uint32(n)})
+		// A sequence number names its partition (the top 16 bits); from
+		// applies within it, and the others start at their beginning.
+		start := uint64(0)
+		if from != 0 && partitionpb.PartitionOfSequence(from) == uint32(p) {
+			start = from
+		}
+		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, FromSequenceNumber: start, MaxCount: uint32(n)})
 		if err != nil {
 			return nil, err
 		}
