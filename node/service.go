@@ -337,3 +337,27 @@ func (s *service) ReceiveDeferred(ctx context.Context, req *partitionpb.ReceiveD
 	}
 	return &partitionpb.ReceiveDeferredResponse{Result: res}, nil
 }
+
+// Purge proposes one bounded Purge (issue 23); the caller loops.
+func (s *service) Purge(ctx context.Context, req *partitionpb.PurgeRequest) (*partitionpb.PurgeResponse, error) {
+	if req.Purge == nil {
+		return nil, toStatus(fmt.Errorf("%w: Purge without purge", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Purge{Purge: req.Purge}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.PurgeResponse{Result: res}, nil
+}
+
+// Redrive proposes one bounded Redrive (issue 23); the caller loops.
+func (s *service) Redrive(ctx context.Context, req *partitionpb.RedriveRequest) (*partitionpb.RedriveResponse, error) {
+	if req.Redrive == nil {
+		return nil, toStatus(fmt.Errorf("%w: Redrive without redrive", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Redrive{Redrive: req.Redrive}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.RedriveResponse{Result: res}, nil
+}

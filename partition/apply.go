@@ -187,6 +187,10 @@ func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
 		return a.releaseSession(op.ReleaseSession)
 	case *partitionpb.Command_ExpireSessionLocks:
 		return a.expireSessionLocks()
+	case *partitionpb.Command_Purge:
+		return a.purge(op.Purge)
+	case *partitionpb.Command_Redrive:
+		return a.redrive(op.Redrive)
 	default:
 		// A newer leader's command: applying nothing would diverge from the
 		// replicas that know it, so the group stops.

@@ -117,7 +117,15 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 			case k < 97:
 				// A sequence number that often names a message.
 				seq := func() uint64 { return uint64(e.part)<<48 | (1 + rng.Uint64N(150)) }
-				switch rng.IntN(5) {
+				switch rng.IntN(7) {
+				case 5: // admin: purge a few, or re-drive (issue 23)
+					cmds = append(cmds, pt.Purge(e.id, e.part, sub, seq(), uint32(1+rng.IntN(4))))
+				case 6:
+					filter := ""
+					if rng.IntN(2) == 0 {
+						filter = "sys.DeliveryCount > 1"
+					}
+					cmds = append(cmds, pt.Redrive(e.id, e.part, filter, seq(), seq(), seq()))
 				case 0:
 					cmds = append(cmds, pt.ExpireLocks())
 				case 1:

@@ -73,7 +73,7 @@ func gatewayCmd(args []string) error {
 	}
 	defer closeCatalog()
 	gw, err := gateway.New(gateway.Config{
-		Catalog: catalog, Stats: router, Namespace: *namespace, Logger: log,
+		Catalog: catalog, Stats: router, Messages: router, Topology: router, Namespace: *namespace, Logger: log,
 		Validator: gateway.RulesValidator{Rules: router},
 	})
 	if err != nil {

@@ -22,9 +22,12 @@ import (
 // service, until the HTTP gateway exists.
 func queueCmd(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("usage: quorumbus queue create|list|get|delete [flags] [NAME]")
+		return errors.New("usage: quorumbus queue create|list|get|delete|purge|redrive [flags] [NAME]")
 	}
 	verb, args := args[0], args[1:]
+	if verb == "purge" || verb == "redrive" {
+		return messagesCmd("queue", verb, args)
+	}
 	// Accept the name before or after the flags.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

@@ -221,7 +221,10 @@ func (r *ruleFlags) rule(name string) (*placementpb.Rule, error) {
 
 // subscriptionCmd manages a topic's subscriptions.
 func subscriptionCmd(args []string) error {
-	const usage = "subscription create|get|delete [flags] TOPIC NAME, or subscription list TOPIC"
+	const usage = "subscription create|get|delete|purge|redrive [flags] TOPIC NAME, or subscription list TOPIC"
+	if len(args) > 0 && (args[0] == "purge" || args[0] == "redrive") {
+		return messagesCmd("subscription", args[0], args[1:])
+	}
 	c, args, err := newEntityCommand("subscription", args, usage)
 	if err != nil {
 		return err

@@ -91,3 +91,11 @@ func (c localClient) Digest(ctx context.Context, in *partitionpb.DigestRequest, 
 func (c localClient) ListSessions(ctx context.Context, in *partitionpb.ListSessionsRequest, _ ...grpc.CallOption) (*partitionpb.ListSessionsResponse, error) {
 	return c.s.ListSessions(ctx, in)
 }
+
+func (c localClient) Purge(ctx context.Context, in *partitionpb.PurgeRequest, _ ...grpc.CallOption) (*partitionpb.PurgeResponse, error) {
+	return c.s.Purge(ctx, in)
+}
+
+func (c localClient) Redrive(ctx context.Context, in *partitionpb.RedriveRequest, _ ...grpc.CallOption) (*partitionpb.RedriveResponse, error) {
+	return c.s.Redrive(ctx, in)
+}

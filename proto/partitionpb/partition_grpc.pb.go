@@ -39,6 +39,8 @@ const (
 	PartitionService_ReleaseSession_FullMethodName   = "/quorumbus.partition.v1.PartitionService/ReleaseSession"
 	PartitionService_ListSessions_FullMethodName     = "/quorumbus.partition.v1.PartitionService/ListSessions"
 	PartitionService_Digest_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Digest"
+	PartitionService_Purge_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Purge"
+	PartitionService_Redrive_FullMethodName          = "/quorumbus.partition.v1.PartitionService/Redrive"
 )
 
 // PartitionServiceClient is the client API for PartitionService service.
@@ -64,6 +66,9 @@ type PartitionServiceClient interface {
 	// Digest is answered by every replica, leader or not (see
 	// DigestRequest).
 	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
+	// Admin operations (issue 23): one bounded command each.
+	Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error)
+	Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error)
 }
 
 type partitionServiceClient struct {
@@ -244,6 +249,26 @@ func (c *partitionServiceClient) Digest(ctx context.Context, in *DigestRequest, 
 	return out, nil
 }
 
+func (c *partitionServiceClient) Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Purge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedriveResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Redrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionServiceServer is the server API for PartitionService service.
 // All implementations must embed UnimplementedPartitionServiceServer
 // for forward compatibility.
@@ -267,6 +292,9 @@ type PartitionServiceServer interface {
 	// Digest is answered by every replica, leader or not (see
 	// DigestRequest).
 	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
+	// Admin operations (issue 23): one bounded command each.
+	Purge(context.Context, *PurgeRequest) (*PurgeResponse, error)
+	Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error)
 	mustEmbedUnimplementedPartitionServiceServer()
 }
 
@@ -327,6 +355,12 @@ func (UnimplementedPartitionServiceServer) ListSessions(context.Context, *ListSe
 }
 func (UnimplementedPartitionServiceServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Digest not implemented")
+}
+func (UnimplementedPartitionServiceServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Purge not implemented")
+}
+func (UnimplementedPartitionServiceServer) Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Redrive not implemented")
 }
 func (UnimplementedPartitionServiceServer) mustEmbedUnimplementedPartitionServiceServer() {}
 func (UnimplementedPartitionServiceServer) testEmbeddedByValue()                          {}
@@ -655,6 +689,42 @@ func _PartitionService_Digest_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionService_Purge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Purge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Purge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Purge(ctx, req.(*PurgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_Redrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Redrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Redrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Redrive(ctx, req.(*RedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionService_ServiceDesc is the grpc.ServiceDesc for PartitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -729,6 +799,14 @@ var PartitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Digest",
 			Handler:    _PartitionService_Digest_Handler,
+		},
+		{
+			MethodName: "Purge",
+			Handler:    _PartitionService_Purge_Handler,
+		},
+		{
+			MethodName: "Redrive",
+			Handler:    _PartitionService_Redrive_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -213,7 +213,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	// The admin API checks tokens against the same rules as the
 	// front-end: the emulator's, and whatever rules the catalog holds.
 	if c.Gateway, err = gateway.New(gateway.Config{
-		Catalog: placementClient, Stats: c.Router, Logger: log.With("part", "gateway"),
+		Catalog: placementClient, Stats: c.Router, Messages: c.Router, Topology: c.Router, Logger: log.With("part", "gateway"),
 		Validator: gateway.RulesValidator{Rules: c.Router},
 	}); err != nil {
 		return nil, err
