@@ -44,7 +44,7 @@ build: ## Compile every package and put the commands in ./bin
 test: vet fmt-check ## Vet, check formatting, run all tests with -race, then a short fuzz pass
 	@/usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || \
 		echo "SKIP: python3-qpid-proton is not installed for /usr/bin/python3, so the proton interop tests will skip (apt-get install python3-qpid-proton)"
-	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -race -count=1 -timeout 14m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 
 vet: ## Run go vet on every package
