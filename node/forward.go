@@ -52,6 +52,9 @@ const (
 	// maxForwardWaits bounds the sources whose wake-up channels one wait
 	// watches.
 	maxForwardWaits = 64
+	// forwardWarnEvery spaces the warnings of a source whose forwards
+	// keep failing.
+	forwardWarnEvery = time.Minute
 	// forwardSendTimeout bounds one send to a destination.
 	forwardSendTimeout = 30 * time.Second
 )
@@ -87,6 +90,7 @@ func (g *group) runForwarder(ctx context.Context) {
 		return
 	}
 	retryAt := map[partition.ForwardSource]time.Time{}
+	warned := map[partition.ForwardSource]time.Time{}
 	for ctx.Err() == nil {
 		sources := fs.ForwardSources()
 		var waits []<-chan struct{}
@@ -107,8 +111,12 @@ func (g *group) runForwarder(ctx context.Context) {
 			}
 			n, err := g.forward(ctx, target, s)
 			if err != nil {
-				if ctx.Err() == nil {
-					g.log.Warn("auto-forwarding", "entity", s.Name, "to", s.To, "sub_queue", s.SubQueue, "err", err)
+				// A destination that does not exist yet fails every
+				// second: say so once a minute per source.
+				if ctx.Err() == nil && time.Since(warned[s]) >= forwardWarnEvery {
+					warned[s] = time.Now()
+					g.log.Warn("auto-forwarding failed; the messages stay in the source and are sent again",
+						"entity", s.Name, "to", s.To, "sub_queue", s.SubQueue, "err", err)
 				}
 				retryAt[s] = time.Now().Add(forwardRetry)
 			}
