@@ -90,6 +90,8 @@ type applier struct {
 	entry uint64 // index of the entry being applied
 	data  []byte // the entry
 	spans []span // where the messages of the Enqueue being applied lie in data
+
+	subs *subscriptionIndex // the machine's (fanout.go)
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -294,6 +296,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
 	e.rules = rules
+	a.subs.stale()
 	a.dirty[k] = true
 	a.wakeEntity(k) // receiving may have been enabled
 	return okResult(), nil
@@ -335,6 +338,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	a.dropGrants(e.key)
 	a.dropSessions(e.key)
 	delete(a.entities, e.key)
+	a.subs.stale()
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
 	a.wakeEntity(e.key) // wake receivers, who will find it gone
