@@ -65,8 +65,8 @@ const (
 )
 
 // SetForwardTarget sets where the node's forwarders send forwarded
-// messages; without one, entities that forward keep their messages. Call it
-// before Start.
+// messages; without one, entities that forward keep their messages until
+// one is set.
 func (n *Node) SetForwardTarget(t ForwardTarget) {
 	n.forward.Store(&t)
 }
@@ -85,13 +85,17 @@ type forwardHolder = atomic.Pointer[ForwardTarget]
 // term, lasts.
 func (g *group) runForwarder(ctx context.Context) {
 	fs, ok := g.machine.(forwardSourcer)
-	target := g.node.forwardTarget()
-	if !ok || target == nil {
+	if !ok {
 		return
 	}
 	retryAt := map[partition.ForwardSource]time.Time{}
 	warned := map[partition.ForwardSource]time.Time{}
 	for ctx.Err() == nil {
+		target := g.node.forwardTarget()
+		if target == nil {
+			waitAny(ctx, nil, forwardRetry) // none yet: SetForwardTarget may come later
+			continue
+		}
 		sources := fs.ForwardSources()
 		var waits []<-chan struct{}
 		moved := false
