@@ -446,6 +446,11 @@ func (g *group) lead(ctx context.Context) {
 	}
 	g.setLeading(ctx)
 	g.log.Debug("leading", "applied", g.machine.AppliedIndex())
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runForwarder(ctx) // forward.go
+	}()
 	g.runClock(ctx)
 }
 

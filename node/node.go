@@ -74,6 +74,8 @@ type Node struct {
 	supervisorDone chan struct{}
 
 	metrics *nodeMetrics // metrics.go
+
+	forward forwardHolder // where forwarders send (forward.go); empty: none
 }
 
 // New returns a node that listens (on cfg.Listener, or on cfg.Addr) but

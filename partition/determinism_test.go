@@ -81,6 +81,11 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 						m.TtlMs = 1 + rng.Int64N(20_000)
 					case 1:
 						m.ScheduledEnqueueTimeMs = d.Now + rng.Int64N(60_000)
+					case 2:
+						// Forwarded, origins from a small set so that a
+						// forwarder's resends happen (forward.go).
+						m.Forwarded = &partitionpb.ForwardOrigin{EntityId: 99, SequenceNumber: uint64(rng.IntN(30)),
+							SubQueue: partitionpb.SubQueue(rng.IntN(2)), Hops: uint32(1 + rng.IntN(4)), DeadLetterReason: "r"}
 					}
 					ms = append(ms, m)
 				}

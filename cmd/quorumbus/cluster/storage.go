@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -58,8 +60,9 @@ const shutdownTimeout = 30 * time.Second
 type Storage struct {
 	Node      *node.Node
 	Placement *placement.Service
-	watch     *groupWatch  // what the agent learnt of this node's groups
-	failures  openFailures // groups that failed to open (readiness.go)
+	forward   *routing.Router // where the node's forwarders send
+	watch     *groupWatch     // what the agent learnt of this node's groups
+	failures  openFailures    // groups that failed to open (readiness.go)
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -96,6 +99,18 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		n.Close()
 		return nil, err
 	}
+	// Auto-forwarding sends through the cluster's routing, as a
+	// front-end does; this node's own groups are called directly.
+	fwd, err := routing.New(routing.Config{
+		Placement: []string{n.Addr()},
+		Local:     map[string]partitionpb.PartitionServiceServer{o.ID: n.PartitionService()},
+		Logger:    o.Logger.With("part", "forwarding"),
+	})
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.SetForwardTarget(fwd)
 	if err := n.Start(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -109,8 +124,9 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	// The node's own record of open failures: it retries them with
 	// backoff, so one that opens later must stop being reported whether
 	// or not a routing table arrived since.
-	s := &Storage{Node: n, Placement: p, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
+	s := &Storage{Node: n, Placement: p, forward: fwd, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
 	chaosStarted(n)
+	fwd.Start(rctx)
 	go func() {
 		defer close(s.done)
 		reconcile(rctx, n, o.Members, w, o.Logger)
@@ -127,7 +143,7 @@ func (s *Storage) Close() error {
 		closed := make(chan error, 1)
 		go func() {
 			<-s.done
-			closed <- errors.Join(s.Placement.Close(), s.Node.Close())
+			closed <- errors.Join(s.forward.Close(), s.Placement.Close(), s.Node.Close())
 		}()
 		t := time.NewTimer(shutdownTimeout)
 		defer t.Stop()
