@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,15 +42,17 @@ import (
 //   - a fourth node with the cluster's certificate but another gossip key
 //     is never heard of (not registered as a storage node);
 //   - the admin listener serves HTTPS only;
-//   - a node follows a rotation of its CA file without a restart: once the
-//     file bundles the other CA too, that CA's client gets in.
+//   - a node follows a rotation of its files without a restart: once its
+//     CA file bundles another CA too, that CA's client gets in; once its
+//     certificate and key are replaced, it serves the new certificate.
 func TestClusterMutualTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	files, err := certs.GenerateDevCluster(filepath.Join(dir, "tls"), "n1", "n2", "n3", "n4", "frontend", "cli")
+	// n1-next is the certificate n1's files are rotated to.
+	files, err := certs.GenerateDevCluster(filepath.Join(dir, "tls"), "n1", "n2", "n3", "n4", "frontend", "cli", "n1-next")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +208,57 @@ func TestClusterMutualTLS(t *testing.T) {
 	if _, err := placementCall(ctx, grpcAddrs[1], foreignCLI); err == nil {
 		t.Fatal("n2, whose CA file did not change, admitted the foreign CA")
 	}
+
+	// n1's own certificate rotated (the key first, as cert-manager's
+	// atomic Secret update shows both at once; a half-written pair keeps
+	// the old one): its next handshakes present the new certificate.
+	nextPEM, _ := os.ReadFile(files["n1-next"].Cert)
+	next, err := parseCertPEM(nextPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyInto(t, files["n1"].Key, files["n1-next"].Key)
+	copyInto(t, files["n1"].Cert, files["n1-next"].Cert)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		served, err := servedSerial(ctx, grpcAddrs[0], files["cli"])
+		if err == nil && served == next.SerialNumber.String() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 still serves serial %s (%v), want the rotated %s", served, err, next.SerialNumber)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func parseCertPEM(data []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(data)
+	if b == nil {
+		return nil, errors.New("no PEM block")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+// servedSerial connects to a node as the CLI would and returns the serial
+// number of the certificate the node presented.
+func servedSerial(ctx context.Context, addr string, cli certs.DevFiles) (string, error) {
+	cl, err := certs.NewCluster(cli.Cert, cli.Key, cli.CA, nil)
+	if err != nil {
+		return "", err
+	}
+	var serial atomic.Value
+	cfg := cl.ClientConfig()
+	verify := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		serial.Store(cs.PeerCertificates[0].SerialNumber.String())
+		return verify(cs)
+	}
+	if _, err := placementCall(ctx, addr, rpcnet.NewCreds(nil, cfg)); err != nil {
+		return "", err
+	}
+	s, _ := serial.Load().(string)
+	return s, nil
 }
 
 func loadCreds(t *testing.T, cert, key, ca string) *rpcnet.Creds {
