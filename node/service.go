@@ -107,9 +107,16 @@ func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*part
 // Receive locks (or takes) up to max_count messages. With wait_ms it waits
 // for a message to become available, then tries once more when the time is
 // up; running out of time is an empty result, not an error.
+//
+// max_count 0 with wait_ms > 0 takes nothing: it answers (empty) as soon as
+// the partition has a message for the request, or when the time is up. A
+// receiver of a partitioned entity waits on all its partitions this way at
+// once and cancels the others when one answers, which is safe because
+// nothing was taken; it then takes what is there without waiting.
 func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) (*partitionpb.ReceiveResponse, error) {
-	if req.MaxCount == 0 {
-		return nil, toStatus(fmt.Errorf("%w: Receive with max_count 0", ErrInvalid))
+	waitOnly := req.MaxCount == 0 && req.WaitMs > 0
+	if req.MaxCount == 0 && !waitOnly {
+		return nil, toStatus(fmt.Errorf("%w: Receive with max_count 0 and no wait_ms", ErrInvalid))
 	}
 	g, err := s.leader(req.GroupId)
 	if err != nil {
@@ -122,6 +129,9 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 	var deadline time.Time
 	if req.WaitMs > 0 {
 		deadline = time.Now().Add(time.Duration(req.WaitMs) * time.Millisecond)
+	}
+	if waitOnly {
+		return awaitAvailable(ctx, g, lead, req, deadline)
 	}
 	var timer *time.Timer
 	defer func() {
@@ -157,6 +167,29 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 		select {
 		case <-changed:
 		case <-timer.C:
+		case <-lead.Done():
+			return nil, toStatus(g.checkLeader())
+		case <-ctx.Done():
+			return nil, toStatus(ctx.Err())
+		}
+	}
+}
+
+// awaitAvailable answers a wait-only Receive: empty, once the partition
+// has a message for it (or does not know the entity, which a taking
+// Receive then reports) or at the deadline.
+func awaitAvailable(ctx context.Context, g *group, lead context.Context, req *partitionpb.ReceiveRequest, deadline time.Time) (*partitionpb.ReceiveResponse, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		changed := g.machine.Changed(req.EntityId, req.Partition, req.SubQueue)
+		if !g.machine.HasEntity(req.EntityId, req.Partition) || available(g.machine, req) {
+			return &partitionpb.ReceiveResponse{Result: &partitionpb.Result{}}, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return &partitionpb.ReceiveResponse{Result: &partitionpb.Result{}}, nil
 		case <-lead.Done():
 			return nil, toStatus(g.checkLeader())
 		case <-ctx.Done():

@@ -11,3 +11,12 @@ func (s *Service) PendingTasks() int {
 
 // TakeSnapshot makes this member snapshot the catalog and compact its log.
 func (s *Service) TakeSnapshot() error { return s.raft.Load().Snapshot().Error() }
+
+// RaftStats is the meta group's raft state on this member, for a test's
+// failure message.
+func (s *Service) RaftStats() map[string]string {
+	if r := s.raft.Load(); r != nil {
+		return r.Stats()
+	}
+	return nil
+}

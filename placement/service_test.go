@@ -79,6 +79,19 @@ func (w *watcher) has(names map[string]uint64) bool {
 	return true
 }
 
+// state describes what the watcher has seen, for a timeout's message.
+func (w *watcher) state() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return fmt.Sprintf("the routes stream ended: %v", w.err)
+	}
+	if w.latest == nil {
+		return "no table yet"
+	}
+	return fmt.Sprintf("table version %d with %d entities", w.latest.Version, len(w.latest.Entities))
+}
+
 func (w *watcher) check(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
@@ -202,7 +215,13 @@ func TestMetaGroupFailover(t *testing.T) {
 	// catches up on what it missed.
 	c.Restart(leader)
 	w := watch(t, leader)
-	placementtest.Eventually(t, wait, "the restarted member to catch up", func() bool { return w.has(acked) })
+	start := time.Now()
+	for !w.has(acked) {
+		if time.Since(start) > wait {
+			t.Fatalf("the restarted member did not catch up in %v: %s; its raft: %v", wait, w.state(), leader.Service.RaftStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	w.check(t)
 
 	// Reads through any member agree.

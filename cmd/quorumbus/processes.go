@@ -42,6 +42,9 @@ func nodeCmd(args []string) error {
 	join := fs.String("join", "", "comma-separated gossip addresses of other members")
 	bootstrap := fs.String("bootstrap", "", "initial meta-group voters as id=grpc-addr,...; give the same list to each of them on first start; a node the list does not name joins by gossip instead (so every pod of a StatefulSet can get the same list)")
 	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
+	zoneFromNode := fs.String("zone-from-kubernetes-node", "", "on Kubernetes: the Node (spec.nodeName) whose -zone-label gives this node's zone when -zone is empty, read from the API server with the pod's service account")
+	zoneLabel := fs.String("zone-label", "topology.kubernetes.io/zone", "the Kubernetes Node label -zone-from-kubernetes-node reads")
+	kubeAccountDir := fs.String("kubernetes-account-dir", defaultServiceAccountDir, "directory holding the pod's service account token and ca.crt, for -zone-from-kubernetes-node")
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
@@ -78,6 +81,16 @@ func nodeCmd(args []string) error {
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
 	servers = bootstrapFor(*id, servers, log)
+	if *zone == "" && *zoneFromNode != "" {
+		zctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		src := kubeZoneSource{NodeName: *zoneFromNode, Label: *zoneLabel, AccountDir: *kubeAccountDir}
+		*zone, err = src.zone(zctx, log)
+		cancel()
+		if err != nil {
+			return err
+		}
+		log.Info("zone read from the Kubernetes node", "kubernetes_node", *zoneFromNode, "label", *zoneLabel, "zone", *zone)
+	}
 	ctls, err := clusterTLS.Load(log)
 	if err != nil {
 		return err

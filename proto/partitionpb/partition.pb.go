@@ -3070,6 +3070,9 @@ func (x *SendResponse) GetResult() *Result {
 
 // Receive locks (or, with receive_and_delete, removes) up to max_count
 // messages. With wait_ms > 0 it waits that long for the first message.
+// max_count 0 with wait_ms > 0 takes nothing: it answers, empty, once a
+// message is available or the wait is over (a receiver waits on all
+// partitions of an entity this way and may cancel the others).
 type ReceiveRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	GroupId          uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`

@@ -26,6 +26,7 @@ import (
 // entries over 64 MiB that the log store wrote and could not read back:
 // the restarted cluster panicked or lost the group.
 func TestDevLargestSendsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	port := freePortRun(t, 3)
 	start := func() *cluster.Dev {

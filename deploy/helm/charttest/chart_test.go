@@ -11,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -50,8 +51,10 @@ sas: {existingSecret: qb-sas}
 frontend: {autoscaling: {enabled: true, minReplicas: 3, maxReplicas: 12, targetMemoryUtilizationPercentage: 80}}`},
 	{"gateway, hard anti-affinity, no zones", `
 gateway: {enabled: true, replicas: 3}
-storage: {antiAffinity: hard, zone: {podLabel: ""}, topologySpread: {enabled: false}}
+storage: {antiAffinity: hard, zone: {nodeLabel: ""}, topologySpread: {enabled: false}}
 frontend: {antiAffinity: none, replicas: 1}`},
+	{"zone from a pod label", `
+storage: {zone: {podLabel: topology.kubernetes.io/zone}}`},
 	{"entities, pod ip, private registry", `
 listenHost: $(POD_IP)
 image: {repository: registry.example.com/quorumbus, digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
@@ -121,7 +124,7 @@ type effective struct {
 	clusterTLS                                        bool
 	gossipSecret                                      string
 	sas                                               string
-	clusterDomain, zoneLabel                          string
+	clusterDomain, zonePodLabel, zoneNodeLabel        string
 	frontendReplicas                                  int
 }
 
@@ -173,7 +176,8 @@ func effectiveValues(t *testing.T, values map[string]any) effective {
 		tls: get("tls.enabled").(bool), certManager: get("tls.certManager.enabled").(bool),
 		gateway: get("gateway.enabled").(bool), serviceMonitor: get("metrics.serviceMonitor.enabled").(bool),
 		hpa: get("frontend.autoscaling.enabled").(bool), sas: get("sas.existingSecret").(string),
-		clusterDomain: get("clusterDomain").(string), zoneLabel: get("storage.zone.podLabel").(string),
+		clusterDomain: get("clusterDomain").(string), zonePodLabel: get("storage.zone.podLabel").(string),
+		zoneNodeLabel:    get("storage.zone.nodeLabel").(string),
 		frontendReplicas: num("frontend.replicas"),
 		clusterTLS:       get("clusterTLS.enabled").(bool), gossipSecret: get("gossip.keySecret").(string),
 	}
@@ -490,18 +494,7 @@ func checkStorage(t *testing.T, objs []Object, v effective) {
 	if !strings.HasPrefix(argValue(c.Args, "-data"), c.VolumeMounts[0].MountPath+"/") || c.VolumeMounts[0].Name != sts.Spec.VolumeClaimTemplates[0].Name {
 		t.Errorf("-data=%s is not on the volume claim (%s at %s)", argValue(c.Args, "-data"), c.VolumeMounts[0].Name, c.VolumeMounts[0].MountPath)
 	}
-	zoneEnv := false
-	for _, e := range c.Env {
-		if e.Name == "QUORUMBUS_ZONE" {
-			zoneEnv = true
-			if v.zoneLabel != "" && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.labels['"+v.zoneLabel+"']") {
-				t.Errorf("zone not read from the pod's %s label", v.zoneLabel)
-			}
-		}
-	}
-	if !zoneEnv || argValue(c.Args, "-zone") != "$(QUORUMBUS_ZONE)" {
-		t.Errorf("the node is not given its zone")
-	}
+	checkZone(t, objs, sts, v)
 	var pdb *policyv1.PodDisruptionBudget
 	for _, p := range All[policyv1.PodDisruptionBudget](objs) {
 		if labels.SelectorFromSet(p.Spec.Selector.MatchLabels).Matches(labels.Set(sts.Spec.Template.Labels)) {
@@ -716,6 +709,7 @@ func TestRefusedValues(t *testing.T) {
 		{"bad digest", `image: {digest: latest}`, "digest"},
 		{"autoscaler bounds", `frontend: {autoscaling: {enabled: true, minReplicas: 5, maxReplicas: 2}}`, "minReplicas"},
 		{"privileged gateway port", `gateway: {ports: {https: 443}}`, "https"},
+		{"zone label not a label key", `storage: {zone: {nodeLabel: "zone name"}}`, "nodeLabel"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Template(rel, parseValues(t, tc.values))
@@ -751,4 +745,73 @@ func ptrValue(p *int32) int32 {
 		return -1
 	}
 	return *p
+}
+
+// checkZone: each node learns its zone from a pod label (downward API),
+// or reads its machine's label from the API server with a token that can
+// only get Nodes, or has none; and the token is mounted only for that.
+func checkZone(t *testing.T, objs []Object, sts *appsv1.StatefulSet, v effective) {
+	t.Helper()
+	pod := sts.Spec.Template.Spec
+	c := pod.Containers[0]
+	env := map[string]*corev1.EnvVarSource{}
+	for _, e := range c.Env {
+		env[e.Name] = e.ValueFrom
+	}
+	fieldOf := func(name string) string {
+		if src := env[name]; src != nil && src.FieldRef != nil {
+			return src.FieldRef.FieldPath
+		}
+		return ""
+	}
+	roles := All[rbacv1.ClusterRole](objs)
+	bindings := All[rbacv1.ClusterRoleBinding](objs)
+	var tokenMount string
+	for _, m := range c.VolumeMounts {
+		for _, vol := range pod.Volumes {
+			if vol.Name == m.Name && vol.Projected != nil {
+				for _, src := range vol.Projected.Sources {
+					if src.ServiceAccountToken != nil {
+						tokenMount = m.MountPath
+					}
+				}
+			}
+		}
+	}
+	switch {
+	case v.zonePodLabel != "":
+		if fieldOf("QUORUMBUS_ZONE") != "metadata.labels['"+v.zonePodLabel+"']" || argValue(c.Args, "-zone") != "$(QUORUMBUS_ZONE)" {
+			t.Errorf("zone not read from the pod's %s label", v.zonePodLabel)
+		}
+	case v.zoneNodeLabel != "":
+		if fieldOf("NODE_NAME") != "spec.nodeName" || argValue(c.Args, "-zone-from-kubernetes-node") != "$(NODE_NAME)" {
+			t.Errorf("the node is not told which machine it runs on")
+		}
+		if argValue(c.Args, "-zone-label") != v.zoneNodeLabel {
+			t.Errorf("-zone-label=%s, want %s", argValue(c.Args, "-zone-label"), v.zoneNodeLabel)
+		}
+		if tokenMount == "" || argValue(c.Args, "-kubernetes-account-dir") != tokenMount {
+			t.Errorf("-kubernetes-account-dir=%s, but the token is mounted at %q", argValue(c.Args, "-kubernetes-account-dir"), tokenMount)
+		}
+		if len(roles) != 1 || len(bindings) != 1 {
+			t.Fatalf("%d ClusterRoles and %d bindings, want one each to read Nodes", len(roles), len(bindings))
+		}
+		r := roles[0]
+		if len(r.Rules) != 1 || strings.Join(r.Rules[0].Resources, ",") != "nodes" || strings.Join(r.Rules[0].Verbs, ",") != "get" || len(r.Rules[0].APIGroups) != 1 || r.Rules[0].APIGroups[0] != "" {
+			t.Errorf("ClusterRole %s grants %+v; want get on nodes only", r.Name, r.Rules)
+		}
+		b := bindings[0]
+		if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != r.Name || len(b.Subjects) != 1 ||
+			b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != pod.ServiceAccountName || b.Subjects[0].Namespace != rel.Namespace {
+			t.Errorf("ClusterRoleBinding %+v does not bind %s to the storage pods' account %s", b, r.Name, pod.ServiceAccountName)
+		}
+	}
+	if v.zonePodLabel != "" || v.zoneNodeLabel == "" {
+		if tokenMount != "" || len(roles)+len(bindings) > 0 {
+			t.Errorf("a token (%q) or RBAC objects (%d) without a need to read Nodes", tokenMount, len(roles)+len(bindings))
+		}
+	}
+	if v.zonePodLabel == "" && v.zoneNodeLabel == "" && (argValue(c.Args, "-zone") != "" || argValue(c.Args, "-zone-from-kubernetes-node") != "") {
+		t.Errorf("zones are off, but the node is given one")
+	}
 }
