@@ -33,9 +33,6 @@ func NewCreds(server, client *tls.Config) *Creds {
 	return &Creds{server: server, client: client}
 }
 
-// Secure reports whether connections are mutual TLS.
-func (c *Creds) Secure() bool { return c != nil }
-
 func (c *Creds) clientCredentials() credentials.TransportCredentials {
 	if c == nil {
 		return insecure.NewCredentials()

@@ -2,9 +2,15 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseGossipKeys(t *testing.T) {
@@ -37,4 +43,39 @@ func FuzzParseGossipKeys(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWatchGossipKeys: a changed file hands its keys over; a file that
+// does not parse hands nothing and keeps what is in use.
+func TestWatchGossipKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gossip.key")
+	k1 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
+	k2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
+	if err := os.WriteFile(path, []byte(k1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan [][]byte, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go WatchGossipKeys(ctx, path, 10*time.Millisecond, func(k [][]byte) error { got <- k; return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := os.WriteFile(path, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // several rounds over the broken file
+	select {
+	case k := <-got:
+		t.Fatalf("a file that does not parse handed over %d keys", len(k))
+	default:
+	}
+	if err := os.WriteFile(path, []byte(k2+"\n"+k1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case k := <-got:
+		if len(k) != 2 || k[0][0] != 2 || k[1][0] != 1 {
+			t.Fatalf("keys %v", k)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the changed file was not handed over")
+	}
 }
