@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
@@ -80,7 +81,7 @@ func devCmd(args []string) error {
 			dev.Admin.Addr(), sas.DevKeyName, sas.DevKey)
 	}
 	if cli, ok := dev.ClusterTLS["cli"]; ok {
-		fmt.Printf("quorumbus dev: the cluster plane is mutual TLS; CLI commands (queue, topic, auth-rule, ...) need -cluster-tls-cert %s -cluster-tls-key %s -cluster-ca %s\n", cli.Cert, cli.Key, cli.CA)
+		fmt.Printf("quorumbus dev: the cluster plane is mutual TLS; CLI commands (queue, topic, auth-rule, ...) need -cluster-tls-dir %s\n", filepath.Dir(cli.Cert))
 	}
 	if dev.CAFile != "" {
 		fmt.Printf("quorumbus dev: the AMQPS and HTTPS certificate is signed by the CA in %s; trust it (Go: azservicebus.ClientOptions.TLSConfig.RootCAs, admin.ClientOptions.Transport or SSL_CERT_FILE; Node.js: NODE_EXTRA_CA_CERTS=%s)\n", dev.CAFile, dev.CAFile)

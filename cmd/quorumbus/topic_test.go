@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,7 +32,7 @@ func TestTopicSubscriptionRuleCommands(t *testing.T) {
 	defer dev.Close()
 	// The CLI presents dev mode's "cli" certificate of the cluster CA.
 	cli := dev.ClusterTLS["cli"]
-	p := []string{"-placement=" + dev.NodeAddrs[0], "-cluster-tls-cert=" + cli.Cert, "-cluster-tls-key=" + cli.Key, "-cluster-ca=" + cli.CA}
+	p := []string{"-placement=" + dev.NodeAddrs[0], "-cluster-tls-dir=" + filepath.Dir(cli.Cert)}
 
 	run := func(cmd func([]string) error, args ...string) (string, error) {
 		t.Helper()
