@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -182,4 +183,36 @@ func TestClusterRotation(t *testing.T) {
 	if err := exchange(t, n1.ServerConfig(), newCLI.ClientConfig()); err != nil {
 		t.Fatalf("a broken CA file dropped the CA in use: %v", err)
 	}
+}
+
+// FuzzClusterHandshakeGarbage: whatever a peer sends to a cluster
+// listener instead of a ClientHello (with or without a certificate), the
+// handshake fails without panicking.
+func FuzzClusterHandshakeGarbage(f *testing.F) {
+	files, err := GenerateDevCluster(f.TempDir(), "n1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	c, err := NewCluster(files["n1"].Cert, files["n1"].Key, files["n1"].CA, quietLog())
+	if err != nil {
+		f.Fatal(err)
+	}
+	cfg := c.ServerConfig()
+	f.Add([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	f.Add([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 1, 0, 0, 1, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		client, server := net.Pipe()
+		defer client.Close()
+		go io.Copy(io.Discard, client)
+		go func() {
+			client.Write(data)
+			client.Close()
+		}()
+		s := tls.Server(server, cfg)
+		s.SetDeadline(time.Now().Add(time.Second))
+		if err := s.Handshake(); err == nil {
+			t.Fatal("a handshake of garbage succeeded")
+		}
+		s.Close()
+	})
 }
