@@ -132,6 +132,10 @@ type Config struct {
 	// what is not yet fsynced so that a crash can lose it.
 	bootID           string
 	simulatedMachine bool
+	// clockOffset is added to the wall clock this node stamps commands
+	// and reads expiries with (wallMs): the chaos suite skews one node's
+	// clock through it (chaos.go, build tag chaostest). Zero otherwise.
+	clockOffset time.Duration
 	// disk, when set, can make the disk look full (tests).
 	disk *diskFaults
 }

@@ -480,7 +480,7 @@ func (g *group) runClock(ctx context.Context) {
 	timer := time.NewTimer(maxExpiryPoll)
 	defer timer.Stop()
 	for {
-		wait, due := g.dueCommands(cmds, time.Now().UnixMilli())
+		wait, due := g.dueCommands(cmds, g.node.wallMs())
 		if len(due) > 0 {
 			_, err := g.propose(ctx, due...)
 			if err == nil {

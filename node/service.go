@@ -292,9 +292,9 @@ func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*part
 	}
 	var msgs []*partitionpb.StoredMessage
 	if req.SessionId != "" {
-		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli(), req.SessionId)
+		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, g.node.wallMs(), req.SessionId)
 	} else {
-		msgs, err = g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli())
+		msgs, err = g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, g.node.wallMs())
 	}
 	if err != nil {
 		return nil, toStatus(err)

@@ -109,6 +109,15 @@ type Config struct {
 	// 10 s; negative: leaders are not balanced.
 	LeaderBalanceDelay time.Duration
 
+	// MetaVoters is how many voters on usable storage nodes the meta group
+	// keeps: it adds storage nodes as voters up to it and replaces voters
+	// on drained or gone nodes (metavoters.go). Default 3; negative: the
+	// voters stay as bootstrapped.
+	MetaVoters int
+	// MetaAddr is the meta group's Raft address of a storage node. Default:
+	// its gRPC address, which carries the meta group's Raft traffic too.
+	MetaAddr func(*placementpb.Node) raft.ServerAddress
+
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
 }
@@ -146,6 +155,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaderBalanceDelay == 0 {
 		c.LeaderBalanceDelay = 10 * time.Second
+	}
+	if c.MetaVoters == 0 {
+		c.MetaVoters = 3
+	}
+	if c.MetaAddr == nil {
+		c.MetaAddr = func(n *placementpb.Node) raft.ServerAddress { return raft.ServerAddress(n.GrpcAddr) }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

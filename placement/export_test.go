@@ -1,6 +1,10 @@
 package placement
 
-import "github.com/quorumbus/quorumbus/placement/catalog"
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/quorumbus/quorumbus/placement/catalog"
+)
 
 // PendingTasks counts this member's catalog's partition tasks.
 func (s *Service) PendingTasks() int {
@@ -17,6 +21,17 @@ func (s *Service) TakeSnapshot() error { return s.raft.Load().Snapshot().Error()
 func (s *Service) RaftStats() map[string]string {
 	if r := s.raft.Load(); r != nil {
 		return r.Stats()
+	}
+	return nil
+}
+
+// MetaConfiguration is the meta group's configuration as this member's
+// raft knows it.
+func (s *Service) MetaConfiguration() []raft.Server {
+	if r := s.raft.Load(); r != nil {
+		if f := r.GetConfiguration(); f.Error() == nil {
+			return f.Configuration().Servers
+		}
 	}
 	return nil
 }

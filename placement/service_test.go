@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -527,4 +528,55 @@ func TestJoinMetaGroup(t *testing.T) {
 		return w.has(map[string]uint64{"first": first.Id, "second": second.Id})
 	})
 	w.check(t)
+}
+
+// TestMetaVotersFollowDrains: a storage node that joined later stays out
+// of the meta group while it has its three voters; when a voter's node is
+// drained, the leader adds the newcomer as a voter and then removes the
+// drained one, so the catalog keeps three voters on usable nodes, and it
+// keeps working with the drained member stopped.
+func TestMetaVotersFollowDrains(t *testing.T) {
+	c := placementtest.Start(t, placementtest.Options{})
+	leader := c.Leader(t)
+	waitGroups(t, leader, 3)
+	extra := c.AddNode(t)
+	voters := func() []string {
+		var out []string
+		for _, srv := range c.Leader(t).Service.MetaConfiguration() {
+			if srv.Suffrage == raft.Voter {
+				out = append(out, string(srv.ID))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	// Three usable voters: the newcomer is not added.
+	time.Sleep(time.Second)
+	if got := voters(); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("voters %v before any drain, want m1 m2 m3", got)
+	}
+
+	// Drain the leader's own node: the hardest case (it removes itself).
+	drained := c.Leader(t)
+	if _, err := drained.Client.DrainNode(context.Background(), &pb.DrainNodeRequest{NodeId: drained.ID, Draining: true}); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, id := range []string{"m1", "m2", "m3", extra.ID} {
+		if id != drained.ID {
+			want = append(want, id)
+		}
+	}
+	placementtest.Eventually(t, wait, "the newcomer to replace the drained voter", func() bool {
+		return slices.Equal(voters(), want)
+	})
+
+	// With the drained member gone, the other three keep a quorum.
+	c.Kill(drained)
+	next := c.Leader(t)
+	e := createRetrying(t, next, &pb.CreateEntityRequest{Name: "after-drain"})
+	w := watch(t, extra)
+	placementtest.Eventually(t, wait, "the new voter to serve the catalog", func() bool {
+		return w.has(map[string]uint64{"after-drain": e.Id})
+	})
 }

@@ -3446,6 +3446,118 @@ func (x *RenewLocksResponse) GetResult() *Result {
 	return nil
 }
 
+// DigestRequest asks a replica for a hash of its own copy of a group's
+// state: the SHA-256 of the group's snapshot stream (every record of its
+// store, key by key, then the applied index), taken at one applied index.
+// Replicas that applied the same entries have identical snapshot streams
+// whatever their history of restarts and snapshots (partition's
+// TestDeterminism), so equal applied indexes with different digests mean
+// the replicas diverged. It flushes the replica's store, so it is meant
+// for checks (tests/jepsen's convergence checker), not for a hot path.
+type DigestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestRequest) Reset() {
+	*x = DigestRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestRequest) ProtoMessage() {}
+
+func (x *DigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
+func (*DigestRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DigestRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+type DigestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Sha256        []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	SnapshotBytes uint64                 `protobuf:"varint,3,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"` // length of the hashed stream
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestResponse) Reset() {
+	*x = DigestResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestResponse) ProtoMessage() {}
+
+func (x *DigestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
+func (*DigestResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DigestResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *DigestResponse) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *DigestResponse) GetSnapshotBytes() uint64 {
+	if x != nil {
+		return x.SnapshotBytes
+	}
+	return 0
+}
+
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -3457,7 +3569,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3581,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3594,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -3519,7 +3631,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3643,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3656,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -3604,7 +3716,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3728,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3741,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -3690,7 +3802,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3814,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3827,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PeekResponse) GetMessages() []*StoredMessage {
@@ -3735,7 +3847,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3859,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3872,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -3786,7 +3898,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +3910,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +3923,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -3842,7 +3954,7 @@ type ReceiveDeferredRequest struct {
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +3966,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +3979,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -3942,7 +4054,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4066,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4079,7 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
@@ -4002,7 +4114,7 @@ type AcceptSessionRequest struct {
 
 func (x *AcceptSessionRequest) Reset() {
 	*x = AcceptSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4126,7 @@ func (x *AcceptSessionRequest) String() string {
 func (*AcceptSessionRequest) ProtoMessage() {}
 
 func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4139,7 @@ func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
 func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AcceptSessionRequest) GetGroupId() uint64 {
@@ -4096,7 +4208,7 @@ type AcceptSessionResponse struct {
 
 func (x *AcceptSessionResponse) Reset() {
 	*x = AcceptSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4220,7 @@ func (x *AcceptSessionResponse) String() string {
 func (*AcceptSessionResponse) ProtoMessage() {}
 
 func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4233,7 @@ func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
 func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AcceptSessionResponse) GetResult() *Result {
@@ -4148,7 +4260,7 @@ type RenewSessionLockRequest struct {
 
 func (x *RenewSessionLockRequest) Reset() {
 	*x = RenewSessionLockRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4272,7 @@ func (x *RenewSessionLockRequest) String() string {
 func (*RenewSessionLockRequest) ProtoMessage() {}
 
 func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4285,7 @@ func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RenewSessionLockRequest) GetGroupId() uint64 {
@@ -4199,7 +4311,7 @@ type RenewSessionLockResponse struct {
 
 func (x *RenewSessionLockResponse) Reset() {
 	*x = RenewSessionLockResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4211,7 +4323,7 @@ func (x *RenewSessionLockResponse) String() string {
 func (*RenewSessionLockResponse) ProtoMessage() {}
 
 func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4224,7 +4336,7 @@ func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RenewSessionLockResponse) GetResult() *Result {
@@ -4244,7 +4356,7 @@ type SetSessionStateRequest struct {
 
 func (x *SetSessionStateRequest) Reset() {
 	*x = SetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4256,7 +4368,7 @@ func (x *SetSessionStateRequest) String() string {
 func (*SetSessionStateRequest) ProtoMessage() {}
 
 func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4269,7 +4381,7 @@ func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetSessionStateRequest) GetGroupId() uint64 {
@@ -4295,7 +4407,7 @@ type SetSessionStateResponse struct {
 
 func (x *SetSessionStateResponse) Reset() {
 	*x = SetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4419,7 @@ func (x *SetSessionStateResponse) String() string {
 func (*SetSessionStateResponse) ProtoMessage() {}
 
 func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4432,7 @@ func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetSessionStateResponse) GetResult() *Result {
@@ -4345,7 +4457,7 @@ type GetSessionStateRequest struct {
 
 func (x *GetSessionStateRequest) Reset() {
 	*x = GetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4469,7 @@ func (x *GetSessionStateRequest) String() string {
 func (*GetSessionStateRequest) ProtoMessage() {}
 
 func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4482,7 @@ func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetSessionStateRequest) GetGroupId() uint64 {
@@ -4418,7 +4530,7 @@ type GetSessionStateResponse struct {
 
 func (x *GetSessionStateResponse) Reset() {
 	*x = GetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4430,7 +4542,7 @@ func (x *GetSessionStateResponse) String() string {
 func (*GetSessionStateResponse) ProtoMessage() {}
 
 func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4443,7 +4555,7 @@ func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetSessionStateResponse) GetResult() *Result {
@@ -4470,7 +4582,7 @@ type ReleaseSessionRequest struct {
 
 func (x *ReleaseSessionRequest) Reset() {
 	*x = ReleaseSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +4594,7 @@ func (x *ReleaseSessionRequest) String() string {
 func (*ReleaseSessionRequest) ProtoMessage() {}
 
 func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +4607,7 @@ func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReleaseSessionRequest) GetGroupId() uint64 {
@@ -4521,7 +4633,7 @@ type ReleaseSessionResponse struct {
 
 func (x *ReleaseSessionResponse) Reset() {
 	*x = ReleaseSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +4645,7 @@ func (x *ReleaseSessionResponse) String() string {
 func (*ReleaseSessionResponse) ProtoMessage() {}
 
 func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +4658,7 @@ func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReleaseSessionResponse) GetResult() *Result {
@@ -4572,7 +4684,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4584,7 +4696,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4597,7 +4709,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListSessionsRequest) GetGroupId() uint64 {
@@ -4644,7 +4756,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4768,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4781,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListSessionsResponse) GetSessionIds() []string {
@@ -4957,7 +5069,13 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x128\n" +
 	"\x05renew\x18\x02 \x01(\v2\".quorumbus.partition.v1.RenewLocksR\x05renew\"L\n" +
 	"\x12RenewLocksResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"d\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"*\n" +
+	"\rDigestRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\"t\n" +
+	"\x0eDigestResponse\x12#\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12%\n" +
+	"\x0esnapshot_bytes\x18\x03 \x01(\x04R\rsnapshotBytes\"d\n" +
 	"\fStatsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -5074,7 +5192,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0eRESULT_INVALID\x10\x04\x12\x1a\n" +
 	"\x16RESULT_ENTITY_DISABLED\x10\x05\x12\x1c\n" +
 	"\x18RESULT_SESSION_LOCK_LOST\x10\x06\x12#\n" +
-	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\x8f\r\n" +
+	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\xe8\r\n" +
 	"\x10PartitionService\x12i\n" +
 	"\fUpsertEntity\x12+.quorumbus.partition.v1.UpsertEntityRequest\x1a,.quorumbus.partition.v1.UpsertEntityResponse\x12i\n" +
 	"\fDeleteEntity\x12+.quorumbus.partition.v1.DeleteEntityRequest\x1a,.quorumbus.partition.v1.DeleteEntityResponse\x12Q\n" +
@@ -5092,7 +5210,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0fSetSessionState\x12..quorumbus.partition.v1.SetSessionStateRequest\x1a/.quorumbus.partition.v1.SetSessionStateResponse\x12r\n" +
 	"\x0fGetSessionState\x12..quorumbus.partition.v1.GetSessionStateRequest\x1a/.quorumbus.partition.v1.GetSessionStateResponse\x12o\n" +
 	"\x0eReleaseSession\x12-.quorumbus.partition.v1.ReleaseSessionRequest\x1a..quorumbus.partition.v1.ReleaseSessionResponse\x12i\n" +
-	"\fListSessions\x12+.quorumbus.partition.v1.ListSessionsRequest\x1a,.quorumbus.partition.v1.ListSessionsResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
+	"\fListSessions\x12+.quorumbus.partition.v1.ListSessionsRequest\x1a,.quorumbus.partition.v1.ListSessionsResponse\x12W\n" +
+	"\x06Digest\x12%.quorumbus.partition.v1.DigestRequest\x1a&.quorumbus.partition.v1.DigestResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
 
 var (
 	file_partitionpb_partition_proto_rawDescOnce sync.Once
@@ -5107,7 +5226,7 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_partitionpb_partition_proto_goTypes = []any{
 	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
 	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
@@ -5151,34 +5270,36 @@ var file_partitionpb_partition_proto_goTypes = []any{
 	(*SettleResponse)(nil),           // 39: quorumbus.partition.v1.SettleResponse
 	(*RenewLocksRequest)(nil),        // 40: quorumbus.partition.v1.RenewLocksRequest
 	(*RenewLocksResponse)(nil),       // 41: quorumbus.partition.v1.RenewLocksResponse
-	(*StatsRequest)(nil),             // 42: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),            // 43: quorumbus.partition.v1.StatsResponse
-	(*PeekRequest)(nil),              // 44: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),             // 45: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),   // 46: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil),  // 47: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),   // 48: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil),  // 49: quorumbus.partition.v1.ReceiveDeferredResponse
-	(*AcceptSessionRequest)(nil),     // 50: quorumbus.partition.v1.AcceptSessionRequest
-	(*AcceptSessionResponse)(nil),    // 51: quorumbus.partition.v1.AcceptSessionResponse
-	(*RenewSessionLockRequest)(nil),  // 52: quorumbus.partition.v1.RenewSessionLockRequest
-	(*RenewSessionLockResponse)(nil), // 53: quorumbus.partition.v1.RenewSessionLockResponse
-	(*SetSessionStateRequest)(nil),   // 54: quorumbus.partition.v1.SetSessionStateRequest
-	(*SetSessionStateResponse)(nil),  // 55: quorumbus.partition.v1.SetSessionStateResponse
-	(*GetSessionStateRequest)(nil),   // 56: quorumbus.partition.v1.GetSessionStateRequest
-	(*GetSessionStateResponse)(nil),  // 57: quorumbus.partition.v1.GetSessionStateResponse
-	(*ReleaseSessionRequest)(nil),    // 58: quorumbus.partition.v1.ReleaseSessionRequest
-	(*ReleaseSessionResponse)(nil),   // 59: quorumbus.partition.v1.ReleaseSessionResponse
-	(*ListSessionsRequest)(nil),      // 60: quorumbus.partition.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 61: quorumbus.partition.v1.ListSessionsResponse
-	nil,                              // 62: quorumbus.partition.v1.FilterView.PropertiesEntry
-	(placementpb.EntityKind)(0),      // 63: quorumbus.placement.v1.EntityKind
-	(*placementpb.Rule)(nil),         // 64: quorumbus.placement.v1.Rule
-	(*placementpb.RuleValue)(nil),    // 65: quorumbus.placement.v1.RuleValue
+	(*DigestRequest)(nil),            // 42: quorumbus.partition.v1.DigestRequest
+	(*DigestResponse)(nil),           // 43: quorumbus.partition.v1.DigestResponse
+	(*StatsRequest)(nil),             // 44: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),            // 45: quorumbus.partition.v1.StatsResponse
+	(*PeekRequest)(nil),              // 46: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 47: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 48: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 49: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 50: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 51: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 52: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 53: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 54: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 55: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 56: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 57: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 58: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 59: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 60: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 61: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 62: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 63: quorumbus.partition.v1.ListSessionsResponse
+	nil,                              // 64: quorumbus.partition.v1.FilterView.PropertiesEntry
+	(placementpb.EntityKind)(0),      // 65: quorumbus.placement.v1.EntityKind
+	(*placementpb.Rule)(nil),         // 66: quorumbus.placement.v1.Rule
+	(*placementpb.RuleValue)(nil),    // 67: quorumbus.placement.v1.RuleValue
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
-	63, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
-	64, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
+	65, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
+	66, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
 	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	13, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
@@ -5203,7 +5324,7 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	5,  // 23: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
 	12, // 24: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
 	13, // 25: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
-	62, // 26: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	64, // 26: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
 	1,  // 27: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	1,  // 28: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	3,  // 29: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
@@ -5234,41 +5355,43 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	28, // 54: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
 	25, // 55: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
 	28, // 56: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	65, // 57: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	67, // 57: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
 	30, // 58: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
 	32, // 59: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
 	34, // 60: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
 	36, // 61: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
 	38, // 62: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
 	40, // 63: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	42, // 64: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	44, // 65: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	46, // 66: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	48, // 67: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	50, // 68: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	52, // 69: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	54, // 70: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	56, // 71: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	58, // 72: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	60, // 73: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	31, // 74: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	33, // 75: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	35, // 76: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	37, // 77: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	39, // 78: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	41, // 79: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	43, // 80: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	45, // 81: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	47, // 82: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	49, // 83: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	51, // 84: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	53, // 85: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	55, // 86: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	57, // 87: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	59, // 88: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	61, // 89: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	74, // [74:90] is the sub-list for method output_type
-	58, // [58:74] is the sub-list for method input_type
+	44, // 64: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	46, // 65: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	48, // 66: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	50, // 67: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	52, // 68: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	54, // 69: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	56, // 70: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	58, // 71: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	60, // 72: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	62, // 73: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	42, // 74: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
+	31, // 75: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	33, // 76: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	35, // 77: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	37, // 78: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	39, // 79: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	41, // 80: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	45, // 81: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	47, // 82: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	49, // 83: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	51, // 84: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	53, // 85: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	55, // 86: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	57, // 87: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	59, // 88: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	61, // 89: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	63, // 90: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	43, // 91: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
+	75, // [75:92] is the sub-list for method output_type
+	58, // [58:75] is the sub-list for method input_type
 	58, // [58:58] is the sub-list for extension type_name
 	58, // [58:58] is the sub-list for extension extendee
 	0,  // [0:58] is the sub-list for field type_name
@@ -5304,7 +5427,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

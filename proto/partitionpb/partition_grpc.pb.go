@@ -38,6 +38,7 @@ const (
 	PartitionService_GetSessionState_FullMethodName  = "/quorumbus.partition.v1.PartitionService/GetSessionState"
 	PartitionService_ReleaseSession_FullMethodName   = "/quorumbus.partition.v1.PartitionService/ReleaseSession"
 	PartitionService_ListSessions_FullMethodName     = "/quorumbus.partition.v1.PartitionService/ListSessions"
+	PartitionService_Digest_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Digest"
 )
 
 // PartitionServiceClient is the client API for PartitionService service.
@@ -60,6 +61,9 @@ type PartitionServiceClient interface {
 	GetSessionState(ctx context.Context, in *GetSessionStateRequest, opts ...grpc.CallOption) (*GetSessionStateResponse, error)
 	ReleaseSession(ctx context.Context, in *ReleaseSessionRequest, opts ...grpc.CallOption) (*ReleaseSessionResponse, error)
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// Digest is answered by every replica, leader or not (see
+	// DigestRequest).
+	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
 }
 
 type partitionServiceClient struct {
@@ -230,6 +234,16 @@ func (c *partitionServiceClient) ListSessions(ctx context.Context, in *ListSessi
 	return out, nil
 }
 
+func (c *partitionServiceClient) Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DigestResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Digest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionServiceServer is the server API for PartitionService service.
 // All implementations must embed UnimplementedPartitionServiceServer
 // for forward compatibility.
@@ -250,6 +264,9 @@ type PartitionServiceServer interface {
 	GetSessionState(context.Context, *GetSessionStateRequest) (*GetSessionStateResponse, error)
 	ReleaseSession(context.Context, *ReleaseSessionRequest) (*ReleaseSessionResponse, error)
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// Digest is answered by every replica, leader or not (see
+	// DigestRequest).
+	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
 	mustEmbedUnimplementedPartitionServiceServer()
 }
 
@@ -307,6 +324,9 @@ func (UnimplementedPartitionServiceServer) ReleaseSession(context.Context, *Rele
 }
 func (UnimplementedPartitionServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListSessions not implemented")
+}
+func (UnimplementedPartitionServiceServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Digest not implemented")
 }
 func (UnimplementedPartitionServiceServer) mustEmbedUnimplementedPartitionServiceServer() {}
 func (UnimplementedPartitionServiceServer) testEmbeddedByValue()                          {}
@@ -617,6 +637,24 @@ func _PartitionService_ListSessions_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionService_Digest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Digest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Digest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Digest(ctx, req.(*DigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionService_ServiceDesc is the grpc.ServiceDesc for PartitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -687,6 +725,10 @@ var PartitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSessions",
 			Handler:    _PartitionService_ListSessions_Handler,
+		},
+		{
+			MethodName: "Digest",
+			Handler:    _PartitionService_Digest_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

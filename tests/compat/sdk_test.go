@@ -24,17 +24,24 @@ import (
 // (Raft, fsync on), the placement meta group and the AMQP front-end, as
 // `quorumbus dev` does, and talk to it with the official Azure SDK and
 // go-amqp.
+//
+// The clusters of startTestDev have their front-end reach the nodes over
+// gRPC, as a `quorumbus frontend` process in production does; the tests
+// that start a cluster themselves (admin, TLS, sessions across restarts,
+// large messages) use dev mode's in-process calls. Both paths are thus
+// exercised by the SDKs.
 
 func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, err := cluster.StartDev(ctx, cluster.DevOptions{
-		DataDir:  t.TempDir(),
-		AMQPAddr: "127.0.0.1:0",
-		Nodes:    3,
-		Groups:   3,
-		CacheMB:  16,
-		LogLevel: "error",
+		DataDir:          t.TempDir(),
+		AMQPAddr:         "127.0.0.1:0",
+		Nodes:            3,
+		Groups:           3,
+		CacheMB:          16,
+		LogLevel:         "error",
+		FrontendOverGRPC: true,
 	})
 	if err != nil {
 		cancel()

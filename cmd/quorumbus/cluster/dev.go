@@ -83,6 +83,10 @@ type DevOptions struct {
 	MaxConnections int
 	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off).
 	ThrottleCredits int64
+	// FrontendOverGRPC makes the front-end reach the storage nodes over
+	// gRPC, as a `quorumbus frontend` process does, instead of calling the
+	// in-process PartitionService directly.
+	FrontendOverGRPC bool
 	// PlainCluster turns the cluster plane's mutual TLS off: by default
 	// every gRPC connection between the parts (Raft, PartitionService,
 	// PlacementService) is mutual TLS with certificates of a cluster CA
@@ -183,9 +187,12 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		}
 		c.Storage = append(c.Storage, s)
 	}
-	local := make(map[string]partitionpb.PartitionServiceServer, len(c.Storage))
-	for _, s := range c.Storage {
-		local[s.Node.ID()] = s.Node.PartitionService()
+	var local map[string]partitionpb.PartitionServiceServer
+	if !o.FrontendOverGRPC {
+		local = make(map[string]partitionpb.PartitionServiceServer, len(c.Storage))
+		for _, s := range c.Storage {
+			local[s.Node.ID()] = s.Node.PartitionService()
+		}
 	}
 	// Dev mode serves the emulator's rule, and whatever rules the CLI
 	// adds to the catalog.

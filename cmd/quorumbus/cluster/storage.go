@@ -70,9 +70,14 @@ type Storage struct {
 }
 
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
-	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
+	cfg := node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
 		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
-		Creds: o.Creds, Logger: o.Logger})
+		Creds: o.Creds, Logger: o.Logger}
+	chaosStarted, err := armChaos(&cfg, o.Logger) // nothing unless built with -tags chaostest (chaos.go)
+	if err != nil {
+		return nil, err
+	}
+	n, err := node.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +114,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	// backoff, so one that opens later must stop being reported whether
 	// or not a routing table arrived since.
 	s := &Storage{Node: n, Placement: p, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
+	chaosStarted(n)
 	go func() {
 		defer close(s.done)
 		reconcile(rctx, n, o.Members, o.Creds, w, o.Logger)
