@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // Log stores a group can keep its Raft log in (Config.LogStore).
@@ -114,6 +116,11 @@ type Config struct {
 	// node in it (the processes of cmd add node=ID to every part they
 	// run). Default slog.Default().
 	Logger *slog.Logger
+
+	// Creds is the cluster's mutual TLS: the gRPC listener admits only
+	// clients with a certificate of the cluster CA, and the node dials its
+	// peers with its own. nil: plain text (rpcnet.Creds).
+	Creds *rpcnet.Creds
 
 	// PeerDialOptions are added to the options the node dials its peers
 	// with (Raft traffic). Tests route it through a network that they can

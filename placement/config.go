@@ -12,6 +12,7 @@ import (
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // idleCommitTimeout is how long the meta leader with nothing new to
@@ -68,12 +69,16 @@ type Config struct {
 	// and the gRPC addresses of meta members to forward requests to.
 	// Default: none (this member serves the catalog but places nothing).
 	Members Members
+	// Creds is the cluster's mutual TLS this member dials storage nodes
+	// (PartitionService, GroupMembership) and other members with; nil:
+	// plain text.
+	Creds *rpcnet.Creds
 	// DialPartition returns a PartitionService client for a storage node's
-	// gRPC address. Default: an insecure gRPC connection, kept per address.
+	// gRPC address. Default: a gRPC connection with Creds, kept per address.
 	DialPartition func(addr string) (partitionpb.PartitionServiceClient, error)
 	// DialPlacement returns a PlacementService client for another meta
-	// member's gRPC address, to forward requests to the leader. Default: an
-	// insecure gRPC connection, kept per address.
+	// member's gRPC address, to forward requests to the leader. Default: a
+	// gRPC connection with Creds, kept per address.
 	DialPlacement func(addr string) (placementpb.PlacementServiceClient, error)
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader

@@ -68,13 +68,13 @@ func TestMoveBacklogReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := cluster.CreateQueues(ctx, grpcAddrs[:3], []cluster.QueueSpec{
+	if err := cluster.CreateQueues(ctx, grpcAddrs[:3], nil, []cluster.QueueSpec{
 		{Name: "backlog", Props: &placementpb.QueueProperties{MaxSizeInMegabytes: int64(2*mb + 1024)}},
 		{Name: "live", Props: &placementpb.QueueProperties{LockDurationMs: 30_000}},
 	}, quiet); err != nil {
 		t.Fatal(err)
 	}
-	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0])
+	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,9 @@ func TestMoveBacklogReplica(t *testing.T) {
 			return "no sends"
 		}
 		slices.Sort(ds)
-		q := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(100 * time.Microsecond) }
+		q := func(p float64) time.Duration {
+			return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(100 * time.Microsecond)
+		}
 		return fmt.Sprintf("%d sends, p50 %v, p99 %v, max %v", len(ds), q(0.5), q(0.99), ds[len(ds)-1].Round(100*time.Microsecond))
 	}
 	t.Logf("move of a replica holding %d MiB: %v", mb, moveEnd.Sub(moveStart).Round(100*time.Millisecond))

@@ -53,9 +53,12 @@ func nodeCmd(args []string) error {
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	rulesPath := fs.String("sas-rules", "", sasRulesNodeUsage)
+	gossipKeyFile := fs.String("gossip-key-file", "", "file of base64 gossip keys, one a line (16, 24 or 32 bytes; `openssl rand -base64 32`): the first encrypts, all are accepted; members without one are not heard. Re-read every 10 s (rotation: docs/security.md). Empty: gossip in clear text")
 	memLimit := memoryLimitFlag(fs)
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
+	var clusterTLS cluster.ClusterTLSFlags
+	clusterTLS.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
 		fs.PrintDefaults()
@@ -88,6 +91,21 @@ func nodeCmd(args []string) error {
 		}
 		log.Info("zone read from the Kubernetes node", "kubernetes_node", *zoneFromNode, "label", *zoneLabel, "zone", *zone)
 	}
+	ctls, err := clusterTLS.Load(log)
+	if err != nil {
+		return err
+	}
+	if ctls == nil {
+		cluster.WarnPlain(log)
+	}
+	var gossipKeys [][]byte
+	if *gossipKeyFile != "" {
+		if gossipKeys, err = cluster.LoadGossipKeys(*gossipKeyFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("gossip in clear text and open to any process that reaches it: give -gossip-key-file (docs/security.md)")
+	}
 	// A node hosts at most every group, each once.
 	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(*groups, *cacheMB), log); err != nil {
 		return err
@@ -106,7 +124,7 @@ func nodeCmd(args []string) error {
 	}
 	ml, err := membership.New(membership.Config{
 		NodeID: *id, Role: membership.RoleStorage, GRPCAddr: addr, Zone: *zone,
-		BindAddr: *gossipAddr, AdvertiseAddr: *gossipAdvertise, Seeds: splitList(*join), Network: "local", Logger: log,
+		BindAddr: *gossipAddr, AdvertiseAddr: *gossipAdvertise, Seeds: splitList(*join), Network: "local", Keys: gossipKeys, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -115,10 +133,13 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	defer ml.Close()
+	if *gossipKeyFile != "" {
+		go cluster.WatchGossipKeys(ctx, *gossipKeyFile, 10*time.Second, ml.SetKeys, log)
+	}
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
 		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
-		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Logger: log,
+		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Creds: ctls.Creds(), Logger: log,
 	})
 	if err != nil {
 		return err
@@ -130,6 +151,7 @@ func nodeCmd(args []string) error {
 	}
 	admin.Logger, admin.Probes = log, s.Probes()
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
+	admin.TLS, admin.TLSOnly = ctls.HTTPS(), ctls != nil
 	hs := adminhttp.New(admin)
 	hs.AddChecks(s.ReadyChecks()...)
 	if err := hs.Start(ctx); err != nil {
@@ -139,7 +161,7 @@ func nodeCmd(args []string) error {
 	fmt.Printf("quorumbus node %s: gRPC on %s (reached at %s), gossip on %s, HTTP on %s\n", *id, ln.Addr(), addr, ml.Addr(), hs.Addr())
 	if len(rules) > 0 {
 		go func() {
-			if err := cluster.SeedRules(ctx, []string{addr}, rules, log); err != nil {
+			if err := cluster.SeedRules(ctx, []string{addr}, ctls.Creds(), rules, log); err != nil {
 				log.Error("authorization rules of -sas-rules not created", "err", err)
 			}
 		}()
@@ -168,6 +190,8 @@ func frontendCmd(args []string) error {
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
 	memLimit := memoryLimitFlag(fs)
+	var clusterTLS cluster.ClusterTLSFlags
+	clusterTLS.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -179,23 +203,28 @@ func frontendCmd(args []string) error {
 	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB, log); err != nil {
 		return err
 	}
+	ctls, err := clusterTLS.Load(log)
+	if err != nil {
+		return err
+	}
+	if ctls == nil {
+		cluster.WarnPlain(log)
+	}
 	var queues []cluster.QueueSpec
 	if *config != "" {
-		var err error
 		if queues, err = cluster.LoadEmulatorConfig(*config); err != nil {
 			return err
 		}
 	}
 	var rules []sas.Rule
 	if *rulesPath != "" {
-		var err error
 		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
 			return err
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log, Rules: rules})
+	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Creds: ctls.Creds(), Logger: log, Rules: rules})
 	if err != nil {
 		return err
 	}
@@ -219,6 +248,7 @@ func frontendCmd(args []string) error {
 	}
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
+	admin.TLS, admin.TLSOnly = ctls.HTTPS(), ctls != nil
 	hs := adminhttp.New(admin)
 	var listeners []*cluster.AMQPListener
 	var addrs []string
@@ -255,7 +285,7 @@ func frontendCmd(args []string) error {
 		hs.Shutdown(sctx)
 	}()
 	if declared != nil {
-		if err := cluster.CreateQueues(ctx, splitList(*placementAddrs), queues, log); err != nil {
+		if err := cluster.CreateQueues(ctx, splitList(*placementAddrs), ctls.Creds(), queues, log); err != nil {
 			return err
 		}
 		declared.Created()

@@ -17,12 +17,12 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // Options shape a test cluster; the zero value is three members.
@@ -150,14 +150,14 @@ func (c *Cluster) start(m *Member, bootstrap []raft.Server) {
 		t.Fatal(err)
 	}
 	m.Service = svc
-	m.server = grpc.NewServer()
+	m.server = grpc.NewServer(rpcnet.ServerOptions(nil)...)
 	svc.Register(m.server)
 	partitionpb.RegisterPartitionServiceServer(m.server, c.Partitions.Server(m.ID, m.Addr))
 	go m.server.Serve(lis)
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m.conn, err = grpc.NewClient(m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	m.conn, err = rpcnet.Dial(m.Addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // auth-rule create` does, and waits for the front-end to serve them.
 func putRules(t *testing.T, c *cluster.Dev, rules ...sas.Rule) {
 	t.Helper()
-	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0])
+	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0], c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestDevCatalogRules(t *testing.T) {
 	}
 	r.Close(ctx)
 
-	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0])
+	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0], c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 		c.Close()
 		cancel()
 	})
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	// The front-end learns of the queues through the routing table.
@@ -636,7 +636,7 @@ func TestStatusAndQuota(t *testing.T) {
 	c := startTestDev(t, cluster.QueueSpec{Name: "tiny", Props: &placementpb.QueueProperties{MaxSizeInMegabytes: 1}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, closeAdmin, err := cluster.DialPlacement(c.NodeAddrs[0])
+	admin, closeAdmin, err := cluster.DialPlacement(c.NodeAddrs[0], c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -463,7 +463,7 @@ func TestDevSessionStateSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, []cluster.QueueSpec{sessionQueue("sq")}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, []cluster.QueueSpec{sessionQueue("sq")}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		c.Close()
 		t.Fatal(err)
 	}

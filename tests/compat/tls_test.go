@@ -40,7 +40,7 @@ func startTLSDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 	if c.CAFile == "" {
 		t.Fatal("dev mode generated no CA")
 	}
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

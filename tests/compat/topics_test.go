@@ -300,7 +300,7 @@ func TestDevSDKDeleteTopic(t *testing.T) {
 	}
 	snd.Close(ctx)
 
-	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs)
+	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs, c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDevSDKRuleChangeReachesPartitions(t *testing.T) {
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs)
+	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs, c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
@@ -26,6 +25,7 @@ import (
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // StorageOptions describes one storage process: a node, and a member of
@@ -45,6 +45,9 @@ type StorageOptions struct {
 	// LeaderSyncFirst: leaders fsync before they replicate
 	// (node.Config.LeaderSyncFirst).
 	LeaderSyncFirst bool
+	// Creds is the cluster's mutual TLS of the node's gRPC listener and of
+	// every dial it and its placement member make; nil: plain text.
+	Creds *rpcnet.Creds
 	// WALSegmentMB and DiskReserveMB are node.Config's WALSegmentBytes
 	// and DiskReserveBytes in MiB; 0 takes the node's defaults.
 	WALSegmentMB  int
@@ -72,7 +75,7 @@ type Storage struct {
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	cfg := node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
 		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
-		Logger: o.Logger}
+		Creds: o.Creds, Logger: o.Logger}
 	chaosStarted, err := armChaos(&cfg, o.Logger) // nothing unless built with -tags chaostest (chaos.go)
 	if err != nil {
 		return nil, err
@@ -82,6 +85,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		return nil, err
 	}
 	p, err := placement.New(placement.Config{
+		Creds:             o.Creds,
 		NodeID:            o.ID,
 		DataDir:           filepath.Join(o.DataDir, "meta"),
 		Transport:         n.RaftTransport(node.MetaGroup),
@@ -129,7 +133,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	fwd.Start(rctx)
 	go func() {
 		defer close(s.done)
-		reconcile(rctx, n, o.Members, w, o.Logger)
+		reconcile(rctx, n, o.Members, o.Creds, w, o.Logger)
 	}()
 	return s, nil
 }
@@ -164,8 +168,8 @@ func (s *Storage) Close() error {
 // It reads the table from this node's own placement member, or, while
 // that one cannot serve it (a node that joined later is no member of the
 // meta group), from another storage member's.
-func reconcile(ctx context.Context, n *node.Node, members placement.Members, w *groupWatch, log *slog.Logger) {
-	pc := &placementClients{own: n.Addr(), members: members, conns: map[string]*grpc.ClientConn{}}
+func reconcile(ctx context.Context, n *node.Node, members placement.Members, creds *rpcnet.Creds, w *groupWatch, log *slog.Logger) {
+	pc := &placementClients{own: n.Addr(), members: members, creds: creds, conns: map[string]*grpc.ClientConn{}}
 	defer pc.close()
 	go reportGroups(ctx, n, pc, log)
 	backoff := 100 * time.Millisecond
@@ -199,6 +203,7 @@ func reconcile(ctx context.Context, n *node.Node, members placement.Members, w *
 type placementClients struct {
 	own     string
 	members placement.Members
+	creds   *rpcnet.Creds
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 }
@@ -219,7 +224,7 @@ func (pc *placementClients) client(attempt int) (placementpb.PlacementServiceCli
 	cc := pc.conns[addr]
 	if cc == nil {
 		var err error
-		if cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		if cc, err = rpcnet.Dial(addr, pc.creds); err != nil {
 			return nil, err
 		}
 		pc.conns[addr] = cc
