@@ -56,7 +56,7 @@ func TestFailoverAutoForward(t *testing.T) {
 		// back soon.
 		{Name: "fsrc", Props: &placementpb.QueueProperties{ForwardTo: "fdst", RequiresDuplicateDetection: true, LockDurationMs: 5000}},
 	}
-	if err := cluster.CreateQueues(ctx, grpcAddrs, specs, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, specs, quiet); err != nil {
 		t.Fatal(err)
 	}
 	group := queueGroup(t, ctx, grpcAddrs[0], "fsrc")

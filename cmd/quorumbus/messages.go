@@ -27,7 +27,8 @@ func messagesCmd(kind, verb string, args []string) error {
 		usage = fmt.Sprintf("usage: quorumbus subscription %s [flags] TOPIC NAME", verb)
 	}
 	fs := flag.NewFlagSet(kind+" "+verb, flag.ContinueOnError)
-	addr := fs.String("placement", "127.0.0.1:7101", "gRPC addresses of storage nodes (placement members), comma-separated")
+	var pf placementFlags
+	pf.register(fs) // -placement here may list several nodes, comma-separated
 	dlq := fs.Bool("dlq", false, "purge: the dead-letter queue instead of the entity's messages")
 	filter := fs.String("filter", "", "redrive: only dead-lettered messages this SQL filter matches (the rule language; DeadLetterReason and DeadLetterErrorDescription are properties)")
 	max := fs.Int("max", 0, "redrive: at most this many messages (0: all)")
@@ -51,8 +52,16 @@ func messagesCmd(kind, verb string, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	addrs := splitList(*addr)
-	catalog, closeCatalog, err := cluster.DialPlacementMembers(addrs)
+	addrs := splitList(pf.addr)
+	files, err := pf.files()
+	if err != nil {
+		return err
+	}
+	ctls, err := files.Load(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	catalog, closeCatalog, err := cluster.DialPlacementMembers(addrs, ctls.Creds())
 	if err != nil {
 		return err
 	}
@@ -61,7 +70,7 @@ func messagesCmd(kind, verb string, args []string) error {
 	if err != nil {
 		return err
 	}
-	router, err := routing.New(routing.Config{Placement: addrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	router, err := routing.New(routing.Config{Placement: addrs, Creds: ctls.Creds(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return err
 	}
@@ -70,7 +79,7 @@ func messagesCmd(kind, verb string, args []string) error {
 	select {
 	case <-router.Ready():
 	case <-ctx.Done():
-		return fmt.Errorf("no routing table from %s: %w", *addr, ctx.Err())
+		return fmt.Errorf("no routing table from %s: %w", pf.addr, ctx.Err())
 	}
 	switch verb {
 	case "purge":

@@ -91,7 +91,7 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := CreateQueues(ctx, c.NodeAddrs, []QueueSpec{{Name: "watched", Props: &placementpb.QueueProperties{}}}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := CreateQueues(ctx, c.NodeAddrs, c.Creds, []QueueSpec{{Name: "watched", Props: &placementpb.QueueProperties{}}}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	cs := []prometheus.Collector{c.Frontend.Collector(), c.Gateway.Collector(),

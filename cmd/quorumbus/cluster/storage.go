@@ -108,6 +108,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	fwd, err := routing.New(routing.Config{
 		Placement: []string{n.Addr()},
 		Local:     map[string]partitionpb.PartitionServiceServer{o.ID: n.PartitionService()},
+		Creds:     o.Creds,
 		Logger:    o.Logger.With("part", "forwarding"),
 	})
 	if err != nil {
