@@ -38,6 +38,7 @@ func chromium(t *testing.T) string {
 // message and see it back in the queue. Screenshots of each step are
 // kept under the test's artifact directory, which the test logs.
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)

@@ -142,6 +142,7 @@ func runtimeCounts(t *testing.T, ctx context.Context, ac *admin.Client, queue st
 // their queue and are received again with the SDK; purges empty the
 // dead-letter queue and the queue; on a plain and a partitioned queue.
 func TestConsoleRedriveAndPurge(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	client := devClient(t, c)

@@ -67,6 +67,7 @@ func bodiesSorted(ms []*azservicebus.ReceivedMessage) []string {
 // DeadLetterSource), and a chain of forwards that dead-letters the message
 // that would take a fifth hop.
 func TestDevSDKAutoForward(t *testing.T) {
+	t.Parallel()
 	q := func(name, to, dlqTo string) cluster.QueueSpec {
 		return cluster.QueueSpec{Name: name, Props: &placementpb.QueueProperties{ForwardTo: to, ForwardDeadLetteredMessagesTo: dlqTo}}
 	}

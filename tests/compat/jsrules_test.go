@@ -17,6 +17,7 @@ import (
 // or action that does not parse, a rule that is not there), and sends to
 // the topic that follow the new rules.
 func TestJSSDKRuleManager(t *testing.T) {
+	t.Parallel()
 	dir := jsDir(t)
 	c := startTestDev(t,
 		cluster.QueueSpec{Name: "jsr", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{}},

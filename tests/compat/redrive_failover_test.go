@@ -21,6 +21,7 @@ import (
 // messages in one Raft entry or not at all, and a retried batch skips
 // what moved.
 func TestRedriveSurvivesLeaderLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("stops a storage node")
 	}
