@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/quorumbus/quorumbus/node/raftmux"
 	"github.com/quorumbus/quorumbus/partition"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -77,6 +78,7 @@ type group struct {
 
 	machine StateMachine
 	raft    *raft.Raft
+	trans   *raftmux.Transport // the group's raft transport: followers' progress
 	logs    io.Closer
 	cache   *logCache                 // the log, through its cache
 	ahead   *aheadLog                 // the raft-wal log; nil with raft-boltdb
@@ -227,6 +229,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	}
 
 	trans := n.mux.Transport(id, raft.ServerAddress(n.Addr()))
+	g.trans = trans
 	if g.ahead != nil {
 		if err := g.withholdIfLost(cached, snaps); err != nil {
 			trans.Close()
