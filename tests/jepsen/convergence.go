@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/tests/jepsen/checker"
@@ -22,9 +24,11 @@ func nodeConn(c *cluster.Cluster, i int) (*grpc.ClientConn, error) {
 		}))
 }
 
-// digests asks every replica of every group for its digest until, for
-// each group, all replicas answer at one applied index, or ctx ends; it
-// returns the last round (checker.Converged judges it).
+// digests asks every running node for its digest of every group until,
+// for each group, the nodes that hold it (a node without the group, e.g.
+// one that drained, answers NotFound and is no replica) answer at one
+// applied index, with at least a quorum of them answering, or ctx ends;
+// it returns the last round (checker.Converged judges it).
 func digests(ctx context.Context, c *cluster.Cluster, groups []uint64) []checker.DigestSample {
 	var last []checker.DigestSample
 	for {
@@ -32,7 +36,11 @@ func digests(ctx context.Context, c *cluster.Cluster, groups []uint64) []checker
 		settled := true
 		for _, g := range groups {
 			var applied uint64
-			for i := range cluster.Nodes {
+			replicas := 0
+			for i := range c.Nodes {
+				if !c.Nodes[i].Running() {
+					continue
+				}
 				s := checker.DigestSample{Node: c.Nodes[i].Name, Group: g}
 				cc, err := nodeConn(c, i)
 				if err == nil {
@@ -45,14 +53,21 @@ func digests(ctx context.Context, c *cluster.Cluster, groups []uint64) []checker
 						s.Applied, s.Sum = d.AppliedIndex, d.Sha256
 					}
 				}
+				if status.Code(err) == codes.NotFound {
+					continue // holds no replica of g
+				}
 				if err != nil {
 					s.Err = err.Error()
 					settled = false
-				} else if i > 0 && s.Applied != applied {
+				} else if replicas > 0 && s.Applied != applied {
 					settled = false
 				}
 				applied = s.Applied
+				replicas++
 				last = append(last, s)
+			}
+			if replicas < cluster.Nodes/2+1 {
+				settled = false
 			}
 		}
 		if settled {
