@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos scale soak-entities image deploy-test
+.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos soak scale soak-entities image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -44,7 +44,7 @@ build: ## Compile every package and put the commands in ./bin
 test: vet fmt-check ## Vet, check formatting, run all tests with -race, then a short fuzz pass
 	@/usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || \
 		echo "SKIP: python3-qpid-proton is not installed for /usr/bin/python3, so the proton interop tests will skip (apt-get install python3-qpid-proton)"
-	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -race -count=1 -timeout 14m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 
 vet: ## Run go vet on every package
@@ -74,6 +74,13 @@ chaos: ## Chaos test: a 3-node cluster of processes under kills, pauses, partiti
 	cd tests/jepsen && $(GO) vet ./... && $(GO) test -short -count=1 ./...
 	cd tests/jepsen && CHAOS_PROFILE=$(CHAOS_PROFILE) $(GO) test -run '^TestChaos$$' -v -count=1 -timeout 15m .
 
+# The soak profile: the chaos run's faults and workloads for SOAK_DURATION
+# (hours for the figures of docs/reliability.md; 10m to see it work).
+SOAK_DURATION ?= 2h
+soak: ## Soak: the chaos run for SOAK_DURATION (default 2h): faults per kind, operations, violations, stall and catch-up p50/p99
+	cd tests/jepsen && $(GO) vet ./... && $(GO) test -short -count=1 ./...
+	cd tests/jepsen && CHAOS_PROFILE=soak CHAOS_DURATION=$(SOAK_DURATION) $(GO) test -run '^TestChaos$$' -v -count=1 -timeout 0 .
+
 scale: ## Scale test: 3 node processes grown to 7 and drained back to 3 under load on two 16-partition queues; move times and the longest send stall (minutes)
 	QUORUMBUS_SCALE=1 $(GO) test -run '^TestScaleSevenAndBack$$' -v -count=1 -timeout 20m ./cmd/quorumbus/
 
@@ -90,6 +97,10 @@ image: ## Build the OCI image (linux/amd64 and arm64, no Docker) into bin/quorum
 # the image (both platforms) and run the chart's pods as local processes.
 deploy-test: ## Vet the deploy module and run its tests: image, chart lint/render/schema, the chart's pods as a local cluster (1-2 min)
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+MOVE_BACKLOG_MB ?= 1024
+move-backlog: ## Move a replica holding a MOVE_BACKLOG_MB (1024) MiB backlog to a new node under a live client: move time, client latency before/during/after (minutes; ~8 GB of disk)
+	QUORUMBUS_BACKLOG_MB=$(MOVE_BACKLOG_MB) $(GO) test -run '^TestMoveBacklogReplica$$' -v -count=1 -timeout 45m ./cmd/quorumbus/
 
 soak-entities: ## 10,000 queues (100 of 16 partitions) on three node processes: memory per node and the time a full restart takes (minutes)
 	QUORUMBUS_ENTITIES=1 $(GO) test -run '^TestTenThousandEntities$$' -v -count=1 -timeout 40m ./cmd/quorumbus/

@@ -65,6 +65,12 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		op = c.setSessionState
 	case "com.microsoft:get-message-sessions":
 		op = c.getMessageSessions
+	case "com.microsoft:add-rule":
+		op = c.addRule
+	case "com.microsoft:remove-rule":
+		op = c.removeRule
+	case "com.microsoft:enumerate-rules":
+		op = c.enumerateRules
 	default:
 		req.fail(failNotImpl, "$management operation "+req.operation)
 		return

@@ -230,7 +230,7 @@ func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || len(m.ModifiedProperties) > 0 || m.ActionSet != nil || len(m.ActionRemoved) > 0 {
+	if deadLettered(m) || len(m.ModifiedProperties) > 0 || m.ActionSet != nil || len(m.ActionRemoved) > 0 {
 		return appendRewrittenBare(out, m)
 	}
 	return append(out, m.Bare...), nil
@@ -274,7 +274,7 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 			props.Set(p.Key, p.Value)
 		}
 	}
-	if m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER {
+	if deadLettered(m) {
 		props.Set("DeadLetterReason", m.DeadLetterReason)
 		props.Set("DeadLetterErrorDescription", m.DeadLetterDescription)
 	}
@@ -282,6 +282,13 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 		props = amqp.Map{} // written empty: a nil map would remove the section
 	}
 	return amqp.AppendWithSection(out, sections, amqp.SectionApplicationProperties, &amqp.Message{ApplicationProperties: props})
+}
+
+// deadLettered reports whether m carries a dead-letter reason: it is in a
+// dead-letter queue, or was auto-forwarded from one (DeadLetterSource is
+// set only then, as on Service Bus).
+func deadLettered(m *partitionpb.StoredMessage) bool {
+	return m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || m.DeadLetterSource != ""
 }
 
 // lockTokenUUID returns the 16 token bytes as a UUID value (RFC 4122

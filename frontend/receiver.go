@@ -205,9 +205,14 @@ func (r *receiver) pump() {
 			r.link.Drain()
 			continue
 		}
-		p := base + r.nextStart%partitions
 		r.nextStart++
-		if r.fetch(p, credit, r.c.srv.cfg.ReceiveWait) == 0 {
+		if partitions > 1 {
+			// Wait on every partition at once and take from whichever
+			// has a message first, in the pass above.
+			r.awaitAnyPartition(partitions)
+			continue
+		}
+		if r.fetch(base, credit, r.c.srv.cfg.ReceiveWait) == 0 {
 			// Nothing arrived: check for new credit or a drain before
 			// polling again.
 			select {
@@ -218,6 +223,52 @@ func (r *receiver) pump() {
 			}
 		}
 	}
+}
+
+// awaitAnyPartition long-polls every partition of the entity with
+// wait-only receives (max_count 0: they take nothing) and returns when one
+// of them has a message, when the wait is over, or when the client gives
+// credit or asks to drain. Because the polls take nothing, cancelling the
+// ones still waiting loses nothing; a long poll that took messages could
+// not be cancelled safely, which is why a single taking poll used to wait
+// on one partition while another had messages.
+func (r *receiver) awaitAnyPartition(partitions uint32) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	wait := r.c.srv.cfg.ReceiveWait
+	answers := make(chan error, partitions)
+	for p := range partitions {
+		go func() {
+			req := &partitionpb.ReceiveRequest{Partition: p, SubQueue: r.subQueue, WaitMs: wait.Milliseconds()}
+			cctx, ccancel := context.WithTimeout(ctx, wait+sendTimeout)
+			_, err := r.c.srv.cfg.Backend.Receive(cctx, r.entity, req)
+			ccancel()
+			answers <- err
+		}()
+	}
+	failed := uint32(0)
+	for answered := false; !answered; {
+		select {
+		case err := <-answers:
+			if err == nil {
+				answered = true
+				break
+			}
+			// A partition without a leader answers at once; wait on the
+			// others, and back off only when none can be asked.
+			if failed++; failed == partitions {
+				answered = true
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-r.ctx.Done():
+				}
+			}
+		case <-r.wake:
+			answered = true
+		case <-r.ctx.Done():
+			answered = true
+		}
+	}
+	cancel()
 }
 
 // fetch takes up to max messages of one partition and sends them. It

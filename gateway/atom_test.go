@@ -70,7 +70,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"bad duration", queueEntry(`<LockDuration>1 minute</LockDuration>`), "LockDuration", ErrBadProperty},
 		{"negative", queueEntry(`<MaxDeliveryCount>-1</MaxDeliveryCount>`), "MaxDeliveryCount", ErrBadProperty},
 		{"status", queueEntry(`<Status>Creating</Status>`), "Status", ErrBadProperty},
-		{"forwarding", queueEntry(`<ForwardTo>other</ForwardTo>`), "auto-forwarding", ErrBadProperty},
+		{"forwarding URL", queueEntry(`<ForwardTo>ftp://ns/other</ForwardTo>`), "ForwardTo", ErrBadProperty},
 		{"express", queueEntry(`<EnableExpress>true</EnableExpress>`), "EnableExpress", ErrBadProperty},
 		{"unbatched", queueEntry(`<EnableBatchedOperations>false</EnableBatchedOperations>`), "batches", ErrBadProperty},
 		{"idle delete", queueEntry(`<AutoDeleteOnIdle>PT5M</AutoDeleteOnIdle>`), "idle", ErrBadProperty},

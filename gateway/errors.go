@@ -18,6 +18,7 @@ var httpErrors = []struct {
 	{ErrBadProperty, http.StatusBadRequest},
 	{ErrNotImplemented, http.StatusNotImplemented},
 	{ErrNotFound, http.StatusNotFound},
+	{errRejected, http.StatusConflict},
 }
 
 // ErrNotFound: the path names no entity of its kind, or no rule; answered

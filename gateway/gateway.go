@@ -47,7 +47,12 @@ type Config struct {
 	// listener must allow longer (adminhttp does, with an API). Default
 	// 60 s.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// Messages peeks, purges and re-drives messages for the console;
+	// nil: those console calls answer 501.
+	Messages Messages
+	// Topology gives the console the nodes and groups; nil: none shown.
+	Topology Topology
+	Logger   *slog.Logger
 	// Now is the clock tokens expire by. Default time.Now.
 	Now func() time.Time
 }
@@ -134,6 +139,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	r = r.WithContext(ctx)
 	q := request{w: w, r: r, base: scheme + "://" + r.Host}
+	if r.URL.Path == consolePrefix || strings.HasPrefix(r.URL.Path, consolePrefix+"/") {
+		g.serveConsole(w, r) // its own sign-in (console.go)
+		return
+	}
 	if err := g.authorize(r); err != nil {
 		g.log.Debug("admin request refused", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusUnauthorized, err.Error())
@@ -192,7 +201,13 @@ func allow(q request, methods ...string) bool {
 // authorize checks the SAS token: valid, covering the request's URL, and
 // with the Manage right (every management operation needs it, reads too).
 func (g *Gateway) authorize(r *http.Request) error {
-	t, err := ParseToken(r.Header.Get("Authorization"))
+	return g.authorizeToken(r.Header.Get("Authorization"), r.Host, r.URL.Path)
+}
+
+// authorizeToken checks a token (an Authorization header's value) for a
+// request to host and path.
+func (g *Gateway) authorizeToken(header, host, path string) error {
+	t, err := ParseToken(header)
 	if err != nil {
 		return err
 	}
@@ -200,8 +215,8 @@ func (g *Gateway) authorize(r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !t.Covers(r.Host, r.URL.Path) {
-		return fmt.Errorf("%w: token for %q, request for %s%s", ErrAudience, t.Resource, r.Host, r.URL.Path)
+	if !t.Covers(host, path) {
+		return fmt.Errorf("%w: token for %q, request for %s%s", ErrAudience, t.Resource, host, path)
 	}
 	if rights&RightManage == 0 {
 		return ErrNoManage

@@ -123,10 +123,10 @@ func DecodeQueue(fields []rawField) (queueRequest, error) {
 			if f.hasChildren() {
 				err = errors.New("entity-level authorization rules are not supported yet; use the namespace's rules")
 			}
-		case "ForwardTo", "ForwardDeadLetteredMessagesTo":
-			if text != "" {
-				err = errors.New("auto-forwarding is not implemented yet")
-			}
+		case "ForwardTo":
+			q.desc.ForwardTo, err = forwardTarget(text)
+		case "ForwardDeadLetteredMessagesTo":
+			q.desc.ForwardDeadLetteredMessagesTo, err = forwardTarget(text)
 		case "UserMetadata":
 			// Text, not trimmed: the user's string as given.
 			q.desc.UserMetadata = f.Text
@@ -220,7 +220,9 @@ type queueDescriptionOut struct {
 	EnablePartitioning                  bool             `xml:"EnablePartitioning"`
 	EntityAvailabilityStatus            string           `xml:"EntityAvailabilityStatus"`
 	EnableExpress                       bool             `xml:"EnableExpress"`
+	ForwardTo                           string           `xml:"ForwardTo,omitempty"`
 	UserMetadata                        string           `xml:"UserMetadata,omitempty"`
+	ForwardDeadLetteredMessagesTo       string           `xml:"ForwardDeadLetteredMessagesTo,omitempty"`
 	MaxMessageSizeInKilobytes           int64            `xml:"MaxMessageSizeInKilobytes"`
 }
 
@@ -260,6 +262,9 @@ func describeQueue(e *placementpb.Entity, counts *Counts) *queueDescriptionOut {
 		EntityAvailabilityStatus:  availability,
 		UserMetadata:              d.UserMetadata,
 		MaxMessageSizeInKilobytes: d.MaxMessageSizeInKilobytes,
+		// Names, where Service Bus answers URLs: the SDKs take either.
+		ForwardTo:                     d.ForwardTo,
+		ForwardDeadLetteredMessagesTo: d.ForwardDeadLetteredMessagesTo,
 	}
 	if counts != nil {
 		total := counts.Active + counts.DeadLetter + counts.Scheduled

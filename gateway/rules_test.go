@@ -178,7 +178,7 @@ func TestDecodeTopicAndSubscription(t *testing.T) {
 		t.Fatalf("DecodeSubscription = %+v, %v", sr, err)
 	}
 	for _, bad := range []string{
-		`<ForwardTo>q</ForwardTo>`, `<MaxSizeInMegabytes>5</MaxSizeInMegabytes>`, `<MaxDeliveryCount>0</MaxDeliveryCount>`,
+		`<ForwardTo>https://ns</ForwardTo>`, `<MaxSizeInMegabytes>5</MaxSizeInMegabytes>`, `<MaxDeliveryCount>0</MaxDeliveryCount>`,
 		`<DefaultRuleDescription><Filter i:type="X"/></DefaultRuleDescription>`,
 	} {
 		_, fields, err := DecodeEntry([]byte(`<entry><content><SubscriptionDescription xmlns:i="http://www.w3.org/2001/XMLSchema-instance">` + bad + `</SubscriptionDescription></content></entry>`))
@@ -250,4 +250,20 @@ func FuzzDecodeTopicsSubscriptionsRules(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestForwardTarget: ForwardTo is a name or the URL Service Bus answers.
+func TestForwardTarget(t *testing.T) {
+	for in, want := range map[string]string{
+		"q": "q", "https://ns.servicebus.windows.net/q": "q", "sb://ns/t/Subscriptions/s/": "t/Subscriptions/s", "": "",
+	} {
+		if got, err := forwardTarget(in); err != nil || got != want {
+			t.Errorf("forwardTarget(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"ftp://ns/q", "https://ns", "https://ns/"} {
+		if _, err := forwardTarget(in); err == nil {
+			t.Errorf("forwardTarget(%q) accepted", in)
+		}
+	}
 }

@@ -48,8 +48,10 @@ func sharedProperty(f rawField, text string) (handled bool, err error) {
 		}
 		return true, nil
 	case "ForwardTo", "ForwardDeadLetteredMessagesTo":
+		// Queues and subscriptions read these themselves: a topic does
+		// not forward.
 		if text != "" {
-			return true, errors.New("auto-forwarding is not implemented yet")
+			return true, errors.New("a topic does not forward; forward from its subscriptions")
 		}
 		return true, nil
 	}
@@ -264,6 +266,10 @@ func DecodeSubscription(fields []rawField) (subscriptionRequest, error) {
 			s.status = st
 		case "UserMetadata":
 			s.desc.UserMetadata, err = userMetadata(f)
+		case "ForwardTo":
+			s.desc.ForwardTo, err = forwardTarget(text)
+		case "ForwardDeadLetteredMessagesTo":
+			s.desc.ForwardDeadLetteredMessagesTo, err = forwardTarget(text)
 		case "DefaultRuleDescription":
 			var r *placementpb.Rule
 			if r, err = DecodeRuleXML([]byte(f.Inner)); err == nil {
@@ -301,7 +307,9 @@ type subscriptionDescriptionOut struct {
 	UpdatedAt                                 string           `xml:"UpdatedAt"`
 	AccessedAt                                string           `xml:"AccessedAt"`
 	CountDetails                              *countDetailsOut `xml:"CountDetails,omitempty"`
+	ForwardTo                                 string           `xml:"ForwardTo,omitempty"`
 	UserMetadata                              string           `xml:"UserMetadata,omitempty"`
+	ForwardDeadLetteredMessagesTo             string           `xml:"ForwardDeadLetteredMessagesTo,omitempty"`
 	AutoDeleteOnIdle                          string           `xml:"AutoDeleteOnIdle"`
 	EntityAvailabilityStatus                  string           `xml:"EntityAvailabilityStatus"`
 }
@@ -329,6 +337,9 @@ func describeSubscription(e *placementpb.Entity, counts *Counts) *subscriptionDe
 		AutoDeleteOnIdle:         placementpb.ForeverISO,
 		EntityAvailabilityStatus: availability(e),
 		UserMetadata:             d.UserMetadata,
+		ForwardTo:                d.ForwardTo,
+
+		ForwardDeadLetteredMessagesTo: d.ForwardDeadLetteredMessagesTo,
 	}
 	if counts != nil {
 		total := counts.Active + counts.DeadLetter + counts.Scheduled
@@ -345,3 +356,22 @@ func describeSubscription(e *placementpb.Entity, counts *Counts) *subscriptionDe
 
 // subscriptionName is the catalog's name of a topic's subscription.
 func subscriptionName(topic, sub string) string { return topic + "/Subscriptions/" + sub }
+
+// forwardTarget reads a ForwardTo or ForwardDeadLetteredMessagesTo: an
+// entity name, or its URL as Service Bus answers it
+// (https://namespace/name, sb://namespace/name), which comes back here when
+// a client sends a description it read. The catalog checks the name.
+func forwardTarget(text string) (string, error) {
+	if scheme, rest, ok := strings.Cut(text, "://"); ok {
+		if scheme != "https" && scheme != "http" && scheme != "sb" {
+			return "", fmt.Errorf("%q: an entity name or an https or sb URL of one", text)
+		}
+		_, path, _ := strings.Cut(rest, "/")
+		path = strings.Trim(path, "/")
+		if path == "" {
+			return "", fmt.Errorf("%q names no entity", text)
+		}
+		return path, nil
+	}
+	return text, nil
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // Log stores a group can keep its Raft log in (Config.LogStore).
@@ -115,6 +117,11 @@ type Config struct {
 	// run). Default slog.Default().
 	Logger *slog.Logger
 
+	// Creds is the cluster's mutual TLS: the gRPC listener admits only
+	// clients with a certificate of the cluster CA, and the node dials its
+	// peers with its own. nil: plain text (rpcnet.Creds).
+	Creds *rpcnet.Creds
+
 	// PeerDialOptions are added to the options the node dials its peers
 	// with (Raft traffic). Tests route it through a network that they can
 	// cut (nodetest.Net).
@@ -125,6 +132,10 @@ type Config struct {
 	// what is not yet fsynced so that a crash can lose it.
 	bootID           string
 	simulatedMachine bool
+	// clockOffset is added to the wall clock this node stamps commands
+	// and reads expiries with (wallMs): the chaos suite skews one node's
+	// clock through it (chaos.go, build tag chaostest). Zero otherwise.
+	clockOffset time.Duration
 	// disk, when set, can make the disk look full (tests).
 	disk *diskFaults
 }

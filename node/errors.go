@@ -22,6 +22,9 @@ var (
 	ErrClosed         = errors.New("node: closed")
 	ErrTooLarge       = errors.New("node: request too large")
 	ErrInvalid        = errors.New("node: invalid request")
+	// ErrReplicaBehind refuses to hand the leadership to a replica that
+	// has not caught up with the leader's log.
+	ErrReplicaBehind = errors.New("node: replica behind the leader")
 	// ErrNoSpace: the node's disk is full, or down to the reserve it
 	// keeps for settles; requests that add messages are refused until
 	// space is freed.
@@ -63,6 +66,7 @@ var statusCodes = []struct {
 	{partition.ErrClosed, codes.Unavailable},
 	{ErrTooLarge, codes.InvalidArgument},
 	{ErrInvalid, codes.InvalidArgument},
+	{ErrReplicaBehind, codes.FailedPrecondition},
 	{partition.ErrEntityNotFound, codes.NotFound},
 	{partition.ErrLockLost, codes.Aborted},
 	{partition.ErrQuotaExceeded, codes.ResourceExhausted},

@@ -1,6 +1,10 @@
 package node
 
-import "github.com/hashicorp/raft"
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+)
 
 // Hooks for the package's external tests.
 
@@ -38,14 +42,6 @@ func HoldLogSync(n *Node, id uint64) (release func()) {
 // away so far in this process.
 func LostWrites() int64 { return lostWrites.Load() }
 
-// setHold stops the syncer before its next fsync until hold is closed;
-// it then sends on holding, if not nil and free.
-func (s *syncFS) setHold(hold, holding chan struct{}) {
-	s.mu.Lock()
-	s.hold, s.holding = hold, holding
-	s.mu.Unlock()
-}
-
 // LogBytes returns the size of the largest entry in group id's log on n
 // and of all of them, reading the log from its first index to its last.
 func LogBytes(n *Node, id uint64) (largest, total int, err error) {
@@ -76,3 +72,7 @@ func LogBytes(n *Node, id uint64) (largest, total int, err error) {
 
 // MaxEntryBytes is the bound on an entry (propose.go).
 const MaxEntryBytes = maxEntryBytes
+
+// SkewClock makes a node built from cfg read its wall clock offset by d
+// (as node.ChaosSkewClock does in the chaos suite's build).
+func SkewClock(cfg *Config, d time.Duration) { cfg.clockOffset = d }

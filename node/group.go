@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/quorumbus/quorumbus/node/raftmux"
 	"github.com/quorumbus/quorumbus/partition"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -77,6 +78,7 @@ type group struct {
 
 	machine StateMachine
 	raft    *raft.Raft
+	trans   *raftmux.Transport // the group's raft transport: followers' progress
 	logs    io.Closer
 	cache   *logCache                 // the log, through its cache
 	ahead   *aheadLog                 // the raft-wal log; nil with raft-boltdb
@@ -227,6 +229,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	}
 
 	trans := n.mux.Transport(id, raft.ServerAddress(n.Addr()))
+	g.trans = trans
 	if g.ahead != nil {
 		if err := g.withholdIfLost(cached, snaps); err != nil {
 			trans.Close()
@@ -446,6 +449,11 @@ func (g *group) lead(ctx context.Context) {
 	}
 	g.setLeading(ctx)
 	g.log.Debug("leading", "applied", g.machine.AppliedIndex())
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runForwarder(ctx) // forward.go
+	}()
 	g.runClock(ctx)
 }
 
@@ -480,7 +488,7 @@ func (g *group) runClock(ctx context.Context) {
 	timer := time.NewTimer(maxExpiryPoll)
 	defer timer.Stop()
 	for {
-		wait, due := g.dueCommands(cmds, time.Now().UnixMilli())
+		wait, due := g.dueCommands(cmds, g.node.wallMs())
 		if len(due) > 0 {
 			_, err := g.propose(ctx, due...)
 			if err == nil {

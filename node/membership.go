@@ -91,6 +91,15 @@ func (m *membership) ChangeReplica(ctx context.Context, req *partitionpb.ChangeR
 		if id == raft.ServerID(m.n.cfg.ID) {
 			break // leads already
 		}
+		// hashicorp/raft refuses every proposal while a transfer runs,
+		// and a transfer to a replica that is behind can run for as long
+		// as that replica's catch-up (its replication goroutine may be
+		// sending a snapshot, and the transfer waits on it first). So
+		// only a replica within maxTransferLag entries of this leader's
+		// log is handed the leadership.
+		if last, ok := g.trans.FollowerLastLog(addr); !ok || last+maxTransferLag < g.raft.LastIndex() {
+			return nil, toStatus(fmt.Errorf("%w: group %d: %s (last log %d, the leader's %d); not handing it the leadership", ErrReplicaBehind, req.GroupId, id, last, g.raft.LastIndex()))
+		}
 		if err := g.raft.LeadershipTransferToServer(id, addr).Error(); err != nil {
 			return nil, toStatus(fmt.Errorf("node: group %d: handing the leadership to %s: %w", req.GroupId, id, g.leaderError(err)))
 		}
@@ -132,3 +141,7 @@ func configOf(c raft.Configuration) []*partitionpb.ReplicaConfig {
 	}
 	return out
 }
+
+// maxTransferLag is how far behind this leader's last log index a
+// replica may be and still be handed the leadership: a moment's entries.
+const maxTransferLag = 64

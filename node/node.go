@@ -74,6 +74,8 @@ type Node struct {
 	supervisorDone chan struct{}
 
 	metrics *nodeMetrics // metrics.go
+
+	forward forwardHolder // where forwarders send (forward.go); empty: none
 }
 
 // New returns a node that listens (on cfg.Listener, or on cfg.Addr) but
@@ -101,7 +103,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	log := cfg.Logger // the caller names the node in it (Config.Logger)
-	mux, err := raftmux.New(raftmux.Config{Logger: log, DialOptions: cfg.PeerDialOptions})
+	mux, err := raftmux.New(raftmux.Config{Logger: log, Creds: cfg.Creds, DialOptions: cfg.PeerDialOptions})
 	if err != nil {
 		lis.Close()
 		lock.Close()
@@ -112,7 +114,7 @@ func New(cfg Config) (*Node, error) {
 		log:            log,
 		lis:            lis,
 		addr:           cfg.AdvertiseAddr,
-		srv:            grpc.NewServer(raftmux.ServerOptions()...),
+		srv:            grpc.NewServer(raftmux.ServerOptions(cfg.Creds)...),
 		mux:            mux,
 		lock:           lock,
 		groups:         make(map[uint64]*group),

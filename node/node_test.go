@@ -280,6 +280,39 @@ func TestAbandonAndReceiveAndDelete(t *testing.T) {
 	if msgs := <-got; len(msgs) != 1 || string(msgs[0].Bare) != "late" {
 		t.Errorf("waiting Receive got %v", msgs)
 	}
+
+	// A wait-only Receive (max_count 0) answers empty when a message
+	// arrives, or at its deadline, and takes nothing.
+	if resp, err := cl.Receive(ctx, &partitionpb.ReceiveRequest{EntityId: entity, WaitMs: 50}); err != nil || len(resp.Result.Messages) != 0 {
+		t.Fatalf("wait-only Receive on an empty queue: %v, %v", resp, err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := cl.Receive(ctx, &partitionpb.ReceiveRequest{EntityId: entity, WaitMs: 20_000})
+		if err == nil && len(resp.Result.Messages) != 0 {
+			err = fmt.Errorf("a wait-only Receive took %d messages", len(resp.Result.Messages))
+		}
+		answered <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := send(ctx, cl, "announced"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wait-only Receive did not answer when a message arrived")
+	}
+	if msgs := receive(t, cl, 10, true, 0); len(msgs) != 1 || string(msgs[0].Bare) != "announced" {
+		t.Errorf("after the wait-only Receive, the queue held %v", msgs)
+	}
+	// Without a wait, max_count 0 is a mistake.
+	if _, err := cl.Receive(ctx, &partitionpb.ReceiveRequest{EntityId: entity}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Receive with max_count 0 and no wait: %v, want InvalidArgument", err)
+	}
 }
 
 // TestRouting checks the answers of a follower (not leader, with a hint)

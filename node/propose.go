@@ -227,7 +227,7 @@ func (p *proposer) apply(batch []*proposal) {
 		n += len(pr.cmds)
 	}
 	b := &partitionpb.Batch{
-		NowMs:    time.Now().UnixMilli(),
+		NowMs:    g.node.wallMs(),
 		Commands: make([]*partitionpb.Command, 0, n),
 		// This replica answers the batch; the others skip reading back
 		// the message bodies its results carry.

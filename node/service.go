@@ -107,9 +107,16 @@ func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*part
 // Receive locks (or takes) up to max_count messages. With wait_ms it waits
 // for a message to become available, then tries once more when the time is
 // up; running out of time is an empty result, not an error.
+//
+// max_count 0 with wait_ms > 0 takes nothing: it answers (empty) as soon as
+// the partition has a message for the request, or when the time is up. A
+// receiver of a partitioned entity waits on all its partitions this way at
+// once and cancels the others when one answers, which is safe because
+// nothing was taken; it then takes what is there without waiting.
 func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) (*partitionpb.ReceiveResponse, error) {
-	if req.MaxCount == 0 {
-		return nil, toStatus(fmt.Errorf("%w: Receive with max_count 0", ErrInvalid))
+	waitOnly := req.MaxCount == 0 && req.WaitMs > 0
+	if req.MaxCount == 0 && !waitOnly {
+		return nil, toStatus(fmt.Errorf("%w: Receive with max_count 0 and no wait_ms", ErrInvalid))
 	}
 	g, err := s.leader(req.GroupId)
 	if err != nil {
@@ -122,6 +129,9 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 	var deadline time.Time
 	if req.WaitMs > 0 {
 		deadline = time.Now().Add(time.Duration(req.WaitMs) * time.Millisecond)
+	}
+	if waitOnly {
+		return awaitAvailable(ctx, g, lead, req, deadline)
 	}
 	var timer *time.Timer
 	defer func() {
@@ -157,6 +167,29 @@ func (s *service) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) 
 		select {
 		case <-changed:
 		case <-timer.C:
+		case <-lead.Done():
+			return nil, toStatus(g.checkLeader())
+		case <-ctx.Done():
+			return nil, toStatus(ctx.Err())
+		}
+	}
+}
+
+// awaitAvailable answers a wait-only Receive: empty, once the partition
+// has a message for it (or does not know the entity, which a taking
+// Receive then reports) or at the deadline.
+func awaitAvailable(ctx context.Context, g *group, lead context.Context, req *partitionpb.ReceiveRequest, deadline time.Time) (*partitionpb.ReceiveResponse, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		changed := g.machine.Changed(req.EntityId, req.Partition, req.SubQueue)
+		if !g.machine.HasEntity(req.EntityId, req.Partition) || available(g.machine, req) {
+			return &partitionpb.ReceiveResponse{Result: &partitionpb.Result{}}, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return &partitionpb.ReceiveResponse{Result: &partitionpb.Result{}}, nil
 		case <-lead.Done():
 			return nil, toStatus(g.checkLeader())
 		case <-ctx.Done():
@@ -259,9 +292,9 @@ func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*part
 	}
 	var msgs []*partitionpb.StoredMessage
 	if req.SessionId != "" {
-		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli(), req.SessionId)
+		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, g.node.wallMs(), req.SessionId)
 	} else {
-		msgs, err = g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, time.Now().UnixMilli())
+		msgs, err = g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, g.node.wallMs())
 	}
 	if err != nil {
 		return nil, toStatus(err)
@@ -303,4 +336,28 @@ func (s *service) ReceiveDeferred(ctx context.Context, req *partitionpb.ReceiveD
 		return nil, toStatus(err)
 	}
 	return &partitionpb.ReceiveDeferredResponse{Result: res}, nil
+}
+
+// Purge proposes one bounded Purge (issue 23); the caller loops.
+func (s *service) Purge(ctx context.Context, req *partitionpb.PurgeRequest) (*partitionpb.PurgeResponse, error) {
+	if req.Purge == nil {
+		return nil, toStatus(fmt.Errorf("%w: Purge without purge", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Purge{Purge: req.Purge}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.PurgeResponse{Result: res}, nil
+}
+
+// Redrive proposes one bounded Redrive (issue 23); the caller loops.
+func (s *service) Redrive(ctx context.Context, req *partitionpb.RedriveRequest) (*partitionpb.RedriveResponse, error) {
+	if req.Redrive == nil {
+		return nil, toStatus(fmt.Errorf("%w: Redrive without redrive", ErrInvalid))
+	}
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_Redrive{Redrive: req.Redrive}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &partitionpb.RedriveResponse{Result: res}, nil
 }

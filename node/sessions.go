@@ -150,7 +150,7 @@ func (s *service) GetSessionState(ctx context.Context, req *partitionpb.GetSessi
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	st, err := g.machine.SessionState(req.EntityId, req.Partition, req.SessionId, req.Token, time.Now().UnixMilli())
+	st, err := g.machine.SessionState(req.EntityId, req.Partition, req.SessionId, req.Token, g.node.wallMs())
 	if code, ok := partition.Code(err); ok && code != partitionpb.ResultCode_RESULT_OK {
 		return &partitionpb.GetSessionStateResponse{Result: &partitionpb.Result{Code: code, Description: err.Error()}}, nil
 	}

@@ -121,6 +121,15 @@ func (s *syncFS) endOpen() []io.Closer {
 	return files
 }
 
+// setHold stops the syncer before its next fsync until hold is closed;
+// it then sends on holding, if not nil and free (tests, and the chaos
+// suite's simulated machine crash).
+func (s *syncFS) setHold(hold, holding chan struct{}) {
+	s.mu.Lock()
+	s.hold, s.holding = hold, holding
+	s.mu.Unlock()
+}
+
 // syncDirty fsyncs every file whose Sync was deferred.
 // The fsyncs run without mu held: a deferred Sync, which the leader's raft
 // loop makes with each write, must not wait for the one in progress.

@@ -90,6 +90,8 @@ type applier struct {
 	entry uint64 // index of the entry being applied
 	data  []byte // the entry
 	spans []span // where the messages of the Enqueue being applied lie in data
+
+	subs *subscriptionIndex // the machine's (fanout.go)
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -187,6 +189,10 @@ func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
 		return a.releaseSession(op.ReleaseSession)
 	case *partitionpb.Command_ExpireSessionLocks:
 		return a.expireSessionLocks()
+	case *partitionpb.Command_Purge:
+		return a.purge(op.Purge)
+	case *partitionpb.Command_Redrive:
+		return a.redrive(op.Redrive)
 	default:
 		// A newer leader's command: applying nothing would diverge from the
 		// replicas that know it, so the group stops.
@@ -294,6 +300,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
 	e.rules = rules
+	a.subs.stale()
 	a.dirty[k] = true
 	a.wakeEntity(k) // receiving may have been enabled
 	return okResult(), nil
@@ -335,6 +342,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	a.dropGrants(e.key)
 	a.dropSessions(e.key)
 	delete(a.entities, e.key)
+	a.subs.stale()
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
 	a.wakeEntity(e.key) // wake receivers, who will find it gone
@@ -385,10 +393,16 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 	if max := e.cfg.MaxSizeBytes; max > 0 && e.n.size+size > max {
 		return nil, fmt.Errorf("%w: %s holds %d bytes, %d more exceed its %d", ErrQuotaExceeded, e.cfg.Name, e.n.size, size, max)
 	}
+	if err := checkForwarded(e, c); err != nil {
+		return nil, err
+	}
 	if isTopic(e.cfg) {
 		return a.publish(e, c)
 	}
 	if err := a.pruneDedup(e, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
+	if err := a.pruneForward(e, dedupPrune+len(c.Messages)); err != nil {
 		return nil, err
 	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
@@ -396,6 +410,25 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		a.spans = nil // the walk and the decoder disagree: store bodies whole
 	}
 	for i, nm := range c.Messages {
+		var origin []byte
+		var took *forwardEntry
+		if nm.Forwarded != nil {
+			origin = originID(nm.Forwarded)
+			if took, err = a.forwardEntry(e, origin); err != nil {
+				return nil, err
+			}
+			if took.fresh(a.now) {
+				// Forwarded again after a failure: the destination has
+				// it. Answered as a duplicate is.
+				r.SequenceNumbers = append(r.SequenceNumbers, took.seq)
+				if len(nm.StagedBody) > 0 {
+					if err := a.dropBlob(e, nm.StagedBody); err != nil {
+						return nil, err
+					}
+				}
+				continue
+			}
+		}
 		var seen *dedupEntry
 		if dedup && nm.MessageId != "" {
 			d, err := a.dedupEntry(e, nm.MessageId)
@@ -435,6 +468,7 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		if m.TtlMs == 0 {
 			m.TtlMs = e.cfg.DefaultTtlMs
 		}
+		withOrigin(m, nm.Forwarded)
 		if len(nm.StagedBody) > 0 {
 			if err := a.takeBlob(e, nm, m); err != nil {
 				return nil, err
@@ -456,6 +490,11 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		}
 		if seen != nil {
 			if err := a.recordDedup(e, nm.MessageId, m.SequenceNumber, seen); err != nil {
+				return nil, err
+			}
+		}
+		if origin != nil {
+			if err := a.recordForward(e, origin, m.SequenceNumber, took); err != nil {
 				return nil, err
 			}
 		}

@@ -43,6 +43,11 @@ const FormatV4 byte = 4
 // session, or none, while the others take the session's.
 const FormatV5 byte = 5
 
+// FormatV6 is FormatV5 with auto-forwarding (forward.go):
+// NewMessage.forwarded honoured. A replica of a version that would ignore
+// it would take a forwarded message twice where the others drop it.
+const FormatV6 byte = 6
+
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // EncodeBatch encodes b as a Raft entry: the format byte, then the
@@ -66,6 +71,9 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 			buf[0] = max(buf[0], FormatV2)
 		}
 	}
+	if forwards(b) {
+		buf[0] = max(buf[0], FormatV6)
+	}
 	// The sizes Size just cached (b is not changed in between): without
 	// them the marshaller walks every message again to size it.
 	buf, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(buf, b)
@@ -83,7 +91,7 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] < FormatV1 || data[0] > FormatV5 {
+	if data[0] < FormatV1 || data[0] > FormatV6 {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
 	b, ok := aliasBatch(data[1:])
@@ -118,6 +126,13 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 			}
 		}
 	}
+	if data[0] < FormatV6 {
+		for _, c := range b.Commands { // unknown before format 6: ignored
+			for _, m := range c.GetEnqueue().GetMessages() {
+				m.Forwarded = nil
+			}
+		}
+	}
 	// Format 2's replicas refused a request id on a Lock, but no version
 	// that wrote format 2 put one there, so no entry tells the two apart.
 	return b, nil
@@ -145,6 +160,18 @@ func stages(c *partitionpb.Command) bool {
 		// Any of the three: an entry of an earlier format drops them all.
 		if len(m.StagedBody) > 0 || m.StagedLength > 0 || m.StagedCrc > 0 {
 			return true
+		}
+	}
+	return false
+}
+
+// forwards reports whether b carries a forwarded message.
+func forwards(b *partitionpb.Batch) bool {
+	for _, c := range b.Commands {
+		for _, m := range c.GetEnqueue().GetMessages() {
+			if m.Forwarded != nil {
+				return true
+			}
 		}
 	}
 	return false

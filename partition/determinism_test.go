@@ -81,6 +81,11 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 						m.TtlMs = 1 + rng.Int64N(20_000)
 					case 1:
 						m.ScheduledEnqueueTimeMs = d.Now + rng.Int64N(60_000)
+					case 2:
+						// Forwarded, origins from a small set so that a
+						// forwarder's resends happen (forward.go).
+						m.Forwarded = &partitionpb.ForwardOrigin{EntityId: 99, SequenceNumber: uint64(rng.IntN(30)),
+							SubQueue: partitionpb.SubQueue(rng.IntN(2)), Hops: uint32(1 + rng.IntN(4)), DeadLetterReason: "r"}
 					}
 					ms = append(ms, m)
 				}
@@ -117,7 +122,15 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 			case k < 97:
 				// A sequence number that often names a message.
 				seq := func() uint64 { return uint64(e.part)<<48 | (1 + rng.Uint64N(150)) }
-				switch rng.IntN(5) {
+				switch rng.IntN(7) {
+				case 5: // admin: purge a few, or re-drive (issue 23)
+					cmds = append(cmds, pt.Purge(e.id, e.part, sub, seq(), uint32(1+rng.IntN(4))))
+				case 6:
+					filter := ""
+					if rng.IntN(2) == 0 {
+						filter = "sys.DeliveryCount > 1"
+					}
+					cmds = append(cmds, pt.Redrive(e.id, e.part, filter, seq(), seq(), seq()))
 				case 0:
 					cmds = append(cmds, pt.ExpireLocks())
 				case 1:

@@ -73,6 +73,8 @@ type entity struct {
 	slock timeIndex
 	// dedupFloor: no dedup time entry is earlier than this.
 	dedupFloor int64
+	// forwardFloor: no forwarded-origin time entry is earlier (forward.go).
+	forwardFloor int64
 }
 
 func newEntity(k ekey) *entity {
@@ -82,6 +84,8 @@ func newEntity(k ekey) *entity {
 		exp:        newTimeIndex(k, kindExpiry),
 		slock:      newTimeIndex(k, kindSessionLock),
 		dedupFloor: math.MinInt64,
+
+		forwardFloor: math.MinInt64,
 	}
 }
 

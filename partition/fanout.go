@@ -67,30 +67,46 @@ func isTopic(cfg *partitionpb.EntityConfig) bool {
 	return cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_TOPIC
 }
 
+// subscriptionIndex maps each topic partition of the group to the
+// subscription partitions that receive its sends, ordered by entity id:
+// the order copies are made in, the same on every replica. It is built by
+// one scan of the group's entity partitions on the first send to a topic
+// after an upsert or delete (which make it stale) or a load, so that a
+// send does not scan every entity of the group.
+type subscriptionIndex struct {
+	built   bool
+	byTopic map[ekey][]*entity // key: the topic's entity id and partition
+}
+
+// stale drops the index: the entities changed.
+func (x *subscriptionIndex) stale() { *x = subscriptionIndex{} }
+
 // subscriptionsOf lists the subscription partitions that receive the
-// sends to topic partition t, by entity id: the order copies are made in,
-// the same on every replica.
-//
-// It scans the group's entity partitions, once per Enqueue to a topic
-// (not per message); a group holds few enough that an index was not worth
-// keeping in step yet.
+// sends to topic partition t (subscriptionIndex). The caller must not
+// change the slice.
 func (a *applier) subscriptionsOf(t *entity) []*entity {
-	var subs []*entity
-	for k, e := range a.entities {
-		if k.part == t.key.part && e.cfg.GetTopicId() == t.key.id && e.cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
-			subs = append(subs, e)
+	if !a.subs.built {
+		byTopic := map[ekey][]*entity{}
+		for k, e := range a.entities {
+			if e.cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION && e.cfg.GetTopicId() != 0 {
+				tk := ekey{e.cfg.GetTopicId(), k.part}
+				byTopic[tk] = append(byTopic[tk], e)
+			}
 		}
+		for _, subs := range byTopic {
+			slices.SortFunc(subs, func(x, y *entity) int {
+				switch {
+				case x.key.id < y.key.id:
+					return -1
+				case x.key.id > y.key.id:
+					return 1
+				}
+				return 0
+			})
+		}
+		*a.subs = subscriptionIndex{built: true, byTopic: byTopic}
 	}
-	slices.SortFunc(subs, func(x, y *entity) int {
-		switch {
-		case x.key.id < y.key.id:
-			return -1
-		case x.key.id > y.key.id:
-			return 1
-		}
-		return 0
-	})
-	return subs
+	return a.subs.byTopic[t.key]
 }
 
 // filterMessage is what rules see of nm.

@@ -28,6 +28,12 @@ func seedBatches() []*partitionpb.Batch {
 			pt.LockBySequence(&partitionpb.LockBySequence{EntityId: 2, SequenceNumbers: []uint64{1}, TokenSeed: pt.Seed(3), SessionId: "s", SessionToken: pt.SessionToken(1)}),
 		}},
 		{},
+		{NowMs: 6000, Commands: []*partitionpb.Command{ // admin (issue 23)
+			pt.Purge(1, 0, dlq, 5, 10),
+			pt.PurgeCmd(&partitionpb.Purge{EntityId: 1, BeforeEnqueuedTimeMs: 6000, MaxCount: 1}),
+			pt.Redrive(1, 0, "DeadLetterReason = 'r'", 1, 2),
+			pt.RedriveCmd(&partitionpb.Redrive{EntityId: 1, Candidates: []*partitionpb.RedriveCandidate{{SequenceNumber: 3, View: &partitionpb.FilterView{Subject: "s"}}}}),
+		}},
 		{NowMs: 1000, Commands: []*partitionpb.Command{pt.Upsert(pt.Queue(1, 2, "q")), pt.Delete(1, 2)}},
 		{NowMs: -1, Commands: []*partitionpb.Command{pt.Enqueue(1, 0, pt.Msg("hello"), &partitionpb.NewMessage{
 			MessageId: "id", SessionId: "s", PartitionKey: "k", TtlMs: 5, ScheduledEnqueueTimeMs: 9,

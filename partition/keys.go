@@ -24,6 +24,8 @@ import (
 //	0x02 eid(8) part(4) 0x09 blob(16) off(8)     a chunk of a staged bare message (blobs.go)
 //	0x02 eid(8) part(4) 0x0a blob(16)            staged blob not yet taken over: last chunk at(8), length(8)
 //	0x02 eid(8) part(4) 0x0b..0x0f ...           sessions (sessionstore.go)
+//	0x02 eid(8) part(4) 0x1a origin(21)          a forwarded message's origin: taken at(8), its sequence number(8) (forward.go)
+//	0x02 eid(8) part(4) 0x1b at(8) origin(21)    forwarded origins by time, for pruning
 //	0x03 request_id                              a request's result: applied at(8), then the Result
 //	0x04 at(8) request_id                        requests by time, for pruning
 //	0x05 eid(8) part(4)                          tombstone of a deleted entity partition: the delete's version(8)
@@ -55,6 +57,9 @@ const (
 	kindBody      byte = 0x08
 	kindBlob      byte = 0x09
 	kindStaged    byte = 0x0a
+
+	kindForward     byte = 0x1a
+	kindForwardTime byte = 0x1b
 )
 
 var (

@@ -73,10 +73,11 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit       sortedCommit   // Apply's, under mu
-	reqFloor     int64          // Apply's, under mu: no request result is older
-	reqFilter    *requestFilter // Apply's, under mu: ids recorded since load (reqfilter.go)
-	lockedStates *lockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
+	commit       sortedCommit      // Apply's, under mu
+	reqFloor     int64             // Apply's, under mu: no request result is older
+	reqFilter    *requestFilter    // Apply's, under mu: ids recorded since load (reqfilter.go)
+	lockedStates *lockedStates     // Apply's, under mu: state records of locked messages (lockcache.go)
+	subs         subscriptionIndex // Apply's, under mu: a topic partition's subscriptions (fanout.go)
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -265,7 +266,8 @@ func (m *Machine) load() error {
 		}
 	}
 	m.applied, m.entities = applied, entities
-	m.reqFloor = math.MinInt64 // the first entry's pruning finds the oldest
+	m.subs = subscriptionIndex{} // built again on the next send to a topic
+	m.reqFloor = math.MinInt64   // the first entry's pruning finds the oldest
 	f, err := newRequestFilter(m.db)
 	if err != nil {
 		return err
@@ -382,6 +384,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		reqFilter:    m.reqFilter,
 		lockedStates: m.lockedStates,
 		logs:         m.logs,
+		subs:         &m.subs,
 	}
 	defer a.b.Close()
 	results := make([][]*partitionpb.Result, len(entries))

@@ -137,7 +137,7 @@ func (e *recordEncoder) str(num protowire.Number, v string) {
 
 // stateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
-var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30}
+var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40}
 
 // message encodes m's body record (body) or its state record.
 func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
@@ -194,6 +194,7 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 	for _, name := range m.ActionRemoved {
 		e.bytes(30, []byte(name), true)
 	}
+	e.varint(40, uint64(m.ForwardHops))
 	// Fields a newer version wrote, kept as protobuf keeps them: replicas
 	// of two versions must still write the same bytes.
 	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
@@ -327,6 +328,8 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.BodyBlobLength = v
 			case 28:
 				m.BodyBlobCrc = uint32(v)
+			case 40:
+				m.ForwardHops = uint32(v)
 			default:
 				known = false
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // idleCommitTimeout is how long the meta leader with nothing new to
@@ -68,12 +69,16 @@ type Config struct {
 	// and the gRPC addresses of meta members to forward requests to.
 	// Default: none (this member serves the catalog but places nothing).
 	Members Members
+	// Creds is the cluster's mutual TLS this member dials storage nodes
+	// (PartitionService, GroupMembership) and other members with; nil:
+	// plain text.
+	Creds *rpcnet.Creds
 	// DialPartition returns a PartitionService client for a storage node's
-	// gRPC address. Default: an insecure gRPC connection, kept per address.
+	// gRPC address. Default: a gRPC connection with Creds, kept per address.
 	DialPartition func(addr string) (partitionpb.PartitionServiceClient, error)
 	// DialPlacement returns a PlacementService client for another meta
-	// member's gRPC address, to forward requests to the leader. Default: an
-	// insecure gRPC connection, kept per address.
+	// member's gRPC address, to forward requests to the leader. Default: a
+	// gRPC connection with Creds, kept per address.
 	DialPlacement func(addr string) (placementpb.PlacementServiceClient, error)
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
@@ -103,6 +108,15 @@ type Config struct {
 	// hands group leaderships over to spread them (moves.go). Default
 	// 10 s; negative: leaders are not balanced.
 	LeaderBalanceDelay time.Duration
+
+	// MetaVoters is how many voters on usable storage nodes the meta group
+	// keeps: it adds storage nodes as voters up to it and replaces voters
+	// on drained or gone nodes (metavoters.go). Default 3; negative: the
+	// voters stay as bootstrapped.
+	MetaVoters int
+	// MetaAddr is the meta group's Raft address of a storage node. Default:
+	// its gRPC address, which carries the meta group's Raft traffic too.
+	MetaAddr func(*placementpb.Node) raft.ServerAddress
 
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
@@ -141,6 +155,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaderBalanceDelay == 0 {
 		c.LeaderBalanceDelay = 10 * time.Second
+	}
+	if c.MetaVoters == 0 {
+		c.MetaVoters = 3
+	}
+	if c.MetaAddr == nil {
+		c.MetaAddr = func(n *placementpb.Node) raft.ServerAddress { return raft.ServerAddress(n.GrpcAddr) }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -59,6 +59,7 @@ func (s *Service) lead(ctx context.Context) {
 			membersChanged = n.Changed()
 		}
 		s.syncNodes(ctx)
+		s.tendMetaVoters(ctx)
 		s.addGroups(ctx)
 		s.markSilentGroups(ctx)
 		s.planMoves(ctx)

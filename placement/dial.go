@@ -5,16 +5,17 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // dialer hands out clients of storage nodes and of other meta members. The
-// configured dial functions win; otherwise it keeps one insecure gRPC
-// connection per address until Close.
+// configured dial functions win; otherwise it keeps one gRPC connection per
+// address (rpcnet.Dial with creds) until Close.
 type dialer struct {
+	creds       *rpcnet.Creds
 	partitionFn func(addr string) (partitionpb.PartitionServiceClient, error)
 	placementFn func(addr string) (pb.PlacementServiceClient, error)
 
@@ -26,10 +27,11 @@ type dialer struct {
 var errDialerClosed = errors.New("placement: closed")
 
 func newDialer(
+	creds *rpcnet.Creds,
 	partition func(string) (partitionpb.PartitionServiceClient, error),
 	placement func(string) (pb.PlacementServiceClient, error),
 ) *dialer {
-	return &dialer{partitionFn: partition, placementFn: placement, conns: map[string]*grpc.ClientConn{}}
+	return &dialer{creds: creds, partitionFn: partition, placementFn: placement, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (d *dialer) partition(addr string) (partitionpb.PartitionServiceClient, error) {
@@ -72,7 +74,7 @@ func (d *dialer) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := d.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := rpcnet.Dial(addr, d.creds)
 	if err != nil {
 		return nil, err
 	}

@@ -111,12 +111,10 @@
 // move is recorded in the catalog (StartMove, FinishMove) and carried out
 // through the group leader's GroupMembership service: the target joins as
 // a non-voter, catches up, is promoted, and the source is removed. Storage
-// nodes that join after the bootstrap are no members of the meta group;
-// they read the routing table from the members. When nothing moves, it
-// also spreads group leaderships (one transfer at a time) so that every
-// node leads as many groups as the others, give or take one.
-//
-// # Still to come
-//
-// Growing the meta group itself beyond its bootstrap voters.
+// nodes that join after the bootstrap read the routing table from the
+// members until the meta group needs them as voters (metavoters.go: it
+// keeps MetaVoters voters on usable nodes, replacing drained and gone
+// ones). When nothing moves, it also spreads group leaderships (one
+// transfer at a time) so that every node leads as many groups as the
+// others, give or take one.
 package placement

@@ -85,7 +85,7 @@ func New(cfg Config) (*Service, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	s.dial = newDialer(cfg.DialPartition, cfg.DialPlacement)
+	s.dial = newDialer(cfg.Creds, cfg.DialPartition, cfg.DialPlacement)
 	return s, nil
 }
 

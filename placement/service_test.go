@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -77,6 +78,19 @@ func (w *watcher) has(names map[string]uint64) bool {
 		}
 	}
 	return true
+}
+
+// state describes what the watcher has seen, for a timeout's message.
+func (w *watcher) state() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return fmt.Sprintf("the routes stream ended: %v", w.err)
+	}
+	if w.latest == nil {
+		return "no table yet"
+	}
+	return fmt.Sprintf("table version %d with %d entities", w.latest.Version, len(w.latest.Entities))
 }
 
 func (w *watcher) check(t *testing.T) {
@@ -202,7 +216,13 @@ func TestMetaGroupFailover(t *testing.T) {
 	// catches up on what it missed.
 	c.Restart(leader)
 	w := watch(t, leader)
-	placementtest.Eventually(t, wait, "the restarted member to catch up", func() bool { return w.has(acked) })
+	start := time.Now()
+	for !w.has(acked) {
+		if time.Since(start) > wait {
+			t.Fatalf("the restarted member did not catch up in %v: %s; its raft: %v", wait, w.state(), leader.Service.RaftStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	w.check(t)
 
 	// Reads through any member agree.
@@ -508,4 +528,55 @@ func TestJoinMetaGroup(t *testing.T) {
 		return w.has(map[string]uint64{"first": first.Id, "second": second.Id})
 	})
 	w.check(t)
+}
+
+// TestMetaVotersFollowDrains: a storage node that joined later stays out
+// of the meta group while it has its three voters; when a voter's node is
+// drained, the leader adds the newcomer as a voter and then removes the
+// drained one, so the catalog keeps three voters on usable nodes, and it
+// keeps working with the drained member stopped.
+func TestMetaVotersFollowDrains(t *testing.T) {
+	c := placementtest.Start(t, placementtest.Options{})
+	leader := c.Leader(t)
+	waitGroups(t, leader, 3)
+	extra := c.AddNode(t)
+	voters := func() []string {
+		var out []string
+		for _, srv := range c.Leader(t).Service.MetaConfiguration() {
+			if srv.Suffrage == raft.Voter {
+				out = append(out, string(srv.ID))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	// Three usable voters: the newcomer is not added.
+	time.Sleep(time.Second)
+	if got := voters(); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("voters %v before any drain, want m1 m2 m3", got)
+	}
+
+	// Drain the leader's own node: the hardest case (it removes itself).
+	drained := c.Leader(t)
+	if _, err := drained.Client.DrainNode(context.Background(), &pb.DrainNodeRequest{NodeId: drained.ID, Draining: true}); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, id := range []string{"m1", "m2", "m3", extra.ID} {
+		if id != drained.ID {
+			want = append(want, id)
+		}
+	}
+	placementtest.Eventually(t, wait, "the newcomer to replace the drained voter", func() bool {
+		return slices.Equal(voters(), want)
+	})
+
+	// With the drained member gone, the other three keep a quorum.
+	c.Kill(drained)
+	next := c.Leader(t)
+	e := createRetrying(t, next, &pb.CreateEntityRequest{Name: "after-drain"})
+	w := watch(t, extra)
+	placementtest.Eventually(t, wait, "the new voter to serve the catalog", func() bool {
+		return w.has(map[string]uint64{"after-drain": e.Id})
+	})
 }

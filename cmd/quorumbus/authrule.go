@@ -34,7 +34,8 @@ func authRuleCmd(args []string) error {
 		name, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("auth-rule "+verb, flag.ContinueOnError)
-	addr := fs.String("placement", "127.0.0.1:7101", "gRPC address of any storage node (placement member)")
+	var pf placementFlags
+	pf.register(fs)
 	entity := fs.String("entity", "", "queue or topic the rule is on (default: the namespace)")
 	rightsFlag := fs.String("rights", "Listen", "rights of a new rule: Listen, Send, Manage, comma-separated (Manage needs the other two)")
 	primary := fs.String("primary-key", "", "primary key of a new rule (default: 32 random bytes, base64, as Azure makes them)")
@@ -50,7 +51,7 @@ func authRuleCmd(args []string) error {
 	if verb != "list" && name == "" {
 		return fmt.Errorf("auth-rule %s needs a rule name", verb)
 	}
-	client, closeFn, err := cluster.DialPlacement(*addr)
+	client, closeFn, err := pf.dial()
 	if err != nil {
 		return err
 	}

@@ -58,10 +58,10 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	props := &placementpb.QueueProperties{PartitionCount: 5, LockDurationMs: 30_000}
-	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "pq", Props: props}}, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, []cluster.QueueSpec{{Name: "pq", Props: props}}, quiet); err != nil {
 		t.Fatal(err)
 	}
-	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0]) // n1 stays up
+	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0], nil) // n1 stays up
 	if err != nil {
 		t.Fatal(err)
 	}

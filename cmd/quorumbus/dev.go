@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
@@ -36,6 +37,7 @@ func devCmd(args []string) error {
 	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; off by default in dev mode, which benchmarks drive")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
+	fs.BoolVar(&o.PlainCluster, "plain-cluster", false, "gRPC between the parts in plain text; by default it is mutual TLS with a cluster CA and certificates dev mode makes under -data/cluster-tls")
 	fs.BoolVar(&o.RaftMetrics, "raft-metrics", false, "collect Raft's timers (log writes, replication, commit, apply) and serve the last 10 s at /debug/raft-metrics on the HTTP listener")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus dev [flags]\n\nRuns a whole replicated cluster in one process: storage nodes (Raft, fsync on),\nthe placement catalog and an AMQP front-end, on loopback. Prints the\nconnection string for the SDKs.\n\n")
@@ -64,7 +66,7 @@ func devCmd(args []string) error {
 		return err
 	}
 	if config != "" {
-		if err := cluster.CreateQueues(ctx, dev.NodeAddrs, queues, cluster.NewLogger(o.LogLevel)); err != nil {
+		if err := cluster.CreateQueues(ctx, dev.NodeAddrs, dev.Creds, queues, cluster.NewLogger(o.LogLevel)); err != nil {
 			dev.Close()
 			return err
 		}
@@ -79,6 +81,9 @@ func devCmd(args []string) error {
 	if dev.Admin.Addr() != "" {
 		fmt.Printf("quorumbus dev: management API (azservicebus/admin): Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s\n",
 			dev.Admin.Addr(), sas.DevKeyName, sas.DevKey)
+	}
+	if cli, ok := dev.ClusterTLS["cli"]; ok {
+		fmt.Printf("quorumbus dev: the cluster plane is mutual TLS; CLI commands (queue, topic, auth-rule, ...) need -cluster-tls-dir %s\n", filepath.Dir(cli.Cert))
 	}
 	if dev.CAFile != "" {
 		fmt.Printf("quorumbus dev: the AMQPS and HTTPS certificate is signed by the CA in %s; trust it (Go: azservicebus.ClientOptions.TLSConfig.RootCAs, admin.ClientOptions.Transport or SSL_CERT_FILE; Node.js: NODE_EXTRA_CA_CERTS=%s)\n", dev.CAFile, dev.CAFile)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -20,7 +19,8 @@ func drainCmd(verb string, args []string) error {
 		id, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("node "+verb, flag.ContinueOnError)
-	addr := fs.String("placement", "127.0.0.1:7101", "gRPC address of any storage node (placement member)")
+	var pf placementFlags
+	pf.register(fs)
 	wait := fs.Duration("wait", 0, "with drain: wait up to this long for the node to hold no replica")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -31,7 +31,7 @@ func drainCmd(verb string, args []string) error {
 	if id == "" {
 		return fmt.Errorf("usage: quorumbus node %s [-placement addr] [-wait 10m] NODE-ID", verb)
 	}
-	client, closeFn, err := cluster.DialPlacement(*addr)
+	client, closeFn, err := pf.dial()
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func TestTenThousandEntities(t *testing.T) {
 	}
 	ready("start")
 
-	client, closeFn, err := cluster.DialPlacement(grpcAddrs[0])
+	client, closeFn, err := cluster.DialPlacement(grpcAddrs[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestFailoverKillLeader(t *testing.T) {
 	// what the receiver prefetches (1,000 messages, completed one at a
 	// time).
 	props := &placementpb.QueueProperties{LockDurationMs: 20_000}
-	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "fo", Props: props}}, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, []cluster.QueueSpec{{Name: "fo", Props: props}}, quiet); err != nil {
 		t.Fatal(err)
 	}
 	group := queueGroup(t, ctx, grpcAddrs[0], "fo")
@@ -367,7 +367,7 @@ func senderUntil(t *testing.T, ctx context.Context, s *goamqp.Session, queue str
 
 func queueGroup(t *testing.T, ctx context.Context, addr, queue string) uint64 {
 	t.Helper()
-	client, closeFn, err := cluster.DialPlacement(addr)
+	client, closeFn, err := cluster.DialPlacement(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

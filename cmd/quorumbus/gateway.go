@@ -33,6 +33,8 @@ func gatewayCmd(args []string) error {
 	rulesPath := fs.String("sas-rules", "", "authorization rules file (JSON, docs/security.md) the gateway trusts besides the catalog's; without it the catalog must hold a rule. Requests need a token of a rule with the Manage right")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
+	var clusterTLS cluster.ClusterTLSFlags
+	clusterTLS.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus gateway [flags]\n\nRuns a stateless HTTP gateway: the Service Bus management API that the Azure\nadmin clients speak (HTTPS and plain HTTP on -http-addr), health, readiness\nand metrics.\n\n")
 		fs.PrintDefaults()
@@ -47,17 +49,23 @@ func gatewayCmd(args []string) error {
 	if err := applyMemoryLimit(*memLimit, baseMiB, log); err != nil {
 		return err
 	}
+	ctls, err := clusterTLS.Load(log)
+	if err != nil {
+		return err
+	}
+	if ctls == nil {
+		cluster.WarnPlain(log)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var rules []sas.Rule
 	if *rulesPath != "" {
-		var err error
 		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
 			return err
 		}
 	}
 	addrs := splitList(*placementAddrs)
-	router, err := routing.New(routing.Config{Placement: addrs, Logger: log, Rules: rules})
+	router, err := routing.New(routing.Config{Placement: addrs, Creds: ctls.Creds(), Logger: log, Rules: rules})
 	if err != nil {
 		return err
 	}
@@ -67,13 +75,13 @@ func gatewayCmd(args []string) error {
 	if err := requireRules(ctx, router, *rulesPath, rulesWait); err != nil {
 		return err
 	}
-	catalog, closeCatalog, err := cluster.DialPlacementMembers(addrs)
+	catalog, closeCatalog, err := cluster.DialPlacementMembers(addrs, ctls.Creds())
 	if err != nil {
 		return err
 	}
 	defer closeCatalog()
 	gw, err := gateway.New(gateway.Config{
-		Catalog: catalog, Stats: router, Namespace: *namespace, Logger: log,
+		Catalog: catalog, Stats: router, Messages: router, Topology: router, Namespace: *namespace, Logger: log,
 		Validator: gateway.RulesValidator{Rules: router},
 	})
 	if err != nil {

@@ -23,7 +23,7 @@ var subcommands = []subcommand{
 	{"node", "run a storage node (partition groups, placement member)", nodeCmd},
 	{"frontend", "run a stateless AMQP front-end", frontendCmd},
 	{"gateway", "run a stateless HTTP gateway: the Service Bus management API, health, metrics", gatewayCmd},
-	{"queue", "create, list, get or delete queues on a running cluster", queueCmd},
+	{"queue", "create, list, get, delete, purge or re-drive (dead-lettered messages back) queues on a running cluster", queueCmd},
 	{"topic", "create, list, get or delete topics on a running cluster", topicCmd},
 	{"subscription", "create, list, get or delete a topic's subscriptions", subscriptionCmd},
 	{"rule", "create, list or delete a subscription's rules (SQL, correlation, true/false filters; SQL actions)", ruleCmd},

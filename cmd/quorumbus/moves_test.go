@@ -103,10 +103,10 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	for _, name := range names {
 		specs = append(specs, cluster.QueueSpec{Name: name, Props: &placementpb.QueueProperties{PartitionCount: plan.queues[name], LockDurationMs: 30_000}})
 	}
-	if err := cluster.CreateQueues(ctx, grpcAddrs[:3], specs, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs[:3], nil, specs, quiet); err != nil {
 		t.Fatal(err)
 	}
-	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0])
+	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,9 @@ func nodeCmd(args []string) error {
 	join := fs.String("join", "", "comma-separated gossip addresses of other members")
 	bootstrap := fs.String("bootstrap", "", "initial meta-group voters as id=grpc-addr,...; give the same list to each of them on first start; a node the list does not name joins by gossip instead (so every pod of a StatefulSet can get the same list)")
 	zone := fs.String("zone", "", "failure domain; replicas spread over zones")
+	zoneFromNode := fs.String("zone-from-kubernetes-node", "", "on Kubernetes: the Node (spec.nodeName) whose -zone-label gives this node's zone when -zone is empty, read from the API server with the pod's service account")
+	zoneLabel := fs.String("zone-label", "topology.kubernetes.io/zone", "the Kubernetes Node label -zone-from-kubernetes-node reads")
+	kubeAccountDir := fs.String("kubernetes-account-dir", defaultServiceAccountDir, "directory holding the pod's service account token and ca.crt, for -zone-from-kubernetes-node")
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
@@ -50,9 +53,12 @@ func nodeCmd(args []string) error {
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	rulesPath := fs.String("sas-rules", "", sasRulesNodeUsage)
+	gossipKeyFile := fs.String("gossip-key-file", "", "file of base64 gossip keys, one a line (16, 24 or 32 bytes; `openssl rand -base64 32`): the first encrypts, all are accepted; members without one are not heard. Re-read every 10 s (rotation: docs/security.md). Empty: gossip in clear text")
 	memLimit := memoryLimitFlag(fs)
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
+	var clusterTLS cluster.ClusterTLSFlags
+	clusterTLS.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
 		fs.PrintDefaults()
@@ -75,6 +81,31 @@ func nodeCmd(args []string) error {
 	}
 	log := cluster.NewLogger(*logLevel).With("node", *id)
 	servers = bootstrapFor(*id, servers, log)
+	if *zone == "" && *zoneFromNode != "" {
+		zctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		src := kubeZoneSource{NodeName: *zoneFromNode, Label: *zoneLabel, AccountDir: *kubeAccountDir}
+		*zone, err = src.zone(zctx, log)
+		cancel()
+		if err != nil {
+			return err
+		}
+		log.Info("zone read from the Kubernetes node", "kubernetes_node", *zoneFromNode, "label", *zoneLabel, "zone", *zone)
+	}
+	ctls, err := clusterTLS.Load(log)
+	if err != nil {
+		return err
+	}
+	if ctls == nil {
+		cluster.WarnPlain(log)
+	}
+	var gossipKeys [][]byte
+	if *gossipKeyFile != "" {
+		if gossipKeys, err = cluster.LoadGossipKeys(*gossipKeyFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("gossip in clear text and open to any process that reaches it: give -gossip-key-file (docs/security.md)")
+	}
 	// A node hosts at most every group, each once.
 	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(*groups, *cacheMB), log); err != nil {
 		return err
@@ -93,7 +124,7 @@ func nodeCmd(args []string) error {
 	}
 	ml, err := membership.New(membership.Config{
 		NodeID: *id, Role: membership.RoleStorage, GRPCAddr: addr, Zone: *zone,
-		BindAddr: *gossipAddr, AdvertiseAddr: *gossipAdvertise, Seeds: splitList(*join), Network: "local", Logger: log,
+		BindAddr: *gossipAddr, AdvertiseAddr: *gossipAdvertise, Seeds: splitList(*join), Network: "local", Keys: gossipKeys, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -102,10 +133,13 @@ func nodeCmd(args []string) error {
 		return err
 	}
 	defer ml.Close()
+	if *gossipKeyFile != "" {
+		go cluster.WatchGossipKeys(ctx, *gossipKeyFile, 10*time.Second, ml.SetKeys, log)
+	}
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
 		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
-		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Logger: log,
+		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Creds: ctls.Creds(), Logger: log,
 	})
 	if err != nil {
 		return err
@@ -117,6 +151,7 @@ func nodeCmd(args []string) error {
 	}
 	admin.Logger, admin.Probes = log, s.Probes()
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
+	admin.TLS, admin.TLSOnly = ctls.HTTPS(), ctls != nil
 	hs := adminhttp.New(admin)
 	hs.AddChecks(s.ReadyChecks()...)
 	if err := hs.Start(ctx); err != nil {
@@ -126,7 +161,7 @@ func nodeCmd(args []string) error {
 	fmt.Printf("quorumbus node %s: gRPC on %s (reached at %s), gossip on %s, HTTP on %s\n", *id, ln.Addr(), addr, ml.Addr(), hs.Addr())
 	if len(rules) > 0 {
 		go func() {
-			if err := cluster.SeedRules(ctx, []string{addr}, rules, log); err != nil {
+			if err := cluster.SeedRules(ctx, []string{addr}, ctls.Creds(), rules, log); err != nil {
 				log.Error("authorization rules of -sas-rules not created", "err", err)
 			}
 		}()
@@ -156,6 +191,8 @@ func frontendCmd(args []string) error {
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
 	memLimit := memoryLimitFlag(fs)
+	var clusterTLS cluster.ClusterTLSFlags
+	clusterTLS.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -167,23 +204,28 @@ func frontendCmd(args []string) error {
 	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB, log); err != nil {
 		return err
 	}
+	ctls, err := clusterTLS.Load(log)
+	if err != nil {
+		return err
+	}
+	if ctls == nil {
+		cluster.WarnPlain(log)
+	}
 	var queues []cluster.QueueSpec
 	if *config != "" {
-		var err error
 		if queues, err = cluster.LoadEmulatorConfig(*config); err != nil {
 			return err
 		}
 	}
 	var rules []sas.Rule
 	if *rulesPath != "" {
-		var err error
 		if rules, err = cluster.LoadRulesConfig(*rulesPath); err != nil {
 			return err
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Logger: log, Rules: rules})
+	router, err := routing.New(routing.Config{Placement: splitList(*placementAddrs), Creds: ctls.Creds(), Logger: log, Rules: rules})
 	if err != nil {
 		return err
 	}
@@ -207,6 +249,7 @@ func frontendCmd(args []string) error {
 	}
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
+	admin.TLS, admin.TLSOnly = ctls.HTTPS(), ctls != nil
 	hs := adminhttp.New(admin)
 	var listeners []*cluster.AMQPListener
 	var addrs []string
@@ -243,7 +286,7 @@ func frontendCmd(args []string) error {
 		hs.Shutdown(sctx)
 	}()
 	if declared != nil {
-		if err := cluster.CreateQueues(ctx, splitList(*placementAddrs), queues, log); err != nil {
+		if err := cluster.CreateQueues(ctx, splitList(*placementAddrs), ctls.Creds(), queues, log); err != nil {
 			return err
 		}
 		declared.Created()

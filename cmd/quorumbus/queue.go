@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -22,16 +21,20 @@ import (
 // service, until the HTTP gateway exists.
 func queueCmd(args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("usage: quorumbus queue create|list|get|delete [flags] [NAME]")
+		return errors.New("usage: quorumbus queue create|list|get|delete|purge|redrive [flags] [NAME]")
 	}
 	verb, args := args[0], args[1:]
+	if verb == "purge" || verb == "redrive" {
+		return messagesCmd("queue", verb, args)
+	}
 	// Accept the name before or after the flags.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("queue "+verb, flag.ContinueOnError)
-	addr := fs.String("placement", "127.0.0.1:7101", "gRPC address of any storage node (placement member)")
+	var pf placementFlags
+	pf.register(fs)
 	var d placementpb.QueueDescription
 	fs.DurationVar(&d.LockDuration, "lock-duration", 0, "LockDuration (default 1m, max 5m)")
 	fs.Func("max-delivery-count", "MaxDeliveryCount (default 10)", uint32Flag(&d.MaxDeliveryCount))
@@ -46,7 +49,7 @@ func queueCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	client, closeFn, err := cluster.DialPlacement(*addr)
+	client, closeFn, err := pf.dial()
 	if err != nil {
 		return err
 	}

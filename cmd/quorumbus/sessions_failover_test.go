@@ -47,7 +47,7 @@ func TestFailoverSessionLock(t *testing.T) {
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	props := &placementpb.QueueProperties{RequiresSession: true, LockDurationMs: 30_000}
-	if err := cluster.CreateQueues(ctx, grpcAddrs, []cluster.QueueSpec{{Name: "sfo", Props: props}}, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, []cluster.QueueSpec{{Name: "sfo", Props: props}}, quiet); err != nil {
 		t.Fatal(err)
 	}
 	group := queueGroup(t, ctx, grpcAddrs[0], "sfo")

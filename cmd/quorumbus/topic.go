@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -22,7 +21,7 @@ import (
 // client.
 type entityCommand struct {
 	fs    *flag.FlagSet
-	addr  *string
+	pf    placementFlags
 	verb  string
 	names []string
 }
@@ -32,7 +31,7 @@ func newEntityCommand(what string, args []string, usage string) (*entityCommand,
 		return nil, nil, errors.New("usage: quorumbus " + usage)
 	}
 	c := &entityCommand{verb: args[0], fs: flag.NewFlagSet(what+" "+args[0], flag.ContinueOnError)}
-	c.addr = c.fs.String("placement", "127.0.0.1:7101", "gRPC address of any storage node (placement member)")
+	c.pf.register(c.fs)
 	args = args[1:]
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		c.names, args = append(c.names, args[0]), args[1:]
@@ -54,7 +53,7 @@ func (c *entityCommand) parse(args []string, want int, usage string) error {
 }
 
 func (c *entityCommand) run(fn func(ctx context.Context, client placementpb.PlacementServiceClient) error) error {
-	client, closeFn, err := cluster.DialPlacement(*c.addr)
+	client, closeFn, err := c.pf.dial()
 	if err != nil {
 		return err
 	}
@@ -221,7 +220,10 @@ func (r *ruleFlags) rule(name string) (*placementpb.Rule, error) {
 
 // subscriptionCmd manages a topic's subscriptions.
 func subscriptionCmd(args []string) error {
-	const usage = "subscription create|get|delete [flags] TOPIC NAME, or subscription list TOPIC"
+	const usage = "subscription create|get|delete|purge|redrive [flags] TOPIC NAME, or subscription list TOPIC"
+	if len(args) > 0 && (args[0] == "purge" || args[0] == "redrive") {
+		return messagesCmd("subscription", args[0], args[1:])
+	}
 	c, args, err := newEntityCommand("subscription", args, usage)
 	if err != nil {
 		return err

@@ -58,7 +58,7 @@ func TestFailoverTopicFanOut(t *testing.T) {
 			{Name: "even", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "n % 2 = 0"}}},
 		}},
 	}
-	if err := cluster.CreateQueues(ctx, grpcAddrs, specs, quiet); err != nil {
+	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, specs, quiet); err != nil {
 		t.Fatal(err)
 	}
 	group := queueGroup(t, ctx, grpcAddrs[0], "tfo")

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,7 +30,9 @@ func TestTopicSubscriptionRuleCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	p := "-placement=" + dev.NodeAddrs[0]
+	// The CLI presents dev mode's "cli" certificate of the cluster CA.
+	cli := dev.ClusterTLS["cli"]
+	p := []string{"-placement=" + dev.NodeAddrs[0], "-cluster-tls-dir=" + filepath.Dir(cli.Cert)}
 
 	run := func(cmd func([]string) error, args ...string) (string, error) {
 		t.Helper()
@@ -41,7 +44,7 @@ func TestTopicSubscriptionRuleCommands(t *testing.T) {
 		os.Stdout = w
 		done := make(chan string)
 		go func() { b, _ := io.ReadAll(r); done <- string(b) }()
-		err = cmd(append(args, p))
+		err = cmd(append(args, p...))
 		os.Stdout = stdout
 		w.Close()
 		return <-done, err

@@ -54,7 +54,7 @@ func GenerateDev(dir string, hosts ...string) (DevFiles, error) {
 	if serverValid(f, ca, hosts, now) {
 		return f, nil
 	}
-	return f, newServer(f, ca, caKey, hosts, now)
+	return f, newServer(f, ca, caKey, hosts, now, x509.ExtKeyUsageServerAuth)
 }
 
 func loadCA(certFile, keyFile string, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
@@ -125,7 +125,8 @@ func serverValid(f DevFiles, ca *x509.Certificate, hosts []string, now time.Time
 	return true
 }
 
-func newServer(f DevFiles, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time) error {
+// newServer makes f's certificate and key, for hosts, with usages.
+func newServer(f DevFiles, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time, usages ...x509.ExtKeyUsage) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -136,7 +137,7 @@ func newServer(f DevFiles, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts 
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(devServerLifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  usages,
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -178,4 +179,37 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 		return fmt.Errorf("certs: %w", err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// GenerateDevCluster makes, under dir, a cluster CA (ca.crt, ca.key) and,
+// for each name, a certificate and key (NAME.crt, NAME.key) it signed,
+// usable both to serve and to dial (server and client authentication), for
+// localhost and the loopback addresses. It is `quorumbus dev`'s cluster
+// plane: one process, but every gRPC connection between its parts goes
+// through mutual TLS as a deployment's would. Files of an earlier start are
+// kept while valid, as GenerateDev keeps its own.
+func GenerateDevCluster(dir string, names ...string) (map[string]DevFiles, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caFile, caKeyFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	now := time.Now()
+	ca, caKey, err := loadCA(caFile, caKeyFile, now)
+	if err != nil {
+		if ca, caKey, err = newCA(caFile, caKeyFile, now); err != nil {
+			return nil, err
+		}
+	}
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	out := make(map[string]DevFiles, len(names))
+	for _, name := range names {
+		f := DevFiles{CA: caFile, Cert: filepath.Join(dir, name+".crt"), Key: filepath.Join(dir, name+".key")}
+		if !serverValid(f, ca, hosts, now) {
+			if err := newServer(f, ca, caKey, hosts, now, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
+				return nil, err
+			}
+		}
+		out[name] = f
+	}
+	return out, nil
 }

@@ -84,6 +84,18 @@ func (c localClient) ReleaseSession(ctx context.Context, in *partitionpb.Release
 	return c.s.ReleaseSession(ctx, in)
 }
 
+func (c localClient) Digest(ctx context.Context, in *partitionpb.DigestRequest, _ ...grpc.CallOption) (*partitionpb.DigestResponse, error) {
+	return c.s.Digest(ctx, in)
+}
+
 func (c localClient) ListSessions(ctx context.Context, in *partitionpb.ListSessionsRequest, _ ...grpc.CallOption) (*partitionpb.ListSessionsResponse, error) {
 	return c.s.ListSessions(ctx, in)
+}
+
+func (c localClient) Purge(ctx context.Context, in *partitionpb.PurgeRequest, _ ...grpc.CallOption) (*partitionpb.PurgeResponse, error) {
+	return c.s.Purge(ctx, in)
+}
+
+func (c localClient) Redrive(ctx context.Context, in *partitionpb.RedriveRequest, _ ...grpc.CallOption) (*partitionpb.RedriveResponse, error) {
+	return c.s.Redrive(ctx, in)
 }

@@ -18,8 +18,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -27,7 +25,7 @@ import (
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
-	"github.com/quorumbus/quorumbus/proto/rpcbuf"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // Config configures a Router.
@@ -36,7 +34,10 @@ type Config struct {
 	// answers serves the routing table.
 	Placement []string
 	Logger    *slog.Logger
-	// DialOptions are added to every gRPC dial (TLS later).
+	// Creds is the cluster's mutual TLS the router dials nodes with; nil:
+	// plain text.
+	Creds *rpcnet.Creds
+	// DialOptions are added to every gRPC dial, after rpcnet.Dial's.
 	DialOptions []grpc.DialOption
 	// Local holds the PartitionService of storage nodes in this process,
 	// by node id: calls to them are method calls, not gRPC (localClient).
@@ -654,20 +655,15 @@ func (r *Router) conn(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// A receive may carry a message of up to 100 MB (gRPC's default
 		// limit is 4 MB).
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPartitionMessage), grpc.MaxCallSendMsgSize(maxPartitionMessage)),
-		// A node that stops answering without closing the connection
-		// (paused, frozen, cut off; the kernel of a paused process still
-		// answers TCP's own keepalive) is noticed within 15 s: the
-		// routing-table stream moves to another placement member, and
-		// calls in flight fail and are retried. Nodes admit pings every
-		// 5 s (raftmux.ServerOptions).
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-	}, rpcbuf.DialOptions()...)
-	opts = append(opts, r.cfg.DialOptions...)
-	c, err := grpc.NewClient(addr, opts...)
+	}, r.cfg.DialOptions...)
+	// rpcnet.Dial's keepalive notices a node that stops answering
+	// without closing the connection within 15 s: the routing-table
+	// stream moves to another placement member, and calls in flight fail
+	// and are retried.
+	c, err := rpcnet.Dial(addr, r.cfg.Creds, opts...)
 	if err != nil {
 		return nil, err
 	}

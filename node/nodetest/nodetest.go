@@ -537,6 +537,28 @@ func (cl *Client) ListSessions(ctx context.Context, in *partitionpb.ListSessions
 	})
 }
 
+// Digest asks the replica the client tries first; any replica answers.
+func (cl *Client) Digest(ctx context.Context, in *partitionpb.DigestRequest, opts ...grpc.CallOption) (*partitionpb.DigestResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.DigestResponse, error) {
+		return c.Digest(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) Purge(ctx context.Context, in *partitionpb.PurgeRequest, opts ...grpc.CallOption) (*partitionpb.PurgeResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.PurgeResponse, error) {
+		return c.Purge(ctx, in, opts...)
+	})
+}
+
+func (cl *Client) Redrive(ctx context.Context, in *partitionpb.RedriveRequest, opts ...grpc.CallOption) (*partitionpb.RedriveResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.RedriveResponse, error) {
+		return c.Redrive(ctx, in, opts...)
+	})
+}
+
 // Logger returns a logger that writes to t's log at Warn and above, or at
 // the level QUORUMBUS_TEST_LOG names (debug, info, warn, error). It goes
 // quiet once the test has finished.

@@ -22,14 +22,11 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/proto/raftpb"
-	"github.com/quorumbus/quorumbus/proto/rpcbuf"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // MaxMessageBytes bounds one gRPC message of the Raft service. An
@@ -65,9 +62,12 @@ type Config struct {
 	// ChunkBytes is the size of the pieces a snapshot is streamed in.
 	// Default DefaultChunkBytes.
 	ChunkBytes int
+	// Creds is the cluster's mutual TLS the Mux dials peers with; nil:
+	// plain text.
+	Creds *rpcnet.Creds
 	// DialOptions are added to the options the Mux dials peers with, after
-	// its own (insecure credentials unless replaced here, fast reconnect,
-	// keepalive).
+	// rpcnet.Dial's and its own (tests route them through a network they
+	// can cut).
 	DialOptions []grpc.DialOption
 	// Logger receives transport errors. Default slog.Default().
 	Logger *slog.Logger
@@ -103,16 +103,11 @@ func (c Config) Validate() error {
 }
 
 // ServerOptions are the options a *grpc.Server needs to serve a Mux: a
-// message limit large enough for AppendEntries batches, and a keepalive
-// policy that admits the pings a Mux's clients send.
-func ServerOptions() []grpc.ServerOption {
-	return append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             5 * time.Second,
-			PermitWithoutStream: true,
-		}),
-	}, rpcbuf.ServerOptions()...)
+// message limit large enough for AppendEntries batches, and rpcnet's
+// (credentials, the keepalive policy that admits the pings a Mux's
+// clients send).
+func ServerOptions(creds *rpcnet.Creds) []grpc.ServerOption {
+	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}, rpcnet.ServerOptions(creds)...)
 }
 
 // Mux multiplexes the Raft transports of many groups over one gRPC server
@@ -215,26 +210,14 @@ func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
 		return raftpb.NewRaftClient(cc), nil
 	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// A peer that restarts on the same address should be reachable
-		// again within about a second, not after gRPC's default 120 s
-		// maximum backoff.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: 2 * time.Second,
-		}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true,
-		}),
 		// A peer that left every group this node shares with it gets no
 		// more RPCs: after a minute its connection goes idle, which closes
 		// the socket and stops reconnecting (gRPC's default waits 30
 		// minutes). Peers in a group are never idle: Raft heartbeats them.
 		grpc.WithIdleTimeout(time.Minute),
 	}
-	opts = append(opts, rpcbuf.DialOptions()...)
 	opts = append(opts, m.cfg.DialOptions...)
-	cc, err := grpc.NewClient(string(addr), opts...)
+	cc, err := rpcnet.Dial(string(addr), m.cfg.Creds, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("raftmux: dial %s: %w", addr, err)
 	}

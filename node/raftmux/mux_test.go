@@ -102,7 +102,7 @@ func startHost(t testing.TB) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(ServerOptions()...)
+	srv := grpc.NewServer(ServerOptions(nil)...)
 	m.Register(srv)
 	go srv.Serve(lis)
 	h := &host{addr: raft.ServerAddress(lis.Addr().String()), mux: m, srv: srv}
@@ -422,7 +422,7 @@ func TestHeartbeatsToOlderFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(ServerOptions()...)
+	srv := grpc.NewServer(ServerOptions(nil)...)
 	raftpb.RegisterRaftServer(srv, withoutHeartbeats{&server{m: m}})
 	go srv.Serve(lis)
 	t.Cleanup(func() { srv.Stop(); m.Close() })

@@ -44,6 +44,11 @@ type Transport struct {
 	streamsMu  sync.Mutex
 	heartbeats map[raft.ServerAddress]*heartbeatStream // by follower
 
+	// lastLogs is each follower's last log index as its latest answer to
+	// AppendEntries (heartbeats included) gave it: what the leader knows
+	// of a follower's progress, which hashicorp/raft keeps to itself.
+	lastLogs sync.Map // raft.ServerAddress -> uint64
+
 	// ctx is cancelled when the transport closes; every outgoing call
 	// derives from it.
 	ctx       context.Context
@@ -210,7 +215,18 @@ func (t *Transport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, ar
 		return err
 	}
 	appendEntriesResponseFromPB(out, resp)
+	t.lastLogs.Store(target, resp.LastLog)
 	return nil
+}
+
+// FollowerLastLog is target's last log index from its latest answer to
+// this transport's AppendEntries; false when it never answered.
+func (t *Transport) FollowerLastLog(target raft.ServerAddress) (uint64, bool) {
+	v, ok := t.lastLogs.Load(target)
+	if !ok {
+		return 0, false
+	}
+	return v.(uint64), true
 }
 
 // heartbeatStream carries a group's heartbeats to one follower. hashicorp/raft
@@ -439,6 +455,7 @@ func (p *pipeline) receive() {
 			f.err = errors.New(out.Error)
 		default:
 			appendEntriesResponseFromPB(out, f.resp)
+			p.t.lastLogs.Store(p.target, f.resp.LastLog)
 		}
 		close(f.done)
 		select {

@@ -157,6 +157,10 @@ func cmd(c any) *partitionpb.Command {
 		return &partitionpb.Command{Op: &partitionpb.Command_ReleaseSession{ReleaseSession: c}}
 	case *partitionpb.ExpireSessionLocks:
 		return &partitionpb.Command{Op: &partitionpb.Command_ExpireSessionLocks{ExpireSessionLocks: c}}
+	case *partitionpb.Purge:
+		return &partitionpb.Command{Op: &partitionpb.Command_Purge{Purge: c}}
+	case *partitionpb.Redrive:
+		return &partitionpb.Command{Op: &partitionpb.Command_Redrive{Redrive: c}}
 	}
 	panic("partitiontest: not a command")
 }
@@ -235,6 +239,29 @@ func ExpireMessages() *partitionpb.Command { return cmd(&partitionpb.ExpireMessa
 func CancelScheduled(id uint64, part uint32, seqs ...uint64) *partitionpb.Command {
 	return cmd(&partitionpb.CancelScheduled{EntityId: id, Partition: part, SequenceNumbers: seqs})
 }
+
+// Purge deletes up to max messages of a sub-queue from sequence number
+// from on (any enqueued time).
+func Purge(id uint64, part uint32, sub partitionpb.SubQueue, from uint64, max uint32) *partitionpb.Command {
+	return cmd(&partitionpb.Purge{EntityId: id, Partition: part, SubQueue: sub, FromSequenceNumber: from, MaxCount: max})
+}
+
+// PurgeCmd wraps a Purge built by the caller.
+func PurgeCmd(p *partitionpb.Purge) *partitionpb.Command { return cmd(p) }
+
+// Redrive moves the dead-lettered messages seqs back to the main queue,
+// those that sqlFilter matches ("": all), with no view of their
+// properties.
+func Redrive(id uint64, part uint32, sqlFilter string, seqs ...uint64) *partitionpb.Command {
+	r := &partitionpb.Redrive{EntityId: id, Partition: part, SqlFilter: sqlFilter}
+	for _, s := range seqs {
+		r.Candidates = append(r.Candidates, &partitionpb.RedriveCandidate{SequenceNumber: s})
+	}
+	return cmd(r)
+}
+
+// RedriveCmd wraps a Redrive built by the caller.
+func RedriveCmd(r *partitionpb.Redrive) *partitionpb.Command { return cmd(r) }
 
 // LockBySequence wraps a LockBySequence built by the caller.
 func LockBySequence(l *partitionpb.LockBySequence) *partitionpb.Command { return cmd(l) }

@@ -36,6 +36,8 @@ func PartitionConfig(e *pb.Entity, partition uint32) *partitionpb.EntityConfig {
 		Rules: e.GetRules(),
 		DeadLetteringOnFilterEvaluationExceptions: e.GetKind() == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION &&
 			p.GetDeadLetteringOnFilterEvaluationExceptions(),
+		ForwardTo:                     p.GetForwardTo(),
+		ForwardDeadLetteredMessagesTo: p.GetForwardDeadLetteredMessagesTo(),
 	}
 }
 

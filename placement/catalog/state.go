@@ -271,6 +271,9 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	if err := checkForwarding(c.Name, props); err != nil {
 		return nil, err
 	}
+	if err := s.checkForwardTargets(c.Name, props); err != nil {
+		return nil, err
+	}
 	if _, ok := s.names[Key(c.Name)]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrNameTaken, c.Name)
 	}
@@ -339,6 +342,9 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 		}
 		subscriptionDefaults(e.Kind, props)
 		if err := checkForwarding(e.Name, props); err != nil {
+			return nil, err
+		}
+		if err := s.checkForwardTargets(e.Name, props); err != nil {
 			return nil, err
 		}
 	}

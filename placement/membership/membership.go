@@ -93,7 +93,14 @@ type Config struct {
 	// RejoinInterval is how often a process that sees no other member
 	// tries its seeds again. Default 10 s.
 	RejoinInterval time.Duration
-	Logger         *slog.Logger
+	// Keys encrypt and authenticate gossip (memberlist's keyring, AES-GCM):
+	// the first encrypts what this process sends, any of them opens what
+	// it receives, and a message none opens is dropped, so a process
+	// without a key of the cluster cannot join or be heard. Each is 16,
+	// 24 or 32 bytes. Empty: gossip in clear text. SetKeys changes them
+	// while running (a rotation).
+	Keys   [][]byte
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -136,6 +143,11 @@ func (c Config) Validate() error {
 			return bad("AdvertiseAddr: %v", err)
 		}
 	}
+	for i, k := range c.Keys {
+		if err := memberlist.ValidateKey(k); err != nil {
+			return bad("gossip key %d: %v", i+1, err)
+		}
+	}
 	meta, err := EncodeMeta(c.self())
 	if err != nil {
 		return bad("metadata: %v", err)
@@ -170,7 +182,8 @@ type Memberlist struct {
 
 	mu      sync.Mutex
 	list    *memberlist.Memberlist
-	changed chan struct{} // closed and replaced on every change
+	keyring *memberlist.Keyring // nil: gossip in clear text
+	changed chan struct{}       // closed and replaced on every change
 
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -215,6 +228,14 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	if m.cfg.AdvertiseAddr != "" {
 		conf.AdvertiseAddr, conf.AdvertisePort, _ = splitHostPort(m.cfg.AdvertiseAddr)
 	}
+	if len(m.cfg.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(m.cfg.Keys, m.cfg.Keys[0])
+		if err != nil {
+			return fmt.Errorf("membership: %w", err)
+		}
+		conf.Keyring = kr
+		conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
+	}
 	conf.Delegate = delegate{m}
 	conf.Events = events{m}
 	conf.Logger = log.New(logbridge.Writer(m.log), "", 0)
@@ -224,7 +245,7 @@ func (m *Memberlist) Start(ctx context.Context) error {
 		return fmt.Errorf("membership: %w", err)
 	}
 	m.mu.Lock()
-	m.list = list
+	m.list, m.keyring = list, conf.Keyring
 	m.mu.Unlock()
 	m.log.Info("gossiping", "addr", m.Addr(), "role", m.cfg.Role)
 
@@ -232,6 +253,44 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel, m.done = cancel, make(chan struct{})
 	go m.rejoin(loopCtx)
+	return nil
+}
+
+// ErrNoKeyring is returned by SetKeys on a process that gossips in clear
+// text: encryption cannot be turned on while running, since the members
+// that still gossip in clear text would no longer be heard.
+var ErrNoKeyring = errors.New("membership: gossip is not encrypted (Config.Keys was empty at start)")
+
+// SetKeys replaces the gossip keys while running: keys[0] encrypts from
+// now on, every one of keys opens, and keys no longer listed are dropped.
+// A rotation gives every member the new key as a second key, then as the
+// first, then drops the old one, each step on every member before the next
+// (docs/security.md).
+func (m *Memberlist) SetKeys(keys [][]byte) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no gossip key", ErrInvalidConfig)
+	}
+	m.mu.Lock()
+	ring := m.keyring
+	m.mu.Unlock()
+	if ring == nil {
+		return ErrNoKeyring
+	}
+	for _, k := range keys {
+		if err := ring.AddKey(k); err != nil {
+			return fmt.Errorf("membership: %w", err)
+		}
+	}
+	if err := ring.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("membership: %w", err)
+	}
+	for _, old := range ring.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return string(k) == string(old) }) {
+			if err := ring.RemoveKey(old); err != nil {
+				return fmt.Errorf("membership: %w", err)
+			}
+		}
+	}
 	return nil
 }
 

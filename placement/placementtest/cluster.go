@@ -17,12 +17,12 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // Options shape a test cluster; the zero value is three members.
@@ -138,24 +138,26 @@ func (c *Cluster) start(m *Member, bootstrap []raft.Server) {
 		Groups:            c.opts.Groups,
 		ReplicationFactor: c.opts.ReplicationFactor,
 		Members:           placement.MembersFunc(c.liveMembers),
-		ElectionTimeout:   c.opts.ElectionTimeout,
-		ControlInterval:   c.opts.ControlInterval,
-		CreateWait:        c.opts.CreateWait,
-		GroupSilence:      c.opts.GroupSilence,
-		Logger:            c.opts.Logger.With("member", m.ID),
+		// The in-memory transports are addressed by member id.
+		MetaAddr:        func(n *pb.Node) raft.ServerAddress { return raft.ServerAddress(n.Id) },
+		ElectionTimeout: c.opts.ElectionTimeout,
+		ControlInterval: c.opts.ControlInterval,
+		CreateWait:      c.opts.CreateWait,
+		GroupSilence:    c.opts.GroupSilence,
+		Logger:          c.opts.Logger.With("member", m.ID),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.Service = svc
-	m.server = grpc.NewServer()
+	m.server = grpc.NewServer(rpcnet.ServerOptions(nil)...)
 	svc.Register(m.server)
 	partitionpb.RegisterPartitionServiceServer(m.server, c.Partitions.Server(m.ID, m.Addr))
 	go m.server.Serve(lis)
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m.conn, err = grpc.NewClient(m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	m.conn, err = rpcnet.Dial(m.Addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,11 +247,10 @@ func (c *Cluster) Restart(m *Member) {
 	c.start(m, c.bootstrap)
 }
 
-// Join starts a new member with an empty Bootstrap and has the leader add
-// it to the meta group as a voter.
-func (c *Cluster) Join(t testing.TB) *Member {
+// AddNode starts a new member with an empty Bootstrap: a storage node that
+// joined later, in no meta-group configuration until a leader adds it.
+func (c *Cluster) AddNode(t testing.TB) *Member {
 	t.Helper()
-	leader := c.Leader(t)
 	c.mu.Lock()
 	n := len(c.members) + 1
 	m := &Member{ID: fmt.Sprintf("m%d", n), Zone: fmt.Sprintf("zone-%d", n)}
@@ -258,6 +259,15 @@ func (c *Cluster) Join(t testing.TB) *Member {
 	c.mu.Unlock()
 	c.reconnect(m)
 	c.start(m, nil)
+	return m
+}
+
+// Join starts a new member with an empty Bootstrap and has the leader add
+// it to the meta group as a voter.
+func (c *Cluster) Join(t testing.TB) *Member {
+	t.Helper()
+	leader := c.Leader(t)
+	m := c.AddNode(t)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -322,8 +322,14 @@ type EntityConfig struct {
 	Rules []*placementpb.Rule `protobuf:"bytes,16,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Subscriptions: a rule whose evaluation fails dead-letters the copy.
 	DeadLetteringOnFilterEvaluationExceptions bool `protobuf:"varint,17,opt,name=dead_lettering_on_filter_evaluation_exceptions,json=deadLetteringOnFilterEvaluationExceptions,proto3" json:"dead_lettering_on_filter_evaluation_exceptions,omitempty"`
-	unknownFields                             protoimpl.UnknownFields
-	sizeCache                                 protoimpl.SizeCache
+	// Auto-forwarding (issue 21): the names of the entities this one's
+	// messages and dead-lettered messages move to. The partition only keeps
+	// them; the leader's forwarder (node/forward.go) moves the messages.
+	// (Numbers from 40 up: other work adds fields meanwhile.)
+	ForwardTo                     string `protobuf:"bytes,40,opt,name=forward_to,json=forwardTo,proto3" json:"forward_to,omitempty"`
+	ForwardDeadLetteredMessagesTo string `protobuf:"bytes,41,opt,name=forward_dead_lettered_messages_to,json=forwardDeadLetteredMessagesTo,proto3" json:"forward_dead_lettered_messages_to,omitempty"`
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *EntityConfig) Reset() {
@@ -475,6 +481,20 @@ func (x *EntityConfig) GetDeadLetteringOnFilterEvaluationExceptions() bool {
 	return false
 }
 
+func (x *EntityConfig) GetForwardTo() string {
+	if x != nil {
+		return x.ForwardTo
+	}
+	return ""
+}
+
+func (x *EntityConfig) GetForwardDeadLetteredMessagesTo() string {
+	if x != nil {
+		return x.ForwardDeadLetteredMessagesTo
+	}
+	return ""
+}
+
 // A message as the state machine keeps it. `bare` holds the sender's bare
 // message (properties, application-properties, body sections) exactly as it
 // arrived; `annotations` holds the sender's message-annotations section,
@@ -538,6 +558,9 @@ type StoredMessage struct {
 	// removes the application properties named in action_removed.
 	ActionSet     *FilterView `protobuf:"bytes,29,opt,name=action_set,json=actionSet,proto3" json:"action_set,omitempty"`
 	ActionRemoved []string    `protobuf:"bytes,30,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
+	// How many auto-forwarding hops brought the message here (0: sent to
+	// this entity). Service Bus allows four.
+	ForwardHops   uint32 `protobuf:"varint,40,opt,name=forward_hops,json=forwardHops,proto3" json:"forward_hops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +805,13 @@ func (x *StoredMessage) GetActionRemoved() []string {
 	return nil
 }
 
+func (x *StoredMessage) GetForwardHops() uint32 {
+	if x != nil {
+		return x.ForwardHops
+	}
+	return 0
+}
+
 type Batch struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NowMs    int64                  `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
@@ -866,6 +896,8 @@ type Command struct {
 	//	*Command_SetSessionState
 	//	*Command_ReleaseSession
 	//	*Command_ExpireSessionLocks
+	//	*Command_Purge
+	//	*Command_Redrive
 	Op isCommand_Op `protobuf_oneof:"op"`
 	// Set by the front-end on an Enqueue or a Settle it may send again after
 	// an ambiguous failure (a timeout, a leader lost after proposing): at
@@ -1080,6 +1112,24 @@ func (x *Command) GetExpireSessionLocks() *ExpireSessionLocks {
 	return nil
 }
 
+func (x *Command) GetPurge() *Purge {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Purge); ok {
+			return x.Purge
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRedrive() *Redrive {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Redrive); ok {
+			return x.Redrive
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetRequestId() []byte {
 	if x != nil {
 		return x.RequestId
@@ -1159,6 +1209,15 @@ type Command_ExpireSessionLocks struct {
 	ExpireSessionLocks *ExpireSessionLocks `protobuf:"bytes,18,opt,name=expire_session_locks,json=expireSessionLocks,proto3,oneof"`
 }
 
+type Command_Purge struct {
+	// Admin operations (issue 23), numbered apart from the receive path's.
+	Purge *Purge `protobuf:"bytes,40,opt,name=purge,proto3,oneof"`
+}
+
+type Command_Redrive struct {
+	Redrive *Redrive `protobuf:"bytes,41,opt,name=redrive,proto3,oneof"`
+}
+
 func (*Command_UpsertEntity) isCommand_Op() {}
 
 func (*Command_DeleteEntity) isCommand_Op() {}
@@ -1192,6 +1251,10 @@ func (*Command_SetSessionState) isCommand_Op() {}
 func (*Command_ReleaseSession) isCommand_Op() {}
 
 func (*Command_ExpireSessionLocks) isCommand_Op() {}
+
+func (*Command_Purge) isCommand_Op() {}
+
+func (*Command_Redrive) isCommand_Op() {}
 
 type UpsertEntity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1385,7 +1448,12 @@ type NewMessage struct {
 	// besides message_id, session_id and partition_key, taken by the
 	// front-end from the bare message it checked. Replicas evaluate rules on
 	// it and never decode the bare message.
-	FilterView    *FilterView `protobuf:"bytes,12,opt,name=filter_view,json=filterView,proto3" json:"filter_view,omitempty"`
+	FilterView *FilterView `protobuf:"bytes,12,opt,name=filter_view,json=filterView,proto3" json:"filter_view,omitempty"`
+	// Set by auto-forwarding: where the message comes from. The destination
+	// remembers the origin for a window (partition/forward.go) and drops a
+	// message whose origin it has already taken, so that a forwarder that
+	// sends again after a failure duplicates nothing.
+	Forwarded     *ForwardOrigin `protobuf:"bytes,40,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1504,6 +1572,139 @@ func (x *NewMessage) GetFilterView() *FilterView {
 	return nil
 }
 
+func (x *NewMessage) GetForwarded() *ForwardOrigin {
+	if x != nil {
+		return x.Forwarded
+	}
+	return nil
+}
+
+// ForwardOrigin is a forwarded message's source and what the source's
+// state adds to the sender's sections, carried over to the copy.
+type ForwardOrigin struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	EntityId              uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition             uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SubQueue              SubQueue               `protobuf:"varint,3,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
+	SequenceNumber        uint64                 `protobuf:"varint,4,opt,name=sequence_number,json=sequenceNumber,proto3" json:"sequence_number,omitempty"`
+	Hops                  uint32                 `protobuf:"varint,5,opt,name=hops,proto3" json:"hops,omitempty"` // hops taken, this one included
+	DeadLetterReason      string                 `protobuf:"bytes,6,opt,name=dead_letter_reason,json=deadLetterReason,proto3" json:"dead_letter_reason,omitempty"`
+	DeadLetterDescription string                 `protobuf:"bytes,7,opt,name=dead_letter_description,json=deadLetterDescription,proto3" json:"dead_letter_description,omitempty"`
+	DeadLetterSource      string                 `protobuf:"bytes,8,opt,name=dead_letter_source,json=deadLetterSource,proto3" json:"dead_letter_source,omitempty"`
+	ModifiedProperties    [][]byte               `protobuf:"bytes,9,rep,name=modified_properties,json=modifiedProperties,proto3" json:"modified_properties,omitempty"`
+	ActionSet             *FilterView            `protobuf:"bytes,10,opt,name=action_set,json=actionSet,proto3" json:"action_set,omitempty"`
+	ActionRemoved         []string               `protobuf:"bytes,11,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ForwardOrigin) Reset() {
+	*x = ForwardOrigin{}
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardOrigin) ProtoMessage() {}
+
+func (x *ForwardOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardOrigin.ProtoReflect.Descriptor instead.
+func (*ForwardOrigin) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForwardOrigin) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *ForwardOrigin) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ForwardOrigin) GetSubQueue() SubQueue {
+	if x != nil {
+		return x.SubQueue
+	}
+	return SubQueue_SUB_QUEUE_MAIN
+}
+
+func (x *ForwardOrigin) GetSequenceNumber() uint64 {
+	if x != nil {
+		return x.SequenceNumber
+	}
+	return 0
+}
+
+func (x *ForwardOrigin) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+func (x *ForwardOrigin) GetDeadLetterReason() string {
+	if x != nil {
+		return x.DeadLetterReason
+	}
+	return ""
+}
+
+func (x *ForwardOrigin) GetDeadLetterDescription() string {
+	if x != nil {
+		return x.DeadLetterDescription
+	}
+	return ""
+}
+
+func (x *ForwardOrigin) GetDeadLetterSource() string {
+	if x != nil {
+		return x.DeadLetterSource
+	}
+	return ""
+}
+
+func (x *ForwardOrigin) GetModifiedProperties() [][]byte {
+	if x != nil {
+		return x.ModifiedProperties
+	}
+	return nil
+}
+
+func (x *ForwardOrigin) GetActionSet() *FilterView {
+	if x != nil {
+		return x.ActionSet
+	}
+	return nil
+}
+
+func (x *ForwardOrigin) GetActionRemoved() []string {
+	if x != nil {
+		return x.ActionRemoved
+	}
+	return nil
+}
+
 // FilterView is the part of a message's properties and application
 // properties that rules read. Application property values of types a rule
 // value cannot hold (binary, uuid, lists, ...) are left out.
@@ -1522,7 +1723,7 @@ type FilterView struct {
 
 func (x *FilterView) Reset() {
 	*x = FilterView{}
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1735,7 @@ func (x *FilterView) String() string {
 func (*FilterView) ProtoMessage() {}
 
 func (x *FilterView) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1748,7 @@ func (x *FilterView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilterView.ProtoReflect.Descriptor instead.
 func (*FilterView) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FilterView) GetCorrelationId() string {
@@ -1617,7 +1818,7 @@ type StageBody struct {
 
 func (x *StageBody) Reset() {
 	*x = StageBody{}
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1830,7 @@ func (x *StageBody) String() string {
 func (*StageBody) ProtoMessage() {}
 
 func (x *StageBody) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1843,7 @@ func (x *StageBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageBody.ProtoReflect.Descriptor instead.
 func (*StageBody) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StageBody) GetEntityId() uint64 {
@@ -1707,7 +1908,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1920,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1933,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Lock) GetEntityId() uint64 {
@@ -1807,7 +2008,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2020,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2033,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Settle) GetEntityId() uint64 {
@@ -1903,7 +2104,7 @@ type RenewLocks struct {
 
 func (x *RenewLocks) Reset() {
 	*x = RenewLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2116,7 @@ func (x *RenewLocks) String() string {
 func (*RenewLocks) ProtoMessage() {}
 
 func (x *RenewLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2129,7 @@ func (x *RenewLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocks.ProtoReflect.Descriptor instead.
 func (*RenewLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewLocks) GetEntityId() uint64 {
@@ -1970,7 +2171,7 @@ type ExpireLocks struct {
 
 func (x *ExpireLocks) Reset() {
 	*x = ExpireLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2183,7 @@ func (x *ExpireLocks) String() string {
 func (*ExpireLocks) ProtoMessage() {}
 
 func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2196,7 @@ func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireLocks.ProtoReflect.Descriptor instead.
 func (*ExpireLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
 }
 
 // ActivateScheduled turns the scheduled messages whose
@@ -2011,7 +2212,7 @@ type ActivateScheduled struct {
 
 func (x *ActivateScheduled) Reset() {
 	*x = ActivateScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2224,7 @@ func (x *ActivateScheduled) String() string {
 func (*ActivateScheduled) ProtoMessage() {}
 
 func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2237,7 @@ func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateScheduled.ProtoReflect.Descriptor instead.
 func (*ActivateScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
 }
 
 // CancelScheduled deletes scheduled messages by the sequence numbers Enqueue
@@ -2053,7 +2254,7 @@ type CancelScheduled struct {
 
 func (x *CancelScheduled) Reset() {
 	*x = CancelScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2266,7 @@ func (x *CancelScheduled) String() string {
 func (*CancelScheduled) ProtoMessage() {}
 
 func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2279,7 @@ func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduled.ProtoReflect.Descriptor instead.
 func (*CancelScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelScheduled) GetEntityId() uint64 {
@@ -2127,7 +2328,7 @@ type LockBySequence struct {
 
 func (x *LockBySequence) Reset() {
 	*x = LockBySequence{}
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2340,7 @@ func (x *LockBySequence) String() string {
 func (*LockBySequence) ProtoMessage() {}
 
 func (x *LockBySequence) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2353,7 @@ func (x *LockBySequence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBySequence.ProtoReflect.Descriptor instead.
 func (*LockBySequence) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LockBySequence) GetEntityId() uint64 {
@@ -2232,7 +2433,7 @@ type AcceptSession struct {
 
 func (x *AcceptSession) Reset() {
 	*x = AcceptSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2445,7 @@ func (x *AcceptSession) String() string {
 func (*AcceptSession) ProtoMessage() {}
 
 func (x *AcceptSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2458,7 @@ func (x *AcceptSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSession.ProtoReflect.Descriptor instead.
 func (*AcceptSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AcceptSession) GetEntityId() uint64 {
@@ -2310,7 +2511,7 @@ type RenewSessionLock struct {
 
 func (x *RenewSessionLock) Reset() {
 	*x = RenewSessionLock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2523,7 @@ func (x *RenewSessionLock) String() string {
 func (*RenewSessionLock) ProtoMessage() {}
 
 func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2536,7 @@ func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLock.ProtoReflect.Descriptor instead.
 func (*RenewSessionLock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenewSessionLock) GetEntityId() uint64 {
@@ -2381,7 +2582,7 @@ type SetSessionState struct {
 
 func (x *SetSessionState) Reset() {
 	*x = SetSessionState{}
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2594,7 @@ func (x *SetSessionState) String() string {
 func (*SetSessionState) ProtoMessage() {}
 
 func (x *SetSessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2607,7 @@ func (x *SetSessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionState.ProtoReflect.Descriptor instead.
 func (*SetSessionState) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetSessionState) GetEntityId() uint64 {
@@ -2459,7 +2660,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2672,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2685,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseSession) GetEntityId() uint64 {
@@ -2527,7 +2728,7 @@ type ExpireSessionLocks struct {
 
 func (x *ExpireSessionLocks) Reset() {
 	*x = ExpireSessionLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2740,7 @@ func (x *ExpireSessionLocks) String() string {
 func (*ExpireSessionLocks) ProtoMessage() {}
 
 func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2753,7 @@ func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessionLocks.ProtoReflect.Descriptor instead.
 func (*ExpireSessionLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
 }
 
 // ExpireMessages removes the unlocked messages of main sub-queues whose
@@ -2569,7 +2770,7 @@ type ExpireMessages struct {
 
 func (x *ExpireMessages) Reset() {
 	*x = ExpireMessages{}
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2782,7 @@ func (x *ExpireMessages) String() string {
 func (*ExpireMessages) ProtoMessage() {}
 
 func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2795,235 @@ func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireMessages.ProtoReflect.Descriptor instead.
 func (*ExpireMessages) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+}
+
+// Purge deletes messages of one sub-queue, in sequence order from
+// from_sequence_number: those enqueued before before_enqueued_time_ms (0:
+// all), locked, deferred and scheduled ones too (a settle under a lock of
+// a purged message is lock-lost). One command deletes at most max_count
+// (capped at partition.MaxPurgeCount) and looks at no more than
+// partition.MaxPurgeScan records, so a huge backlog is purged by many
+// bounded entries. The result lists the sequence numbers deleted; `more`
+// says the scan stopped at a bound, and next_sequence_number where the
+// next command should start.
+type Purge struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	EntityId             uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition            uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SubQueue             SubQueue               `protobuf:"varint,3,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
+	FromSequenceNumber   uint64                 `protobuf:"varint,4,opt,name=from_sequence_number,json=fromSequenceNumber,proto3" json:"from_sequence_number,omitempty"`
+	BeforeEnqueuedTimeMs int64                  `protobuf:"varint,5,opt,name=before_enqueued_time_ms,json=beforeEnqueuedTimeMs,proto3" json:"before_enqueued_time_ms,omitempty"`
+	MaxCount             uint32                 `protobuf:"varint,6,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *Purge) Reset() {
+	*x = Purge{}
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Purge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Purge) ProtoMessage() {}
+
+func (x *Purge) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Purge.ProtoReflect.Descriptor instead.
+func (*Purge) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Purge) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *Purge) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Purge) GetSubQueue() SubQueue {
+	if x != nil {
+		return x.SubQueue
+	}
+	return SubQueue_SUB_QUEUE_MAIN
+}
+
+func (x *Purge) GetFromSequenceNumber() uint64 {
+	if x != nil {
+		return x.FromSequenceNumber
+	}
+	return 0
+}
+
+func (x *Purge) GetBeforeEnqueuedTimeMs() int64 {
+	if x != nil {
+		return x.BeforeEnqueuedTimeMs
+	}
+	return 0
+}
+
+func (x *Purge) GetMaxCount() uint32 {
+	if x != nil {
+		return x.MaxCount
+	}
+	return 0
+}
+
+// Redrive moves dead-lettered messages back to their entity's main
+// sub-queue: the copy is written and the original removed by the one
+// command, so a message is in exactly one of the two whatever happens to
+// the leader. Each moved message gets a new sequence number and
+// enqueued time (as a message sent again does), delivery count 0, its
+// time to live counted from now, and loses its dead-letter reason,
+// description and source. Candidates that are no longer in the
+// dead-letter sub-queue, or are locked there, are skipped (a retried
+// Redrive moves nothing twice). With sql_filter, only candidates that
+// the filter matches move; it reads the message's stored fields, the
+// candidate's view of its properties (which the caller took from the bare
+// message, as a front-end does for a topic send), and the application
+// properties DeadLetterReason and DeadLetterErrorDescription. At most
+// partition.MaxRedriveCount candidates. The result lists the old sequence
+// numbers of the messages moved; their new numbers are not kept.
+type Redrive struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Candidates    []*RedriveCandidate    `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	SqlFilter     string                 `protobuf:"bytes,4,opt,name=sql_filter,json=sqlFilter,proto3" json:"sql_filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Redrive) Reset() {
+	*x = Redrive{}
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Redrive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Redrive) ProtoMessage() {}
+
+func (x *Redrive) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
+func (*Redrive) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Redrive) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *Redrive) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Redrive) GetCandidates() []*RedriveCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *Redrive) GetSqlFilter() string {
+	if x != nil {
+		return x.SqlFilter
+	}
+	return ""
+}
+
+type RedriveCandidate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SequenceNumber uint64                 `protobuf:"varint,1,opt,name=sequence_number,json=sequenceNumber,proto3" json:"sequence_number,omitempty"`
+	View           *FilterView            `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RedriveCandidate) Reset() {
+	*x = RedriveCandidate{}
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveCandidate) ProtoMessage() {}
+
+func (x *RedriveCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveCandidate.ProtoReflect.Descriptor instead.
+func (*RedriveCandidate) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RedriveCandidate) GetSequenceNumber() uint64 {
+	if x != nil {
+		return x.SequenceNumber
+	}
+	return 0
+}
+
+func (x *RedriveCandidate) GetView() *FilterView {
+	if x != nil {
+		return x.View
+	}
+	return nil
 }
 
 // Results, one per command, in order.
@@ -2611,15 +3040,18 @@ type Result struct {
 	// request id, never in an answer: the command handed out
 	// sequence_numbers, each locked by the token its number and this seed
 	// make.
-	TokenSeed     []byte `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"`
-	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"` // AcceptSession: the session locked
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TokenSeed []byte `protobuf:"bytes,6,opt,name=token_seed,json=tokenSeed,proto3" json:"token_seed,omitempty"`
+	SessionId string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"` // AcceptSession: the session locked
+	// Purge: where a scan that stopped at a bound (more) continues.
+	NextSequenceNumber uint64 `protobuf:"varint,40,opt,name=next_sequence_number,json=nextSequenceNumber,proto3" json:"next_sequence_number,omitempty"`
+	More               bool   `protobuf:"varint,41,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +3063,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +3076,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Result) GetCode() ResultCode {
@@ -2696,6 +3128,20 @@ func (x *Result) GetSessionId() string {
 	return ""
 }
 
+func (x *Result) GetNextSequenceNumber() uint64 {
+	if x != nil {
+		return x.NextSequenceNumber
+	}
+	return 0
+}
+
+func (x *Result) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type LeaderHint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -2707,7 +3153,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +3165,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +3178,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaderHint) GetGroupId() uint64 {
@@ -2766,7 +3212,7 @@ type UpsertEntityRequest struct {
 
 func (x *UpsertEntityRequest) Reset() {
 	*x = UpsertEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +3224,7 @@ func (x *UpsertEntityRequest) String() string {
 func (*UpsertEntityRequest) ProtoMessage() {}
 
 func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +3237,7 @@ func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpsertEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpsertEntityRequest) GetGroupId() uint64 {
@@ -2816,7 +3262,7 @@ type UpsertEntityResponse struct {
 
 func (x *UpsertEntityResponse) Reset() {
 	*x = UpsertEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3274,7 @@ func (x *UpsertEntityResponse) String() string {
 func (*UpsertEntityResponse) ProtoMessage() {}
 
 func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3287,7 @@ func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityResponse.ProtoReflect.Descriptor instead.
 func (*UpsertEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
 }
 
 type DeleteEntityRequest struct {
@@ -2856,7 +3302,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3314,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3327,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteEntityRequest) GetGroupId() uint64 {
@@ -2920,7 +3366,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3378,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3391,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
 }
 
 type SendRequest struct {
@@ -2961,7 +3407,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3419,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3432,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SendRequest) GetGroupId() uint64 {
@@ -3033,7 +3479,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3491,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3504,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SendResponse) GetResult() *Result {
@@ -3070,6 +3516,9 @@ func (x *SendResponse) GetResult() *Result {
 
 // Receive locks (or, with receive_and_delete, removes) up to max_count
 // messages. With wait_ms > 0 it waits that long for the first message.
+// max_count 0 with wait_ms > 0 takes nothing: it answers, empty, once a
+// message is available or the wait is over (a receiver waits on all
+// partitions of an entity this way and may cancel the others).
 type ReceiveRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	GroupId          uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -3094,7 +3543,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3555,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3568,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReceiveRequest) GetGroupId() uint64 {
@@ -3208,7 +3657,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3669,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3682,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReceiveResponse) GetResult() *Result {
@@ -3254,7 +3703,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3715,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3728,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SettleRequest) GetGroupId() uint64 {
@@ -3312,7 +3761,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3773,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3786,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -3357,7 +3806,7 @@ type RenewLocksRequest struct {
 
 func (x *RenewLocksRequest) Reset() {
 	*x = RenewLocksRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3818,7 @@ func (x *RenewLocksRequest) String() string {
 func (*RenewLocksRequest) ProtoMessage() {}
 
 func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3831,7 @@ func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksRequest.ProtoReflect.Descriptor instead.
 func (*RenewLocksRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RenewLocksRequest) GetGroupId() uint64 {
@@ -3408,7 +3857,7 @@ type RenewLocksResponse struct {
 
 func (x *RenewLocksResponse) Reset() {
 	*x = RenewLocksResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3869,7 @@ func (x *RenewLocksResponse) String() string {
 func (*RenewLocksResponse) ProtoMessage() {}
 
 func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3882,7 @@ func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksResponse.ProtoReflect.Descriptor instead.
 func (*RenewLocksResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RenewLocksResponse) GetResult() *Result {
@@ -3441,6 +3890,118 @@ func (x *RenewLocksResponse) GetResult() *Result {
 		return x.Result
 	}
 	return nil
+}
+
+// DigestRequest asks a replica for a hash of its own copy of a group's
+// state: the SHA-256 of the group's snapshot stream (every record of its
+// store, key by key, then the applied index), taken at one applied index.
+// Replicas that applied the same entries have identical snapshot streams
+// whatever their history of restarts and snapshots (partition's
+// TestDeterminism), so equal applied indexes with different digests mean
+// the replicas diverged. It flushes the replica's store, so it is meant
+// for checks (tests/jepsen's convergence checker), not for a hot path.
+type DigestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestRequest) Reset() {
+	*x = DigestRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestRequest) ProtoMessage() {}
+
+func (x *DigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
+func (*DigestRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DigestRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+type DigestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Sha256        []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	SnapshotBytes uint64                 `protobuf:"varint,3,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"` // length of the hashed stream
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestResponse) Reset() {
+	*x = DigestResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestResponse) ProtoMessage() {}
+
+func (x *DigestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
+func (*DigestResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DigestResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *DigestResponse) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *DigestResponse) GetSnapshotBytes() uint64 {
+	if x != nil {
+		return x.SnapshotBytes
+	}
+	return 0
 }
 
 type StatsRequest struct {
@@ -3454,7 +4015,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +4027,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +4040,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -3516,7 +4077,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +4089,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +4102,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -3601,7 +4162,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3613,7 +4174,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3626,7 +4187,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -3687,7 +4248,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +4260,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +4273,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PeekResponse) GetMessages() []*StoredMessage {
@@ -3732,7 +4293,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +4305,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +4318,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -3783,7 +4344,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +4356,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +4369,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -3839,7 +4400,7 @@ type ReceiveDeferredRequest struct {
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3851,7 +4412,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3864,7 +4425,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -3939,7 +4500,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3951,7 +4512,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3964,7 +4525,7 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
@@ -4005,7 +4566,7 @@ type AcceptSessionRequest struct {
 
 func (x *AcceptSessionRequest) Reset() {
 	*x = AcceptSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4578,7 @@ func (x *AcceptSessionRequest) String() string {
 func (*AcceptSessionRequest) ProtoMessage() {}
 
 func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4591,7 @@ func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
 func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AcceptSessionRequest) GetGroupId() uint64 {
@@ -4107,7 +4668,7 @@ type AcceptSessionResponse struct {
 
 func (x *AcceptSessionResponse) Reset() {
 	*x = AcceptSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4680,7 @@ func (x *AcceptSessionResponse) String() string {
 func (*AcceptSessionResponse) ProtoMessage() {}
 
 func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4693,7 @@ func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
 func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AcceptSessionResponse) GetResult() *Result {
@@ -4166,7 +4727,7 @@ type RenewSessionLockRequest struct {
 
 func (x *RenewSessionLockRequest) Reset() {
 	*x = RenewSessionLockRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4739,7 @@ func (x *RenewSessionLockRequest) String() string {
 func (*RenewSessionLockRequest) ProtoMessage() {}
 
 func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4191,7 +4752,7 @@ func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RenewSessionLockRequest) GetGroupId() uint64 {
@@ -4217,7 +4778,7 @@ type RenewSessionLockResponse struct {
 
 func (x *RenewSessionLockResponse) Reset() {
 	*x = RenewSessionLockResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4790,7 @@ func (x *RenewSessionLockResponse) String() string {
 func (*RenewSessionLockResponse) ProtoMessage() {}
 
 func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4803,7 @@ func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RenewSessionLockResponse) GetResult() *Result {
@@ -4262,7 +4823,7 @@ type SetSessionStateRequest struct {
 
 func (x *SetSessionStateRequest) Reset() {
 	*x = SetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4835,7 @@ func (x *SetSessionStateRequest) String() string {
 func (*SetSessionStateRequest) ProtoMessage() {}
 
 func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4848,7 @@ func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetSessionStateRequest) GetGroupId() uint64 {
@@ -4313,7 +4874,7 @@ type SetSessionStateResponse struct {
 
 func (x *SetSessionStateResponse) Reset() {
 	*x = SetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4886,7 @@ func (x *SetSessionStateResponse) String() string {
 func (*SetSessionStateResponse) ProtoMessage() {}
 
 func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4899,7 @@ func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetSessionStateResponse) GetResult() *Result {
@@ -4363,7 +4924,7 @@ type GetSessionStateRequest struct {
 
 func (x *GetSessionStateRequest) Reset() {
 	*x = GetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4936,7 @@ func (x *GetSessionStateRequest) String() string {
 func (*GetSessionStateRequest) ProtoMessage() {}
 
 func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4949,7 @@ func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetSessionStateRequest) GetGroupId() uint64 {
@@ -4436,7 +4997,7 @@ type GetSessionStateResponse struct {
 
 func (x *GetSessionStateResponse) Reset() {
 	*x = GetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4448,7 +5009,7 @@ func (x *GetSessionStateResponse) String() string {
 func (*GetSessionStateResponse) ProtoMessage() {}
 
 func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4461,7 +5022,7 @@ func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetSessionStateResponse) GetResult() *Result {
@@ -4488,7 +5049,7 @@ type ReleaseSessionRequest struct {
 
 func (x *ReleaseSessionRequest) Reset() {
 	*x = ReleaseSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4500,7 +5061,7 @@ func (x *ReleaseSessionRequest) String() string {
 func (*ReleaseSessionRequest) ProtoMessage() {}
 
 func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4513,7 +5074,7 @@ func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReleaseSessionRequest) GetGroupId() uint64 {
@@ -4539,7 +5100,7 @@ type ReleaseSessionResponse struct {
 
 func (x *ReleaseSessionResponse) Reset() {
 	*x = ReleaseSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4551,7 +5112,7 @@ func (x *ReleaseSessionResponse) String() string {
 func (*ReleaseSessionResponse) ProtoMessage() {}
 
 func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4564,7 +5125,7 @@ func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReleaseSessionResponse) GetResult() *Result {
@@ -4593,7 +5154,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4605,7 +5166,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4618,7 +5179,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSessionsRequest) GetGroupId() uint64 {
@@ -4672,7 +5233,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +5245,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +5258,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSessionsResponse) GetSessionIds() []string {
@@ -4707,11 +5268,203 @@ func (x *ListSessionsResponse) GetSessionIds() []string {
 	return nil
 }
 
+type PurgeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Purge         *Purge                 `protobuf:"bytes,2,opt,name=purge,proto3" json:"purge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeRequest) Reset() {
+	*x = PurgeRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeRequest) ProtoMessage() {}
+
+func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
+func (*PurgeRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *PurgeRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *PurgeRequest) GetPurge() *Purge {
+	if x != nil {
+		return x.Purge
+	}
+	return nil
+}
+
+type PurgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeResponse) Reset() {
+	*x = PurgeResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeResponse) ProtoMessage() {}
+
+func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
+func (*PurgeResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *PurgeResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type RedriveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Redrive       *Redrive               `protobuf:"bytes,2,opt,name=redrive,proto3" json:"redrive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveRequest) Reset() {
+	*x = RedriveRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveRequest) ProtoMessage() {}
+
+func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
+func (*RedriveRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RedriveRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *RedriveRequest) GetRedrive() *Redrive {
+	if x != nil {
+		return x.Redrive
+	}
+	return nil
+}
+
+type RedriveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveResponse) Reset() {
+	*x = RedriveResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveResponse) ProtoMessage() {}
+
+func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
+func (*RedriveResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *RedriveResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 var File_partitionpb_partition_proto protoreflect.FileDescriptor
 
 const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
-	"\x1bpartitionpb/partition.proto\x12\x16quorumbus.partition.v1\x1a\x1bplacementpb/placement.proto\"\x8e\x06\n" +
+	"\x1bpartitionpb/partition.proto\x12\x16quorumbus.partition.v1\x1a\x1bplacementpb/placement.proto\"\xf7\x06\n" +
 	"\fEntityConfig\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x12\n" +
@@ -4730,7 +5483,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x04kind\x18\x0e \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12\x19\n" +
 	"\btopic_id\x18\x0f \x01(\x04R\atopicId\x122\n" +
 	"\x05rules\x18\x10 \x03(\v2\x1c.quorumbus.placement.v1.RuleR\x05rules\x12a\n" +
-	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\"\x9c\t\n" +
+	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\x12\x1d\n" +
+	"\n" +
+	"forward_to\x18( \x01(\tR\tforwardTo\x12H\n" +
+	"!forward_dead_lettered_messages_to\x18) \x01(\tR\x1dforwardDeadLetteredMessagesTo\"\xbf\t\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -4769,12 +5525,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\x12A\n" +
 	"\n" +
 	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
-	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\"w\n" +
+	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
+	"\fforward_hops\x18( \x01(\rR\vforwardHops\"w\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xdc\n" +
-	"\n" +
+	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xd0\v\n" +
 	"\aCommand\x12K\n" +
 	"\rupsert_entity\x18\x01 \x01(\v2$.quorumbus.partition.v1.UpsertEntityH\x00R\fupsertEntity\x12K\n" +
 	"\rdelete_entity\x18\x02 \x01(\v2$.quorumbus.partition.v1.DeleteEntityH\x00R\fdeleteEntity\x12;\n" +
@@ -4795,7 +5551,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x12renew_session_lock\x18\x0f \x01(\v2(.quorumbus.partition.v1.RenewSessionLockH\x00R\x10renewSessionLock\x12U\n" +
 	"\x11set_session_state\x18\x10 \x01(\v2'.quorumbus.partition.v1.SetSessionStateH\x00R\x0fsetSessionState\x12Q\n" +
 	"\x0frelease_session\x18\x11 \x01(\v2&.quorumbus.partition.v1.ReleaseSessionH\x00R\x0ereleaseSession\x12^\n" +
-	"\x14expire_session_locks\x18\x12 \x01(\v2*.quorumbus.partition.v1.ExpireSessionLocksH\x00R\x12expireSessionLocks\x12\x1d\n" +
+	"\x14expire_session_locks\x18\x12 \x01(\v2*.quorumbus.partition.v1.ExpireSessionLocksH\x00R\x12expireSessionLocks\x125\n" +
+	"\x05purge\x18( \x01(\v2\x1d.quorumbus.partition.v1.PurgeH\x00R\x05purge\x12;\n" +
+	"\aredrive\x18) \x01(\v2\x1f.quorumbus.partition.v1.RedriveH\x00R\aredrive\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\f \x01(\fR\trequestIdB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"L\n" +
@@ -4808,7 +5566,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\aEnqueue\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12>\n" +
-	"\bmessages\x18\x03 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"\xb9\x03\n" +
+	"\bmessages\x18\x03 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"\xfe\x03\n" +
 	"\n" +
 	"NewMessage\x12\x1d\n" +
 	"\n" +
@@ -4828,7 +5586,22 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"staged_crc\x18\v \x01(\rR\tstagedCrc\x12C\n" +
 	"\vfilter_view\x18\f \x01(\v2\".quorumbus.partition.v1.FilterViewR\n" +
-	"filterView\"\x80\x03\n" +
+	"filterView\x12C\n" +
+	"\tforwarded\x18( \x01(\v2%.quorumbus.partition.v1.ForwardOriginR\tforwarded\"\xf5\x03\n" +
+	"\rForwardOrigin\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
+	"\tsub_queue\x18\x03 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12'\n" +
+	"\x0fsequence_number\x18\x04 \x01(\x04R\x0esequenceNumber\x12\x12\n" +
+	"\x04hops\x18\x05 \x01(\rR\x04hops\x12,\n" +
+	"\x12dead_letter_reason\x18\x06 \x01(\tR\x10deadLetterReason\x126\n" +
+	"\x17dead_letter_description\x18\a \x01(\tR\x15deadLetterDescription\x12,\n" +
+	"\x12dead_letter_source\x18\b \x01(\tR\x10deadLetterSource\x12/\n" +
+	"\x13modified_properties\x18\t \x03(\fR\x12modifiedProperties\x12A\n" +
+	"\n" +
+	"action_set\x18\n" +
+	" \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
+	"\x0eaction_removed\x18\v \x03(\tR\ractionRemoved\"\x80\x03\n" +
 	"\n" +
 	"FilterView\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\tR\rcorrelationId\x12\x0e\n" +
@@ -4921,7 +5694,25 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\fR\x05token\"\x14\n" +
 	"\x12ExpireSessionLocks\"\x10\n" +
-	"\x0eExpireMessages\"\xb6\x02\n" +
+	"\x0eExpireMessages\"\x87\x02\n" +
+	"\x05Purge\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
+	"\tsub_queue\x18\x03 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x120\n" +
+	"\x14from_sequence_number\x18\x04 \x01(\x04R\x12fromSequenceNumber\x125\n" +
+	"\x17before_enqueued_time_ms\x18\x05 \x01(\x03R\x14beforeEnqueuedTimeMs\x12\x1b\n" +
+	"\tmax_count\x18\x06 \x01(\rR\bmaxCount\"\xad\x01\n" +
+	"\aRedrive\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12H\n" +
+	"\n" +
+	"candidates\x18\x03 \x03(\v2(.quorumbus.partition.v1.RedriveCandidateR\n" +
+	"candidates\x12\x1d\n" +
+	"\n" +
+	"sql_filter\x18\x04 \x01(\tR\tsqlFilter\"s\n" +
+	"\x10RedriveCandidate\x12'\n" +
+	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x126\n" +
+	"\x04view\x18\x02 \x01(\v2\".quorumbus.partition.v1.FilterViewR\x04view\"\xfc\x02\n" +
 	"\x06Result\x126\n" +
 	"\x04code\x18\x01 \x01(\x0e2\".quorumbus.partition.v1.ResultCodeR\x04code\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12A\n" +
@@ -4931,7 +5722,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"token_seed\x18\x06 \x01(\fR\ttokenSeed\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"e\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x120\n" +
+	"\x14next_sequence_number\x18( \x01(\x04R\x12nextSequenceNumber\x12\x12\n" +
+	"\x04more\x18) \x01(\bR\x04more\"e\n" +
 	"\n" +
 	"LeaderHint\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
@@ -4985,7 +5778,13 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x128\n" +
 	"\x05renew\x18\x02 \x01(\v2\".quorumbus.partition.v1.RenewLocksR\x05renew\"L\n" +
 	"\x12RenewLocksResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"d\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"*\n" +
+	"\rDigestRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\"t\n" +
+	"\x0eDigestResponse\x12#\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12%\n" +
+	"\x0esnapshot_bytes\x18\x03 \x01(\x04R\rsnapshotBytes\"d\n" +
 	"\fStatsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -5077,7 +5876,17 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10updated_since_ms\x18\x06 \x01(\x03R\x0eupdatedSinceMs\"7\n" +
 	"\x14ListSessionsResponse\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
-	"sessionIds*\x89\x01\n" +
+	"sessionIds\"^\n" +
+	"\fPurgeRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x123\n" +
+	"\x05purge\x18\x02 \x01(\v2\x1d.quorumbus.partition.v1.PurgeR\x05purge\"G\n" +
+	"\rPurgeResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"f\n" +
+	"\x0eRedriveRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x129\n" +
+	"\aredrive\x18\x02 \x01(\v2\x1f.quorumbus.partition.v1.RedriveR\aredrive\"I\n" +
+	"\x0fRedriveResponse\x126\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result*\x89\x01\n" +
 	"\fEntityStatus\x12\x18\n" +
 	"\x14ENTITY_STATUS_ACTIVE\x10\x00\x12\x1a\n" +
 	"\x16ENTITY_STATUS_DISABLED\x10\x01\x12\x1f\n" +
@@ -5105,7 +5914,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0eRESULT_INVALID\x10\x04\x12\x1a\n" +
 	"\x16RESULT_ENTITY_DISABLED\x10\x05\x12\x1c\n" +
 	"\x18RESULT_SESSION_LOCK_LOST\x10\x06\x12#\n" +
-	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\x8f\r\n" +
+	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\x9a\x0f\n" +
 	"\x10PartitionService\x12i\n" +
 	"\fUpsertEntity\x12+.quorumbus.partition.v1.UpsertEntityRequest\x1a,.quorumbus.partition.v1.UpsertEntityResponse\x12i\n" +
 	"\fDeleteEntity\x12+.quorumbus.partition.v1.DeleteEntityRequest\x1a,.quorumbus.partition.v1.DeleteEntityResponse\x12Q\n" +
@@ -5123,7 +5932,10 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0fSetSessionState\x12..quorumbus.partition.v1.SetSessionStateRequest\x1a/.quorumbus.partition.v1.SetSessionStateResponse\x12r\n" +
 	"\x0fGetSessionState\x12..quorumbus.partition.v1.GetSessionStateRequest\x1a/.quorumbus.partition.v1.GetSessionStateResponse\x12o\n" +
 	"\x0eReleaseSession\x12-.quorumbus.partition.v1.ReleaseSessionRequest\x1a..quorumbus.partition.v1.ReleaseSessionResponse\x12i\n" +
-	"\fListSessions\x12+.quorumbus.partition.v1.ListSessionsRequest\x1a,.quorumbus.partition.v1.ListSessionsResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
+	"\fListSessions\x12+.quorumbus.partition.v1.ListSessionsRequest\x1a,.quorumbus.partition.v1.ListSessionsResponse\x12W\n" +
+	"\x06Digest\x12%.quorumbus.partition.v1.DigestRequest\x1a&.quorumbus.partition.v1.DigestResponse\x12T\n" +
+	"\x05Purge\x12$.quorumbus.partition.v1.PurgeRequest\x1a%.quorumbus.partition.v1.PurgeResponse\x12Z\n" +
+	"\aRedrive\x12&.quorumbus.partition.v1.RedriveRequest\x1a'.quorumbus.partition.v1.RedriveResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
 
 var (
 	file_partitionpb_partition_proto_rawDescOnce sync.Once
@@ -5138,7 +5950,7 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_partitionpb_partition_proto_goTypes = []any{
 	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
 	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
@@ -5153,156 +5965,184 @@ var file_partitionpb_partition_proto_goTypes = []any{
 	(*DeleteEntity)(nil),             // 10: quorumbus.partition.v1.DeleteEntity
 	(*Enqueue)(nil),                  // 11: quorumbus.partition.v1.Enqueue
 	(*NewMessage)(nil),               // 12: quorumbus.partition.v1.NewMessage
-	(*FilterView)(nil),               // 13: quorumbus.partition.v1.FilterView
-	(*StageBody)(nil),                // 14: quorumbus.partition.v1.StageBody
-	(*Lock)(nil),                     // 15: quorumbus.partition.v1.Lock
-	(*Settle)(nil),                   // 16: quorumbus.partition.v1.Settle
-	(*RenewLocks)(nil),               // 17: quorumbus.partition.v1.RenewLocks
-	(*ExpireLocks)(nil),              // 18: quorumbus.partition.v1.ExpireLocks
-	(*ActivateScheduled)(nil),        // 19: quorumbus.partition.v1.ActivateScheduled
-	(*CancelScheduled)(nil),          // 20: quorumbus.partition.v1.CancelScheduled
-	(*LockBySequence)(nil),           // 21: quorumbus.partition.v1.LockBySequence
-	(*AcceptSession)(nil),            // 22: quorumbus.partition.v1.AcceptSession
-	(*RenewSessionLock)(nil),         // 23: quorumbus.partition.v1.RenewSessionLock
-	(*SetSessionState)(nil),          // 24: quorumbus.partition.v1.SetSessionState
-	(*ReleaseSession)(nil),           // 25: quorumbus.partition.v1.ReleaseSession
-	(*ExpireSessionLocks)(nil),       // 26: quorumbus.partition.v1.ExpireSessionLocks
-	(*ExpireMessages)(nil),           // 27: quorumbus.partition.v1.ExpireMessages
-	(*Result)(nil),                   // 28: quorumbus.partition.v1.Result
-	(*LeaderHint)(nil),               // 29: quorumbus.partition.v1.LeaderHint
-	(*UpsertEntityRequest)(nil),      // 30: quorumbus.partition.v1.UpsertEntityRequest
-	(*UpsertEntityResponse)(nil),     // 31: quorumbus.partition.v1.UpsertEntityResponse
-	(*DeleteEntityRequest)(nil),      // 32: quorumbus.partition.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil),     // 33: quorumbus.partition.v1.DeleteEntityResponse
-	(*SendRequest)(nil),              // 34: quorumbus.partition.v1.SendRequest
-	(*SendResponse)(nil),             // 35: quorumbus.partition.v1.SendResponse
-	(*ReceiveRequest)(nil),           // 36: quorumbus.partition.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),          // 37: quorumbus.partition.v1.ReceiveResponse
-	(*SettleRequest)(nil),            // 38: quorumbus.partition.v1.SettleRequest
-	(*SettleResponse)(nil),           // 39: quorumbus.partition.v1.SettleResponse
-	(*RenewLocksRequest)(nil),        // 40: quorumbus.partition.v1.RenewLocksRequest
-	(*RenewLocksResponse)(nil),       // 41: quorumbus.partition.v1.RenewLocksResponse
-	(*StatsRequest)(nil),             // 42: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),            // 43: quorumbus.partition.v1.StatsResponse
-	(*PeekRequest)(nil),              // 44: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),             // 45: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),   // 46: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil),  // 47: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),   // 48: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil),  // 49: quorumbus.partition.v1.ReceiveDeferredResponse
-	(*AcceptSessionRequest)(nil),     // 50: quorumbus.partition.v1.AcceptSessionRequest
-	(*AcceptSessionResponse)(nil),    // 51: quorumbus.partition.v1.AcceptSessionResponse
-	(*RenewSessionLockRequest)(nil),  // 52: quorumbus.partition.v1.RenewSessionLockRequest
-	(*RenewSessionLockResponse)(nil), // 53: quorumbus.partition.v1.RenewSessionLockResponse
-	(*SetSessionStateRequest)(nil),   // 54: quorumbus.partition.v1.SetSessionStateRequest
-	(*SetSessionStateResponse)(nil),  // 55: quorumbus.partition.v1.SetSessionStateResponse
-	(*GetSessionStateRequest)(nil),   // 56: quorumbus.partition.v1.GetSessionStateRequest
-	(*GetSessionStateResponse)(nil),  // 57: quorumbus.partition.v1.GetSessionStateResponse
-	(*ReleaseSessionRequest)(nil),    // 58: quorumbus.partition.v1.ReleaseSessionRequest
-	(*ReleaseSessionResponse)(nil),   // 59: quorumbus.partition.v1.ReleaseSessionResponse
-	(*ListSessionsRequest)(nil),      // 60: quorumbus.partition.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 61: quorumbus.partition.v1.ListSessionsResponse
-	nil,                              // 62: quorumbus.partition.v1.FilterView.PropertiesEntry
-	(placementpb.EntityKind)(0),      // 63: quorumbus.placement.v1.EntityKind
-	(*placementpb.Rule)(nil),         // 64: quorumbus.placement.v1.Rule
-	(*placementpb.RuleValue)(nil),    // 65: quorumbus.placement.v1.RuleValue
+	(*ForwardOrigin)(nil),            // 13: quorumbus.partition.v1.ForwardOrigin
+	(*FilterView)(nil),               // 14: quorumbus.partition.v1.FilterView
+	(*StageBody)(nil),                // 15: quorumbus.partition.v1.StageBody
+	(*Lock)(nil),                     // 16: quorumbus.partition.v1.Lock
+	(*Settle)(nil),                   // 17: quorumbus.partition.v1.Settle
+	(*RenewLocks)(nil),               // 18: quorumbus.partition.v1.RenewLocks
+	(*ExpireLocks)(nil),              // 19: quorumbus.partition.v1.ExpireLocks
+	(*ActivateScheduled)(nil),        // 20: quorumbus.partition.v1.ActivateScheduled
+	(*CancelScheduled)(nil),          // 21: quorumbus.partition.v1.CancelScheduled
+	(*LockBySequence)(nil),           // 22: quorumbus.partition.v1.LockBySequence
+	(*AcceptSession)(nil),            // 23: quorumbus.partition.v1.AcceptSession
+	(*RenewSessionLock)(nil),         // 24: quorumbus.partition.v1.RenewSessionLock
+	(*SetSessionState)(nil),          // 25: quorumbus.partition.v1.SetSessionState
+	(*ReleaseSession)(nil),           // 26: quorumbus.partition.v1.ReleaseSession
+	(*ExpireSessionLocks)(nil),       // 27: quorumbus.partition.v1.ExpireSessionLocks
+	(*ExpireMessages)(nil),           // 28: quorumbus.partition.v1.ExpireMessages
+	(*Purge)(nil),                    // 29: quorumbus.partition.v1.Purge
+	(*Redrive)(nil),                  // 30: quorumbus.partition.v1.Redrive
+	(*RedriveCandidate)(nil),         // 31: quorumbus.partition.v1.RedriveCandidate
+	(*Result)(nil),                   // 32: quorumbus.partition.v1.Result
+	(*LeaderHint)(nil),               // 33: quorumbus.partition.v1.LeaderHint
+	(*UpsertEntityRequest)(nil),      // 34: quorumbus.partition.v1.UpsertEntityRequest
+	(*UpsertEntityResponse)(nil),     // 35: quorumbus.partition.v1.UpsertEntityResponse
+	(*DeleteEntityRequest)(nil),      // 36: quorumbus.partition.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),     // 37: quorumbus.partition.v1.DeleteEntityResponse
+	(*SendRequest)(nil),              // 38: quorumbus.partition.v1.SendRequest
+	(*SendResponse)(nil),             // 39: quorumbus.partition.v1.SendResponse
+	(*ReceiveRequest)(nil),           // 40: quorumbus.partition.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),          // 41: quorumbus.partition.v1.ReceiveResponse
+	(*SettleRequest)(nil),            // 42: quorumbus.partition.v1.SettleRequest
+	(*SettleResponse)(nil),           // 43: quorumbus.partition.v1.SettleResponse
+	(*RenewLocksRequest)(nil),        // 44: quorumbus.partition.v1.RenewLocksRequest
+	(*RenewLocksResponse)(nil),       // 45: quorumbus.partition.v1.RenewLocksResponse
+	(*DigestRequest)(nil),            // 46: quorumbus.partition.v1.DigestRequest
+	(*DigestResponse)(nil),           // 47: quorumbus.partition.v1.DigestResponse
+	(*StatsRequest)(nil),             // 48: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),            // 49: quorumbus.partition.v1.StatsResponse
+	(*PeekRequest)(nil),              // 50: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 51: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 52: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 53: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 54: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 55: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 56: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 57: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 58: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 59: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 60: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 61: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 62: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 63: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 64: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 65: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 66: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 67: quorumbus.partition.v1.ListSessionsResponse
+	(*PurgeRequest)(nil),             // 68: quorumbus.partition.v1.PurgeRequest
+	(*PurgeResponse)(nil),            // 69: quorumbus.partition.v1.PurgeResponse
+	(*RedriveRequest)(nil),           // 70: quorumbus.partition.v1.RedriveRequest
+	(*RedriveResponse)(nil),          // 71: quorumbus.partition.v1.RedriveResponse
+	nil,                              // 72: quorumbus.partition.v1.FilterView.PropertiesEntry
+	(placementpb.EntityKind)(0),      // 73: quorumbus.placement.v1.EntityKind
+	(*placementpb.Rule)(nil),         // 74: quorumbus.placement.v1.Rule
+	(*placementpb.RuleValue)(nil),    // 75: quorumbus.placement.v1.RuleValue
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
-	63, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
-	64, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
+	73, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
+	74, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
 	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	13, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
+	14, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
 	8,  // 5: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
 	9,  // 6: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
 	10, // 7: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
 	11, // 8: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
-	15, // 9: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
-	16, // 10: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
-	17, // 11: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
-	18, // 12: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
-	19, // 13: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
-	20, // 14: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
-	21, // 15: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
-	27, // 16: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
-	14, // 17: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
-	22, // 18: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
-	23, // 19: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
-	24, // 20: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
-	25, // 21: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
-	26, // 22: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
-	5,  // 23: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 24: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	13, // 25: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
-	62, // 26: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
-	1,  // 27: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 28: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 29: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 30: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 31: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	4,  // 32: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	6,  // 33: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	5,  // 34: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 35: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	28, // 36: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 37: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	28, // 38: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	16, // 39: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	28, // 40: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	17, // 41: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	28, // 42: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 43: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	6,  // 44: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	20, // 45: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	28, // 46: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 47: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	28, // 48: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	28, // 49: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	23, // 50: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
-	28, // 51: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
-	24, // 52: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
-	28, // 53: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	28, // 54: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	25, // 55: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
-	28, // 56: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	65, // 57: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	30, // 58: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	32, // 59: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	34, // 60: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	36, // 61: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	38, // 62: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	40, // 63: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	42, // 64: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	44, // 65: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	46, // 66: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	48, // 67: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	50, // 68: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	52, // 69: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	54, // 70: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	56, // 71: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	58, // 72: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	60, // 73: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	31, // 74: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	33, // 75: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	35, // 76: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	37, // 77: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	39, // 78: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	41, // 79: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	43, // 80: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	45, // 81: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	47, // 82: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	49, // 83: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	51, // 84: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	53, // 85: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	55, // 86: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	57, // 87: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	59, // 88: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	61, // 89: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	74, // [74:90] is the sub-list for method output_type
-	58, // [58:74] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	16, // 9: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
+	17, // 10: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
+	18, // 11: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
+	19, // 12: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
+	20, // 13: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
+	21, // 14: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
+	22, // 15: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
+	28, // 16: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	15, // 17: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
+	23, // 18: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
+	24, // 19: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
+	25, // 20: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
+	26, // 21: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
+	27, // 22: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
+	29, // 23: quorumbus.partition.v1.Command.purge:type_name -> quorumbus.partition.v1.Purge
+	30, // 24: quorumbus.partition.v1.Command.redrive:type_name -> quorumbus.partition.v1.Redrive
+	5,  // 25: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 26: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	14, // 27: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
+	13, // 28: quorumbus.partition.v1.NewMessage.forwarded:type_name -> quorumbus.partition.v1.ForwardOrigin
+	1,  // 29: quorumbus.partition.v1.ForwardOrigin.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	14, // 30: quorumbus.partition.v1.ForwardOrigin.action_set:type_name -> quorumbus.partition.v1.FilterView
+	72, // 31: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	1,  // 32: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 33: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 34: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 35: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 36: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 37: quorumbus.partition.v1.Purge.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	31, // 38: quorumbus.partition.v1.Redrive.candidates:type_name -> quorumbus.partition.v1.RedriveCandidate
+	14, // 39: quorumbus.partition.v1.RedriveCandidate.view:type_name -> quorumbus.partition.v1.FilterView
+	4,  // 40: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	6,  // 41: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	5,  // 42: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	12, // 43: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	32, // 44: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 45: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	32, // 46: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	17, // 47: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	32, // 48: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	18, // 49: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	32, // 50: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 51: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	6,  // 52: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	21, // 53: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	32, // 54: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 55: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	32, // 56: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	32, // 57: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	24, // 58: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	32, // 59: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	25, // 60: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	32, // 61: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	32, // 62: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	26, // 63: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	32, // 64: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	29, // 65: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
+	32, // 66: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
+	30, // 67: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
+	32, // 68: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
+	75, // 69: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	34, // 70: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	36, // 71: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	38, // 72: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	40, // 73: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	42, // 74: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	44, // 75: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	48, // 76: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	50, // 77: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	52, // 78: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	54, // 79: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	56, // 80: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	58, // 81: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	60, // 82: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	62, // 83: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	64, // 84: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	66, // 85: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	46, // 86: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
+	68, // 87: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
+	70, // 88: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
+	35, // 89: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	37, // 90: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	39, // 91: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	41, // 92: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	43, // 93: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	45, // 94: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	49, // 95: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	51, // 96: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	53, // 97: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	55, // 98: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	57, // 99: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	59, // 100: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	61, // 101: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	63, // 102: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	65, // 103: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	67, // 104: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	47, // 105: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
+	69, // 106: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
+	71, // 107: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
+	89, // [89:108] is the sub-list for method output_type
+	70, // [70:89] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -5328,6 +6168,8 @@ func file_partitionpb_partition_proto_init() {
 		(*Command_SetSessionState)(nil),
 		(*Command_ReleaseSession)(nil),
 		(*Command_ExpireSessionLocks)(nil),
+		(*Command_Purge)(nil),
+		(*Command_Redrive)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5335,7 +6177,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   58,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

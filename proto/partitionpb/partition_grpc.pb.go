@@ -38,6 +38,9 @@ const (
 	PartitionService_GetSessionState_FullMethodName  = "/quorumbus.partition.v1.PartitionService/GetSessionState"
 	PartitionService_ReleaseSession_FullMethodName   = "/quorumbus.partition.v1.PartitionService/ReleaseSession"
 	PartitionService_ListSessions_FullMethodName     = "/quorumbus.partition.v1.PartitionService/ListSessions"
+	PartitionService_Digest_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Digest"
+	PartitionService_Purge_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Purge"
+	PartitionService_Redrive_FullMethodName          = "/quorumbus.partition.v1.PartitionService/Redrive"
 )
 
 // PartitionServiceClient is the client API for PartitionService service.
@@ -60,6 +63,12 @@ type PartitionServiceClient interface {
 	GetSessionState(ctx context.Context, in *GetSessionStateRequest, opts ...grpc.CallOption) (*GetSessionStateResponse, error)
 	ReleaseSession(ctx context.Context, in *ReleaseSessionRequest, opts ...grpc.CallOption) (*ReleaseSessionResponse, error)
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// Digest is answered by every replica, leader or not (see
+	// DigestRequest).
+	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
+	// Admin operations (issue 23): one bounded command each.
+	Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error)
+	Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error)
 }
 
 type partitionServiceClient struct {
@@ -230,6 +239,36 @@ func (c *partitionServiceClient) ListSessions(ctx context.Context, in *ListSessi
 	return out, nil
 }
 
+func (c *partitionServiceClient) Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DigestResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Digest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Purge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedriveResponse)
+	err := c.cc.Invoke(ctx, PartitionService_Redrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PartitionServiceServer is the server API for PartitionService service.
 // All implementations must embed UnimplementedPartitionServiceServer
 // for forward compatibility.
@@ -250,6 +289,12 @@ type PartitionServiceServer interface {
 	GetSessionState(context.Context, *GetSessionStateRequest) (*GetSessionStateResponse, error)
 	ReleaseSession(context.Context, *ReleaseSessionRequest) (*ReleaseSessionResponse, error)
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// Digest is answered by every replica, leader or not (see
+	// DigestRequest).
+	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
+	// Admin operations (issue 23): one bounded command each.
+	Purge(context.Context, *PurgeRequest) (*PurgeResponse, error)
+	Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error)
 	mustEmbedUnimplementedPartitionServiceServer()
 }
 
@@ -307,6 +352,15 @@ func (UnimplementedPartitionServiceServer) ReleaseSession(context.Context, *Rele
 }
 func (UnimplementedPartitionServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListSessions not implemented")
+}
+func (UnimplementedPartitionServiceServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Digest not implemented")
+}
+func (UnimplementedPartitionServiceServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Purge not implemented")
+}
+func (UnimplementedPartitionServiceServer) Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Redrive not implemented")
 }
 func (UnimplementedPartitionServiceServer) mustEmbedUnimplementedPartitionServiceServer() {}
 func (UnimplementedPartitionServiceServer) testEmbeddedByValue()                          {}
@@ -617,6 +671,60 @@ func _PartitionService_ListSessions_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartitionService_Digest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Digest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Digest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Digest(ctx, req.(*DigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_Purge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Purge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Purge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Purge(ctx, req.(*PurgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_Redrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).Redrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_Redrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).Redrive(ctx, req.(*RedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PartitionService_ServiceDesc is the grpc.ServiceDesc for PartitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -687,6 +795,18 @@ var PartitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSessions",
 			Handler:    _PartitionService_ListSessions_Handler,
+		},
+		{
+			MethodName: "Digest",
+			Handler:    _PartitionService_Digest_Handler,
+		},
+		{
+			MethodName: "Purge",
+			Handler:    _PartitionService_Purge_Handler,
+		},
+		{
+			MethodName: "Redrive",
+			Handler:    _PartitionService_Redrive_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

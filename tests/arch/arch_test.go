@@ -89,6 +89,15 @@ var rules = []rule{
 		reason:  "frontend/certs serves certificate files to any TLS listener (AMQPS, HTTPS, the gateway's) and knows nothing of the broker",
 	},
 	{
+		name: "the gRPC dial helper is standalone",
+		pkgs: []string{our("proto/rpcnet/...")},
+		forbid: []string{
+			our("partition/..."), our("node/..."), our("placement/..."), our("frontend/..."),
+			our("gateway/..."), our("cmd/..."),
+		},
+		reason: "proto/rpcnet is how every process dials and serves gRPC (node, front-end, gateway, placement, CLI); it takes the TLS configurations it is given and knows nothing of what travels",
+	},
+	{
 		name:    "SAS is pure",
 		pkgs:    []string{our("placement/sas/...")},
 		stdOnly: true,

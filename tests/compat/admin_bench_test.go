@@ -43,7 +43,7 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 		queues[i] = cluster.QueueSpec{Name: fmt.Sprintf("bench-%05d", i), Props: &placementpb.QueueProperties{}}
 	}
 	start := time.Now()
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("created %d queues in %v", n, time.Since(start).Round(time.Millisecond))

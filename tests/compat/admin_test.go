@@ -91,6 +91,7 @@ func responseStatus(err error) int {
 }
 
 func TestAdminQueueLifecycle(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -197,6 +198,7 @@ func TestAdminQueueLifecycle(t *testing.T) {
 }
 
 func TestAdminListQueuesInPages(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -247,6 +249,7 @@ func TestAdminListQueuesInPages(t *testing.T) {
 }
 
 func TestAdminRuntimeCounts(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -311,6 +314,7 @@ func TestAdminRuntimeCounts(t *testing.T) {
 }
 
 func TestAdminRefusesWithoutManageKey(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -365,6 +369,7 @@ func signSAS(uri, keyName, key string, expiry time.Time) string {
 // JavaScript admin client (tests/compat/js/admin.mjs), trusting the dev
 // cluster's certificate through NODE_EXTRA_CA_CERTS.
 func TestJSAdminClient(t *testing.T) {
+	t.Parallel()
 	dir := jsDir(t)
 	c := startAdminDev(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -22,6 +22,7 @@ import (
 // Go admin client against a dev cluster, as admin_test.go does queues.
 
 func TestAdminTopicLifecycle(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -112,6 +113,7 @@ func TestAdminTopicLifecycle(t *testing.T) {
 }
 
 func TestAdminListTopicsAndSubscriptionsInPages(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -214,6 +216,7 @@ func TestAdminListTopicsAndSubscriptionsInPages(t *testing.T) {
 }
 
 func TestAdminSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -334,6 +337,7 @@ func TestAdminSubscriptionLifecycle(t *testing.T) {
 }
 
 func TestAdminRules(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -487,6 +491,7 @@ func show(r admin.RuleProperties) string {
 // TestJSAdminTopics runs js/admintopics.mjs: topics, subscriptions and
 // rules through the JavaScript admin client.
 func TestJSAdminTopics(t *testing.T) {
+	t.Parallel()
 	dir := jsDir(t)
 	c := startAdminDev(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -505,6 +510,7 @@ func TestJSAdminTopics(t *testing.T) {
 // TestAdminTopicMetrics: /metrics carries topics and subscriptions as it
 // does queues, a subscription under its catalog name.
 func TestAdminTopicMetrics(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

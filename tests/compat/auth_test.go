@@ -22,7 +22,7 @@ import (
 // auth-rule create` does, and waits for the front-end to serve them.
 func putRules(t *testing.T, c *cluster.Dev, rules ...sas.Rule) {
 	t.Helper()
-	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0])
+	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0], c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +99,7 @@ func drain(t *testing.T, ctx context.Context, c *cluster.Dev, queue string) []st
 // keys, a Send rule on one queue sends there only, a Listen rule receives
 // but does not send, and a deleted rule lets nobody in.
 func TestDevCatalogRules(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "guarded", Props: &placementpb.QueueProperties{}}, cluster.QueueSpec{Name: "other", Props: &placementpb.QueueProperties{}})
 	putRules(t, c,
 		sas.Rule{Name: "reader", Rights: sas.Listen, PrimaryKey: "reader-key"},
@@ -134,7 +135,7 @@ func TestDevCatalogRules(t *testing.T) {
 	}
 	r.Close(ctx)
 
-	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0])
+	client, closeFn, err := cluster.DialPlacement(c.NodeAddrs[0], c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +190,7 @@ func requireJS(t *testing.T) string {
 // and a Listen rule cannot send, a Send rule cannot peek or receive, and
 // only the two allowed sends reach the queue.
 func TestJSSDKAuthorization(t *testing.T) {
+	t.Parallel()
 	dir := requireJS(t)
 	c := startTestDev(t, cluster.QueueSpec{Name: "jsauth", Props: &placementpb.QueueProperties{}})
 	putRules(t, c,

@@ -18,6 +18,7 @@ import (
 // modules it skips loudly on a developer's machine and fails in CI, whose
 // .ci/run installs them.
 func TestJSSDKEssentials(t *testing.T) {
+	t.Parallel()
 	dir := jsDir(t)
 	c := startTestDev(t, cluster.QueueSpec{Name: "js", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
@@ -34,6 +35,7 @@ func TestJSSDKEssentials(t *testing.T) {
 // TestJSSDKSessions drives message sessions with the JavaScript SDK
 // (tests/compat/js/sessions.mjs).
 func TestJSSDKSessions(t *testing.T) {
+	t.Parallel()
 	dir := jsDir(t)
 	c := startTestDev(t, sessionQueue("jss"))
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
@@ -77,6 +79,7 @@ func jsDir(t *testing.T) string {
 // JavaScript SDK (tests/compat/js/topics.mjs): fan-out by a SQL filter,
 // settlement and the dead-letter queue of a subscription, peek.
 func TestJSSDKTopics(t *testing.T) {
+	t.Parallel()
 	dir := jsDir(t)
 	c := startTestDev(t,
 		cluster.QueueSpec{Name: "jst", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{}},

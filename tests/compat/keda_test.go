@@ -27,6 +27,7 @@ import (
 // TestKEDAScalerCalls sends 3 messages to one queue and 2 to another and
 // has the helper read the lengths as KEDA does.
 func TestKEDAScalerCalls(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

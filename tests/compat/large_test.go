@@ -26,6 +26,7 @@ import (
 // entries over 64 MiB that the log store wrote and could not read back:
 // the restarted cluster panicked or lost the group.
 func TestDevLargestSendsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	port := freePortRun(t, 3)
 	start := func() *cluster.Dev {
@@ -56,7 +57,7 @@ func TestDevLargestSendsSurviveRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	known(c)

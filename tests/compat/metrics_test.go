@@ -80,6 +80,7 @@ func sum(fams map[string]*dto.MetricFamily, name string) float64 {
 // messages, receiving 3 of them (2 completed, 1 dead-lettered) and
 // scheduling 1, and checks the per-entity and per-group figures.
 func TestMetricsAfterAKnownWorkload(t *testing.T) {
+	t.Parallel()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -24,17 +24,24 @@ import (
 // (Raft, fsync on), the placement meta group and the AMQP front-end, as
 // `quorumbus dev` does, and talk to it with the official Azure SDK and
 // go-amqp.
+//
+// The clusters of startTestDev have their front-end reach the nodes over
+// gRPC, as a `quorumbus frontend` process in production does; the tests
+// that start a cluster themselves (admin, TLS, sessions across restarts,
+// large messages) use dev mode's in-process calls. Both paths are thus
+// exercised by the SDKs.
 
 func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, err := cluster.StartDev(ctx, cluster.DevOptions{
-		DataDir:  t.TempDir(),
-		AMQPAddr: "127.0.0.1:0",
-		Nodes:    3,
-		Groups:   3,
-		CacheMB:  16,
-		LogLevel: "error",
+		DataDir:          t.TempDir(),
+		AMQPAddr:         "127.0.0.1:0",
+		Nodes:            3,
+		Groups:           3,
+		CacheMB:          16,
+		LogLevel:         "error",
+		FrontendOverGRPC: true,
 	})
 	if err != nil {
 		cancel()
@@ -44,7 +51,7 @@ func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 		c.Close()
 		cancel()
 	})
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	// The front-end learns of the queues through the routing table.
@@ -74,6 +81,7 @@ func devClient(t *testing.T, c *cluster.Dev) *azservicebus.Client {
 }
 
 func TestDevSDKThousandMessages(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "orders", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -140,6 +148,7 @@ func TestDevSDKThousandMessages(t *testing.T) {
 }
 
 func TestDevSDKAbandonAndReceiveAndDelete(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "work", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -192,6 +201,7 @@ func TestDevSDKAbandonAndReceiveAndDelete(t *testing.T) {
 }
 
 func TestDevGoAMQPPipelinedSends(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "pipe", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -248,6 +258,7 @@ func TestDevGoAMQPPipelinedSends(t *testing.T) {
 }
 
 func TestDevUnknownQueue(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -263,6 +274,7 @@ func TestDevUnknownQueue(t *testing.T) {
 // receiver closed, and a second complete is refused as lock lost, never
 // silently repeated.
 func TestDevSettleThroughManagement(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "mgmt", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -305,6 +317,7 @@ func TestDevSettleThroughManagement(t *testing.T) {
 // description, and the dead-letter sub-queue: receivable, completable,
 // each message keeping its reason, description and source.
 func TestDevDeadLetterAndModifiedProperties(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "dlq", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -362,6 +375,7 @@ func TestDevDeadLetterAndModifiedProperties(t *testing.T) {
 // cancel, peek from a sequence number with their state, activation, and
 // defer with receive-deferred by sequence number.
 func TestDevScheduleDeferPeek(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "sched", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -426,6 +440,7 @@ func TestDevScheduleDeferPeek(t *testing.T) {
 // lock is refused; MaxDeliveryCount dead-letters; TTL dead-letters with
 // DeadLetteringOnMessageExpiration; duplicate detection drops a resend.
 func TestDevLocksTTLAndDuplicates(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t,
 		cluster.QueueSpec{Name: "shortlock", Props: &placementpb.QueueProperties{LockDurationMs: 1500, MaxDeliveryCount: 2}},
 		cluster.QueueSpec{Name: "ttl", Props: &placementpb.QueueProperties{DeadLetteringOnMessageExpiration: true}},
@@ -524,6 +539,7 @@ func TestDevLocksTTLAndDuplicates(t *testing.T) {
 // and a message over an entity's limit refused with message-size-exceeded
 // instead of hanging.
 func TestDevLargeMessages(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t,
 		cluster.QueueSpec{Name: "big", Props: &placementpb.QueueProperties{MaxMessageSizeInKilobytes: 16 << 10}},
 		cluster.QueueSpec{Name: "small", Props: &placementpb.QueueProperties{}},
@@ -562,6 +578,7 @@ func TestDevLargeMessages(t *testing.T) {
 // and settled on the new leader, and a resend of an id seen before is still
 // dropped. (node's tests do the same with kill -9 of real processes.)
 func TestDevLockAndDedupSurviveLeaderLoss(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "ha", Props: &placementpb.QueueProperties{RequiresDuplicateDetection: true}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -615,10 +632,11 @@ func TestDevLockAndDedupSurviveLeaderLoss(t *testing.T) {
 // one both; a full queue refuses sends with quota exceeded and keeps what
 // it has.
 func TestStatusAndQuota(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "tiny", Props: &placementpb.QueueProperties{MaxSizeInMegabytes: 1}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, closeAdmin, err := cluster.DialPlacement(c.NodeAddrs[0])
+	admin, closeAdmin, err := cluster.DialPlacement(c.NodeAddrs[0], c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}

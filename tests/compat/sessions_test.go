@@ -72,6 +72,7 @@ func bodiesOf(msgs []*azservicebus.ReceivedMessage) []string {
 }
 
 func TestDevSessions(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, sessionQueue("sq"), cluster.QueueSpec{Name: "plain", Props: &placementpb.QueueProperties{}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -252,6 +253,7 @@ func toReceived(msgs []*azservicebus.ReceivedMessage) []*azservicebus.ReceivedMe
 // eight session receivers consume many sessions with every message once
 // and in order per session.
 func TestDevSessionsConcurrent(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, sessionQueue("sq"))
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -343,6 +345,7 @@ func TestDevSessionsConcurrent(t *testing.T) {
 // The session lock, its messages' locks and the state survive the loss of
 // the partition's leader.
 func TestDevSessionLockSurvivesLeaderLoss(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, sessionQueue("sq"))
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -399,6 +402,7 @@ func other(t *testing.T, c *cluster.Dev) *azservicebus.Client { return devClient
 // again, each counting the delivery. (The first receiver's Go SDK answers
 // the lost lock, on its next operation, by accepting the session again.)
 func TestDevSessionLockExpiry(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, cluster.QueueSpec{Name: "sq", Props: &placementpb.QueueProperties{RequiresSession: true, LockDurationMs: 2000}})
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -432,6 +436,7 @@ func TestDevSessionLockExpiry(t *testing.T) {
 // A session's state is kept while the session has no messages and no
 // receiver, and through a restart of the whole cluster.
 func TestDevSessionStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	port := freePortRun(t, 3)
 	start := func() *cluster.Dev {
@@ -460,7 +465,7 @@ func TestDevSessionStateSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, []cluster.QueueSpec{sessionQueue("sq")}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, []cluster.QueueSpec{sessionQueue("sq")}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		c.Close()
 		t.Fatal(err)
 	}

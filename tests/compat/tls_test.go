@@ -40,7 +40,7 @@ func startTLSDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 	if c.CAFile == "" {
 		t.Fatal("dev mode generated no CA")
 	}
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -73,6 +73,7 @@ func tlsEndpoint(t *testing.T, c *cluster.Dev) string {
 // handshake is refused; a peer that sends garbage instead of a TLS
 // handshake is cut off while others go on.
 func TestDevAMQPSGoSDK(t *testing.T) {
+	t.Parallel()
 	c := startTLSDev(t, cluster.QueueSpec{Name: "secure", Props: &placementpb.QueueProperties{}})
 	pem, err := os.ReadFile(c.CAFile)
 	if err != nil {
@@ -148,6 +149,7 @@ func TestDevAMQPSGoSDK(t *testing.T) {
 // (amqps://, port from the connection string), trusting the generated CA
 // through NODE_EXTRA_CA_CERTS.
 func TestJSSDKOverAMQPS(t *testing.T) {
+	t.Parallel()
 	dir := requireJS(t)
 	c := startTLSDev(t, cluster.QueueSpec{Name: "jstls", Props: &placementpb.QueueProperties{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)

@@ -99,6 +99,7 @@ func receiveBodies(t *testing.T, ctx context.Context, client *azservicebus.Clien
 // one copy per matching rule; a send that matches no subscription is
 // accepted; settlement on one subscription leaves the others' copies.
 func TestDevSDKTopicFanOut(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, topicSpecs()...)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -200,6 +201,7 @@ func TestDevSDKTopicFanOut(t *testing.T) {
 // receive deferred on a subscription, as on a queue; a receiver on the
 // topic itself and a sender to a subscription are refused.
 func TestDevSDKSubscriptionReceive(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, topicSpecs()...)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -284,6 +286,7 @@ func TestDevSDKSubscriptionReceive(t *testing.T) {
 // TestDevSDKDeleteTopic: deleting a topic deletes its subscriptions and
 // their messages; a receiver on one of them then gets not-found.
 func TestDevSDKDeleteTopic(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, topicSpecs()...)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -297,7 +300,7 @@ func TestDevSDKDeleteTopic(t *testing.T) {
 	}
 	snd.Close(ctx)
 
-	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs)
+	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs, c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,11 +340,12 @@ func TestDevSDKDeleteTopic(t *testing.T) {
 // through PlacementService reaches its partitions (an upsert of the
 // subscription), after which sends to the topic match it and only it.
 func TestDevSDKRuleChangeReachesPartitions(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, topicSpecs()...)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs)
+	pc, closePC, err := cluster.DialPlacementMembers(c.NodeAddrs, c.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,6 +392,7 @@ func TestDevSDKRuleChangeReachesPartitions(t *testing.T) {
 // copy (a system property, a user property set from an expression, one
 // added, one removed) and leaves every other copy as it was sent.
 func TestDevSDKRuleAction(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, topicSpecs()...)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -433,6 +438,7 @@ func TestDevSDKRuleAction(t *testing.T) {
 // TestDevSDKTopicScheduled: a message scheduled on a topic reaches the
 // subscriptions it matches when it is due, not before.
 func TestDevSDKTopicScheduled(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, topicSpecs()...)
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -468,6 +474,7 @@ func TestDevSDKTopicScheduled(t *testing.T) {
 // takes the copies of session messages and serves them to a session
 // receiver, as a session queue does.
 func TestDevSDKSubscriptionSessions(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t,
 		cluster.QueueSpec{Name: "st", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{}},
 		cluster.QueueSpec{Name: "st/Subscriptions/s", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Props: &placementpb.QueueProperties{RequiresSession: true}})
@@ -517,6 +524,7 @@ func TestDevSDKSubscriptionSessions(t *testing.T) {
 // subscription partition receives from the topic partition of its index;
 // every message reaches each subscription once.
 func TestDevSDKPartitionedTopic(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t,
 		cluster.QueueSpec{Name: "pt", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Props: &placementpb.QueueProperties{PartitionCount: 2}},
 		cluster.QueueSpec{Name: "pt/Subscriptions/a", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION},

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,17 +25,28 @@ import (
 // profile is the shape of a run. CHAOS_PROFILE picks one; CHAOS_FAULTS
 // and CHAOS_RATE override its figures.
 type profile struct {
-	faults             int
+	faults int
+	// duration, when set, runs faults until it has passed instead of a
+	// count (the soak profile; CHAOS_DURATION overrides it).
+	duration           time.Duration
 	holdMin, holdMax   time.Duration
 	quietMin, quietMax time.Duration
 	rate               float64 // sends per second, all senders together
 }
 
 var profiles = map[string]profile{
-	// ci: what `make chaos` runs; about six minutes of faults, under ten
+	// ci: what `make chaos` runs; about seven minutes of faults (a drain
+	// or a clock skew's restarts take longer than a hold), under ten
 	// minutes in all on two cores.
-	"ci": {faults: 40, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
+	"ci": {faults: 32, holdMin: 3 * time.Second, holdMax: 8 * time.Second,
 		quietMin: 2 * time.Second, quietMax: 5 * time.Second, rate: 150},
+	// soak: hours of faults for the availability figures
+	// (docs/reliability.md); CHAOS_DURATION sets how long. The queue
+	// sends at 60/s so that the history (all workloads together record
+	// about 15,000 entries a minute at that rate) stays under the
+	// recorder's bound for about five hours.
+	"soak": {duration: 2 * time.Hour, holdMin: 3 * time.Second, holdMax: 10 * time.Second,
+		quietMin: 3 * time.Second, quietMax: 10 * time.Second, rate: 60},
 	// short: a minute, for working on the harness.
 	"short": {faults: 6, holdMin: 2 * time.Second, holdMax: 5 * time.Second,
 		quietMin: 2 * time.Second, quietMax: 3 * time.Second, rate: 100},
@@ -60,6 +73,18 @@ func TestChaos(t *testing.T) {
 	if v := os.Getenv("CHAOS_FAULTS"); v != "" {
 		prof.faults = mustAtoi(t, "CHAOS_FAULTS", v)
 	}
+	if v := os.Getenv("CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("CHAOS_DURATION=%s: %v", v, err)
+		}
+		prof.duration = d
+	}
+	if prof.duration > 0 {
+		// Enough faults to fill the duration, which ends the run first;
+		// the plan is drawn up front, so no more than that.
+		prof.faults = int(prof.duration/(prof.quietMin+prof.holdMin)) + 1
+	}
 	if v := os.Getenv("CHAOS_RATE"); v != "" {
 		prof.rate = float64(mustAtoi(t, "CHAOS_RATE", v))
 	}
@@ -72,15 +97,62 @@ func TestChaos(t *testing.T) {
 	dir, _ = filepath.Abs(dir)
 	t.Logf("report: %s", dir)
 
-	netw := network(t)
-	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader}
-	if netw.Mode() == "netns" {
-		kinds = append(kinds, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader,
+		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair,
+		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.DeafLeader, nemesis.ClockSkew,
+		nemesis.CrashLeaderMachine, nemesis.AddNode, nemesis.DrainNode}
+	// crash-majority-machines is left out of the default list until its
+	// finding is fixed (docs/reliability.md, "a session message stranded
+	// after two machine crashes"); CHAOS_KINDS still runs it.
+	explicit := os.Getenv("CHAOS_KINDS") != ""
+	if explicit {
+		kinds = strings.Split(os.Getenv("CHAOS_KINDS"), ",")
 	}
-	if v := os.Getenv("CHAOS_KINDS"); v != "" {
-		kinds = strings.Split(v, ",")
+	var opts cluster.Options
+	for _, k := range kinds {
+		for _, need := range nemesis.Needs(k) {
+			switch need {
+			case "proxies":
+				opts.Proxies = true
+			case "machines":
+				opts.SimulateMachines = true
+			case "spares":
+				opts.Spares = 2
+			}
+		}
 	}
-
+	netw := network(t, cluster.Members(opts.Spares))
+	// Kinds this machine cannot inject: dropped from the default list
+	// (and said so), fatal when asked for by name.
+	var cannot []string
+	kinds = slices.DeleteFunc(kinds, func(k string) bool {
+		for _, need := range nemesis.Needs(k) {
+			var why error
+			switch {
+			case need == "netns" && netw.Mode() != "netns":
+				why = fmt.Errorf("network %s", netw.Mode())
+			case need == "iptables" && netw.Mode() == "netns":
+				why = cluster.IptablesAvailable()
+			case need == "iptables":
+				why = fmt.Errorf("network %s", netw.Mode())
+			}
+			if why != nil {
+				cannot = append(cannot, fmt.Sprintf("%s (%v)", k, why))
+				return true
+			}
+		}
+		return false
+	})
+	if len(cannot) > 0 {
+		if explicit {
+			t.Fatalf("CHAOS_KINDS: cannot inject %s", strings.Join(cannot, ", "))
+		}
+		t.Logf("fault kinds left out on this machine: %s", strings.Join(cannot, ", "))
+	}
+	if len(kinds) == 0 {
+		t.Fatal("no fault kind to draw from")
+	}
+	t.Logf("fault kinds: %s", strings.Join(kinds, ","))
 	bin, err := cluster.Build(filepath.Join("..", ".."), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +160,7 @@ func TestChaos(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := cluster.New(netw, bin, dir)
+	c, err := cluster.New(netw, bin, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +177,30 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.CreateQueue(ctx, dedupQueue, "-lock-duration", lockDuration.String(), "-duplicate-detection", "-duplicate-detection-window", dedupWindow.String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateQueue(ctx, schedQueue, "-lock-duration", lockDuration.String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateQueue(ctx, renewQueue, "-lock-duration", renewLock.String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateQueue(ctx, sessionQueue, "-lock-duration", lockDuration.String(), "-requires-session"); err != nil {
+		t.Fatal(err)
+	}
+	pl := workload.Placement{Addrs: c.GRPC, Dial: c.Net.DialContext}
+	if err := pl.Create(ctx, workload.TopicEntities(topicName, lockDuration)...); err != nil {
+		t.Fatal(err)
+	}
+	// Every entity's groups, for the convergence check (one with
+	// -groups 1, which the nemesis aims at).
+	groups := []uint64{group}
+	for _, e := range []string{dedupQueue, schedQueue, renewQueue, sessionQueue, topicName} {
+		if g, err := c.QueueGroup(ctx, e); err == nil && !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
 	cancel()
 
 	// The history streams to disk as it is recorded: a run killed before
@@ -120,10 +216,22 @@ func TestChaos(t *testing.T) {
 		Dial: c.DialAMQP, Queue: "jepsen", Senders: 4, Receivers: 4,
 		SendRate: prof.rate, OpTimeout: 10 * time.Second, Rec: rec,
 	})
+	runners := append([]workload.Runner{q}, startFeatures(c, rec, seed)...)
+	meta := workload.StartMetadata(context.Background(), workload.MetadataConfig{Placement: pl, Rec: rec, Clients: 3,
+		Names: workload.MetadataNames(3), Interval: 300 * time.Millisecond, OpTimeout: 10 * time.Second, Seed: seed,
+		Generation: 2 * time.Minute})
+	watch := startWatch(c, group, rec.Since, 250*time.Millisecond)
 	nem := nemesis.New(nemesis.Config{Cluster: c, Group: group, Seed: seed, Kinds: kinds,
 		HoldMin: prof.holdMin, HoldMax: prof.holdMax, QuietMin: prof.quietMin, QuietMax: prof.quietMax,
 		Clock: rec.Since, Log: t.Logf})
-	nem.Run(context.Background(), prof.faults)
+	nctx := context.Background()
+	if prof.duration > 0 {
+		var ncancel context.CancelFunc
+		nctx, ncancel = context.WithTimeout(nctx, prof.duration)
+		defer ncancel()
+		t.Logf("faults for %v", prof.duration)
+	}
+	nem.Run(nctx, prof.faults)
 
 	// Heal, wait until the cluster is whole and ready, then stop sending
 	// and drain with no fault in the way.
@@ -140,24 +248,39 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
-	for i := range cluster.Nodes {
-		if err := c.WaitReady(rctx, i, c.HTTP[i]); err != nil {
-			problems = append(problems, fmt.Sprintf("n%d not ready 60 s after healing: %v", i+1, err))
-		}
-	}
-	if err := c.WaitReady(rctx, cluster.FE, c.FEHTTP); err != nil {
-		problems = append(problems, fmt.Sprintf("front-end not ready 60 s after healing: %v", err))
+	if err := c.WaitAllReady(rctx); err != nil {
+		problems = append(problems, fmt.Sprintf("not ready 60 s after healing: %v", err))
 	}
 	rcancel()
 	time.Sleep(3 * time.Second) // sends resume against the healed cluster before they stop
-	q.StopSends()
-	t.Logf("drain: %d acknowledged sends not received yet", q.Missing())
-	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	missing := q.Drain(dctx, lockDuration+2*time.Second)
-	dcancel()
-	if missing > 0 {
-		t.Logf("drain ended with %d acknowledged sends never received", missing)
+	meta.Stop()
+	for _, r := range runners {
+		r.StopSends()
 	}
+	catchUps := report.CatchUps(watch.Stop(), nem.Faults(), cluster.Nodes, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	// The workloads drain side by side, each until it has what it
+	// expects and then a quiet period longer than its locks.
+	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	var dwg sync.WaitGroup
+	for _, r := range runners {
+		t.Logf("drain %s: %d acknowledged sends not received yet", r.Name(), r.Missing())
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			if missing := r.Drain(dctx, lockDuration+2*time.Second); missing > 0 {
+				t.Logf("drain %s ended with %d acknowledged sends never received", r.Name(), missing)
+			}
+		}()
+	}
+	dwg.Wait()
+	dcancel()
+	// With the clients quiet, every replica of every group must reach
+	// one applied index with one digest.
+	gctx, gcancel := context.WithTimeout(context.Background(), time.Minute)
+	digestStart := time.Now()
+	sums := digests(gctx, c, groups)
+	gcancel()
+	t.Logf("digests of %d groups compared after %v", len(groups), time.Since(digestStart).Round(time.Millisecond))
 
 	if n := rec.Overflowed(); n > 0 {
 		problems = append(problems, fmt.Sprintf("the history overflowed: %d entries past %d dropped (a client looping?)", n, rec.MaxOps))
@@ -166,10 +289,20 @@ func TestChaos(t *testing.T) {
 		problems = append(problems, "writing history.jsonl: "+err.Error())
 	}
 	ops := rec.Ops()
+	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(), ops)...)
+	results = append(results, checker.Run([]checker.Checker{{Name: "converged", Property: "P16: after healing, every replica of every group has one digest at one applied index", Check: func([]history.Op) []checker.Violation { return checker.Converged(sums) }}}, nil)...)
 	run := &report.Run{Seed: seed, Profile: name, Network: netw.Mode(), Duration: time.Since(start),
-		Summary: checker.Summarize(ops), Results: checker.Run(checker.Queue, ops),
+		Summary: checker.Summarize(history.Select(ops, "")), Results: results,
 		Faults: nem.Faults(), History: ops, HistoryStreamed: true, Problems: problems,
-		Extra: map[string]string{"harness peak RSS": peakRSS()}}
+		Extra:    map[string]string{"harness peak RSS": peakRSS(), "operations of all workloads": strconv.Itoa(len(history.Pairs(ops)))},
+		CatchUps: catchUps, Digests: sums}
+	for _, r := range results {
+		if r.Name == "catalog/linearizable" && !r.Valid {
+			if err := checker.VisualizeCatalog(history.Select(ops, workload.MetadataEntity), filepath.Join(dir, "catalog.html")); err != nil {
+				t.Logf("catalog.html: %v", err)
+			}
+		}
+	}
 	if err := report.Write(dir, run); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
@@ -185,7 +318,7 @@ func TestChaos(t *testing.T) {
 
 // network is netns when the machine allows it, loopback otherwise (or
 // with CHAOS_NETWORK=loopback), saying why.
-func network(t *testing.T) cluster.Network {
+func network(t *testing.T, members int) cluster.Network {
 	if os.Getenv("CHAOS_NETWORK") == "loopback" {
 		t.Log("network: loopback (CHAOS_NETWORK=loopback): no partitions")
 		return cluster.Loopback{}
@@ -197,7 +330,7 @@ func network(t *testing.T) cluster.Network {
 	if err := cluster.ReapStale(); err != nil {
 		t.Logf("deleting namespaces of earlier runs: %v", err)
 	}
-	n, err := cluster.NewNetns(cluster.Nodes + 1)
+	n, err := cluster.NewNetns(members)
 	if err != nil {
 		t.Fatalf("network namespaces: %v", err)
 	}
@@ -252,7 +385,8 @@ func TestRecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", checker.Summarize(ops))
-	for _, r := range checker.Run(checker.Queue, ops) {
+	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(), ops)...)
+	for _, r := range results {
 		if !r.Valid {
 			t.Errorf("%s: %s", r.Name, r.Property)
 			for _, v := range r.Violations {

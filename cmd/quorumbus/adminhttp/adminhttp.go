@@ -59,6 +59,10 @@ type Config struct {
 	// TLS, when set, makes the listener serve HTTPS and plain HTTP on the
 	// same port, told apart by the first byte (tls.go).
 	TLS *tls.Config
+	// TLSOnly, with TLS, makes the listener serve HTTPS only (the cluster
+	// plane's TLS flags set it: profiles and metrics are then never sent
+	// in clear text).
+	TLSOnly bool
 	// TLSAddr, with TLS, is a second listen address that serves HTTPS
 	// only (a port of its own for HTTPS, as a Kubernetes Service names
 	// one); empty: none.
@@ -199,7 +203,10 @@ func (s *Server) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("admin HTTP listener: %w", err)
 	}
-	if s.cfg.TLS != nil {
+	switch {
+	case s.cfg.TLS != nil && s.cfg.TLSOnly:
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	case s.cfg.TLS != nil:
 		ln = newSniffListener(ln, s.cfg.TLS)
 	}
 	var tlsLn net.Listener

@@ -116,3 +116,39 @@ func TestTLSConfigFromFiles(t *testing.T) {
 		t.Fatal("a missing key file was accepted")
 	}
 }
+
+// TestTLSOnly: with TLSOnly the listener answers HTTPS and refuses plain
+// HTTP (what nodes and front-ends do with the cluster TLS flags).
+func TestTLSOnly(t *testing.T) {
+	cfg, certPath, err := TLSConfig("", "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Addr: "127.0.0.1:0", TLS: cfg, TLSOnly: true})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	pemBytes, err := os.ReadFile(certPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	https := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := https.Get("https://" + s.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTPS /healthz: %s", resp.Status)
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := plain.Get("http://" + s.Addr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP was answered")
+		}
+	}
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
@@ -31,6 +30,7 @@ import (
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // ConnectionString is what the SDKs connect to dev mode with, given the
@@ -86,7 +86,21 @@ type DevOptions struct {
 	// SessionAcceptWait is frontend.Config.SessionAcceptWait (0: its
 	// default).
 	SessionAcceptWait time.Duration
+	// FrontendOverGRPC makes the front-end reach the storage nodes over
+	// gRPC, as a `quorumbus frontend` process does, instead of calling the
+	// in-process PartitionService directly.
+	FrontendOverGRPC bool
+	// PlainCluster turns the cluster plane's mutual TLS off: by default
+	// every gRPC connection between the parts (Raft, PartitionService,
+	// PlacementService) is mutual TLS with certificates of a cluster CA
+	// that dev mode makes under DataDir/cluster-tls (Dev.ClusterTLS).
+	PlainCluster bool
 }
+
+// devClusterNames are the identities of a dev cluster's parts besides its
+// nodes: the front-end, the gateway, and "cli", which the CLI and tests
+// present (Dev.Creds).
+var devClusterNames = []string{"frontend", "gateway", "cli"}
 
 // Dev is everything `quorumbus dev` runs.
 type Dev struct {
@@ -105,6 +119,12 @@ type Dev struct {
 	Declared  *Declared // nil without DevOptions.Declare
 	AMQPAddr  string
 	NodeAddrs []string
+	// Creds dial the nodes as the CLI does (the "cli" certificate of the
+	// cluster CA); nil with DevOptions.PlainCluster.
+	Creds *rpcnet.Creds
+	// ClusterTLS are the files of each part's cluster certificate, by
+	// name (dev-1..., frontend, gateway, cli); nil with PlainCluster.
+	ClusterTLS map[string]certs.DevFiles
 
 	closers []func()
 }
@@ -144,6 +164,13 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		members = append(members, membership.Member{NodeID: ids[i], Role: membership.RoleStorage, GRPCAddr: c.NodeAddrs[i]})
 	}
 	servers := Servers(ids, c.NodeAddrs)
+	creds := map[string]*rpcnet.Creds{}
+	if !o.PlainCluster {
+		if c.ClusterTLS, creds, err = devClusterCreds(filepath.Join(o.DataDir, "cluster-tls"), append(ids, devClusterNames...), log); err != nil {
+			return nil, fmt.Errorf("dev cluster TLS: %w", err)
+		}
+		c.Creds = creds["cli"]
+	}
 	for i := range o.Nodes {
 		s, err := StartStorage(ctx, StorageOptions{
 			ID:              ids[i],
@@ -155,6 +182,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 			Replicas:        min(o.Nodes, 3),
 			CacheMB:         o.CacheMB,
 			LeaderSyncFirst: o.LeaderSyncFirst,
+			Creds:           creds[ids[i]],
 			Logger:          log.With("node", ids[i]),
 		})
 		if err != nil {
@@ -162,13 +190,16 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		}
 		c.Storage = append(c.Storage, s)
 	}
-	local := make(map[string]partitionpb.PartitionServiceServer, len(c.Storage))
-	for _, s := range c.Storage {
-		local[s.Node.ID()] = s.Node.PartitionService()
+	var local map[string]partitionpb.PartitionServiceServer
+	if !o.FrontendOverGRPC {
+		local = make(map[string]partitionpb.PartitionServiceServer, len(c.Storage))
+		for _, s := range c.Storage {
+			local[s.Node.ID()] = s.Node.PartitionService()
+		}
 	}
 	// Dev mode serves the emulator's rule, and whatever rules the CLI
 	// adds to the catalog.
-	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Logger: log, Local: local, Rules: []sas.Rule{sas.DevRule()}}); err != nil {
+	if c.Router, err = routing.New(routing.Config{Placement: c.NodeAddrs, Creds: creds["frontend"], Logger: log, Local: local, Rules: []sas.Rule{sas.DevRule()}}); err != nil {
 		return nil, err
 	}
 	c.Router.Start(ctx)
@@ -201,7 +232,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		c.AMQPS = ServeAMQP(c.Frontend, tln, log)
 	}
 
-	placementClient, closePlacement, err := DialPlacementMembers(c.NodeAddrs)
+	placementClient, closePlacement, err := DialPlacementMembers(c.NodeAddrs, creds["gateway"])
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +240,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	// The admin API checks tokens against the same rules as the
 	// front-end: the emulator's, and whatever rules the catalog holds.
 	if c.Gateway, err = gateway.New(gateway.Config{
-		Catalog: placementClient, Stats: c.Router, Logger: log.With("part", "gateway"),
+		Catalog: placementClient, Stats: c.Router, Messages: c.Router, Topology: c.Router, Logger: log.With("part", "gateway"),
 		Validator: gateway.RulesValidator{Rules: c.Router},
 	}); err != nil {
 		return nil, err
@@ -259,8 +290,8 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 // are left as they are, so that a restart with the same --config is
 // harmless. A request the catalog refuses (a filter that does not parse)
 // fails at once.
-func CreateQueues(ctx context.Context, placementAddrs []string, queues []QueueSpec, log *slog.Logger) error {
-	client, closeFn, err := DialPlacement(placementAddrs[0])
+func CreateQueues(ctx context.Context, placementAddrs []string, creds *rpcnet.Creds, queues []QueueSpec, log *slog.Logger) error {
+	client, closeFn, err := DialPlacement(placementAddrs[0], creds)
 	if err != nil {
 		return err
 	}
@@ -318,10 +349,29 @@ func (c *Dev) Close() error {
 	return errors.Join(errs...)
 }
 
+// devClusterCreds makes (or keeps) a dev cluster CA under dir and a
+// certificate of it for each name, and loads each as credentials.
+func devClusterCreds(dir string, names []string, log *slog.Logger) (map[string]certs.DevFiles, map[string]*rpcnet.Creds, error) {
+	files, err := certs.GenerateDevCluster(dir, names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	creds := make(map[string]*rpcnet.Creds, len(files))
+	for name, f := range files {
+		cl, err := certs.NewCluster(f.Cert, f.Key, f.CA, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		creds[name] = rpcnet.NewCreds(cl.ServerConfig(), cl.ClientConfig())
+	}
+	return files, creds, nil
+}
+
 // DialPlacement returns a PlacementService client for a storage node's
-// gRPC address, and a function that closes it.
-func DialPlacement(addr string) (placementpb.PlacementServiceClient, func(), error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// gRPC address, with the cluster's credentials (nil: plain text), and a
+// function that closes it.
+func DialPlacement(addr string, creds *rpcnet.Creds) (placementpb.PlacementServiceClient, func(), error) {
+	cc, err := rpcnet.Dial(addr, creds)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -331,14 +381,14 @@ func DialPlacement(addr string) (placementpb.PlacementServiceClient, func(), err
 // DialPlacementMembers returns a PlacementService client over every
 // member's address: gRPC connects to the first that answers and moves on
 // when it fails (any member serves, forwarding changes to the leader).
-func DialPlacementMembers(addrs []string) (placementpb.PlacementServiceClient, func(), error) {
+func DialPlacementMembers(addrs []string, creds *rpcnet.Creds) (placementpb.PlacementServiceClient, func(), error) {
 	r := manual.NewBuilderWithScheme("quorumbus-placement")
 	state := resolver.State{}
 	for _, a := range addrs {
 		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
 	}
 	r.InitialState(state)
-	cc, err := grpc.NewClient(r.Scheme()+":///placement", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := rpcnet.Dial(r.Scheme()+":///placement", creds, grpc.WithResolvers(r))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -90,7 +90,7 @@ func TestRestartedDevNeverSaysNotFound(t *testing.T) {
 	if body, ok := readinessOf(dev); ok {
 		t.Fatalf("ready before the declared queue exists:\n%s", body)
 	}
-	if err := CreateQueues(ctx, dev.NodeAddrs, opts.Declare, testLogger()); err != nil {
+	if err := CreateQueues(ctx, dev.NodeAddrs, dev.Creds, opts.Declare, testLogger()); err != nil {
 		dev.Close()
 		t.Fatal(err)
 	}

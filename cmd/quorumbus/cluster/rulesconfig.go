@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // rulesFile is the authorization rules file of `node` and `frontend`
@@ -88,8 +89,8 @@ func LoadRulesConfig(path string) ([]sas.Rule, error) {
 // SeedRules creates the rules in the catalog through any placement member,
 // leaving rules that exist as they are (a key rotated through the CLI is
 // not rolled back by a restart with the same file).
-func SeedRules(ctx context.Context, placementAddrs []string, rules []sas.Rule, log *slog.Logger) error {
-	client, closeFn, err := DialPlacement(placementAddrs[0])
+func SeedRules(ctx context.Context, placementAddrs []string, creds *rpcnet.Creds, rules []sas.Rule, log *slog.Logger) error {
+	client, closeFn, err := DialPlacement(placementAddrs[0], creds)
 	if err != nil {
 		return err
 	}

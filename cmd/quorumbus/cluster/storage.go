@@ -18,12 +18,14 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
 // StorageOptions describes one storage process: a node, and a member of
@@ -43,6 +45,9 @@ type StorageOptions struct {
 	// LeaderSyncFirst: leaders fsync before they replicate
 	// (node.Config.LeaderSyncFirst).
 	LeaderSyncFirst bool
+	// Creds is the cluster's mutual TLS of the node's gRPC listener and of
+	// every dial it and its placement member make; nil: plain text.
+	Creds *rpcnet.Creds
 	// WALSegmentMB and DiskReserveMB are node.Config's WALSegmentBytes
 	// and DiskReserveBytes in MiB; 0 takes the node's defaults.
 	WALSegmentMB  int
@@ -58,8 +63,9 @@ const shutdownTimeout = 30 * time.Second
 type Storage struct {
 	Node      *node.Node
 	Placement *placement.Service
-	watch     *groupWatch  // what the agent learnt of this node's groups
-	failures  openFailures // groups that failed to open (readiness.go)
+	forward   *routing.Router // where the node's forwarders send
+	watch     *groupWatch     // what the agent learnt of this node's groups
+	failures  openFailures    // groups that failed to open (readiness.go)
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -67,13 +73,19 @@ type Storage struct {
 }
 
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
-	n, err := node.New(node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
+	cfg := node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
 		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
-		Logger: o.Logger})
+		Creds: o.Creds, Logger: o.Logger}
+	chaosStarted, err := armChaos(&cfg, o.Logger) // nothing unless built with -tags chaostest (chaos.go)
+	if err != nil {
+		return nil, err
+	}
+	n, err := node.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	p, err := placement.New(placement.Config{
+		Creds:             o.Creds,
 		NodeID:            o.ID,
 		DataDir:           filepath.Join(o.DataDir, "meta"),
 		Transport:         n.RaftTransport(node.MetaGroup),
@@ -91,6 +103,19 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		n.Close()
 		return nil, err
 	}
+	// Auto-forwarding sends through the cluster's routing, as a
+	// front-end does; this node's own groups are called directly.
+	fwd, err := routing.New(routing.Config{
+		Placement: []string{n.Addr()},
+		Local:     map[string]partitionpb.PartitionServiceServer{o.ID: n.PartitionService()},
+		Creds:     o.Creds,
+		Logger:    o.Logger.With("part", "forwarding"),
+	})
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.SetForwardTarget(fwd)
 	if err := n.Start(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -104,10 +129,12 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	// The node's own record of open failures: it retries them with
 	// backoff, so one that opens later must stop being reported whether
 	// or not a routing table arrived since.
-	s := &Storage{Node: n, Placement: p, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
+	s := &Storage{Node: n, Placement: p, forward: fwd, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
+	chaosStarted(n)
+	fwd.Start(rctx)
 	go func() {
 		defer close(s.done)
-		reconcile(rctx, n, o.Members, w, o.Logger)
+		reconcile(rctx, n, o.Members, o.Creds, w, o.Logger)
 	}()
 	return s, nil
 }
@@ -121,7 +148,7 @@ func (s *Storage) Close() error {
 		closed := make(chan error, 1)
 		go func() {
 			<-s.done
-			closed <- errors.Join(s.Placement.Close(), s.Node.Close())
+			closed <- errors.Join(s.forward.Close(), s.Placement.Close(), s.Node.Close())
 		}()
 		t := time.NewTimer(shutdownTimeout)
 		defer t.Stop()
@@ -142,8 +169,8 @@ func (s *Storage) Close() error {
 // It reads the table from this node's own placement member, or, while
 // that one cannot serve it (a node that joined later is no member of the
 // meta group), from another storage member's.
-func reconcile(ctx context.Context, n *node.Node, members placement.Members, w *groupWatch, log *slog.Logger) {
-	pc := &placementClients{own: n.Addr(), members: members, conns: map[string]*grpc.ClientConn{}}
+func reconcile(ctx context.Context, n *node.Node, members placement.Members, creds *rpcnet.Creds, w *groupWatch, log *slog.Logger) {
+	pc := &placementClients{own: n.Addr(), members: members, creds: creds, conns: map[string]*grpc.ClientConn{}}
 	defer pc.close()
 	go reportGroups(ctx, n, pc, log)
 	backoff := 100 * time.Millisecond
@@ -177,6 +204,7 @@ func reconcile(ctx context.Context, n *node.Node, members placement.Members, w *
 type placementClients struct {
 	own     string
 	members placement.Members
+	creds   *rpcnet.Creds
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 }
@@ -197,7 +225,7 @@ func (pc *placementClients) client(attempt int) (placementpb.PlacementServiceCli
 	cc := pc.conns[addr]
 	if cc == nil {
 		var err error
-		if cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		if cc, err = rpcnet.Dial(addr, pc.creds); err != nil {
 			return nil, err
 		}
 		pc.conns[addr] = cc

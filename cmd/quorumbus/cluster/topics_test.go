@@ -42,13 +42,13 @@ func TestDevDeclaresTopicsFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if err := CreateQueues(ctx, dev.NodeAddrs, specs, testLogger()); err != nil {
+	if err := CreateQueues(ctx, dev.NodeAddrs, dev.Creds, specs, testLogger()); err != nil {
 		t.Fatal(err)
 	}
 	dev.Declared.Created()
 	waitReady(t, dev)
 
-	client, closeFn, err := DialPlacement(dev.NodeAddrs[0])
+	client, closeFn, err := DialPlacement(dev.NodeAddrs[0], dev.Creds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestDevDeclaresTopicsFromConfig(t *testing.T) {
 
 	bad := []QueueSpec{{Name: "topic.1/Subscriptions/bad", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
 		Rules: []*placementpb.Rule{{Name: "r", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "a = 1 AND"}}}}}}
-	err = CreateQueues(ctx, dev.NodeAddrs, bad, testLogger())
+	err = CreateQueues(ctx, dev.NodeAddrs, dev.Creds, bad, testLogger())
 	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument || !strings.Contains(err.Error(), "position 10") {
 		t.Fatalf("a filter that does not parse: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -39,14 +40,21 @@ tls: {enabled: true, secretName: qb-tls}
 gateway: {enabled: true}`},
 	{"tls from cert-manager", `
 tls: {enabled: true, certManager: {enabled: true, issuerRef: {name: letsencrypt}}}`},
+	{"cluster tls and gossip key", `
+clusterTLS: {enabled: true, secretName: qb-cluster-tls}
+gossip: {keySecret: qb-gossip}
+gateway: {enabled: true}
+metrics: {serviceMonitor: {enabled: true}}`},
 	{"service monitor, sas, hpa", `
 metrics: {serviceMonitor: {enabled: true, labels: {release: prometheus}}}
 sas: {existingSecret: qb-sas}
 frontend: {autoscaling: {enabled: true, minReplicas: 3, maxReplicas: 12, targetMemoryUtilizationPercentage: 80}}`},
 	{"gateway, hard anti-affinity, no zones", `
 gateway: {enabled: true, replicas: 3}
-storage: {antiAffinity: hard, zone: {podLabel: ""}, topologySpread: {enabled: false}}
+storage: {antiAffinity: hard, zone: {nodeLabel: ""}, topologySpread: {enabled: false}}
 frontend: {antiAffinity: none, replicas: 1}`},
+	{"zone from a pod label", `
+storage: {zone: {podLabel: topology.kubernetes.io/zone}}`},
 	{"entities, pod ip, private registry", `
 listenHost: $(POD_IP)
 image: {repository: registry.example.com/quorumbus, digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
@@ -103,6 +111,7 @@ func TestRender(t *testing.T) {
 			checkStorage(t, objs, eff)
 			checkFrontend(t, objs, eff)
 			checkOptional(t, objs, eff)
+			checkClusterTLS(t, objs, eff)
 		})
 	}
 }
@@ -112,8 +121,10 @@ func TestRender(t *testing.T) {
 type effective struct {
 	storageReplicas, bootstrap, groupReplicas, pdbMax int
 	tls, certManager, gateway, serviceMonitor, hpa    bool
+	clusterTLS                                        bool
+	gossipSecret                                      string
 	sas                                               string
-	clusterDomain, zoneLabel                          string
+	clusterDomain, zonePodLabel, zoneNodeLabel        string
 	frontendReplicas                                  int
 }
 
@@ -165,8 +176,10 @@ func effectiveValues(t *testing.T, values map[string]any) effective {
 		tls: get("tls.enabled").(bool), certManager: get("tls.certManager.enabled").(bool),
 		gateway: get("gateway.enabled").(bool), serviceMonitor: get("metrics.serviceMonitor.enabled").(bool),
 		hpa: get("frontend.autoscaling.enabled").(bool), sas: get("sas.existingSecret").(string),
-		clusterDomain: get("clusterDomain").(string), zoneLabel: get("storage.zone.podLabel").(string),
+		clusterDomain: get("clusterDomain").(string), zonePodLabel: get("storage.zone.podLabel").(string),
+		zoneNodeLabel:    get("storage.zone.nodeLabel").(string),
 		frontendReplicas: num("frontend.replicas"),
+		clusterTLS:       get("clusterTLS.enabled").(bool), gossipSecret: get("gossip.keySecret").(string),
 	}
 }
 
@@ -481,18 +494,7 @@ func checkStorage(t *testing.T, objs []Object, v effective) {
 	if !strings.HasPrefix(argValue(c.Args, "-data"), c.VolumeMounts[0].MountPath+"/") || c.VolumeMounts[0].Name != sts.Spec.VolumeClaimTemplates[0].Name {
 		t.Errorf("-data=%s is not on the volume claim (%s at %s)", argValue(c.Args, "-data"), c.VolumeMounts[0].Name, c.VolumeMounts[0].MountPath)
 	}
-	zoneEnv := false
-	for _, e := range c.Env {
-		if e.Name == "QUORUMBUS_ZONE" {
-			zoneEnv = true
-			if v.zoneLabel != "" && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.labels['"+v.zoneLabel+"']") {
-				t.Errorf("zone not read from the pod's %s label", v.zoneLabel)
-			}
-		}
-	}
-	if !zoneEnv || argValue(c.Args, "-zone") != "$(QUORUMBUS_ZONE)" {
-		t.Errorf("the node is not given its zone")
-	}
+	checkZone(t, objs, sts, v)
 	var pdb *policyv1.PodDisruptionBudget
 	for _, p := range All[policyv1.PodDisruptionBudget](objs) {
 		if labels.SelectorFromSet(p.Spec.Selector.MatchLabels).Matches(labels.Set(sts.Spec.Template.Labels)) {
@@ -619,6 +621,66 @@ func checkOptional(t *testing.T, objs []Object, v effective) {
 	}
 }
 
+// checkClusterTLS: with clusterTLS every process gets the three flags and
+// the Secret they point into, and the probes of nodes and front-ends
+// (whose admin listener then serves HTTPS only) use HTTPS; the gossip key
+// reaches the nodes.
+func checkClusterTLS(t *testing.T, objs []Object, v effective) {
+	for _, w := range workloads(objs) {
+		c := w.template.Spec.Containers[0]
+		role := c.Args[0]
+		ca := argValue(c.Args, "-cluster-ca")
+		if (ca != "") != v.clusterTLS || (argValue(c.Args, "-cluster-tls-cert") != "") != v.clusterTLS {
+			t.Errorf("%s: -cluster-ca %q, clusterTLS.enabled %v", w.name, ca, v.clusterTLS)
+		}
+		if v.clusterTLS && !mountsSecret(w.template.Spec, c, "qb-cluster-tls", ca) {
+			t.Errorf("%s: -cluster-ca %s is not in the mounted cluster TLS Secret", w.name, ca)
+		}
+		wantScheme := corev1.URISchemeHTTP
+		if v.clusterTLS && role != "gateway" {
+			wantScheme = corev1.URISchemeHTTPS
+		}
+		for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+			if p != nil && p.HTTPGet != nil && cmpScheme(p.HTTPGet.Scheme) != wantScheme {
+				t.Errorf("%s: probe scheme %q, want %q", w.name, p.HTTPGet.Scheme, wantScheme)
+			}
+		}
+		if role != "node" {
+			continue
+		}
+		key := argValue(c.Args, "-gossip-key-file")
+		if (key != "") != (v.gossipSecret != "") {
+			t.Errorf("%s: -gossip-key-file %q, gossip.keySecret %q", w.name, key, v.gossipSecret)
+		}
+		if key != "" && !mountsSecret(w.template.Spec, c, v.gossipSecret, key) {
+			t.Errorf("%s: -gossip-key-file %s is not in the mounted Secret %s", w.name, key, v.gossipSecret)
+		}
+	}
+}
+
+func cmpScheme(s corev1.URIScheme) corev1.URIScheme {
+	if s == "" {
+		return corev1.URISchemeHTTP
+	}
+	return s
+}
+
+// mountsSecret reports whether the container mounts the Secret at a
+// directory that holds path.
+func mountsSecret(spec corev1.PodSpec, c corev1.Container, secret, path string) bool {
+	for _, vol := range spec.Volumes {
+		if vol.Secret == nil || vol.Secret.SecretName != secret {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == vol.Name && strings.HasPrefix(path, m.MountPath+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -640,12 +702,14 @@ func TestRefusedValues(t *testing.T) {
 		{"bootstrap past replicas", `storage: {replicas: 3, bootstrapReplicas: 5, groupReplicas: 3}`, "bootstrapReplicas"},
 		{"group replicas past nodes", `storage: {replicas: 3, groupReplicas: 5}`, "groupReplicas"},
 		{"tls without a certificate", `tls: {enabled: true}`, "tls.secretName"},
+		{"cluster tls without a secret", `clusterTLS: {enabled: true}`, "clusterTLS.secretName"},
 		{"cert-manager without issuer", `tls: {enabled: true, certManager: {enabled: true}}`, "issuerRef"},
 		{"bad log level", `logLevel: verbose`, "logLevel"},
 		{"bad anti-affinity", `storage: {antiAffinity: sometimes}`, "antiAffinity"},
 		{"bad digest", `image: {digest: latest}`, "digest"},
 		{"autoscaler bounds", `frontend: {autoscaling: {enabled: true, minReplicas: 5, maxReplicas: 2}}`, "minReplicas"},
 		{"privileged gateway port", `gateway: {ports: {https: 443}}`, "https"},
+		{"zone label not a label key", `storage: {zone: {nodeLabel: "zone name"}}`, "nodeLabel"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Template(rel, parseValues(t, tc.values))
@@ -681,4 +745,73 @@ func ptrValue(p *int32) int32 {
 		return -1
 	}
 	return *p
+}
+
+// checkZone: each node learns its zone from a pod label (downward API),
+// or reads its machine's label from the API server with a token that can
+// only get Nodes, or has none; and the token is mounted only for that.
+func checkZone(t *testing.T, objs []Object, sts *appsv1.StatefulSet, v effective) {
+	t.Helper()
+	pod := sts.Spec.Template.Spec
+	c := pod.Containers[0]
+	env := map[string]*corev1.EnvVarSource{}
+	for _, e := range c.Env {
+		env[e.Name] = e.ValueFrom
+	}
+	fieldOf := func(name string) string {
+		if src := env[name]; src != nil && src.FieldRef != nil {
+			return src.FieldRef.FieldPath
+		}
+		return ""
+	}
+	roles := All[rbacv1.ClusterRole](objs)
+	bindings := All[rbacv1.ClusterRoleBinding](objs)
+	var tokenMount string
+	for _, m := range c.VolumeMounts {
+		for _, vol := range pod.Volumes {
+			if vol.Name == m.Name && vol.Projected != nil {
+				for _, src := range vol.Projected.Sources {
+					if src.ServiceAccountToken != nil {
+						tokenMount = m.MountPath
+					}
+				}
+			}
+		}
+	}
+	switch {
+	case v.zonePodLabel != "":
+		if fieldOf("QUORUMBUS_ZONE") != "metadata.labels['"+v.zonePodLabel+"']" || argValue(c.Args, "-zone") != "$(QUORUMBUS_ZONE)" {
+			t.Errorf("zone not read from the pod's %s label", v.zonePodLabel)
+		}
+	case v.zoneNodeLabel != "":
+		if fieldOf("NODE_NAME") != "spec.nodeName" || argValue(c.Args, "-zone-from-kubernetes-node") != "$(NODE_NAME)" {
+			t.Errorf("the node is not told which machine it runs on")
+		}
+		if argValue(c.Args, "-zone-label") != v.zoneNodeLabel {
+			t.Errorf("-zone-label=%s, want %s", argValue(c.Args, "-zone-label"), v.zoneNodeLabel)
+		}
+		if tokenMount == "" || argValue(c.Args, "-kubernetes-account-dir") != tokenMount {
+			t.Errorf("-kubernetes-account-dir=%s, but the token is mounted at %q", argValue(c.Args, "-kubernetes-account-dir"), tokenMount)
+		}
+		if len(roles) != 1 || len(bindings) != 1 {
+			t.Fatalf("%d ClusterRoles and %d bindings, want one each to read Nodes", len(roles), len(bindings))
+		}
+		r := roles[0]
+		if len(r.Rules) != 1 || strings.Join(r.Rules[0].Resources, ",") != "nodes" || strings.Join(r.Rules[0].Verbs, ",") != "get" || len(r.Rules[0].APIGroups) != 1 || r.Rules[0].APIGroups[0] != "" {
+			t.Errorf("ClusterRole %s grants %+v; want get on nodes only", r.Name, r.Rules)
+		}
+		b := bindings[0]
+		if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != r.Name || len(b.Subjects) != 1 ||
+			b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != pod.ServiceAccountName || b.Subjects[0].Namespace != rel.Namespace {
+			t.Errorf("ClusterRoleBinding %+v does not bind %s to the storage pods' account %s", b, r.Name, pod.ServiceAccountName)
+		}
+	}
+	if v.zonePodLabel != "" || v.zoneNodeLabel == "" {
+		if tokenMount != "" || len(roles)+len(bindings) > 0 {
+			t.Errorf("a token (%q) or RBAC objects (%d) without a need to read Nodes", tokenMount, len(roles)+len(bindings))
+		}
+	}
+	if v.zonePodLabel == "" && v.zoneNodeLabel == "" && (argValue(c.Args, "-zone") != "" || argValue(c.Args, "-zone-from-kubernetes-node") != "") {
+		t.Errorf("zones are off, but the node is given one")
+	}
 }

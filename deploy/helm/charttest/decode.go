@@ -11,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -28,16 +29,18 @@ type Object struct {
 // kinds maps apiVersion/kind to a constructor of its Go type. A kind the
 // chart renders that is not here fails Decode: add it with its real type.
 var kinds = map[string]func() any{
-	"v1/Service":                              func() any { return &corev1.Service{} },
-	"v1/ServiceAccount":                       func() any { return &corev1.ServiceAccount{} },
-	"v1/ConfigMap":                            func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                               func() any { return &corev1.Secret{} },
-	"apps/v1/StatefulSet":                     func() any { return &appsv1.StatefulSet{} },
-	"apps/v1/Deployment":                      func() any { return &appsv1.Deployment{} },
-	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
-	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
-	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
-	"cert-manager.io/v1/Certificate":          func() any { return &Certificate{} },
+	"v1/Service":                                      func() any { return &corev1.Service{} },
+	"v1/ServiceAccount":                               func() any { return &corev1.ServiceAccount{} },
+	"v1/ConfigMap":                                    func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                                       func() any { return &corev1.Secret{} },
+	"apps/v1/StatefulSet":                             func() any { return &appsv1.StatefulSet{} },
+	"apps/v1/Deployment":                              func() any { return &appsv1.Deployment{} },
+	"policy/v1/PodDisruptionBudget":                   func() any { return &policyv1.PodDisruptionBudget{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":          func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":         func() any { return &monitoringv1.ServiceMonitor{} },
+	"cert-manager.io/v1/Certificate":                  func() any { return &Certificate{} },
+	"rbac.authorization.k8s.io/v1/ClusterRole":        func() any { return &rbacv1.ClusterRole{} },
+	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)

@@ -14,6 +14,7 @@ type PodInfo struct {
 	Name      string
 	Namespace string
 	IP        string
+	NodeName  string // the machine it runs on (spec.nodeName)
 	Labels    map[string]string
 }
 
@@ -44,6 +45,8 @@ func ContainerEnv(c corev1.Container, pod PodInfo) (map[string]string, []string,
 				v = pod.Namespace
 			case p == "status.podIP":
 				v = pod.IP
+			case p == "spec.nodeName":
+				v = pod.NodeName
 			case labelRef.MatchString(p):
 				v = pod.Labels[labelRef.FindStringSubmatch(p)[1]]
 			default:

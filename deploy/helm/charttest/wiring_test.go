@@ -5,16 +5,19 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,7 +99,7 @@ gateway: {enabled: true, replicas: 1}
 	var pods []PodInfo
 	for i := range int(*sts.Spec.Replicas) {
 		p := PodInfo{Name: fmt.Sprintf("%s-%d", sts.Name, i), Namespace: "qb", IP: fmt.Sprintf("%s%d", base, 1+i),
-			Labels: map[string]string{"topology.kubernetes.io/zone": fmt.Sprintf("zone-%c", 'a'+i)}}
+			NodeName: fmt.Sprintf("machine-%c", 'a'+i), Labels: map[string]string{}}
 		for k, v := range sts.Spec.Template.Labels {
 			p.Labels[k] = v
 		}
@@ -107,6 +110,10 @@ gateway: {enabled: true, replicas: 1}
 	if err := WriteHosts(hostsPath, hosts); err != nil {
 		t.Fatal(err)
 	}
+
+	// The API server the storage pods ask for their machine's zone, with
+	// the token and CA the projected volume would hold.
+	api := newNodeAPI(t, dir)
 
 	var procs []*Process
 	t.Cleanup(func() {
@@ -131,7 +138,8 @@ gateway: {enabled: true, replicas: 1}
 		if err != nil {
 			t.Fatal(err)
 		}
-		envList := []string{"HOSTNAME=" + pod.Name}
+		// The kubelet gives every container the API server's address.
+		envList := []string{"HOSTNAME=" + pod.Name, "KUBERNETES_SERVICE_HOST=" + api.host, "KUBERNETES_SERVICE_PORT=" + api.port}
 		for _, k := range order {
 			envList = append(envList, k+"="+env[k])
 		}
@@ -144,7 +152,7 @@ gateway: {enabled: true, replicas: 1}
 		return p
 	}
 	for _, pod := range pods {
-		mounts := map[string]string{"data": mkdir(t, dir, pod.Name, "data"), "tmp": mkdir(t, dir, pod.Name, "tmp")}
+		mounts := map[string]string{"data": mkdir(t, dir, pod.Name, "data"), "tmp": mkdir(t, dir, pod.Name, "tmp"), "kube-api-access": api.accountDir}
 		start(pod, sts.Spec.Template.Spec.Containers[0], mounts)
 	}
 	fePod := PodInfo{Name: fe.Name + "-6d5f8b7c9-x7k2p", Namespace: "qb", IP: base + "10", Labels: fe.Spec.Template.Labels}
@@ -172,6 +180,12 @@ gateway: {enabled: true, replicas: 1}
 		// ready once the members sent it the routing table.
 		waitReady(ctx, t, procs[i], url, "")
 	}
+	// Each storage node asked for its own machine, with the pod's token.
+	for _, pod := range pods {
+		if got := api.asked(pod.NodeName); got != 1 {
+			t.Errorf("%s asked the API server for its machine %s %d times, want once", pod.Name, pod.NodeName, got)
+		}
+	}
 	feC := fe.Spec.Template.Spec.Containers[0]
 	waitReady(ctx, t, feProc, fmt.Sprintf("http://%s:%d/readyz", fePod.IP, containerPort(feC, "http")), "")
 
@@ -182,19 +196,26 @@ gateway: {enabled: true, replicas: 1}
 	gwProc := start(gwPod, gwC, map[string]string{"tmp": mkdir(t, dir, gwPod.Name, "tmp"), "sas": sasDir})
 	gwURL := fmt.Sprintf("http://%s:%d", gwPod.IP, containerPort(gwC, "http"))
 	waitReady(ctx, t, gwProc, gwURL+"/readyz", "")
+	// 503 (no meta leader known while an election runs on a loaded
+	// machine) is what the admin clients retry; so does this.
 	adminGet := func(key string) (int, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, gwURL+"/orders?api-version=2021-05", nil)
-		if err != nil {
-			t.Fatal(err)
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, gwURL+"/orders?api-version=2021-05", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", sasToken(gwURL+"/orders", rules[0].Name, key, time.Now().Add(time.Hour)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("management API: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || ctx.Err() != nil {
+				return resp.StatusCode, string(body)
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
-		req.Header.Set("Authorization", sasToken(gwURL+"/orders", rules[0].Name, key, time.Now().Add(time.Hour)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("management API: %v", err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
 	}
 	if code, body := adminGet(rules[0].PrimaryKey); code != http.StatusOK || !strings.Contains(body, "QueueDescription") {
 		t.Fatalf("GET /orders with the generated key: %d %s", code, body)
@@ -250,7 +271,7 @@ gateway: {enabled: true, replicas: 1}
 		t.Fatal(err)
 	}
 	procs[moved] = start(pods[moved], sts.Spec.Template.Spec.Containers[0], map[string]string{
-		"data": filepath.Join(dir, pods[moved].Name, "data"), "tmp": filepath.Join(dir, pods[moved].Name, "tmp")})
+		"data": filepath.Join(dir, pods[moved].Name, "data"), "tmp": filepath.Join(dir, pods[moved].Name, "tmp"), "kube-api-access": api.accountDir})
 	rctx, rcancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer rcancel()
 	for i := range bootstrap {
@@ -266,6 +287,55 @@ gateway: {enabled: true, replicas: 1}
 	if err := receiver.CompleteMessage(rctx, msgs[0], nil); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
+}
+
+// nodeAPI stands in for the Kubernetes API server's GET of a Node: each
+// machine-<x> is in zone-<x>, and only the mounted token is accepted.
+type nodeAPI struct {
+	host, port, accountDir string
+	mu                     sync.Mutex
+	gets                   map[string]int
+}
+
+func newNodeAPI(t *testing.T, dir string) *nodeAPI {
+	t.Helper()
+	const token = "projected-service-account-token"
+	a := &nodeAPI{accountDir: mkdir(t, dir, "kube-api-access"), gets: map[string]int{}}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/nodes/")
+		if !ok || r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		zone, ok := strings.CutPrefix(name, "machine-")
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		a.mu.Lock()
+		a.gets[name]++
+		a.mu.Unlock()
+		fmt.Fprintf(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":%q,"labels":{"topology.kubernetes.io/zone":"zone-%s"}}}`, name, zone)
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.host, a.port = u.Hostname(), u.Port()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	for name, data := range map[string][]byte{"ca.crt": ca, "token": []byte(token)} {
+		if err := os.WriteFile(filepath.Join(a.accountDir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+func (a *nodeAPI) asked(node string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gets[node]
 }
 
 func mkdir(t *testing.T, parts ...string) string {

@@ -38,6 +38,12 @@ type Network interface {
 	// Cut drops every packet between members a and b, both ways, until
 	// Heal. It fails on a network that cannot cut links.
 	Cut(a, b int) error
+	// CutOneWay drops every packet member from sends to member to, until
+	// Heal; to's packets still reach from. (Over TCP that still stalls
+	// both directions of every connection between them, once the
+	// acknowledgements from is to send stop arriving; UDP, the gossip's
+	// probes, is cut one way only.)
+	CutOneWay(from, to int) error
 	// Heal restores every cut link.
 	Heal() error
 	Close() error
@@ -55,9 +61,10 @@ func (Loopback) Host(int) string { return "127.0.0.1" }
 func (Loopback) Command(_ int, name string, args ...string) *exec.Cmd {
 	return exec.Command(name, args...)
 }
-func (Loopback) Cut(int, int) error { return ErrNoPartitions }
-func (Loopback) Heal() error        { return nil }
-func (Loopback) Close() error       { return nil }
+func (Loopback) Cut(int, int) error       { return ErrNoPartitions }
+func (Loopback) CutOneWay(int, int) error { return ErrNoPartitions }
+func (Loopback) Heal() error              { return nil }
+func (Loopback) Close() error             { return nil }
 func (Loopback) DialContext(int) func(context.Context, string, string) (net.Conn, error) {
 	return (&net.Dialer{}).DialContext
 }
@@ -79,13 +86,14 @@ type Netns struct {
 	members int
 	mu      sync.Mutex
 	cuts    map[[2]int]bool
+	oneWay  map[[2]int]bool
 }
 
 const netnsPrefix = "qbj"
 
 // NewNetns creates the hub, the bridge and one namespace per member.
 func NewNetns(members int) (*Netns, error) {
-	n := &Netns{prefix: fmt.Sprintf("%s%d-", netnsPrefix, os.Getpid()), members: members, cuts: map[[2]int]bool{}}
+	n := &Netns{prefix: fmt.Sprintf("%s%d-", netnsPrefix, os.Getpid()), members: members, cuts: map[[2]int]bool{}, oneWay: map[[2]int]bool{}}
 	hub := n.prefix + "hub"
 	steps := [][]string{
 		{"netns", "add", hub},
@@ -139,10 +147,38 @@ func (n *Netns) Cut(a, b int) error {
 	return nil
 }
 
+// CutOneWay adds an iptables rule in from's namespace that drops what it
+// sends to to's address. A blackhole route cannot do this: a route also
+// refuses from's answers to to's packets, so it cuts both ways. The rule
+// lives in the member's own namespace and goes with it.
+func (n *Netns) CutOneWay(from, to int) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.iptables(from, "-A", "OUTPUT", "-d", n.Host(to)+"/32", "-j", "DROP"); err != nil {
+		return err
+	}
+	n.oneWay[[2]int{from, to}] = true
+	return nil
+}
+
+func (n *Netns) iptables(m int, args ...string) error {
+	var stderr bytes.Buffer
+	cmd := n.Command(m, "iptables", append([]string{"-w"}, args...)...)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("iptables %s in %s: %v: %s", strings.Join(args, " "), n.ns(m), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return nil
+}
+
 func (n *Netns) Heal() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var errs []error
+	for c := range n.oneWay {
+		errs = append(errs, n.iptables(c[0], "-D", "OUTPUT", "-d", n.Host(c[1])+"/32", "-j", "DROP"))
+		delete(n.oneWay, c)
+	}
 	for c := range n.cuts {
 		errs = append(errs,
 			ip("-n", n.ns(c[0]), "route", "del", "blackhole", n.Host(c[1])+"/32"),
@@ -229,6 +265,13 @@ func deleteNamespaces(match func(string) bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// IptablesAvailable says whether one-way cuts (CutOneWay) can be made:
+// the iptables command (Debian's iptables package).
+func IptablesAvailable() error {
+	_, err := exec.LookPath("iptables")
+	return err
 }
 
 // NetnsAvailable says whether this machine can run Netns: root and the

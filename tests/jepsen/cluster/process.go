@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +19,10 @@ type Process struct {
 	bin    string
 	args   []string
 	log    string
+	// env, when set, gives the variables of each start (a node's clock
+	// offset and machine boot id change between starts).
+	env   func() []string
+	proxy *LinkProxy // the node's link proxy, if any
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -41,6 +46,12 @@ func (p *Process) Start() error {
 	}
 	fmt.Fprintf(f, "=== start %s\n", time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := p.net.Command(p.member, p.bin, p.args...)
+	if p.env != nil {
+		if env := p.env(); len(env) > 0 {
+			cmd.Env = append(os.Environ(), env...)
+			fmt.Fprintf(f, "=== env %s\n", strings.Join(env, " "))
+		}
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -76,6 +87,57 @@ func (p *Process) Kill() {
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
 	p.cmd, p.paused = nil, false
+}
+
+// machineCrashExit is the status a node built with -tags chaostest exits
+// with after it simulated its machine's crash (cmd/quorumbus/cluster/chaos.go).
+const machineCrashExit = 86
+
+// CrashMachine has a node that simulates its machine crash it (SIGUSR1):
+// it loses what its logs have not fsynced and exits. It returns the
+// node's own account of what it lost, from its log. A node that has not
+// exited 10 s later is killed, and that is an error.
+func (p *Process) CrashMachine() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return "", fmt.Errorf("%s: not running", p.Name)
+	}
+	p.noteCrash()
+	pg := -p.cmd.Process.Pid
+	if p.paused {
+		syscall.Kill(pg, syscall.SIGCONT)
+	}
+	// Only the node's process gets the signal: ip netns exec has exec'ed it.
+	syscall.Kill(p.cmd.Process.Pid, syscall.SIGUSR1)
+	var err error
+	select {
+	case <-p.done:
+		if code := p.cmd.ProcessState.ExitCode(); code != machineCrashExit {
+			err = fmt.Errorf("%s: exited with status %d on SIGUSR1, not %d: not a simulated machine crash (built without -tags chaostest?)", p.Name, code, machineCrashExit)
+		}
+	case <-time.After(10 * time.Second):
+		syscall.Kill(pg, syscall.SIGKILL)
+		<-p.done
+		err = fmt.Errorf("%s: still running 10 s after SIGUSR1; killed", p.Name)
+	}
+	p.cmd, p.paused = nil, false
+	return lastLine(p.log, "chaos: machine crash"), err
+}
+
+// lastLine returns the last line of the file at path that contains sub.
+func lastLine(path, sub string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var last string
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, sub) {
+			last = strings.TrimSpace(line)
+		}
+	}
+	return last
 }
 
 // Pause stops the process (SIGSTOP), as a frozen virtual machine.

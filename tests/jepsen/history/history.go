@@ -25,11 +25,24 @@ const (
 	Info   Type = "info"
 )
 
-// The functions the queue workload performs.
+// The functions the workloads perform.
 const (
 	Send     = "send"     // MsgID is the id sent
 	Receive  = "receive"  // a completion carries the delivery's fields
 	Complete = "complete" // MsgID and LockToken name the delivery settled
+	// Renew renews the lock LockToken names through $management
+	// (renew-lock); fail means the broker said the lock is lost.
+	Renew = "renew"
+	// AcceptSession attaches a session receiver (accept-next); its ok
+	// carries the session granted in SessionID and the holding's name in
+	// LockToken. Receives and completes of that link carry both too.
+	AcceptSession = "accept-session"
+	// Create, Delete and Get are the metadata workload's entity
+	// operations; Attrs["entity"] names the entity and Attrs["result"]
+	// what an ok answered (created, exists, deleted, absent, found).
+	Create = "create"
+	Delete = "delete"
+	Get    = "get"
 )
 
 // Op is one history entry. An invoke and its completion share Process
@@ -52,6 +65,21 @@ type Op struct {
 	DeliveryCount uint32 `json:"delivery_count,omitempty"`
 	LockToken     string `json:"lock_token,omitempty"`
 	Err           string `json:"err,omitempty"`
+
+	// Entity names the entity an operation of a workload other than the
+	// plain queue's acts on (the queue workload leaves it empty): each
+	// workload's checkers read the operations of its entities.
+	Entity string `json:"entity,omitempty"`
+	// SessionID is a session message's, or the session a receiver holds.
+	SessionID string `json:"session_id,omitempty"`
+	// AtMs: on a send, the scheduled enqueue time asked for; on a
+	// receive's ok, the harness's wall clock when the message reached the
+	// workload; both Unix milliseconds.
+	AtMs int64 `json:"at_ms,omitempty"`
+	// Attrs carries what a workload needs its checker to know and the
+	// fields above do not say: a topic message's application properties,
+	// a metadata operation's entity and result.
+	Attrs map[string]string `json:"attrs,omitempty"`
 }
 
 func (o Op) String() string {
@@ -64,6 +92,18 @@ func (o Op) String() string {
 	}
 	if o.LockToken != "" {
 		s += fmt.Sprintf(" dc=%d lock=%s", o.DeliveryCount, o.LockToken)
+	}
+	if o.Entity != "" {
+		s += " entity=" + o.Entity
+	}
+	if o.SessionID != "" {
+		s += " session=" + o.SessionID
+	}
+	if o.AtMs != 0 {
+		s += fmt.Sprintf(" at=%d", o.AtMs)
+	}
+	if len(o.Attrs) > 0 {
+		s += fmt.Sprintf(" %v", o.Attrs)
 	}
 	if o.Err != "" {
 		s += " err=" + o.Err
@@ -182,6 +222,22 @@ func Pairs(ops []Op) []Pair {
 		if i, ok := open[op.Process]; ok {
 			out[i].Done = op
 			delete(open, op.Process)
+		}
+	}
+	return out
+}
+
+// Select returns the operations of the given entities ("" is the queue
+// workload's), in order: a checker of one workload reads only its own.
+func Select(ops []Op, entities ...string) []Op {
+	want := map[string]bool{}
+	for _, e := range entities {
+		want[e] = true
+	}
+	var out []Op
+	for _, op := range ops {
+		if want[op.Entity] {
+			out = append(out, op)
 		}
 	}
 	return out

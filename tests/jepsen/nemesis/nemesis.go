@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,7 +44,68 @@ const (
 	// TransferLeader has the leader hand its leadership to another node
 	// at once (as placement does to spread leaders); nothing to heal.
 	TransferLeader = "transfer-leader"
+
+	// One-way cuts (iptables in the members' namespaces): the leader's
+	// packets to every other node dropped while theirs reach it (out), or
+	// the reverse (in: a deaf leader whose heartbeats still go out).
+	OneWayLeaderOut = "one-way-leader-out"
+	OneWayLeaderIn  = "one-way-leader-in"
+	// OneWayPair drops one random node's packets to one other node only.
+	OneWayPair = "one-way-pair"
+
+	// Link faults through the nodes' link proxies (toxiproxy): every link
+	// into and out of one node. Delay adds latency with jitter; LossLike
+	// stands in for packet loss, which TCP turns into stalls and broken
+	// connections (a share of connections stop carrying data and are
+	// closed, others are reset, the rest carry data in small slices);
+	// SlowLink limits the leader's bandwidth.
+	Delay    = "delay"
+	LossLike = "loss-like"
+	SlowLink = "slow-link"
+	// DeafLeader: every connection others opened to the leader carries
+	// nothing towards it, while its own calls out (raft replication to
+	// its followers, answered on those connections) still work: the
+	// front-end and the followers' elections cannot reach a leader that
+	// still leads. A one-way cut per message, not per packet.
+	DeafLeader = "deaf-leader"
+
+	// ClockSkew restarts a random node with its wall clock offset by
+	// seconds to minutes either way and makes it the group's leader, so
+	// that it stamps commands and expires locks on its clock; the heal
+	// restarts it on the true clock.
+	ClockSkew = "clock-skew"
+
+	// Machine crashes: the node loses what its log wrote ahead of fsync
+	// and did not sync yet (only a leader writes ahead), then restarts
+	// as a new boot of its machine after the hold.
+	CrashLeaderMachine    = "crash-leader-machine"
+	CrashMajorityMachines = "crash-majority-machines" // the leader's and one other replica's
+	AddNode               = "add-node"                // start a spare node; it joins by gossip
+	DrainNode             = "drain-node"              // drain a replica of the group (adding a node first if none is free), undrain after
 )
+
+// drainWait bounds how long a drain-node fault waits for the node to hold
+// no replica: moves take longer than a fault's hold.
+const drainWait = 45 * time.Second
+
+// Needs says what a kind needs of the cluster: "netns" (network
+// namespaces), "iptables", "proxies" (Options.Proxies), "machines"
+// (Options.SimulateMachines), "spares" (Options.Spares), or nothing.
+func Needs(kind string) []string {
+	switch kind {
+	case IsolateLeader, IsolateNode, PartitionBridge:
+		return []string{"netns"}
+	case OneWayLeaderOut, OneWayLeaderIn, OneWayPair:
+		return []string{"netns", "iptables"}
+	case Delay, LossLike, SlowLink, DeafLeader:
+		return []string{"proxies"}
+	case CrashLeaderMachine, CrashMajorityMachines:
+		return []string{"machines"}
+	case AddNode, DrainNode:
+		return []string{"spares"}
+	}
+	return nil
+}
 
 // Config is a schedule's shape.
 type Config struct {
@@ -62,6 +124,8 @@ type Config struct {
 // Nemesis runs a schedule and keeps its log.
 type Nemesis struct {
 	cfg Config
+
+	shift int // the step being injected's Shift (Run injects one at a time)
 
 	mu     sync.Mutex
 	faults []Fault
@@ -101,6 +165,12 @@ type Step struct {
 	Quiet, Hold time.Duration
 	Kind        string
 	Pick, Other int
+	// X in [0, 1) sizes a fault of the kinds that take a size: a skew, a
+	// latency, a bandwidth.
+	X float64
+	// Shift spreads Pick and Other over more nodes once spares joined:
+	// the node taken is (Pick+Shift) mod the nodes running (joined).
+	Shift int
 }
 
 // Plan draws count steps from the seed alone, so a seed replays the same
@@ -120,6 +190,8 @@ func Plan(cfg Config, count int) []Step {
 		s := Step{Quiet: between(cfg.QuietMin, cfg.QuietMax), Kind: cfg.Kinds[rng.IntN(len(cfg.Kinds))],
 			Hold: between(cfg.HoldMin, cfg.HoldMax), Pick: rng.IntN(cluster.Nodes)}
 		s.Other = (s.Pick + 1 + rng.IntN(cluster.Nodes-1)) % cluster.Nodes
+		s.X = rng.Float64()
+		s.Shift = rng.IntN(60) // 60: every count of nodes up to 6 divides it, so none is favoured
 		out = append(out, s)
 	}
 	return out
@@ -150,7 +222,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // random node was the leader.
 func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
 	switch kind {
-	case KillLeader, PauseLeader, IsolateLeader, KillMajority, TransferLeader:
+	case KillLeader, PauseLeader, IsolateLeader, KillMajority, TransferLeader,
+		OneWayLeaderOut, OneWayLeaderIn, SlowLink, DeafLeader, CrashLeaderMachine, CrashMajorityMachines:
 		if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
 			return l, ""
 		}
@@ -163,23 +236,52 @@ func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, strin
 	return pick, leader
 }
 
+// joined maps a planned node (Pick or Other, 0..cluster.Nodes-1) onto
+// the nodes running now, shifted by the step's Shift: with spares added,
+// the plan's picks spread over them too. Distinct planned nodes stay
+// distinct.
+func (n *Nemesis) joined(planned int) int {
+	j := n.cfg.Cluster.Joined()
+	return j[(planned+n.shift)%len(j)]
+}
+
+// replicaOther is a replica of the group other than node, preferring the
+// planned one; with the routing table unknown, the planned one.
+func (n *Nemesis) replicaOther(ctx context.Context, node, planned int) int {
+	other := n.joined(planned)
+	if other == node {
+		other = n.joined(planned + 1)
+	}
+	rs, err := n.cfg.Cluster.Replicas(ctx, n.cfg.Group)
+	if err != nil || slices.Contains(rs, other) {
+		return other
+	}
+	for _, r := range rs {
+		if r != node {
+			return r
+		}
+	}
+	return other
+}
+
 func (n *Nemesis) inject(ctx context.Context, s Step) {
 	c := n.cfg.Cluster
 	kind, hold := s.Kind, s.Hold
-	node, note := n.target(ctx, kind, s.Pick)
+	n.shift = s.Shift
+	node, note := n.target(ctx, kind, n.joined(s.Pick))
 	f := Fault{Kind: kind, Target: c.Nodes[node].Name, Note: note}
 	var heal func() error
 	var err error
+	// The fault begins as it is injected: some kinds take a while (a
+	// restart, a drain's moves), and that is part of the fault.
+	f.Start = n.cfg.Clock()
 	switch kind {
 	case KillLeader, KillNode:
 		p := c.Nodes[node]
 		p.Kill()
 		heal = p.Start
 	case KillMajority:
-		a, b := c.Nodes[node], c.Nodes[s.Other]
-		if s.Other == node { // node is the leader, which Other was not drawn to avoid
-			b = c.Nodes[(node+1)%cluster.Nodes]
-		}
+		a, b := c.Nodes[node], c.Nodes[n.replicaOther(ctx, node, s.Other)]
 		f.Target = a.Name + "+" + b.Name
 		a.Kill()
 		b.Kill()
@@ -192,23 +294,82 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 		p := c.Nodes[node]
 		err, heal = p.Pause(), p.Resume
 	case IsolateLeader, IsolateNode:
-		for other := range cluster.Nodes {
+		for _, other := range c.Joined() {
 			if other != node && err == nil {
-				err = c.Net.Cut(node, other)
+				err = c.Net.Cut(c.Member(node), c.Member(other))
 			}
 		}
 		if kind == IsolateNode && err == nil {
-			err = c.Net.Cut(node, cluster.FE)
+			err = c.Net.Cut(c.Member(node), cluster.FE)
 		}
 		heal = c.Net.Heal
 	case PartitionBridge:
-		other := s.Other // node is s.Pick: a bridge never aims at the leader
+		other := n.joined(s.Other) // node is s.Pick: a bridge never aims at the leader
 		f.Target = fmt.Sprintf("%s|%s", c.Nodes[node].Name, c.Nodes[other].Name)
-		err, heal = c.Net.Cut(node, other), c.Net.Heal
+		err, heal = c.Net.Cut(c.Member(node), c.Member(other)), c.Net.Heal
+	case OneWayLeaderOut, OneWayLeaderIn:
+		for _, other := range c.Joined() {
+			if other == node || err != nil {
+				continue
+			}
+			if kind == OneWayLeaderOut {
+				err = c.Net.CutOneWay(c.Member(node), c.Member(other))
+			} else {
+				err = c.Net.CutOneWay(c.Member(other), c.Member(node))
+			}
+		}
+		f.Target = c.Nodes[node].Name + map[string]string{OneWayLeaderOut: "->others", OneWayLeaderIn: "<-others"}[kind]
+		heal = c.Net.Heal
+	case OneWayPair:
+		to := n.joined(s.Other)
+		f.Target = c.Nodes[node].Name + "->" + c.Nodes[to].Name
+		err, heal = c.Net.CutOneWay(c.Member(node), c.Member(to)), c.Net.Heal
+	case Delay, LossLike, SlowLink, DeafLeader:
+		var toxics []string
+		toxics, f.Note = linkToxics(kind, s, f.Note)
+		for _, t := range toxics {
+			if err == nil {
+				err = c.Toxic(node, t)
+			}
+		}
+		heal = c.ClearToxics
+	case ClockSkew:
+		heal, err = n.skew(ctx, s, node, &f)
+	case CrashLeaderMachine, CrashMajorityMachines:
+		victims := []int{node}
+		if kind == CrashMajorityMachines {
+			victims = append(victims, n.replicaOther(ctx, node, s.Other))
+		}
+		var names, said []string
+		for _, v := range victims {
+			names = append(names, c.Nodes[v].Name)
+			line, cerr := c.CrashMachine(v)
+			err = errors.Join(err, cerr)
+			said = append(said, line)
+		}
+		f.Target = strings.Join(names, "+")
+		f.Note = joinNote(append([]string{f.Note}, said...)...)
+		heal = func() error {
+			var errs []error
+			for _, v := range victims {
+				errs = append(errs, c.Nodes[v].Start())
+			}
+			return errors.Join(errs...)
+		}
+	case AddNode:
+		i, aerr := c.AddNode(ctx)
+		err, heal = aerr, func() error { return nil }
+		if i < 0 {
+			f.Target, f.Note = "-", "every spare runs already"
+		} else {
+			f.Target = c.Nodes[i].Name
+		}
+	case DrainNode:
+		heal, err = n.drain(ctx, node, &f)
 	case TransferLeader:
-		to := s.Other
+		to := n.joined(s.Other)
 		if to == node {
-			to = (node + 1) % cluster.Nodes
+			to = n.joined(s.Other + 1)
 		}
 		f.Target = c.Nodes[node].Name + "->" + c.Nodes[to].Name
 		heal = func() error { return nil }
@@ -221,7 +382,6 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
 	}
-	f.Start = n.cfg.Clock()
 	if err != nil {
 		n.fail(fmt.Errorf("%s %s: %w", kind, f.Target, err))
 		if heal != nil {
@@ -233,7 +393,7 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 	i := len(n.faults)
 	n.faults = append(n.faults, f)
 	n.mu.Unlock()
-	n.cfg.Log("nemesis: %s %s for %v %s", kind, f.Target, hold.Round(time.Millisecond), note)
+	n.cfg.Log("nemesis: %s %s for %v %s", kind, f.Target, hold.Round(time.Millisecond), f.Note)
 	// The fault is healed even when ctx ends mid-hold: a run never
 	// leaves a node down or a link cut behind it.
 	sleep(ctx, hold)
@@ -252,7 +412,11 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 func HealAll(c *cluster.Cluster) error {
 	var errs []error
 	errs = append(errs, c.Net.Heal())
-	for _, p := range append(slices.Clone(c.Nodes), c.Frontend) {
+	errs = append(errs, c.ClearToxics())
+	for _, i := range c.Joined() {
+		c.SetClockOffset(i, 0)
+	}
+	for _, p := range append(joinedNodes(c), c.Frontend) {
 		if p.Exited() {
 			p.Kill() // the test reports the crash (Process.Crashes)
 		}
@@ -263,4 +427,12 @@ func HealAll(c *cluster.Cluster) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func joinedNodes(c *cluster.Cluster) []*cluster.Process {
+	var out []*cluster.Process
+	for _, i := range c.Joined() {
+		out = append(out, c.Nodes[i])
+	}
+	return out
 }

@@ -35,6 +35,12 @@ type Run struct {
 	Counts          map[string]int    `json:"faults_by_kind"`
 	Stalls          []Stall           `json:"stalls"`
 	Extra           map[string]string `json:"extra,omitempty"`
+	// CatchUps: after each healed partition, how long until every
+	// replica had applied what the leader had committed at the heal.
+	CatchUps []CatchUp `json:"catch_ups,omitempty"`
+	// Digests: the last round of replica digests after the drain
+	// (checker.Converged's input).
+	Digests []checker.DigestSample `json:"digests,omitempty"`
 }
 
 // Valid says whether every checker passed and the harness saw no problem.
@@ -112,12 +118,19 @@ func Summary(r *Run) string {
 	fmt.Fprintf(&b, "operations: %d (sends %d ok, %d fail, %d info; %d deliveries of %d ids, %d redeliveries, %d info sends recovered; completes %d ok, %d fail, %d info; %d empty receives)\n",
 		s.Ops, s.SendsOK, s.SendsFail, s.SendsInfo, s.Deliveries, s.Received, s.Redeliveries, s.Recovered,
 		s.CompletesOK, s.CompletesFail, s.CompletesInfo, s.EmptyReceives)
+	b.WriteString(EntityCounts(r.History))
 	fmt.Fprintf(&b, "faults: %d", len(r.Faults))
 	for _, k := range sortedKeys(r.Counts) {
 		fmt.Fprintf(&b, ", %s %d", k, r.Counts[k])
 	}
 	b.WriteString("\n")
 	b.WriteString(StallSummary(r.Stalls))
+	b.WriteString(Figures(r.Stalls, r.CatchUps))
+	violations := 0
+	for _, res := range r.Results {
+		violations += len(res.Violations)
+	}
+	fmt.Fprintf(&b, "violations: %d\n", violations)
 	for _, k := range sortedKeys(r.Extra) {
 		fmt.Fprintf(&b, "%s: %s\n", k, r.Extra[k])
 	}

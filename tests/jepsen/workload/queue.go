@@ -14,7 +14,6 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
-	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/tests/jepsen/history"
 )
 
@@ -114,31 +113,7 @@ func (q *Queue) Missing() int {
 	return n
 }
 
-// link is one AMQP connection with a session.
-type link struct {
-	conn *amqp.Conn
-	sess *amqp.Session
-}
-
-func (q *Queue) connect(ctx context.Context) (*link, error) {
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	nc, err := q.cfg.Dial(dctx)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := amqp.NewConn(dctx, nc, &amqp.ConnOptions{SASLType: amqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	sess, err := conn.NewSession(dctx, nil)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return &link{conn: conn, sess: sess}, nil
-}
+func (q *Queue) connect(ctx context.Context) (*link, error) { return dialLink(ctx, q.cfg.Dial) }
 
 func (l *link) close() {
 	if l != nil {

@@ -152,10 +152,14 @@ seccompProfile:
 
 {{/* Probes on the admin listener; docs/operations.md says what each means. */}}
 {{- define "quorumbus.probes" -}}
+{{- $https := and (eq (len .) 2) (index . 1) -}}
 readinessProbe:
   httpGet:
     path: /readyz
     port: http
+    {{- if $https }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: 5
   timeoutSeconds: 3
   failureThreshold: 2
@@ -163,9 +167,41 @@ livenessProbe:
   httpGet:
     path: /healthz
     port: http
+    {{- if $https }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
+{{- end -}}
+
+{{/*
+The cluster plane's mutual TLS (clusterTLS): flags, mount and volume of
+its Secret, for every process that speaks gRPC.
+*/}}
+{{- define "quorumbus.clusterTLSArgs" -}}
+{{- if .Values.clusterTLS.enabled -}}
+- -cluster-tls-cert=/etc/quorumbus/cluster-tls/tls.crt
+- -cluster-tls-key=/etc/quorumbus/cluster-tls/tls.key
+- -cluster-ca=/etc/quorumbus/cluster-tls/ca.crt
+{{- end -}}
+{{- end -}}
+
+{{- define "quorumbus.clusterTLSMount" -}}
+{{- if .Values.clusterTLS.enabled -}}
+- name: cluster-tls
+  mountPath: /etc/quorumbus/cluster-tls
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "quorumbus.clusterTLSVolume" -}}
+{{- if .Values.clusterTLS.enabled -}}
+- name: cluster-tls
+  secret:
+    secretName: {{ .Values.clusterTLS.secretName }}
+    defaultMode: 0400
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -187,6 +223,9 @@ message that says why.
 {{- $a := .Values.frontend.autoscaling -}}
 {{- if and $a.enabled (gt (int $a.minReplicas) (int $a.maxReplicas)) -}}
 {{- fail (printf "frontend.autoscaling.minReplicas (%d) exceeds maxReplicas (%d)" (int $a.minReplicas) (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- if and .Values.clusterTLS.enabled (not .Values.clusterTLS.secretName) -}}
+{{- fail "clusterTLS.enabled needs clusterTLS.secretName (a Secret with tls.crt, tls.key and ca.crt)" -}}
 {{- end -}}
 {{- if and .Values.tls.enabled (not .Values.tls.certManager.enabled) (not .Values.tls.secretName) -}}
 {{- fail "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret) or tls.certManager.enabled" -}}

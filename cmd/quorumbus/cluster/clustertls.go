@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"log/slog"
+
+	"github.com/quorumbus/quorumbus/frontend/certs"
+	"github.com/quorumbus/quorumbus/proto/rpcnet"
+)
+
+// ClusterTLSFlags are the flags of the cluster plane's mutual TLS, the
+// same on every process and CLI command that reaches the nodes' gRPC.
+type ClusterTLSFlags struct {
+	Cert, Key, CA string
+}
+
+// Register adds -cluster-tls-cert, -cluster-tls-key and -cluster-ca to fs.
+func (f *ClusterTLSFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Cert, "cluster-tls-cert", "", "PEM certificate this process presents on the cluster plane (gRPC between nodes, front-ends, gateways and the CLI), signed by -cluster-ca, for server and client authentication; re-read when it changes. With the three -cluster-* flags, every gRPC connection is mutual TLS and the admin HTTP listener serves HTTPS only")
+	fs.StringVar(&f.Key, "cluster-tls-key", "", "PEM key of -cluster-tls-cert, re-read with it")
+	fs.StringVar(&f.CA, "cluster-ca", "", "PEM file of the cluster CA (or a bundle of the old and the new one during a rotation); a peer whose certificate it did not sign is refused. Re-read when it changes")
+}
+
+// ClusterTLS is a process's loaded cluster credentials; a nil one is
+// plain text.
+type ClusterTLS struct {
+	creds *rpcnet.Creds
+	https *tls.Config
+}
+
+// Load returns the credentials the flags name, or nil when none is set
+// (plain text; the caller warns). Some but not all of them is an error.
+func (f ClusterTLSFlags) Load(log *slog.Logger) (*ClusterTLS, error) {
+	if f.Cert == "" && f.Key == "" && f.CA == "" {
+		return nil, nil
+	}
+	if f.Cert == "" || f.Key == "" || f.CA == "" {
+		return nil, errors.New("-cluster-tls-cert, -cluster-tls-key and -cluster-ca go together")
+	}
+	cl, err := certs.NewCluster(f.Cert, f.Key, f.CA, log)
+	if err != nil {
+		return nil, err
+	}
+	return &ClusterTLS{creds: rpcnet.NewCreds(cl.ServerConfig(), cl.ClientConfig()), https: cl.HTTPSConfig()}, nil
+}
+
+// Creds are the gRPC credentials; nil for a nil t.
+func (t *ClusterTLS) Creds() *rpcnet.Creds {
+	if t == nil {
+		return nil
+	}
+	return t.creds
+}
+
+// HTTPS serves the process's certificate on its admin listener; nil for
+// a nil t.
+func (t *ClusterTLS) HTTPS() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return t.https
+}
+
+// WarnPlain logs, once at start, that the cluster plane is plain text.
+func WarnPlain(log *slog.Logger) {
+	log.Warn("cluster plane in plain text: give -cluster-tls-cert, -cluster-tls-key and -cluster-ca for mutual TLS (docs/security.md)")
+}

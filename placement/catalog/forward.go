@@ -1,0 +1,83 @@
+package catalog
+
+import (
+	"fmt"
+	"strings"
+
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// Auto-forwarding in the catalog: where an entity may forward to. The
+// partitions' forwarders (node/forward.go) move the messages; the catalog
+// refuses what they cannot do and the loops it can see.
+
+// checkForwardTargets refuses forwarding that is not built or would loop:
+//   - an entity that requires sessions forwarding its main queue (the
+//     forwarder takes messages as a plain receiver does);
+//   - a destination that exists and is not a queue (a topic: not built; a
+//     subscription: nobody sends to one);
+//   - a chain of ForwardTo and ForwardDeadLetteredMessagesTo that leads
+//     back to the entity (name), through entities as the catalog holds
+//     them with name's new properties p.
+//
+// A destination that does not exist yet is accepted: the forwarder keeps
+// the messages until it does (Config.json and the CLI declare entities in
+// any order).
+func (s *State) checkForwardTargets(name string, p *pb.QueueProperties) error {
+	if p.GetForwardTo() != "" && p.GetRequiresSession() {
+		return fmt.Errorf("%w: %q requires sessions: auto-forwarding from a session entity is not implemented", ErrInvalidProperties, name)
+	}
+	for _, fwd := range []string{p.GetForwardTo(), p.GetForwardDeadLetteredMessagesTo()} {
+		if fwd == "" {
+			continue
+		}
+		if d := s.byName(fwd); d != nil && d.GetKind() != pb.EntityKind_ENTITY_KIND_QUEUE {
+			what := "a subscription, which takes no sends"
+			if d.GetKind() == pb.EntityKind_ENTITY_KIND_TOPIC {
+				what = "a topic: auto-forwarding to a topic is not implemented"
+			}
+			return fmt.Errorf("%w: %q forwards to %q, %s", ErrInvalidProperties, name, fwd, what)
+		}
+	}
+	if path := s.forwardLoop(name, p); path != nil {
+		return fmt.Errorf("%w: forwarding loop %s", ErrInvalidProperties, strings.Join(path, " -> "))
+	}
+	return nil
+}
+
+// forwardLoop returns a chain of forwards from name back to name, or nil.
+func (s *State) forwardLoop(name string, p *pb.QueueProperties) []string {
+	start := Key(name)
+	targets := func(n string) []string {
+		if Key(n) == start {
+			return []string{p.GetForwardTo(), p.GetForwardDeadLetteredMessagesTo()}
+		}
+		e := s.byName(n)
+		if e == nil {
+			return nil
+		}
+		return []string{e.GetProperties().GetForwardTo(), e.GetProperties().GetForwardDeadLetteredMessagesTo()}
+	}
+	seen := map[string]bool{}
+	var walk func(n string, path []string) []string
+	walk = func(n string, path []string) []string {
+		for _, t := range targets(n) {
+			if t == "" {
+				continue
+			}
+			next := append(path[:len(path):len(path)], t)
+			if Key(t) == start {
+				return next
+			}
+			if seen[Key(t)] {
+				continue
+			}
+			seen[Key(t)] = true
+			if loop := walk(t, next); loop != nil {
+				return loop
+			}
+		}
+		return nil
+	}
+	return walk(name, []string{name})
+}

@@ -1,0 +1,95 @@
+package jepsen
+
+import (
+	"context"
+	"time"
+
+	"github.com/quorumbus/quorumbus/tests/jepsen/checker"
+	"github.com/quorumbus/quorumbus/tests/jepsen/cluster"
+	"github.com/quorumbus/quorumbus/tests/jepsen/history"
+	"github.com/quorumbus/quorumbus/tests/jepsen/workload"
+)
+
+// The entities of the feature workloads, beside the queue "jepsen".
+const (
+	dedupQueue   = "jepsen-dedup"
+	schedQueue   = "jepsen-scheduled"
+	renewQueue   = "jepsen-renew"
+	sessionQueue = "jepsen-sessions"
+	topicName    = "jepsen-topic"
+
+	// dedupWindow is short so that resends past it happen within a run.
+	dedupWindow = 20 * time.Second
+	// renewLock is the lock-renewal queue's lock: receivers hold for up
+	// to three of it, renewing.
+	renewLock = 5 * time.Second
+)
+
+// startFeatures starts the workloads of duplicate detection, scheduled
+// messages, lock renewal, sessions and topics beside the queue's, at
+// rates that together stay well under the queue's.
+func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64) []workload.Runner {
+	ctx := context.Background()
+	common := workload.Common{Dial: c.DialAMQP, Rec: rec, OpTimeout: 10 * time.Second}
+	return []workload.Runner{
+		workload.StartDedup(ctx, workload.DedupConfig{Common: common, Queue: dedupQueue, Window: dedupWindow,
+			Senders: 2, Receivers: 2, SendRate: 20, Seed: seed}),
+		workload.StartScheduled(ctx, workload.ScheduledConfig{Common: common, Queue: schedQueue,
+			Senders: 1, Receivers: 2, SendRate: 10, MaxDelay: 5 * time.Second, Seed: seed}),
+		workload.StartRenew(ctx, workload.RenewConfig{Common: common, Queue: renewQueue, Lock: renewLock,
+			Senders: 1, Receivers: 4, SendRate: 1, Seed: seed}),
+		workload.StartSessions(ctx, workload.SessionConfig{Common: common, Queue: sessionQueue, Sessions: 6,
+			Senders: 2, Receivers: 3, SendRate: 20, Seed: seed}),
+		workload.StartTopic(ctx, workload.TopicConfig{Common: common, Topic: topicName,
+			Senders: 1, ReceiversPerSub: 1, SendRate: 15, Seed: seed}),
+	}
+}
+
+// featureSuites are the checkers of each feature workload over its own
+// entities' operations.
+func featureSuites() []checker.Suite {
+	perMessage := func(withSeq bool) []checker.Checker {
+		cs := []checker.Checker{}
+		for _, c := range checker.Queue {
+			if c.Name != "sequence-number" || withSeq {
+				cs = append(cs, c)
+			}
+		}
+		return cs
+	}
+	suites := []checker.Suite{
+		{Name: "dedup", Entities: []string{dedupQueue}, Checkers: append([]checker.Checker{
+			{Name: "dedup", Property: "P9: duplicates within the window are dropped, resends past it are new messages, nothing acknowledged is lost", Check: checker.Dedup(dedupWindow)},
+		}, append(checker.PerCopy(checker.Queue, "double-complete", "resurrected", "delivery-count"),
+			checker.Without(checker.Queue, "lost", "aborted-read", "double-complete", "resurrected", "delivery-count", "sequence-number")...)...)},
+		{Name: "scheduled", Entities: []string{schedQueue}, Checkers: append(perMessage(true),
+			checker.Checker{Name: "scheduled", Property: "P10: no scheduled message is delivered before its time", Check: checker.Scheduled(checker.ScheduledTolerance)})},
+		{Name: "renew", Entities: []string{renewQueue}, Checkers: append(perMessage(true),
+			checker.Checker{Name: "lock-renew", Property: "P11: no complete succeeds after a renew reported the lock lost; a lock is held by one receiver at a time", Check: checker.LockRenew})},
+		// A session given back on close returns its unsettled messages
+		// without counting a delivery, so delivery counts may repeat
+		// across holdings: P7 does not apply.
+		{Name: "sessions", Entities: []string{sessionQueue}, Checkers: append(checker.Without(checker.Queue, "delivery-count"),
+			checker.Checker{Name: "session-exclusive", Property: "P12: a session is locked by one receiver at a time", Check: checker.SessionExclusive},
+			checker.Checker{Name: "session-order", Property: "P13: a session's messages are delivered in order", Check: checker.SessionOrder})},
+		{Name: "topic", Entities: append([]string{topicName}, subscriptionPaths()...), Checkers: []checker.Checker{
+			{Name: "fan-out", Property: "P14: every acknowledged send reaches exactly the subscriptions whose rules match it", Check: checker.Topic(topicName, workload.TopicMatchers(topicName))},
+		}},
+		{Name: "catalog", Entities: []string{workload.MetadataEntity}, Checkers: []checker.Checker{
+			{Name: "linearizable", Property: "P15: creates, deletes and gets of entities are linearizable (porcupine)", Check: checker.CatalogLinearizable},
+		}},
+	}
+	for _, sub := range subscriptionPaths() {
+		suites = append(suites, checker.Suite{Name: sub, Entities: []string{sub},
+			Checkers: checker.Without(checker.Queue, "lost", "unexpected", "aborted-read")})
+	}
+	return suites
+}
+
+func subscriptionPaths() []string {
+	var out []string
+	for _, s := range workload.TopicSubscriptions {
+		out = append(out, workload.SubscriptionPath(topicName, s.Name))
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	amqp "github.com/Azure/go-amqp"
+
+	"github.com/quorumbus/quorumbus/tests/jepsen/history"
+)
+
+// SessionConfig drives a queue created with RequiresSession.
+type SessionConfig struct {
+	Common
+	Queue string
+	// Sessions are spread over the senders; each session is sent by one
+	// sender, one message at a time, so its acknowledged messages have an
+	// order the receivers must keep.
+	Sessions           int
+	Senders, Receivers int
+	SendRate           float64
+	Seed               uint64
+}
+
+// SessionMessageID names message k of a session; checker.SessionOrder
+// reads k back.
+func SessionMessageID(session string, k int) string { return fmt.Sprintf("%s-%06d", session, k) }
+
+const sessionFilter = "com.microsoft:session-filter"
+
+// StartSessions: senders send to their sessions in turn; receivers
+// accept the next available session (recorded as accept-session, with
+// the holding's name in Attrs["holding"]), receive and complete its
+// messages, and give it back after it ran dry or after a few seconds.
+func StartSessions(ctx context.Context, cfg SessionConfig) Runner {
+	s := newStream(ctx, cfg.Common, "sessions")
+	interval := time.Duration(float64(cfg.Senders) / cfg.SendRate * float64(time.Second))
+	for i := range cfg.Senders {
+		p := 600 + i
+		var mine []string
+		for j := i; j < cfg.Sessions; j += cfg.Senders {
+			mine = append(mine, fmt.Sprintf("ss%d", j))
+		}
+		k := map[string]int{}
+		next := func(n int) (*amqp.Message, history.Op) {
+			sess := mine[n%len(mine)]
+			k[sess]++
+			id := SessionMessageID(sess, k[sess])
+			return &amqp.Message{Properties: &amqp.MessageProperties{MessageID: id, GroupID: &sess}, Data: [][]byte{[]byte(id)}},
+				history.Op{Entity: cfg.Queue, MsgID: id, SessionID: sess}
+		}
+		s.goSend(func(ctx context.Context) {
+			s.sendLoop(ctx, p, cfg.Queue, interval, next, func(inv history.Op) { s.expect(inv.MsgID, 1) })
+		})
+	}
+	for i := range cfg.Receivers {
+		p := 650 + i
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(p)))
+		s.goRecv(func(ctx context.Context) { s.sessionReceiver(ctx, p, cfg.Queue, rng) })
+	}
+	return s
+}
+
+func (s *stream) sessionReceiver(ctx context.Context, p int, queue string, rng *rand.Rand) {
+	var l *link
+	defer func() { l.close() }()
+	for n := 1; ctx.Err() == nil; n++ {
+		if l == nil {
+			var err error
+			if l, err = dialLink(ctx, s.Dial); err != nil {
+				l = nil
+				pause(ctx, 200*time.Millisecond)
+				continue
+			}
+		}
+		holding := fmt.Sprintf("p%d-h%d", p, n)
+		attrs := map[string]string{"holding": holding}
+		s.Rec.Add(history.Op{Process: p, Type: history.Invoke, F: history.AcceptSession, Entity: queue, Attrs: attrs})
+		actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+		rcv, err := l.sess.NewReceiver(actx, queue, &amqp.ReceiverOptions{
+			Credit: 5, SettlementMode: amqp.ReceiverSettleModeSecond.Ptr(),
+			Filters:    []amqp.LinkFilter{amqp.NewLinkFilter(sessionFilter, 0x137000000C, nil)},
+			Properties: map[string]any{"com.microsoft:timeout": uint32(2000)}})
+		cancel()
+		if err != nil {
+			// No session was free (the broker says so with a timeout
+			// detach), or the connection broke: nothing is held either way.
+			s.Rec.Add(history.Op{Process: p, Type: history.Fail, F: history.AcceptSession, Entity: queue, Attrs: attrs, Err: err.Error()})
+			l.close()
+			l = nil
+			pause(ctx, 100*time.Millisecond)
+			continue
+		}
+		sess, _ := rcv.LinkSourceFilterValue(sessionFilter).(string)
+		s.Rec.Add(history.Op{Process: p, Type: history.OK, F: history.AcceptSession, Entity: queue, SessionID: sess, Attrs: attrs})
+		if !s.drainSession(ctx, p, queue, sess, attrs, rcv, time.Now().Add(time.Duration(2+rng.IntN(6))*time.Second)) {
+			l.close()
+			l = nil
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = rcv.Close(cctx)
+		cancel()
+		if err != nil {
+			l.close()
+			l = nil
+		}
+	}
+}
+
+// drainSession receives and completes a held session's messages until it
+// runs dry or until; it returns false when the connection is in doubt.
+func (s *stream) drainSession(ctx context.Context, p int, queue, sess string, attrs map[string]string, rcv *amqp.Receiver, until time.Time) bool {
+	for ctx.Err() == nil && time.Now().Before(until) {
+		s.Rec.Add(history.Op{Process: p, Type: history.Invoke, F: history.Receive, Entity: queue, SessionID: sess, Attrs: attrs})
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		m, err := rcv.Receive(rctx, nil)
+		empty := rctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err != nil {
+			s.Rec.Add(history.Op{Process: p, Type: history.Fail, F: history.Receive, Entity: queue, SessionID: sess, Attrs: attrs, Err: err.Error()})
+			return empty
+		}
+		d := delivery(m)
+		d.Process, d.Type, d.F, d.Entity, d.SessionID, d.Attrs = p, history.OK, history.Receive, queue, sess, attrs
+		if m.Properties != nil && m.Properties.GroupID != nil {
+			d.SessionID = *m.Properties.GroupID
+		}
+		d.AtMs = time.Now().UnixMilli()
+		s.Rec.Add(d)
+		s.arrived(d.MsgID, d.Seq)
+		if !s.complete(ctx, p, queue, d, rcv, m) {
+			return false
+		}
+	}
+	return true
+}
