@@ -55,7 +55,7 @@ func startBenchDev(b *testing.B, queues ...cluster.QueueSpec) (*cluster.Dev, *az
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, queues, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		b.Fatal(err)
 	}
 	for _, q := range queues {

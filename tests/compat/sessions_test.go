@@ -536,6 +536,7 @@ func sessionOnPartition(prefix string, p, n uint32) string {
 // accept-nexts each get a different session; with none available the
 // accept times out within the client's budget.
 func TestDevSessionsPartitionedAcceptNext(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	c := startTestDev(t, cluster.QueueSpec{Name: "sq4", Props: &placementpb.QueueProperties{RequiresSession: true, PartitionCount: parts}})
 	client := devClient(t, c)
@@ -651,6 +652,7 @@ func TestDevSessionsPartitionedAcceptNext(t *testing.T) {
 // maximum message size are refused with a clear error, and nothing is
 // stored.
 func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := cluster.StartDev(ctx, cluster.DevOptions{
@@ -662,7 +664,7 @@ func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 	}
 	defer c.Close()
 	q := cluster.QueueSpec{Name: "sq", Props: &placementpb.QueueProperties{RequiresSession: true, MaxMessageSizeInKilobytes: 1}}
-	if err := cluster.CreateQueues(ctx, c.NodeAddrs, []cluster.QueueSpec{q}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, []cluster.QueueSpec{q}, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -732,6 +734,7 @@ func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 // since; a session receiver's peek shows its session's messages, the
 // deferred one too, and no other session's.
 func TestDevSessionsDeferredListAndPeek(t *testing.T) {
+	t.Parallel()
 	c := startTestDev(t, sessionQueue("sq"))
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
