@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +32,8 @@ func TestPurgeAndRedriveCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	p := "-placement=" + dev.NodeAddrs[0]
+	// The CLI presents dev mode's "cli" certificate of the cluster CA.
+	p := []string{"-placement=" + dev.NodeAddrs[0], "-cluster-tls-dir=" + filepath.Dir(dev.ClusterTLS["cli"].Cert)}
 	must := func(cmd func([]string) error, args ...string) string {
 		t.Helper()
 		r, w, err := os.Pipe()
@@ -42,7 +44,7 @@ func TestPurgeAndRedriveCommands(t *testing.T) {
 		os.Stdout = w
 		done := make(chan string)
 		go func() { b, _ := io.ReadAll(r); done <- string(b) }()
-		err = cmd(append(args, p))
+		err = cmd(append(args, p...))
 		os.Stdout = stdout
 		w.Close()
 		out := <-done
