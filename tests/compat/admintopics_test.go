@@ -280,8 +280,13 @@ func TestAdminSubscriptionLifecycle(t *testing.T) {
 	if _, err := ac.UpdateSubscription(ctx, "orders", "missing", upd, nil); responseStatus(err) != http.StatusNotFound {
 		t.Fatalf("UpdateSubscription of a missing one: %v, want 404", err)
 	}
-	if _, err := ac.CreateSubscription(ctx, "orders", "fwd", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{ForwardTo: to.Ptr("elsewhere")}}); responseStatus(err) != http.StatusBadRequest {
-		t.Fatalf("CreateSubscription with ForwardTo: %v, want 400", err)
+	// Auto-forwarding: to a queue that may not exist yet is taken; to a
+	// topic (here its own) is refused.
+	if fwd, err := ac.CreateSubscription(ctx, "orders", "fwd", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{ForwardTo: to.Ptr("elsewhere")}}); err != nil || fwd.ForwardTo == nil || *fwd.ForwardTo != "elsewhere" {
+		t.Fatalf("CreateSubscription with ForwardTo a queue: %+v, %v", fwd, err)
+	}
+	if _, err := ac.CreateSubscription(ctx, "orders", "loop", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{ForwardTo: to.Ptr("orders")}}); responseStatus(err) != http.StatusBadRequest {
+		t.Fatalf("CreateSubscription forwarding to its own topic: %v, want 400", err)
 	}
 
 	// A default rule given at creation replaces $Default.
