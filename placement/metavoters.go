@@ -27,6 +27,15 @@ import (
 //     voters lack (every storage node runs the meta group's Raft and
 //     catches up once it is listed).
 //
+// Off by default (Config.MetaVoters 0), because of what the chaos suite
+// found with it on: a voter removed while drained never receives the
+// configuration entry that removes it (the leader stops replicating to it
+// at once), so when its node is undrained it still counts itself a member,
+// knows no leader, serves its own frozen routing table, and keeps group
+// replicas that moved away. Turning it on needs a node that finds itself
+// dropped (its peers' configuration does not list it) to become a plain
+// storage node that reads routes from the members, as a joiner does.
+//
 // Adding comes before removing, so the usable voters never drop below what
 // they were. A voter is never removed only because the cluster has more
 // usable voters than MetaVoters (a bootstrap list of five keeps five). A

@@ -536,7 +536,7 @@ func TestJoinMetaGroup(t *testing.T) {
 // drained one, so the catalog keeps three voters on usable nodes, and it
 // keeps working with the drained member stopped.
 func TestMetaVotersFollowDrains(t *testing.T) {
-	c := placementtest.Start(t, placementtest.Options{})
+	c := placementtest.Start(t, placementtest.Options{MetaVoters: 3})
 	leader := c.Leader(t)
 	waitGroups(t, leader, 3)
 	extra := c.AddNode(t)

@@ -34,6 +34,7 @@ type Options struct {
 	ControlInterval   time.Duration // default 200ms
 	CreateWait        time.Duration // passed to placement.Config
 	GroupSilence      time.Duration // passed to placement.Config
+	MetaVoters        int           // passed to placement.Config
 	// Logger defaults to discarding; QUORUMBUS_TEST_LOG=1 logs to stderr.
 	Logger *slog.Logger
 }
@@ -140,6 +141,7 @@ func (c *Cluster) start(m *Member, bootstrap []raft.Server) {
 		Members:           placement.MembersFunc(c.liveMembers),
 		// The in-memory transports are addressed by member id.
 		MetaAddr:        func(n *pb.Node) raft.ServerAddress { return raft.ServerAddress(n.Id) },
+		MetaVoters:      c.opts.MetaVoters,
 		ElectionTimeout: c.opts.ElectionTimeout,
 		ControlInterval: c.opts.ControlInterval,
 		CreateWait:      c.opts.CreateWait,
