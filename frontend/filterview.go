@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"maps"
-	"math"
 	"slices"
 	"time"
 
@@ -35,7 +34,7 @@ func filterView(p *amqp.Properties, app amqp.Map) *partitionpb.FilterView {
 		if !ok {
 			continue
 		}
-		if rv := ruleValue(pair.Value); rv != nil {
+		if rv := placementpb.PropertyRuleValue(pair.Value); rv != nil {
 			if v.Properties == nil {
 				v.Properties = make(map[string]*placementpb.RuleValue, len(app))
 			}
@@ -43,50 +42,6 @@ func filterView(p *amqp.Properties, app amqp.Map) *partitionpb.FilterView {
 		}
 	}
 	return v
-}
-
-// ruleValue maps an AMQP simple value onto a rule value, nil when none
-// holds it. Unsigned integers above MaxInt64 become doubles, as .NET
-// compares them.
-func ruleValue(x any) *placementpb.RuleValue {
-	long := func(n int64) *placementpb.RuleValue {
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_LongValue{LongValue: n}}
-	}
-	double := func(f float64) *placementpb.RuleValue {
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_DoubleValue{DoubleValue: f}}
-	}
-	switch x := x.(type) {
-	case string:
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_StringValue{StringValue: x}}
-	case bool:
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_BoolValue{BoolValue: x}}
-	case int8:
-		return long(int64(x))
-	case int16:
-		return long(int64(x))
-	case int32:
-		return long(int64(x))
-	case int64:
-		return long(x)
-	case uint8:
-		return long(int64(x))
-	case uint16:
-		return long(int64(x))
-	case uint32:
-		return long(int64(x))
-	case uint64:
-		if x > math.MaxInt64 {
-			return double(float64(x))
-		}
-		return long(int64(x))
-	case float32:
-		return double(float64(x))
-	case float64:
-		return double(x)
-	case time.Time:
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_TimestampMs{TimestampMs: x.UnixMilli()}}
-	}
-	return nil
 }
 
 // withActionProperties returns bare with the system properties a rule's

@@ -208,7 +208,7 @@ func FilterViewOf(bare []byte) (*partitionpb.FilterView, error) {
 		v.ContentType, v.ReplyToSessionId = deref(p.ContentType), deref(p.ReplyToGroupID)
 	}
 	for k, x := range m.ApplicationProperties {
-		if rv := ruleValueOf(x); rv != nil {
+		if rv := placementpb.PropertyRuleValue(x); rv != nil {
 			if v.Properties == nil {
 				v.Properties = make(map[string]*placementpb.RuleValue, len(m.ApplicationProperties))
 			}
@@ -239,47 +239,4 @@ func idString(x any) string {
 		return fmt.Sprintf("%x", x)
 	}
 	return fmt.Sprint(x)
-}
-
-// ruleValueOf maps an AMQP simple value onto a rule value, nil when none
-// holds it (as the front-end maps a topic send's).
-func ruleValueOf(x any) *placementpb.RuleValue {
-	long := func(n int64) *placementpb.RuleValue {
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_LongValue{LongValue: n}}
-	}
-	double := func(f float64) *placementpb.RuleValue {
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_DoubleValue{DoubleValue: f}}
-	}
-	switch x := x.(type) {
-	case string:
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_StringValue{StringValue: x}}
-	case bool:
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_BoolValue{BoolValue: x}}
-	case int8:
-		return long(int64(x))
-	case int16:
-		return long(int64(x))
-	case int32:
-		return long(int64(x))
-	case int64:
-		return long(x)
-	case uint8:
-		return long(int64(x))
-	case uint16:
-		return long(int64(x))
-	case uint32:
-		return long(int64(x))
-	case uint64:
-		if x > math.MaxInt64 {
-			return double(float64(x))
-		}
-		return long(int64(x))
-	case float32:
-		return double(float64(x))
-	case float64:
-		return double(x)
-	case time.Time:
-		return &placementpb.RuleValue{Value: &placementpb.RuleValue_TimestampMs{TimestampMs: x.UnixMilli()}}
-	}
-	return nil
 }
