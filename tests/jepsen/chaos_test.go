@@ -193,6 +193,9 @@ func TestChaos(t *testing.T) {
 	if err := c.CreateQueue(ctx, sessionQueue, "-lock-duration", lockDuration.String(), "-requires-session"); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.CreateQueue(ctx, settleQueue, "-lock-duration", lockDuration.String(), "-max-delivery-count", strconv.Itoa(settleMaxDeliveries)); err != nil {
+		t.Fatal(err)
+	}
 	pl := workload.Placement{Addrs: c.GRPC, Dial: c.Net.DialContext}
 	if err := pl.Create(ctx, workload.TopicEntities(topicName, lockDuration)...); err != nil {
 		t.Fatal(err)
@@ -200,7 +203,7 @@ func TestChaos(t *testing.T) {
 	// Every entity's groups, for the convergence check (one with
 	// -groups 1, which the nemesis aims at).
 	groups := []uint64{group}
-	for _, e := range []string{dedupQueue, schedQueue, renewQueue, sessionQueue, topicName} {
+	for _, e := range []string{dedupQueue, schedQueue, renewQueue, sessionQueue, topicName, settleQueue} {
 		if g, err := c.QueueGroup(ctx, e); err == nil && !slices.Contains(groups, g) {
 			groups = append(groups, g)
 		}

@@ -17,16 +17,21 @@ const (
 	renewQueue   = "jepsen-renew"
 	sessionQueue = "jepsen-sessions"
 	topicName    = "jepsen-topic"
+	settleQueue  = "jepsen-settle"
 
 	// dedupWindow is short so that resends past it happen within a run.
 	dedupWindow = 20 * time.Second
 	// renewLock is the lock-renewal queue's lock: receivers hold for up
 	// to three of it, renewing.
 	renewLock = 5 * time.Second
+	// settleMaxDeliveries is the settlement queue's MaxDeliveryCount: low,
+	// so that abandoned messages reach the dead-letter sub-queue too.
+	settleMaxDeliveries = 3
 )
 
 // startFeatures starts the workloads of duplicate detection, scheduled
-// messages, lock renewal, sessions and topics beside the queue's, at
+// messages, lock renewal, sessions, topics and settlements (abandon,
+// dead-letter, defer) beside the queue's, at
 // rates that together stay well under the queue's.
 func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64) []workload.Runner {
 	ctx := context.Background()
@@ -42,6 +47,8 @@ func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64) []wor
 			Senders: 2, Receivers: 3, SendRate: 20, Seed: seed}),
 		workload.StartTopic(ctx, workload.TopicConfig{Common: common, Topic: topicName,
 			Senders: 1, ReceiversPerSub: 1, SendRate: 15, Seed: seed}),
+		workload.StartSettle(ctx, workload.SettleConfig{Common: common, Queue: settleQueue,
+			Senders: 1, Receivers: 2, DeadLetterReceivers: 1, SendRate: 10, Seed: seed}),
 	}
 }
 
@@ -75,6 +82,13 @@ func featureSuites() []checker.Suite {
 		{Name: "topic", Entities: append([]string{topicName}, subscriptionPaths()...), Checkers: []checker.Checker{
 			{Name: "fan-out", Property: "P14: every acknowledged send reaches exactly the subscriptions whose rules match it", Check: checker.Topic(topicName, workload.TopicMatchers(topicName))},
 		}},
+		// Deferred messages come back under a new lock at the same
+		// delivery count, so P7 does not apply; P4 reads the queue alone
+		// (a dead-lettered copy keeps its count).
+		{Name: "settle", Entities: []string{settleQueue, workload.DeadLetterPath(settleQueue)}, Checkers: append([]checker.Checker{
+			{Name: "settled", Property: "P17: every acknowledged send is completed or dead-lettered; dead-lettered and deferred messages leave the queue's plain receives", Check: checker.Settled(settleQueue, workload.DeadLetterPath(settleQueue), workload.ExplicitDeadLetterReason)},
+		}, checker.Without(checker.Queue, "lost", "resurrected", "delivery-count")...)},
+		{Name: "settle-queue", Entities: []string{settleQueue}, Checkers: checker.Without(checker.Queue, "lost", "unexpected", "aborted-read", "double-complete", "delivery-count", "sequence-number")},
 		{Name: "catalog", Entities: []string{workload.MetadataEntity}, Checkers: []checker.Checker{
 			{Name: "linearizable", Property: "P15: creates, deletes and gets of entities are linearizable (porcupine)", Check: checker.CatalogLinearizable},
 		}},

@@ -37,6 +37,14 @@ const (
 	// carries the session granted in SessionID and the holding's name in
 	// LockToken. Receives and completes of that link carry both too.
 	AcceptSession = "accept-session"
+	// Abandon, DeadLetter and Defer settle the delivery MsgID and
+	// LockToken name otherwise than by completing it (the settlement
+	// workload): abandon returns it, dead-letter moves it to the
+	// dead-letter sub-queue, defer sets it aside for a receive by
+	// sequence number. Their ok means the broker accepted the outcome.
+	Abandon    = "abandon"
+	DeadLetter = "dead-letter"
+	Defer      = "defer"
 	// Create, Delete and Get are the metadata workload's entity
 	// operations; Attrs["entity"] names the entity and Attrs["result"]
 	// what an ok answered (created, exists, deleted, absent, found).

@@ -287,6 +287,9 @@ func delivery(m *amqp.Message) history.Op {
 	if m.Header != nil {
 		d.DeliveryCount = m.Header.DeliveryCount
 	}
+	if reason, ok := m.ApplicationProperties["DeadLetterReason"].(string); ok {
+		d.Attrs = map[string]string{AttrReason: reason} // from a dead-letter sub-queue
+	}
 	switch tok := m.Annotations["x-opt-lock-token"].(type) {
 	case amqp.UUID:
 		d.LockToken = tok.String()

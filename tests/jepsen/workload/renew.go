@@ -100,7 +100,11 @@ func StartRenew(ctx context.Context, cfg RenewConfig) Runner {
 			}
 		}
 		s.goRecv(func(ctx context.Context) {
-			s.recvLoop(ctx, p, cfg.Queue, cfg.Queue, 1, func(d history.Op) string { return d.MsgID }, hold)
+			s.recvLoop(ctx, p, cfg.Queue, cfg.Queue, 1, func(d history.Op) string { return d.MsgID },
+				func(ctx context.Context, r received) bool {
+					hold(ctx, r)
+					return s.complete(ctx, p, cfg.Queue, r.d, r.rcv, r.m)
+				})
 		})
 	}
 	return s

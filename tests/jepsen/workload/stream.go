@@ -202,10 +202,12 @@ type received struct {
 }
 
 // recvLoop receives peek-lock on its own connection, records each
-// delivery, calls hold (if any: the lock-renewal workload renews there)
-// and completes the message. key names what a delivery counts for.
+// delivery and hands it to settle, which settles it and says whether the
+// link is still sound (nil: complete it; the lock-renewal workload holds
+// and renews first, the settlement workload picks an outcome). key names
+// what a delivery counts for.
 func (s *stream) recvLoop(ctx context.Context, p int, entity, address string, credit int32,
-	key func(d history.Op) string, hold func(ctx context.Context, r received)) {
+	key func(d history.Op) string, settle func(ctx context.Context, r received) bool) {
 	var l *link
 	var rcv *amqp.Receiver
 	defer func() { l.close() }()
@@ -247,10 +249,13 @@ func (s *stream) recvLoop(ctx context.Context, p int, entity, address string, cr
 		}
 		s.Rec.Add(d)
 		s.arrived(key(d), d.Seq)
-		if hold != nil {
-			hold(ctx, received{d: d, m: m, rcv: rcv, l: l})
+		sound := false
+		if settle != nil {
+			sound = settle(ctx, received{d: d, m: m, rcv: rcv, l: l})
+		} else {
+			sound = s.complete(ctx, p, entity, d, rcv, m)
 		}
-		if !s.complete(ctx, p, entity, d, rcv, m) {
+		if !sound {
 			l.close()
 			l, rcv = nil, nil
 		}
@@ -260,6 +265,11 @@ func (s *stream) recvLoop(ctx context.Context, p int, entity, address string, cr
 // complete settles a delivery (settle mode second: the broker's answer is
 // awaited) and records it; it returns false when the link is in doubt.
 func (s *stream) complete(ctx context.Context, p int, entity string, d history.Op, rcv *amqp.Receiver, m *amqp.Message) bool {
+	return s.completed(ctx, p, entity, d, rcv, m) != history.Info
+}
+
+// completed is complete, returning the outcome recorded.
+func (s *stream) completed(ctx context.Context, p int, entity string, d history.Op, rcv *amqp.Receiver, m *amqp.Message) history.Type {
 	// Attrs carry over: a session receiver's name its holding of the
 	// session.
 	inv := history.Op{Process: p, Type: history.Invoke, F: history.Complete, Entity: entity, MsgID: d.MsgID, LockToken: d.LockToken, SessionID: d.SessionID, Attrs: d.Attrs}
@@ -278,5 +288,5 @@ func (s *stream) complete(ctx context.Context, p int, entity string, d history.O
 		done.Type, done.Err = history.Info, err.Error()
 	}
 	s.Rec.Add(done)
-	return done.Type != history.Info
+	return done.Type
 }
