@@ -78,7 +78,8 @@ func featureSuites() []checker.Suite {
 		// across holdings: P7 does not apply.
 		{Name: "sessions", Entities: []string{sessionQueue}, Checkers: append(checker.Without(checker.Queue, "delivery-count"),
 			checker.Checker{Name: "session-exclusive", Property: "P12: a session is locked by one receiver at a time", Check: checker.SessionExclusive},
-			checker.Checker{Name: "session-order", Property: "P13: a session's messages are delivered in order", Check: checker.SessionOrder})},
+			checker.Checker{Name: "session-order", Property: "P13: a session's messages are delivered in order", Check: checker.SessionOrder},
+			checker.Checker{Name: "session-state", Property: "P18: each session's state is a linearizable register (porcupine)", Check: checker.SessionState})},
 		{Name: "topic", Entities: append([]string{topicName}, subscriptionPaths()...), Checkers: []checker.Checker{
 			{Name: "fan-out", Property: "P14: every acknowledged send reaches exactly the subscriptions whose rules match it", Check: checker.Topic(topicName, workload.TopicMatchers(topicName))},
 		}},

@@ -14,7 +14,8 @@ import (
 // with. For each message:
 //
 //   - an acknowledged send ends settled: completed (from the queue, or
-//     after deferral through $management) or delivered from dlq;
+//     after deferral through $management; a complete of unknown outcome
+//     counts) or delivered from dlq;
 //   - after a dead-letter or defer the broker acknowledged, no plain
 //     delivery from the queue under a newer lock (a higher delivery count,
 //     or another lock at the same count); a deferred message comes back
@@ -60,11 +61,13 @@ func Settled(queue, dlq, explicitReason string) func(ops []history.Op) []Violati
 				}
 				byToken[d.LockToken] = d
 			case history.Complete:
-				if d.Type == history.OK {
+				// A complete of unknown outcome may have taken the
+				// message: it cannot be shown lost.
+				if d.Type == history.OK || d.Type == history.Info {
 					done[inv.MsgID] = true
-					if inv.Entity == queue {
-						completedOK[inv.MsgID] = d
-					}
+				}
+				if d.Type == history.OK && inv.Entity == queue {
+					completedOK[inv.MsgID] = d
 				}
 			case history.DeadLetter, history.Defer:
 				if inv.F == history.DeadLetter && d.Type != history.Fail {

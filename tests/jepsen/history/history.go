@@ -37,6 +37,12 @@ const (
 	// carries the session granted in SessionID and the holding's name in
 	// LockToken. Receives and completes of that link carry both too.
 	AcceptSession = "accept-session"
+	// GetState and SetState read and write the state of the session a
+	// session receiver holds ($management get-session-state,
+	// set-session-state); Attrs["state"] is the value written, or read
+	// by an ok get ("" for none).
+	GetState = "get-state"
+	SetState = "set-state"
 	// Abandon, DeadLetter and Defer settle the delivery MsgID and
 	// LockToken name otherwise than by completing it (the settlement
 	// workload): abandon returns it, dead-letter moves it to the

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/placement/sas"
+	"github.com/quorumbus/quorumbus/tests/jepsen/history"
 )
 
 // link is one AMQP connection with a session.
@@ -80,6 +81,18 @@ func (e *errStatus) Error() string { return fmt.Sprintf("status %d: %s", e.code,
 func lockLost(err error) bool {
 	var es *errStatus
 	return errors.As(err, &es) && es.code == 410
+}
+
+// mgmtOutcome classifies a $management call's error: fail when the broker
+// refused the request (the lock lost, 410, or another 4xx but a timeout),
+// so that it certainly did not act; info when the outcome is unknown (no
+// answer, a timeout, a server error).
+func mgmtOutcome(err error) history.Type {
+	var es *errStatus
+	if errors.As(err, &es) && es.code >= 400 && es.code < 500 && es.code != 408 {
+		return history.Fail
+	}
+	return history.Info
 }
 
 // call sends one request and waits for its answer; the reply link holds

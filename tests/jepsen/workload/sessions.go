@@ -65,11 +65,16 @@ func StartSessions(ctx context.Context, cfg SessionConfig) Runner {
 
 func (s *stream) sessionReceiver(ctx context.Context, p int, queue string, rng *rand.Rand) {
 	var l *link
+	var m *mgmt // the connection's $management links, for the session's state
 	defer func() { l.close() }()
 	for n := 1; ctx.Err() == nil; n++ {
 		if l == nil {
 			var err error
-			if l, err = dialLink(ctx, s.Dial); err != nil {
+			if l, err = dialLink(ctx, s.Dial); err == nil {
+				m, err = newMgmt(ctx, l, queue)
+			}
+			if err != nil {
+				l.close()
 				l = nil
 				pause(ctx, 200*time.Millisecond)
 				continue
@@ -95,7 +100,8 @@ func (s *stream) sessionReceiver(ctx context.Context, p int, queue string, rng *
 		}
 		sess, _ := rcv.LinkSourceFilterValue(sessionFilter).(string)
 		s.Rec.Add(history.Op{Process: p, Type: history.OK, F: history.AcceptSession, Entity: queue, SessionID: sess, Attrs: attrs})
-		if !s.drainSession(ctx, p, queue, sess, attrs, rcv, time.Now().Add(time.Duration(2+rng.IntN(6))*time.Second)) {
+		st := &sessionState{s: s, p: p, queue: queue, sess: sess, m: m}
+		if !st.get(ctx) || !s.drainSession(ctx, p, queue, sess, attrs, rcv, st, time.Now().Add(time.Duration(2+rng.IntN(6))*time.Second)) {
 			l.close()
 			l = nil
 			continue
@@ -111,8 +117,10 @@ func (s *stream) sessionReceiver(ctx context.Context, p int, queue string, rng *
 }
 
 // drainSession receives and completes a held session's messages until it
-// runs dry or until; it returns false when the connection is in doubt.
-func (s *stream) drainSession(ctx context.Context, p int, queue, sess string, attrs map[string]string, rcv *amqp.Receiver, until time.Time) bool {
+// runs dry or until, and after each complete the broker accepted sets the
+// session's state to the message's id; it returns false when the
+// connection is in doubt.
+func (s *stream) drainSession(ctx context.Context, p int, queue, sess string, attrs map[string]string, rcv *amqp.Receiver, st *sessionState, until time.Time) bool {
 	for ctx.Err() == nil && time.Now().Before(until) {
 		s.Rec.Add(history.Op{Process: p, Type: history.Invoke, F: history.Receive, Entity: queue, SessionID: sess, Attrs: attrs})
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -131,9 +139,65 @@ func (s *stream) drainSession(ctx context.Context, p int, queue, sess string, at
 		d.AtMs = time.Now().UnixMilli()
 		s.Rec.Add(d)
 		s.arrived(d.MsgID, d.Seq)
-		if !s.complete(ctx, p, queue, d, rcv, m) {
+		switch s.completed(ctx, p, queue, d, rcv, m) {
+		case history.Info:
 			return false
+		case history.OK:
+			if !st.set(ctx, d.MsgID) {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// sessionState reads and writes the state of a held session through the
+// connection's $management links, recording each call (checker.SessionState
+// judges them as a register per session).
+type sessionState struct {
+	s     *stream
+	p     int
+	queue string
+	sess  string
+	m     *mgmt
+}
+
+// get reads the state; it returns false when the connection is in doubt.
+func (st *sessionState) get(ctx context.Context) bool {
+	res, done := st.call(ctx, history.GetState, "com.microsoft:get-session-state", map[string]any{"session-id": st.sess}, "")
+	if done.Type == history.OK {
+		v, _ := res["session-state"].([]byte)
+		done.Attrs = map[string]string{"state": string(v)}
+	}
+	st.s.Rec.Add(done)
+	return done.Type != history.Info
+}
+
+// set writes the state; it returns false when the connection is in doubt.
+func (st *sessionState) set(ctx context.Context, v string) bool {
+	_, done := st.call(ctx, history.SetState, "com.microsoft:set-session-state",
+		map[string]any{"session-id": st.sess, "session-state": []byte(v)}, v)
+	st.s.Rec.Add(done)
+	return done.Type != history.Info
+}
+
+// call records the invoke and makes the request; the caller records the
+// completion it returns. An answer that the request was refused (the
+// session lock lost, 410, or another 4xx but a timeout) is a fail: the
+// broker did not act; a timeout or a server error leaves it unknown.
+func (st *sessionState) call(ctx context.Context, f, op string, body map[string]any, written string) (map[string]any, history.Op) {
+	inv := history.Op{Process: st.p, Type: history.Invoke, F: f, Entity: st.queue, SessionID: st.sess}
+	if f == history.SetState {
+		inv.Attrs = map[string]string{"state": written}
+	}
+	st.s.Rec.Add(inv)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.s.OpTimeout)
+	res, err := st.m.call(cctx, op, "", body)
+	cancel()
+	done := inv
+	done.Type = history.OK
+	if err != nil {
+		done.Type, done.Err = mgmtOutcome(err), err.Error()
+	}
+	return res, done
 }

@@ -149,7 +149,9 @@ func (s *stream) settleRandomly(ctx context.Context, p int, queue string, r rece
 	}
 	if f == history.Complete {
 		outcome := s.completed(ctx, p, queue, r.d, r.rcv, r.m)
-		if outcome == history.OK {
+		if outcome != history.Fail {
+			// Unknown counts too: a message it did not take comes back
+			// after its lock, before the drain's quiet period ends.
 			s.arrived(r.d.MsgID, 0)
 		}
 		return outcome != history.Info
@@ -250,17 +252,20 @@ func (s *stream) deferredReceiver(ctx context.Context, p int, queue string, d *d
 		cancel()
 		cdone := cinv
 		cdone.Type = history.OK
-		var es *errStatus
+		if err != nil {
+			cdone.Type, cdone.Err = mgmtOutcome(err), err.Error()
+		}
 		switch {
 		case err == nil:
 			s.arrived(dl.MsgID, 0)
 			d.done(seq, false)
-		case errors.As(err, &es):
-			// The lock was lost (or the broker refused): the message
-			// stays deferred, to be taken back again.
-			cdone.Type, cdone.Err = history.Fail, err.Error()
+		case cdone.Type == history.Fail:
+			// The lock was lost: the message stays deferred, to be taken
+			// back again.
 		default:
-			cdone.Type, cdone.Err = history.Info, err.Error()
+			// Unknown: it may be completed; a receive that finds it gone
+			// five times gives up on it.
+			s.arrived(dl.MsgID, 0)
 			m = nil
 			l.close()
 			l = nil
