@@ -288,7 +288,9 @@ func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest)
 // the catalog: at once (or, with after_version, once the table is newer
 // than that), then after every change. A slow reader skips intermediate
 // tables, never the latest one. Any member serves it, leader or not, once
-// it caught up (catchup.go); until then it answers UNAVAILABLE.
+// it caught up (catchup.go); until then it answers UNAVAILABLE. A member
+// that heard from no leader for long answers UNAVAILABLE too, and ends
+// the streams it serves (orphan.go).
 func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStreamingServer[pb.RoutingTable]) error {
 	if s.raft.Load() == nil {
 		return toStatus(ErrNotRunning)
@@ -297,8 +299,13 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 	if err := s.waitCaughtUp(ctx); err != nil {
 		return toStatus(err)
 	}
+	orphanCheck := time.NewTicker(time.Second)
+	defer orphanCheck.Stop()
 	sent, first := req.AfterVersion, req.AfterVersion == 0
 	for {
+		if s.Orphaned() {
+			return toStatus(ErrOrphaned)
+		}
 		changed := s.fsm.Changed()
 		if err := s.fsm.Err(); err != nil {
 			return toStatus(err)
@@ -311,6 +318,7 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 		}
 		select {
 		case <-changed:
+		case <-orphanCheck.C:
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.ctx.Done():

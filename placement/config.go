@@ -109,13 +109,10 @@ type Config struct {
 	// 10 s; negative: leaders are not balanced.
 	LeaderBalanceDelay time.Duration
 
-	// MetaVoters, when positive, is how many voters on usable storage
-	// nodes the meta group keeps: it adds storage nodes as voters up to it
-	// and replaces voters on drained or gone nodes (metavoters.go). 0 (the
-	// default) leaves the voters as bootstrapped: a voter removed while
-	// it is unreachable never learns it was removed, and a node that comes
-	// back that way (undrained, or back after GoneAfter) is not served a
-	// routing table until that is handled (metavoters.go).
+	// MetaVoters is how many voters on usable storage nodes the meta group
+	// keeps: it adds storage nodes as voters up to it and replaces voters
+	// on drained or gone nodes (metavoters.go). Default 3; negative: the
+	// voters stay as bootstrapped.
 	MetaVoters int
 	// MetaAddr is the meta group's Raft address of a storage node. Default:
 	// its gRPC address, which carries the meta group's Raft traffic too.
@@ -158,6 +155,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaderBalanceDelay == 0 {
 		c.LeaderBalanceDelay = 10 * time.Second
+	}
+	if c.MetaVoters == 0 {
+		c.MetaVoters = 3
 	}
 	if c.MetaAddr == nil {
 		c.MetaAddr = func(n *placementpb.Node) raft.ServerAddress { return raft.ServerAddress(n.GrpcAddr) }

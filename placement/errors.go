@@ -21,6 +21,9 @@ var (
 	// start (or, as a new leader, of its election) yet; another member, or
 	// this one a moment later, can answer.
 	ErrCatchingUp = errors.New("placement: catching up with the meta log")
+	// ErrOrphaned: this member has heard from no meta leader for long
+	// (orphan.go); its catalog may be frozen, so ask another member.
+	ErrOrphaned = errors.New("placement: no word from a meta leader for long; ask another member")
 )
 
 // grpcCodes is the one table from our errors to gRPC codes; the first
@@ -55,6 +58,7 @@ var grpcCodes = []struct {
 	{ErrNoGroups, codes.Unavailable},
 	{ErrNotRunning, codes.Unavailable},
 	{ErrCatchingUp, codes.Unavailable},
+	{ErrOrphaned, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }

@@ -27,15 +27,17 @@ import (
 //     voters lack (every storage node runs the meta group's Raft and
 //     catches up once it is listed).
 //
-// Off by default (Config.MetaVoters 0), because of what the chaos suite
-// found with it on: a voter removed while drained never receives the
-// configuration entry that removes it (the leader stops replicating to it
-// at once), so when its node is undrained it still counts itself a member,
-// knows no leader, serves its own frozen routing table, and keeps group
-// replicas that moved away. Turning it on needs a node that finds itself
-// dropped (its peers' configuration does not list it) to become a plain
-// storage node that reads routes from the members, as a joiner does.
-//
+// A voter removed while it is cut off (or while it is drained and
+// stopped) never receives the configuration entry that removes it: the
+// leader stops replicating to it at once. When its node comes back it
+// still counts itself a member and knows no leader. After orphanAfter it
+// counts as orphaned (orphan.go) and stops serving its frozen routing
+// table, so its storage node reads the live group's table from another
+// member, closes the replicas that moved away, and is ready again; the
+// leader may add it back as a voter later, which brings its log up to
+// date. (The chaos suite found the frozen table when this tending was
+// first turned on; TestRemovedVoterStopsServingItsFrozenTable.)
+
 // Adding comes before removing, so the usable voters never drop below what
 // they were. A voter is never removed only because the cluster has more
 // usable voters than MetaVoters (a bootstrap list of five keeps five). A
@@ -44,7 +46,7 @@ import (
 // tendMetaVoters makes the round's one change, if any.
 func (s *Service) tendMetaVoters(ctx context.Context) {
 	r := s.raft.Load()
-	if r == nil || r.State() != raft.Leader || s.cfg.MetaVoters <= 0 {
+	if r == nil || r.State() != raft.Leader || s.cfg.MetaVoters < 0 {
 		return
 	}
 	f := r.GetConfiguration()

@@ -54,6 +54,8 @@ type Service struct {
 
 	health *groupHealth // when each group last reported itself serving (health.go)
 
+	startedAt time.Time // when Raft started on this member (orphan.go)
+
 	ctx       context.Context // ends with Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -162,6 +164,7 @@ func (s *Service) start() error {
 		return fmt.Errorf("placement: starting raft: %w", err)
 	}
 	s.store, s.logs = store, logs
+	s.startedAt = time.Now()
 	s.raft.Store(r)
 	s.wg.Add(3)
 	go s.supervise(r)

@@ -241,6 +241,27 @@ func (c *Cluster) Kill(m *Member) {
 	}
 }
 
+// Isolate cuts m's Raft traffic both ways, as a network partition would;
+// its gRPC server and service keep running. Heal undoes it.
+func (c *Cluster) Isolate(m *Member) {
+	for _, o := range c.Up() {
+		if o != m {
+			o.transport.Disconnect(m.transport.LocalAddr())
+		}
+	}
+	m.transport.DisconnectAll()
+}
+
+// Heal links an isolated member's Raft traffic with every member up again.
+func (c *Cluster) Heal(m *Member) {
+	for _, o := range c.Up() {
+		if o != m {
+			m.transport.Connect(o.transport.LocalAddr(), o.transport)
+			o.transport.Connect(m.transport.LocalAddr(), m.transport)
+		}
+	}
+}
+
 // Restart starts a killed member again on its data directory, with a new
 // gRPC address.
 func (c *Cluster) Restart(m *Member) {

@@ -176,6 +176,24 @@ type groupWatch struct {
 	table bool // a routing table arrived
 	any   bool // it has partition groups
 	mine  []uint64
+	// other: the table comes from another node's placement member, on a
+	// stream open now.
+	other bool
+}
+
+// servedByOther records whether the table comes from another node's
+// member on an open stream.
+func (w *groupWatch) servedByOther(other bool) {
+	w.mu.Lock()
+	w.other = other
+	w.mu.Unlock()
+}
+
+// fromOther reports whether another node's member serves the table now.
+func (w *groupWatch) fromOther() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.other
 }
 
 var _ openFailures = (*node.Node)(nil)
@@ -247,6 +265,15 @@ func (s *Storage) ReadyChecks() []adminhttp.Check {
 					return nil
 				}
 				return errors.New("not a meta-group member, and no routing table from a member yet")
+			}
+			if s.Placement.Orphaned() {
+				// No word from a meta leader for long (perhaps removed
+				// from the group without knowing it): ready while
+				// another member serves the table.
+				if s.watch.fromOther() {
+					return nil
+				}
+				return errors.New("no word from a meta leader for long, and no other member serves the routing table")
 			}
 			return s.Placement.Ready()
 		}},

@@ -168,14 +168,16 @@ func (s *Storage) Close() error {
 //
 // It reads the table from this node's own placement member, or, while
 // that one cannot serve it (a node that joined later is no member of the
-// meta group), from another storage member's.
+// meta group; a member that heard from no meta leader for long, as one
+// removed from the group without knowing it: placement/orphan.go), from
+// another storage member's.
 func reconcile(ctx context.Context, n *node.Node, members placement.Members, creds *rpcnet.Creds, w *groupWatch, log *slog.Logger) {
 	pc := &placementClients{own: n.Addr(), members: members, creds: creds, conns: map[string]*grpc.ClientConn{}}
 	defer pc.close()
 	go reportGroups(ctx, n, pc, log)
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		client, err := pc.client(attempt)
+		client, own, err := pc.client(attempt)
 		if err == nil {
 			var stream grpc.ServerStreamingClient[placementpb.RoutingTable]
 			stream, err = client.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
@@ -185,8 +187,10 @@ func reconcile(ctx context.Context, n *node.Node, members placement.Members, cre
 					break
 				}
 				backoff, attempt = 100*time.Millisecond, 0
+				w.servedByOther(!own)
 				applyRoutes(n, w, t, log)
 			}
+			w.servedByOther(false)
 		}
 		if err != nil {
 			log.Debug("routing table watch", "err", err)
@@ -209,8 +213,9 @@ type placementClients struct {
 	conns   map[string]*grpc.ClientConn
 }
 
-// client returns the client of the attempt-th candidate.
-func (pc *placementClients) client(attempt int) (placementpb.PlacementServiceClient, error) {
+// client returns the client of the attempt-th candidate, and whether it
+// is this node's own member.
+func (pc *placementClients) client(attempt int) (_ placementpb.PlacementServiceClient, own bool, _ error) {
 	addrs := []string{pc.own}
 	if pc.members != nil {
 		for _, m := range pc.members.Members() {
@@ -220,17 +225,18 @@ func (pc *placementClients) client(attempt int) (placementpb.PlacementServiceCli
 		}
 	}
 	addr := addrs[attempt%len(addrs)]
+	own = addr == pc.own
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	cc := pc.conns[addr]
 	if cc == nil {
 		var err error
 		if cc, err = rpcnet.Dial(addr, pc.creds); err != nil {
-			return nil, err
+			return nil, own, err
 		}
 		pc.conns[addr] = cc
 	}
-	return placementpb.NewPlacementServiceClient(cc), nil
+	return placementpb.NewPlacementServiceClient(cc), own, nil
 }
 
 func (pc *placementClients) close() {
@@ -303,7 +309,7 @@ func reportGroups(ctx context.Context, n *node.Node, pc *placementClients, log *
 			}
 			req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderId: n.ID(), HasQuorum: st.Serving})
 		}
-		client, err := pc.client(attempt)
+		client, _, err := pc.client(attempt)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err = client.ReportGroups(cctx, req)
