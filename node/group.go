@@ -29,9 +29,7 @@ type StateMachine interface {
 	Snapshot() (*partition.Snapshot, error)
 	Restore(r io.Reader) error
 	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
-	NextLockExpiry() (ms int64, ok bool)
-	NextScheduledDue() (ms int64, ok bool)
-	NextMessageExpiry() (ms int64, ok bool)
+	Timers() []partition.Timer
 	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
 	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
 	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
@@ -43,7 +41,6 @@ type StateMachine interface {
 // sessionReader is what the service reads of sessions from the leader's
 // own state machine.
 type sessionReader interface {
-	NextSessionLockExpiry() (ms int64, ok bool)
 	SessionReady(entityID uint64, partition uint32) bool
 	SessionAvailable(entityID uint64, partition uint32, sessionID string) bool
 	SessionState(entityID uint64, partition uint32, sessionID string, token []byte, nowMs int64) ([]byte, error)
@@ -457,33 +454,23 @@ func (g *group) lead(ctx context.Context) {
 	g.runClock(ctx)
 }
 
-// timedCommand is a leader-clock command (the machine reads no clock;
-// time arrives in commands the leader stamps): the leader
-// proposes it once its clock passes the machine's next due time for it.
+// timedCommand is one of the machine's leader-clock commands
+// (partition.Timer), with what the leader remembers of its proposals.
 type timedCommand struct {
-	name string
-	next func() (ms int64, ok bool)
-	cmd  *partitionpb.Command
+	partition.Timer
 
 	lastDue int64 // the due time the last proposal was for
 	stuck   int   // proposals in a row that left the due time where it was
 }
 
-// runClock proposes ExpireLocks, ActivateScheduled, ExpireMessages and
-// ExpireSessionLocks whenever the leader's clock passes the earliest lock
-// expiry, scheduled time, message expiry or session lock expiry of the
-// group. The due ones go out together in one
-// request.
+// runClock proposes the machine's timed commands (partition.Machine.Timers:
+// lock expiry, scheduled activation, message expiry, session lock expiry)
+// whenever the leader's clock passes one's due time. The due ones go out
+// together in one request.
 func (g *group) runClock(ctx context.Context) {
-	cmds := []*timedCommand{
-		{name: "ExpireLocks", next: g.machine.NextLockExpiry,
-			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: &partitionpb.ExpireLocks{}}}},
-		{name: "ActivateScheduled", next: g.machine.NextScheduledDue,
-			cmd: &partitionpb.Command{Op: &partitionpb.Command_ActivateScheduled{ActivateScheduled: &partitionpb.ActivateScheduled{}}}},
-		{name: "ExpireMessages", next: g.machine.NextMessageExpiry,
-			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireMessages{ExpireMessages: &partitionpb.ExpireMessages{}}}},
-		{name: "ExpireSessionLocks", next: g.machine.NextSessionLockExpiry,
-			cmd: &partitionpb.Command{Op: &partitionpb.Command_ExpireSessionLocks{ExpireSessionLocks: &partitionpb.ExpireSessionLocks{}}}},
+	var cmds []*timedCommand
+	for _, t := range g.machine.Timers() {
+		cmds = append(cmds, &timedCommand{Timer: t})
 	}
 	timer := time.NewTimer(maxExpiryPoll)
 	defer timer.Stop()
@@ -523,7 +510,7 @@ func (g *group) dueCommands(cmds []*timedCommand, now int64) (time.Duration, []*
 	wait := maxExpiryPoll
 	var due []*partitionpb.Command
 	for _, c := range cmds {
-		at, ok := c.next()
+		at, ok := c.Next()
 		if !ok {
 			continue
 		}
@@ -538,12 +525,12 @@ func (g *group) dueCommands(cmds []*timedCommand, now int64) (time.Duration, []*
 		}
 		if c.stuck >= 3 {
 			if c.stuck == 3 {
-				g.log.Warn("due time does not move after proposals", "command", c.name, "due_ms", at)
+				g.log.Warn("due time does not move after proposals", "command", c.Name, "due_ms", at)
 			}
 			continue
 		}
 		c.lastDue = at
-		due = append(due, c.cmd)
+		due = append(due, c.Command)
 	}
 	return wait, due
 }

@@ -506,6 +506,32 @@ func (m *Machine) HasEntity(entityID uint64, partition uint32) bool {
 	return ok && m.usable() == nil
 }
 
+// Timer is a leader-clock command: the machine reads no clock, so the
+// group's leader proposes Command (stamped with its clock) once its clock
+// passes the time Next returns (node's runClock). Each such command does a
+// bounded amount of work and the leader proposes it again while Next stays
+// due. A new timed command is added to Timers alone.
+type Timer struct {
+	Name    string
+	Next    func() (ms int64, ok bool)
+	Command *partitionpb.Command
+}
+
+// Timers are the machine's leader-clock commands: lock expiry, scheduled
+// activation, message expiry and session lock expiry.
+func (m *Machine) Timers() []Timer {
+	return []Timer{
+		{Name: "ExpireLocks", Next: m.NextLockExpiry,
+			Command: &partitionpb.Command{Op: &partitionpb.Command_ExpireLocks{ExpireLocks: &partitionpb.ExpireLocks{}}}},
+		{Name: "ActivateScheduled", Next: m.NextScheduledDue,
+			Command: &partitionpb.Command{Op: &partitionpb.Command_ActivateScheduled{ActivateScheduled: &partitionpb.ActivateScheduled{}}}},
+		{Name: "ExpireMessages", Next: m.NextMessageExpiry,
+			Command: &partitionpb.Command{Op: &partitionpb.Command_ExpireMessages{ExpireMessages: &partitionpb.ExpireMessages{}}}},
+		{Name: "ExpireSessionLocks", Next: m.NextSessionLockExpiry,
+			Command: &partitionpb.Command{Op: &partitionpb.Command_ExpireSessionLocks{ExpireSessionLocks: &partitionpb.ExpireSessionLocks{}}}},
+	}
+}
+
 // NextLockExpiry returns the earliest locked_until_ms of any lock in the
 // group; ok is false when nothing is locked. The leader proposes
 // ExpireLocks once its clock passes it.

@@ -313,3 +313,23 @@ func TestCursorLookups(t *testing.T) {
 		}
 	}
 }
+
+// Every leader-clock command the machine lists applies, and each has a
+// name of its own: the leader proposes them by the list alone.
+func TestTimersApply(t *testing.T) {
+	d := &pt.Driver{T: t, M: pt.Open(t), Now: 1000}
+	seen := map[string]bool{}
+	for _, tm := range d.M.Timers() {
+		if seen[tm.Name] {
+			t.Fatalf("two timers named %s", tm.Name)
+		}
+		seen[tm.Name] = true
+		if _, ok := tm.Next(); ok {
+			t.Errorf("%s is due on an empty machine", tm.Name)
+		}
+		d.OK(tm.Command)
+	}
+	if len(seen) != 4 {
+		t.Fatalf("%d timers, want 4 (locks, scheduled, expiry, session locks)", len(seen))
+	}
+}
