@@ -22,30 +22,25 @@ import (
 )
 
 // StateMachine is what a group needs of its replicated state; a
-// *partition.Machine is one.
+// *partition.Machine is one. Each part is used in one place: Raft drives
+// the replicated part (fsm, below), the leader's clock proposes the
+// timers (runClock), and the service reads the rest (service.go,
+// sessions.go).
 type StateMachine interface {
+	replicated
+	Timers() []partition.Timer
+	reader
+	sessionReader
+}
+
+// replicated is what Raft needs of a group's state: apply committed
+// entries, say how far it applied, snapshot and restore, close.
+type replicated interface {
 	Apply(entries []partition.Entry) ([][]*partitionpb.Result, error)
 	AppliedIndex() uint64
 	Snapshot() (*partition.Snapshot, error)
 	Restore(r io.Reader) error
-	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
-	Timers() []partition.Timer
-	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
-	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
-	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
-	HasEntity(entityID uint64, partition uint32) bool
 	Close() error
-	sessionReader
-}
-
-// sessionReader is what the service reads of sessions from the leader's
-// own state machine.
-type sessionReader interface {
-	SessionReady(entityID uint64, partition uint32) bool
-	SessionAvailable(entityID uint64, partition uint32, sessionID string) bool
-	SessionState(entityID uint64, partition uint32, sessionID string, token []byte, nowMs int64) ([]byte, error)
-	ListSessions(entityID uint64, partition uint32, skip, top uint32, updatedSinceMs int64) ([]string, error)
-	PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error)
 }
 
 var _ StateMachine = (*partition.Machine)(nil)
@@ -122,7 +117,7 @@ func stateDir(dir string) string { return filepath.Join(dir, "state") }
 // snapshot from the leader: Raft keeps the snapshot before the machine has
 // restored it. Snapshots taken locally are never ahead of the store, which
 // flushes before it captures one.
-func restoreIfBehind(m StateMachine, snaps raft.SnapshotStore, log *slog.Logger) error {
+func restoreIfBehind(m replicated, snaps raft.SnapshotStore, log *slog.Logger) error {
 	list, err := snaps.List()
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)

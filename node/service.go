@@ -198,9 +198,22 @@ func awaitAvailable(ctx context.Context, g *group, lead context.Context, req *pa
 	}
 }
 
+// reader is what the service reads from the leader's own state machine
+// (its sessions: sessionReader, sessions.go).
+type reader interface {
+	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
+	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
+	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
+	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
+	HasEntity(entityID uint64, partition uint32) bool
+}
+
 // available reports whether a Receive may find a message: in its session,
 // for a session receiver.
-func available(m StateMachine, req *partitionpb.ReceiveRequest) bool {
+func available(m interface {
+	reader
+	sessionReader
+}, req *partitionpb.ReceiveRequest) bool {
 	if len(req.SessionToken) > 0 {
 		return m.SessionAvailable(req.EntityId, req.Partition, req.SessionId)
 	}

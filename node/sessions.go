@@ -13,6 +13,16 @@ import (
 // The session calls of PartitionService (partition/sessions.go has the
 // rules).
 
+// sessionReader is what the service reads of sessions from the leader's
+// own state machine.
+type sessionReader interface {
+	SessionReady(entityID uint64, partition uint32) bool
+	SessionAvailable(entityID uint64, partition uint32, sessionID string) bool
+	SessionState(entityID uint64, partition uint32, sessionID string, token []byte, nowMs int64) ([]byte, error)
+	ListSessions(entityID uint64, partition uint32, skip, top uint32, updatedSinceMs int64) ([]string, error)
+	PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error)
+}
+
 // AcceptSession locks a session for a receiver under a token the leader
 // chooses. An accept-next with wait_ms waits, like Receive, for a session
 // to become available, and answers an OK result without a session when
