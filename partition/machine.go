@@ -365,13 +365,40 @@ func (m *Machine) AppliedIndex() uint64 {
 // applied index. A returned error is a storage failure or an entry this
 // version cannot apply: nothing of the call is applied, the machine refuses
 // further work, and the caller stops the group.
+//
+// It runs in three stages, as CockroachDB's apply package does: stage
+// every entry's effects into one batch (nothing is visible yet), commit
+// the batch with the touched entities' records and the applied index in
+// one write, then the side effects that read the committed store (the
+// in-memory time indexes) and wake the waiting receivers.
 func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	a := &applier{
+	a := m.newApplier()
+	defer a.b.Close()
+	results, applied, err := m.stage(a, entries)
+	if err != nil {
+		return nil, err
+	}
+	if applied == m.applied {
+		return results, nil
+	}
+	if err := m.commitStaged(a, applied); err != nil {
+		return nil, m.fail(err)
+	}
+	m.applied = applied
+	if err := m.afterCommit(a); err != nil {
+		return nil, m.fail(err)
+	}
+	return results, nil
+}
+
+// newApplier starts an Apply's batch over the machine's state.
+func (m *Machine) newApplier() *applier {
+	return &applier{
 		entities:     m.entities,
 		b:            m.db.NewIndexedBatch(),
 		dirty:        make(map[ekey]bool),
@@ -386,7 +413,12 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		logs:         m.logs,
 		subs:         &m.subs,
 	}
-	defer a.b.Close()
+}
+
+// stage applies the entries above the applied index to a's batch and
+// returns their results and the last index staged. An entry that fails
+// stops the machine: nothing of the call is committed.
+func (m *Machine) stage(a *applier, entries []Entry) ([][]*partitionpb.Result, uint64, error) {
 	results := make([][]*partitionpb.Result, len(entries))
 	applied := m.applied
 	for i, e := range entries {
@@ -397,19 +429,23 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		if err != nil {
 			m.failed = fmt.Errorf("apply entry %d: %w", e.Index, err)
 			m.log.Error("partition: apply failed; the machine stops", "index", e.Index, "err", err)
-			return nil, m.failed
+			return nil, 0, m.failed
 		}
 		results[i] = res
 		applied = e.Index
 	}
-	if applied == m.applied {
-		return results, nil
-	}
+	return results, applied, nil
+}
+
+// commitStaged writes what the staged commands left in memory (lock
+// grants, session records, the touched entities' records) and the applied
+// index into the batch, and commits it in one write.
+func (m *Machine) commitStaged(a *applier, applied uint64) error {
 	if err := a.flushGrants(); err != nil {
-		return nil, m.fail(err)
+		return err
 	}
 	if err := a.flushSessions(); err != nil {
-		return nil, m.fail(err)
+		return err
 	}
 	for _, k := range sortedKeys(a.dirty) {
 		var err error
@@ -419,44 +455,45 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 			err = a.b.Delete(entityKey(k), nil)
 		}
 		if err != nil {
-			return nil, m.fail(err)
+			return err
 		}
 	}
 	if err := a.b.Set(keyApplied, seal(keyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
-		return nil, m.fail(err)
+		return err
 	}
-	if err := m.commit.commitSorted(m.db, a.b); err != nil {
-		return nil, m.fail(err)
-	}
-	m.applied = applied
+	return m.commit.commitSorted(m.db, a.b)
+}
+
+// afterCommit brings the in-memory indexes of the entities the batch
+// touched up to the committed store, and wakes the receivers waiting on
+// what changed.
+func (m *Machine) afterCommit(a *applier) error {
 	for k := range a.locks {
 		if e, ok := m.entities[k]; ok {
 			e.minLockStale = true // read when asked (NextLockExpiry)
 		}
 	}
-	for k := range a.scheds {
-		if e, ok := m.entities[k]; ok {
-			if err := e.sched.load(m.db); err != nil {
-				return nil, m.fail(err)
+	reload := func(keys map[ekey]bool, index func(*entity) *timeIndex) error {
+		for k := range keys {
+			if e, ok := m.entities[k]; ok {
+				if err := index(e).load(m.db); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
 	}
-	for k := range a.exps {
-		if e, ok := m.entities[k]; ok {
-			if err := e.exp.load(m.db); err != nil {
-				return nil, m.fail(err)
-			}
-		}
+	if err := reload(a.scheds, func(e *entity) *timeIndex { return &e.sched }); err != nil {
+		return err
 	}
-	for k := range a.slocks {
-		if e, ok := m.entities[k]; ok {
-			if err := e.slock.load(m.db); err != nil {
-				return nil, m.fail(err)
-			}
-		}
+	if err := reload(a.exps, func(e *entity) *timeIndex { return &e.exp }); err != nil {
+		return err
+	}
+	if err := reload(a.slocks, func(e *entity) *timeIndex { return &e.slock }); err != nil {
+		return err
 	}
 	m.wakeups.wake(a.woken)
-	return results, nil
+	return nil
 }
 
 // fail stops the machine after a storage failure.
