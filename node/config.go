@@ -112,6 +112,12 @@ type Config struct {
 	SnapshotLogBytes int64
 	TrailingLogBytes int64
 
+	// ReachCheck is how often a node that leads groups asks their other
+	// voters whether they reach it (reach.go); a leader that a majority of
+	// them cannot reach for deafRounds checks in a row hands its
+	// leadership over. Default DefaultReachCheck; negative: never.
+	ReachCheck time.Duration
+
 	// Logger receives the node's and Raft's logs; the caller names the
 	// node in it (the processes of cmd add node=ID to every part they
 	// run). Default slog.Default().
@@ -146,6 +152,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ElectionTimeout == 0 {
 		c.ElectionTimeout = DefaultElectionTimeout
+	}
+	if c.ReachCheck == 0 {
+		c.ReachCheck = DefaultReachCheck
 	}
 	if c.LogCacheBytes == 0 {
 		c.LogCacheBytes = DefaultLogCacheBytes

@@ -172,6 +172,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.started = true
 	n.mu.Unlock()
 	go n.superviseGroups()
+	go n.watchReach()
 	go func() {
 		if err := n.srv.Serve(n.lis); err != nil {
 			n.log.Error("gRPC server stopped", "err", err)

@@ -22,11 +22,23 @@ import (
 type Net struct {
 	mu      sync.Mutex
 	cut     map[string]bool // addresses cut off from every other node
-	changed chan struct{}   // closed and replaced when cut changes
+	deaf    map[string]bool // addresses no other node's connections reach
+	changed chan struct{}   // closed and replaced when cut or deaf changes
 }
 
 func newNet() *Net {
-	return &Net{cut: map[string]bool{}, changed: make(chan struct{})}
+	return &Net{cut: map[string]bool{}, deaf: map[string]bool{}, changed: make(chan struct{})}
+}
+
+// Deafen holds the connections other nodes open to the node at addr,
+// while the ones it opens itself carry on: the node is heard, over its
+// own connections, but cannot hear anyone who calls it (a firewall rule
+// on its port, a broken return route).
+func (n *Net) Deafen(addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.deaf[addr] = true
+	n.changedLocked()
 }
 
 // Cut cuts the node at addr off from every other node.
@@ -37,11 +49,12 @@ func (n *Net) Cut(addr string) {
 	n.changedLocked()
 }
 
-// Heal ends every cut.
+// Heal ends every cut and deafness.
 func (n *Net) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.cut)
+	clear(n.deaf)
 	n.changedLocked()
 }
 
@@ -61,7 +74,7 @@ func (n *Net) changedLocked() {
 func (n *Net) wait(from, to string, done <-chan struct{}) error {
 	for {
 		n.mu.Lock()
-		blocked := n.cut[from] || n.cut[to]
+		blocked := n.cut[from] || n.cut[to] || n.deaf[to]
 		changed := n.changed
 		n.mu.Unlock()
 		if !blocked {

@@ -205,7 +205,18 @@ func (c *Cluster) Cut(i int) {
 	c.net.Cut(c.addrs[i])
 }
 
-// Heal ends every cut.
+// Deafen holds every connection another node opens to node i, while its
+// own connections to them work (Net.Deafen). The cluster must be
+// Options.Cuttable.
+func (c *Cluster) Deafen(i int) {
+	c.t.Helper()
+	if c.net == nil {
+		c.t.Fatal("nodetest: Deafen on a cluster started without Options.Cuttable")
+	}
+	c.net.Deafen(c.addrs[i])
+}
+
+// Heal ends every cut and deafness.
 func (c *Cluster) Heal() {
 	if c.net != nil {
 		c.net.Heal()

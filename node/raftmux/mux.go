@@ -201,13 +201,24 @@ func (m *Mux) unregister(t *Transport) {
 // client returns a Raft client on the shared connection to addr, dialing it
 // on first use.
 func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
+	cc, err := m.Conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return raftpb.NewRaftClient(cc), nil
+}
+
+// Conn returns the shared connection to the node at addr, dialing it on
+// first use: the one this node's Raft traffic to that node travels on, so
+// that a call on it fails when that traffic would.
+func (m *Mux) Conn(addr raft.ServerAddress) (*grpc.ClientConn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, raft.ErrTransportShutdown
 	}
 	if cc, ok := m.conns[addr]; ok {
-		return raftpb.NewRaftClient(cc), nil
+		return cc, nil
 	}
 	opts := []grpc.DialOption{
 		// A peer that left every group this node shares with it gets no
@@ -222,7 +233,7 @@ func (m *Mux) client(addr raft.ServerAddress) (raftpb.RaftClient, error) {
 		return nil, fmt.Errorf("raftmux: dial %s: %w", addr, err)
 	}
 	m.conns[addr] = cc
-	return raftpb.NewRaftClient(cc), nil
+	return cc, nil
 }
 
 // server receives the Raft RPCs of all groups and hands each to its group's

@@ -76,6 +76,102 @@ func (ReplicaChange) EnumDescriptor() ([]byte, []int) {
 	return file_partitionpb_membership_proto_rawDescGZIP(), []int{0}
 }
 
+type CheckReachRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckReachRequest) Reset() {
+	*x = CheckReachRequest{}
+	mi := &file_partitionpb_membership_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckReachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckReachRequest) ProtoMessage() {}
+
+func (x *CheckReachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_membership_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckReachRequest.ProtoReflect.Descriptor instead.
+func (*CheckReachRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CheckReachRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+type CheckReachResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reached       bool                   `protobuf:"varint,1,opt,name=reached,proto3" json:"reached,omitempty"`
+	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"` // why not, when not reached
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckReachResponse) Reset() {
+	*x = CheckReachResponse{}
+	mi := &file_partitionpb_membership_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckReachResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckReachResponse) ProtoMessage() {}
+
+func (x *CheckReachResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_membership_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckReachResponse.ProtoReflect.Descriptor instead.
+func (*CheckReachResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckReachResponse) GetReached() bool {
+	if x != nil {
+		return x.Reached
+	}
+	return false
+}
+
+func (x *CheckReachResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type GroupStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -85,7 +181,7 @@ type GroupStatusRequest struct {
 
 func (x *GroupStatusRequest) Reset() {
 	*x = GroupStatusRequest{}
-	mi := &file_partitionpb_membership_proto_msgTypes[0]
+	mi := &file_partitionpb_membership_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -97,7 +193,7 @@ func (x *GroupStatusRequest) String() string {
 func (*GroupStatusRequest) ProtoMessage() {}
 
 func (x *GroupStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_membership_proto_msgTypes[0]
+	mi := &file_partitionpb_membership_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -110,7 +206,7 @@ func (x *GroupStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatusRequest.ProtoReflect.Descriptor instead.
 func (*GroupStatusRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_membership_proto_rawDescGZIP(), []int{0}
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GroupStatusRequest) GetGroupId() uint64 {
@@ -135,7 +231,7 @@ type GroupStatusResponse struct {
 
 func (x *GroupStatusResponse) Reset() {
 	*x = GroupStatusResponse{}
-	mi := &file_partitionpb_membership_proto_msgTypes[1]
+	mi := &file_partitionpb_membership_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +243,7 @@ func (x *GroupStatusResponse) String() string {
 func (*GroupStatusResponse) ProtoMessage() {}
 
 func (x *GroupStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_membership_proto_msgTypes[1]
+	mi := &file_partitionpb_membership_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +256,7 @@ func (x *GroupStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatusResponse.ProtoReflect.Descriptor instead.
 func (*GroupStatusResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_membership_proto_rawDescGZIP(), []int{1}
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupStatusResponse) GetState() string {
@@ -223,7 +319,7 @@ type ReplicaConfig struct {
 
 func (x *ReplicaConfig) Reset() {
 	*x = ReplicaConfig{}
-	mi := &file_partitionpb_membership_proto_msgTypes[2]
+	mi := &file_partitionpb_membership_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +331,7 @@ func (x *ReplicaConfig) String() string {
 func (*ReplicaConfig) ProtoMessage() {}
 
 func (x *ReplicaConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_membership_proto_msgTypes[2]
+	mi := &file_partitionpb_membership_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +344,7 @@ func (x *ReplicaConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaConfig.ProtoReflect.Descriptor instead.
 func (*ReplicaConfig) Descriptor() ([]byte, []int) {
-	return file_partitionpb_membership_proto_rawDescGZIP(), []int{2}
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReplicaConfig) GetNodeId() string {
@@ -284,7 +380,7 @@ type ChangeReplicaRequest struct {
 
 func (x *ChangeReplicaRequest) Reset() {
 	*x = ChangeReplicaRequest{}
-	mi := &file_partitionpb_membership_proto_msgTypes[3]
+	mi := &file_partitionpb_membership_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +392,7 @@ func (x *ChangeReplicaRequest) String() string {
 func (*ChangeReplicaRequest) ProtoMessage() {}
 
 func (x *ChangeReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_membership_proto_msgTypes[3]
+	mi := &file_partitionpb_membership_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +405,7 @@ func (x *ChangeReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_membership_proto_rawDescGZIP(), []int{3}
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ChangeReplicaRequest) GetGroupId() uint64 {
@@ -349,7 +445,7 @@ type ChangeReplicaResponse struct {
 
 func (x *ChangeReplicaResponse) Reset() {
 	*x = ChangeReplicaResponse{}
-	mi := &file_partitionpb_membership_proto_msgTypes[4]
+	mi := &file_partitionpb_membership_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +457,7 @@ func (x *ChangeReplicaResponse) String() string {
 func (*ChangeReplicaResponse) ProtoMessage() {}
 
 func (x *ChangeReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_membership_proto_msgTypes[4]
+	mi := &file_partitionpb_membership_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +470,7 @@ func (x *ChangeReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicaResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_membership_proto_rawDescGZIP(), []int{4}
+	return file_partitionpb_membership_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ChangeReplicaResponse) GetConfiguration() []*ReplicaConfig {
@@ -388,7 +484,12 @@ var File_partitionpb_membership_proto protoreflect.FileDescriptor
 
 const file_partitionpb_membership_proto_rawDesc = "" +
 	"\n" +
-	"\x1cpartitionpb/membership.proto\x12\x16quorumbus.partition.v1\"/\n" +
+	"\x1cpartitionpb/membership.proto\x12\x16quorumbus.partition.v1\"'\n" +
+	"\x11CheckReachRequest\x12\x12\n" +
+	"\x04addr\x18\x01 \x01(\tR\x04addr\"F\n" +
+	"\x12CheckReachResponse\x12\x18\n" +
+	"\areached\x18\x01 \x01(\bR\areached\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"/\n" +
 	"\x12GroupStatusRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\"\x90\x02\n" +
 	"\x13GroupStatusResponse\x12\x14\n" +
@@ -415,10 +516,12 @@ const file_partitionpb_membership_proto_rawDesc = "" +
 	"\x1aREPLICA_CHANGE_ADD_LEARNER\x10\x00\x12\x1a\n" +
 	"\x16REPLICA_CHANGE_PROMOTE\x10\x01\x12\x19\n" +
 	"\x15REPLICA_CHANGE_REMOVE\x10\x02\x12\x17\n" +
-	"\x13REPLICA_CHANGE_LEAD\x10\x032\xe7\x01\n" +
+	"\x13REPLICA_CHANGE_LEAD\x10\x032\xcc\x02\n" +
 	"\x0fGroupMembership\x12f\n" +
 	"\vGroupStatus\x12*.quorumbus.partition.v1.GroupStatusRequest\x1a+.quorumbus.partition.v1.GroupStatusResponse\x12l\n" +
-	"\rChangeReplica\x12,.quorumbus.partition.v1.ChangeReplicaRequest\x1a-.quorumbus.partition.v1.ChangeReplicaResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
+	"\rChangeReplica\x12,.quorumbus.partition.v1.ChangeReplicaRequest\x1a-.quorumbus.partition.v1.ChangeReplicaResponse\x12c\n" +
+	"\n" +
+	"CheckReach\x12).quorumbus.partition.v1.CheckReachRequest\x1a*.quorumbus.partition.v1.CheckReachResponseB2Z0github.com/quorumbus/quorumbus/proto/partitionpbb\x06proto3"
 
 var (
 	file_partitionpb_membership_proto_rawDescOnce sync.Once
@@ -433,25 +536,29 @@ func file_partitionpb_membership_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_membership_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_partitionpb_membership_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_partitionpb_membership_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_partitionpb_membership_proto_goTypes = []any{
 	(ReplicaChange)(0),            // 0: quorumbus.partition.v1.ReplicaChange
-	(*GroupStatusRequest)(nil),    // 1: quorumbus.partition.v1.GroupStatusRequest
-	(*GroupStatusResponse)(nil),   // 2: quorumbus.partition.v1.GroupStatusResponse
-	(*ReplicaConfig)(nil),         // 3: quorumbus.partition.v1.ReplicaConfig
-	(*ChangeReplicaRequest)(nil),  // 4: quorumbus.partition.v1.ChangeReplicaRequest
-	(*ChangeReplicaResponse)(nil), // 5: quorumbus.partition.v1.ChangeReplicaResponse
+	(*CheckReachRequest)(nil),     // 1: quorumbus.partition.v1.CheckReachRequest
+	(*CheckReachResponse)(nil),    // 2: quorumbus.partition.v1.CheckReachResponse
+	(*GroupStatusRequest)(nil),    // 3: quorumbus.partition.v1.GroupStatusRequest
+	(*GroupStatusResponse)(nil),   // 4: quorumbus.partition.v1.GroupStatusResponse
+	(*ReplicaConfig)(nil),         // 5: quorumbus.partition.v1.ReplicaConfig
+	(*ChangeReplicaRequest)(nil),  // 6: quorumbus.partition.v1.ChangeReplicaRequest
+	(*ChangeReplicaResponse)(nil), // 7: quorumbus.partition.v1.ChangeReplicaResponse
 }
 var file_partitionpb_membership_proto_depIdxs = []int32{
-	3, // 0: quorumbus.partition.v1.GroupStatusResponse.configuration:type_name -> quorumbus.partition.v1.ReplicaConfig
+	5, // 0: quorumbus.partition.v1.GroupStatusResponse.configuration:type_name -> quorumbus.partition.v1.ReplicaConfig
 	0, // 1: quorumbus.partition.v1.ChangeReplicaRequest.change:type_name -> quorumbus.partition.v1.ReplicaChange
-	3, // 2: quorumbus.partition.v1.ChangeReplicaResponse.configuration:type_name -> quorumbus.partition.v1.ReplicaConfig
-	1, // 3: quorumbus.partition.v1.GroupMembership.GroupStatus:input_type -> quorumbus.partition.v1.GroupStatusRequest
-	4, // 4: quorumbus.partition.v1.GroupMembership.ChangeReplica:input_type -> quorumbus.partition.v1.ChangeReplicaRequest
-	2, // 5: quorumbus.partition.v1.GroupMembership.GroupStatus:output_type -> quorumbus.partition.v1.GroupStatusResponse
-	5, // 6: quorumbus.partition.v1.GroupMembership.ChangeReplica:output_type -> quorumbus.partition.v1.ChangeReplicaResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
+	5, // 2: quorumbus.partition.v1.ChangeReplicaResponse.configuration:type_name -> quorumbus.partition.v1.ReplicaConfig
+	3, // 3: quorumbus.partition.v1.GroupMembership.GroupStatus:input_type -> quorumbus.partition.v1.GroupStatusRequest
+	6, // 4: quorumbus.partition.v1.GroupMembership.ChangeReplica:input_type -> quorumbus.partition.v1.ChangeReplicaRequest
+	1, // 5: quorumbus.partition.v1.GroupMembership.CheckReach:input_type -> quorumbus.partition.v1.CheckReachRequest
+	4, // 6: quorumbus.partition.v1.GroupMembership.GroupStatus:output_type -> quorumbus.partition.v1.GroupStatusResponse
+	7, // 7: quorumbus.partition.v1.GroupMembership.ChangeReplica:output_type -> quorumbus.partition.v1.ChangeReplicaResponse
+	2, // 8: quorumbus.partition.v1.GroupMembership.CheckReach:output_type -> quorumbus.partition.v1.CheckReachResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
 	3, // [3:3] is the sub-list for extension type_name
 	3, // [3:3] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
@@ -468,7 +575,7 @@ func file_partitionpb_membership_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_membership_proto_rawDesc), len(file_partitionpb_membership_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	GroupMembership_GroupStatus_FullMethodName   = "/quorumbus.partition.v1.GroupMembership/GroupStatus"
 	GroupMembership_ChangeReplica_FullMethodName = "/quorumbus.partition.v1.GroupMembership/ChangeReplica"
+	GroupMembership_CheckReach_FullMethodName    = "/quorumbus.partition.v1.GroupMembership/CheckReach"
 )
 
 // GroupMembershipClient is the client API for GroupMembership service.
@@ -37,6 +38,11 @@ type GroupMembershipClient interface {
 	// change is idempotent: adding a replica that is there, or removing one
 	// that is not, succeeds.
 	ChangeReplica(ctx context.Context, in *ChangeReplicaRequest, opts ...grpc.CallOption) (*ChangeReplicaResponse, error)
+	// CheckReach asks this node whether it reaches the node at addr over the
+	// connection it would use for that node: a group's leader asks its
+	// followers, to learn whether the others can reach it at all
+	// (node/reach.go).
+	CheckReach(ctx context.Context, in *CheckReachRequest, opts ...grpc.CallOption) (*CheckReachResponse, error)
 }
 
 type groupMembershipClient struct {
@@ -67,6 +73,16 @@ func (c *groupMembershipClient) ChangeReplica(ctx context.Context, in *ChangeRep
 	return out, nil
 }
 
+func (c *groupMembershipClient) CheckReach(ctx context.Context, in *CheckReachRequest, opts ...grpc.CallOption) (*CheckReachResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckReachResponse)
+	err := c.cc.Invoke(ctx, GroupMembership_CheckReach_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GroupMembershipServer is the server API for GroupMembership service.
 // All implementations must embed UnimplementedGroupMembershipServer
 // for forward compatibility.
@@ -78,6 +94,11 @@ type GroupMembershipServer interface {
 	// change is idempotent: adding a replica that is there, or removing one
 	// that is not, succeeds.
 	ChangeReplica(context.Context, *ChangeReplicaRequest) (*ChangeReplicaResponse, error)
+	// CheckReach asks this node whether it reaches the node at addr over the
+	// connection it would use for that node: a group's leader asks its
+	// followers, to learn whether the others can reach it at all
+	// (node/reach.go).
+	CheckReach(context.Context, *CheckReachRequest) (*CheckReachResponse, error)
 	mustEmbedUnimplementedGroupMembershipServer()
 }
 
@@ -93,6 +114,9 @@ func (UnimplementedGroupMembershipServer) GroupStatus(context.Context, *GroupSta
 }
 func (UnimplementedGroupMembershipServer) ChangeReplica(context.Context, *ChangeReplicaRequest) (*ChangeReplicaResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ChangeReplica not implemented")
+}
+func (UnimplementedGroupMembershipServer) CheckReach(context.Context, *CheckReachRequest) (*CheckReachResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CheckReach not implemented")
 }
 func (UnimplementedGroupMembershipServer) mustEmbedUnimplementedGroupMembershipServer() {}
 func (UnimplementedGroupMembershipServer) testEmbeddedByValue()                         {}
@@ -151,6 +175,24 @@ func _GroupMembership_ChangeReplica_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GroupMembership_CheckReach_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckReachRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupMembershipServer).CheckReach(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupMembership_CheckReach_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupMembershipServer).CheckReach(ctx, req.(*CheckReachRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GroupMembership_ServiceDesc is the grpc.ServiceDesc for GroupMembership service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -165,6 +207,10 @@ var GroupMembership_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChangeReplica",
 			Handler:    _GroupMembership_ChangeReplica_Handler,
+		},
+		{
+			MethodName: "CheckReach",
+			Handler:    _GroupMembership_CheckReach_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
