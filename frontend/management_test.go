@@ -3,6 +3,7 @@ package frontend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +17,11 @@ import (
 // mgmtClient sends raw $management requests, so that tests can send what
 // the SDKs never would: fields of the wrong type, a body that is not a map.
 type mgmtClient struct {
-	t   *testing.T
-	snd *goamqp.Sender
-	rcv *goamqp.Receiver
-	n   int
+	t    *testing.T
+	snd  *goamqp.Sender
+	rcv  *goamqp.Receiver
+	n    int
+	cond string // the last answer's error-condition, "" without one
 }
 
 func newMgmtClient(t *testing.T, addr, entity string) *mgmtClient {
@@ -71,6 +73,10 @@ func (m *mgmtClient) do(op string, body any) (int32, string) {
 		m.t.Fatalf("%s: status-code %#v is not an int", op, resp.ApplicationProperties["status-code"])
 	}
 	desc, _ := resp.ApplicationProperties["status-description"].(string)
+	m.cond = ""
+	if c, ok := resp.ApplicationProperties["error-condition"]; ok {
+		m.cond = fmt.Sprint(c)
+	}
 	return status, desc
 }
 
@@ -109,6 +115,9 @@ func TestManagementRejectsMalformedFields(t *testing.T) {
 		if status != 400 || !strings.Contains(desc, tc.want) {
 			t.Errorf("%s: %d %q, want 400 saying %q", tc.name, status, desc, tc.want)
 		}
+		if !strings.HasPrefix(m.cond, "amqp:") {
+			t.Errorf("%s: error-condition %q, want an amqp: condition", tc.name, m.cond)
+		}
 	}
 	// Well-formed requests still work.
 	if status, desc := m.do("com.microsoft:peek-message", map[string]any{"from-sequence-number": int64(0), "message-count": int32(5)}); status != 204 {
@@ -119,6 +128,11 @@ func TestManagementRejectsMalformedFields(t *testing.T) {
 		body := map[string]any{"lock-tokens": []goamqp.UUID{unknownToken}, "disposition-status": "completed"}
 		if status, desc := m.do(op, body); status != 410 || !strings.Contains(desc, "lock supplied is invalid") {
 			t.Errorf("%s with an unknown lock token: %d %q, want 410 (lock lost)", op, status, desc)
+		}
+		// The condition travels too: the JavaScript SDK builds its
+		// error from it.
+		if m.cond != "com.microsoft:message-lock-lost" {
+			t.Errorf("%s with an unknown lock token: error-condition %q, want com.microsoft:message-lock-lost", op, m.cond)
 		}
 	}
 }

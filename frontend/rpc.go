@@ -174,12 +174,27 @@ func (r *rpcLink) Message(l *amqp.Link, d *amqp.Delivery) {
 // SDKs require) and description in the application properties, the request's
 // message-id as correlation-id, and body as an amqp-value when not nil.
 func (req *rpcRequest) respond(status int32, description string, body any) {
+	req.answer(status, description, body, "")
+}
+
+// fail answers with f's status and, as Service Bus does, its AMQP
+// condition in error-condition (a symbol): the JavaScript SDK builds its
+// error from it (a lock lost, a session that cannot be locked), the Go
+// SDK from the status code.
+func (req *rpcRequest) fail(f failure, detail string) {
+	req.answer(f.status, f.describe(detail), nil, f.cond)
+}
+
+func (req *rpcRequest) answer(status int32, description string, body any, cond amqp.Symbol) {
 	resp := amqp.Message{
 		Properties: &amqp.Properties{CorrelationID: req.messageID},
 		ApplicationProperties: amqp.Map{
 			{Key: "status-code", Value: status},
 			{Key: "status-description", Value: description},
 		},
+	}
+	if cond != "" {
+		resp.ApplicationProperties = append(resp.ApplicationProperties, amqp.Pair{Key: "error-condition", Value: cond})
 	}
 	if body != nil {
 		resp.Value, resp.HasValue = body, true
@@ -192,10 +207,6 @@ func (req *rpcRequest) respond(status int32, description string, body any) {
 		return
 	}
 	req.reply.send(payload)
-}
-
-func (req *rpcRequest) fail(f failure, detail string) {
-	req.respond(f.status, f.describe(detail), nil)
 }
 
 // Token types of put-token: SAS, and Microsoft Entra ID, which we do not
