@@ -227,6 +227,9 @@ func TestChaos(t *testing.T) {
 	meta := workload.StartMetadata(context.Background(), workload.MetadataConfig{Placement: pl, Rec: rec, Clients: 3,
 		Names: workload.MetadataNames(3), Interval: 300 * time.Millisecond, OpTimeout: 10 * time.Second, Seed: seed,
 		Generation: 2 * time.Minute})
+	topicMeta := workload.StartTopicMetadata(context.Background(), workload.MetadataConfig{Placement: pl, Rec: rec, Clients: 2,
+		Names: workload.TopicMetadataNames(2), Interval: 400 * time.Millisecond, OpTimeout: 10 * time.Second, Seed: seed,
+		Generation: 2 * time.Minute})
 	watch := startWatch(c, group, rec.Since, 250*time.Millisecond)
 	nem := nemesis.New(nemesis.Config{Cluster: c, Group: group, Seed: seed, Kinds: kinds,
 		HoldMin: prof.holdMin, HoldMax: prof.holdMax, QuietMin: prof.quietMin, QuietMax: prof.quietMax,
@@ -261,6 +264,7 @@ func TestChaos(t *testing.T) {
 	rcancel()
 	time.Sleep(3 * time.Second) // sends resume against the healed cluster before they stop
 	meta.Stop()
+	topicMeta.Stop()
 	for _, r := range runners {
 		r.StopSends()
 	}

@@ -90,6 +90,9 @@ func featureSuites() []checker.Suite {
 			{Name: "settled", Property: "P17: every acknowledged send is completed or dead-lettered; dead-lettered and deferred messages leave the queue's plain receives", Check: checker.Settled(settleQueue, workload.DeadLetterPath(settleQueue), workload.ExplicitDeadLetterReason)},
 		}, checker.Without(checker.Queue, "lost", "resurrected", "delivery-count")...)},
 		{Name: "settle-queue", Entities: []string{settleQueue}, Checkers: checker.Without(checker.Queue, "lost", "unexpected", "aborted-read", "double-complete", "delivery-count", "sequence-number")},
+		{Name: "topic-catalog", Entities: []string{history.TopicCatalog}, Checkers: []checker.Checker{
+			{Name: "linearizable", Property: "P19: topics, subscriptions and rules are linearizable, a subscription needing its topic and a rule its subscription (porcupine)", Check: checker.TopicCatalogLinearizable},
+		}},
 		{Name: "catalog", Entities: []string{workload.MetadataEntity}, Checkers: []checker.Checker{
 			{Name: "linearizable", Property: "P15: creates, deletes and gets of entities are linearizable (porcupine)", Check: checker.CatalogLinearizable},
 		}},

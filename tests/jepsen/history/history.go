@@ -43,6 +43,19 @@ const (
 	// by an ok get ("" for none).
 	GetState = "get-state"
 	SetState = "set-state"
+	// The topic metadata workload's operations on a family (a topic and
+	// its TopicFamilySubs subscriptions: Attrs["family"], Attrs["sub"] the
+	// subscription's index), with Entity TopicCatalog; an ok's
+	// Attrs["result"] is created/exists, deleted/absent, found/absent, or
+	// no-topic for a subscription created without its topic.
+	CreateTopic = "create-topic"
+	DeleteTopic = "delete-topic"
+	GetTopic    = "get-topic"
+	CreateSub   = "create-sub"
+	DeleteSub   = "delete-sub"
+	GetSub      = "get-sub"
+	AddRule     = "add-rule"
+	RemoveRule  = "remove-rule"
 	// Abandon, DeadLetter and Defer settle the delivery MsgID and
 	// LockToken name otherwise than by completing it (the settlement
 	// workload): abandon returns it, dead-letter moves it to the
@@ -57,6 +70,13 @@ const (
 	Create = "create"
 	Delete = "delete"
 	Get    = "get"
+)
+
+// TopicCatalog is the Entity of the topic metadata workload's operations,
+// and TopicFamilySubs how many subscriptions each family's topic may have.
+const (
+	TopicCatalog    = "$catalog-topics"
+	TopicFamilySubs = 2
 )
 
 // Op is one history entry. An invoke and its completion share Process
