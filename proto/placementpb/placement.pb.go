@@ -1661,6 +1661,94 @@ func (x *ListAuthorizationRulesResponse) GetRules() []*AuthorizationRule {
 	return nil
 }
 
+type CatalogDigestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogDigestRequest) Reset() {
+	*x = CatalogDigestRequest{}
+	mi := &file_placementpb_placement_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogDigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogDigestRequest) ProtoMessage() {}
+
+func (x *CatalogDigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogDigestRequest.ProtoReflect.Descriptor instead.
+func (*CatalogDigestRequest) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
+}
+
+type CatalogDigestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Sha256        []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogDigestResponse) Reset() {
+	*x = CatalogDigestResponse{}
+	mi := &file_placementpb_placement_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogDigestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogDigestResponse) ProtoMessage() {}
+
+func (x *CatalogDigestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogDigestResponse.ProtoReflect.Descriptor instead.
+func (*CatalogDigestResponse) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CatalogDigestResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *CatalogDigestResponse) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
 type CreateEntityRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1676,7 +1764,7 @@ type CreateEntityRequest struct {
 
 func (x *CreateEntityRequest) Reset() {
 	*x = CreateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1776,7 @@ func (x *CreateEntityRequest) String() string {
 func (*CreateEntityRequest) ProtoMessage() {}
 
 func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[18]
+	mi := &file_placementpb_placement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1789,7 @@ func (x *CreateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityRequest.ProtoReflect.Descriptor instead.
 func (*CreateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{18}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateEntityRequest) GetName() string {
@@ -1750,7 +1838,7 @@ type UpdateEntityRequest struct {
 
 func (x *UpdateEntityRequest) Reset() {
 	*x = UpdateEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1850,7 @@ func (x *UpdateEntityRequest) String() string {
 func (*UpdateEntityRequest) ProtoMessage() {}
 
 func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[19]
+	mi := &file_placementpb_placement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1863,7 @@ func (x *UpdateEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{19}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateEntityRequest) GetName() string {
@@ -1808,7 +1896,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1908,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[20]
+	mi := &file_placementpb_placement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1921,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{20}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteEntityRequest) GetName() string {
@@ -1853,7 +1941,7 @@ type AddRuleRequest struct {
 
 func (x *AddRuleRequest) Reset() {
 	*x = AddRuleRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1953,7 @@ func (x *AddRuleRequest) String() string {
 func (*AddRuleRequest) ProtoMessage() {}
 
 func (x *AddRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[21]
+	mi := &file_placementpb_placement_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1966,7 @@ func (x *AddRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRuleRequest.ProtoReflect.Descriptor instead.
 func (*AddRuleRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{21}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddRuleRequest) GetSubscription() string {
@@ -1905,7 +1993,7 @@ type RemoveRuleRequest struct {
 
 func (x *RemoveRuleRequest) Reset() {
 	*x = RemoveRuleRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2005,7 @@ func (x *RemoveRuleRequest) String() string {
 func (*RemoveRuleRequest) ProtoMessage() {}
 
 func (x *RemoveRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[22]
+	mi := &file_placementpb_placement_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2018,7 @@ func (x *RemoveRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRuleRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{22}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveRuleRequest) GetSubscription() string {
@@ -1955,7 +2043,7 @@ type RemoveRuleResponse struct {
 
 func (x *RemoveRuleResponse) Reset() {
 	*x = RemoveRuleResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2055,7 @@ func (x *RemoveRuleResponse) String() string {
 func (*RemoveRuleResponse) ProtoMessage() {}
 
 func (x *RemoveRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[23]
+	mi := &file_placementpb_placement_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2068,7 @@ func (x *RemoveRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveRuleResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{23}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
 }
 
 type DeleteEntityResponse struct {
@@ -1991,7 +2079,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2091,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[24]
+	mi := &file_placementpb_placement_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2104,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{24}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
 }
 
 type GetEntityRequest struct {
@@ -2028,7 +2116,7 @@ type GetEntityRequest struct {
 
 func (x *GetEntityRequest) Reset() {
 	*x = GetEntityRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2128,7 @@ func (x *GetEntityRequest) String() string {
 func (*GetEntityRequest) ProtoMessage() {}
 
 func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[25]
+	mi := &file_placementpb_placement_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2141,7 @@ func (x *GetEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEntityRequest.ProtoReflect.Descriptor instead.
 func (*GetEntityRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{25}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetEntityRequest) GetName() string {
@@ -2075,7 +2163,7 @@ type ListEntitiesRequest struct {
 
 func (x *ListEntitiesRequest) Reset() {
 	*x = ListEntitiesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2175,7 @@ func (x *ListEntitiesRequest) String() string {
 func (*ListEntitiesRequest) ProtoMessage() {}
 
 func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[26]
+	mi := &file_placementpb_placement_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2188,7 @@ func (x *ListEntitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListEntitiesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{26}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListEntitiesRequest) GetKind() EntityKind {
@@ -2133,7 +2221,7 @@ type ListEntitiesResponse struct {
 
 func (x *ListEntitiesResponse) Reset() {
 	*x = ListEntitiesResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2233,7 @@ func (x *ListEntitiesResponse) String() string {
 func (*ListEntitiesResponse) ProtoMessage() {}
 
 func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[27]
+	mi := &file_placementpb_placement_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2246,7 @@ func (x *ListEntitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListEntitiesResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{27}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListEntitiesResponse) GetEntities() []*Entity {
@@ -2179,7 +2267,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2279,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[28]
+	mi := &file_placementpb_placement_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2292,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{28}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchRoutesRequest) GetAfterVersion() uint64 {
@@ -2225,7 +2313,7 @@ type GroupReport struct {
 
 func (x *GroupReport) Reset() {
 	*x = GroupReport{}
-	mi := &file_placementpb_placement_proto_msgTypes[29]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2325,7 @@ func (x *GroupReport) String() string {
 func (*GroupReport) ProtoMessage() {}
 
 func (x *GroupReport) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[29]
+	mi := &file_placementpb_placement_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2338,7 @@ func (x *GroupReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReport.ProtoReflect.Descriptor instead.
 func (*GroupReport) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{29}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GroupReport) GetGroupId() uint64 {
@@ -2284,7 +2372,7 @@ type ReportGroupsRequest struct {
 
 func (x *ReportGroupsRequest) Reset() {
 	*x = ReportGroupsRequest{}
-	mi := &file_placementpb_placement_proto_msgTypes[30]
+	mi := &file_placementpb_placement_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2384,7 @@ func (x *ReportGroupsRequest) String() string {
 func (*ReportGroupsRequest) ProtoMessage() {}
 
 func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[30]
+	mi := &file_placementpb_placement_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2397,7 @@ func (x *ReportGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ReportGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{30}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportGroupsRequest) GetNodeId() string {
@@ -2334,7 +2422,7 @@ type ReportGroupsResponse struct {
 
 func (x *ReportGroupsResponse) Reset() {
 	*x = ReportGroupsResponse{}
-	mi := &file_placementpb_placement_proto_msgTypes[31]
+	mi := &file_placementpb_placement_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2434,7 @@ func (x *ReportGroupsResponse) String() string {
 func (*ReportGroupsResponse) ProtoMessage() {}
 
 func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[31]
+	mi := &file_placementpb_placement_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2447,7 @@ func (x *ReportGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ReportGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{31}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{33}
 }
 
 type CatalogCommand struct {
@@ -2388,7 +2476,7 @@ type CatalogCommand struct {
 
 func (x *CatalogCommand) Reset() {
 	*x = CatalogCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[32]
+	mi := &file_placementpb_placement_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2488,7 @@ func (x *CatalogCommand) String() string {
 func (*CatalogCommand) ProtoMessage() {}
 
 func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[32]
+	mi := &file_placementpb_placement_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2501,7 @@ func (x *CatalogCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogCommand.ProtoReflect.Descriptor instead.
 func (*CatalogCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{32}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CatalogCommand) GetNowMs() int64 {
@@ -2660,7 +2748,7 @@ type StartMove struct {
 
 func (x *StartMove) Reset() {
 	*x = StartMove{}
-	mi := &file_placementpb_placement_proto_msgTypes[33]
+	mi := &file_placementpb_placement_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2760,7 @@ func (x *StartMove) String() string {
 func (*StartMove) ProtoMessage() {}
 
 func (x *StartMove) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[33]
+	mi := &file_placementpb_placement_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2773,7 @@ func (x *StartMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMove.ProtoReflect.Descriptor instead.
 func (*StartMove) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{33}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StartMove) GetGroupId() uint64 {
@@ -2724,7 +2812,7 @@ type FinishMove struct {
 
 func (x *FinishMove) Reset() {
 	*x = FinishMove{}
-	mi := &file_placementpb_placement_proto_msgTypes[34]
+	mi := &file_placementpb_placement_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2824,7 @@ func (x *FinishMove) String() string {
 func (*FinishMove) ProtoMessage() {}
 
 func (x *FinishMove) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[34]
+	mi := &file_placementpb_placement_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2837,7 @@ func (x *FinishMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishMove.ProtoReflect.Descriptor instead.
 func (*FinishMove) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{34}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FinishMove) GetGroupId() uint64 {
@@ -2793,7 +2881,7 @@ type PutAuthorizationRuleCommand struct {
 
 func (x *PutAuthorizationRuleCommand) Reset() {
 	*x = PutAuthorizationRuleCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[35]
+	mi := &file_placementpb_placement_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2893,7 @@ func (x *PutAuthorizationRuleCommand) String() string {
 func (*PutAuthorizationRuleCommand) ProtoMessage() {}
 
 func (x *PutAuthorizationRuleCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[35]
+	mi := &file_placementpb_placement_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2906,7 @@ func (x *PutAuthorizationRuleCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAuthorizationRuleCommand.ProtoReflect.Descriptor instead.
 func (*PutAuthorizationRuleCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{35}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PutAuthorizationRuleCommand) GetRule() *AuthorizationRule {
@@ -2846,7 +2934,7 @@ type RegisterNodes struct {
 
 func (x *RegisterNodes) Reset() {
 	*x = RegisterNodes{}
-	mi := &file_placementpb_placement_proto_msgTypes[36]
+	mi := &file_placementpb_placement_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +2946,7 @@ func (x *RegisterNodes) String() string {
 func (*RegisterNodes) ProtoMessage() {}
 
 func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[36]
+	mi := &file_placementpb_placement_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +2959,7 @@ func (x *RegisterNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodes.ProtoReflect.Descriptor instead.
 func (*RegisterNodes) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{36}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterNodes) GetNodes() []*Node {
@@ -2895,7 +2983,7 @@ type CreateGroups struct {
 
 func (x *CreateGroups) Reset() {
 	*x = CreateGroups{}
-	mi := &file_placementpb_placement_proto_msgTypes[37]
+	mi := &file_placementpb_placement_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2995,7 @@ func (x *CreateGroups) String() string {
 func (*CreateGroups) ProtoMessage() {}
 
 func (x *CreateGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[37]
+	mi := &file_placementpb_placement_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3008,7 @@ func (x *CreateGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroups.ProtoReflect.Descriptor instead.
 func (*CreateGroups) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{37}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateGroups) GetExpectedGroups() uint64 {
@@ -2946,7 +3034,7 @@ type NewGroup struct {
 
 func (x *NewGroup) Reset() {
 	*x = NewGroup{}
-	mi := &file_placementpb_placement_proto_msgTypes[38]
+	mi := &file_placementpb_placement_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3046,7 @@ func (x *NewGroup) String() string {
 func (*NewGroup) ProtoMessage() {}
 
 func (x *NewGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[38]
+	mi := &file_placementpb_placement_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3059,7 @@ func (x *NewGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewGroup.ProtoReflect.Descriptor instead.
 func (*NewGroup) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{38}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NewGroup) GetReplicas() []*Replica {
@@ -2997,7 +3085,7 @@ type CreateEntityCommand struct {
 
 func (x *CreateEntityCommand) Reset() {
 	*x = CreateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[39]
+	mi := &file_placementpb_placement_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3097,7 @@ func (x *CreateEntityCommand) String() string {
 func (*CreateEntityCommand) ProtoMessage() {}
 
 func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[39]
+	mi := &file_placementpb_placement_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3110,7 @@ func (x *CreateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEntityCommand.ProtoReflect.Descriptor instead.
 func (*CreateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{39}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateEntityCommand) GetName() string {
@@ -3079,7 +3167,7 @@ type UpdateEntityCommand struct {
 
 func (x *UpdateEntityCommand) Reset() {
 	*x = UpdateEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[40]
+	mi := &file_placementpb_placement_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3179,7 @@ func (x *UpdateEntityCommand) String() string {
 func (*UpdateEntityCommand) ProtoMessage() {}
 
 func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[40]
+	mi := &file_placementpb_placement_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3192,7 @@ func (x *UpdateEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEntityCommand.ProtoReflect.Descriptor instead.
 func (*UpdateEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{40}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateEntityCommand) GetName() string {
@@ -3139,7 +3227,7 @@ type DeleteEntityCommand struct {
 
 func (x *DeleteEntityCommand) Reset() {
 	*x = DeleteEntityCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[41]
+	mi := &file_placementpb_placement_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3239,7 @@ func (x *DeleteEntityCommand) String() string {
 func (*DeleteEntityCommand) ProtoMessage() {}
 
 func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[41]
+	mi := &file_placementpb_placement_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3252,7 @@ func (x *DeleteEntityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityCommand.ProtoReflect.Descriptor instead.
 func (*DeleteEntityCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{41}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteEntityCommand) GetName() string {
@@ -3186,7 +3274,7 @@ type AddRuleCommand struct {
 
 func (x *AddRuleCommand) Reset() {
 	*x = AddRuleCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[42]
+	mi := &file_placementpb_placement_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3286,7 @@ func (x *AddRuleCommand) String() string {
 func (*AddRuleCommand) ProtoMessage() {}
 
 func (x *AddRuleCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[42]
+	mi := &file_placementpb_placement_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3299,7 @@ func (x *AddRuleCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRuleCommand.ProtoReflect.Descriptor instead.
 func (*AddRuleCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{42}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddRuleCommand) GetSubscription() string {
@@ -3238,7 +3326,7 @@ type RemoveRuleCommand struct {
 
 func (x *RemoveRuleCommand) Reset() {
 	*x = RemoveRuleCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[43]
+	mi := &file_placementpb_placement_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3338,7 @@ func (x *RemoveRuleCommand) String() string {
 func (*RemoveRuleCommand) ProtoMessage() {}
 
 func (x *RemoveRuleCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[43]
+	mi := &file_placementpb_placement_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3351,7 @@ func (x *RemoveRuleCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleCommand.ProtoReflect.Descriptor instead.
 func (*RemoveRuleCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{43}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveRuleCommand) GetSubscription() string {
@@ -3292,7 +3380,7 @@ type CompleteTasks struct {
 
 func (x *CompleteTasks) Reset() {
 	*x = CompleteTasks{}
-	mi := &file_placementpb_placement_proto_msgTypes[44]
+	mi := &file_placementpb_placement_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3392,7 @@ func (x *CompleteTasks) String() string {
 func (*CompleteTasks) ProtoMessage() {}
 
 func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[44]
+	mi := &file_placementpb_placement_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3405,7 @@ func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTasks.ProtoReflect.Descriptor instead.
 func (*CompleteTasks) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{44}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompleteTasks) GetTasks() []*PartitionTask {
@@ -3342,7 +3430,7 @@ type PartitionTask struct {
 
 func (x *PartitionTask) Reset() {
 	*x = PartitionTask{}
-	mi := &file_placementpb_placement_proto_msgTypes[45]
+	mi := &file_placementpb_placement_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3442,7 @@ func (x *PartitionTask) String() string {
 func (*PartitionTask) ProtoMessage() {}
 
 func (x *PartitionTask) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[45]
+	mi := &file_placementpb_placement_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3455,7 @@ func (x *PartitionTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionTask.ProtoReflect.Descriptor instead.
 func (*PartitionTask) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{45}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PartitionTask) GetEntityId() uint64 {
@@ -3425,7 +3513,7 @@ type CatalogSnapshot struct {
 
 func (x *CatalogSnapshot) Reset() {
 	*x = CatalogSnapshot{}
-	mi := &file_placementpb_placement_proto_msgTypes[46]
+	mi := &file_placementpb_placement_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3525,7 @@ func (x *CatalogSnapshot) String() string {
 func (*CatalogSnapshot) ProtoMessage() {}
 
 func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[46]
+	mi := &file_placementpb_placement_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3538,7 @@ func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogSnapshot.ProtoReflect.Descriptor instead.
 func (*CatalogSnapshot) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{46}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CatalogSnapshot) GetAppliedIndex() uint64 {
@@ -3535,7 +3623,7 @@ type MetaLeaderHint struct {
 
 func (x *MetaLeaderHint) Reset() {
 	*x = MetaLeaderHint{}
-	mi := &file_placementpb_placement_proto_msgTypes[47]
+	mi := &file_placementpb_placement_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3635,7 @@ func (x *MetaLeaderHint) String() string {
 func (*MetaLeaderHint) ProtoMessage() {}
 
 func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[47]
+	mi := &file_placementpb_placement_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3648,7 @@ func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaLeaderHint.ProtoReflect.Descriptor instead.
 func (*MetaLeaderHint) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{47}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MetaLeaderHint) GetLeaderId() string {
@@ -3591,7 +3679,7 @@ type MemberMeta struct {
 
 func (x *MemberMeta) Reset() {
 	*x = MemberMeta{}
-	mi := &file_placementpb_placement_proto_msgTypes[48]
+	mi := &file_placementpb_placement_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3691,7 @@ func (x *MemberMeta) String() string {
 func (*MemberMeta) ProtoMessage() {}
 
 func (x *MemberMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[48]
+	mi := &file_placementpb_placement_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3704,7 @@ func (x *MemberMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberMeta.ProtoReflect.Descriptor instead.
 func (*MemberMeta) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{48}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MemberMeta) GetNodeId() string {
@@ -3793,7 +3881,11 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
 	"all_scopes\x18\x02 \x01(\bR\tallScopes\"a\n" +
 	"\x1eListAuthorizationRulesResponse\x12?\n" +
-	"\x05rules\x18\x01 \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x05rules\"\x9c\x02\n" +
+	"\x05rules\x18\x01 \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x05rules\"\x16\n" +
+	"\x14CatalogDigestRequest\"T\n" +
+	"\x15CatalogDigestResponse\x12#\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\"\x9c\x02\n" +
 	"\x13CreateEntityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12G\n" +
@@ -3943,8 +4035,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x03*6\n" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_UPSERT\x10\x00\x12\x14\n" +
-	"\x10TASK_KIND_DELETE\x10\x012\xe1\n" +
-	"\n" +
+	"\x10TASK_KIND_DELETE\x10\x012\xcf\v\n" +
 	"\x10PlacementService\x12[\n" +
 	"\fCreateEntity\x12+.quorumbus.placement.v1.CreateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12[\n" +
 	"\fUpdateEntity\x12+.quorumbus.placement.v1.UpdateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
@@ -3959,7 +4050,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"RemoveRule\x12).quorumbus.placement.v1.RemoveRuleRequest\x1a*.quorumbus.placement.v1.RemoveRuleResponse\x12v\n" +
 	"\x14PutAuthorizationRule\x123.quorumbus.placement.v1.PutAuthorizationRuleRequest\x1a).quorumbus.placement.v1.AuthorizationRule\x12\x8a\x01\n" +
 	"\x17DeleteAuthorizationRule\x126.quorumbus.placement.v1.DeleteAuthorizationRuleRequest\x1a7.quorumbus.placement.v1.DeleteAuthorizationRuleResponse\x12\x87\x01\n" +
-	"\x16ListAuthorizationRules\x125.quorumbus.placement.v1.ListAuthorizationRulesRequest\x1a6.quorumbus.placement.v1.ListAuthorizationRulesResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
+	"\x16ListAuthorizationRules\x125.quorumbus.placement.v1.ListAuthorizationRulesRequest\x1a6.quorumbus.placement.v1.ListAuthorizationRulesResponse\x12l\n" +
+	"\rCatalogDigest\x12,.quorumbus.placement.v1.CatalogDigestRequest\x1a-.quorumbus.placement.v1.CatalogDigestResponseB2Z0github.com/quorumbus/quorumbus/proto/placementpbb\x06proto3"
 
 var (
 	file_placementpb_placement_proto_rawDescOnce sync.Once
@@ -3974,7 +4066,7 @@ func file_placementpb_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_placementpb_placement_proto_goTypes = []any{
 	(EntityKind)(0),                         // 0: quorumbus.placement.v1.EntityKind
 	(EntityStatus)(0),                       // 1: quorumbus.placement.v1.EntityStatus
@@ -3997,48 +4089,50 @@ var file_placementpb_placement_proto_goTypes = []any{
 	(*DeleteAuthorizationRuleResponse)(nil), // 18: quorumbus.placement.v1.DeleteAuthorizationRuleResponse
 	(*ListAuthorizationRulesRequest)(nil),   // 19: quorumbus.placement.v1.ListAuthorizationRulesRequest
 	(*ListAuthorizationRulesResponse)(nil),  // 20: quorumbus.placement.v1.ListAuthorizationRulesResponse
-	(*CreateEntityRequest)(nil),             // 21: quorumbus.placement.v1.CreateEntityRequest
-	(*UpdateEntityRequest)(nil),             // 22: quorumbus.placement.v1.UpdateEntityRequest
-	(*DeleteEntityRequest)(nil),             // 23: quorumbus.placement.v1.DeleteEntityRequest
-	(*AddRuleRequest)(nil),                  // 24: quorumbus.placement.v1.AddRuleRequest
-	(*RemoveRuleRequest)(nil),               // 25: quorumbus.placement.v1.RemoveRuleRequest
-	(*RemoveRuleResponse)(nil),              // 26: quorumbus.placement.v1.RemoveRuleResponse
-	(*DeleteEntityResponse)(nil),            // 27: quorumbus.placement.v1.DeleteEntityResponse
-	(*GetEntityRequest)(nil),                // 28: quorumbus.placement.v1.GetEntityRequest
-	(*ListEntitiesRequest)(nil),             // 29: quorumbus.placement.v1.ListEntitiesRequest
-	(*ListEntitiesResponse)(nil),            // 30: quorumbus.placement.v1.ListEntitiesResponse
-	(*WatchRoutesRequest)(nil),              // 31: quorumbus.placement.v1.WatchRoutesRequest
-	(*GroupReport)(nil),                     // 32: quorumbus.placement.v1.GroupReport
-	(*ReportGroupsRequest)(nil),             // 33: quorumbus.placement.v1.ReportGroupsRequest
-	(*ReportGroupsResponse)(nil),            // 34: quorumbus.placement.v1.ReportGroupsResponse
-	(*CatalogCommand)(nil),                  // 35: quorumbus.placement.v1.CatalogCommand
-	(*StartMove)(nil),                       // 36: quorumbus.placement.v1.StartMove
-	(*FinishMove)(nil),                      // 37: quorumbus.placement.v1.FinishMove
-	(*PutAuthorizationRuleCommand)(nil),     // 38: quorumbus.placement.v1.PutAuthorizationRuleCommand
-	(*RegisterNodes)(nil),                   // 39: quorumbus.placement.v1.RegisterNodes
-	(*CreateGroups)(nil),                    // 40: quorumbus.placement.v1.CreateGroups
-	(*NewGroup)(nil),                        // 41: quorumbus.placement.v1.NewGroup
-	(*CreateEntityCommand)(nil),             // 42: quorumbus.placement.v1.CreateEntityCommand
-	(*UpdateEntityCommand)(nil),             // 43: quorumbus.placement.v1.UpdateEntityCommand
-	(*DeleteEntityCommand)(nil),             // 44: quorumbus.placement.v1.DeleteEntityCommand
-	(*AddRuleCommand)(nil),                  // 45: quorumbus.placement.v1.AddRuleCommand
-	(*RemoveRuleCommand)(nil),               // 46: quorumbus.placement.v1.RemoveRuleCommand
-	(*CompleteTasks)(nil),                   // 47: quorumbus.placement.v1.CompleteTasks
-	(*PartitionTask)(nil),                   // 48: quorumbus.placement.v1.PartitionTask
-	(*CatalogSnapshot)(nil),                 // 49: quorumbus.placement.v1.CatalogSnapshot
-	(*MetaLeaderHint)(nil),                  // 50: quorumbus.placement.v1.MetaLeaderHint
-	(*MemberMeta)(nil),                      // 51: quorumbus.placement.v1.MemberMeta
-	nil,                                     // 52: quorumbus.placement.v1.SqlFilter.ParametersEntry
-	nil,                                     // 53: quorumbus.placement.v1.SqlRuleAction.ParametersEntry
-	nil,                                     // 54: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
+	(*CatalogDigestRequest)(nil),            // 21: quorumbus.placement.v1.CatalogDigestRequest
+	(*CatalogDigestResponse)(nil),           // 22: quorumbus.placement.v1.CatalogDigestResponse
+	(*CreateEntityRequest)(nil),             // 23: quorumbus.placement.v1.CreateEntityRequest
+	(*UpdateEntityRequest)(nil),             // 24: quorumbus.placement.v1.UpdateEntityRequest
+	(*DeleteEntityRequest)(nil),             // 25: quorumbus.placement.v1.DeleteEntityRequest
+	(*AddRuleRequest)(nil),                  // 26: quorumbus.placement.v1.AddRuleRequest
+	(*RemoveRuleRequest)(nil),               // 27: quorumbus.placement.v1.RemoveRuleRequest
+	(*RemoveRuleResponse)(nil),              // 28: quorumbus.placement.v1.RemoveRuleResponse
+	(*DeleteEntityResponse)(nil),            // 29: quorumbus.placement.v1.DeleteEntityResponse
+	(*GetEntityRequest)(nil),                // 30: quorumbus.placement.v1.GetEntityRequest
+	(*ListEntitiesRequest)(nil),             // 31: quorumbus.placement.v1.ListEntitiesRequest
+	(*ListEntitiesResponse)(nil),            // 32: quorumbus.placement.v1.ListEntitiesResponse
+	(*WatchRoutesRequest)(nil),              // 33: quorumbus.placement.v1.WatchRoutesRequest
+	(*GroupReport)(nil),                     // 34: quorumbus.placement.v1.GroupReport
+	(*ReportGroupsRequest)(nil),             // 35: quorumbus.placement.v1.ReportGroupsRequest
+	(*ReportGroupsResponse)(nil),            // 36: quorumbus.placement.v1.ReportGroupsResponse
+	(*CatalogCommand)(nil),                  // 37: quorumbus.placement.v1.CatalogCommand
+	(*StartMove)(nil),                       // 38: quorumbus.placement.v1.StartMove
+	(*FinishMove)(nil),                      // 39: quorumbus.placement.v1.FinishMove
+	(*PutAuthorizationRuleCommand)(nil),     // 40: quorumbus.placement.v1.PutAuthorizationRuleCommand
+	(*RegisterNodes)(nil),                   // 41: quorumbus.placement.v1.RegisterNodes
+	(*CreateGroups)(nil),                    // 42: quorumbus.placement.v1.CreateGroups
+	(*NewGroup)(nil),                        // 43: quorumbus.placement.v1.NewGroup
+	(*CreateEntityCommand)(nil),             // 44: quorumbus.placement.v1.CreateEntityCommand
+	(*UpdateEntityCommand)(nil),             // 45: quorumbus.placement.v1.UpdateEntityCommand
+	(*DeleteEntityCommand)(nil),             // 46: quorumbus.placement.v1.DeleteEntityCommand
+	(*AddRuleCommand)(nil),                  // 47: quorumbus.placement.v1.AddRuleCommand
+	(*RemoveRuleCommand)(nil),               // 48: quorumbus.placement.v1.RemoveRuleCommand
+	(*CompleteTasks)(nil),                   // 49: quorumbus.placement.v1.CompleteTasks
+	(*PartitionTask)(nil),                   // 50: quorumbus.placement.v1.PartitionTask
+	(*CatalogSnapshot)(nil),                 // 51: quorumbus.placement.v1.CatalogSnapshot
+	(*MetaLeaderHint)(nil),                  // 52: quorumbus.placement.v1.MetaLeaderHint
+	(*MemberMeta)(nil),                      // 53: quorumbus.placement.v1.MemberMeta
+	nil,                                     // 54: quorumbus.placement.v1.SqlFilter.ParametersEntry
+	nil,                                     // 55: quorumbus.placement.v1.SqlRuleAction.ParametersEntry
+	nil,                                     // 56: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
 }
 var file_placementpb_placement_proto_depIdxs = []int32{
 	5,  // 0: quorumbus.placement.v1.Rule.sql_filter:type_name -> quorumbus.placement.v1.SqlFilter
 	7,  // 1: quorumbus.placement.v1.Rule.correlation_filter:type_name -> quorumbus.placement.v1.CorrelationFilter
 	6,  // 2: quorumbus.placement.v1.Rule.action:type_name -> quorumbus.placement.v1.SqlRuleAction
-	52, // 3: quorumbus.placement.v1.SqlFilter.parameters:type_name -> quorumbus.placement.v1.SqlFilter.ParametersEntry
-	53, // 4: quorumbus.placement.v1.SqlRuleAction.parameters:type_name -> quorumbus.placement.v1.SqlRuleAction.ParametersEntry
-	54, // 5: quorumbus.placement.v1.CorrelationFilter.properties:type_name -> quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
+	54, // 3: quorumbus.placement.v1.SqlFilter.parameters:type_name -> quorumbus.placement.v1.SqlFilter.ParametersEntry
+	55, // 4: quorumbus.placement.v1.SqlRuleAction.parameters:type_name -> quorumbus.placement.v1.SqlRuleAction.ParametersEntry
+	56, // 5: quorumbus.placement.v1.CorrelationFilter.properties:type_name -> quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
 	0,  // 6: quorumbus.placement.v1.Entity.kind:type_name -> quorumbus.placement.v1.EntityKind
 	1,  // 7: quorumbus.placement.v1.Entity.status:type_name -> quorumbus.placement.v1.EntityStatus
 	3,  // 8: quorumbus.placement.v1.Entity.properties:type_name -> quorumbus.placement.v1.QueueProperties
@@ -4059,24 +4153,24 @@ var file_placementpb_placement_proto_depIdxs = []int32{
 	4,  // 23: quorumbus.placement.v1.AddRuleRequest.rule:type_name -> quorumbus.placement.v1.Rule
 	0,  // 24: quorumbus.placement.v1.ListEntitiesRequest.kind:type_name -> quorumbus.placement.v1.EntityKind
 	9,  // 25: quorumbus.placement.v1.ListEntitiesResponse.entities:type_name -> quorumbus.placement.v1.Entity
-	32, // 26: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
-	39, // 27: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
-	40, // 28: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
-	42, // 29: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
-	43, // 30: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
-	44, // 31: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
-	33, // 32: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
-	47, // 33: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
-	36, // 34: quorumbus.placement.v1.CatalogCommand.start_move:type_name -> quorumbus.placement.v1.StartMove
-	37, // 35: quorumbus.placement.v1.CatalogCommand.finish_move:type_name -> quorumbus.placement.v1.FinishMove
+	34, // 26: quorumbus.placement.v1.ReportGroupsRequest.groups:type_name -> quorumbus.placement.v1.GroupReport
+	41, // 27: quorumbus.placement.v1.CatalogCommand.register_nodes:type_name -> quorumbus.placement.v1.RegisterNodes
+	42, // 28: quorumbus.placement.v1.CatalogCommand.create_groups:type_name -> quorumbus.placement.v1.CreateGroups
+	44, // 29: quorumbus.placement.v1.CatalogCommand.create_entity:type_name -> quorumbus.placement.v1.CreateEntityCommand
+	45, // 30: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
+	46, // 31: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
+	35, // 32: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
+	49, // 33: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
+	38, // 34: quorumbus.placement.v1.CatalogCommand.start_move:type_name -> quorumbus.placement.v1.StartMove
+	39, // 35: quorumbus.placement.v1.CatalogCommand.finish_move:type_name -> quorumbus.placement.v1.FinishMove
 	15, // 36: quorumbus.placement.v1.CatalogCommand.drain_node:type_name -> quorumbus.placement.v1.DrainNodeRequest
-	45, // 37: quorumbus.placement.v1.CatalogCommand.add_rule:type_name -> quorumbus.placement.v1.AddRuleCommand
-	46, // 38: quorumbus.placement.v1.CatalogCommand.remove_rule:type_name -> quorumbus.placement.v1.RemoveRuleCommand
-	38, // 39: quorumbus.placement.v1.CatalogCommand.put_authorization_rule:type_name -> quorumbus.placement.v1.PutAuthorizationRuleCommand
+	47, // 37: quorumbus.placement.v1.CatalogCommand.add_rule:type_name -> quorumbus.placement.v1.AddRuleCommand
+	48, // 38: quorumbus.placement.v1.CatalogCommand.remove_rule:type_name -> quorumbus.placement.v1.RemoveRuleCommand
+	40, // 39: quorumbus.placement.v1.CatalogCommand.put_authorization_rule:type_name -> quorumbus.placement.v1.PutAuthorizationRuleCommand
 	17, // 40: quorumbus.placement.v1.CatalogCommand.delete_authorization_rule:type_name -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
 	13, // 41: quorumbus.placement.v1.PutAuthorizationRuleCommand.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
 	12, // 42: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
-	41, // 43: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
+	43, // 43: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
 	10, // 44: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
 	0,  // 45: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
 	3,  // 46: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
@@ -4085,44 +4179,46 @@ var file_placementpb_placement_proto_depIdxs = []int32{
 	3,  // 49: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
 	1,  // 50: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
 	4,  // 51: quorumbus.placement.v1.AddRuleCommand.rule:type_name -> quorumbus.placement.v1.Rule
-	48, // 52: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	50, // 52: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
 	2,  // 53: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
 	9,  // 54: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
 	11, // 55: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
 	12, // 56: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
-	48, // 57: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	50, // 57: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
 	13, // 58: quorumbus.placement.v1.CatalogSnapshot.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
 	8,  // 59: quorumbus.placement.v1.SqlFilter.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
 	8,  // 60: quorumbus.placement.v1.SqlRuleAction.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
 	8,  // 61: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	21, // 62: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
-	22, // 63: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
-	23, // 64: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
-	28, // 65: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
-	29, // 66: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
-	31, // 67: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
-	33, // 68: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
+	23, // 62: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
+	24, // 63: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
+	25, // 64: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
+	30, // 65: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
+	31, // 66: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
+	33, // 67: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
+	35, // 68: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
 	15, // 69: quorumbus.placement.v1.PlacementService.DrainNode:input_type -> quorumbus.placement.v1.DrainNodeRequest
-	24, // 70: quorumbus.placement.v1.PlacementService.AddRule:input_type -> quorumbus.placement.v1.AddRuleRequest
-	25, // 71: quorumbus.placement.v1.PlacementService.RemoveRule:input_type -> quorumbus.placement.v1.RemoveRuleRequest
+	26, // 70: quorumbus.placement.v1.PlacementService.AddRule:input_type -> quorumbus.placement.v1.AddRuleRequest
+	27, // 71: quorumbus.placement.v1.PlacementService.RemoveRule:input_type -> quorumbus.placement.v1.RemoveRuleRequest
 	16, // 72: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:input_type -> quorumbus.placement.v1.PutAuthorizationRuleRequest
 	17, // 73: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:input_type -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
 	19, // 74: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:input_type -> quorumbus.placement.v1.ListAuthorizationRulesRequest
-	9,  // 75: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
-	9,  // 76: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
-	27, // 77: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
-	9,  // 78: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
-	30, // 79: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
-	14, // 80: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
-	34, // 81: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
-	12, // 82: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
-	4,  // 83: quorumbus.placement.v1.PlacementService.AddRule:output_type -> quorumbus.placement.v1.Rule
-	26, // 84: quorumbus.placement.v1.PlacementService.RemoveRule:output_type -> quorumbus.placement.v1.RemoveRuleResponse
-	13, // 85: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:output_type -> quorumbus.placement.v1.AuthorizationRule
-	18, // 86: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:output_type -> quorumbus.placement.v1.DeleteAuthorizationRuleResponse
-	20, // 87: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:output_type -> quorumbus.placement.v1.ListAuthorizationRulesResponse
-	75, // [75:88] is the sub-list for method output_type
-	62, // [62:75] is the sub-list for method input_type
+	21, // 75: quorumbus.placement.v1.PlacementService.CatalogDigest:input_type -> quorumbus.placement.v1.CatalogDigestRequest
+	9,  // 76: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
+	9,  // 77: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
+	29, // 78: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
+	9,  // 79: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
+	32, // 80: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
+	14, // 81: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
+	36, // 82: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
+	12, // 83: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
+	4,  // 84: quorumbus.placement.v1.PlacementService.AddRule:output_type -> quorumbus.placement.v1.Rule
+	28, // 85: quorumbus.placement.v1.PlacementService.RemoveRule:output_type -> quorumbus.placement.v1.RemoveRuleResponse
+	13, // 86: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:output_type -> quorumbus.placement.v1.AuthorizationRule
+	18, // 87: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:output_type -> quorumbus.placement.v1.DeleteAuthorizationRuleResponse
+	20, // 88: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:output_type -> quorumbus.placement.v1.ListAuthorizationRulesResponse
+	22, // 89: quorumbus.placement.v1.PlacementService.CatalogDigest:output_type -> quorumbus.placement.v1.CatalogDigestResponse
+	76, // [76:90] is the sub-list for method output_type
+	62, // [62:76] is the sub-list for method input_type
 	62, // [62:62] is the sub-list for extension type_name
 	62, // [62:62] is the sub-list for extension extendee
 	0,  // [0:62] is the sub-list for field type_name
@@ -4148,7 +4244,7 @@ func file_placementpb_placement_proto_init() {
 		(*RuleValue_TimestampMs)(nil),
 		(*RuleValue_DurationMs)(nil),
 	}
-	file_placementpb_placement_proto_msgTypes[32].OneofWrappers = []any{
+	file_placementpb_placement_proto_msgTypes[34].OneofWrappers = []any{
 		(*CatalogCommand_RegisterNodes)(nil),
 		(*CatalogCommand_CreateGroups)(nil),
 		(*CatalogCommand_CreateEntity)(nil),
@@ -4170,7 +4266,7 @@ func file_placementpb_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_placementpb_placement_proto_rawDesc), len(file_placementpb_placement_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

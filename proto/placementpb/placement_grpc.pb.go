@@ -36,6 +36,7 @@ const (
 	PlacementService_PutAuthorizationRule_FullMethodName    = "/quorumbus.placement.v1.PlacementService/PutAuthorizationRule"
 	PlacementService_DeleteAuthorizationRule_FullMethodName = "/quorumbus.placement.v1.PlacementService/DeleteAuthorizationRule"
 	PlacementService_ListAuthorizationRules_FullMethodName  = "/quorumbus.placement.v1.PlacementService/ListAuthorizationRules"
+	PlacementService_CatalogDigest_FullMethodName           = "/quorumbus.placement.v1.PlacementService/CatalogDigest"
 )
 
 // PlacementServiceClient is the client API for PlacementService service.
@@ -63,6 +64,12 @@ type PlacementServiceClient interface {
 	PutAuthorizationRule(ctx context.Context, in *PutAuthorizationRuleRequest, opts ...grpc.CallOption) (*AuthorizationRule, error)
 	DeleteAuthorizationRule(ctx context.Context, in *DeleteAuthorizationRuleRequest, opts ...grpc.CallOption) (*DeleteAuthorizationRuleResponse, error)
 	ListAuthorizationRules(ctx context.Context, in *ListAuthorizationRulesRequest, opts ...grpc.CallOption) (*ListAuthorizationRulesResponse, error)
+	// CatalogDigest is this member's own catalog at its applied index: the
+	// SHA-256 of its snapshot encoding, equal on members that applied the
+	// same entries. Not forwarded; NOT_FOUND from a node that holds no
+	// current replica of the catalog (not a member, or orphaned). The chaos
+	// suite compares the members' digests after a run.
+	CatalogDigest(ctx context.Context, in *CatalogDigestRequest, opts ...grpc.CallOption) (*CatalogDigestResponse, error)
 }
 
 type placementServiceClient struct {
@@ -212,6 +219,16 @@ func (c *placementServiceClient) ListAuthorizationRules(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *placementServiceClient) CatalogDigest(ctx context.Context, in *CatalogDigestRequest, opts ...grpc.CallOption) (*CatalogDigestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogDigestResponse)
+	err := c.cc.Invoke(ctx, PlacementService_CatalogDigest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PlacementServiceServer is the server API for PlacementService service.
 // All implementations must embed UnimplementedPlacementServiceServer
 // for forward compatibility.
@@ -237,6 +254,12 @@ type PlacementServiceServer interface {
 	PutAuthorizationRule(context.Context, *PutAuthorizationRuleRequest) (*AuthorizationRule, error)
 	DeleteAuthorizationRule(context.Context, *DeleteAuthorizationRuleRequest) (*DeleteAuthorizationRuleResponse, error)
 	ListAuthorizationRules(context.Context, *ListAuthorizationRulesRequest) (*ListAuthorizationRulesResponse, error)
+	// CatalogDigest is this member's own catalog at its applied index: the
+	// SHA-256 of its snapshot encoding, equal on members that applied the
+	// same entries. Not forwarded; NOT_FOUND from a node that holds no
+	// current replica of the catalog (not a member, or orphaned). The chaos
+	// suite compares the members' digests after a run.
+	CatalogDigest(context.Context, *CatalogDigestRequest) (*CatalogDigestResponse, error)
 	mustEmbedUnimplementedPlacementServiceServer()
 }
 
@@ -285,6 +308,9 @@ func (UnimplementedPlacementServiceServer) DeleteAuthorizationRule(context.Conte
 }
 func (UnimplementedPlacementServiceServer) ListAuthorizationRules(context.Context, *ListAuthorizationRulesRequest) (*ListAuthorizationRulesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListAuthorizationRules not implemented")
+}
+func (UnimplementedPlacementServiceServer) CatalogDigest(context.Context, *CatalogDigestRequest) (*CatalogDigestResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CatalogDigest not implemented")
 }
 func (UnimplementedPlacementServiceServer) mustEmbedUnimplementedPlacementServiceServer() {}
 func (UnimplementedPlacementServiceServer) testEmbeddedByValue()                          {}
@@ -534,6 +560,24 @@ func _PlacementService_ListAuthorizationRules_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_CatalogDigest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CatalogDigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).CatalogDigest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_CatalogDigest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).CatalogDigest(ctx, req.(*CatalogDigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PlacementService_ServiceDesc is the grpc.ServiceDesc for PlacementService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -588,6 +632,10 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAuthorizationRules",
 			Handler:    _PlacementService_ListAuthorizationRules_Handler,
+		},
+		{
+			MethodName: "CatalogDigest",
+			Handler:    _PlacementService_CatalogDigest_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -202,7 +202,7 @@ func TestChaos(t *testing.T) {
 	}
 	// Every entity's groups, for the convergence check (one with
 	// -groups 1, which the nemesis aims at).
-	groups := []uint64{group}
+	groups := []uint64{checker.MetaGroup, group}
 	for _, e := range []string{dedupQueue, schedQueue, renewQueue, sessionQueue, topicName, settleQueue} {
 		if g, err := c.QueueGroup(ctx, e); err == nil && !slices.Contains(groups, g) {
 			groups = append(groups, g)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 	"github.com/quorumbus/quorumbus/tests/jepsen/checker"
 	"github.com/quorumbus/quorumbus/tests/jepsen/cluster"
 	"github.com/quorumbus/quorumbus/tests/jepsen/report"
@@ -22,6 +23,31 @@ func nodeConn(c *cluster.Cluster, i int) (*grpc.ClientConn, error) {
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return c.Net.DialContext(i)(ctx, "tcp", addr)
 		}))
+}
+
+// digestOf asks node i for its digest of group g: a partition group's
+// (PartitionService.Digest), or, for checker.MetaGroup, its catalog's
+// (PlacementService.CatalogDigest).
+func digestOf(ctx context.Context, c *cluster.Cluster, i int, g uint64) (uint64, []byte, error) {
+	cc, err := nodeConn(c, i)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer cc.Close()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if g == checker.MetaGroup {
+		d, err := placementpb.NewPlacementServiceClient(cc).CatalogDigest(dctx, &placementpb.CatalogDigestRequest{})
+		if err != nil {
+			return 0, nil, err
+		}
+		return d.AppliedIndex, d.Sha256, nil
+	}
+	d, err := partitionpb.NewPartitionServiceClient(cc).Digest(dctx, &partitionpb.DigestRequest{GroupId: g})
+	if err != nil {
+		return 0, nil, err
+	}
+	return d.AppliedIndex, d.Sha256, nil
 }
 
 // digests asks every running node for its digest of every group until,
@@ -42,17 +68,8 @@ func digests(ctx context.Context, c *cluster.Cluster, groups []uint64) []checker
 					continue
 				}
 				s := checker.DigestSample{Node: c.Nodes[i].Name, Group: g}
-				cc, err := nodeConn(c, i)
-				if err == nil {
-					dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					var d *partitionpb.DigestResponse
-					d, err = partitionpb.NewPartitionServiceClient(cc).Digest(dctx, &partitionpb.DigestRequest{GroupId: g})
-					cancel()
-					cc.Close()
-					if err == nil {
-						s.Applied, s.Sum = d.AppliedIndex, d.Sha256
-					}
-				}
+				var err error
+				s.Applied, s.Sum, err = digestOf(ctx, c, i, g)
 				if status.Code(err) == codes.NotFound {
 					continue // holds no replica of g
 				}

@@ -6,7 +6,20 @@ import (
 	"sort"
 )
 
-// DigestSample is one replica's answer to PartitionService.Digest.
+// MetaGroup is the Group of a meta-group member's catalog digest
+// (PlacementService.CatalogDigest); partition groups are numbered from 1.
+const MetaGroup uint64 = 0
+
+// groupName names a group in a violation.
+func groupName(g uint64) string {
+	if g == MetaGroup {
+		return "the meta group"
+	}
+	return fmt.Sprintf("group %d", g)
+}
+
+// DigestSample is one replica's answer to PartitionService.Digest (or a
+// meta-group member's to PlacementService.CatalogDigest).
 type DigestSample struct {
 	Node    string `json:"node"`
 	Group   uint64 `json:"group"`
@@ -35,11 +48,11 @@ func Converged(samples []DigestSample) []Violation {
 		for _, s := range ss {
 			switch {
 			case s.Err != "":
-				out = append(out, Violation{Msg: fmt.Sprintf("group %d: %s gave no digest: %s", g, s.Node, s.Err)})
+				out = append(out, Violation{Msg: fmt.Sprintf("%s: %s gave no digest: %s", groupName(g), s.Node, s.Err)})
 			case s.Applied != first.Applied:
-				out = append(out, Violation{Msg: fmt.Sprintf("group %d: %s at applied index %d, %s at %d: the replicas did not converge", g, s.Node, s.Applied, first.Node, first.Applied)})
+				out = append(out, Violation{Msg: fmt.Sprintf("%s: %s at applied index %d, %s at %d: the replicas did not converge", groupName(g), s.Node, s.Applied, first.Node, first.Applied)})
 			case !bytes.Equal(s.Sum, first.Sum):
-				out = append(out, Violation{Msg: fmt.Sprintf("group %d: at applied index %d %s has digest %x, %s %x: the replicas diverged", g, s.Applied, s.Node, s.Sum, first.Node, first.Sum)})
+				out = append(out, Violation{Msg: fmt.Sprintf("%s: at applied index %d %s has digest %x, %s %x: the replicas diverged", groupName(g), s.Applied, s.Node, s.Sum, first.Node, first.Sum)})
 			}
 		}
 	}
