@@ -58,7 +58,7 @@ func nodeCmd(args []string) error {
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
 	var clusterTLS cluster.ClusterTLSFlags
-	clusterTLS.Register(fs)
+	clusterTLS.RegisterProcess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
 		fs.PrintDefaults()
@@ -91,12 +91,9 @@ func nodeCmd(args []string) error {
 		}
 		log.Info("zone read from the Kubernetes node", "kubernetes_node", *zoneFromNode, "label", *zoneLabel, "zone", *zone)
 	}
-	ctls, err := clusterTLS.Load(log)
+	ctls, err := clusterTLS.LoadProcess(log)
 	if err != nil {
 		return err
-	}
-	if ctls == nil {
-		cluster.WarnPlain(log)
 	}
 	var gossipKeys [][]byte
 	if *gossipKeyFile != "" {
@@ -192,7 +189,7 @@ func frontendCmd(args []string) error {
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
 	memLimit := memoryLimitFlag(fs)
 	var clusterTLS cluster.ClusterTLSFlags
-	clusterTLS.Register(fs)
+	clusterTLS.RegisterProcess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -204,12 +201,9 @@ func frontendCmd(args []string) error {
 	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB, log); err != nil {
 		return err
 	}
-	ctls, err := clusterTLS.Load(log)
+	ctls, err := clusterTLS.LoadProcess(log)
 	if err != nil {
 		return err
-	}
-	if ctls == nil {
-		cluster.WarnPlain(log)
 	}
 	var queues []cluster.QueueSpec
 	if *config != "" {
