@@ -99,11 +99,12 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		}
 		return
 	}
+	cost := s.c.srv.sendCost(s.entity, len(msgs))
 	if d.Settled {
 		// Fire-and-forget: refusing it would lose it unseen, so it is
 		// paid for and passes.
-		s.c.srv.throttle.charge(int64(len(msgs)))
-	} else if !s.c.srv.throttle.take(s.entity.Name, int64(len(msgs))) {
+		s.c.srv.throttle.charge(cost)
+	} else if !s.c.srv.throttle.take(s.entity.Name, cost) {
 		s.reject(l, d, failBusy, "")
 		return
 	}

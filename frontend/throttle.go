@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // Credit-based throttling, as Service Bus Standard does it (seed 003): the
 // namespace has a budget of credits a second; a message sent or received
-// costs 1, a $management operation 10; the budget refills each second. A
+// costs 1, a $management operation 10, and a message sent to a topic 1
+// more per filter it is evaluated against; the budget refills each second. A
 // throttled send or management operation fails with server-busy, which
 // the SDKs retry with their backoff (nothing was stored); a throttled
 // receiver waits for the next second instead.
@@ -21,6 +23,26 @@ import (
 // told of (Config.ThrottleShare). That is exact while the clients spread
 // evenly over the front-ends; one front-end's clients cannot borrow the
 // share of an idle one.
+
+// FilterCounter is what a Backend may tell of a topic for throttling: how
+// many filters (rules, over all its subscriptions) each message sent to
+// it is evaluated against. A Backend without it makes topic sends cost
+// what queue sends do.
+type FilterCounter interface {
+	Filters(topic string) int
+}
+
+// sendCost is what sending n messages to e costs: 1 each, and on a topic
+// 1 more per filter each is evaluated against (seed 003).
+func (s *Server) sendCost(e *placementpb.Entity, n int) int64 {
+	cost := int64(n)
+	if e.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		if fc, ok := s.cfg.Backend.(FilterCounter); ok {
+			cost += int64(n) * int64(fc.Filters(e.Name))
+		}
+	}
+	return cost
+}
 
 const (
 	condServerBusy amqp.Symbol = "com.microsoft:server-busy"

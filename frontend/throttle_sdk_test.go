@@ -13,6 +13,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // TestSDKThrottledBurstDelivered: a burst of sends beyond the namespace's
@@ -108,3 +109,58 @@ func TestSDKThrottledBurstDelivered(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// filteredBackend makes one entity of a memBackend a topic with a number
+// of filters, as the router reports them from the routing table.
+type filteredBackend struct {
+	*memBackend
+	filters int
+}
+
+func (b filteredBackend) Filters(topic string) int { return b.filters }
+
+// TestSDKTopicSendsPayPerFilter: a message sent to a topic costs a credit
+// per filter it is evaluated against besides its own (seed 003), so a
+// topic with 49 filters runs through a budget of 100 credits a second
+// within a few sends, which the Go SDK retries to success; as many sends
+// to a queue (1 credit each) are never throttled.
+func TestSDKTopicSendsPayPerFilter(t *testing.T) {
+	mem := newMemBackend("q", "t")
+	mem.entities["t"].Kind = placementpb.EntityKind_ENTITY_KIND_TOPIC
+	b := filteredBackend{mem, 49}
+	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := sdkClient(t, ln.Addr().String())
+	const n = 8 // 8 credits to the queue; 400 to the topic
+	for _, entity := range []string{"q", "t"} {
+		snd, err := c.NewSender(entity, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte(fmt.Sprint(i))}, nil); err != nil {
+				t.Fatalf("send %d to %s: %v", i, entity, err)
+			}
+		}
+		snd.Close(ctx)
+	}
+	if got := srv.Throttled()["q"]; got != 0 {
+		t.Fatalf("%d sends of 1 credit each to the queue were throttled %d times", n, got)
+	}
+	if got := srv.Throttled()["t"]; got == 0 {
+		t.Fatal("sends of 50 credits each to the topic were never throttled")
+	}
+	if mem.left("q") != n || mem.left("t") != n {
+		t.Fatalf("stored %d in q and %d in t, want %d each", mem.left("q"), mem.left("t"), n)
+	}
+}
