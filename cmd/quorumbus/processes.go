@@ -186,7 +186,12 @@ func frontendCmd(args []string) error {
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
-	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
+	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
+	memberID := fs.String("id", "", "this front-end's name in the gossip, unique among its members (default frontend-<host name>)")
+	join := fs.String("join", "", "comma-separated gossip addresses of storage nodes: the front-end joins their gossip as a front-end, so that each front-end counts the live ones and enforces its share of -throttle-credits (docs/security.md). Empty: no gossip, -frontends is the count")
+	gossipAddr := fs.String("gossip-addr", "0.0.0.0:7946", "memberlist gossip address (UDP and TCP), with -join")
+	gossipAdvertise := fs.String("gossip-advertise-addr", "", "gossip address other members reach this front-end at (default: memberlist picks one of the bound address's)")
+	gossipKeyFile := fs.String("gossip-key-file", "", "the storage nodes' gossip keys (node -gossip-key-file), with -join")
 	memLimit := memoryLimitFlag(fs)
 	var clusterTLS cluster.ClusterTLSFlags
 	clusterTLS.RegisterProcess(fs)
@@ -229,8 +234,17 @@ func frontendCmd(args []string) error {
 		return err
 	}
 	n := *frontends
+	share := func() int { return n }
+	if *join != "" {
+		ml, err := joinAsFrontend(ctx, *memberID, *gossipAddr, *gossipAdvertise, *join, *gossipKeyFile, log)
+		if err != nil {
+			return err
+		}
+		defer ml.Close()
+		share = cluster.FrontendShare(ml)
+	}
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
-		ThrottleCredits: *throttleCredits, ThrottleShare: func() int { return n }, SessionAcceptWait: *acceptWait})
+		ThrottleCredits: *throttleCredits, ThrottleShare: share, SessionAcceptWait: *acceptWait})
 	if err != nil {
 		return err
 	}
@@ -304,6 +318,38 @@ func frontendCmd(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// joinAsFrontend joins the storage nodes' gossip as a front-end, which
+// nodes ignore (they place replicas on storage members only) and other
+// front-ends count (cluster.FrontendShare).
+func joinAsFrontend(ctx context.Context, id, bind, advertise, join, keyFile string, log *slog.Logger) (*membership.Memberlist, error) {
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("-id: %w", err)
+		}
+		id = "frontend-" + host
+	}
+	var keys [][]byte
+	if keyFile != "" {
+		var err error
+		if keys, err = cluster.LoadGossipKeys(keyFile); err != nil {
+			return nil, err
+		}
+	}
+	ml, err := membership.New(membership.Config{NodeID: id, Role: membership.RoleFrontend, BindAddr: bind, AdvertiseAddr: advertise,
+		Seeds: splitList(join), Network: "local", Keys: keys, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := ml.Start(ctx); err != nil {
+		return nil, err
+	}
+	if keyFile != "" {
+		go cluster.WatchGossipKeys(ctx, keyFile, 10*time.Second, ml.SetKeys, log)
+	}
+	return ml, nil
 }
 
 const sessionAcceptWaitUsage = "how long an accept-next session receiver waits for a session when its client names no com.microsoft:timeout (Service Bus: a minute)"
