@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
@@ -52,12 +53,22 @@ const (
 
 var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
 
-// throttle is a namespace's credit budget on this front-end. A nil
-// throttle never throttles.
+// Resource-based throttling, as Service Bus Premium does it (no credits):
+// a send is refused with the same server-busy when the front-end's
+// pending work, the messages of partition requests it has in flight, would
+// pass Config.MaxPendingSends. Partition leaders that fall behind (a long
+// proposal queue, slow disks) keep requests in flight longer, so the
+// bound is reached when the partitions, not the clients, are the limit.
+// A request larger than the bound passes when nothing else is in flight.
+
+// throttle is a namespace's credit budget and this front-end's bound of
+// pending sends. A nil throttle never throttles.
 type throttle struct {
-	budget int64      // credits a second for the whole namespace
-	share  func() int // live front-ends sharing it
-	now    func() time.Time
+	budget     int64      // credits a second for the whole namespace; 0: no credits
+	share      func() int // live front-ends sharing it
+	now        func() time.Time
+	maxPending int64        // bound of messages in flight to partitions; 0: none
+	pending    atomic.Int64 // messages in flight to partitions
 
 	mu        sync.Mutex
 	second    int64 // the Unix second left was last refilled in
@@ -65,14 +76,37 @@ type throttle struct {
 	throttled map[string]uint64
 }
 
-func newThrottle(budget int64, share func() int) *throttle {
-	if budget <= 0 {
+func newThrottle(budget int64, share func() int, maxPending int) *throttle {
+	budget, maxPending = max(budget, 0), max(maxPending, 0)
+	if budget == 0 && maxPending == 0 {
 		return nil
 	}
 	if share == nil {
 		share = func() int { return 1 }
 	}
-	return &throttle{budget: budget, share: share, now: time.Now, throttled: map[string]uint64{}}
+	return &throttle{budget: budget, share: share, now: time.Now, maxPending: int64(maxPending), throttled: map[string]uint64{}}
+}
+
+// admit reports whether n more messages may go in flight to partitions
+// for entity under the pending bound; a refusal is counted against it.
+func (t *throttle) admit(entity string, n int) bool {
+	if t == nil || t.maxPending == 0 {
+		return true
+	}
+	if p := t.pending.Load(); p > 0 && p+int64(n) > t.maxPending {
+		t.mu.Lock()
+		t.throttled[entity]++
+		t.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// inFlight adds n (negative: removes) messages in flight to partitions.
+func (t *throttle) inFlight(n int) {
+	if t != nil {
+		t.pending.Add(int64(n))
+	}
 }
 
 // perSecond is this front-end's share of the budget, at least 1.
@@ -99,7 +133,7 @@ func (t *throttle) refillLocked() {
 // take spends cost credits for an operation on entity and reports whether
 // it may go ahead; a refusal is counted against the entity.
 func (t *throttle) take(entity string, cost int64) bool {
-	if t == nil {
+	if t == nil || t.budget == 0 {
 		return true
 	}
 	t.mu.Lock()
@@ -115,7 +149,7 @@ func (t *throttle) take(entity string, cost int64) bool {
 
 // charge spends credits already used (messages a receive returned).
 func (t *throttle) charge(cost int64) {
-	if t == nil || cost == 0 {
+	if t == nil || t.budget == 0 || cost == 0 {
 		return
 	}
 	t.mu.Lock()
@@ -127,7 +161,7 @@ func (t *throttle) charge(cost int64) {
 // wait blocks until credits are left (counting the wait once against
 // entity) or ctx ends.
 func (t *throttle) wait(ctx context.Context, entity string) error {
-	if t == nil {
+	if t == nil || t.budget == 0 {
 		return nil
 	}
 	counted := false

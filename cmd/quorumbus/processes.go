@@ -185,6 +185,7 @@ func frontendCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
+	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send that would put more messages than this in flight to the partitions is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
 	memberID := fs.String("id", "", "this front-end's name in the gossip, unique among its members (default frontend-<host name>)")
@@ -244,7 +245,7 @@ func frontendCmd(args []string) error {
 		share = cluster.FrontendShare(ml)
 	}
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
-		ThrottleCredits: *throttleCredits, ThrottleShare: share, SessionAcceptWait: *acceptWait})
+		ThrottleCredits: *throttleCredits, ThrottleShare: share, MaxPendingSends: *maxPending, SessionAcceptWait: *acceptWait})
 	if err != nil {
 		return err
 	}
@@ -354,7 +355,7 @@ func joinAsFrontend(ctx context.Context, id, bind, advertise, join, keyFile stri
 
 const sessionAcceptWaitUsage = "how long an accept-next session receiver waits for a session when its client names no com.microsoft:timeout (Service Bus: a minute)"
 
-const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10; past them sends fail with server-busy, which the SDKs retry (0 or less: no throttling)"
+const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10, a message sent to a topic 1 more per filter of its subscriptions; past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"
