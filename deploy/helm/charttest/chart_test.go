@@ -548,6 +548,15 @@ func checkFrontend(t *testing.T, objs []Object, v effective) {
 	if got := argValue(c.Args, "-placement"); got != strings.Join(want, ",") {
 		t.Errorf("-placement=%s\nwant %s", got, strings.Join(want, ","))
 	}
+	// Front-ends count each other in the storage nodes' gossip to share
+	// the namespace's credits.
+	nodeC := sts.Spec.Template.Spec.Containers[0]
+	if got, want := argValue(c.Args, "-join"), argValue(nodeC.Args, "-join"); got == "" || got != want {
+		t.Errorf("front-end -join=%s, want the nodes' %s", got, want)
+	}
+	if argValue(c.Args, "-id") != "$(POD_NAME)" || containerPort(c, "gossip-tcp") != containerPort(nodeC, "gossip-tcp") {
+		t.Errorf("front-end gossip: -id=%s, port %d", argValue(c.Args, "-id"), containerPort(c, "gossip-tcp"))
+	}
 	amqps := containerPort(c, "amqps") != 0
 	if amqps != v.tls || (argValue(c.Args, "-amqps-addr") != "") != v.tls {
 		t.Errorf("AMQPS port and listener present: %v, TLS on: %v", amqps, v.tls)
