@@ -20,7 +20,10 @@ import (
 // RuleSource supplies the authorization rules tokens and SASL PLAIN logins
 // are checked against. It is read on every put-token and login, so that
 // rules added, changed or removed in the catalog apply to the next one;
-// claims already granted last until their tokens expire, as on Azure.
+// claims of tokens last until their tokens expire, as on Azure. A SASL
+// PLAIN login has no expiry, so it is checked again whenever the rule set
+// changes (a new *sas.Ruleset): a deleted rule or a regenerated key ends
+// it, and changed rights or scope replace its claim.
 type RuleSource interface {
 	Ruleset() *sas.Ruleset
 }
@@ -43,7 +46,22 @@ const (
 	// maxCBSMessageSize bounds a put-token request; tokens are at most
 	// sas.MaxTokenLength.
 	maxCBSMessageSize = 64 << 10
+	// plainRecheckInterval is how often a connection logged in with SASL
+	// PLAIN looks whether the rule set changed, to detach the links of a
+	// login that no longer holds. Each use (attach, $management
+	// operation) looks too, so this bounds only how long attached links
+	// outlive their rule.
+	plainRecheckInterval = time.Second
 )
+
+// plainLogin is the principal of a SASL PLAIN connection: the claim its
+// rule gave and what to check it again with. The key itself is not kept.
+type plainLogin struct {
+	claim sas.Claim
+	name  string
+	key   [32]byte     // sas.KeyDigest of the key
+	rules *sas.Ruleset // the rule set that admitted it
+}
 
 // condition the SDKs take as final (Go: Code unauthorized).
 var failUnauthorized = failure{amqp.ErrCondUnauthorizedAccess, 401, false, "Unauthorized access"}
@@ -81,13 +99,22 @@ type authz struct {
 	everHeld bool // a claim was granted once: the presentation deadline is met
 	closed   bool
 	deadline *time.Timer // closes a connection that presents no claim in time
+
+	// plain is the SASL PLAIN login while it holds (nil without one, or
+	// once its rule is gone); plainRules the rule set it was last checked
+	// against; recheck the timer that looks again.
+	plain      *plainLogin
+	plainRules *sas.Ruleset
+	recheck    *time.Timer
 }
 
 func newAuthz(c *conn, timeout time.Duration) *authz {
 	a := &authz{c: c, claims: map[string]sas.Claim{}, links: map[*amqp.Link]linkNeed{}}
-	if cl, ok := c.amqp.Principal().(sas.Claim); ok {
-		a.claims[claimKey(cl)] = cl
+	if pl, ok := c.amqp.Principal().(*plainLogin); ok {
+		a.claims[claimKey(pl.claim)] = pl.claim
 		a.everHeld = true
+		a.plain, a.plainRules = pl, pl.rules
+		a.recheck = time.AfterFunc(plainRecheckInterval, a.recheckPlain)
 		return a
 	}
 	a.deadline = time.AfterFunc(timeout, a.presentationTimeout)
@@ -117,7 +144,51 @@ func (a *authz) close() {
 	if a.deadline != nil {
 		a.deadline.Stop()
 	}
+	if a.recheck != nil {
+		a.recheck.Stop()
+	}
 	clear(a.links)
+}
+
+// refreshPlainLocked checks the SASL PLAIN login again when the rule set
+// changed since the last check: its claim follows the rule's current
+// rights and scope, or goes when the rule or the key is gone (for good:
+// the client logs in again on a new connection).
+func (a *authz) refreshPlainLocked() {
+	if a.plain == nil {
+		return
+	}
+	rs := a.c.srv.cfg.Rules.Ruleset()
+	if rs == a.plainRules {
+		return
+	}
+	a.plainRules = rs
+	delete(a.claims, claimKey(a.plain.claim))
+	cl, err := rs.AuthenticateDigest(a.plain.name, a.plain.key)
+	if err != nil {
+		a.c.log.Info("the SASL PLAIN login's rule changed; its rights are withdrawn", "rule", a.plain.claim.Rule, "err", err)
+		a.plain = nil
+		return
+	}
+	a.plain.claim = cl
+	a.claims[claimKey(cl)] = cl
+}
+
+// recheckPlain runs every plainRecheckInterval while a SASL PLAIN login
+// holds, and detaches the links it no longer covers.
+func (a *authz) recheckPlain() {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.refreshPlainLocked()
+	lost, needs := a.uncoveredLocked(time.Now())
+	if a.plain != nil {
+		a.recheck.Reset(plainRecheckInterval)
+	}
+	a.mu.Unlock()
+	a.detach(lost, needs, "the authorization rule of this connection's login was deleted or changed")
 }
 
 // grant adds a claim (replacing the one of the same scope and rule, which
@@ -149,6 +220,7 @@ func (a *authz) holdsAny() bool {
 func (a *authz) allows(need linkNeed) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.refreshPlainLocked()
 	return a.allowsLocked(need, time.Now())
 }
 
@@ -165,6 +237,7 @@ func (a *authz) allowsLocked(need linkNeed, now time.Time) bool {
 func (a *authz) admit(l *amqp.Link, need linkNeed) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.refreshPlainLocked()
 	if !a.allowsLocked(need, time.Now()) {
 		return a.c.denied(need)
 	}
@@ -216,14 +289,22 @@ func (a *authz) armLocked() {
 // any more.
 func (a *authz) expire() {
 	now := time.Now()
-	var lost []*amqp.Link
-	var needs []linkNeed
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		return
 	}
 	a.pruneLocked(now)
+	lost, needs := a.uncoveredLocked(now)
+	a.timer, a.timerAt = nil, time.Time{}
+	a.armLocked()
+	a.mu.Unlock()
+	a.detach(lost, needs, "the token authorizing this link expired and was not renewed")
+}
+
+// uncoveredLocked stops watching, and returns, the links no claim meets
+// any more.
+func (a *authz) uncoveredLocked(now time.Time) (lost []*amqp.Link, needs []linkNeed) {
 	for l, need := range a.links {
 		if !a.allowsLocked(need, now) {
 			lost = append(lost, l)
@@ -231,12 +312,15 @@ func (a *authz) expire() {
 			delete(a.links, l)
 		}
 	}
-	a.timer, a.timerAt = nil, time.Time{}
-	a.armLocked()
-	a.mu.Unlock()
+	return lost, needs
+}
+
+// detach ends links that lost their claim, with why; called without the
+// lock, since a detach may call back into the link's handler.
+func (a *authz) detach(lost []*amqp.Link, needs []linkNeed, why string) {
 	for i, l := range lost {
-		a.c.log.Debug("claim expired; detaching link", "link", l.Name(), "resource", needs[i].path)
-		l.Detach(a.c.deniedBecause(needs[i], "the token authorizing this link expired and was not renewed"))
+		a.c.log.Debug("claim lost; detaching link", "link", l.Name(), "resource", needs[i].path, "why", why)
+		l.Detach(a.c.deniedBecause(needs[i], why))
 	}
 }
 
@@ -347,13 +431,14 @@ func (s saslLogin) AuthenticatePrincipal(mech amqp.Symbol, resp []byte, _ string
 		if !ok {
 			return "", nil, amqp.ErrAuthFailed
 		}
-		claim, err := s.rules.Ruleset().Authenticate(user, pass)
+		digest, rs := sas.KeyDigest(pass), s.rules.Ruleset()
+		claim, err := rs.AuthenticateDigest(user, digest)
 		if err != nil {
 			// The error names the rule at most, never the key.
 			s.log("SASL PLAIN refused", "err", err)
 			return "", nil, amqp.ErrAuthFailed
 		}
-		return claim.Rule, claim, nil
+		return claim.Rule, &plainLogin{claim: claim, name: user, key: digest, rules: rs}, nil
 	}
 	return "", nil, amqp.ErrAuthFailed
 }

@@ -33,13 +33,18 @@ func FuzzSASLLogin(f *testing.F) {
 				t.Fatal("ANONYMOUS got a claim")
 			}
 		case "PLAIN":
-			c, ok := principal.(sas.Claim)
+			pl, ok := principal.(*plainLogin)
 			parts := bytes.SplitN(resp, []byte{0}, 3)
-			if !ok || len(parts) != 3 || c.Rule != id {
+			if !ok || len(parts) != 3 || pl.claim.Rule != id || pl.rules != rs {
 				t.Fatalf("PLAIN %q logged in as %q with %#v", resp, id, principal)
 			}
 			if _, err := rs.Authenticate(string(parts[1]), string(parts[2])); err != nil {
 				t.Fatalf("PLAIN %q logged in with a key the rules refuse", resp)
+			}
+			// What the connection keeps to check the login again is
+			// the key's digest, which admits it as the key does.
+			if again, err := rs.AuthenticateDigest(pl.name, pl.key); err != nil || again != pl.claim {
+				t.Fatalf("PLAIN %q: the kept digest gives %v, %v", resp, again, err)
 			}
 		default:
 			t.Fatalf("mechanism %q logged in", mech)

@@ -62,6 +62,10 @@ type Config struct {
 	// ThrottleShare returns how many live front-ends share the budget;
 	// nil: this one alone.
 	ThrottleShare func() int
+	// MaxPendingSends is resource-based throttling (throttle.go): a send
+	// that would put more messages in flight to the partitions than this
+	// is refused with server-busy. Zero or negative: no bound.
+	MaxPendingSends int
 	// SessionAcceptWait is how long an accept-next session receiver waits
 	// for a session when the client names no com.microsoft:timeout.
 	// Default DefaultSessionAcceptWait.
@@ -121,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, throttle: newThrottle(cfg.ThrottleCredits, cfg.ThrottleShare)}
+	s := &Server{cfg: cfg, throttle: newThrottle(cfg.ThrottleCredits, cfg.ThrottleShare, cfg.MaxPendingSends)}
 	s.amqp = &amqp.Server{
 		Handler:     s,
 		ContainerID: cfg.ContainerID,

@@ -99,11 +99,12 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		}
 		return
 	}
+	cost := s.c.srv.sendCost(s.entity, len(msgs))
 	if d.Settled {
 		// Fire-and-forget: refusing it would lose it unseen, so it is
 		// paid for and passes.
-		s.c.srv.throttle.charge(int64(len(msgs)))
-	} else if !s.c.srv.throttle.take(s.entity.Name, int64(len(msgs))) {
+		s.c.srv.throttle.charge(cost)
+	} else if !s.c.srv.throttle.take(s.entity.Name, cost) || !s.c.srv.throttle.admit(s.entity.Name, len(msgs)) {
 		s.reject(l, d, failBusy, "")
 		return
 	}
@@ -267,7 +268,9 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 		bytes += it.bytes
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout+time.Duration(bytes>>20)*time.Second)
+	s.c.srv.throttle.inFlight(len(msgs))
 	res, err := s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
+	s.c.srv.throttle.inFlight(-len(msgs))
 	cancel()
 	var state amqp.DeliveryState = amqp.Accepted{}
 	var f failure

@@ -4,14 +4,17 @@ import (
 	"context"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // Credit-based throttling, as Service Bus Standard does it (seed 003): the
 // namespace has a budget of credits a second; a message sent or received
-// costs 1, a $management operation 10; the budget refills each second. A
+// costs 1, a $management operation 10, and a message sent to a topic 1
+// more per filter it is evaluated against; the budget refills each second. A
 // throttled send or management operation fails with server-busy, which
 // the SDKs retry with their backoff (nothing was stored); a throttled
 // receiver waits for the next second instead.
@@ -22,6 +25,26 @@ import (
 // evenly over the front-ends; one front-end's clients cannot borrow the
 // share of an idle one.
 
+// FilterCounter is what a Backend may tell of a topic for throttling: how
+// many filters (rules, over all its subscriptions) each message sent to
+// it is evaluated against. A Backend without it makes topic sends cost
+// what queue sends do.
+type FilterCounter interface {
+	Filters(topic string) int
+}
+
+// sendCost is what sending n messages to e costs: 1 each, and on a topic
+// 1 more per filter each is evaluated against (seed 003).
+func (s *Server) sendCost(e *placementpb.Entity, n int) int64 {
+	cost := int64(n)
+	if e.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		if fc, ok := s.cfg.Backend.(FilterCounter); ok {
+			cost += int64(n) * int64(fc.Filters(e.Name))
+		}
+	}
+	return cost
+}
+
 const (
 	condServerBusy amqp.Symbol = "com.microsoft:server-busy"
 	// managementCost is what a $management operation costs.
@@ -30,12 +53,22 @@ const (
 
 var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
 
-// throttle is a namespace's credit budget on this front-end. A nil
-// throttle never throttles.
+// Resource-based throttling, as Service Bus Premium does it (no credits):
+// a send is refused with the same server-busy when the front-end's
+// pending work, the messages of partition requests it has in flight, would
+// pass Config.MaxPendingSends. Partition leaders that fall behind (a long
+// proposal queue, slow disks) keep requests in flight longer, so the
+// bound is reached when the partitions, not the clients, are the limit.
+// A request larger than the bound passes when nothing else is in flight.
+
+// throttle is a namespace's credit budget and this front-end's bound of
+// pending sends. A nil throttle never throttles.
 type throttle struct {
-	budget int64      // credits a second for the whole namespace
-	share  func() int // live front-ends sharing it
-	now    func() time.Time
+	budget     int64      // credits a second for the whole namespace; 0: no credits
+	share      func() int // live front-ends sharing it
+	now        func() time.Time
+	maxPending int64        // bound of messages in flight to partitions; 0: none
+	pending    atomic.Int64 // messages in flight to partitions
 
 	mu        sync.Mutex
 	second    int64 // the Unix second left was last refilled in
@@ -43,14 +76,37 @@ type throttle struct {
 	throttled map[string]uint64
 }
 
-func newThrottle(budget int64, share func() int) *throttle {
-	if budget <= 0 {
+func newThrottle(budget int64, share func() int, maxPending int) *throttle {
+	budget, maxPending = max(budget, 0), max(maxPending, 0)
+	if budget == 0 && maxPending == 0 {
 		return nil
 	}
 	if share == nil {
 		share = func() int { return 1 }
 	}
-	return &throttle{budget: budget, share: share, now: time.Now, throttled: map[string]uint64{}}
+	return &throttle{budget: budget, share: share, now: time.Now, maxPending: int64(maxPending), throttled: map[string]uint64{}}
+}
+
+// admit reports whether n more messages may go in flight to partitions
+// for entity under the pending bound; a refusal is counted against it.
+func (t *throttle) admit(entity string, n int) bool {
+	if t == nil || t.maxPending == 0 {
+		return true
+	}
+	if p := t.pending.Load(); p > 0 && p+int64(n) > t.maxPending {
+		t.mu.Lock()
+		t.throttled[entity]++
+		t.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// inFlight adds n (negative: removes) messages in flight to partitions.
+func (t *throttle) inFlight(n int) {
+	if t != nil {
+		t.pending.Add(int64(n))
+	}
 }
 
 // perSecond is this front-end's share of the budget, at least 1.
@@ -77,7 +133,7 @@ func (t *throttle) refillLocked() {
 // take spends cost credits for an operation on entity and reports whether
 // it may go ahead; a refusal is counted against the entity.
 func (t *throttle) take(entity string, cost int64) bool {
-	if t == nil {
+	if t == nil || t.budget == 0 {
 		return true
 	}
 	t.mu.Lock()
@@ -93,7 +149,7 @@ func (t *throttle) take(entity string, cost int64) bool {
 
 // charge spends credits already used (messages a receive returned).
 func (t *throttle) charge(cost int64) {
-	if t == nil || cost == 0 {
+	if t == nil || t.budget == 0 || cost == 0 {
 		return
 	}
 	t.mu.Lock()
@@ -105,7 +161,7 @@ func (t *throttle) charge(cost int64) {
 // wait blocks until credits are left (counting the wait once against
 // entity) or ctx ends.
 func (t *throttle) wait(ctx context.Context, entity string) error {
-	if t == nil {
+	if t == nil || t.budget == 0 {
 		return nil
 	}
 	counted := false

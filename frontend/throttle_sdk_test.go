@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // TestSDKThrottledBurstDelivered: a burst of sends beyond the namespace's
@@ -108,3 +111,164 @@ func TestSDKThrottledBurstDelivered(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// filteredBackend makes one entity of a memBackend a topic with a number
+// of filters, as the router reports them from the routing table.
+type filteredBackend struct {
+	*memBackend
+	filters int
+}
+
+func (b filteredBackend) Filters(topic string) int { return b.filters }
+
+// TestSDKTopicSendsPayPerFilter: a message sent to a topic costs a credit
+// per filter it is evaluated against besides its own (seed 003), so a
+// topic with 49 filters runs through a budget of 100 credits a second
+// within a few sends, which the Go SDK retries to success; as many sends
+// to a queue (1 credit each) are never throttled.
+func TestSDKTopicSendsPayPerFilter(t *testing.T) {
+	mem := newMemBackend("q", "t")
+	mem.entities["t"].Kind = placementpb.EntityKind_ENTITY_KIND_TOPIC
+	b := filteredBackend{mem, 49}
+	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := sdkClient(t, ln.Addr().String())
+	const n = 8 // 8 credits to the queue; 400 to the topic
+	for _, entity := range []string{"q", "t"} {
+		snd, err := c.NewSender(entity, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := snd.SendMessage(ctx, &azservicebus.Message{Body: []byte(fmt.Sprint(i))}, nil); err != nil {
+				t.Fatalf("send %d to %s: %v", i, entity, err)
+			}
+		}
+		snd.Close(ctx)
+	}
+	if got := srv.Throttled()["q"]; got != 0 {
+		t.Fatalf("%d sends of 1 credit each to the queue were throttled %d times", n, got)
+	}
+	if got := srv.Throttled()["t"]; got == 0 {
+		t.Fatal("sends of 50 credits each to the topic were never throttled")
+	}
+	if mem.left("q") != n || mem.left("t") != n {
+		t.Fatalf("stored %d in q and %d in t, want %d each", mem.left("q"), mem.left("t"), n)
+	}
+}
+
+// heldBackend holds every Send until release is closed, as partitions
+// that fall behind (a leader's long proposal queue) keep requests in
+// flight.
+type heldBackend struct {
+	*memBackend
+	release chan struct{}
+	arrived *atomic.Int64 // messages of the requests held so far
+}
+
+func (b heldBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.arrived.Add(int64(len(msgs)))
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.memBackend.Send(ctx, e, p, msgs)
+}
+
+// TestSDKPendingSendsBound: the resource-based mode (no credits): once the
+// front-end has MaxPendingSends messages in flight to partitions that do
+// not answer, a new send is refused with server-busy in Azure's words,
+// which the Go SDK retries until the partitions catch up; nothing is lost
+// and the throttled counter moves.
+func TestSDKPendingSendsBound(t *testing.T) {
+	mem := newMemBackend("q")
+	b := heldBackend{mem, make(chan struct{}), new(atomic.Int64)}
+	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, MaxPendingSends: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	addr := ln.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Four messages in flight, held by the partition.
+	var held sync.WaitGroup
+	heldErrs := make(chan error, 4)
+	for i := range 4 {
+		snd := amqpSender(t, ctx, addr, "q")
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			heldErrs <- snd.Send(ctx, goamqp.NewMessage([]byte(fmt.Sprint("held", i))), nil)
+		}()
+	}
+	snd := amqpSender(t, ctx, addr, "q")
+	for b.arrived.Load() < 4 {
+		if ctx.Err() != nil {
+			t.Fatal("the four sends never reached the partition")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var busy *goamqp.Error
+	for busy == nil {
+		err := snd.Send(ctx, goamqp.NewMessage([]byte("refused")), nil)
+		if err == nil {
+			t.Fatal("a send passed while the partition held every request")
+		}
+		if ae, ok := err.(*goamqp.Error); ok && ae.Condition == "com.microsoft:server-busy" {
+			busy = ae
+			break
+		}
+		t.Fatalf("past the pending bound: %v, want server-busy", err)
+	}
+	if !contains(busy.Description, "Error code: 50009") {
+		t.Fatalf("server-busy says %q", busy.Description)
+	}
+
+	// The SDK retries until the partition answers again.
+	c := sdkClient(t, addr)
+	sender, err := c.NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdkErr := make(chan error, 1)
+	go func() { sdkErr <- sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("retried")}, nil) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for srv.Throttled()["q"] < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // the SDK's first try is refused too
+	}
+	close(b.release)
+	held.Wait()
+	close(heldErrs)
+	for err := range heldErrs {
+		if err != nil {
+			t.Fatalf("a held send: %v", err)
+		}
+	}
+	if err := <-sdkErr; err != nil {
+		t.Fatalf("the SDK's send was not retried to success: %v", err)
+	}
+	if got := mem.left("q"); got != 5 {
+		t.Fatalf("%d messages stored, want the 4 held and the SDK's", got)
+	}
+	if got := srv.Throttled()["q"]; got < 2 {
+		t.Fatalf("throttled counter %d, want the raw refusal and the SDK's", got)
+	}
+}

@@ -12,7 +12,7 @@ import (
 func TestThrottleCredits(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
 	fronts := 1
-	th := newThrottle(100, func() int { return fronts })
+	th := newThrottle(100, func() int { return fronts }, 0)
 	th.now = func() time.Time { return clock }
 
 	for i := range 100 {
@@ -55,7 +55,7 @@ func TestThrottleCredits(t *testing.T) {
 	if got := th.counts(); got["q"] != 5 || got["other"] != 1 {
 		t.Fatalf("throttled counts %v", got)
 	}
-	if newThrottle(0, nil) != nil || newThrottle(-1, nil) != nil {
+	if newThrottle(0, nil, 0) != nil || newThrottle(-1, nil, -1) != nil {
 		t.Fatal("a budget of 0 or less throttles")
 	}
 	var off *throttle

@@ -51,7 +51,7 @@ func TestMoveBacklogReplica(t *testing.T) {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
 	}
 	nodeArgs := func(i int) []string {
-		args := []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+		args := []string{"node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs[:3], ","),
 			"-http-addr", httpAddrs[i], "-groups", "1", "-log-level", cmp.Or(os.Getenv("QUORUMBUS_TEST_NODE_LOG"), "error")}
 		if i < 3 {

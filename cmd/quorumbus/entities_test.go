@@ -37,7 +37,7 @@ func TestTenThousandEntities(t *testing.T) {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
 	}
 	nodeArgs := func(i int) []string {
-		return []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+		return []string{"node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
 			"-http-addr", httpAddrs[i], "-bootstrap", strings.Join(boot, ","), "-log-level", "error"}
 	}

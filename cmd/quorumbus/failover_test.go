@@ -60,7 +60,7 @@ func TestFailoverKillLeader(t *testing.T) {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
 	}
 	nodeArgs := func(i int) []string {
-		return []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+		return []string{"node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
 			"-bootstrap", strings.Join(boot, ","), "-log-level", "error"}
 	}
@@ -289,6 +289,11 @@ type process struct {
 	done chan struct{}
 }
 
+// startProcess runs the binary with args until the test ends. The tests
+// that start node, frontend and gateway processes pass -plain-cluster
+// (their subject is replication, not the cluster plane's security, which
+// TestClusterMutualTLS covers with certificates): without it or the
+// -cluster-* flags a process refuses to start.
 func startProcess(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -322,7 +327,7 @@ func startFrontendProcess(t *testing.T, bin, dir, amqpAddr string, placement []s
 	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
 		t.Fatal(err)
 	}
-	return startProcess(t, bin, "frontend", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(placement, ","),
+	return startProcess(t, bin, "frontend", "-plain-cluster", "-amqp-addr", amqpAddr, "-http-addr", "", "-placement", strings.Join(placement, ","),
 		"-sas-rules", rules, "-throttle-credits", "0", "-log-level", "error")
 }
 

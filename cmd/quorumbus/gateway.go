@@ -34,7 +34,7 @@ func gatewayCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
 	var clusterTLS cluster.ClusterTLSFlags
-	clusterTLS.Register(fs)
+	clusterTLS.RegisterProcess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus gateway [flags]\n\nRuns a stateless HTTP gateway: the Service Bus management API that the Azure\nadmin clients speak (HTTPS and plain HTTP on -http-addr), health, readiness\nand metrics.\n\n")
 		fs.PrintDefaults()
@@ -49,12 +49,9 @@ func gatewayCmd(args []string) error {
 	if err := applyMemoryLimit(*memLimit, baseMiB, log); err != nil {
 		return err
 	}
-	ctls, err := clusterTLS.Load(log)
+	ctls, err := clusterTLS.LoadProcess(log)
 	if err != nil {
 		return err
-	}
-	if ctls == nil {
-		cluster.WarnPlain(log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

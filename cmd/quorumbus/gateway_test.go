@@ -37,7 +37,7 @@ func TestGatewayProcess(t *testing.T) {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
 	}
 	for i := range 3 {
-		startProcess(t, bin, "node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+		startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
 			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
 	}
@@ -50,7 +50,7 @@ func TestGatewayProcess(t *testing.T) {
 		sas.Rule{Name: "Reader", Rights: sas.Listen, PrimaryKey: key}); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, bin, "gateway", "-http-addr", httpAddr, "-placement", strings.Join(grpcAddrs, ","),
+	startProcess(t, bin, "gateway", "-plain-cluster", "-http-addr", httpAddr, "-placement", strings.Join(grpcAddrs, ","),
 		"-sas-rules", rules, "-log-level", "error")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

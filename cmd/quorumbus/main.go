@@ -27,6 +27,7 @@ var subcommands = []subcommand{
 	{"topic", "create, list, get or delete topics on a running cluster", topicCmd},
 	{"subscription", "create, list, get or delete a topic's subscriptions", subscriptionCmd},
 	{"rule", "create, list or delete a subscription's rules (SQL, correlation, true/false filters; SQL actions)", ruleCmd},
+	{"cluster-certs", "make a cluster CA and a certificate per role (node, frontend, gateway, cli) for the cluster plane's mutual TLS", clusterCertsCmd},
 	{"auth-rule", "create, list, show keys of, regenerate keys of or delete Shared Access Signature rules", authRuleCmd},
 	{"bench", "drive an AMQP 1.0 endpoint with load and report throughput and latency", loadtool.Command},
 	{"version", "print the version this binary was built from (also -version, --version)", versionCmd},

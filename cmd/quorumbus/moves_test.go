@@ -74,7 +74,7 @@ func scaleRun(t *testing.T, plan scalePlan) {
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
 	}
 	nodeArgs := func(i int) []string {
-		args := []string{"node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+		args := []string{"node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs[:3], ","),
 			"-http-addr", httpAddrs[i], "-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
 		if i < 3 {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,11 +23,14 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend/certs"
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/raftpb"
 	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
@@ -38,7 +42,8 @@ import (
 //     PartitionService, PlacementService all over mutual TLS; the queue's
 //     three replicas prove the nodes found each other by encrypted gossip);
 //   - a gRPC client without a certificate, or with one of another CA, is
-//     refused by a node; the CLI's certificate is admitted;
+//     refused by a node; the CLI's certificate is admitted; the front-end's
+//     and the CLI's cannot call a node's Raft transport (roles);
 //   - a fourth node with the cluster's certificate but another gossip key
 //     is never heard of (not registered as a storage node);
 //   - the admin listener serves HTTPS only;
@@ -52,11 +57,15 @@ func TestClusterMutualTLS(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	// n1-next is the certificate n1's files are rotated to.
-	files, err := certs.GenerateDevCluster(filepath.Join(dir, "tls"), "n1", "n2", "n3", "n4", "frontend", "cli", "n1-next")
+	members := []certs.DevMember{{Name: "frontend", Role: certs.RoleFrontend}, {Name: "cli", Role: certs.RoleCLI}}
+	for _, id := range []string{"n1", "n2", "n3", "n4", "n1-next"} {
+		members = append(members, certs.DevMember{Name: id, Role: certs.RoleNode})
+	}
+	files, err := certs.GenerateDevCluster(filepath.Join(dir, "tls"), members...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := certs.GenerateDevCluster(filepath.Join(dir, "foreign"), "cli")
+	foreign, err := certs.GenerateDevCluster(filepath.Join(dir, "foreign"), certs.DevMember{Name: "cli", Role: certs.RoleCLI})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +176,23 @@ func TestClusterMutualTLS(t *testing.T) {
 		t.Fatal("a client with a certificate of another CA listed the entities")
 	}
 
+	// The front-end's certificate is the cluster's, but its role does not
+	// reach Raft: the forged TimeoutNow of issue 22 is refused before
+	// raftmux sees it. The CLI's certificate cannot either.
+	for _, name := range []string{"frontend", "cli"} {
+		cc, err := rpcnet.Dial(grpcAddrs[1], loadCreds(t, files[name].Cert, files[name].Key, files[name].CA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = raftpb.NewRaftClient(cc).TimeoutNow(cctx, &raftpb.TimeoutNowRequest{GroupId: 1})
+		ccancel()
+		cc.Close()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("the %s certificate's TimeoutNow: %v, want PermissionDenied", name, err)
+		}
+	}
+
 	// n4 holds a certificate of the cluster but another gossip key.
 	nodes := registeredNodes(t, ctx, grpcAddrs[0], cli)
 	if !slices.Equal(nodes, []string{"n1", "n2", "n3"}) {
@@ -259,6 +285,35 @@ func servedSerial(ctx context.Context, addr string, cli certs.DevFiles) (string,
 	}
 	s, _ := serial.Load().(string)
 	return s, nil
+}
+
+// TestProcessesNeedClusterTLS: node, frontend and gateway refuse to start
+// without the cluster's certificate flags unless -plain-cluster asks for
+// plain text, and refuse both at once.
+func TestProcessesNeedClusterTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"node", "-id", "n1", "-data", filepath.Join(dir, "n1"), "-grpc-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0"},
+		{"frontend", "-amqp-addr", "127.0.0.1:0", "-http-addr", ""},
+		{"gateway", "-http-addr", "127.0.0.1:0"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "-plain-cluster") {
+			t.Errorf("%s without cluster TLS: %v\n%s\nwant a refusal that names -plain-cluster", args[0], err, out)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		out, err = exec.CommandContext(ctx, bin, append(args, "-plain-cluster", "-cluster-ca", "ca.crt")...).CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "exclude each other") {
+			t.Errorf("%s with -plain-cluster and -cluster-ca: %v\n%s", args[0], err, out)
+		}
+	}
 }
 
 func loadCreds(t *testing.T, cert, key, ca string) *rpcnet.Creds {

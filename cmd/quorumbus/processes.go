@@ -58,7 +58,7 @@ func nodeCmd(args []string) error {
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "")
 	var clusterTLS cluster.ClusterTLSFlags
-	clusterTLS.Register(fs)
+	clusterTLS.RegisterProcess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus node [flags]\n\nRuns a storage node (partition groups on Raft) that is also a member of the\nplacement meta group. Three of them make a cluster; see README.md.\n\n")
 		fs.PrintDefaults()
@@ -91,12 +91,9 @@ func nodeCmd(args []string) error {
 		}
 		log.Info("zone read from the Kubernetes node", "kubernetes_node", *zoneFromNode, "label", *zoneLabel, "zone", *zone)
 	}
-	ctls, err := clusterTLS.Load(log)
+	ctls, err := clusterTLS.LoadProcess(log)
 	if err != nil {
 		return err
-	}
-	if ctls == nil {
-		cluster.WarnPlain(log)
 	}
 	var gossipKeys [][]byte
 	if *gossipKeyFile != "" {
@@ -188,11 +185,17 @@ func frontendCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
+	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send that would put more messages than this in flight to the partitions is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
-	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md)")
+	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
+	memberID := fs.String("id", "", "this front-end's name in the gossip, unique among its members (default frontend-<host name>)")
+	join := fs.String("join", "", "comma-separated gossip addresses of storage nodes: the front-end joins their gossip as a front-end, so that each front-end counts the live ones and enforces its share of -throttle-credits (docs/security.md). Empty: no gossip, -frontends is the count")
+	gossipAddr := fs.String("gossip-addr", "0.0.0.0:7946", "memberlist gossip address (UDP and TCP), with -join")
+	gossipAdvertise := fs.String("gossip-advertise-addr", "", "gossip address other members reach this front-end at (default: memberlist picks one of the bound address's)")
+	gossipKeyFile := fs.String("gossip-key-file", "", "the storage nodes' gossip keys (node -gossip-key-file), with -join")
 	memLimit := memoryLimitFlag(fs)
 	var clusterTLS cluster.ClusterTLSFlags
-	clusterTLS.Register(fs)
+	clusterTLS.RegisterProcess(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: quorumbus frontend [flags]\n\nRuns a stateless AMQP front-end that serves the Service Bus SDKs and routes\nto the partition groups' leaders.\n\n")
 		fs.PrintDefaults()
@@ -204,12 +207,9 @@ func frontendCmd(args []string) error {
 	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB, log); err != nil {
 		return err
 	}
-	ctls, err := clusterTLS.Load(log)
+	ctls, err := clusterTLS.LoadProcess(log)
 	if err != nil {
 		return err
-	}
-	if ctls == nil {
-		cluster.WarnPlain(log)
 	}
 	var queues []cluster.QueueSpec
 	if *config != "" {
@@ -235,8 +235,17 @@ func frontendCmd(args []string) error {
 		return err
 	}
 	n := *frontends
+	share := func() int { return n }
+	if *join != "" {
+		ml, err := joinAsFrontend(ctx, *memberID, *gossipAddr, *gossipAdvertise, *join, *gossipKeyFile, log)
+		if err != nil {
+			return err
+		}
+		defer ml.Close()
+		share = cluster.FrontendShare(ml)
+	}
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
-		ThrottleCredits: *throttleCredits, ThrottleShare: func() int { return n }, SessionAcceptWait: *acceptWait})
+		ThrottleCredits: *throttleCredits, ThrottleShare: share, MaxPendingSends: *maxPending, SessionAcceptWait: *acceptWait})
 	if err != nil {
 		return err
 	}
@@ -312,9 +321,41 @@ func frontendCmd(args []string) error {
 	return srv.Shutdown(sctx)
 }
 
+// joinAsFrontend joins the storage nodes' gossip as a front-end, which
+// nodes ignore (they place replicas on storage members only) and other
+// front-ends count (cluster.FrontendShare).
+func joinAsFrontend(ctx context.Context, id, bind, advertise, join, keyFile string, log *slog.Logger) (*membership.Memberlist, error) {
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("-id: %w", err)
+		}
+		id = "frontend-" + host
+	}
+	var keys [][]byte
+	if keyFile != "" {
+		var err error
+		if keys, err = cluster.LoadGossipKeys(keyFile); err != nil {
+			return nil, err
+		}
+	}
+	ml, err := membership.New(membership.Config{NodeID: id, Role: membership.RoleFrontend, BindAddr: bind, AdvertiseAddr: advertise,
+		Seeds: splitList(join), Network: "local", Keys: keys, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := ml.Start(ctx); err != nil {
+		return nil, err
+	}
+	if keyFile != "" {
+		go cluster.WatchGossipKeys(ctx, keyFile, 10*time.Second, ml.SetKeys, log)
+	}
+	return ml, nil
+}
+
 const sessionAcceptWaitUsage = "how long an accept-next session receiver waits for a session when its client names no com.microsoft:timeout (Service Bus: a minute)"
 
-const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10; past them sends fail with server-busy, which the SDKs retry (0 or less: no throttling)"
+const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10, a message sent to a topic 1 more per filter of its subscriptions; past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"

@@ -36,7 +36,7 @@ func TestFailoverSessionLock(t *testing.T) {
 	}
 	procs := make([]*process, 3)
 	for i := range 3 {
-		procs[i] = startProcess(t, bin, "node", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+		procs[i] = startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
 			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
 	}

@@ -61,7 +61,10 @@ func (c *Cluster) ServerConfig() *tls.Config {
 }
 
 // ClientConfig presents this process's certificate and accepts a server
-// whose certificate chains to the cluster CA for server authentication.
+// whose certificate chains to the cluster CA for server authentication and
+// names RoleNode: storage nodes are the cluster plane's only servers, so a
+// front-end's or CLI's certificate cannot pose as one (to hand out forged
+// routing tables, say).
 func (c *Cluster) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -73,7 +76,13 @@ func (c *Cluster) ClientConfig() *tls.Config {
 		// chain check against the current CA instead.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return c.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+			if err := c.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth); err != nil {
+				return err
+			}
+			if role := RoleOf(cs.PeerCertificates[0]); role != RoleNode {
+				return fmt.Errorf("%w: the server's certificate names role %q, and only nodes serve", ErrRole, role)
+			}
+			return nil
 		},
 	}
 }
@@ -86,6 +95,10 @@ func (c *Cluster) HTTPSConfig() *tls.Config {
 
 // ErrNotMember is returned for a peer certificate the cluster CA did not sign.
 var ErrNotMember = errors.New("certs: the peer's certificate is not one of the cluster CA")
+
+// ErrRole is returned for a peer whose certificate's role (RoleOf) may not
+// do what it attempts.
+var ErrRole = errors.New("certs: the peer's role does not allow this")
 
 func (c *Cluster) verify(chain []*x509.Certificate, usage x509.ExtKeyUsage) error {
 	if len(chain) == 0 {

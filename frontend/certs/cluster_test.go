@@ -61,11 +61,11 @@ func exchange(t *testing.T, serverCfg, clientCfg *tls.Config) error {
 // the server, and a server of another CA is refused by the client.
 func TestClusterMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ours, err := GenerateDevCluster(filepath.Join(dir, "ours"), "n1", "cli")
+	ours, err := GenerateDevCluster(filepath.Join(dir, "ours"), DevMember{"n1", RoleNode}, DevMember{"cli", RoleCLI})
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := GenerateDevCluster(filepath.Join(dir, "theirs"), "n1")
+	theirs, err := GenerateDevCluster(filepath.Join(dir, "theirs"), DevMember{"n1", RoleNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,10 @@ func TestClusterMutualTLS(t *testing.T) {
 	if err := exchange(t, foreign.ServerConfig(), cli.ClientConfig()); !errors.Is(err, ErrNotMember) {
 		t.Fatalf("a server of another CA: %v, want %v", err, ErrNotMember)
 	}
+	// Only nodes serve: a member of another role cannot pose as one.
+	if err := exchange(t, cli.ServerConfig(), n1.ClientConfig()); !errors.Is(err, ErrRole) {
+		t.Fatalf("a server with the cli role: %v, want %v", err, ErrRole)
+	}
 	// The admin listener's HTTPS needs no client certificate.
 	if err := exchange(t, n1.HTTPSConfig(), noCert); err != nil {
 		t.Fatalf("HTTPS without a client certificate: %v", err)
@@ -91,7 +95,7 @@ func TestClusterMutualTLS(t *testing.T) {
 
 	// A second start keeps the files.
 	before, _ := os.ReadFile(ours["n1"].Cert)
-	if _, err := GenerateDevCluster(filepath.Join(dir, "ours"), "n1", "cli"); err != nil {
+	if _, err := GenerateDevCluster(filepath.Join(dir, "ours"), DevMember{"n1", RoleNode}, DevMember{"cli", RoleCLI}); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.ReadFile(ours["n1"].Cert); string(after) != string(before) {
@@ -109,11 +113,11 @@ func TestClusterMutualTLS(t *testing.T) {
 // only the new CA then accept.
 func TestClusterRotation(t *testing.T) {
 	dir := t.TempDir()
-	old, err := GenerateDevCluster(filepath.Join(dir, "old"), "n1", "cli")
+	old, err := GenerateDevCluster(filepath.Join(dir, "old"), DevMember{"n1", RoleNode}, DevMember{"cli", RoleCLI})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, err := GenerateDevCluster(filepath.Join(dir, "new"), "n1", "cli")
+	next, err := GenerateDevCluster(filepath.Join(dir, "new"), DevMember{"n1", RoleNode}, DevMember{"cli", RoleCLI})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +193,7 @@ func TestClusterRotation(t *testing.T) {
 // listener instead of a ClientHello (with or without a certificate), the
 // handshake fails without panicking.
 func FuzzClusterHandshakeGarbage(f *testing.F) {
-	files, err := GenerateDevCluster(f.TempDir(), "n1")
+	files, err := GenerateDevCluster(f.TempDir(), DevMember{"n1", RoleNode})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -51,10 +51,10 @@ func GenerateDev(dir string, hosts ...string) (DevFiles, error) {
 			return f, err
 		}
 	}
-	if serverValid(f, ca, hosts, now) {
+	if serverValid(f, ca, hosts, "", now) {
 		return f, nil
 	}
-	return f, newServer(f, ca, caKey, hosts, now, x509.ExtKeyUsageServerAuth)
+	return f, newServer(f, ca, caKey, hosts, "", now, x509.ExtKeyUsageServerAuth)
 }
 
 func loadCA(certFile, keyFile string, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
@@ -107,14 +107,15 @@ func newCA(certFile, keyFile string, now time.Time) (*x509.Certificate, *ecdsa.P
 }
 
 // serverValid reports whether the server certificate on disk was signed
-// by ca, covers every host and lasts long enough.
-func serverValid(f DevFiles, ca *x509.Certificate, hosts []string, now time.Time) bool {
+// by ca, covers every host, names role (RoleOf; "" for none) and lasts
+// long enough.
+func serverValid(f DevFiles, ca *x509.Certificate, hosts []string, role string, now time.Time) bool {
 	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
 		return false
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil || now.Add(devRenewBefore).After(leaf.NotAfter) || leaf.CheckSignatureFrom(ca) != nil {
+	if err != nil || now.Add(devRenewBefore).After(leaf.NotAfter) || leaf.CheckSignatureFrom(ca) != nil || RoleOf(leaf) != role {
 		return false
 	}
 	for _, h := range hosts {
@@ -125,8 +126,9 @@ func serverValid(f DevFiles, ca *x509.Certificate, hosts []string, now time.Time
 	return true
 }
 
-// newServer makes f's certificate and key, for hosts, with usages.
-func newServer(f DevFiles, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time, usages ...x509.ExtKeyUsage) error {
+// newServer makes f's certificate and key, for hosts, naming role in its
+// Organizational Unit (none when empty), with usages.
+func newServer(f DevFiles, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, role string, now time.Time, usages ...x509.ExtKeyUsage) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -138,6 +140,9 @@ func newServer(f DevFiles, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts 
 		NotAfter:     now.Add(devServerLifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usages,
+	}
+	if role != "" {
+		tmpl.Subject.OrganizationalUnit = []string{role}
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -181,14 +186,19 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
+// DevMember is a certificate GenerateDevCluster makes: its file name and
+// the role it names (RoleNode, ...).
+type DevMember struct{ Name, Role string }
+
 // GenerateDevCluster makes, under dir, a cluster CA (ca.crt, ca.key) and,
-// for each name, a certificate and key (NAME.crt, NAME.key) it signed,
-// usable both to serve and to dial (server and client authentication), for
-// localhost and the loopback addresses. It is `quorumbus dev`'s cluster
-// plane: one process, but every gRPC connection between its parts goes
-// through mutual TLS as a deployment's would. Files of an earlier start are
-// kept while valid, as GenerateDev keeps its own.
-func GenerateDevCluster(dir string, names ...string) (map[string]DevFiles, error) {
+// for each member, a certificate and key (NAME.crt, NAME.key) it signed,
+// naming the member's role (its Subject's OU; RoleOf), usable both to serve
+// and to dial (server and client authentication), for localhost and the
+// loopback addresses. It is `quorumbus dev`'s cluster plane: one process,
+// but every gRPC connection between its parts goes through mutual TLS as a
+// deployment's would. Files of an earlier start are kept while valid (and
+// of the same role), as GenerateDev keeps its own.
+func GenerateDevCluster(dir string, members ...DevMember) (map[string]DevFiles, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -201,15 +211,15 @@ func GenerateDevCluster(dir string, names ...string) (map[string]DevFiles, error
 		}
 	}
 	hosts := []string{"localhost", "127.0.0.1", "::1"}
-	out := make(map[string]DevFiles, len(names))
-	for _, name := range names {
-		f := DevFiles{CA: caFile, Cert: filepath.Join(dir, name+".crt"), Key: filepath.Join(dir, name+".key")}
-		if !serverValid(f, ca, hosts, now) {
-			if err := newServer(f, ca, caKey, hosts, now, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
+	out := make(map[string]DevFiles, len(members))
+	for _, m := range members {
+		f := DevFiles{CA: caFile, Cert: filepath.Join(dir, m.Name+".crt"), Key: filepath.Join(dir, m.Name+".key")}
+		if !serverValid(f, ca, hosts, m.Role, now) {
+			if err := newServer(f, ca, caKey, hosts, m.Role, now, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
 				return nil, err
 			}
 		}
-		out[name] = f
+		out[m.Name] = f
 	}
 	return out, nil
 }

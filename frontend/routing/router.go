@@ -61,6 +61,7 @@ type Router struct {
 	leaders map[uint64]string // group -> node id learnt from hints and answers
 	ready   chan struct{}     // closed when the first table arrived
 	rules   *sas.Ruleset      // Config.Rules and the table's
+	filters map[string]int    // lowercase topic -> rules over its subscriptions
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // by address
@@ -177,8 +178,15 @@ func (r *Router) watchOnce(ctx context.Context, addr string) (got bool, err erro
 
 func (r *Router) install(t *placementpb.RoutingTable) {
 	byName := make(map[string]*placementpb.Entity, len(t.Entities))
+	filters := map[string]int{}
 	for _, e := range t.Entities {
-		byName[strings.ToLower(e.Name)] = e
+		key := strings.ToLower(e.Name)
+		byName[key] = e
+		if e.Kind == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+			if i := strings.LastIndex(key, "/subscriptions/"); i > 0 {
+				filters[key[:i]] += len(e.Rules)
+			}
+		}
 	}
 	groups := make(map[uint64]*placementpb.Group, len(t.Groups))
 	for _, g := range t.Groups {
@@ -195,12 +203,14 @@ func (r *Router) install(t *placementpb.RoutingTable) {
 		return // an older table from a lagging member
 	}
 	first := r.table == nil
-	r.table, r.byName, r.groups, r.nodes, r.rules = t, byName, groups, nodes, rules
+	r.table, r.byName, r.groups, r.nodes, r.rules, r.filters = t, byName, groups, nodes, rules, filters
 	r.mu.Unlock()
 	if first {
 		close(r.ready)
 	}
 }
+
+var _ frontend.FilterCounter = (*Router)(nil)
 
 // Ruleset implements frontend.RuleSource: the configured rules and the
 // catalog's as of the latest routing table.
@@ -288,6 +298,15 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 		return e, nil
 	}
 	return nil, fmt.Errorf("%w: looking up %s: %v", frontend.ErrCatalogUnavailable, name, lastErr)
+}
+
+// Filters implements frontend.FilterCounter: the rules of every
+// subscription of topic, as of the latest routing table (each is a filter
+// a message sent to the topic is evaluated against).
+func (r *Router) Filters(topic string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.filters[strings.ToLower(topic)]
 }
 
 // HasEntity reports whether the current routing table names an entity,

@@ -226,6 +226,16 @@ func (r Rule) matches(t *Token) bool {
 // in constant time with the primary and secondary keys of every rule of
 // that name.
 func (rs *Ruleset) Authenticate(name, key string) (Claim, error) {
+	return rs.AuthenticateDigest(name, KeyDigest(key))
+}
+
+// KeyDigest is what AuthenticateDigest compares: the SHA-256 of a key. A
+// connection that logged in with SASL PLAIN keeps it instead of the key,
+// to check its login again when the rules change.
+func KeyDigest(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
+
+// AuthenticateDigest is Authenticate given the key's KeyDigest.
+func (rs *Ruleset) AuthenticateDigest(name string, given [sha256.Size]byte) (Claim, error) {
 	var candidates []Rule
 	if rs != nil {
 		candidates = rs.byName[strings.ToLower(name)]
@@ -233,7 +243,6 @@ func (rs *Ruleset) Authenticate(name, key string) (Claim, error) {
 	if len(candidates) == 0 {
 		return Claim{}, fmt.Errorf("%w: %q", ErrUnknownRule, truncate(name))
 	}
-	given := sha256.Sum256([]byte(key))
 	for _, r := range candidates {
 		p := sha256.Sum256([]byte(r.PrimaryKey))
 		ok := hmac.Equal(given[:], p[:])

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,10 +98,10 @@ type DevOptions struct {
 	PlainCluster bool
 }
 
-// devClusterNames are the identities of a dev cluster's parts besides its
+// devClusterParts are the identities of a dev cluster's parts besides its
 // nodes: the front-end, the gateway, and "cli", which the CLI and tests
-// present (Dev.Creds).
-var devClusterNames = []string{"frontend", "gateway", "cli"}
+// present (Dev.Creds); each certificate's role is its name.
+var devClusterParts = []certs.DevMember{{Name: "frontend", Role: certs.RoleFrontend}, {Name: "gateway", Role: certs.RoleGateway}, {Name: "cli", Role: certs.RoleCLI}}
 
 // Dev is everything `quorumbus dev` runs.
 type Dev struct {
@@ -166,7 +167,11 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	servers := Servers(ids, c.NodeAddrs)
 	creds := map[string]*rpcnet.Creds{}
 	if !o.PlainCluster {
-		if c.ClusterTLS, creds, err = devClusterCreds(filepath.Join(o.DataDir, "cluster-tls"), append(ids, devClusterNames...), log); err != nil {
+		members := slices.Clone(devClusterParts)
+		for _, id := range ids {
+			members = append(members, certs.DevMember{Name: id, Role: certs.RoleNode})
+		}
+		if c.ClusterTLS, creds, err = devClusterCreds(filepath.Join(o.DataDir, "cluster-tls"), members, log); err != nil {
 			return nil, fmt.Errorf("dev cluster TLS: %w", err)
 		}
 		c.Creds = creds["cli"]
@@ -351,8 +356,8 @@ func (c *Dev) Close() error {
 
 // devClusterCreds makes (or keeps) a dev cluster CA under dir and a
 // certificate of it for each name, and loads each as credentials.
-func devClusterCreds(dir string, names []string, log *slog.Logger) (map[string]certs.DevFiles, map[string]*rpcnet.Creds, error) {
-	files, err := certs.GenerateDevCluster(dir, names...)
+func devClusterCreds(dir string, members []certs.DevMember, log *slog.Logger) (map[string]certs.DevFiles, map[string]*rpcnet.Creds, error) {
+	files, err := certs.GenerateDevCluster(dir, members...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -362,7 +367,7 @@ func devClusterCreds(dir string, names []string, log *slog.Logger) (map[string]c
 		if err != nil {
 			return nil, nil, err
 		}
-		creds[name] = rpcnet.NewCreds(cl.ServerConfig(), cl.ClientConfig())
+		creds[name] = clusterCreds(cl)
 	}
 	return files, creds, nil
 }

@@ -39,9 +39,13 @@ tls: {enabled: true, secretName: qb-tls}
 gateway: {enabled: true}`},
 	{"tls from cert-manager", `
 tls: {enabled: true, certManager: {enabled: true, issuerRef: {name: letsencrypt}}}`},
-	{"cluster tls and gossip key", `
-clusterTLS: {enabled: true, secretName: qb-cluster-tls}
+	{"cluster tls from secrets and gossip key", `
+clusterTLS: {secrets: {node: qb-tls-node, frontend: qb-tls-frontend, gateway: qb-tls-gateway}}
 gossip: {keySecret: qb-gossip}
+gateway: {enabled: true}
+metrics: {serviceMonitor: {enabled: true}}`},
+	{"plain cluster plane", `
+clusterTLS: {enabled: false}
 gateway: {enabled: true}
 metrics: {serviceMonitor: {enabled: true}}`},
 	{"service monitor, sas, hpa", `
@@ -121,6 +125,7 @@ type effective struct {
 	storageReplicas, bootstrap, groupReplicas, pdbMax int
 	tls, certManager, gateway, serviceMonitor, hpa    bool
 	clusterTLS                                        bool
+	clusterSecrets                                    map[string]string // by role; empty: generated
 	gossipSecret                                      string
 	sas                                               string
 	clusterDomain, zonePodLabel, zoneNodeLabel        string
@@ -179,6 +184,8 @@ func effectiveValues(t *testing.T, values map[string]any) effective {
 		zoneNodeLabel:    get("storage.zone.nodeLabel").(string),
 		frontendReplicas: num("frontend.replicas"),
 		clusterTLS:       get("clusterTLS.enabled").(bool), gossipSecret: get("gossip.keySecret").(string),
+		clusterSecrets: map[string]string{"node": get("clusterTLS.secrets.node").(string),
+			"frontend": get("clusterTLS.secrets.frontend").(string), "gateway": get("clusterTLS.secrets.gateway").(string)},
 	}
 }
 
@@ -541,6 +548,15 @@ func checkFrontend(t *testing.T, objs []Object, v effective) {
 	if got := argValue(c.Args, "-placement"); got != strings.Join(want, ",") {
 		t.Errorf("-placement=%s\nwant %s", got, strings.Join(want, ","))
 	}
+	// Front-ends count each other in the storage nodes' gossip to share
+	// the namespace's credits.
+	nodeC := sts.Spec.Template.Spec.Containers[0]
+	if got, want := argValue(c.Args, "-join"), argValue(nodeC.Args, "-join"); got == "" || got != want {
+		t.Errorf("front-end -join=%s, want the nodes' %s", got, want)
+	}
+	if argValue(c.Args, "-id") != "$(POD_NAME)" || containerPort(c, "gossip-tcp") != containerPort(nodeC, "gossip-tcp") {
+		t.Errorf("front-end gossip: -id=%s, port %d", argValue(c.Args, "-id"), containerPort(c, "gossip-tcp"))
+	}
 	amqps := containerPort(c, "amqps") != 0
 	if amqps != v.tls || (argValue(c.Args, "-amqps-addr") != "") != v.tls {
 		t.Errorf("AMQPS port and listener present: %v, TLS on: %v", amqps, v.tls)
@@ -620,66 +636,6 @@ func checkOptional(t *testing.T, objs []Object, v effective) {
 	}
 }
 
-// checkClusterTLS: with clusterTLS every process gets the three flags and
-// the Secret they point into, and the probes of nodes and front-ends
-// (whose admin listener then serves HTTPS only) use HTTPS; the gossip key
-// reaches the nodes.
-func checkClusterTLS(t *testing.T, objs []Object, v effective) {
-	for _, w := range workloads(objs) {
-		c := w.template.Spec.Containers[0]
-		role := c.Args[0]
-		ca := argValue(c.Args, "-cluster-ca")
-		if (ca != "") != v.clusterTLS || (argValue(c.Args, "-cluster-tls-cert") != "") != v.clusterTLS {
-			t.Errorf("%s: -cluster-ca %q, clusterTLS.enabled %v", w.name, ca, v.clusterTLS)
-		}
-		if v.clusterTLS && !mountsSecret(w.template.Spec, c, "qb-cluster-tls", ca) {
-			t.Errorf("%s: -cluster-ca %s is not in the mounted cluster TLS Secret", w.name, ca)
-		}
-		wantScheme := corev1.URISchemeHTTP
-		if v.clusterTLS && role != "gateway" {
-			wantScheme = corev1.URISchemeHTTPS
-		}
-		for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
-			if p != nil && p.HTTPGet != nil && cmpScheme(p.HTTPGet.Scheme) != wantScheme {
-				t.Errorf("%s: probe scheme %q, want %q", w.name, p.HTTPGet.Scheme, wantScheme)
-			}
-		}
-		if role != "node" {
-			continue
-		}
-		key := argValue(c.Args, "-gossip-key-file")
-		if (key != "") != (v.gossipSecret != "") {
-			t.Errorf("%s: -gossip-key-file %q, gossip.keySecret %q", w.name, key, v.gossipSecret)
-		}
-		if key != "" && !mountsSecret(w.template.Spec, c, v.gossipSecret, key) {
-			t.Errorf("%s: -gossip-key-file %s is not in the mounted Secret %s", w.name, key, v.gossipSecret)
-		}
-	}
-}
-
-func cmpScheme(s corev1.URIScheme) corev1.URIScheme {
-	if s == "" {
-		return corev1.URISchemeHTTP
-	}
-	return s
-}
-
-// mountsSecret reports whether the container mounts the Secret at a
-// directory that holds path.
-func mountsSecret(spec corev1.PodSpec, c corev1.Container, secret, path string) bool {
-	for _, vol := range spec.Volumes {
-		if vol.Secret == nil || vol.Secret.SecretName != secret {
-			continue
-		}
-		for _, m := range c.VolumeMounts {
-			if m.Name == vol.Name && strings.HasPrefix(path, m.MountPath+"/") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -701,7 +657,10 @@ func TestRefusedValues(t *testing.T) {
 		{"bootstrap past replicas", `storage: {replicas: 3, bootstrapReplicas: 5, groupReplicas: 3}`, "bootstrapReplicas"},
 		{"group replicas past nodes", `storage: {replicas: 3, groupReplicas: 5}`, "groupReplicas"},
 		{"tls without a certificate", `tls: {enabled: true}`, "tls.secretName"},
-		{"cluster tls without a secret", `clusterTLS: {enabled: true}`, "clusterTLS.secretName"},
+		{"one cluster tls secret for every role", `clusterTLS: {enabled: true, secretName: qb-cluster-tls}`, "clusterTLS.secrets"},
+		{"cluster tls secrets of some roles", `clusterTLS: {secrets: {node: a, frontend: b}}
+gateway: {enabled: true}`, "clusterTLS.secrets"},
+		{"cluster tls secret of an unknown role", `clusterTLS: {secrets: {storage: a}}`, "storage"},
 		{"cert-manager without issuer", `tls: {enabled: true, certManager: {enabled: true}}`, "issuerRef"},
 		{"bad log level", `logLevel: verbose`, "logLevel"},
 		{"bad anti-affinity", `storage: {antiAffinity: sometimes}`, "antiAffinity"},

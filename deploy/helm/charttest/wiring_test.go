@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
@@ -43,7 +44,12 @@ import (
 // scheduler, volume or network policy (README: what was verified how).
 //
 // The one value it changes is listenHost: $(POD_IP), so that the pods'
-// listeners do not collide on one machine.
+// listeners do not collide on one machine. The cluster plane runs as the
+// chart's defaults have it: mutual TLS with the CA and role certificates
+// the chart generated, each pod given its role's files as the Secret
+// volume's items would (so the readiness of nodes and front-ends is asked
+// over HTTPS, as their probes do). TestRender checks the plain-text
+// alternative's flags.
 func TestChartWiring(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four processes; skipped with -short")
@@ -82,6 +88,10 @@ gateway: {enabled: true, replicas: 1}
 	cm := Find[corev1.ConfigMap](objs, "ConfigMap", fe.Name)
 	if cm == nil {
 		t.Fatal("no ConfigMap with the front-end's entities")
+	}
+	clusterSecret := Find[corev1.Secret](objs, "Secret", "wire-quorumbus-cluster-tls")
+	if clusterSecret == nil {
+		t.Fatal("no generated cluster TLS Secret")
 	}
 	sasSecret := Find[corev1.Secret](objs, "Secret", "wire-quorumbus-sas")
 	if sasSecret == nil {
@@ -151,8 +161,9 @@ gateway: {enabled: true, replicas: 1}
 		procs = append(procs, p)
 		return p
 	}
+	nodeTLS := secretItems(t, sts.Spec.Template.Spec, clusterSecret, mkdir(t, dir, "node-cluster-tls"))
 	for _, pod := range pods {
-		mounts := map[string]string{"data": mkdir(t, dir, pod.Name, "data"), "tmp": mkdir(t, dir, pod.Name, "tmp"), "kube-api-access": api.accountDir}
+		mounts := map[string]string{"data": mkdir(t, dir, pod.Name, "data"), "tmp": mkdir(t, dir, pod.Name, "tmp"), "kube-api-access": api.accountDir, "cluster-tls": nodeTLS}
 		start(pod, sts.Spec.Template.Spec.Containers[0], mounts)
 	}
 	fePod := PodInfo{Name: fe.Name + "-6d5f8b7c9-x7k2p", Namespace: "qb", IP: base + "10", Labels: fe.Spec.Template.Labels}
@@ -168,14 +179,15 @@ gateway: {enabled: true, replicas: 1}
 			t.Fatal(err)
 		}
 	}
-	feProc := start(fePod, fe.Spec.Template.Spec.Containers[0], map[string]string{"tmp": mkdir(t, dir, fePod.Name, "tmp"), "config": configDir, "sas": sasDir})
+	feTLS := secretItems(t, fe.Spec.Template.Spec, clusterSecret, mkdir(t, dir, fePod.Name, "cluster-tls"))
+	feProc := start(fePod, fe.Spec.Template.Spec.Containers[0], map[string]string{"tmp": mkdir(t, dir, fePod.Name, "tmp"), "config": configDir, "sas": sasDir, "cluster-tls": feTLS})
 
 	// Every pod becomes ready, as its readiness probe would see it.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const bootstrap = 3 // the first three ordinals bootstrap; the fourth joins
 	for i, pod := range pods {
-		url := fmt.Sprintf("http://%s:%d/readyz", pod.IP, containerPort(sts.Spec.Template.Spec.Containers[0], "http"))
+		url := readyURL(sts.Spec.Template.Spec.Containers[0], pod.IP)
 		// A joiner (i >= bootstrap) is no member of the meta group; it is
 		// ready once the members sent it the routing table.
 		waitReady(ctx, t, procs[i], url, "")
@@ -187,13 +199,14 @@ gateway: {enabled: true, replicas: 1}
 		}
 	}
 	feC := fe.Spec.Template.Spec.Containers[0]
-	waitReady(ctx, t, feProc, fmt.Sprintf("http://%s:%d/readyz", fePod.IP, containerPort(feC, "http")), "")
+	waitReady(ctx, t, feProc, readyURL(feC, fePod.IP), "")
 
 	// The gateway pod: the management API answers the generated key, on
 	// the port its Service targets, and refuses a wrong one.
 	gwPod := PodInfo{Name: gw.Name + "-7c9d6b5f4-q2w8e", Namespace: "qb", IP: base + "11", Labels: gw.Spec.Template.Labels}
 	gwC := gw.Spec.Template.Spec.Containers[0]
-	gwProc := start(gwPod, gwC, map[string]string{"tmp": mkdir(t, dir, gwPod.Name, "tmp"), "sas": sasDir})
+	gwTLS := secretItems(t, gw.Spec.Template.Spec, clusterSecret, mkdir(t, dir, gwPod.Name, "cluster-tls"))
+	gwProc := start(gwPod, gwC, map[string]string{"tmp": mkdir(t, dir, gwPod.Name, "tmp"), "sas": sasDir, "cluster-tls": gwTLS})
 	gwURL := fmt.Sprintf("http://%s:%d", gwPod.IP, containerPort(gwC, "http"))
 	waitReady(ctx, t, gwProc, gwURL+"/readyz", "")
 	// 503 (no meta leader known while an election runs on a loaded
@@ -271,11 +284,11 @@ gateway: {enabled: true, replicas: 1}
 		t.Fatal(err)
 	}
 	procs[moved] = start(pods[moved], sts.Spec.Template.Spec.Containers[0], map[string]string{
-		"data": filepath.Join(dir, pods[moved].Name, "data"), "tmp": filepath.Join(dir, pods[moved].Name, "tmp"), "kube-api-access": api.accountDir})
+		"data": filepath.Join(dir, pods[moved].Name, "data"), "tmp": filepath.Join(dir, pods[moved].Name, "tmp"), "kube-api-access": api.accountDir, "cluster-tls": nodeTLS})
 	rctx, rcancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer rcancel()
 	for i := range bootstrap {
-		waitReady(rctx, t, procs[i], fmt.Sprintf("http://%s:%d/readyz", pods[i].IP, containerPort(sts.Spec.Template.Spec.Containers[0], "http")), "")
+		waitReady(rctx, t, procs[i], readyURL(sts.Spec.Template.Spec.Containers[0], pods[i].IP), "")
 	}
 	body = "after " + pods[moved].Name + " moved to " + pods[moved].IP
 	if err := sender.SendMessage(rctx, &azservicebus.Message{Body: []byte(body)}, nil); err != nil {
@@ -357,7 +370,7 @@ func waitReady(ctx context.Context, t *testing.T, p *Process, url, line string) 
 			t.Fatalf("%s exited (%v) before it was ready", p.Name, err)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := probeClient.Do(req)
 		if err == nil {
 			buf := make([]byte, 2048)
 			n, _ := resp.Body.Read(buf)
@@ -375,6 +388,45 @@ func waitReady(ctx context.Context, t *testing.T, p *Process, url, line string) 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// probeClient asks as the kubelet's HTTPS probes do: without verifying
+// the certificate (the cluster certificate names no pod IP).
+var probeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+// readyURL is the container's readiness probe as a URL on ip.
+func readyURL(c corev1.Container, ip string) string {
+	scheme := "http"
+	if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s:%d/readyz", scheme, ip, containerPort(c, "http"))
+}
+
+// secretItems writes into dir what the pod's cluster-tls volume would
+// hold: the items it picks out of the Secret, under their paths.
+func secretItems(t *testing.T, spec corev1.PodSpec, secret *corev1.Secret, dir string) string {
+	t.Helper()
+	for _, vol := range spec.Volumes {
+		if vol.Name != "cluster-tls" || vol.Secret == nil {
+			continue
+		}
+		if vol.Secret.SecretName != secret.Name || len(vol.Secret.Items) == 0 {
+			t.Fatalf("cluster-tls volume of Secret %s with %d items, want items of %s", vol.Secret.SecretName, len(vol.Secret.Items), secret.Name)
+		}
+		for _, it := range vol.Secret.Items {
+			data, ok := secret.Data[it.Key]
+			if !ok {
+				t.Fatalf("Secret %s has no %s", secret.Name, it.Key)
+			}
+			if err := os.WriteFile(filepath.Join(dir, it.Path), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	t.Fatal("no cluster-tls volume")
+	return ""
 }
 
 func tail(s string, lines int) string {

@@ -145,7 +145,7 @@ func New(net Network, bin, dir string, opts Options) (*Cluster, error) {
 				"-grpc-addr", c.direct[i], "-advertise-addr", c.GRPC[i], "-gossip-addr", gossip[i], "-http-addr", c.HTTP[i],
 				// A spare joins by gossip: the bootstrap list does not name it.
 				"-join", strings.Join(gossip[:Nodes], ","), "-bootstrap", strings.Join(boot, ","),
-				"-groups", "1", "-log-level", "warn"}}
+				"-groups", "1", "-log-level", "warn", plainCluster}}
 		p.env = func() []string { return c.nodeEnv(i) }
 		c.Nodes = append(c.Nodes, p)
 	}
@@ -164,9 +164,16 @@ func New(net Network, bin, dir string, opts Options) (*Cluster, error) {
 	c.Frontend = &Process{Name: "fe", net: net, member: FE, bin: bin,
 		log: filepath.Join(dir, "logs", "fe.log"),
 		args: []string{"frontend", "-amqp-addr", c.AMQP, "-http-addr", c.FEHTTP,
-			"-placement", strings.Join(c.GRPC[:Nodes], ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "warn"}}
+			"-placement", strings.Join(c.GRPC[:Nodes], ","), "-sas-rules", rules, "-throttle-credits", "0", "-log-level", "warn", plainCluster}}
 	return c, nil
 }
+
+// plainCluster runs the harness's cluster plane in plain text: the
+// harness tests replication under faults, not the plane's mutual TLS
+// (cmd/quorumbus TestClusterMutualTLS does), and its checkers read the
+// nodes' gRPC (Digest) without a certificate. Processes refuse to start
+// without certificates unless told so.
+const plainCluster = "-plain-cluster"
 
 // Member is node i's member index on the network.
 func (c *Cluster) Member(i int) int {

@@ -176,14 +176,18 @@ livenessProbe:
 {{- end -}}
 
 {{/*
-The cluster plane's mutual TLS (clusterTLS): flags, mount and volume of
-its Secret, for every process that speaks gRPC.
+The cluster plane's mutual TLS (clusterTLS; docs/security.md): flags,
+mount and volume for every process that speaks gRPC, each with its
+role's certificate. Off (clusterTLS.enabled false) the processes get
+-plain-cluster, without which they refuse to start.
 */}}
 {{- define "quorumbus.clusterTLSArgs" -}}
 {{- if .Values.clusterTLS.enabled -}}
 - -cluster-tls-cert=/etc/quorumbus/cluster-tls/tls.crt
 - -cluster-tls-key=/etc/quorumbus/cluster-tls/tls.key
 - -cluster-ca=/etc/quorumbus/cluster-tls/ca.crt
+{{- else -}}
+- -plain-cluster
 {{- end -}}
 {{- end -}}
 
@@ -195,11 +199,33 @@ its Secret, for every process that speaks gRPC.
 {{- end -}}
 {{- end -}}
 
+{{/* The generated Secret of the cluster CA and every role's certificate. */}}
+{{- define "quorumbus.clusterTLSSecret" -}}
+{{- printf "%s-cluster-tls" (include "quorumbus.fullname" .) -}}
+{{- end -}}
+
+{{/* generated: true when no role's Secret is given (the chart makes them). */}}
+{{- define "quorumbus.clusterTLSGenerated" -}}
+{{- $s := .Values.clusterTLS.secrets -}}
+{{- if not (or $s.node $s.frontend $s.gateway) }}true{{ end -}}
+{{- end -}}
+
+{{/* clusterTLSVolume takes (list $ role): role is node, frontend or gateway. */}}
 {{- define "quorumbus.clusterTLSVolume" -}}
-{{- if .Values.clusterTLS.enabled -}}
+{{- $ := index . 0 -}}
+{{- $role := index . 1 -}}
+{{- if $.Values.clusterTLS.enabled -}}
 - name: cluster-tls
   secret:
-    secretName: {{ .Values.clusterTLS.secretName }}
+    {{- if include "quorumbus.clusterTLSGenerated" $ }}
+    secretName: {{ include "quorumbus.clusterTLSSecret" $ }}
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: {{ $role }}.crt, path: tls.crt}
+      - {key: {{ $role }}.key, path: tls.key}
+    {{- else }}
+    secretName: {{ index $.Values.clusterTLS.secrets $role }}
+    {{- end }}
     defaultMode: 0400
 {{- end -}}
 {{- end -}}
@@ -224,8 +250,14 @@ message that says why.
 {{- if and $a.enabled (gt (int $a.minReplicas) (int $a.maxReplicas)) -}}
 {{- fail (printf "frontend.autoscaling.minReplicas (%d) exceeds maxReplicas (%d)" (int $a.minReplicas) (int $a.maxReplicas)) -}}
 {{- end -}}
-{{- if and .Values.clusterTLS.enabled (not .Values.clusterTLS.secretName) -}}
-{{- fail "clusterTLS.enabled needs clusterTLS.secretName (a Secret with tls.crt, tls.key and ca.crt)" -}}
+{{- if .Values.clusterTLS.secretName -}}
+{{- fail "clusterTLS.secretName (one certificate for every pod) is gone: each role needs its own certificate (docs/security.md), so give clusterTLS.secrets.node, .frontend and .gateway, or none and the chart generates them" -}}
+{{- end -}}
+{{- $cs := .Values.clusterTLS.secrets -}}
+{{- if and .Values.clusterTLS.enabled (or $cs.node $cs.frontend $cs.gateway) -}}
+{{- if not (and $cs.node $cs.frontend (or $cs.gateway (not .Values.gateway.enabled))) -}}
+{{- fail "clusterTLS.secrets: give a Secret for every role the release runs (node, frontend, and gateway with gateway.enabled), or none and the chart generates them" -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.tls.enabled (not .Values.tls.certManager.enabled) (not .Values.tls.secretName) -}}
 {{- fail "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret) or tls.certManager.enabled" -}}
