@@ -49,7 +49,8 @@ var methodRoles = map[string][]string{
 	method(partitionSvc, "UpsertEntity"): nodesOnly,
 	method(partitionSvc, "DeleteEntity"): nodesOnly,
 	// The chaos suite's convergence check reads it with the CLI's role.
-	method(partitionSvc, "Digest"): {certs.RoleNode, certs.RoleCLI},
+	method(partitionSvc, "Digest"):        {certs.RoleNode, certs.RoleCLI},
+	method(placementSvc, "CatalogDigest"): {certs.RoleNode, certs.RoleCLI},
 	// Only the meta group's members report which node leads which group.
 	method(placementSvc, "ReportGroups"): nodesOnly,
 	// Everyone reads the catalog and the routing table; a front-end
