@@ -317,6 +317,36 @@ func startProcess(t *testing.T, bin string, args ...string) *process {
 	return p
 }
 
+// plainCluster is three `quorumbus node` processes bootstrapped together,
+// with a plain-text cluster plane (the multi-process tests test the
+// broker's behaviour, not its certificates), and a `quorumbus frontend`
+// in front of them.
+type plainCluster struct {
+	procs     []*process
+	grpcAddrs []string
+	amqpAddr  string
+}
+
+func startPlainCluster(t *testing.T) *plainCluster {
+	t.Helper()
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	c := &plainCluster{grpcAddrs: freeAddrs(t, 3), procs: make([]*process, 3)}
+	gossipAddrs := freeAddrs(t, 3)
+	var boot []string
+	for i := range 3 {
+		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, c.grpcAddrs[i]))
+	}
+	for i := range 3 {
+		c.procs[i] = startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			"-grpc-addr", c.grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
+			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
+	}
+	c.amqpAddr = freeAddrs(t, 1)[0]
+	startFrontendProcess(t, bin, dir, c.amqpAddr, c.grpcAddrs)
+	return c
+}
+
 // startFrontendProcess starts a `quorumbus frontend` on amqpAddr reading
 // routes from the nodes at placement, trusting the dev rule from a rules
 // file in dir (a front-end refuses to start without a rule), throttling

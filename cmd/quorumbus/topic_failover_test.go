@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,22 +27,8 @@ func TestFailoverTopicFanOut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	bin := buildBinary(t)
-	dir := t.TempDir()
-	grpcAddrs := freeAddrs(t, 3)
-	gossipAddrs := freeAddrs(t, 3)
-	var boot []string
-	for i := range 3 {
-		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
-	}
-	procs := make([]*process, 3)
-	for i := range 3 {
-		procs[i] = startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
-			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
-	}
-	amqpAddr := freeAddrs(t, 1)[0]
-	startFrontendProcess(t, bin, dir, amqpAddr, grpcAddrs)
+	pc := startPlainCluster(t)
+	procs, grpcAddrs, amqpAddr := pc.procs, pc.grpcAddrs, pc.amqpAddr
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -108,17 +108,25 @@ var CatalogTimeout = 60 * time.Second
 // entities are linearizable, checked with porcupine against a set of
 // names.
 func CatalogLinearizable(ops []history.Op) []Violation {
-	pops := CatalogOperations(ops)
-	res, info := porcupine.CheckOperationsVerbose(catalogModel, pops, CatalogTimeout)
+	return linearizable(catalogModel, CatalogOperations(ops), "the catalog", ops, func(p history.Pair) bool {
+		return p.Invoke.F == history.Create || p.Invoke.F == history.Delete || p.Invoke.F == history.Get
+	})
+}
+
+// linearizable checks pops against model with porcupine (bounded by
+// CatalogTimeout: past it the verdict is unknown, which fails the check
+// rather than pass unproven). A violation names what was checked, where
+// the longest linearizable prefixes of a failing partition end, and the
+// first 40 completions of the operations mine selects.
+func linearizable(model porcupine.Model, pops []porcupine.Operation, what string, ops []history.Op, mine func(history.Pair) bool) []Violation {
+	res, info := porcupine.CheckOperationsVerbose(model, pops, CatalogTimeout)
 	switch res {
 	case porcupine.Ok:
 		return nil
 	case porcupine.Unknown:
-		return []Violation{{Msg: fmt.Sprintf("porcupine gave no verdict within %v over %d operations", CatalogTimeout, len(pops))}}
+		return []Violation{{Msg: fmt.Sprintf("%s: porcupine gave no verdict within %v over %d operations", what, CatalogTimeout, len(pops))}}
 	}
-	v := Violation{Msg: fmt.Sprintf("the catalog's history of %d operations is not linearizable", len(pops))}
-	// The longest linearizable prefixes of the failing partitions name
-	// where it breaks; list the operations of the first one's partition.
+	v := Violation{Msg: fmt.Sprintf("%s: the history of %d operations is not linearizable", what, len(pops))}
 	for _, part := range info.PartialLinearizationsOperations() {
 		if len(part) == 0 {
 			continue
@@ -131,7 +139,7 @@ func CatalogLinearizable(ops []history.Op) []Violation {
 		break
 	}
 	for _, p := range history.Pairs(ops) {
-		if (p.Invoke.F == history.Create || p.Invoke.F == history.Delete || p.Invoke.F == history.Get) && len(v.Ops) < 40 {
+		if mine(p) && len(v.Ops) < 40 {
 			v.Ops = append(v.Ops, p.Done)
 		}
 	}

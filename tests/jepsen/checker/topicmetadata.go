@@ -146,30 +146,7 @@ func topicCatalogOperations(ops []history.Op) []porcupine.Operation {
 // subscription needs its topic, a rule its subscription, and deleting a
 // topic deletes its subscriptions and their rules.
 func TopicCatalogLinearizable(ops []history.Op) []Violation {
-	pops := topicCatalogOperations(ops)
-	res, info := porcupine.CheckOperationsVerbose(topicCatalogModel, pops, CatalogTimeout)
-	switch res {
-	case porcupine.Ok:
-		return nil
-	case porcupine.Unknown:
-		return []Violation{{Msg: fmt.Sprintf("porcupine gave no verdict within %v over %d topic catalog operations", CatalogTimeout, len(pops))}}
-	}
-	v := Violation{Msg: fmt.Sprintf("the topic catalog's history of %d operations is not linearizable", len(pops))}
-	for _, part := range info.PartialLinearizationsOperations() {
-		if len(part) == 0 {
-			continue
-		}
-		var lens []int
-		for _, l := range part {
-			lens = append(lens, len(l))
-		}
-		v.Msg += fmt.Sprintf("; a family's longest linearizable prefixes: %v operations", lens)
-		break
-	}
-	for _, p := range history.Pairs(ops) {
-		if p.Invoke.Entity == history.TopicCatalog && len(v.Ops) < 40 {
-			v.Ops = append(v.Ops, p.Done)
-		}
-	}
-	return []Violation{v}
+	return linearizable(topicCatalogModel, topicCatalogOperations(ops), "the topic catalog", ops, func(p history.Pair) bool {
+		return p.Invoke.Entity == history.TopicCatalog
+	})
 }

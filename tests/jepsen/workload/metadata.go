@@ -66,7 +66,19 @@ func (md *Metadata) Stop() {
 	md.wg.Wait()
 }
 
-func (md *Metadata) client(ctx context.Context, cfg MetadataConfig, p, node int, rng *rand.Rand) {
+// catalogOp is one drawn operation of a catalog client: the attributes
+// its invoke and completion carry, the call, and how its error reads.
+type catalogOp struct {
+	f       string
+	attrs   func() map[string]string
+	call    func(ctx context.Context, c placementpb.PlacementServiceClient) error
+	outcome func(err error) (history.Type, string)
+}
+
+// run is one catalog client: it draws an operation for a name of the
+// current generation, records it under entity, and moves to another node
+// after any answer but ok (this one may be cut off or down).
+func (md *Metadata) run(ctx context.Context, cfg MetadataConfig, p, node int, entity string, draw func(name string) catalogOp, rng *rand.Rand) {
 	var c placementpb.PlacementServiceClient
 	closeFn := func() {}
 	defer func() { closeFn() }()
@@ -83,37 +95,51 @@ func (md *Metadata) client(ctx context.Context, cfg MetadataConfig, p, node int,
 		if cfg.Generation > 0 {
 			name = fmt.Sprintf("%s-g%d", name, time.Since(md.start)/cfg.Generation)
 		}
-		f := []string{history.Create, history.Delete, history.Get, history.Get}[rng.IntN(4)]
-		inv := history.Op{Process: p, Type: history.Invoke, F: f, Entity: MetadataEntity, Attrs: map[string]string{"entity": name}}
+		op := draw(name)
+		inv := history.Op{Process: p, Type: history.Invoke, F: op.f, Entity: entity, Attrs: op.attrs()}
 		cfg.Rec.Add(inv)
 		// The call runs to its own timeout even when the run stops, so
 		// that its outcome is known whenever the broker answers.
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
-		var err error
-		switch f {
-		case history.Create:
-			_, err = c.CreateEntity(octx, &placementpb.CreateEntityRequest{Name: name})
-		case history.Delete:
-			_, err = c.DeleteEntity(octx, &placementpb.DeleteEntityRequest{Name: name})
-		case history.Get:
-			_, err = c.GetEntity(octx, &placementpb.GetEntityRequest{Name: name})
-		}
+		err := op.call(octx, c)
 		cancel()
 		done := inv
-		done.Attrs = map[string]string{"entity": name}
-		done.Type, done.Attrs["result"] = metadataOutcome(f, err)
+		done.Attrs = op.attrs()
+		done.Type, done.Attrs[AttrResult] = op.outcome(err)
 		if err != nil {
 			done.Err = err.Error()
 		}
 		cfg.Rec.Add(done)
 		if done.Type != history.OK {
-			// Try another node: this one may be cut off or down.
 			closeFn()
 			c, closeFn = nil, func() {}
 			node = (node + 1) % len(cfg.Placement.Addrs)
 		}
 		pause(ctx, cfg.Interval)
 	}
+}
+
+// client draws creates, deletes and gets (twice as often) of queues.
+func (md *Metadata) client(ctx context.Context, cfg MetadataConfig, p, node int, rng *rand.Rand) {
+	md.run(ctx, cfg, p, node, MetadataEntity, func(name string) catalogOp {
+		f := []string{history.Create, history.Delete, history.Get, history.Get}[rng.IntN(4)]
+		return catalogOp{f: f,
+			attrs: func() map[string]string { return map[string]string{"entity": name} },
+			call: func(ctx context.Context, c placementpb.PlacementServiceClient) error {
+				var err error
+				switch f {
+				case history.Create:
+					_, err = c.CreateEntity(ctx, &placementpb.CreateEntityRequest{Name: name})
+				case history.Delete:
+					_, err = c.DeleteEntity(ctx, &placementpb.DeleteEntityRequest{Name: name})
+				case history.Get:
+					_, err = c.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+				}
+				return err
+			},
+			outcome: func(err error) (history.Type, string) { return metadataOutcome(f, err) },
+		}
+	}, rng)
 }
 
 // metadataOutcome maps a call's error to the history: the codes that

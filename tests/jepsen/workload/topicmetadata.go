@@ -51,47 +51,22 @@ func StartTopicMetadata(ctx context.Context, cfg MetadataConfig) *Metadata {
 	return md
 }
 
+// topicClient draws operations on a family's topic, subscriptions and
+// rules (topicMetadataOps).
 func (md *Metadata) topicClient(ctx context.Context, cfg MetadataConfig, p, node int, rng *rand.Rand) {
-	var c placementpb.PlacementServiceClient
-	closeFn := func() {}
-	defer func() { closeFn() }()
-	for ctx.Err() == nil {
-		if c == nil {
-			var err error
-			if c, closeFn, err = cfg.Placement.client(node); err != nil {
-				c, closeFn = nil, func() {}
-				pause(ctx, time.Second)
-				continue
-			}
-		}
-		family := cfg.Names[rng.IntN(len(cfg.Names))]
-		if cfg.Generation > 0 {
-			family = fmt.Sprintf("%s-g%d", family, time.Since(md.start)/cfg.Generation)
-		}
+	md.run(ctx, cfg, p, node, history.TopicCatalog, func(family string) catalogOp {
 		f := topicMetadataOps[rng.IntN(len(topicMetadataOps))]
 		sub := rng.IntN(history.TopicFamilySubs)
-		attrs := func() map[string]string {
-			return map[string]string{AttrFamily: family, AttrSub: fmt.Sprint(sub)}
+		return catalogOp{f: f,
+			attrs: func() map[string]string {
+				return map[string]string{AttrFamily: family, AttrSub: fmt.Sprint(sub)}
+			},
+			call: func(ctx context.Context, c placementpb.PlacementServiceClient) error {
+				return topicMetadataCall(ctx, c, f, family, SubscriptionPath(family, fmt.Sprintf("s%d", sub)))
+			},
+			outcome: func(err error) (history.Type, string) { return topicMetadataOutcome(f, err) },
 		}
-		inv := history.Op{Process: p, Type: history.Invoke, F: f, Entity: history.TopicCatalog, Attrs: attrs()}
-		cfg.Rec.Add(inv)
-		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
-		err := topicMetadataCall(octx, c, f, family, SubscriptionPath(family, fmt.Sprintf("s%d", sub)))
-		cancel()
-		done := inv
-		done.Attrs = attrs()
-		done.Type, done.Attrs[AttrResult] = topicMetadataOutcome(f, err)
-		if err != nil {
-			done.Err = err.Error()
-		}
-		cfg.Rec.Add(done)
-		if done.Type != history.OK {
-			closeFn()
-			c, closeFn = nil, func() {}
-			node = (node + 1) % len(cfg.Placement.Addrs)
-		}
-		pause(ctx, cfg.Interval)
-	}
+	}, rng)
 }
 
 func topicMetadataCall(ctx context.Context, c placementpb.PlacementServiceClient, f, topic, sub string) error {
