@@ -403,7 +403,18 @@ func (r *receiver) releaseSession() {
 // sessionLost ends a session receiver whose lock is gone: its link is
 // detached with session-lock-lost, which the SDKs answer by accepting the
 // session again.
+//
+// The dispositions the client sent before are answered first, with what
+// the partition made of them. A complete may have been applied while the
+// lock held and be answered only after a later receive found the lock
+// gone: its partition's leader died after committing it, and the retry
+// under the same request id reaches the next leader after the pump's
+// receive did. A detach would fail that complete at the client
+// (session-lock-lost), which then takes the message for not completed
+// although it is gone: the chaos suite saw exactly that as a message
+// "stranded" after two machine crashes (docs/reliability.md).
 func (r *receiver) sessionLost(detail string) {
+	r.unsettled.wait(sendTimeout)
 	r.c.sessionLocks.remove(r.entity.Id, r.session)
 	r.link.Detach(failSessionLockLost.amqpError(detail))
 	r.cancel()
