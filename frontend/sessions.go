@@ -221,7 +221,10 @@ func (c *conn) sessions() SessionBackend {
 }
 
 // acceptSession locks the session r's attach asked for and answers the
-// attach: with the session, or refused. It runs on its own goroutine.
+// attach: with the session, or refused. It runs on its own goroutine,
+// which newReceiver starts before the engine holds the reply (the engine
+// keeps an answer given that early, amqp.Link.CompleteAttach); every way
+// out answers, and an answer to a link that ended does nothing.
 func (r *receiver) acceptSession(sr sessionRequest) {
 	sb := r.c.sessions()
 	e := r.entity
@@ -261,9 +264,9 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 		return
 	}
 	if res.GetSessionId() == "" || len(token) == 0 {
-		if r.ctx.Err() == nil {
-			refuse(failNoSession, "")
-		}
+		// None in time, or the link ended (then the engine has answered
+		// the attach, and this does nothing).
+		refuse(failNoSession, "")
 		return
 	}
 	lock := &sessionLock{id: res.SessionId, partition: part, token: token, link: r.link.Name(), released: make(chan struct{})}
@@ -289,7 +292,14 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 	r.session = lock
 	r.mu.Unlock()
 	r.c.sessionLocks.add(e.Id, lock)
-	if r.ctx.Err() != nil || !r.link.CompleteAttach(&src, amqp.Map{{Key: propLockedUntil, Value: dotnetTicks(until)}}) {
+	if r.ctx.Err() != nil {
+		// The link ended meanwhile (the engine answered the attach) or
+		// the receiver was stopped: refused, whichever it was.
+		refuse(failNoSession, "the link ended while the session was accepted")
+		r.releaseSession()
+		return
+	}
+	if !r.link.CompleteAttach(&src, amqp.Map{{Key: propLockedUntil, Value: dotnetTicks(until)}}) {
 		r.releaseSession()
 		return
 	}
