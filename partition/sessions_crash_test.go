@@ -26,7 +26,7 @@ import (
 // next holder must get every message that was not completed, in order,
 // and the complete and its retry must give the same answer.
 //
-// Each order is also replayed with the replica restarted at a cut (its
+// Every sixth order is also replayed with the replica restarted at a cut (its
 // store closed and opened again, then the whole log applied again, as
 // Raft replays it: the entries the store holds are skipped) and with a
 // replica that restores a snapshot taken at another cut. Both must answer
@@ -106,7 +106,7 @@ func TestSessionCompleteAroundLockExpiry(t *testing.T) {
 				continue // an early complete is applied before anything else
 			}
 			name := fmt.Sprintf("%s/early=%v", string(order), early)
-			variants := runs%3 == 0
+			variants := runs%6 == 0
 			runs++
 			t.Run(name, func(t *testing.T) { crashOrder(t, order, early, variants, runs) })
 		}
