@@ -26,9 +26,9 @@ import (
 // next holder must get every message that was not completed, in order,
 // and the complete and its retry must give the same answer.
 //
-// Every sixth order is also replayed with the replica restarted at a cut (its
-// store closed and opened again, then the whole log applied again, as
-// Raft replays it: the entries the store holds are skipped) and with a
+// Every sixth order is also replayed with the replica restarted at a cut
+// (its store closed and opened again, then the whole log applied again,
+// as Raft replays it: the entries the store holds are skipped) and with a
 // replica that restores a snapshot taken at another cut. Both must answer
 // every entry after the cut as the uninterrupted replica did and end with
 // the same store.
