@@ -51,6 +51,51 @@ type receiver struct {
 	// answered (sessions.go); nil for a plain receiver.
 	session     *sessionLock
 	releaseOnce sync.Once
+	// unsettled counts the dispositions taken from the client and not
+	// yet answered: a session receiver that lost its lock answers them
+	// before it detaches (sessionLost).
+	unsettled pendingSettles
+}
+
+// pendingSettles counts dispositions on their way to the partitions, and
+// lets a caller wait until there are none.
+type pendingSettles struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n is 0
+}
+
+func (p *pendingSettles) add() {
+	p.mu.Lock()
+	if p.n++; p.n == 1 {
+		p.idle = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+func (p *pendingSettles) done() {
+	p.mu.Lock()
+	if p.n--; p.n == 0 {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.mu.Unlock()
+}
+
+// wait returns once no disposition is pending, or after timeout.
+func (p *pendingSettles) wait(timeout time.Duration) {
+	p.mu.Lock()
+	idle := p.idle
+	p.mu.Unlock()
+	if idle == nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
 }
 
 type settleReq struct {
@@ -140,9 +185,11 @@ func (r *receiver) Disposition(l *amqp.Link, id uint32, state amqp.DeliveryState
 		}
 		return
 	}
+	r.unsettled.add()
 	select {
 	case r.settles <- settleReq{id: id, state: state, token: token}:
 	case <-r.ctx.Done():
+		r.unsettled.done()
 	}
 }
 
@@ -528,6 +575,7 @@ func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl
 // confirm answers the client's disposition: accepted on success (the SDKs
 // take it for every outcome), rejected with the reason otherwise.
 func (r *receiver) confirm(id uint32, f failure, ok bool) {
+	defer r.unsettled.done()
 	r.counts.outcome(1, f, !ok)
 	if ok {
 		r.link.Settle(id, amqp.Accepted{})

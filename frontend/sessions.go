@@ -221,7 +221,10 @@ func (c *conn) sessions() SessionBackend {
 }
 
 // acceptSession locks the session r's attach asked for and answers the
-// attach: with the session, or refused. It runs on its own goroutine.
+// attach: with the session, or refused. It runs on its own goroutine,
+// which newReceiver starts before the engine holds the reply (the engine
+// keeps an answer given that early, amqp.Link.CompleteAttach); every way
+// out answers, and an answer to a link that ended does nothing.
 func (r *receiver) acceptSession(sr sessionRequest) {
 	sb := r.c.sessions()
 	e := r.entity
@@ -261,9 +264,9 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 		return
 	}
 	if res.GetSessionId() == "" || len(token) == 0 {
-		if r.ctx.Err() == nil {
-			refuse(failNoSession, "")
-		}
+		// None in time, or the link ended (then the engine has answered
+		// the attach, and this does nothing).
+		refuse(failNoSession, "")
 		return
 	}
 	lock := &sessionLock{id: res.SessionId, partition: part, token: token, link: r.link.Name(), released: make(chan struct{})}
@@ -289,7 +292,14 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 	r.session = lock
 	r.mu.Unlock()
 	r.c.sessionLocks.add(e.Id, lock)
-	if r.ctx.Err() != nil || !r.link.CompleteAttach(&src, amqp.Map{{Key: propLockedUntil, Value: dotnetTicks(until)}}) {
+	if r.ctx.Err() != nil {
+		// The link ended meanwhile (the engine answered the attach) or
+		// the receiver was stopped: refused, whichever it was.
+		refuse(failNoSession, "the link ended while the session was accepted")
+		r.releaseSession()
+		return
+	}
+	if !r.link.CompleteAttach(&src, amqp.Map{{Key: propLockedUntil, Value: dotnetTicks(until)}}) {
 		r.releaseSession()
 		return
 	}
@@ -403,7 +413,18 @@ func (r *receiver) releaseSession() {
 // sessionLost ends a session receiver whose lock is gone: its link is
 // detached with session-lock-lost, which the SDKs answer by accepting the
 // session again.
+//
+// The dispositions the client sent before are answered first, with what
+// the partition made of them. A complete may have been applied while the
+// lock held and be answered only after a later receive found the lock
+// gone: its partition's leader died after committing it, and the retry
+// under the same request id reaches the next leader after the pump's
+// receive did. A detach would fail that complete at the client
+// (session-lock-lost), which then takes the message for not completed
+// although it is gone: the chaos suite saw exactly that as a message
+// "stranded" after two machine crashes (docs/reliability.md).
 func (r *receiver) sessionLost(detail string) {
+	r.unsettled.wait(sendTimeout)
 	r.c.sessionLocks.remove(r.entity.Id, r.session)
 	r.link.Detach(failSessionLockLost.amqpError(detail))
 	r.cancel()

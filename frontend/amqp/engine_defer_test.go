@@ -13,6 +13,20 @@ func TestEngineDeferredAttach(t *testing.T) {
 	links := make(chan *Link, 4)
 	h.attachHook = func(l *Link) (LinkHandler, error) {
 		l.DeferAttach()
+		// A handler's goroutine may answer before Attach returns (before
+		// the reply is pending): these links are answered at once.
+		switch l.Name() {
+		case "early":
+			if !l.CompleteAttach(&Source{Address: "early-source"}, nil) {
+				t.Error("CompleteAttach before Attach returned reported false")
+			}
+			if l.CompleteAttach(nil, nil) {
+				t.Error("a second CompleteAttach before Attach returned reported true")
+			}
+		case "early-refused":
+			l.RefuseAttach(Errorf(ErrCondNotFound, "none"))
+			l.CompleteAttach(nil, nil) // too late: refused
+		}
 		links <- l
 		return engSendLink{h}, nil
 	}
@@ -55,6 +69,35 @@ func TestEngineDeferredAttach(t *testing.T) {
 		d := c.expect(descDetach)
 		engCheckCond(t, "detach", d.detach.Error, ErrCondNotFound)
 		c.send(0, (&Detach{Handle: 1, Closed: true}).append)
+		c.sessionEcho(0)
+	})
+	t.Run("completed before Attach returned", func(t *testing.T) {
+		c := c.with(t)
+		a := engReceiverAttach(3, "early")
+		c.send(0, a.append)
+		l := <-links
+		f := c.expect(descAttach)
+		if f.attach.Source == nil || f.attach.Source.Address != "early-source" {
+			t.Fatalf("reply source %+v, want the handler's", f.attach.Source)
+		}
+		if l.CompleteAttach(nil, nil) {
+			t.Fatal("CompleteAttach after the early reply reported true")
+		}
+		l.RefuseAttach(nil) // too late: answered
+		c.sessionEcho(0)    // and nothing else was sent
+	})
+	t.Run("refused before Attach returned", func(t *testing.T) {
+		c := c.with(t)
+		a := engReceiverAttach(4, "early-refused")
+		c.send(0, a.append)
+		<-links
+		f := c.expect(descAttach)
+		if f.attach.Source != nil {
+			t.Fatalf("refusal carries a source: %+v", f.attach.Source)
+		}
+		d := c.expect(descDetach)
+		engCheckCond(t, "detach", d.detach.Error, ErrCondNotFound)
+		c.send(0, (&Detach{Handle: 4, Closed: true}).append)
 		c.sessionEcho(0)
 	})
 	t.Run("peer detached first", func(t *testing.T) {

@@ -26,8 +26,14 @@ type Link struct {
 	attachPending bool
 	deferAttach   bool // set by DeferAttach during ConnHandler.Attach
 	pendingReply  Attach
-	sndSettle     uint8 // effective settle modes
-	rcvSettle     uint8
+	// early is a reply the handler gave (CompleteAttach, RefuseAttach)
+	// on another goroutine before ConnHandler.Attach returned, so before
+	// the reply was pending: onAttach sends it. attachAnswered: the
+	// deferred reply was given, early or not; later calls do nothing.
+	early          *earlyReply
+	attachAnswered bool
+	sndSettle      uint8 // effective settle modes
+	rcvSettle      uint8
 
 	// Peer sends: credit we granted and deliveries handed to the handler.
 	creditWindow  uint32
@@ -96,6 +102,13 @@ func (l *Link) DeferAttach() {
 	c.mu.Unlock()
 }
 
+// earlyReply is a deferred attach reply given before it was pending.
+type earlyReply struct {
+	refuse     error // non-nil: RefuseAttach's
+	source     *Source
+	properties Map
+}
+
 // CompleteAttach sends a deferred attach reply. source, when not nil,
 // replaces the source the reply echoes (a receiving peer's), and
 // properties are the reply's link properties. It reports false when the
@@ -104,20 +117,27 @@ func (l *Link) CompleteAttach(source *Source, properties Map) bool {
 	c := l.session.conn
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if l.answerEarlyLocked(&earlyReply{source: source, properties: properties}) {
+		return true
+	}
 	if !l.attachPending || l.detachSent || l.detached || l.session.ended {
 		return false
 	}
 	l.attachPending = false
-	reply := l.pendingReply
+	l.completeLocked(l.pendingReply, source, properties)
+	return true
+}
+
+func (l *Link) completeLocked(reply Attach, source *Source, properties Map) {
 	if source != nil {
 		reply.Source = source
 	}
 	reply.Properties = properties
-	c.writeFrameLocked(l.session.channel, reply.append)
+	l.attachAnswered = true
+	l.session.conn.writeFrameLocked(l.session.channel, reply.append)
 	if l.receiver != nil {
 		l.topUpLocked()
 	}
-	return true
 }
 
 // RefuseAttach refuses a deferred attach as ConnHandler.Attach's error
@@ -127,11 +147,30 @@ func (l *Link) RefuseAttach(err error) {
 	c := l.session.conn
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err == nil {
+		err = Errorf(ErrCondInternalError, "attach refused")
+	}
+	if l.answerEarlyLocked(&earlyReply{refuse: err}) {
+		return
+	}
 	if !l.attachPending || l.detachSent || l.detached || l.session.ended {
 		return
 	}
 	l.attachPending = false
 	l.refuseLocked(l.pendingReply, err)
+}
+
+// answerEarlyLocked keeps r for onAttach when the handler deferred the
+// reply and answers before ConnHandler.Attach has returned (the reply is
+// not pending yet): the goroutine DeferAttach's caller starts may finish
+// first, and a reply dropped then left the peer's attach unanswered for
+// good. It reports whether it kept r.
+func (l *Link) answerEarlyLocked(r *earlyReply) bool {
+	if !l.deferAttach || l.attachPending || l.attachAnswered || l.early != nil || l.detachSent || l.detached || l.session.ended {
+		return false
+	}
+	l.early = r
+	return true
 }
 
 // refuseLocked refuses the attach the way clients expect (spec 2.6.3):
@@ -143,6 +182,7 @@ func (l *Link) refuseLocked(reply Attach, err error) {
 	} else {
 		reply.Source = nil
 	}
+	l.attachAnswered = true
 	c.writeFrameLocked(l.session.channel, reply.append)
 	detach := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
 	c.writeFrameLocked(l.session.channel, detach.append)
@@ -215,7 +255,15 @@ func (s *Session) onAttach(d *decoder) error {
 	}
 	reply.MaxMessageSize = l.maxMessageSize
 	if l.deferAttach {
-		l.attachPending, l.pendingReply = true, reply
+		switch r := l.early; {
+		case r == nil:
+			l.attachPending, l.pendingReply = true, reply
+		case r.refuse != nil:
+			l.refuseLocked(reply, r.refuse)
+		default:
+			l.completeLocked(reply, r.source, r.properties)
+		}
+		l.early = nil
 		return nil
 	}
 	c.writeFrameLocked(s.channel, reply.append)
