@@ -138,8 +138,11 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if isSession {
-		// The attach is answered once the session is locked.
+		// The attach is answered once the session is locked, and the
+		// client's detach once the session is given back, so that the
+		// client that closed it (or another) can accept it again at once.
 		l.DeferAttach()
+		l.HoldDetachReply()
 		go r.acceptSession(sr)
 		return r, nil
 	}
@@ -162,7 +165,10 @@ func (r *receiver) Detached(*amqp.Link, error) {
 			r.session.ending.Store(true)
 		}
 		r.mu.Unlock()
-		go r.releaseSession()
+		go func() {
+			r.releaseSession()
+			r.link.SendDetachReply()
+		}()
 	}
 }
 

@@ -32,6 +32,10 @@ type Link struct {
 	// deferred reply was given, early or not; later calls do nothing.
 	early          *earlyReply
 	attachAnswered bool
+	// holdDetach (HoldDetachReply): our answer to the peer's detach waits
+	// for SendDetachReply, held in heldDetach meanwhile.
+	holdDetach bool
+	heldDetach *Detach
 	sndSettle      uint8 // effective settle modes
 	rcvSettle      uint8
 
@@ -299,6 +303,33 @@ func (l *Link) Detach(err error) {
 	l.dropAsmLocked() // transfers still in flight are ignored, so nothing refills it
 	p := Detach{Handle: l.handle, Closed: true, Error: asError(err)}
 	c.writeFrameLocked(l.session.channel, p.append)
+}
+
+// HoldDetachReply makes the engine hold back its answer to the peer's
+// detach of this link until SendDetachReply: the handler has work to
+// finish before the peer may take the link's close for done (a session
+// receiver gives its session back first, so that the client that closed
+// it can accept the session again at once). Call it before the link can
+// be detached, e.g. in ConnHandler.Attach.
+func (l *Link) HoldDetachReply() {
+	c := l.session.conn
+	c.mu.Lock()
+	l.holdDetach = true
+	c.mu.Unlock()
+}
+
+// SendDetachReply sends the answer HoldDetachReply held back, if the peer
+// detached and the session still runs; otherwise it does nothing.
+func (l *Link) SendDetachReply() {
+	c := l.session.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reply := l.heldDetach
+	l.heldDetach = nil
+	if reply == nil || l.session.ended || c.closing {
+		return
+	}
+	c.writeFrameLocked(l.session.channel, reply.append)
 }
 
 // linkFlowLocked builds a flow frame carrying the link's state.

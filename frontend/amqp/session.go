@@ -338,7 +338,11 @@ func (s *Session) onDetach(d *decoder) error {
 	}
 	if !l.detachSent {
 		reply := Detach{Handle: p.Handle, Closed: p.Closed}
-		c.writeFrameLocked(s.channel, reply.append)
+		if l.holdDetach {
+			l.heldDetach = &reply // SendDetachReply sends it
+		} else {
+			c.writeFrameLocked(s.channel, reply.append)
+		}
 	}
 	notify := l.markDetachedLocked()
 	c.mu.Unlock()
