@@ -92,6 +92,8 @@ type applier struct {
 	spans []span // where the messages of the Enqueue being applied lie in data
 
 	subs *subscriptionIndex // the machine's (fanout.go)
+
+	format byte // the format of the entry being applied (codec.go)
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -103,6 +105,7 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		return nil, err
 	}
 	a.now = batch.NowMs
+	a.format = e.Data[0]
 	a.bodies = a.replica == "" || batch.Proposer == "" || batch.Proposer == a.replica
 	requests := 0
 	for _, c := range batch.Commands {

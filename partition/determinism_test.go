@@ -87,6 +87,9 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 						m.Forwarded = &partitionpb.ForwardOrigin{EntityId: 99, SequenceNumber: uint64(rng.IntN(30)),
 							SubQueue: partitionpb.SubQueue(rng.IntN(2)), Hops: uint32(1 + rng.IntN(4)), DeadLetterReason: "r"}
 					}
+					if e.cfg.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC {
+						m.FilterView = &partitionpb.FilterView{} // as a front-end or forwarder sends
+					}
 					ms = append(ms, m)
 				}
 				cmds = append(cmds, pt.Enqueue(e.id, e.part, ms...))

@@ -197,8 +197,15 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 	plans := make([][]copyPlan, len(c.Messages))
 	added := map[*entity]int64{}
 	for i, nm := range c.Messages {
+		if a.format < FormatV7 && (len(nm.StagedBody) > 0 || nm.Forwarded != nil) {
+			// As the versions that wrote such entries applied them.
+			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks or forwarded, sent to topic %s", ErrInvalid, i, t.cfg.Name)
+		}
 		if len(nm.StagedBody) > 0 {
 			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks (over 1 MiB) sent to topic %s", ErrInvalid, i, t.cfg.Name)
+		}
+		if nm.Forwarded != nil && nm.FilterView == nil {
+			return nil, fmt.Errorf("%w: message %d: forwarded to topic %s without the view its rules read", ErrInvalid, i, t.cfg.Name)
 		}
 		ttl := nm.TtlMs
 		if ttl == 0 {
@@ -227,8 +234,27 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 	if err := a.pruneDedup(t, dedupPrune+len(c.Messages)); err != nil {
 		return nil, err
 	}
+	if err := a.pruneForward(t, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
 	for i, nm := range c.Messages {
+		// A forwarded message's origin is remembered by the topic
+		// partition, in the batch that adds its copies: a resend is
+		// answered with the topic sequence number it got, and adds none.
+		var origin []byte
+		var took *forwardEntry
+		if nm.Forwarded != nil {
+			origin = originID(nm.Forwarded)
+			var err error
+			if took, err = a.forwardEntry(t, origin); err != nil {
+				return nil, err
+			}
+			if took.fresh(a.now) {
+				r.SequenceNumbers = append(r.SequenceNumbers, took.seq)
+				continue
+			}
+		}
 		var seen *dedupEntry
 		if dedup && nm.MessageId != "" {
 			d, err := a.dedupEntry(t, nm.MessageId)
@@ -253,6 +279,11 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		}
 		if seen != nil {
 			if err := a.recordDedup(t, nm.MessageId, seq, seen); err != nil {
+				return nil, err
+			}
+		}
+		if origin != nil {
+			if err := a.recordForward(t, origin, seq, took); err != nil {
 				return nil, err
 			}
 		}
@@ -284,7 +315,8 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error 
 	if d := s.cfg.DefaultTtlMs; d > 0 && (m.TtlMs == 0 || m.TtlMs > d) {
 		m.TtlMs = d
 	}
-	m.ActionSet, m.ActionRemoved = cp.set, cp.removed
+	withOrigin(m, nm.Forwarded)
+	m.ActionSet, m.ActionRemoved = mergeActions(m.ActionSet, m.ActionRemoved, cp.set, cp.removed)
 	a.keepInLog(m, i)
 	if cp.dead != "" {
 		m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
@@ -300,6 +332,58 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error 
 		}
 	}
 	return a.add(s, m)
+}
+
+// mergeActions is what a copy's rule action changed (set, removed) on top
+// of what the copy already carried (curSet, curRemoved: a forwarded
+// message's origin; the front-end's ForTopic writes a rule action's
+// changes into the bare message before it forwards to a topic, so this is
+// mostly the new changes alone). A property set anew is no longer
+// removed, and one removed anew no longer set.
+func mergeActions(curSet *partitionpb.FilterView, curRemoved []string, set *partitionpb.FilterView, removed []string) (*partitionpb.FilterView, []string) {
+	if curSet == nil && len(curRemoved) == 0 {
+		return set, removed
+	}
+	out := &partitionpb.FilterView{}
+	if curSet != nil {
+		out = proto.Clone(curSet).(*partitionpb.FilterView)
+	}
+	if set != nil {
+		over := func(dst *string, v string) {
+			if v != "" {
+				*dst = v
+			}
+		}
+		over(&out.CorrelationId, set.CorrelationId)
+		over(&out.To, set.To)
+		over(&out.ReplyTo, set.ReplyTo)
+		over(&out.Subject, set.Subject)
+		over(&out.ContentType, set.ContentType)
+		over(&out.ReplyToSessionId, set.ReplyToSessionId)
+		for k, v := range set.Properties {
+			if out.Properties == nil {
+				out.Properties = map[string]*placementpb.RuleValue{}
+			}
+			out.Properties[k] = v
+		}
+	}
+	var gone []string
+	for _, k := range curRemoved {
+		if _, ok := set.GetProperties()[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range removed {
+		delete(out.Properties, k)
+		if !slices.Contains(gone, k) {
+			gone = append(gone, k)
+		}
+	}
+	slices.Sort(gone)
+	if proto.Size(out) == 0 {
+		out = nil
+	}
+	return out, gone
 }
 
 // newIDs is newid()'s source for the actions run on message i of an

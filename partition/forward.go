@@ -117,9 +117,6 @@ func checkForwarded(e *entity, c *partitionpb.Enqueue) error {
 		if o == nil {
 			continue
 		}
-		if isTopic(e.cfg) {
-			return fmt.Errorf("%w: message %d: auto-forwarding to a topic is not implemented", ErrInvalid, i)
-		}
 		if o.Hops == 0 || o.Hops > MaxForwardHops {
 			return fmt.Errorf("%w: message %d: a forwarded message of %d hops (1 to %d)", ErrInvalid, i, o.Hops, MaxForwardHops)
 		}
