@@ -75,6 +75,9 @@ type entity struct {
 	dedupFloor int64
 	// forwardFloor: no forwarded-origin time entry is earlier (forward.go).
 	forwardFloor int64
+	// topicSchedFloor: no scheduled topic message's time entry is
+	// earlier (topicsched.go).
+	topicSchedFloor int64
 }
 
 func newEntity(k ekey) *entity {
@@ -85,7 +88,8 @@ func newEntity(k ekey) *entity {
 		slock:      newTimeIndex(k, kindSessionLock),
 		dedupFloor: math.MinInt64,
 
-		forwardFloor: math.MinInt64,
+		forwardFloor:    math.MinInt64,
+		topicSchedFloor: math.MinInt64,
 	}
 }
 

@@ -237,6 +237,9 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 	if err := a.pruneForward(t, dedupPrune+len(c.Messages)); err != nil {
 		return nil, err
 	}
+	if err := a.pruneTopicScheduled(t, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
 	for i, nm := range c.Messages {
 		// A forwarded message's origin is remembered by the topic
@@ -272,8 +275,20 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		}
 		seq := t.nextSequence()
 		a.dirty[t.key] = true
+		// A scheduled message's copies are recorded for a cancel by the
+		// topic's number (topicsched.go); format 7 on (codec.go).
+		var sched []scheduledCopy
 		for _, cp := range plans[i] {
-			if err := a.addCopy(cp, nm, i); err != nil {
+			m, err := a.addCopy(cp, nm, i)
+			if err != nil {
+				return nil, err
+			}
+			if m.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && a.format >= FormatV7 {
+				sched = append(sched, scheduledCopy{sub: cp.sub.key.id, seq: m.SequenceNumber})
+			}
+		}
+		if len(sched) > 0 {
+			if err := a.recordTopicScheduled(t, seq, nm.ScheduledEnqueueTimeMs, sched); err != nil {
 				return nil, err
 			}
 		}
@@ -296,7 +311,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 // Its time to live is the message's, else the topic's default (the
 // front-end's ttl_ms), capped by the subscription's default, as Service
 // Bus takes the smaller.
-func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error {
+func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) (*partitionpb.StoredMessage, error) {
 	s := cp.sub
 	m := &partitionpb.StoredMessage{
 		SequenceNumber:         s.nextSequence(),
@@ -331,7 +346,7 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error 
 			m.ExpiresAtMs = from + m.TtlMs
 		}
 	}
-	return a.add(s, m)
+	return m, a.add(s, m)
 }
 
 // mergeActions is what a copy's rule action changed (set, removed) on top
