@@ -337,8 +337,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, c.EntityId, c.Partition)
 	}
-	p := dataPrefix(e.key)
-	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+	if err := a.deleteEntityData(e); err != nil {
 		return nil, err
 	}
 	a.lockedStates.reset()

@@ -198,6 +198,9 @@ type slot struct {
 	size   int64
 	inLog  bool   // the body is in the Raft log, not in a body record
 	blob   []byte // the id of the blob holding the bare message, if any (blobs.go)
+	// blobEntity is the topic whose shared blob it is, 0 for the
+	// message's own (sharedblobs.go).
+	blobEntity uint64
 	// session is the message's session id; on an entity that requires
 	// sessions it places a main-queue message in its session's stream
 	// (sessionstore.go).
@@ -216,6 +219,8 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		size:   m.Size,
 		inLog:  m.BodyIndex != 0,
 		blob:   m.BodyBlob,
+
+		blobEntity: m.BodyBlobEntity,
 
 		session: m.SessionId,
 	}

@@ -201,9 +201,6 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 			// As the versions that wrote such entries applied them.
 			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks or forwarded, sent to topic %s", ErrInvalid, i, t.cfg.Name)
 		}
-		if len(nm.StagedBody) > 0 {
-			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks (over 1 MiB) sent to topic %s", ErrInvalid, i, t.cfg.Name)
-		}
 		if nm.Forwarded != nil && nm.FilterView == nil {
 			return nil, fmt.Errorf("%w: message %d: forwarded to topic %s without the view its rules read", ErrInvalid, i, t.cfg.Name)
 		}
@@ -255,6 +252,9 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 			}
 			if took.fresh(a.now) {
 				r.SequenceNumbers = append(r.SequenceNumbers, took.seq)
+				if err := a.dropStagedOf(t, nm); err != nil {
+					return nil, err
+				}
 				continue
 			}
 		}
@@ -266,6 +266,9 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 			}
 			if d != nil && a.now-d.at < t.cfg.DuplicateDetectionWindowMs {
 				r.SequenceNumbers = append(r.SequenceNumbers, d.seq)
+				if err := a.dropStagedOf(t, nm); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			seen = &dedupEntry{}
@@ -279,7 +282,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		// topic's number (topicsched.go); format 7 on (codec.go).
 		var sched []scheduledCopy
 		for _, cp := range plans[i] {
-			m, err := a.addCopy(cp, nm, i)
+			m, err := a.addCopy(t, cp, nm, i)
 			if err != nil {
 				return nil, err
 			}
@@ -289,6 +292,12 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		}
 		if len(sched) > 0 {
 			if err := a.recordTopicScheduled(t, seq, nm.ScheduledEnqueueTimeMs, sched); err != nil {
+				return nil, err
+			}
+		}
+		if len(nm.StagedBody) > 0 {
+			// Stored once: the copies share the topic's blob.
+			if err := a.shareBlob(t, nm, len(plans[i])); err != nil {
 				return nil, err
 			}
 		}
@@ -307,11 +316,17 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 	return r, nil
 }
 
+// dropStagedOf deletes the staged blob of nm, a message not taken (a
+// duplicate), if it is still staged (dropStaged).
+func (a *applier) dropStagedOf(t *entity, nm *partitionpb.NewMessage) error {
+	return a.dropStaged(&partitionpb.Enqueue{EntityId: t.key.id, Partition: t.key.part, Messages: []*partitionpb.NewMessage{nm}})
+}
+
 // addCopy adds message i of the Enqueue being applied to a subscription.
 // Its time to live is the message's, else the topic's default (the
 // front-end's ttl_ms), capped by the subscription's default, as Service
 // Bus takes the smaller.
-func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) (*partitionpb.StoredMessage, error) {
+func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int) (*partitionpb.StoredMessage, error) {
 	s := cp.sub
 	m := &partitionpb.StoredMessage{
 		SequenceNumber:         s.nextSequence(),
@@ -332,7 +347,13 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) (*part
 	}
 	withOrigin(m, nm.Forwarded)
 	m.ActionSet, m.ActionRemoved = mergeActions(m.ActionSet, m.ActionRemoved, cp.set, cp.removed)
-	a.keepInLog(m, i)
+	if len(nm.StagedBody) > 0 {
+		if err := a.useSharedBlob(s, t, nm, m); err != nil {
+			return nil, err
+		}
+	} else {
+		a.keepInLog(m, i)
+	}
 	if cp.dead != "" {
 		m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
 		m.DeadLetterReason, m.DeadLetterDescription = cp.dead, cp.desc
