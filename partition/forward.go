@@ -150,6 +150,10 @@ type ForwardSource struct {
 	// LockDurationMs is how long the forwarder's locks last: a forward
 	// that takes longer is sent again, and deduplicated.
 	LockDurationMs int64
+	// Sessions: the main queue of an entity that requires sessions,
+	// received one session at a time (the forwarder accepts each ready
+	// session in turn, as a session receiver would).
+	Sessions bool
 }
 
 // ForwardSources lists the entity partitions of the group that forward
@@ -170,6 +174,7 @@ func (m *Machine) ForwardSources() []ForwardSource {
 			out = append(out, ForwardSource{
 				EntityID: k.id, Partition: k.part, SubQueue: partitionpb.SubQueue(q),
 				Name: e.cfg.GetName(), To: to, LockDurationMs: e.cfg.GetLockDurationMs(),
+				Sessions: e.cfg.GetRequiresSession() && q == int(partitionpb.SubQueue_SUB_QUEUE_MAIN),
 			})
 		}
 	}

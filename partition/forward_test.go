@@ -149,9 +149,15 @@ func TestForwardSources(t *testing.T) {
 	q.ForwardDeadLetteredMessagesTo = "c"
 	d.OK(pt.Upsert(q))
 	d.OK(pt.Upsert(pt.Queue(2, 0, "b")))
+	// An entity that requires sessions forwards its main queue a session
+	// at a time, its dead-letter queue as any other.
+	sq := pt.Queue(3, 0, "s")
+	sq.RequiresSession, sq.ForwardTo, sq.ForwardDeadLetteredMessagesTo = true, "b", "c"
+	d.OK(pt.Upsert(sq))
 	got := d.M.ForwardSources()
-	if len(got) != 2 || got[0].To != "b" || got[0].SubQueue != partitionpb.SubQueue_SUB_QUEUE_MAIN ||
-		got[1].To != "c" || got[1].SubQueue != partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || got[0].Name != "a" {
+	if len(got) != 4 || got[0].To != "b" || got[0].SubQueue != partitionpb.SubQueue_SUB_QUEUE_MAIN ||
+		got[1].To != "c" || got[1].SubQueue != partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || got[0].Name != "a" ||
+		got[0].Sessions || !got[2].Sessions || got[3].Sessions {
 		t.Fatalf("ForwardSources = %+v", got)
 	}
 }

@@ -12,9 +12,7 @@ import (
 // partitions' forwarders (node/forward.go) move the messages; the catalog
 // refuses what they cannot do and the loops it can see.
 
-// checkForwardTargets refuses forwarding that is not built or would loop:
-//   - an entity that requires sessions forwarding its main queue (the
-//     forwarder takes messages as a plain receiver does);
+// checkForwardTargets refuses forwarding that cannot work or would loop:
 //   - a destination that exists and is a subscription (nobody sends to
 //     one);
 //   - a chain of ForwardTo and ForwardDeadLetteredMessagesTo that leads
@@ -30,9 +28,6 @@ import (
 // loop the catalog checks: the hop limit (partition.MaxForwardHops) ends
 // such a chain.
 func (s *State) checkForwardTargets(name string, p *pb.QueueProperties) error {
-	if p.GetForwardTo() != "" && p.GetRequiresSession() {
-		return fmt.Errorf("%w: %q requires sessions: auto-forwarding from a session entity is not implemented", ErrInvalidProperties, name)
-	}
 	for _, fwd := range []string{p.GetForwardTo(), p.GetForwardDeadLetteredMessagesTo()} {
 		if fwd == "" {
 			continue

@@ -40,8 +40,8 @@ func TestForwardTargets(t *testing.T) {
 	a.must(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, PartitionGroups: []uint64{1}}))
 	a.must(forwarding("y", "t", "")) // a queue forwards to a topic
 	refused(forwarding("y2", "", "t/Subscriptions/s"), "a subscription")
-	refused(wrap(&pb.CreateEntityCommand{Name: "z", Properties: &pb.QueueProperties{ForwardTo: "a", RequiresSession: true},
-		PartitionGroups: []uint64{1}}), "session")
+	a.must(wrap(&pb.CreateEntityCommand{Name: "z", Properties: &pb.QueueProperties{ForwardTo: "a", RequiresSession: true},
+		PartitionGroups: []uint64{1}})) // a session entity forwards too
 	// A subscription forwards to a queue, and to its own topic through it
 	// only as a loop: a topic leads to each of its subscriptions.
 	a.must(wrap(&pb.UpdateEntityCommand{Name: "t/Subscriptions/s", Properties: &pb.QueueProperties{ForwardTo: "dlq"}}))
