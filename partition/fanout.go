@@ -153,10 +153,12 @@ type copyPlan struct {
 }
 
 // route decides the copies of a message: per subscription, one per
-// matching rule, each changed by its rule's action. newID is newid()'s
-// source for the actions.
-func route(subs []*entity, fm *filter.Message, newID func() filter.UUID) ([]copyPlan, error) {
-	var out []copyPlan
+// matching rule, each changed by its rule's action. ids makes newid()'s
+// source for the actions, once, when the first action runs (most sends
+// meet none).
+func route(subs []*entity, fm *filter.Message, ids func() func() filter.UUID) ([]copyPlan, error) {
+	out := make([]copyPlan, 0, len(subs)) // one copy per subscription, the usual case
+	var newID func() filter.UUID
 	for _, s := range subs {
 		if s.status() == partitionpb.EntityStatus_ENTITY_STATUS_DISABLED {
 			continue // a disabled subscription takes no copies
@@ -174,6 +176,9 @@ func route(subs []*entity, fm *filter.Message, newID func() filter.UUID) ([]copy
 			}
 			cp := copyPlan{sub: s}
 			if r.action != nil {
+				if newID == nil {
+					newID = ids()
+				}
 				after, err := r.action.Apply(fm, newID)
 				if err != nil {
 					if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
@@ -208,7 +213,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		if ttl == 0 {
 			ttl = t.cfg.DefaultTtlMs
 		}
-		p, err := route(subs, filterMessage(nm, a.now, ttl), newIDs(t, i))
+		p, err := route(subs, filterMessage(nm, a.now, ttl), func() func() filter.UUID { return newIDs(t, i) })
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -238,6 +243,10 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		return nil, err
 	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
+	// One state message for every copy: add encodes it into the batch
+	// and keeps nothing of it, and a send of 64 messages to 10
+	// subscriptions allocated 640 of them.
+	scratch := new(partitionpb.StoredMessage)
 	for i, nm := range c.Messages {
 		// A forwarded message's origin is remembered by the topic
 		// partition, in the batch that adds its copies: a resend is
@@ -282,7 +291,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		// topic's number (topicsched.go); format 7 on (codec.go).
 		var sched []scheduledCopy
 		for _, cp := range plans[i] {
-			m, err := a.addCopy(t, cp, nm, i)
+			m, err := a.addCopy(t, cp, nm, i, scratch)
 			if err != nil {
 				return nil, err
 			}
@@ -322,26 +331,22 @@ func (a *applier) dropStagedOf(t *entity, nm *partitionpb.NewMessage) error {
 	return a.dropStaged(&partitionpb.Enqueue{EntityId: t.key.id, Partition: t.key.part, Messages: []*partitionpb.NewMessage{nm}})
 }
 
-// addCopy adds message i of the Enqueue being applied to a subscription.
+// addCopy adds message i of the Enqueue being applied to a subscription,
+// built in m (which it resets) and returned.
 // Its time to live is the message's, else the topic's default (the
 // front-end's ttl_ms), capped by the subscription's default, as Service
 // Bus takes the smaller.
-func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int) (*partitionpb.StoredMessage, error) {
+func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int, m *partitionpb.StoredMessage) (*partitionpb.StoredMessage, error) {
 	s := cp.sub
-	m := &partitionpb.StoredMessage{
-		SequenceNumber:         s.nextSequence(),
-		EnqueuedTimeMs:         a.now,
-		SubQueue:               partitionpb.SubQueue_SUB_QUEUE_MAIN,
-		State:                  partitionpb.MessageState_MESSAGE_STATE_ACTIVE,
-		ScheduledEnqueueTimeMs: nm.ScheduledEnqueueTimeMs,
-		MessageId:              nm.MessageId,
-		SessionId:              nm.SessionId,
-		PartitionKey:           nm.PartitionKey,
-		Header:                 nm.Header,
-		Annotations:            nm.Annotations,
-		Bare:                   nm.Bare,
-		TtlMs:                  nm.TtlMs,
-	}
+	m.Reset() // m is the caller's, reused copy after copy
+	m.SequenceNumber = s.nextSequence()
+	m.EnqueuedTimeMs = a.now
+	m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_MAIN
+	m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
+	m.ScheduledEnqueueTimeMs = nm.ScheduledEnqueueTimeMs
+	m.MessageId, m.SessionId, m.PartitionKey = nm.MessageId, nm.SessionId, nm.PartitionKey
+	m.Header, m.Annotations, m.Bare = nm.Header, nm.Annotations, nm.Bare
+	m.TtlMs = nm.TtlMs
 	if d := s.cfg.DefaultTtlMs; d > 0 && (m.TtlMs == 0 || m.TtlMs > d) {
 		m.TtlMs = d
 	}
