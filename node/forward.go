@@ -57,6 +57,10 @@ const (
 	forwardWarnEvery = time.Minute
 	// forwardSendTimeout bounds one send to a destination.
 	forwardSendTimeout = 30 * time.Second
+	// forwardSessionBatches bounds the batches the forwarder moves from
+	// one session before it releases it, so that a long session does not
+	// hold back the other sources; it accepts the session again later.
+	forwardSessionBatches = 16
 )
 
 // Reasons a forwarder dead-letters a message with.
@@ -110,10 +114,17 @@ func (g *group) runForwarder(ctx context.Context) {
 			if len(waits) < maxForwardWaits {
 				waits = append(waits, g.machine.Changed(s.EntityID, s.Partition, s.SubQueue))
 			}
-			if !g.machine.Available(s.EntityID, s.Partition, s.SubQueue) {
+			if s.Sessions && !g.machine.SessionReady(s.EntityID, s.Partition) ||
+				!s.Sessions && !g.machine.Available(s.EntityID, s.Partition, s.SubQueue) {
 				continue
 			}
-			n, err := g.forward(ctx, target, s)
+			var n int
+			var err error
+			if s.Sessions {
+				n, err = g.forwardSession(ctx, target, s)
+			} else {
+				n, err = g.forward(ctx, target, s, nil)
+			}
 			if err != nil {
 				// A destination that does not exist yet fails every
 				// second: say so once a minute per source.
@@ -163,14 +174,76 @@ func waitAny(ctx context.Context, chans []<-chan struct{}, d time.Duration) {
 	}
 }
 
-// forward moves one batch of source s and returns how many messages it
-// took from the source.
-func (g *group) forward(ctx context.Context, target ForwardTarget, s partition.ForwardSource) (int, error) {
+// heldSession is a session the forwarder accepted: its id and lock.
+type heldSession struct {
+	id    string
+	token []byte
+}
+
+// forwardSession moves the messages of one ready session of source s (an
+// entity that requires sessions): it accepts the next session as a
+// session receiver does, so that no receiver takes it meanwhile, forwards
+// its messages in order, batch by batch, and releases it. Messages keep
+// their session id, which also picks their destination partition. If the
+// leader dies holding the session, or a step fails, the session is not
+// released: its lock runs out (the source's LockDuration) with the locks
+// of its messages, and the next forwarder sends them again, in order,
+// deduplicated by the destination.
+func (g *group) forwardSession(ctx context.Context, target ForwardTarget, s partition.ForwardSource) (int, error) {
+	token := make([]byte, partitionpb.LockTokenBytes)
+	rand.Read(token) // never fails (crypto/rand)
+	res, err := g.propose1(ctx, &partitionpb.Command{Op: &partitionpb.Command_AcceptSession{AcceptSession: &partitionpb.AcceptSession{
+		EntityId: s.EntityID, Partition: s.Partition, Next: true, Token: token,
+	}}})
+	if err != nil {
+		return 0, fmt.Errorf("accepting a session: %w", err)
+	}
+	if res.Code != partitionpb.ResultCode_RESULT_OK {
+		return 0, fmt.Errorf("accepting a session: %v %s", res.Code, res.Description)
+	}
+	if res.SessionId == "" {
+		return 0, nil // a receiver took it first
+	}
+	held := &heldSession{id: res.SessionId, token: token}
+	total := 0
+	for range forwardSessionBatches {
+		n, err := g.forward(ctx, target, s, held)
+		total += n
+		if err != nil {
+			// Some of the session's messages may still be locked under
+			// it (a Lock or a release whose answer was lost): released
+			// now, the session's later messages would go first. Its lock
+			// runs out instead (the source's LockDuration), with theirs,
+			// and the session is forwarded again from its oldest.
+			return total, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	r, err := g.propose1(context.WithoutCancel(ctx), &partitionpb.Command{Op: &partitionpb.Command_ReleaseSession{ReleaseSession: &partitionpb.ReleaseSession{
+		EntityId: s.EntityID, Partition: s.Partition, SessionId: held.id, Token: held.token,
+	}}})
+	if err == nil && r.Code != partitionpb.ResultCode_RESULT_OK {
+		err = fmt.Errorf("%v %s", r.Code, r.Description)
+	}
+	if err != nil && ctx.Err() == nil {
+		// Its lock runs out by itself.
+		g.log.Warn("auto-forwarding: releasing a session", "entity", s.Name, "session", held.id, "err", err)
+	}
+	return total, nil
+}
+
+// forward moves one batch of source s (of session, if not nil) and
+// returns how many messages it took from the source.
+func (g *group) forward(ctx context.Context, target ForwardTarget, s partition.ForwardSource, session *heldSession) (int, error) {
 	seed := make([]byte, 8)
 	rand.Read(seed) // never fails (crypto/rand)
-	res, err := g.propose1(ctx, &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: &partitionpb.Lock{
-		EntityId: s.EntityID, Partition: s.Partition, SubQueue: s.SubQueue, MaxCount: forwardBatch, TokenSeed: seed,
-	}}})
+	lock := &partitionpb.Lock{EntityId: s.EntityID, Partition: s.Partition, SubQueue: s.SubQueue, MaxCount: forwardBatch, TokenSeed: seed}
+	if session != nil {
+		lock.SessionId, lock.SessionToken = session.id, session.token
+	}
+	res, err := g.propose1(ctx, &partitionpb.Command{Op: &partitionpb.Command_Lock{Lock: lock}})
 	if err != nil {
 		return 0, fmt.Errorf("locking: %w", err)
 	}

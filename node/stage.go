@@ -68,6 +68,9 @@ func (g *group) stageLarge(ctx context.Context, enq *partitionpb.Enqueue) (*part
 			TtlMs: nm.TtlMs, ScheduledEnqueueTimeMs: nm.ScheduledEnqueueTimeMs,
 			Header: nm.Header, Annotations: nm.Annotations,
 			StagedBody: blob, StagedLength: uint64(len(nm.Bare)), StagedCrc: crc32.Checksum(nm.Bare, castagnoli),
+			// What a topic's rules read, and a forwarded message's
+			// origin: the message's, staged or not.
+			FilterView: nm.FilterView, Forwarded: nm.Forwarded,
 		}
 	}
 	rejected, err := g.proposeChunks(ctx, chunks)

@@ -92,6 +92,8 @@ type applier struct {
 	spans []span // where the messages of the Enqueue being applied lie in data
 
 	subs *subscriptionIndex // the machine's (fanout.go)
+
+	format byte // the format of the entry being applied (codec.go)
 }
 
 func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
@@ -103,6 +105,7 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		return nil, err
 	}
 	a.now = batch.NowMs
+	a.format = e.Data[0]
 	a.bodies = a.replica == "" || batch.Proposer == "" || batch.Proposer == a.replica
 	requests := 0
 	for _, c := range batch.Commands {
@@ -334,8 +337,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, c.EntityId, c.Partition)
 	}
-	p := dataPrefix(e.key)
-	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+	if err := a.deleteEntityData(e); err != nil {
 		return nil, err
 	}
 	a.lockedStates.reset()

@@ -200,7 +200,9 @@ func (a *applier) takeBlob(e *entity, nm *partitionpb.NewMessage, m *partitionpb
 }
 
 // dropStaged deletes the staged blobs an Enqueue names but will not take
-// over (it repeats a request already applied).
+// over (it repeats a request already applied). Only blobs still staged
+// go: one the first apply took over (the same entry proposed again) is a
+// message's, or its topic's copies'.
 func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
 	e, ok := a.entities[ekey{c.EntityId, c.Partition}]
 	if !ok {
@@ -208,6 +210,13 @@ func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
 	}
 	for _, nm := range c.Messages {
 		if len(nm.StagedBody) == BlobIDBytes {
+			_, staged, err := a.stagedRecord(e, nm.StagedBody)
+			if err != nil {
+				return err
+			}
+			if !staged {
+				continue
+			}
 			if err := a.dropBlob(e, nm.StagedBody); err != nil {
 				return err
 			}
@@ -218,6 +227,9 @@ func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
 
 // readBlob reads m's blob into m.Bare, checking its length and CRC.
 func readBlob(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
+	if m.BodyBlobEntity != 0 { // a topic's, shared (sharedblobs.go)
+		k = ekey{m.BodyBlobEntity, k.part}
+	}
 	p := blobPrefix(k, m.BodyBlob)
 	it, err := prefixIter(r, p)
 	if err != nil {

@@ -155,6 +155,18 @@ func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 			m.StagedLength = f.V
 		case f.Num == 11 && varint:
 			m.StagedCrc = uint32(f.V) // as proto truncates a uint32
+		case f.Num == 12 && f.Typ == protowire.BytesType:
+			// A send to a topic: the view its rules read, small, decoded
+			// (and copied) by proto as a whole.
+			m.FilterView = new(partitionpb.FilterView)
+			if proto.Unmarshal(f.B, m.FilterView) != nil {
+				return nil, false
+			}
+		case f.Num == 40 && f.Typ == protowire.BytesType:
+			m.Forwarded = new(partitionpb.ForwardOrigin)
+			if proto.Unmarshal(f.B, m.Forwarded) != nil {
+				return nil, false
+			}
 		default:
 			return nil, false
 		}

@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -52,6 +53,7 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 	}
 	results = append(results, d.Apply(cmds...))
 	var retried []*partitionpb.Command
+	blobs := uint64(0) // staged blob ids
 	tokens := map[int][]struct {
 		tok []byte
 		sub partitionpb.SubQueue
@@ -86,6 +88,17 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 						// forwarder's resends happen (forward.go).
 						m.Forwarded = &partitionpb.ForwardOrigin{EntityId: 99, SequenceNumber: uint64(rng.IntN(30)),
 							SubQueue: partitionpb.SubQueue(rng.IntN(2)), Hops: uint32(1 + rng.IntN(4)), DeadLetterReason: "r"}
+					}
+					if e.cfg.Kind == placementpb.EntityKind_ENTITY_KIND_TOPIC {
+						m.FilterView = &partitionpb.FilterView{} // as a front-end or forwarder sends
+						if rng.IntN(5) == 0 {
+							// Staged in chunks, its blob shared by the
+							// copies (sharedblobs.go).
+							blobs++
+							stage, sm := pt.Stage(e.id, e.part, binary.BigEndian.AppendUint64(make([]byte, 8), blobs), body, 64)
+							cmds = append(cmds, stage...)
+							m.Bare, m.StagedBody, m.StagedLength, m.StagedCrc = nil, sm.StagedBody, sm.StagedLength, sm.StagedCrc
+						}
 					}
 					ms = append(ms, m)
 				}

@@ -75,6 +75,9 @@ type entity struct {
 	dedupFloor int64
 	// forwardFloor: no forwarded-origin time entry is earlier (forward.go).
 	forwardFloor int64
+	// topicSchedFloor: no scheduled topic message's time entry is
+	// earlier (topicsched.go).
+	topicSchedFloor int64
 }
 
 func newEntity(k ekey) *entity {
@@ -85,7 +88,8 @@ func newEntity(k ekey) *entity {
 		slock:      newTimeIndex(k, kindSessionLock),
 		dedupFloor: math.MinInt64,
 
-		forwardFloor: math.MinInt64,
+		forwardFloor:    math.MinInt64,
+		topicSchedFloor: math.MinInt64,
 	}
 }
 
@@ -194,6 +198,9 @@ type slot struct {
 	size   int64
 	inLog  bool   // the body is in the Raft log, not in a body record
 	blob   []byte // the id of the blob holding the bare message, if any (blobs.go)
+	// blobEntity is the topic whose shared blob it is, 0 for the
+	// message's own (sharedblobs.go).
+	blobEntity uint64
 	// session is the message's session id; on an entity that requires
 	// sessions it places a main-queue message in its session's stream
 	// (sessionstore.go).
@@ -212,6 +219,8 @@ func slotOf(m *partitionpb.StoredMessage) slot {
 		size:   m.Size,
 		inLog:  m.BodyIndex != 0,
 		blob:   m.BodyBlob,
+
+		blobEntity: m.BodyBlobEntity,
 
 		session: m.SessionId,
 	}

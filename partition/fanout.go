@@ -153,10 +153,12 @@ type copyPlan struct {
 }
 
 // route decides the copies of a message: per subscription, one per
-// matching rule, each changed by its rule's action. newID is newid()'s
-// source for the actions.
-func route(subs []*entity, fm *filter.Message, newID func() filter.UUID) ([]copyPlan, error) {
-	var out []copyPlan
+// matching rule, each changed by its rule's action. ids makes newid()'s
+// source for the actions, once, when the first action runs (most sends
+// meet none).
+func route(subs []*entity, fm *filter.Message, ids func() func() filter.UUID) ([]copyPlan, error) {
+	out := make([]copyPlan, 0, len(subs)) // one copy per subscription, the usual case
+	var newID func() filter.UUID
 	for _, s := range subs {
 		if s.status() == partitionpb.EntityStatus_ENTITY_STATUS_DISABLED {
 			continue // a disabled subscription takes no copies
@@ -174,6 +176,9 @@ func route(subs []*entity, fm *filter.Message, newID func() filter.UUID) ([]copy
 			}
 			cp := copyPlan{sub: s}
 			if r.action != nil {
+				if newID == nil {
+					newID = ids()
+				}
 				after, err := r.action.Apply(fm, newID)
 				if err != nil {
 					if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
@@ -197,14 +202,18 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 	plans := make([][]copyPlan, len(c.Messages))
 	added := map[*entity]int64{}
 	for i, nm := range c.Messages {
-		if len(nm.StagedBody) > 0 {
-			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks (over 1 MiB) sent to topic %s", ErrInvalid, i, t.cfg.Name)
+		if a.format < FormatV7 && (len(nm.StagedBody) > 0 || nm.Forwarded != nil) {
+			// As the versions that wrote such entries applied them.
+			return nil, fmt.Errorf("%w: not implemented: message %d: a message staged in chunks or forwarded, sent to topic %s", ErrInvalid, i, t.cfg.Name)
+		}
+		if nm.Forwarded != nil && nm.FilterView == nil {
+			return nil, fmt.Errorf("%w: message %d: forwarded to topic %s without the view its rules read", ErrInvalid, i, t.cfg.Name)
 		}
 		ttl := nm.TtlMs
 		if ttl == 0 {
 			ttl = t.cfg.DefaultTtlMs
 		}
-		p, err := route(subs, filterMessage(nm, a.now, ttl), newIDs(t, i))
+		p, err := route(subs, filterMessage(nm, a.now, ttl), func() func() filter.UUID { return newIDs(t, i) })
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -227,8 +236,37 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 	if err := a.pruneDedup(t, dedupPrune+len(c.Messages)); err != nil {
 		return nil, err
 	}
+	if err := a.pruneForward(t, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
+	if err := a.pruneTopicScheduled(t, dedupPrune+len(c.Messages)); err != nil {
+		return nil, err
+	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
+	// One state message for every copy: add encodes it into the batch
+	// and keeps nothing of it, and a send of 64 messages to 10
+	// subscriptions allocated 640 of them.
+	scratch := new(partitionpb.StoredMessage)
 	for i, nm := range c.Messages {
+		// A forwarded message's origin is remembered by the topic
+		// partition, in the batch that adds its copies: a resend is
+		// answered with the topic sequence number it got, and adds none.
+		var origin []byte
+		var took *forwardEntry
+		if nm.Forwarded != nil {
+			origin = originID(nm.Forwarded)
+			var err error
+			if took, err = a.forwardEntry(t, origin); err != nil {
+				return nil, err
+			}
+			if took.fresh(a.now) {
+				r.SequenceNumbers = append(r.SequenceNumbers, took.seq)
+				if err := a.dropStagedOf(t, nm); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
 		var seen *dedupEntry
 		if dedup && nm.MessageId != "" {
 			d, err := a.dedupEntry(t, nm.MessageId)
@@ -237,6 +275,9 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 			}
 			if d != nil && a.now-d.at < t.cfg.DuplicateDetectionWindowMs {
 				r.SequenceNumbers = append(r.SequenceNumbers, d.seq)
+				if err := a.dropStagedOf(t, nm); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			seen = &dedupEntry{}
@@ -246,8 +287,26 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		}
 		seq := t.nextSequence()
 		a.dirty[t.key] = true
+		// A scheduled message's copies are recorded for a cancel by the
+		// topic's number (topicsched.go); format 7 on (codec.go).
+		var sched []scheduledCopy
 		for _, cp := range plans[i] {
-			if err := a.addCopy(cp, nm, i); err != nil {
+			m, err := a.addCopy(t, cp, nm, i, scratch)
+			if err != nil {
+				return nil, err
+			}
+			if m.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && a.format >= FormatV7 {
+				sched = append(sched, scheduledCopy{sub: cp.sub.key.id, seq: m.SequenceNumber})
+			}
+		}
+		if len(sched) > 0 {
+			if err := a.recordTopicScheduled(t, seq, nm.ScheduledEnqueueTimeMs, sched); err != nil {
+				return nil, err
+			}
+		}
+		if len(nm.StagedBody) > 0 {
+			// Stored once: the copies share the topic's blob.
+			if err := a.shareBlob(t, nm, len(plans[i])); err != nil {
 				return nil, err
 			}
 		}
@@ -256,36 +315,50 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 				return nil, err
 			}
 		}
+		if origin != nil {
+			if err := a.recordForward(t, origin, seq, took); err != nil {
+				return nil, err
+			}
+		}
 		r.SequenceNumbers = append(r.SequenceNumbers, seq)
 	}
 	return r, nil
 }
 
-// addCopy adds message i of the Enqueue being applied to a subscription.
+// dropStagedOf deletes the staged blob of nm, a message not taken (a
+// duplicate), if it is still staged (dropStaged).
+func (a *applier) dropStagedOf(t *entity, nm *partitionpb.NewMessage) error {
+	return a.dropStaged(&partitionpb.Enqueue{EntityId: t.key.id, Partition: t.key.part, Messages: []*partitionpb.NewMessage{nm}})
+}
+
+// addCopy adds message i of the Enqueue being applied to a subscription,
+// built in m (which it resets) and returned.
 // Its time to live is the message's, else the topic's default (the
 // front-end's ttl_ms), capped by the subscription's default, as Service
 // Bus takes the smaller.
-func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error {
+func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int, m *partitionpb.StoredMessage) (*partitionpb.StoredMessage, error) {
 	s := cp.sub
-	m := &partitionpb.StoredMessage{
-		SequenceNumber:         s.nextSequence(),
-		EnqueuedTimeMs:         a.now,
-		SubQueue:               partitionpb.SubQueue_SUB_QUEUE_MAIN,
-		State:                  partitionpb.MessageState_MESSAGE_STATE_ACTIVE,
-		ScheduledEnqueueTimeMs: nm.ScheduledEnqueueTimeMs,
-		MessageId:              nm.MessageId,
-		SessionId:              nm.SessionId,
-		PartitionKey:           nm.PartitionKey,
-		Header:                 nm.Header,
-		Annotations:            nm.Annotations,
-		Bare:                   nm.Bare,
-		TtlMs:                  nm.TtlMs,
-	}
+	m.Reset() // m is the caller's, reused copy after copy
+	m.SequenceNumber = s.nextSequence()
+	m.EnqueuedTimeMs = a.now
+	m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_MAIN
+	m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
+	m.ScheduledEnqueueTimeMs = nm.ScheduledEnqueueTimeMs
+	m.MessageId, m.SessionId, m.PartitionKey = nm.MessageId, nm.SessionId, nm.PartitionKey
+	m.Header, m.Annotations, m.Bare = nm.Header, nm.Annotations, nm.Bare
+	m.TtlMs = nm.TtlMs
 	if d := s.cfg.DefaultTtlMs; d > 0 && (m.TtlMs == 0 || m.TtlMs > d) {
 		m.TtlMs = d
 	}
-	m.ActionSet, m.ActionRemoved = cp.set, cp.removed
-	a.keepInLog(m, i)
+	withOrigin(m, nm.Forwarded)
+	m.ActionSet, m.ActionRemoved = mergeActions(m.ActionSet, m.ActionRemoved, cp.set, cp.removed)
+	if len(nm.StagedBody) > 0 {
+		if err := a.useSharedBlob(s, t, nm, m); err != nil {
+			return nil, err
+		}
+	} else {
+		a.keepInLog(m, i)
+	}
 	if cp.dead != "" {
 		m.SubQueue = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER
 		m.DeadLetterReason, m.DeadLetterDescription = cp.dead, cp.desc
@@ -299,7 +372,59 @@ func (a *applier) addCopy(cp copyPlan, nm *partitionpb.NewMessage, i int) error 
 			m.ExpiresAtMs = from + m.TtlMs
 		}
 	}
-	return a.add(s, m)
+	return m, a.add(s, m)
+}
+
+// mergeActions is what a copy's rule action changed (set, removed) on top
+// of what the copy already carried (curSet, curRemoved: a forwarded
+// message's origin; the front-end's ForTopic writes a rule action's
+// changes into the bare message before it forwards to a topic, so this is
+// mostly the new changes alone). A property set anew is no longer
+// removed, and one removed anew no longer set.
+func mergeActions(curSet *partitionpb.FilterView, curRemoved []string, set *partitionpb.FilterView, removed []string) (*partitionpb.FilterView, []string) {
+	if curSet == nil && len(curRemoved) == 0 {
+		return set, removed
+	}
+	out := &partitionpb.FilterView{}
+	if curSet != nil {
+		out = proto.Clone(curSet).(*partitionpb.FilterView)
+	}
+	if set != nil {
+		over := func(dst *string, v string) {
+			if v != "" {
+				*dst = v
+			}
+		}
+		over(&out.CorrelationId, set.CorrelationId)
+		over(&out.To, set.To)
+		over(&out.ReplyTo, set.ReplyTo)
+		over(&out.Subject, set.Subject)
+		over(&out.ContentType, set.ContentType)
+		over(&out.ReplyToSessionId, set.ReplyToSessionId)
+		for k, v := range set.Properties {
+			if out.Properties == nil {
+				out.Properties = map[string]*placementpb.RuleValue{}
+			}
+			out.Properties[k] = v
+		}
+	}
+	var gone []string
+	for _, k := range curRemoved {
+		if _, ok := set.GetProperties()[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range removed {
+		delete(out.Properties, k)
+		if !slices.Contains(gone, k) {
+			gone = append(gone, k)
+		}
+	}
+	slices.Sort(gone)
+	if proto.Size(out) == 0 {
+		out = nil
+	}
+	return out, gone
 }
 
 // newIDs is newid()'s source for the actions run on message i of an

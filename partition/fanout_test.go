@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -107,16 +108,84 @@ func TestTopicFanOut(t *testing.T) {
 		len(g.ActionSet.Properties["id"].GetStringValue()) != 36 || strings.Join(g.ActionRemoved, ",") != "color" {
 		t.Fatalf("g changed by the action: %v", g)
 	}
-	// Cancelling a message scheduled on a topic is refused, not ignored.
-	if r := d.Do(pt.CancelScheduled(10, 0, 1)); r.Code != partitionpb.ResultCode_RESULT_INVALID ||
-		!strings.Contains(r.Description, "not implemented") {
-		t.Fatalf("cancel scheduled on a topic: %v %s", r.Code, r.Description)
-	}
 
 	// A rule that does not compile is refused with the config.
 	bad := topicConfigs()[1]
 	bad.Rules[0] = &placementpb.Rule{Name: "x", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "a = "}}}
 	if r := d.Do(pt.Upsert(bad)); r.Code != partitionpb.ResultCode_RESULT_INVALID {
 		t.Fatalf("upsert of a rule that does not compile: %v", r.Code)
+	}
+}
+
+// TestTopicCancelScheduled: a message scheduled on a topic is cancelled by
+// the topic sequence number its send answered: its copies still scheduled
+// leave every subscription; other scheduled messages stay; records whose
+// time has come are pruned by later sends.
+func TestTopicCancelScheduled(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	for _, c := range topicConfigs() {
+		d.OK(pt.Upsert(c))
+	}
+	d.OK(pt.Delete(14, 0))
+	sched := func(body, color string, n int64, subject string, at int64) *partitionpb.NewMessage {
+		m := topicMsg(body, color, n, subject)
+		m.ScheduledEnqueueTimeMs = at
+		return m
+	}
+	// a: all and red (two copies); b: all; c: all and red, later.
+	r := d.OK(pt.Enqueue(10, 0, sched("a", "red", 5, "hot", 5000), sched("b", "blue", 0, "", 5000), sched("c", "red", 5, "", 9000)))
+	if n, err := partition.TopicScheduledEntries(d.M, 10, 0); err != nil || n != 3 {
+		t.Fatalf("%d records, %v; want 3", n, err)
+	}
+	// A number of another partition, and one that names nothing, are
+	// ignored.
+	d.OK(pt.CancelScheduled(10, 0, r.SequenceNumbers[0], r.SequenceNumbers[1], 1<<48|1, 999))
+	if s := d.Stats(11, 0); s.ScheduledMessages != 1 {
+		t.Fatalf("all holds %d scheduled, want 1 (c)", s.ScheduledMessages)
+	}
+	if s := d.Stats(12, 0); s.ScheduledMessages != 1 {
+		t.Fatalf("red holds %d scheduled, want 1 (c)", s.ScheduledMessages)
+	}
+	if n, err := partition.TopicScheduledEntries(d.M, 10, 0); err != nil || n != 1 {
+		t.Fatalf("%d records after the cancel, %v; want 1", n, err)
+	}
+	// c comes due and is activated; cancelling it then removes nothing,
+	// and the next send prunes its record.
+	d.Now = 10_000
+	d.OK(pt.ActivateScheduled())
+	d.OK(pt.CancelScheduled(10, 0, r.SequenceNumbers[2]))
+	if got := bodiesOf(t, d, 11, partitionpb.SubQueue_SUB_QUEUE_MAIN); got != "c" {
+		t.Fatalf("all holds %q, want c", got)
+	}
+	d.OK(pt.Enqueue(10, 0, sched("d", "blue", 0, "", 20_000)))
+	d.Now = 30_000
+	d.OK(pt.Enqueue(10, 0, topicMsg("e", "blue", 0, "")))
+	if n, err := partition.TopicScheduledEntries(d.M, 10, 0); err != nil || n != 0 {
+		t.Fatalf("%d records after their time, %v; want 0", n, err)
+	}
+}
+
+// TestTopicFormat: a send to a topic (a message with a filter view) that
+// is forwarded, staged or scheduled is written in format 7, so that a
+// replica of a version that refused or did not index it stops; a plain
+// one keeps its old format.
+func TestTopicFormat(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		m    func(*partitionpb.NewMessage)
+		want byte
+	}{
+		{"plain", func(*partitionpb.NewMessage) {}, partition.FormatV1},
+		{"forwarded", func(m *partitionpb.NewMessage) { m.Forwarded = &partitionpb.ForwardOrigin{Hops: 1} }, partition.FormatV7},
+		{"staged", func(m *partitionpb.NewMessage) { m.StagedLength = 1 }, partition.FormatV7},
+		{"scheduled", func(m *partitionpb.NewMessage) { m.ScheduledEnqueueTimeMs = 5 }, partition.FormatV7},
+		{"scheduled to a queue", func(m *partitionpb.NewMessage) { m.FilterView = nil; m.ScheduledEnqueueTimeMs = 5 }, partition.FormatV1},
+	} {
+		m := topicMsg("a", "red", 1, "")
+		c.m(m)
+		data, err := partition.EncodeBatch(&partitionpb.Batch{Commands: []*partitionpb.Command{pt.Enqueue(10, 0, m)}})
+		if err != nil || data[0] != c.want {
+			t.Errorf("%s: format %d, %v; want %d", c.name, data[0], err, c.want)
+		}
 	}
 }

@@ -117,9 +117,6 @@ func checkForwarded(e *entity, c *partitionpb.Enqueue) error {
 		if o == nil {
 			continue
 		}
-		if isTopic(e.cfg) {
-			return fmt.Errorf("%w: message %d: auto-forwarding to a topic is not implemented", ErrInvalid, i)
-		}
 		if o.Hops == 0 || o.Hops > MaxForwardHops {
 			return fmt.Errorf("%w: message %d: a forwarded message of %d hops (1 to %d)", ErrInvalid, i, o.Hops, MaxForwardHops)
 		}
@@ -153,6 +150,10 @@ type ForwardSource struct {
 	// LockDurationMs is how long the forwarder's locks last: a forward
 	// that takes longer is sent again, and deduplicated.
 	LockDurationMs int64
+	// Sessions: the main queue of an entity that requires sessions,
+	// received one session at a time (the forwarder accepts each ready
+	// session in turn, as a session receiver would).
+	Sessions bool
 }
 
 // ForwardSources lists the entity partitions of the group that forward
@@ -173,6 +174,7 @@ func (m *Machine) ForwardSources() []ForwardSource {
 			out = append(out, ForwardSource{
 				EntityID: k.id, Partition: k.part, SubQueue: partitionpb.SubQueue(q),
 				Name: e.cfg.GetName(), To: to, LockDurationMs: e.cfg.GetLockDurationMs(),
+				Sessions: e.cfg.GetRequiresSession() && q == int(partitionpb.SubQueue_SUB_QUEUE_MAIN),
 			})
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // seedBatches are real batches of every command.
@@ -38,6 +39,14 @@ func seedBatches() []*partitionpb.Batch {
 		{NowMs: -1, Commands: []*partitionpb.Command{pt.Enqueue(1, 0, pt.Msg("hello"), &partitionpb.NewMessage{
 			MessageId: "id", SessionId: "s", PartitionKey: "k", TtlMs: 5, ScheduledEnqueueTimeMs: 9,
 			Header: []byte{0x00, 0x53, 0x70}, Annotations: []byte{1}, Bare: []byte{2, 3},
+		})}},
+		// A forwarded send to a topic, with its view (format 7).
+		{NowMs: 8000, Commands: []*partitionpb.Command{pt.Enqueue(10, 0, &partitionpb.NewMessage{
+			MessageId: "f", Bare: []byte{4},
+			FilterView: &partitionpb.FilterView{Subject: "s", Properties: map[string]*placementpb.RuleValue{
+				"n": {Value: &placementpb.RuleValue_LongValue{LongValue: 3}}}},
+			Forwarded: &partitionpb.ForwardOrigin{EntityId: 7, SequenceNumber: 9, Hops: 2, ModifiedProperties: [][]byte{{0xc1}},
+				ActionSet: &partitionpb.FilterView{To: "x"}},
 		})}},
 		{NowMs: 1 << 40, Commands: []*partitionpb.Command{pt.Lock(1, 0, dlq, 5, 7), pt.ReceiveAndDelete(1, 0, main, 1)}},
 		{Commands: []*partitionpb.Command{

@@ -26,6 +26,10 @@ import (
 //	0x02 eid(8) part(4) 0x0b..0x0f ...           sessions (sessionstore.go)
 //	0x02 eid(8) part(4) 0x1a origin(21)          a forwarded message's origin: taken at(8), its sequence number(8) (forward.go)
 //	0x02 eid(8) part(4) 0x1b at(8) origin(21)    forwarded origins by time, for pruning
+//	0x02 eid(8) part(4) 0x1c seq(8)              a topic's scheduled message: due at(8), its copies: subscription eid(8), seq(8)... (topicsched.go)
+//	0x02 eid(8) part(4) 0x1d at(8) seq(8)        the same by due time, for pruning
+//	0x02 eid(8) part(4) 0x1e blob(16)            a topic's blob shared by copies: how many name it(8) (sharedblobs.go)
+//	0x02 eid(8) part(4) 0x1f topic(8) blob(16)   how many of this subscription's copies name that blob(8)
 //	0x03 request_id                              a request's result: applied at(8), then the Result
 //	0x04 at(8) request_id                        requests by time, for pruning
 //	0x05 eid(8) part(4)                          tombstone of a deleted entity partition: the delete's version(8)
@@ -60,6 +64,11 @@ const (
 
 	kindForward     byte = 0x1a
 	kindForwardTime byte = 0x1b
+
+	kindTopicSched     byte = 0x1c
+	kindTopicSchedTime byte = 0x1d
+	kindBlobRefs       byte = 0x1e
+	kindBlobUse        byte = 0x1f
 )
 
 var (

@@ -126,7 +126,7 @@ func dropLogRef(m *partitionpb.StoredMessage) {
 // message handed out in a result: clients get the sections themselves.
 func dropStoreRefs(m *partitionpb.StoredMessage) {
 	dropLogRef(m)
-	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nil, 0, 0
+	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc, m.BodyBlobEntity = nil, 0, 0, 0
 }
 
 // logReader reads bodies from the Raft log. It keeps the last entry it

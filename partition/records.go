@@ -155,7 +155,13 @@ func (a *applier) remove(e *entity, s slot) error {
 		return err
 	}
 	if len(s.blob) > 0 {
-		if err := a.dropBlob(e, s.blob); err != nil {
+		var err error
+		if s.blobEntity != 0 {
+			err = a.releaseSharedBlob(e.key, s.blobEntity, s.blob, 1, true)
+		} else {
+			err = a.dropBlob(e, s.blob)
+		}
+		if err != nil {
 			return err
 		}
 	}

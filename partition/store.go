@@ -137,7 +137,7 @@ func (e *recordEncoder) str(num protowire.Number, v string) {
 
 // stateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
-var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40}
+var stateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40, 41}
 
 // message encodes m's body record (body) or its state record.
 func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
@@ -195,6 +195,7 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 		e.bytes(30, []byte(name), true)
 	}
 	e.varint(40, uint64(m.ForwardHops))
+	e.varint(41, m.BodyBlobEntity)
 	// Fields a newer version wrote, kept as protobuf keeps them: replicas
 	// of two versions must still write the same bytes.
 	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
@@ -330,6 +331,8 @@ func unmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.BodyBlobCrc = uint32(v)
 			case 40:
 				m.ForwardHops = uint32(v)
+			case 41:
+				m.BodyBlobEntity = v
 			default:
 				known = false
 			}
@@ -436,6 +439,8 @@ func stateSlot(p []byte) (s slot, token []byte, err error) {
 			s.size = int64(v)
 		case 22:
 			s.inLog = v != 0
+		case 41:
+			s.blobEntity = v
 		}
 	}
 	s.locked = len(token) > 0

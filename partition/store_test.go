@@ -225,7 +225,7 @@ func stateSeeds() [][]byte {
 		SequenceNumber: 7, EnqueuedTimeMs: -5, DeliveryCount: 2, State: 3, SubQueue: 1, LockToken: []byte("0123456789abcdef"),
 		LockedUntilMs: 9, ExpiresAtMs: 10, ScheduledEnqueueTimeMs: 11, MessageId: "id", SessionId: "s", PartitionKey: "k",
 		DeadLetterReason: "r", DeadLetterDescription: "d", DeadLetterSource: "src", TtlMs: 12,
-		ModifiedProperties: [][]byte{{1}, {}, {2, 3}}, Size: 1024,
+		ModifiedProperties: [][]byte{{1}, {}, {2, 3}}, Size: 1024, BodyBlob: []byte("b"), BodyBlobEntity: 10,
 	})
 	var odd []byte
 	odd = protowire.AppendVarint(protowire.AppendTag(odd, 21, protowire.VarintType), 5)

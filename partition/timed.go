@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -180,14 +181,15 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 	if err != nil {
 		return nil, err
 	}
-	if isTopic(e.cfg) {
-		// The copies are in the subscriptions, under their own sequence
-		// numbers; cancelling nothing would tell the sender it worked.
-		return nil, fmt.Errorf("%w: not implemented: cancelling a message scheduled on topic %s", ErrInvalid, e.cfg.Name)
-	}
 	seqs, err := uniqueSeqs(c.SequenceNumbers)
 	if err != nil {
 		return nil, err
+	}
+	if isTopic(e.cfg) {
+		// The copies are in the subscriptions, under their own sequence
+		// numbers (topicsched.go).
+		seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return partitionpb.PartitionOfSequence(seq) != e.key.part })
+		return okResult(), a.cancelTopicScheduled(e, seqs)
 	}
 	for _, seq := range seqs {
 		if partitionpb.PartitionOfSequence(seq) != e.key.part {

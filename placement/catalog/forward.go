@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
@@ -11,32 +12,28 @@ import (
 // partitions' forwarders (node/forward.go) move the messages; the catalog
 // refuses what they cannot do and the loops it can see.
 
-// checkForwardTargets refuses forwarding that is not built or would loop:
-//   - an entity that requires sessions forwarding its main queue (the
-//     forwarder takes messages as a plain receiver does);
-//   - a destination that exists and is not a queue (a topic: not built; a
-//     subscription: nobody sends to one);
+// checkForwardTargets refuses forwarding that cannot work or would loop:
+//   - a destination that exists and is a subscription (nobody sends to
+//     one);
 //   - a chain of ForwardTo and ForwardDeadLetteredMessagesTo that leads
 //     back to the entity (name), through entities as the catalog holds
-//     them with name's new properties p.
+//     them with name's new properties p. A topic leads to each of its
+//     subscriptions (a message forwarded to it may reach any of them), so
+//     a subscription that forwards to a queue that forwards to its topic
+//     is a loop too.
 //
 // A destination that does not exist yet is accepted: the forwarder keeps
 // the messages until it does (Config.json and the CLI declare entities in
-// any order).
+// any order). A queue or topic created later under that name closes no
+// loop the catalog checks: the hop limit (partition.MaxForwardHops) ends
+// such a chain.
 func (s *State) checkForwardTargets(name string, p *pb.QueueProperties) error {
-	if p.GetForwardTo() != "" && p.GetRequiresSession() {
-		return fmt.Errorf("%w: %q requires sessions: auto-forwarding from a session entity is not implemented", ErrInvalidProperties, name)
-	}
 	for _, fwd := range []string{p.GetForwardTo(), p.GetForwardDeadLetteredMessagesTo()} {
 		if fwd == "" {
 			continue
 		}
-		if d := s.byName(fwd); d != nil && d.GetKind() != pb.EntityKind_ENTITY_KIND_QUEUE {
-			what := "a subscription, which takes no sends"
-			if d.GetKind() == pb.EntityKind_ENTITY_KIND_TOPIC {
-				what = "a topic: auto-forwarding to a topic is not implemented"
-			}
-			return fmt.Errorf("%w: %q forwards to %q, %s", ErrInvalidProperties, name, fwd, what)
+		if d := s.byName(fwd); d != nil && d.GetKind() == pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+			return fmt.Errorf("%w: %q forwards to %q, a subscription, which takes no sends", ErrInvalidProperties, name, fwd)
 		}
 	}
 	if path := s.forwardLoop(name, p); path != nil {
@@ -55,6 +52,20 @@ func (s *State) forwardLoop(name string, p *pb.QueueProperties) []string {
 		e := s.byName(n)
 		if e == nil {
 			return nil
+		}
+		if e.GetKind() == pb.EntityKind_ENTITY_KIND_TOPIC {
+			// name itself may be a subscription of n being created.
+			var subs []string
+			if t, _, ok := SplitSubscriptionName(name); ok && Key(t) == Key(n) {
+				subs = append(subs, name)
+			}
+			for _, sub := range s.subscriptionsOf(e) {
+				if Key(sub.Name) != start {
+					subs = append(subs, sub.Name)
+				}
+			}
+			slices.SortFunc(subs, func(a, b string) int { return strings.Compare(Key(a), Key(b)) })
+			return subs
 		}
 		return []string{e.GetProperties().GetForwardTo(), e.GetProperties().GetForwardDeadLetteredMessagesTo()}
 	}

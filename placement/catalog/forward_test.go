@@ -38,12 +38,23 @@ func TestForwardTargets(t *testing.T) {
 
 	a.must(wrap(&pb.CreateEntityCommand{Name: "t", Kind: pb.EntityKind_ENTITY_KIND_TOPIC, PartitionGroups: []uint64{1}}))
 	a.must(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, PartitionGroups: []uint64{1}}))
-	refused(forwarding("y", "t", ""), "topic is not implemented")
-	refused(forwarding("y", "", "t/Subscriptions/s"), "a subscription")
-	refused(wrap(&pb.CreateEntityCommand{Name: "z", Properties: &pb.QueueProperties{ForwardTo: "a", RequiresSession: true},
-		PartitionGroups: []uint64{1}}), "session")
-	// A subscription forwards to a queue.
+	a.must(forwarding("y", "t", "")) // a queue forwards to a topic
+	refused(forwarding("y2", "", "t/Subscriptions/s"), "a subscription")
+	a.must(wrap(&pb.CreateEntityCommand{Name: "z", Properties: &pb.QueueProperties{ForwardTo: "a", RequiresSession: true},
+		PartitionGroups: []uint64{1}})) // a session entity forwards too
+	// A subscription forwards to a queue, and to its own topic through it
+	// only as a loop: a topic leads to each of its subscriptions.
 	a.must(wrap(&pb.UpdateEntityCommand{Name: "t/Subscriptions/s", Properties: &pb.QueueProperties{ForwardTo: "dlq"}}))
+	refused(wrap(&pb.UpdateEntityCommand{Name: "dlq", Properties: &pb.QueueProperties{ForwardTo: "t"}}),
+		"forwarding loop dlq -> t -> t/Subscriptions/s -> dlq")
+	refused(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s2", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, PartitionGroups: []uint64{1},
+		Properties: &pb.QueueProperties{ForwardTo: "y"}}), "forwarding loop t/Subscriptions/s2 -> y -> t -> t/Subscriptions/s2")
+	refused(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s3", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, PartitionGroups: []uint64{1},
+		Properties: &pb.QueueProperties{ForwardTo: "t"}}), "its own topic")
+	// A subscription of one topic forwards to another topic.
+	a.must(wrap(&pb.CreateEntityCommand{Name: "t2", Kind: pb.EntityKind_ENTITY_KIND_TOPIC, PartitionGroups: []uint64{1}}))
+	a.must(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s4", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, PartitionGroups: []uint64{1},
+		Properties: &pb.QueueProperties{ForwardTo: "t2"}}))
 
 	c := a.s.byName("c")
 	if cfg := PartitionConfig(c, 0); cfg.ForwardTo != "" || cfg.ForwardDeadLetteredMessagesTo != "dlq" {

@@ -552,6 +552,12 @@ type StoredMessage struct {
 	BodyBlob       []byte `protobuf:"bytes,26,opt,name=body_blob,json=bodyBlob,proto3" json:"body_blob,omitempty"`
 	BodyBlobLength uint64 `protobuf:"varint,27,opt,name=body_blob_length,json=bodyBlobLength,proto3" json:"body_blob_length,omitempty"`
 	BodyBlobCrc    uint32 `protobuf:"varint,28,opt,name=body_blob_crc,json=bodyBlobCrc,proto3" json:"body_blob_crc,omitempty"`
+	// Where body_blob lives when it is not under this message's entity
+	// partition: the entity id of the topic whose send it was (the same
+	// partition index). A blob sent to a topic is stored once and shared by
+	// every copy, which counts its references (partition/sharedblobs.go).
+	// 0: the message's own blob.
+	BodyBlobEntity uint64 `protobuf:"varint,41,opt,name=body_blob_entity,json=bodyBlobEntity,proto3" json:"body_blob_entity,omitempty"`
 	// A copy made by a subscription rule with a SQL action: what the action
 	// changed. The front-end writes action_set's non-empty system fields and
 	// its properties over the bare message's when it delivers the copy, and
@@ -787,6 +793,13 @@ func (x *StoredMessage) GetBodyBlobLength() uint64 {
 func (x *StoredMessage) GetBodyBlobCrc() uint32 {
 	if x != nil {
 		return x.BodyBlobCrc
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetBodyBlobEntity() uint64 {
+	if x != nil {
+		return x.BodyBlobEntity
 	}
 	return 0
 }
@@ -5486,7 +5499,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\x12\x1d\n" +
 	"\n" +
 	"forward_to\x18( \x01(\tR\tforwardTo\x12H\n" +
-	"!forward_dead_lettered_messages_to\x18) \x01(\tR\x1dforwardDeadLetteredMessagesTo\"\xbf\t\n" +
+	"!forward_dead_lettered_messages_to\x18) \x01(\tR\x1dforwardDeadLetteredMessagesTo\"\xe9\t\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -5522,7 +5535,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\bbody_crc\x18\x19 \x01(\rR\abodyCrc\x12\x1b\n" +
 	"\tbody_blob\x18\x1a \x01(\fR\bbodyBlob\x12(\n" +
 	"\x10body_blob_length\x18\x1b \x01(\x04R\x0ebodyBlobLength\x12\"\n" +
-	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\x12A\n" +
+	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\x12(\n" +
+	"\x10body_blob_entity\x18) \x01(\x04R\x0ebodyBlobEntity\x12A\n" +
 	"\n" +
 	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
 	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +

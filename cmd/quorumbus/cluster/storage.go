@@ -115,7 +115,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		n.Close()
 		return nil, err
 	}
-	n.SetForwardTarget(fwd)
+	n.SetForwardTarget(forwardTarget{fwd})
 	if err := n.Start(ctx); err != nil {
 		n.Close()
 		return nil, err

@@ -1,0 +1,116 @@
+package compat
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// TestDevSDKForwardFromSessions: an entity that requires sessions
+// forwards its messages with their session ids, in order per session: to
+// a queue that requires sessions (each session received whole, in send
+// order, by a session receiver) and to a plain queue; the sources end
+// empty.
+func TestDevSDKForwardFromSessions(t *testing.T) {
+	t.Parallel()
+	c := startTestDev(t,
+		cluster.QueueSpec{Name: "ss", Props: &placementpb.QueueProperties{RequiresSession: true, ForwardTo: "sdest"}},
+		cluster.QueueSpec{Name: "sdest", Props: &placementpb.QueueProperties{RequiresSession: true}},
+		cluster.QueueSpec{Name: "ss2", Props: &placementpb.QueueProperties{RequiresSession: true, ForwardTo: "plain"}},
+		cluster.QueueSpec{Name: "plain"})
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sessions := []string{"a", "b", "c"}
+	const per = 15
+	for _, q := range []string{"ss", "ss2"} {
+		snd, err := client.NewSender(q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range per {
+			for _, sid := range sessions {
+				body := fmt.Sprintf("%s%02d", sid, i)
+				if err := snd.SendMessage(ctx, &azservicebus.Message{SessionID: &sid, Body: []byte(body)}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		snd.Close(ctx)
+	}
+
+	for _, sid := range sessions {
+		r, err := client.AcceptSessionForQueue(ctx, "sdest", sid, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		deadline := time.Now().Add(30 * time.Second)
+		for len(got) < per && time.Now().Before(deadline) {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			msgs, _ := r.ReceiveMessages(rctx, per, nil)
+			cancel()
+			for _, m := range msgs {
+				got = append(got, string(m.Body))
+				if m.SessionID == nil || *m.SessionID != sid {
+					t.Errorf("sdest session %s: message %s with session id %v", sid, m.Body, m.SessionID)
+				}
+				if err := r.CompleteMessage(ctx, m, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r.Close(ctx)
+		if len(got) != per {
+			t.Fatalf("sdest session %s: %d messages %v, want %d", sid, len(got), got, per)
+		}
+		for i, b := range got {
+			if want := fmt.Sprintf("%s%02d", sid, i); b != want {
+				t.Fatalf("sdest session %s: %v, not in send order", sid, got)
+			}
+		}
+	}
+
+	plain, err := client.NewReceiverForQueue("plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	got := drainReceiver(t, ctx, plain, "plain", per*len(sessions))
+	if len(got) != per*len(sessions) {
+		t.Fatalf("plain received %d messages, want %d once each", len(got), per*len(sessions))
+	}
+	next := map[string]int{}
+	for _, m := range got {
+		sid := ""
+		if m.SessionID != nil {
+			sid = *m.SessionID
+		}
+		if want := fmt.Sprintf("%s%02d", sid, next[sid]); string(m.Body) != want {
+			t.Fatalf("plain: %s (session %q) where %s was next", m.Body, sid, want)
+		}
+		next[sid]++
+	}
+
+	// The sources are empty: no session there has a message.
+	for _, q := range []string{"ss", "ss2"} {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		r, err := client.AcceptNextSessionForQueue(actx, q, nil)
+		cancel()
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			msgs, _ := r.ReceiveMessages(rctx, 10, nil)
+			cancel()
+			r.Close(ctx)
+			if len(msgs) > 0 {
+				t.Fatalf("%s still holds messages of session %s", q, r.SessionID())
+			}
+		}
+	}
+}
