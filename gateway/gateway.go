@@ -21,10 +21,13 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// Stats reads one entity partition's counters from its group's leader
-// (frontend/routing.Router follows leaders for it).
+// Stats reads entity partitions' counters from their groups' leaders
+// (frontend/routing.Router follows leaders for it): one entity
+// partition's, or many of one group's at once (all it holds when refs is
+// empty; those it does not hold are left out).
 type Stats interface {
 	Stats(ctx context.Context, e *placementpb.Entity, partition uint32) (*partitionpb.StatsResponse, error)
+	GroupStats(ctx context.Context, group uint64, refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error)
 }
 
 // Config configures a Gateway.
@@ -274,27 +277,6 @@ func (g *Gateway) getEntity(q request, name string) {
 	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
 }
 
-// counts sums an entity's partition counters, or returns nil (and logs)
-// when a partition does not answer in time: the description is still
-// served, without its runtime figures.
-func (g *Gateway) counts(ctx context.Context, e *placementpb.Entity) *Counts {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.StatsTimeout)
-	defer cancel()
-	var c Counts
-	for p := range e.GetPartitionGroups() {
-		st, err := g.cfg.Stats.Stats(ctx, e, uint32(p))
-		if err != nil {
-			g.log.Warn("reading an entity's counters", "entity", e.GetName(), "partition", p, "err", err)
-			return nil
-		}
-		c.Active += st.GetActiveMessages()
-		c.DeadLetter += st.GetDeadLetterMessages()
-		c.Scheduled += st.GetScheduledMessages()
-		c.SizeBytes += st.GetSizeBytes()
-	}
-	return &c
-}
-
 func (g *Gateway) readBody(q request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, maxBody))
 	if err != nil {
@@ -419,12 +401,6 @@ const (
 	defaultPage = 100
 	maxPage     = 10_000
 )
-
-// listConcurrency bounds the entities whose counters one list (or scrape)
-// reads at once. Each read waits for a leader to confirm its leadership
-// with a quorum, and concurrent confirmations share a heartbeat round, so
-// more at once is faster (docs/performance.md).
-const listConcurrency = 64
 
 func (g *Gateway) listQueues(q request) {
 	skip, top, err := paging(q.r)

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -185,26 +184,6 @@ func page(es []*placementpb.Entity, top int) ([]*placementpb.Entity, bool) {
 		return es[:top], true
 	}
 	return es, false
-}
-
-// forEachCounted reads the counters of each entity, listConcurrency at a
-// time, and hands them to set (nil when they could not be read).
-func (g *Gateway) forEachCounted(ctx context.Context, es []*placementpb.Entity, set func(i int, c *Counts)) {
-	var mu sync.Mutex
-	sem := make(chan struct{}, listConcurrency)
-	var wg sync.WaitGroup
-	for i, e := range es {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			c := g.counts(ctx, e)
-			mu.Lock()
-			set(i, c)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
 }
 
 // writeFeed answers a page of a list, with a next link (by which the

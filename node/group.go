@@ -29,6 +29,7 @@ type StateMachine interface {
 	Snapshot() (*partition.Snapshot, error)
 	Restore(r io.Reader) error
 	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
+	GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error)
 	NextLockExpiry() (ms int64, ok bool)
 	NextScheduledDue() (ms int64, ok bool)
 	NextMessageExpiry() (ms int64, ok bool)
