@@ -423,30 +423,14 @@ func (g *Gateway) putRule(q request, sub, name string) {
 		g.writeRule(q, http.StatusCreated, sub, added)
 		return
 	}
-	e, err := g.subscription(ctx, sub)
+	// One catalog command replaces the rule: the partitions get the new
+	// rule set in one configuration, never without the rule or with both.
+	replaced, err := g.cfg.Catalog.ReplaceRule(ctx, &placementpb.AddRuleRequest{Subscription: sub, Rule: r})
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
-	old := ruleOf(e, name)
-	if old == nil {
-		g.fail(q, fmt.Errorf("%w: no rule %q on %s", ErrNotFound, name, sub))
-		return
-	}
-	r.Name = old.GetName()
-	if _, err := g.cfg.Catalog.RemoveRule(ctx, &placementpb.RemoveRuleRequest{Subscription: sub, RuleName: old.GetName()}); err != nil {
-		g.fail(q, err)
-		return
-	}
-	added, err := g.cfg.Catalog.AddRule(ctx, &placementpb.AddRuleRequest{Subscription: sub, Rule: r})
-	if err != nil {
-		if _, rerr := g.cfg.Catalog.AddRule(context.WithoutCancel(ctx), &placementpb.AddRuleRequest{Subscription: sub, Rule: old}); rerr != nil {
-			g.log.Error("restoring a rule after its replacement was refused", "subscription", sub, "rule", old.GetName(), "err", rerr)
-		}
-		g.fail(q, err)
-		return
-	}
-	g.writeRule(q, http.StatusOK, sub, added)
+	g.writeRule(q, http.StatusOK, sub, replaced)
 }
 
 func (g *Gateway) deleteRule(q request, sub, name string) {
