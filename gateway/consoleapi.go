@@ -173,7 +173,7 @@ type messageJSON struct {
 const bodyPreview = 4096
 
 // consoleMessages peeks an entity's messages (or its dead-letter
-// queue's): up to n from each partition, from sequence number from.
+// queue's): up to n from each partition, each from where from says.
 func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, error) {
 	if g.cfg.Messages == nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotImplemented, errNoMessages)
@@ -193,21 +193,24 @@ func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, er
 			return nil, fmt.Errorf("%w: n=%q: a count from 1 to 250", ErrBadProperty, v)
 		}
 	}
-	var from uint64
-	if v := qs.Get("from"); v != "" {
-		if from, err = strconv.ParseUint(v, 10, 64); err != nil {
+	// from: sequence numbers, comma-separated, each where its partition
+	// (a sequence number names it in its top 16 bits) continues; the
+	// partitions not named start at their beginning. The console pages
+	// with one per partition: the last it showed of each, plus one.
+	from := map[uint32]uint64{}
+	for _, v := range strings.Split(qs.Get("from"), ",") {
+		if v == "" {
+			continue
+		}
+		seq, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
 			return nil, fmt.Errorf("%w: from=%q: not a sequence number", ErrBadProperty, v)
 		}
+		from[partitionpb.PartitionOfSequence(seq)] = seq
 	}
 	out := []messageJSON{}
 	for p := range e.GetPartitionGroups() {
-		// A sequence number names its partition (the top 16 bits); from
-		// applies within it, and the others start at their beginning.
-		start := uint64(0)
-		if from != 0 && partitionpb.PartitionOfSequence(from) == uint32(p) {
-			start = from
-		}
-		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, FromSequenceNumber: start, MaxCount: uint32(n)})
+		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, FromSequenceNumber: from[uint32(p)], MaxCount: uint32(n)})
 		if err != nil {
 			return nil, err
 		}

@@ -151,10 +151,30 @@ function drawChart() {
   ctx.fillText("max " + max, 4, 12);
 }
 
-async function peek() {
+// Peek pages: each partition continues after the last message shown
+// of it (peekFrom: partition -> next sequence number); a page that filled
+// no partition's share is the last.
+const peekPage = 50;
+let peekFrom = {};
+let peekPageNo = 1;
+
+async function peek(next) {
   $("#peek-main").classList.toggle("selected", !showDLQ);
   $("#peek-dlq").classList.toggle("selected", showDLQ);
-  const msgs = await call("messages?name=" + encodeURIComponent(current) + (showDLQ ? "&dlq=1" : "") + "&n=50");
+  if (!next) { peekFrom = {}; peekPageNo = 1; }
+  const from = Object.values(peekFrom).join(",");
+  const msgs = await call("messages?name=" + encodeURIComponent(current) + (showDLQ ? "&dlq=1" : "") + "&n=" + peekPage +
+    (from ? "&from=" + from : ""));
+  if (next) peekPageNo++;
+  const perPartition = {};
+  for (const m of msgs) {
+    perPartition[m.partition] = (perPartition[m.partition] || 0) + 1;
+    const after = m.sequenceNumber + 1;
+    if (!(peekFrom[m.partition] >= after)) peekFrom[m.partition] = after;
+  }
+  const more = Object.values(perPartition).some((n) => n >= peekPage);
+  $("#peek-next").disabled = !more;
+  $("#peek-page").textContent = "page " + peekPageNo;
   const body = $("#messages tbody");
   body.textContent = "";
   for (const m of msgs) {
@@ -251,6 +271,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#peek-main").addEventListener("click", () => { showDLQ = false; peek().catch(error); });
   $("#peek-dlq").addEventListener("click", () => { showDLQ = true; peek().catch(error); });
   $("#peek-refresh").addEventListener("click", () => peek().catch(error));
+  $("#peek-next").addEventListener("click", () => peek(true).catch(error));
   window.addEventListener("hashchange", route);
   route();
 });
