@@ -53,7 +53,7 @@ func (g *Gateway) serveConsoleAPI(w http.ResponseWriter, r *http.Request, api st
 		out, err = g.consoleEntity(ctx, r.URL.Query().Get("name"))
 	case api == "messages" && r.Method == http.MethodGet:
 		out, err = g.consoleMessages(ctx, r)
-	case r.Method == http.MethodPost && slices.Contains([]string{"create", "delete", "purge", "redrive"}, api):
+	case r.Method == http.MethodPost && slices.Contains([]string{"create", "update", "delete", "purge", "redrive"}, api):
 		var in consoleAction
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&in); err != nil {
 			writeJSONError(w, http.StatusBadRequest, "console: the request is not JSON: "+err.Error())
@@ -130,12 +130,12 @@ func (g *Gateway) consoleEntity(ctx context.Context, name string) (any, error) {
 	out := entityOf(e, g.counts(ctx, e))
 	d := placementpb.Describe(e.GetProperties())
 	out.Properties = map[string]any{
-		"LockDuration":                        d.LockDuration.String(),
+		"LockDuration":                        placementpb.FormatISODuration(d.LockDuration),
 		"MaxDeliveryCount":                    d.MaxDeliveryCount,
 		"DefaultMessageTimeToLive":            placementpb.FormatISODuration(d.DefaultMessageTimeToLive),
 		"DeadLetteringOnMessageExpiration":    d.DeadLetteringOnMessageExpiration,
 		"RequiresDuplicateDetection":          d.RequiresDuplicateDetection,
-		"DuplicateDetectionHistoryTimeWindow": d.DuplicateDetectionHistoryTimeWindow.String(),
+		"DuplicateDetectionHistoryTimeWindow": placementpb.FormatISODuration(d.DuplicateDetectionHistoryTimeWindow),
 		"RequiresSession":                     d.RequiresSession,
 		"EnablePartitioning":                  d.EnablePartitioning,
 		"MaxSizeInMegabytes":                  d.MaxSizeInMegabytes,
@@ -294,6 +294,9 @@ type consoleAction struct {
 	Max      int      `json:"max"`
 	Rate     float64  `json:"rate"`
 	Sequence []uint64 `json:"sequence"`
+	// update: description elements and their new text, e.g.
+	// {"LockDuration": "PT30S", "Status": "Disabled"}
+	Properties map[string]string `json:"properties"`
 }
 
 func (g *Gateway) consoleAct(ctx context.Context, api string, in consoleAction) (any, error) {
@@ -302,6 +305,9 @@ func (g *Gateway) consoleAct(ctx context.Context, api string, in consoleAction) 
 	}
 	if api == "create" {
 		return g.consoleCreate(ctx, in)
+	}
+	if api == "update" {
+		return g.consoleUpdate(ctx, in)
 	}
 	if api == "delete" {
 		if _, err := g.cfg.Catalog.DeleteEntity(ctx, &placementpb.DeleteEntityRequest{Name: in.Name}); err != nil {

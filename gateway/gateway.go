@@ -356,32 +356,33 @@ var immutable = []struct {
 // the request leaves out go back to their defaults, except the ones fixed
 // at creation, which keep their value.
 func (g *Gateway) updateQueue(q request, name string, req queueRequest) {
-	ctx := q.r.Context()
-	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
-	if err != nil {
-		g.fail(q, err)
-		return
-	}
-	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
-		g.fail(q, fmt.Errorf("%w: %s is a %s, not a queue", ErrBadProperty, name, cur.GetKind()))
-		return
-	}
-	was := placementpb.Describe(cur.GetProperties())
-	for _, p := range immutable {
-		if req.set[p.name] && p.get(req.desc) != p.get(was) {
-			g.fail(q, fmt.Errorf("%w: %s: fixed at creation (%t), cannot be changed", ErrBadProperty, p.name, p.get(was)))
-			return
-		}
-	}
-	req.desc.RequiresSession = was.RequiresSession
-	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
-	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
-	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	e, err := g.replaceQueue(q.r.Context(), name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, nil)))
+}
+
+// replaceQueue is updateQueue's work, shared with the console's edit.
+func (g *Gateway) replaceQueue(ctx context.Context, name string, req queueRequest) (*placementpb.Entity, error) {
+	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
+		return nil, fmt.Errorf("%w: %s is a %s, not a queue", ErrBadProperty, name, cur.GetKind())
+	}
+	was := placementpb.Describe(cur.GetProperties())
+	for _, p := range immutable {
+		if req.set[p.name] && p.get(req.desc) != p.get(was) {
+			return nil, fmt.Errorf("%w: %s: fixed at creation (%t), cannot be changed", ErrBadProperty, p.name, p.get(was))
+		}
+	}
+	req.desc.RequiresSession = was.RequiresSession
+	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
+	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
+	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
 }
 
 func (g *Gateway) deleteEntity(q request, name string) {

@@ -97,34 +97,36 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 		return
 	}
-	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
-	if err != nil {
-		g.fail(q, err)
-		return
-	}
-	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_TOPIC {
-		g.fail(q, fmt.Errorf("%w: %s is a %s, not a topic", ErrBadProperty, name, cur.GetKind()))
-		return
-	}
-	// Fixed at creation: an update may repeat them, not change them.
-	was := placementpb.TopicDescriptionOf(cur.GetProperties())
-	wasPartitioned := was.EnablePartitioning || was.PartitionCount > 1
-	switch {
-	case req.set["RequiresDuplicateDetection"] && req.desc.RequiresDuplicateDetection != was.RequiresDuplicateDetection:
-		g.fail(q, fmt.Errorf("%w: RequiresDuplicateDetection: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresDuplicateDetection))
-		return
-	case req.set["EnablePartitioning"] && req.desc.EnablePartitioning != wasPartitioned:
-		g.fail(q, fmt.Errorf("%w: EnablePartitioning: fixed at creation (%t), cannot be changed", ErrBadProperty, wasPartitioned))
-		return
-	}
-	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
-	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
-	e, err = g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	e, err = g.replaceTopic(ctx, name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
+}
+
+// replaceTopic replaces a topic's description as a PUT with If-Match
+// does (shared with the console's edit): what is fixed at creation may
+// be repeated, not changed.
+func (g *Gateway) replaceTopic(ctx context.Context, name string, req topicRequest) (*placementpb.Entity, error) {
+	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		return nil, fmt.Errorf("%w: %s is a %s, not a topic", ErrBadProperty, name, cur.GetKind())
+	}
+	was := placementpb.TopicDescriptionOf(cur.GetProperties())
+	wasPartitioned := was.EnablePartitioning || was.PartitionCount > 1
+	switch {
+	case req.set["RequiresDuplicateDetection"] && req.desc.RequiresDuplicateDetection != was.RequiresDuplicateDetection:
+		return nil, fmt.Errorf("%w: RequiresDuplicateDetection: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresDuplicateDetection)
+	case req.set["EnablePartitioning"] && req.desc.EnablePartitioning != wasPartitioned:
+		return nil, fmt.Errorf("%w: EnablePartitioning: fixed at creation (%t), cannot be changed", ErrBadProperty, wasPartitioned)
+	}
+	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
+	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
+	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
 }
 
 func (g *Gateway) listTopics(q request) {
@@ -301,27 +303,30 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
 		return
 	}
-	if req.set["DefaultRuleDescription"] {
-		g.fail(q, fmt.Errorf("%w: DefaultRuleDescription: only when the subscription is created; change its rules through its Rules", ErrBadProperty))
-		return
-	}
-	cur, err := g.subscription(ctx, name)
-	if err != nil {
-		g.fail(q, err)
-		return
-	}
-	was := placementpb.SubscriptionDescriptionOf(cur.GetProperties())
-	if req.set["RequiresSession"] && req.desc.RequiresSession != was.RequiresSession {
-		g.fail(q, fmt.Errorf("%w: RequiresSession: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresSession))
-		return
-	}
-	req.desc.RequiresSession = was.RequiresSession
-	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	e, err := g.replaceSubscription(ctx, name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
+}
+
+// replaceSubscription replaces a subscription's description as a PUT
+// with If-Match does (shared with the console's edit).
+func (g *Gateway) replaceSubscription(ctx context.Context, name string, req subscriptionRequest) (*placementpb.Entity, error) {
+	if req.set["DefaultRuleDescription"] {
+		return nil, fmt.Errorf("%w: DefaultRuleDescription: only when the subscription is created; change its rules through its Rules", ErrBadProperty)
+	}
+	cur, err := g.subscription(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	was := placementpb.SubscriptionDescriptionOf(cur.GetProperties())
+	if req.set["RequiresSession"] && req.desc.RequiresSession != was.RequiresSession {
+		return nil, fmt.Errorf("%w: RequiresSession: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresSession)
+	}
+	req.desc.RequiresSession = was.RequiresSession
+	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
 }
 
 func (g *Gateway) listSubscriptions(q request, topic string) {

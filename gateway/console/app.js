@@ -123,6 +123,7 @@ async function refreshEntity(withProps) {
     drawChart();
   }
   if (withProps) {
+    fillEdit(e);
     const body = $("#properties tbody");
     body.textContent = "";
     for (const k of Object.keys(e.properties || {}).sort()) {
@@ -215,6 +216,37 @@ async function peek(next) {
   }
 }
 
+// The edit form: the properties an operator changes most, in the ATOM
+// API's notation (ISO 8601 durations). Only the fields changed are sent;
+// the gateway puts them into the entity's description and applies it as
+// an admin client's update would.
+const editable = ["LockDuration", "MaxDeliveryCount", "DefaultMessageTimeToLive", "Status", "UserMetadata"];
+let editWas = {};
+
+function fillEdit(e) {
+  editWas = {};
+  for (const k of editable) {
+    const v = k === "Status" ? e.status : (e.properties || {})[k];
+    editWas[k] = v === undefined || v === null ? "" : String(v);
+    $("#edit-" + k).value = editWas[k];
+  }
+}
+
+async function saveEdit() {
+  const changes = {};
+  for (const k of editable) {
+    const v = $("#edit-" + k).value;
+    if (v !== editWas[k]) changes[k] = v;
+  }
+  if (!Object.keys(changes).length) { $("#action-result").textContent = "nothing changed"; return; }
+  error();
+  try {
+    await call("update", { name: current, properties: changes });
+    $("#action-result").textContent = "saved " + Object.keys(changes).sort().join(", ");
+    await refreshEntity(true);
+  } catch (e) { error(e); }
+}
+
 async function act(what, extra, say) {
   error();
   try {
@@ -272,6 +304,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#peek-dlq").addEventListener("click", () => { showDLQ = true; peek().catch(error); });
   $("#peek-refresh").addEventListener("click", () => peek().catch(error));
   $("#peek-next").addEventListener("click", () => peek(true).catch(error));
+  $("#edit-form").addEventListener("submit", (ev) => { ev.preventDefault(); saveEdit(); });
   window.addEventListener("hashchange", route);
   route();
 });

@@ -163,6 +163,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	if body := text("#messages tbody"); strings.Contains(body, "page-49") {
 		t.Fatalf("the second page shows a message of the first: %q", body)
 	}
+
+	// Edit a property: the form sends what changed, the table shows it.
+	do("edit a property",
+		chromedp.SetValue(chromedp.CSS("#edit-MaxDeliveryCount"), "7"),
+		chromedp.Click(chromedp.CSS("#edit")),
+		poll(`document.querySelector("#action-result").textContent === "saved MaxDeliveryCount"`),
+		poll(`[...document.querySelectorAll("#properties tr")].some((tr) => tr.textContent === "MaxDeliveryCount7")`),
+		shot("7-edited"),
+	)
+	if q, err := ac.GetQueue(ctx, "invoices", nil); err != nil || q == nil || *q.MaxDeliveryCount != 7 {
+		t.Fatalf("GetQueue after the console's edit: %+v, %v; want MaxDeliveryCount 7", q, err)
+	}
 	t.Logf("console screenshots: %s", shots)
 }
 
