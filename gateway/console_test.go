@@ -38,6 +38,10 @@ func (noStats) Stats(ctx context.Context, e *placementpb.Entity, p uint32) (*par
 	panic("not called")
 }
 
+func (noStats) GroupStats(ctx context.Context, group uint64, refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error) {
+	panic("not called")
+}
+
 func TestConsoleSignInAndFiles(t *testing.T) {
 	g := consoleGateway(t)
 	do := func(method, path, body string, header map[string]string, cookies ...*http.Cookie) *httptest.ResponseRecorder {

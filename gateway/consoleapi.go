@@ -53,7 +53,7 @@ func (g *Gateway) serveConsoleAPI(w http.ResponseWriter, r *http.Request, api st
 		out, err = g.consoleEntity(ctx, r.URL.Query().Get("name"))
 	case api == "messages" && r.Method == http.MethodGet:
 		out, err = g.consoleMessages(ctx, r)
-	case r.Method == http.MethodPost && slices.Contains([]string{"create", "delete", "purge", "redrive"}, api):
+	case r.Method == http.MethodPost && slices.Contains([]string{"create", "update", "delete", "purge", "redrive"}, api):
 		var in consoleAction
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&in); err != nil {
 			writeJSONError(w, http.StatusBadRequest, "console: the request is not JSON: "+err.Error())
@@ -130,12 +130,12 @@ func (g *Gateway) consoleEntity(ctx context.Context, name string) (any, error) {
 	out := entityOf(e, g.counts(ctx, e))
 	d := placementpb.Describe(e.GetProperties())
 	out.Properties = map[string]any{
-		"LockDuration":                        d.LockDuration.String(),
+		"LockDuration":                        placementpb.FormatISODuration(d.LockDuration),
 		"MaxDeliveryCount":                    d.MaxDeliveryCount,
 		"DefaultMessageTimeToLive":            placementpb.FormatISODuration(d.DefaultMessageTimeToLive),
 		"DeadLetteringOnMessageExpiration":    d.DeadLetteringOnMessageExpiration,
 		"RequiresDuplicateDetection":          d.RequiresDuplicateDetection,
-		"DuplicateDetectionHistoryTimeWindow": d.DuplicateDetectionHistoryTimeWindow.String(),
+		"DuplicateDetectionHistoryTimeWindow": placementpb.FormatISODuration(d.DuplicateDetectionHistoryTimeWindow),
 		"RequiresSession":                     d.RequiresSession,
 		"EnablePartitioning":                  d.EnablePartitioning,
 		"MaxSizeInMegabytes":                  d.MaxSizeInMegabytes,
@@ -173,7 +173,7 @@ type messageJSON struct {
 const bodyPreview = 4096
 
 // consoleMessages peeks an entity's messages (or its dead-letter
-// queue's): up to n from each partition, from sequence number from.
+// queue's): up to n from each partition, each from where from says.
 func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, error) {
 	if g.cfg.Messages == nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotImplemented, errNoMessages)
@@ -193,21 +193,24 @@ func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, er
 			return nil, fmt.Errorf("%w: n=%q: a count from 1 to 250", ErrBadProperty, v)
 		}
 	}
-	var from uint64
-	if v := qs.Get("from"); v != "" {
-		if from, err = strconv.ParseUint(v, 10, 64); err != nil {
+	// from: sequence numbers, comma-separated, each where its partition
+	// (a sequence number names it in its top 16 bits) continues; the
+	// partitions not named start at their beginning. The console pages
+	// with one per partition: the last it showed of each, plus one.
+	from := map[uint32]uint64{}
+	for _, v := range strings.Split(qs.Get("from"), ",") {
+		if v == "" {
+			continue
+		}
+		seq, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
 			return nil, fmt.Errorf("%w: from=%q: not a sequence number", ErrBadProperty, v)
 		}
+		from[partitionpb.PartitionOfSequence(seq)] = seq
 	}
 	out := []messageJSON{}
 	for p := range e.GetPartitionGroups() {
-		// A sequence number names its partition (the top 16 bits); from
-		// applies within it, and the others start at their beginning.
-		start := uint64(0)
-		if from != 0 && partitionpb.PartitionOfSequence(from) == uint32(p) {
-			start = from
-		}
-		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, FromSequenceNumber: start, MaxCount: uint32(n)})
+		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, FromSequenceNumber: from[uint32(p)], MaxCount: uint32(n)})
 		if err != nil {
 			return nil, err
 		}
@@ -291,6 +294,9 @@ type consoleAction struct {
 	Max      int      `json:"max"`
 	Rate     float64  `json:"rate"`
 	Sequence []uint64 `json:"sequence"`
+	// update: description elements and their new text, e.g.
+	// {"LockDuration": "PT30S", "Status": "Disabled"}
+	Properties map[string]string `json:"properties"`
 }
 
 func (g *Gateway) consoleAct(ctx context.Context, api string, in consoleAction) (any, error) {
@@ -299,6 +305,9 @@ func (g *Gateway) consoleAct(ctx context.Context, api string, in consoleAction) 
 	}
 	if api == "create" {
 		return g.consoleCreate(ctx, in)
+	}
+	if api == "update" {
+		return g.consoleUpdate(ctx, in)
 	}
 	if api == "delete" {
 		if _, err := g.cfg.Catalog.DeleteEntity(ctx, &placementpb.DeleteEntityRequest{Name: in.Name}); err != nil {

@@ -21,10 +21,13 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// Stats reads one entity partition's counters from its group's leader
-// (frontend/routing.Router follows leaders for it).
+// Stats reads entity partitions' counters from their groups' leaders
+// (frontend/routing.Router follows leaders for it): one entity
+// partition's, or many of one group's at once (all it holds when refs is
+// empty; those it does not hold are left out).
 type Stats interface {
 	Stats(ctx context.Context, e *placementpb.Entity, partition uint32) (*partitionpb.StatsResponse, error)
+	GroupStats(ctx context.Context, group uint64, refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error)
 }
 
 // Config configures a Gateway.
@@ -274,27 +277,6 @@ func (g *Gateway) getEntity(q request, name string) {
 	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
 }
 
-// counts sums an entity's partition counters, or returns nil (and logs)
-// when a partition does not answer in time: the description is still
-// served, without its runtime figures.
-func (g *Gateway) counts(ctx context.Context, e *placementpb.Entity) *Counts {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.StatsTimeout)
-	defer cancel()
-	var c Counts
-	for p := range e.GetPartitionGroups() {
-		st, err := g.cfg.Stats.Stats(ctx, e, uint32(p))
-		if err != nil {
-			g.log.Warn("reading an entity's counters", "entity", e.GetName(), "partition", p, "err", err)
-			return nil
-		}
-		c.Active += st.GetActiveMessages()
-		c.DeadLetter += st.GetDeadLetterMessages()
-		c.Scheduled += st.GetScheduledMessages()
-		c.SizeBytes += st.GetSizeBytes()
-	}
-	return &c
-}
-
 func (g *Gateway) readBody(q request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, maxBody))
 	if err != nil {
@@ -374,32 +356,33 @@ var immutable = []struct {
 // the request leaves out go back to their defaults, except the ones fixed
 // at creation, which keep their value.
 func (g *Gateway) updateQueue(q request, name string, req queueRequest) {
-	ctx := q.r.Context()
-	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
-	if err != nil {
-		g.fail(q, err)
-		return
-	}
-	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
-		g.fail(q, fmt.Errorf("%w: %s is a %s, not a queue", ErrBadProperty, name, cur.GetKind()))
-		return
-	}
-	was := placementpb.Describe(cur.GetProperties())
-	for _, p := range immutable {
-		if req.set[p.name] && p.get(req.desc) != p.get(was) {
-			g.fail(q, fmt.Errorf("%w: %s: fixed at creation (%t), cannot be changed", ErrBadProperty, p.name, p.get(was)))
-			return
-		}
-	}
-	req.desc.RequiresSession = was.RequiresSession
-	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
-	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
-	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	e, err := g.replaceQueue(q.r.Context(), name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, nil)))
+}
+
+// replaceQueue is updateQueue's work, shared with the console's edit.
+func (g *Gateway) replaceQueue(ctx context.Context, name string, req queueRequest) (*placementpb.Entity, error) {
+	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_QUEUE {
+		return nil, fmt.Errorf("%w: %s is a %s, not a queue", ErrBadProperty, name, cur.GetKind())
+	}
+	was := placementpb.Describe(cur.GetProperties())
+	for _, p := range immutable {
+		if req.set[p.name] && p.get(req.desc) != p.get(was) {
+			return nil, fmt.Errorf("%w: %s: fixed at creation (%t), cannot be changed", ErrBadProperty, p.name, p.get(was))
+		}
+	}
+	req.desc.RequiresSession = was.RequiresSession
+	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
+	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
+	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
 }
 
 func (g *Gateway) deleteEntity(q request, name string) {
@@ -419,12 +402,6 @@ const (
 	defaultPage = 100
 	maxPage     = 10_000
 )
-
-// listConcurrency bounds the entities whose counters one list (or scrape)
-// reads at once. Each read waits for a leader to confirm its leadership
-// with a quorum, and concurrent confirmations share a heartbeat round, so
-// more at once is faster (docs/performance.md).
-const listConcurrency = 64
 
 func (g *Gateway) listQueues(q request) {
 	skip, top, err := paging(q.r)

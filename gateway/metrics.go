@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +27,7 @@ var (
 // subscription's runtime figures (a subscription's entity label is its
 // catalog name, <topic>/Subscriptions/<name>). A scrape lists the
 // entities from the catalog and reads their
-// partitions' counters, listConcurrency entities at a time, within
+// partitions' counters with one GroupStats call per group, within
 // StatsTimeout.
 func (g *Gateway) Collector() prometheus.Collector { return entityCollector{g} }
 
@@ -57,17 +56,7 @@ func (c entityCollector) Collect(ch chan<- prometheus.Metric) {
 		es = append(es, resp.GetEntities()...)
 	}
 	counts := make([]*Counts, len(es))
-	sem := make(chan struct{}, listConcurrency)
-	var wg sync.WaitGroup
-	for i, e := range es {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			counts[i] = g.counts(ctx, e)
-		}()
-	}
-	wg.Wait()
+	g.forEachCounted(ctx, es, func(i int, c *Counts) { counts[i] = c })
 	failed := 0
 	for i, e := range es {
 		name := e.GetName()

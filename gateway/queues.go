@@ -229,6 +229,9 @@ type queueDescriptionOut struct {
 // Counts are an entity's runtime figures, summed over its partitions.
 type Counts struct {
 	Active, DeadLetter, Scheduled, SizeBytes uint64
+	// AccessedAtMs is the last send to or receive from any partition
+	// (unix ms); 0: never.
+	AccessedAtMs int64 `json:"-"`
 }
 
 // describeQueue writes a catalog entity as a QueueDescription; counts nil
@@ -254,14 +257,13 @@ func describeQueue(e *placementpb.Entity, counts *Counts) *queueDescriptionOut {
 		Status:                              statusName(e.GetStatus()),
 		CreatedAt:                           atomTime(msTime(e.GetCreatedAtMs())),
 		UpdatedAt:                           atomTime(msTime(e.GetUpdatedAtMs())),
-		// Access is not recorded: a read would cost a Raft write.
-		AccessedAt:                zeroTime,
-		SupportOrdering:           true,
-		AutoDeleteOnIdle:          placementpb.ForeverISO,
-		EnablePartitioning:        d.EnablePartitioning,
-		EntityAvailabilityStatus:  availability,
-		UserMetadata:              d.UserMetadata,
-		MaxMessageSizeInKilobytes: d.MaxMessageSizeInKilobytes,
+		AccessedAt:                          accessedAt(counts),
+		SupportOrdering:                     true,
+		AutoDeleteOnIdle:                    placementpb.ForeverISO,
+		EnablePartitioning:                  d.EnablePartitioning,
+		EntityAvailabilityStatus:            availability,
+		UserMetadata:                        d.UserMetadata,
+		MaxMessageSizeInKilobytes:           d.MaxMessageSizeInKilobytes,
 		// Names, where Service Bus answers URLs: the SDKs take either.
 		ForwardTo:                     d.ForwardTo,
 		ForwardDeadLetteredMessagesTo: d.ForwardDeadLetteredMessagesTo,

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -98,34 +97,36 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 		return
 	}
-	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
-	if err != nil {
-		g.fail(q, err)
-		return
-	}
-	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_TOPIC {
-		g.fail(q, fmt.Errorf("%w: %s is a %s, not a topic", ErrBadProperty, name, cur.GetKind()))
-		return
-	}
-	// Fixed at creation: an update may repeat them, not change them.
-	was := placementpb.TopicDescriptionOf(cur.GetProperties())
-	wasPartitioned := was.EnablePartitioning || was.PartitionCount > 1
-	switch {
-	case req.set["RequiresDuplicateDetection"] && req.desc.RequiresDuplicateDetection != was.RequiresDuplicateDetection:
-		g.fail(q, fmt.Errorf("%w: RequiresDuplicateDetection: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresDuplicateDetection))
-		return
-	case req.set["EnablePartitioning"] && req.desc.EnablePartitioning != wasPartitioned:
-		g.fail(q, fmt.Errorf("%w: EnablePartitioning: fixed at creation (%t), cannot be changed", ErrBadProperty, wasPartitioned))
-		return
-	}
-	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
-	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
-	e, err = g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	e, err = g.replaceTopic(ctx, name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
+}
+
+// replaceTopic replaces a topic's description as a PUT with If-Match
+// does (shared with the console's edit): what is fixed at creation may
+// be repeated, not changed.
+func (g *Gateway) replaceTopic(ctx context.Context, name string, req topicRequest) (*placementpb.Entity, error) {
+	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	if cur.GetKind() != placementpb.EntityKind_ENTITY_KIND_TOPIC {
+		return nil, fmt.Errorf("%w: %s is a %s, not a topic", ErrBadProperty, name, cur.GetKind())
+	}
+	was := placementpb.TopicDescriptionOf(cur.GetProperties())
+	wasPartitioned := was.EnablePartitioning || was.PartitionCount > 1
+	switch {
+	case req.set["RequiresDuplicateDetection"] && req.desc.RequiresDuplicateDetection != was.RequiresDuplicateDetection:
+		return nil, fmt.Errorf("%w: RequiresDuplicateDetection: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresDuplicateDetection)
+	case req.set["EnablePartitioning"] && req.desc.EnablePartitioning != wasPartitioned:
+		return nil, fmt.Errorf("%w: EnablePartitioning: fixed at creation (%t), cannot be changed", ErrBadProperty, wasPartitioned)
+	}
+	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
+	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
+	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
 }
 
 func (g *Gateway) listTopics(q request) {
@@ -185,26 +186,6 @@ func page(es []*placementpb.Entity, top int) ([]*placementpb.Entity, bool) {
 		return es[:top], true
 	}
 	return es, false
-}
-
-// forEachCounted reads the counters of each entity, listConcurrency at a
-// time, and hands them to set (nil when they could not be read).
-func (g *Gateway) forEachCounted(ctx context.Context, es []*placementpb.Entity, set func(i int, c *Counts)) {
-	var mu sync.Mutex
-	sem := make(chan struct{}, listConcurrency)
-	var wg sync.WaitGroup
-	for i, e := range es {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			c := g.counts(ctx, e)
-			mu.Lock()
-			set(i, c)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
 }
 
 // writeFeed answers a page of a list, with a next link (by which the
@@ -322,27 +303,30 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
 		return
 	}
-	if req.set["DefaultRuleDescription"] {
-		g.fail(q, fmt.Errorf("%w: DefaultRuleDescription: only when the subscription is created; change its rules through its Rules", ErrBadProperty))
-		return
-	}
-	cur, err := g.subscription(ctx, name)
-	if err != nil {
-		g.fail(q, err)
-		return
-	}
-	was := placementpb.SubscriptionDescriptionOf(cur.GetProperties())
-	if req.set["RequiresSession"] && req.desc.RequiresSession != was.RequiresSession {
-		g.fail(q, fmt.Errorf("%w: RequiresSession: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresSession))
-		return
-	}
-	req.desc.RequiresSession = was.RequiresSession
-	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	e, err := g.replaceSubscription(ctx, name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
 	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
+}
+
+// replaceSubscription replaces a subscription's description as a PUT
+// with If-Match does (shared with the console's edit).
+func (g *Gateway) replaceSubscription(ctx context.Context, name string, req subscriptionRequest) (*placementpb.Entity, error) {
+	if req.set["DefaultRuleDescription"] {
+		return nil, fmt.Errorf("%w: DefaultRuleDescription: only when the subscription is created; change its rules through its Rules", ErrBadProperty)
+	}
+	cur, err := g.subscription(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	was := placementpb.SubscriptionDescriptionOf(cur.GetProperties())
+	if req.set["RequiresSession"] && req.desc.RequiresSession != was.RequiresSession {
+		return nil, fmt.Errorf("%w: RequiresSession: fixed at creation (%t), cannot be changed", ErrBadProperty, was.RequiresSession)
+	}
+	req.desc.RequiresSession = was.RequiresSession
+	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
 }
 
 func (g *Gateway) listSubscriptions(q request, topic string) {
@@ -444,30 +428,14 @@ func (g *Gateway) putRule(q request, sub, name string) {
 		g.writeRule(q, http.StatusCreated, sub, added)
 		return
 	}
-	e, err := g.subscription(ctx, sub)
+	// One catalog command replaces the rule: the partitions get the new
+	// rule set in one configuration, never without the rule or with both.
+	replaced, err := g.cfg.Catalog.ReplaceRule(ctx, &placementpb.AddRuleRequest{Subscription: sub, Rule: r})
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
-	old := ruleOf(e, name)
-	if old == nil {
-		g.fail(q, fmt.Errorf("%w: no rule %q on %s", ErrNotFound, name, sub))
-		return
-	}
-	r.Name = old.GetName()
-	if _, err := g.cfg.Catalog.RemoveRule(ctx, &placementpb.RemoveRuleRequest{Subscription: sub, RuleName: old.GetName()}); err != nil {
-		g.fail(q, err)
-		return
-	}
-	added, err := g.cfg.Catalog.AddRule(ctx, &placementpb.AddRuleRequest{Subscription: sub, Rule: r})
-	if err != nil {
-		if _, rerr := g.cfg.Catalog.AddRule(context.WithoutCancel(ctx), &placementpb.AddRuleRequest{Subscription: sub, Rule: old}); rerr != nil {
-			g.log.Error("restoring a rule after its replacement was refused", "subscription", sub, "rule", old.GetName(), "err", rerr)
-		}
-		g.fail(q, err)
-		return
-	}
-	g.writeRule(q, http.StatusOK, sub, added)
+	g.writeRule(q, http.StatusOK, sub, replaced)
 }
 
 func (g *Gateway) deleteRule(q request, sub, name string) {

@@ -134,6 +134,30 @@ func (g *group) server(id raft.ServerID) (raft.Server, bool) {
 	return raft.Server{}, false
 }
 
+// followers is a leader's view of its followers' logs against its commit
+// index: the last log index each reported in its latest answer to an
+// AppendEntries (heartbeats included, so a follower that stopped
+// answering keeps the index it had while the commit index moves on).
+func (g *group) followers(commit uint64) []FollowerProgress {
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []FollowerProgress
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(g.node.cfg.ID) {
+			continue
+		}
+		p := FollowerProgress{ID: string(s.ID)}
+		p.LastLog, p.Known = g.trans.FollowerLastLog(s.Address)
+		if p.Known && p.LastLog < commit {
+			p.Lag = commit - p.LastLog
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 func configOf(c raft.Configuration) []*partitionpb.ReplicaConfig {
 	out := make([]*partitionpb.ReplicaConfig, len(c.Servers))
 	for i, s := range c.Servers {

@@ -104,6 +104,9 @@ var (
 	descInFlight     = prometheus.NewDesc("quorumbus_raft_proposals_in_flight", "Raft entries this leader proposed that have not been answered.", groupLabels, nil)
 	descQueued       = prometheus.NewDesc("quorumbus_raft_requests_queued", "Client requests waiting for the proposer to pack them into an entry.", groupLabels, nil)
 	descEntries      = prometheus.NewDesc("quorumbus_raft_proposed_entries_total", "Raft entries this replica proposed as leader.", groupLabels, nil)
+	descReplLag      = prometheus.NewDesc("quorumbus_raft_replication_lag_entries", "On the leader, per follower: the leader's commit index minus the follower's last log index as of its latest answer (0 when it holds everything committed).", []string{"node", "group", "follower"}, nil)
+	descReplKnown    = prometheus.NewDesc("quorumbus_raft_follower_answered", "On the leader, per follower: 1 once the follower answered an AppendEntries of this node (replication_lag_entries is reported only then).", []string{"node", "group", "follower"}, nil)
+	descCommitIndex  = prometheus.NewDesc("quorumbus_raft_commit_index", "Last index the replica knows committed.", groupLabels, nil)
 	descRequests     = prometheus.NewDesc("quorumbus_raft_proposed_requests_total", "Client requests carried by those entries (group commit packs many in one).", groupLabels, nil)
 )
 
@@ -149,6 +152,14 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if g.cache != nil {
 				gauge(descLogBytes, float64(g.cache.appended.Load()))
+			}
+		}
+		gauge(descCommitIndex, float64(st.CommitIndex))
+		for _, f := range st.Followers {
+			fl := append(labels[:2:2], f.ID)
+			ch <- prometheus.MustNewConstMetric(descReplKnown, prometheus.GaugeValue, boolValue(f.Known), fl...)
+			if f.Known {
+				ch <- prometheus.MustNewConstMetric(descReplLag, prometheus.GaugeValue, float64(f.Lag), fl...)
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(descEntries, prometheus.CounterValue, float64(st.Entries), labels...)

@@ -431,6 +431,24 @@ type GroupStatus struct {
 	Requests uint64
 	// Err is set once the group stopped after a storage failure.
 	Err error
+	// CommitIndex is the last index the replica knows committed.
+	CommitIndex uint64
+	// Followers is the leader's view of its followers (voters and
+	// learners), in configuration order; empty on a follower.
+	Followers []FollowerProgress
+}
+
+// FollowerProgress is what a leader knows of one follower's log: its last
+// index as of its latest answer to an AppendEntries (Known false until it
+// answered one since this node's transport started), and how far that is
+// behind the leader's commit index.
+type FollowerProgress struct {
+	ID      string
+	Known   bool
+	LastLog uint64
+	// Lag is the leader's commit index minus LastLog, 0 when the follower
+	// holds all of it (a follower holds entries before they commit).
+	Lag uint64
 }
 
 // Group returns the status of group id.
@@ -440,13 +458,22 @@ func (n *Node) Group(id uint64) (GroupStatus, error) {
 		return GroupStatus{}, err
 	}
 	addr, lid := g.raft.LeaderWithID()
-	snap, _ := strconv.ParseUint(g.raft.Stats()["last_snapshot_index"], 10, 64)
+	stats := g.raft.Stats()
+	snap, _ := strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
+	commit, _ := strconv.ParseUint(stats["commit_index"], 10, 64)
+	state := g.raft.State()
+	var followers []FollowerProgress
+	if state == raft.Leader {
+		followers = g.followers(commit)
+	}
 	return GroupStatus{
+		CommitIndex:   commit,
+		Followers:     followers,
 		SnapshotIndex: snap,
 		ID:            id,
-		State:         g.raft.State(),
+		State:         state,
 		Leader:        Peer{ID: string(lid), Addr: string(addr)},
-		Serving:       g.raft.State() == raft.Leader && g.leadership() != nil,
+		Serving:       state == raft.Leader && g.leadership() != nil,
 		Term:          g.raft.CurrentTerm(),
 		AppliedIndex:  g.machine.AppliedIndex(),
 		LastIndex:     g.raft.LastIndex(),

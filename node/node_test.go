@@ -343,6 +343,20 @@ func TestRouting(t *testing.T) {
 		t.Errorf("leader hint %v, want %s at %s", hint, c.Node(leader).ID(), c.Addr(leader))
 	}
 
+	// GroupStats as Stats: only the leader answers, and it leaves out
+	// what the group does not hold.
+	if _, err := raw.GroupStats(ctxFor(t), &partitionpb.GroupStatsRequest{GroupId: group}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("follower answered GroupStats with %v, want FailedPrecondition", err)
+	}
+	upsertEntity(t, c.Client(group), 60_000)
+	if _, err := send(ctxFor(t), c.Client(group), "counted"); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := c.Client(group).GroupStats(ctxFor(t), &partitionpb.GroupStatsRequest{Entities: []*partitionpb.EntityPartitionRef{{EntityId: entity}, {EntityId: 7}}})
+	if err != nil || len(gs.GetEntities()) != 1 || gs.Entities[0].EntityId != entity || gs.Entities[0].Stats.ActiveMessages != 1 || gs.Entities[0].Stats.AccessedAtMs == 0 {
+		t.Errorf("GroupStats: %v, %v; want the one entity the group holds, one message, accessed", gs, err)
+	}
+
 	_, err = raw.Send(ctxFor(t), &partitionpb.SendRequest{GroupId: 999, EntityId: entity})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("unknown group: %v, want NotFound", err)

@@ -157,6 +157,39 @@ func result(r *partitionpb.Result, err error) (*partitionpb.Result, error) {
 // apply applies one command. A rejection (see Code) is returned before
 // anything is written; any other error is a failure.
 func (a *applier) apply(c *partitionpb.Command) (*partitionpb.Result, error) {
+	r, err := a.applyOp(c)
+	if err == nil {
+		a.touch(c)
+	}
+	return r, err
+}
+
+// touch notes that a command sent to or received from an entity
+// partition: Service Bus's AccessedAt is the last such request. It costs
+// no entry of its own: the entity takes the now_ms of the batch that
+// carried the command, which every replica applies alike, and it is
+// written with the entity record the command writes anyway. A receive
+// that waits for messages is proposed once they are there, so waiting on
+// an empty entity does not count (Service Bus counts the request).
+func (a *applier) touch(c *partitionpb.Command) {
+	var k ekey
+	switch op := c.GetOp().(type) {
+	case *partitionpb.Command_Enqueue:
+		k = ekey{op.Enqueue.EntityId, op.Enqueue.Partition}
+	case *partitionpb.Command_Lock:
+		k = ekey{op.Lock.EntityId, op.Lock.Partition}
+	case *partitionpb.Command_LockBySequence:
+		k = ekey{op.LockBySequence.EntityId, op.LockBySequence.Partition}
+	default:
+		return
+	}
+	if e := a.entities[k]; e != nil && a.now > e.accessed {
+		e.accessed = a.now
+		a.dirty[k] = true
+	}
+}
+
+func (a *applier) applyOp(c *partitionpb.Command) (*partitionpb.Result, error) {
 	switch op := c.GetOp().(type) {
 	case *partitionpb.Command_UpsertEntity:
 		return a.upsertEntity(op.UpsertEntity)

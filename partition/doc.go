@@ -52,7 +52,10 @@
 // active_messages: the main sub-queue's active and deferred messages,
 // locked or not; dead_letter_messages: the dead-letter sub-queue;
 // scheduled_messages: scheduled ones; locked_messages: locks in either
-// sub-queue; size_bytes: header, annotations and bare message of all.
+// sub-queue; size_bytes: header, annotations and bare message of all;
+// accessed_at_ms: the now_ms of the last Enqueue, Lock or LockBySequence
+// applied to the entity partition (Service Bus's AccessedAt), kept in the
+// entity record at no cost of its own.
 //
 // # Time-driven commands
 //

@@ -41,6 +41,9 @@ type entity struct {
 	rules []compiledRule
 	next  uint64 // the counter of the next sequence number
 	n     counts
+	// accessed is the now_ms of the last command that sent to or
+	// received from the entity partition (applier.touch); 0: never.
+	accessed int64
 	// fresh: main-queue messages with this sequence number or higher have
 	// not been handed out since they arrived. They have no entry in the
 	// available index: Lock takes them from the state records themselves,
@@ -288,6 +291,13 @@ func (c counts) stats() *partitionpb.StatsResponse {
 	}
 }
 
+// stats is the entity partition's answer to Stats.
+func (e *entity) stats() *partitionpb.StatsResponse {
+	st := e.n.stats()
+	st.AccessedAtMs = e.accessed
+	return st
+}
+
 // normalizeConfig checks an entity config and fills in defaults.
 func normalizeConfig(c *partitionpb.EntityConfig) (*partitionpb.EntityConfig, error) {
 	if c == nil {
@@ -323,16 +333,19 @@ func normalizeConfig(c *partitionpb.EntityConfig) (*partitionpb.EntityConfig, er
 }
 
 // The entity record: a version byte, the next counter, the counters and
-// fresh, then the config in protobuf.
+// fresh, then (from version 3) the access time, then the config in
+// protobuf. Version 2 records, written before the access time was kept,
+// read as never accessed.
 const (
 	entityRecordV2  = 2
-	entityRecordLen = 1 + 8*7
+	entityRecordV3  = 3
+	entityRecordLen = 1 + 8*7 // version 2's fixed part; version 3 adds 8
 )
 
 func (e *entity) record() []byte {
-	b := make([]byte, 0, entityRecordLen+marshal.Size(e.cfg))
-	b = append(b, entityRecordV2)
-	for _, v := range []uint64{e.next, uint64(e.n.active), uint64(e.n.dead), uint64(e.n.scheduled), uint64(e.n.locked), uint64(e.n.size), e.fresh} {
+	b := make([]byte, 0, entityRecordLen+8+marshal.Size(e.cfg))
+	b = append(b, entityRecordV3)
+	for _, v := range []uint64{e.next, uint64(e.n.active), uint64(e.n.dead), uint64(e.n.scheduled), uint64(e.n.locked), uint64(e.n.size), e.fresh, uint64(e.accessed)} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
 	b, err := marshal.MarshalAppend(b, e.cfg)
@@ -343,7 +356,12 @@ func (e *entity) record() []byte {
 }
 
 func parseEntityRecord(k ekey, p []byte) (*entity, error) {
-	if len(p) < entityRecordLen || p[0] != entityRecordV2 {
+	fixed := entityRecordLen
+	switch {
+	case len(p) >= entityRecordLen && p[0] == entityRecordV2:
+	case len(p) >= entityRecordLen+8 && p[0] == entityRecordV3:
+		fixed += 8
+	default:
 		return nil, fmt.Errorf("%w: entity %s: bad record", ErrCorrupt, k)
 	}
 	u := func(i int) uint64 { return binary.BigEndian.Uint64(p[1+8*i:]) }
@@ -351,8 +369,11 @@ func parseEntityRecord(k ekey, p []byte) (*entity, error) {
 	e.next = u(0)
 	e.n = counts{int64(u(1)), int64(u(2)), int64(u(3)), int64(u(4)), int64(u(5))}
 	e.fresh = u(6)
+	if p[0] == entityRecordV3 {
+		e.accessed = int64(u(7))
+	}
 	e.cfg = new(partitionpb.EntityConfig)
-	if err := proto.Unmarshal(p[entityRecordLen:], e.cfg); err != nil {
+	if err := proto.Unmarshal(p[fixed:], e.cfg); err != nil {
 		return nil, fmt.Errorf("%w: entity %s: %v", ErrCorrupt, k, err)
 	}
 	rules, err := compileRules(e.cfg)

@@ -531,7 +531,36 @@ func (m *Machine) Stats(entityID uint64, partition uint32) (*partitionpb.StatsRe
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
-	return e.n.stats(), nil
+	return e.stats(), nil
+}
+
+// GroupStats returns the counters of the named entity partitions the
+// group hosts, in the order named, or of every entity partition it hosts
+// when refs is empty, in key order. Names it does not host are left out.
+func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	one := func(k ekey, e *entity) *partitionpb.EntityPartitionStats {
+		return &partitionpb.EntityPartitionStats{EntityId: k.id, Partition: k.part, Stats: e.stats()}
+	}
+	if len(refs) == 0 {
+		out := make([]*partitionpb.EntityPartitionStats, 0, len(m.entities))
+		for _, k := range sortedKeys(m.entities) {
+			out = append(out, one(k, m.entities[k]))
+		}
+		return out, nil
+	}
+	out := make([]*partitionpb.EntityPartitionStats, 0, len(refs))
+	for _, r := range refs {
+		k := ekey{r.GetEntityId(), r.GetPartition()}
+		if e, ok := m.entities[k]; ok {
+			out = append(out, one(k, e))
+		}
+	}
+	return out, nil
 }
 
 // HasEntity reports whether the group hosts the entity partition (false

@@ -68,6 +68,26 @@ func (s *Service) AddRule(ctx context.Context, req *pb.AddRuleRequest) (*pb.Rule
 	return nil, s.status(fmt.Errorf("%w: rule %q missing after it was added", catalog.ErrInvalidCommand, req.Rule.GetName()))
 }
 
+// ReplaceRule replaces a subscription's rule of the same name in one
+// catalog command (the admin API's rule update).
+func (s *Service) ReplaceRule(ctx context.Context, req *pb.AddRuleRequest) (*pb.Rule, error) {
+	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ReplaceRule); handled {
+		return resp, err
+	}
+	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_ReplaceRule{ReplaceRule: &pb.ReplaceRuleCommand{
+		Subscription: req.Subscription, Rule: req.Rule,
+	}}})
+	if err != nil {
+		return nil, s.status(err)
+	}
+	for _, r := range res.Entity.GetRules() {
+		if catalog.Key(r.Name) == catalog.Key(req.Rule.GetName()) {
+			return r, nil
+		}
+	}
+	return nil, s.status(fmt.Errorf("%w: rule %q missing after it was replaced", catalog.ErrInvalidCommand, req.Rule.GetName()))
+}
+
 // RemoveRule removes a rule from a subscription.
 func (s *Service) RemoveRule(ctx context.Context, req *pb.RemoveRuleRequest) (*pb.RemoveRuleResponse, error) {
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.RemoveRule); handled {

@@ -91,6 +91,22 @@ func TestGatewayProcess(t *testing.T) {
 	if err != nil || rp == nil || rp.ActiveMessageCount != 0 || rp.CreatedAt.IsZero() {
 		t.Fatalf("GetQueueRuntimeProperties = %+v, %v", rp, err)
 	}
+	// A list reads the counters group by group, GroupStats over gRPC.
+	listed := 0
+	for pager := ac.NewListQueuesRuntimePropertiesPager(nil); pager.More(); {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			t.Fatalf("listing queues through the gateway process: %v", err)
+		}
+		for _, q := range page.QueueRuntimeProperties {
+			if q.QueueName == "gw" && q.TotalMessageCount == 0 && !q.CreatedAt.IsZero() {
+				listed++
+			}
+		}
+	}
+	if listed != 1 {
+		t.Fatalf("the runtime list has gw with its counts %d times, want once", listed)
+	}
 	q, err := ac.GetQueue(ctx, "gw", nil)
 	if err != nil || q == nil || *q.MaxDeliveryCount != 3 {
 		t.Fatalf("GetQueue = %+v, %v", q, err)

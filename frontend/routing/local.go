@@ -52,6 +52,10 @@ func (c localClient) Stats(ctx context.Context, in *partitionpb.StatsRequest, _ 
 	return c.s.Stats(ctx, in)
 }
 
+func (c localClient) GroupStats(ctx context.Context, in *partitionpb.GroupStatsRequest, _ ...grpc.CallOption) (*partitionpb.GroupStatsResponse, error) {
+	return c.s.GroupStats(ctx, in)
+}
+
 func (c localClient) Peek(ctx context.Context, in *partitionpb.PeekRequest, _ ...grpc.CallOption) (*partitionpb.PeekResponse, error) {
 	return c.s.Peek(ctx, in)
 }

@@ -428,6 +428,27 @@ func (r *Router) Stats(ctx context.Context, e *placementpb.Entity, partition uin
 	return resp, err
 }
 
+// GroupStats reads the counters of the named entity partitions of a group
+// (all it hosts when refs is empty) from its leader in one call: the
+// gateway's lists and scrapes, which would otherwise wait for one
+// confirmation of leadership per entity partition.
+func (r *Router) GroupStats(ctx context.Context, group uint64, refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error) {
+	var out []*partitionpb.EntityPartitionStats
+	err := r.callGroup(ctx, group, func() bool { return r.hasGroup(group) }, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+		resp, err := c.GroupStats(ctx, &partitionpb.GroupStatsRequest{GroupId: group, Entities: refs})
+		out = resp.GetEntities()
+		return err
+	})
+	return out, err
+}
+
+// hasGroup reports whether the routing table names the group.
+func (r *Router) hasGroup(group uint64) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.groups[group] != nil
+}
+
 // CancelScheduled implements frontend.Backend.
 func (r *Router) CancelScheduled(ctx context.Context, e *placementpb.Entity, cs *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
 	cs.EntityId = e.Id
@@ -502,7 +523,13 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 	if int(partition) >= len(e.PartitionGroups) {
 		return fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
 	}
-	group := e.PartitionGroups[partition]
+	return r.callGroup(ctx, e.PartitionGroups[partition], func() bool { return r.names(e) }, extra, op)
+}
+
+// callGroup is call for a group: known tells whether a NOT_FOUND answer
+// (a node that does not host the group, a partition that does not know
+// the entity yet) is worth another try: while it holds, call retries.
+func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
 	backoff := 10 * time.Millisecond
 	var (
 		lastErr error
@@ -552,7 +579,7 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 				// the groups to configure their partitions, and under load
 				// they take longer) and while a routing table is stale.
 				// Until the table stops naming the entity, try again.
-				if !r.names(e) {
+				if !known() {
 					return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
 				}
 				r.setLeader(group, "")

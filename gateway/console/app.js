@@ -123,6 +123,7 @@ async function refreshEntity(withProps) {
     drawChart();
   }
   if (withProps) {
+    fillEdit(e);
     const body = $("#properties tbody");
     body.textContent = "";
     for (const k of Object.keys(e.properties || {}).sort()) {
@@ -151,10 +152,30 @@ function drawChart() {
   ctx.fillText("max " + max, 4, 12);
 }
 
-async function peek() {
+// Peek pages: each partition continues after the last message shown
+// of it (peekFrom: partition -> next sequence number); a page that filled
+// no partition's share is the last.
+const peekPage = 50;
+let peekFrom = {};
+let peekPageNo = 1;
+
+async function peek(next) {
   $("#peek-main").classList.toggle("selected", !showDLQ);
   $("#peek-dlq").classList.toggle("selected", showDLQ);
-  const msgs = await call("messages?name=" + encodeURIComponent(current) + (showDLQ ? "&dlq=1" : "") + "&n=50");
+  if (!next) { peekFrom = {}; peekPageNo = 1; }
+  const from = Object.values(peekFrom).join(",");
+  const msgs = await call("messages?name=" + encodeURIComponent(current) + (showDLQ ? "&dlq=1" : "") + "&n=" + peekPage +
+    (from ? "&from=" + from : ""));
+  if (next) peekPageNo++;
+  const perPartition = {};
+  for (const m of msgs) {
+    perPartition[m.partition] = (perPartition[m.partition] || 0) + 1;
+    const after = m.sequenceNumber + 1;
+    if (!(peekFrom[m.partition] >= after)) peekFrom[m.partition] = after;
+  }
+  const more = Object.values(perPartition).some((n) => n >= peekPage);
+  $("#peek-next").disabled = !more;
+  $("#peek-page").textContent = "page " + peekPageNo;
   const body = $("#messages tbody");
   body.textContent = "";
   for (const m of msgs) {
@@ -193,6 +214,37 @@ async function peek() {
     cell(tr, "(none)").colSpan = 9;
     body.appendChild(tr);
   }
+}
+
+// The edit form: the properties an operator changes most, in the ATOM
+// API's notation (ISO 8601 durations). Only the fields changed are sent;
+// the gateway puts them into the entity's description and applies it as
+// an admin client's update would.
+const editable = ["LockDuration", "MaxDeliveryCount", "DefaultMessageTimeToLive", "Status", "UserMetadata"];
+let editWas = {};
+
+function fillEdit(e) {
+  editWas = {};
+  for (const k of editable) {
+    const v = k === "Status" ? e.status : (e.properties || {})[k];
+    editWas[k] = v === undefined || v === null ? "" : String(v);
+    $("#edit-" + k).value = editWas[k];
+  }
+}
+
+async function saveEdit() {
+  const changes = {};
+  for (const k of editable) {
+    const v = $("#edit-" + k).value;
+    if (v !== editWas[k]) changes[k] = v;
+  }
+  if (!Object.keys(changes).length) { $("#action-result").textContent = "nothing changed"; return; }
+  error();
+  try {
+    await call("update", { name: current, properties: changes });
+    $("#action-result").textContent = "saved " + Object.keys(changes).sort().join(", ");
+    await refreshEntity(true);
+  } catch (e) { error(e); }
 }
 
 async function act(what, extra, say) {
@@ -251,6 +303,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#peek-main").addEventListener("click", () => { showDLQ = false; peek().catch(error); });
   $("#peek-dlq").addEventListener("click", () => { showDLQ = true; peek().catch(error); });
   $("#peek-refresh").addEventListener("click", () => peek().catch(error));
+  $("#peek-next").addEventListener("click", () => peek(true).catch(error));
+  $("#edit-form").addEventListener("submit", (ev) => { ev.preventDefault(); saveEdit(); });
   window.addEventListener("hashchange", route);
   route();
 });

@@ -485,6 +485,13 @@ func (cl *Client) Stats(ctx context.Context, in *partitionpb.StatsRequest, opts 
 	})
 }
 
+func (cl *Client) GroupStats(ctx context.Context, in *partitionpb.GroupStatsRequest, opts ...grpc.CallOption) (*partitionpb.GroupStatsResponse, error) {
+	in.GroupId = cl.group
+	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.GroupStatsResponse, error) {
+		return c.GroupStats(ctx, in, opts...)
+	})
+}
+
 func (cl *Client) Peek(ctx context.Context, in *partitionpb.PeekRequest, opts ...grpc.CallOption) (*partitionpb.PeekResponse, error) {
 	in.GroupId = cl.group
 	return do(ctx, cl, func(c partitionpb.PartitionServiceClient) (*partitionpb.PeekResponse, error) {

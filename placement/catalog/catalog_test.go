@@ -81,6 +81,8 @@ func wrap(op proto.Message) *pb.CatalogCommand {
 		cmd.Op = &pb.CatalogCommand_DrainNode{DrainNode: op}
 	case *pb.AddRuleCommand:
 		cmd.Op = &pb.CatalogCommand_AddRule{AddRule: op}
+	case *pb.ReplaceRuleCommand:
+		cmd.Op = &pb.CatalogCommand_ReplaceRule{ReplaceRule: op}
 	case *pb.RemoveRuleCommand:
 		cmd.Op = &pb.CatalogCommand_RemoveRule{RemoveRule: op}
 	default:

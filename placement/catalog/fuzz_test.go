@@ -28,6 +28,8 @@ func FuzzApply(f *testing.F) {
 		wrap(&pb.AddRuleCommand{Subscription: "t/Subscriptions/s", Rule: &pb.Rule{Name: "c",
 			Filter: &pb.Rule_CorrelationFilter{CorrelationFilter: &pb.CorrelationFilter{Subject: "s"}}}}),
 		wrap(&pb.RemoveRuleCommand{Subscription: "t/Subscriptions/s", RuleName: "$Default"}),
+		wrap(&pb.ReplaceRuleCommand{Subscription: "t/Subscriptions/s", Rule: &pb.Rule{Name: "R",
+			Filter: &pb.Rule_SqlFilter{SqlFilter: &pb.SqlFilter{Expression: "color = 'blue'"}}}}),
 		wrap(&pb.DeleteEntityCommand{Name: "t"}),
 		wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s2", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
 			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2},

@@ -119,6 +119,32 @@ func (s *State) addRule(index uint64, now int64, c *pb.AddRuleCommand) (*pb.Enti
 	return proto.Clone(e).(*pb.Entity), nil
 }
 
+// replaceRule puts c.Rule in place of the rule of its name (in any case;
+// the name stays as it was), in one command: the partitions get the subscription's new rule set in one
+// configuration, so no message meets it without the rule or with both.
+func (s *State) replaceRule(index uint64, now int64, c *pb.ReplaceRuleCommand) (*pb.Entity, error) {
+	e, err := s.subscription(c.Subscription)
+	if err != nil {
+		return nil, err
+	}
+	if c.Rule == nil {
+		return nil, fmt.Errorf("%w: no rule", ErrInvalidRule)
+	}
+	i := slices.IndexFunc(e.Rules, func(r *pb.Rule) bool { return Key(r.Name) == Key(c.Rule.Name) })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: %q on %q", ErrRuleNotFound, c.Rule.Name, e.Name)
+	}
+	if _, _, err := CompileRule(c.Rule); err != nil {
+		return nil, err
+	}
+	r := proto.Clone(c.Rule).(*pb.Rule)
+	r.Name, r.CreatedAtMs = e.Rules[i].Name, e.Rules[i].CreatedAtMs // an update renames nothing
+	e.Rules[i] = r
+	e.UpdatedAtMs = now
+	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
+	return proto.Clone(e).(*pb.Entity), nil
+}
+
 func (s *State) removeRule(index uint64, now int64, c *pb.RemoveRuleCommand) (*pb.Entity, error) {
 	e, err := s.subscription(c.Subscription)
 	if err != nil {

@@ -107,6 +107,9 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	case *pb.CatalogCommand_AddRule:
 		r.Entity, r.Err = s.addRule(index, cmd.NowMs, op.AddRule)
 		changed, routes = r.Err == nil, r.Err == nil
+	case *pb.CatalogCommand_ReplaceRule:
+		r.Entity, r.Err = s.replaceRule(index, cmd.NowMs, op.ReplaceRule)
+		changed, routes = r.Err == nil, r.Err == nil
 	case *pb.CatalogCommand_RemoveRule:
 		r.Entity, r.Err = s.removeRule(index, cmd.NowMs, op.RemoveRule)
 		changed, routes = r.Err == nil, r.Err == nil

@@ -31,6 +31,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of transc
 //	create NAME [k=v|flag ...]       CreateEntity (see props)
 //	update NAME [k=v|flag ...]       UpdateEntity; "keep" sends no properties
 //	delete NAME                      DeleteEntity
+//	addrule SUB NAME FILTER...       AddRule; replacerule the same, ReplaceRule
 //	report G:LEADER:QUORUM ...       ReportGroups, QUORUM is y or n
 //	complete all | E/P@V:KIND ...    CompleteTasks
 //	get NAME | list [kind=K skip=N top=N] | tasks | loads | state
@@ -194,6 +195,12 @@ func (r *transcript) run(line string) string {
 		return s
 	case "addrule":
 		res, s := r.apply(&pb.AddRuleCommand{Subscription: args[0], Rule: parseRule(args[1], strings.Join(args[2:], " "))})
+		if res.Entity != nil {
+			s += "\n" + render(res.Entity)
+		}
+		return s
+	case "replacerule":
+		res, s := r.apply(&pb.ReplaceRuleCommand{Subscription: args[0], Rule: parseRule(args[1], strings.Join(args[2:], " "))})
 		if res.Entity != nil {
 			s += "\n" + render(res.Entity)
 		}

@@ -4084,8 +4084,11 @@ type StatsResponse struct {
 	ScheduledMessages  uint64                 `protobuf:"varint,3,opt,name=scheduled_messages,json=scheduledMessages,proto3" json:"scheduled_messages,omitempty"`
 	LockedMessages     uint64                 `protobuf:"varint,4,opt,name=locked_messages,json=lockedMessages,proto3" json:"locked_messages,omitempty"`
 	SizeBytes          uint64                 `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The newest now_ms of a command that sent to or received from the
+	// entity partition (Service Bus's AccessedAt); 0: never.
+	AccessedAtMs  int64 `protobuf:"varint,6,opt,name=accessed_at_ms,json=accessedAtMs,proto3" json:"accessed_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -4153,6 +4156,224 @@ func (x *StatsResponse) GetSizeBytes() uint64 {
 	return 0
 }
 
+func (x *StatsResponse) GetAccessedAtMs() int64 {
+	if x != nil {
+		return x.AccessedAtMs
+	}
+	return 0
+}
+
+// GroupStatsRequest asks a group's leader for the counters of the entity
+// partitions it names, or of all it hosts when it names none. Names the
+// group does not host are left out of the answer, not an error.
+type GroupStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Entities      []*EntityPartitionRef  `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupStatsRequest) Reset() {
+	*x = GroupStatsRequest{}
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupStatsRequest) ProtoMessage() {}
+
+func (x *GroupStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupStatsRequest.ProtoReflect.Descriptor instead.
+func (*GroupStatsRequest) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GroupStatsRequest) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *GroupStatsRequest) GetEntities() []*EntityPartitionRef {
+	if x != nil {
+		return x.Entities
+	}
+	return nil
+}
+
+type EntityPartitionRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntityPartitionRef) Reset() {
+	*x = EntityPartitionRef{}
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntityPartitionRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntityPartitionRef) ProtoMessage() {}
+
+func (x *EntityPartitionRef) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntityPartitionRef.ProtoReflect.Descriptor instead.
+func (*EntityPartitionRef) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *EntityPartitionRef) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *EntityPartitionRef) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+type GroupStatsResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Entities      []*EntityPartitionStats `protobuf:"bytes,1,rep,name=entities,proto3" json:"entities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupStatsResponse) Reset() {
+	*x = GroupStatsResponse{}
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupStatsResponse) ProtoMessage() {}
+
+func (x *GroupStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupStatsResponse.ProtoReflect.Descriptor instead.
+func (*GroupStatsResponse) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GroupStatsResponse) GetEntities() []*EntityPartitionStats {
+	if x != nil {
+		return x.Entities
+	}
+	return nil
+}
+
+type EntityPartitionStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EntityId      uint64                 `protobuf:"varint,1,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Stats         *StatsResponse         `protobuf:"bytes,3,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntityPartitionStats) Reset() {
+	*x = EntityPartitionStats{}
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntityPartitionStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntityPartitionStats) ProtoMessage() {}
+
+func (x *EntityPartitionStats) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntityPartitionStats.ProtoReflect.Descriptor instead.
+func (*EntityPartitionStats) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *EntityPartitionStats) GetEntityId() uint64 {
+	if x != nil {
+		return x.EntityId
+	}
+	return 0
+}
+
+func (x *EntityPartitionStats) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *EntityPartitionStats) GetStats() *StatsResponse {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
 // Peek reads the leader's own state machine, like Stats, and locks nothing:
 // the messages of a sub-queue with sequence number >= from_sequence_number,
 // in order, at most max_count (capped at 1000, and about 8 MiB of messages,
@@ -4175,7 +4396,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4408,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4421,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -4261,7 +4482,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4494,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4507,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PeekResponse) GetMessages() []*StoredMessage {
@@ -4306,7 +4527,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4539,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4552,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -4357,7 +4578,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4590,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4603,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -4413,7 +4634,7 @@ type ReceiveDeferredRequest struct {
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4425,7 +4646,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4438,7 +4659,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -4513,7 +4734,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4525,7 +4746,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4538,7 +4759,7 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
@@ -4579,7 +4800,7 @@ type AcceptSessionRequest struct {
 
 func (x *AcceptSessionRequest) Reset() {
 	*x = AcceptSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4812,7 @@ func (x *AcceptSessionRequest) String() string {
 func (*AcceptSessionRequest) ProtoMessage() {}
 
 func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4825,7 @@ func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
 func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AcceptSessionRequest) GetGroupId() uint64 {
@@ -4681,7 +4902,7 @@ type AcceptSessionResponse struct {
 
 func (x *AcceptSessionResponse) Reset() {
 	*x = AcceptSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4693,7 +4914,7 @@ func (x *AcceptSessionResponse) String() string {
 func (*AcceptSessionResponse) ProtoMessage() {}
 
 func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4706,7 +4927,7 @@ func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
 func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AcceptSessionResponse) GetResult() *Result {
@@ -4740,7 +4961,7 @@ type RenewSessionLockRequest struct {
 
 func (x *RenewSessionLockRequest) Reset() {
 	*x = RenewSessionLockRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4973,7 @@ func (x *RenewSessionLockRequest) String() string {
 func (*RenewSessionLockRequest) ProtoMessage() {}
 
 func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4986,7 @@ func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RenewSessionLockRequest) GetGroupId() uint64 {
@@ -4791,7 +5012,7 @@ type RenewSessionLockResponse struct {
 
 func (x *RenewSessionLockResponse) Reset() {
 	*x = RenewSessionLockResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4803,7 +5024,7 @@ func (x *RenewSessionLockResponse) String() string {
 func (*RenewSessionLockResponse) ProtoMessage() {}
 
 func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4816,7 +5037,7 @@ func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RenewSessionLockResponse) GetResult() *Result {
@@ -4836,7 +5057,7 @@ type SetSessionStateRequest struct {
 
 func (x *SetSessionStateRequest) Reset() {
 	*x = SetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +5069,7 @@ func (x *SetSessionStateRequest) String() string {
 func (*SetSessionStateRequest) ProtoMessage() {}
 
 func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +5082,7 @@ func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetSessionStateRequest) GetGroupId() uint64 {
@@ -4887,7 +5108,7 @@ type SetSessionStateResponse struct {
 
 func (x *SetSessionStateResponse) Reset() {
 	*x = SetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5120,7 @@ func (x *SetSessionStateResponse) String() string {
 func (*SetSessionStateResponse) ProtoMessage() {}
 
 func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5133,7 @@ func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetSessionStateResponse) GetResult() *Result {
@@ -4937,7 +5158,7 @@ type GetSessionStateRequest struct {
 
 func (x *GetSessionStateRequest) Reset() {
 	*x = GetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[57]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5170,7 @@ func (x *GetSessionStateRequest) String() string {
 func (*GetSessionStateRequest) ProtoMessage() {}
 
 func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[57]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5183,7 @@ func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetSessionStateRequest) GetGroupId() uint64 {
@@ -5010,7 +5231,7 @@ type GetSessionStateResponse struct {
 
 func (x *GetSessionStateResponse) Reset() {
 	*x = GetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[58]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5022,7 +5243,7 @@ func (x *GetSessionStateResponse) String() string {
 func (*GetSessionStateResponse) ProtoMessage() {}
 
 func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[58]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5035,7 +5256,7 @@ func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetSessionStateResponse) GetResult() *Result {
@@ -5062,7 +5283,7 @@ type ReleaseSessionRequest struct {
 
 func (x *ReleaseSessionRequest) Reset() {
 	*x = ReleaseSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[59]
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5295,7 @@ func (x *ReleaseSessionRequest) String() string {
 func (*ReleaseSessionRequest) ProtoMessage() {}
 
 func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[59]
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5308,7 @@ func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReleaseSessionRequest) GetGroupId() uint64 {
@@ -5113,7 +5334,7 @@ type ReleaseSessionResponse struct {
 
 func (x *ReleaseSessionResponse) Reset() {
 	*x = ReleaseSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[60]
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5125,7 +5346,7 @@ func (x *ReleaseSessionResponse) String() string {
 func (*ReleaseSessionResponse) ProtoMessage() {}
 
 func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[60]
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5138,7 +5359,7 @@ func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReleaseSessionResponse) GetResult() *Result {
@@ -5167,7 +5388,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[61]
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5400,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[61]
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5413,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListSessionsRequest) GetGroupId() uint64 {
@@ -5246,7 +5467,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[62]
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5258,7 +5479,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[62]
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5271,7 +5492,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListSessionsResponse) GetSessionIds() []string {
@@ -5291,7 +5512,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	mi := &file_partitionpb_partition_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5524,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	mi := &file_partitionpb_partition_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5537,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PurgeRequest) GetGroupId() uint64 {
@@ -5342,7 +5563,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	mi := &file_partitionpb_partition_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5354,7 +5575,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	mi := &file_partitionpb_partition_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5367,7 +5588,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PurgeResponse) GetResult() *Result {
@@ -5387,7 +5608,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	mi := &file_partitionpb_partition_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5399,7 +5620,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	mi := &file_partitionpb_partition_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5412,7 +5633,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RedriveRequest) GetGroupId() uint64 {
@@ -5438,7 +5659,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	mi := &file_partitionpb_partition_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5450,7 +5671,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	mi := &file_partitionpb_partition_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5463,7 +5684,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RedriveResponse) GetResult() *Result {
@@ -5802,14 +6023,27 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\fStatsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\rR\tpartition\"\xe1\x01\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\"\x87\x02\n" +
 	"\rStatsResponse\x12'\n" +
 	"\x0factive_messages\x18\x01 \x01(\x04R\x0eactiveMessages\x120\n" +
 	"\x14dead_letter_messages\x18\x02 \x01(\x04R\x12deadLetterMessages\x12-\n" +
 	"\x12scheduled_messages\x18\x03 \x01(\x04R\x11scheduledMessages\x12'\n" +
 	"\x0flocked_messages\x18\x04 \x01(\x04R\x0elockedMessages\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x05 \x01(\x04R\tsizeBytes\"\x90\x02\n" +
+	"size_bytes\x18\x05 \x01(\x04R\tsizeBytes\x12$\n" +
+	"\x0eaccessed_at_ms\x18\x06 \x01(\x03R\faccessedAtMs\"v\n" +
+	"\x11GroupStatsRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12F\n" +
+	"\bentities\x18\x02 \x03(\v2*.quorumbus.partition.v1.EntityPartitionRefR\bentities\"O\n" +
+	"\x12EntityPartitionRef\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\"^\n" +
+	"\x12GroupStatsResponse\x12H\n" +
+	"\bentities\x18\x01 \x03(\v2,.quorumbus.partition.v1.EntityPartitionStatsR\bentities\"\x8e\x01\n" +
+	"\x14EntityPartitionStats\x12\x1b\n" +
+	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12;\n" +
+	"\x05stats\x18\x03 \x01(\v2%.quorumbus.partition.v1.StatsResponseR\x05stats\"\x90\x02\n" +
 	"\vPeekRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -5928,7 +6162,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0eRESULT_INVALID\x10\x04\x12\x1a\n" +
 	"\x16RESULT_ENTITY_DISABLED\x10\x05\x12\x1c\n" +
 	"\x18RESULT_SESSION_LOCK_LOST\x10\x06\x12#\n" +
-	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\x9a\x0f\n" +
+	"\x1fRESULT_SESSION_CANNOT_BE_LOCKED\x10\a2\xff\x0f\n" +
 	"\x10PartitionService\x12i\n" +
 	"\fUpsertEntity\x12+.quorumbus.partition.v1.UpsertEntityRequest\x1a,.quorumbus.partition.v1.UpsertEntityResponse\x12i\n" +
 	"\fDeleteEntity\x12+.quorumbus.partition.v1.DeleteEntityRequest\x1a,.quorumbus.partition.v1.DeleteEntityResponse\x12Q\n" +
@@ -5937,7 +6171,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x06Settle\x12%.quorumbus.partition.v1.SettleRequest\x1a&.quorumbus.partition.v1.SettleResponse\x12c\n" +
 	"\n" +
 	"RenewLocks\x12).quorumbus.partition.v1.RenewLocksRequest\x1a*.quorumbus.partition.v1.RenewLocksResponse\x12T\n" +
-	"\x05Stats\x12$.quorumbus.partition.v1.StatsRequest\x1a%.quorumbus.partition.v1.StatsResponse\x12Q\n" +
+	"\x05Stats\x12$.quorumbus.partition.v1.StatsRequest\x1a%.quorumbus.partition.v1.StatsResponse\x12c\n" +
+	"\n" +
+	"GroupStats\x12).quorumbus.partition.v1.GroupStatsRequest\x1a*.quorumbus.partition.v1.GroupStatsResponse\x12Q\n" +
 	"\x04Peek\x12#.quorumbus.partition.v1.PeekRequest\x1a$.quorumbus.partition.v1.PeekResponse\x12r\n" +
 	"\x0fCancelScheduled\x12..quorumbus.partition.v1.CancelScheduledRequest\x1a/.quorumbus.partition.v1.CancelScheduledResponse\x12r\n" +
 	"\x0fReceiveDeferred\x12..quorumbus.partition.v1.ReceiveDeferredRequest\x1a/.quorumbus.partition.v1.ReceiveDeferredResponse\x12l\n" +
@@ -5964,7 +6200,7 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_partitionpb_partition_proto_goTypes = []any{
 	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
 	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
@@ -6016,36 +6252,40 @@ var file_partitionpb_partition_proto_goTypes = []any{
 	(*DigestResponse)(nil),           // 47: quorumbus.partition.v1.DigestResponse
 	(*StatsRequest)(nil),             // 48: quorumbus.partition.v1.StatsRequest
 	(*StatsResponse)(nil),            // 49: quorumbus.partition.v1.StatsResponse
-	(*PeekRequest)(nil),              // 50: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),             // 51: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),   // 52: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil),  // 53: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),   // 54: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil),  // 55: quorumbus.partition.v1.ReceiveDeferredResponse
-	(*AcceptSessionRequest)(nil),     // 56: quorumbus.partition.v1.AcceptSessionRequest
-	(*AcceptSessionResponse)(nil),    // 57: quorumbus.partition.v1.AcceptSessionResponse
-	(*RenewSessionLockRequest)(nil),  // 58: quorumbus.partition.v1.RenewSessionLockRequest
-	(*RenewSessionLockResponse)(nil), // 59: quorumbus.partition.v1.RenewSessionLockResponse
-	(*SetSessionStateRequest)(nil),   // 60: quorumbus.partition.v1.SetSessionStateRequest
-	(*SetSessionStateResponse)(nil),  // 61: quorumbus.partition.v1.SetSessionStateResponse
-	(*GetSessionStateRequest)(nil),   // 62: quorumbus.partition.v1.GetSessionStateRequest
-	(*GetSessionStateResponse)(nil),  // 63: quorumbus.partition.v1.GetSessionStateResponse
-	(*ReleaseSessionRequest)(nil),    // 64: quorumbus.partition.v1.ReleaseSessionRequest
-	(*ReleaseSessionResponse)(nil),   // 65: quorumbus.partition.v1.ReleaseSessionResponse
-	(*ListSessionsRequest)(nil),      // 66: quorumbus.partition.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 67: quorumbus.partition.v1.ListSessionsResponse
-	(*PurgeRequest)(nil),             // 68: quorumbus.partition.v1.PurgeRequest
-	(*PurgeResponse)(nil),            // 69: quorumbus.partition.v1.PurgeResponse
-	(*RedriveRequest)(nil),           // 70: quorumbus.partition.v1.RedriveRequest
-	(*RedriveResponse)(nil),          // 71: quorumbus.partition.v1.RedriveResponse
-	nil,                              // 72: quorumbus.partition.v1.FilterView.PropertiesEntry
-	(placementpb.EntityKind)(0),      // 73: quorumbus.placement.v1.EntityKind
-	(*placementpb.Rule)(nil),         // 74: quorumbus.placement.v1.Rule
-	(*placementpb.RuleValue)(nil),    // 75: quorumbus.placement.v1.RuleValue
+	(*GroupStatsRequest)(nil),        // 50: quorumbus.partition.v1.GroupStatsRequest
+	(*EntityPartitionRef)(nil),       // 51: quorumbus.partition.v1.EntityPartitionRef
+	(*GroupStatsResponse)(nil),       // 52: quorumbus.partition.v1.GroupStatsResponse
+	(*EntityPartitionStats)(nil),     // 53: quorumbus.partition.v1.EntityPartitionStats
+	(*PeekRequest)(nil),              // 54: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 55: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 56: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 57: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 58: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 59: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 60: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 61: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 62: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 63: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 64: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 65: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 66: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 67: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 68: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 69: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 70: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 71: quorumbus.partition.v1.ListSessionsResponse
+	(*PurgeRequest)(nil),             // 72: quorumbus.partition.v1.PurgeRequest
+	(*PurgeResponse)(nil),            // 73: quorumbus.partition.v1.PurgeResponse
+	(*RedriveRequest)(nil),           // 74: quorumbus.partition.v1.RedriveRequest
+	(*RedriveResponse)(nil),          // 75: quorumbus.partition.v1.RedriveResponse
+	nil,                              // 76: quorumbus.partition.v1.FilterView.PropertiesEntry
+	(placementpb.EntityKind)(0),      // 77: quorumbus.placement.v1.EntityKind
+	(*placementpb.Rule)(nil),         // 78: quorumbus.placement.v1.Rule
+	(*placementpb.RuleValue)(nil),    // 79: quorumbus.placement.v1.RuleValue
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
-	73, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
-	74, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
+	77, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
+	78, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
 	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	14, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
@@ -6075,7 +6315,7 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	13, // 28: quorumbus.partition.v1.NewMessage.forwarded:type_name -> quorumbus.partition.v1.ForwardOrigin
 	1,  // 29: quorumbus.partition.v1.ForwardOrigin.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	14, // 30: quorumbus.partition.v1.ForwardOrigin.action_set:type_name -> quorumbus.partition.v1.FilterView
-	72, // 31: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	76, // 31: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
 	1,  // 32: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	1,  // 33: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
 	3,  // 34: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
@@ -6095,68 +6335,73 @@ var file_partitionpb_partition_proto_depIdxs = []int32{
 	32, // 48: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
 	18, // 49: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
 	32, // 50: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 51: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	6,  // 52: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	21, // 53: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	32, // 54: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 55: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	32, // 56: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	32, // 57: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	24, // 58: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
-	32, // 59: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
-	25, // 60: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
-	32, // 61: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	32, // 62: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	26, // 63: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
-	32, // 64: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	29, // 65: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
-	32, // 66: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
-	30, // 67: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
-	32, // 68: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
-	75, // 69: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	34, // 70: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	36, // 71: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	38, // 72: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	40, // 73: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	42, // 74: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	44, // 75: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	48, // 76: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	50, // 77: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	52, // 78: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	54, // 79: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	56, // 80: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	58, // 81: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	60, // 82: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	62, // 83: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	64, // 84: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	66, // 85: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	46, // 86: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
-	68, // 87: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
-	70, // 88: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
-	35, // 89: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	37, // 90: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	39, // 91: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	41, // 92: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	43, // 93: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	45, // 94: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	49, // 95: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	51, // 96: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	53, // 97: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	55, // 98: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	57, // 99: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	59, // 100: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	61, // 101: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	63, // 102: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	65, // 103: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	67, // 104: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	47, // 105: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
-	69, // 106: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
-	71, // 107: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
-	89, // [89:108] is the sub-list for method output_type
-	70, // [70:89] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	51, // 51: quorumbus.partition.v1.GroupStatsRequest.entities:type_name -> quorumbus.partition.v1.EntityPartitionRef
+	53, // 52: quorumbus.partition.v1.GroupStatsResponse.entities:type_name -> quorumbus.partition.v1.EntityPartitionStats
+	49, // 53: quorumbus.partition.v1.EntityPartitionStats.stats:type_name -> quorumbus.partition.v1.StatsResponse
+	1,  // 54: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	6,  // 55: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
+	21, // 56: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	32, // 57: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 58: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	32, // 59: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	32, // 60: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	24, // 61: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	32, // 62: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	25, // 63: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	32, // 64: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	32, // 65: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	26, // 66: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	32, // 67: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	29, // 68: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
+	32, // 69: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
+	30, // 70: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
+	32, // 71: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
+	79, // 72: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	34, // 73: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	36, // 74: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	38, // 75: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	40, // 76: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	42, // 77: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	44, // 78: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	48, // 79: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	50, // 80: quorumbus.partition.v1.PartitionService.GroupStats:input_type -> quorumbus.partition.v1.GroupStatsRequest
+	54, // 81: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	56, // 82: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	58, // 83: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	60, // 84: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	62, // 85: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	64, // 86: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	66, // 87: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	68, // 88: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	70, // 89: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	46, // 90: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
+	72, // 91: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
+	74, // 92: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
+	35, // 93: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	37, // 94: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	39, // 95: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	41, // 96: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	43, // 97: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	45, // 98: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	49, // 99: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	52, // 100: quorumbus.partition.v1.PartitionService.GroupStats:output_type -> quorumbus.partition.v1.GroupStatsResponse
+	55, // 101: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	57, // 102: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	59, // 103: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	61, // 104: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	63, // 105: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	65, // 106: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	67, // 107: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	69, // 108: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	71, // 109: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	47, // 110: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
+	73, // 111: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
+	75, // 112: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
+	93, // [93:113] is the sub-list for method output_type
+	73, // [73:93] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -6191,7 +6436,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   68,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	PartitionService_Settle_FullMethodName           = "/quorumbus.partition.v1.PartitionService/Settle"
 	PartitionService_RenewLocks_FullMethodName       = "/quorumbus.partition.v1.PartitionService/RenewLocks"
 	PartitionService_Stats_FullMethodName            = "/quorumbus.partition.v1.PartitionService/Stats"
+	PartitionService_GroupStats_FullMethodName       = "/quorumbus.partition.v1.PartitionService/GroupStats"
 	PartitionService_Peek_FullMethodName             = "/quorumbus.partition.v1.PartitionService/Peek"
 	PartitionService_CancelScheduled_FullMethodName  = "/quorumbus.partition.v1.PartitionService/CancelScheduled"
 	PartitionService_ReceiveDeferred_FullMethodName  = "/quorumbus.partition.v1.PartitionService/ReceiveDeferred"
@@ -54,6 +55,10 @@ type PartitionServiceClient interface {
 	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 	RenewLocks(ctx context.Context, in *RenewLocksRequest, opts ...grpc.CallOption) (*RenewLocksResponse, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// GroupStats reads the counters of many entity partitions of the group
+	// at once, with one confirmation of leadership (the gateway's lists
+	// and metrics scrapes).
+	GroupStats(ctx context.Context, in *GroupStatsRequest, opts ...grpc.CallOption) (*GroupStatsResponse, error)
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	CancelScheduled(ctx context.Context, in *CancelScheduledRequest, opts ...grpc.CallOption) (*CancelScheduledResponse, error)
 	ReceiveDeferred(ctx context.Context, in *ReceiveDeferredRequest, opts ...grpc.CallOption) (*ReceiveDeferredResponse, error)
@@ -143,6 +148,16 @@ func (c *partitionServiceClient) Stats(ctx context.Context, in *StatsRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatsResponse)
 	err := c.cc.Invoke(ctx, PartitionService_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) GroupStats(ctx context.Context, in *GroupStatsRequest, opts ...grpc.CallOption) (*GroupStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupStatsResponse)
+	err := c.cc.Invoke(ctx, PartitionService_GroupStats_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +295,10 @@ type PartitionServiceServer interface {
 	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	RenewLocks(context.Context, *RenewLocksRequest) (*RenewLocksResponse, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// GroupStats reads the counters of many entity partitions of the group
+	// at once, with one confirmation of leadership (the gateway's lists
+	// and metrics scrapes).
+	GroupStats(context.Context, *GroupStatsRequest) (*GroupStatsResponse, error)
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	CancelScheduled(context.Context, *CancelScheduledRequest) (*CancelScheduledResponse, error)
 	ReceiveDeferred(context.Context, *ReceiveDeferredRequest) (*ReceiveDeferredResponse, error)
@@ -325,6 +344,9 @@ func (UnimplementedPartitionServiceServer) RenewLocks(context.Context, *RenewLoc
 }
 func (UnimplementedPartitionServiceServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedPartitionServiceServer) GroupStats(context.Context, *GroupStatsRequest) (*GroupStatsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GroupStats not implemented")
 }
 func (UnimplementedPartitionServiceServer) Peek(context.Context, *PeekRequest) (*PeekResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Peek not implemented")
@@ -505,6 +527,24 @@ func _PartitionService_Stats_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PartitionServiceServer).Stats(ctx, req.(*StatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_GroupStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).GroupStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_GroupStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).GroupStats(ctx, req.(*GroupStatsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -759,6 +799,10 @@ var PartitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _PartitionService_Stats_Handler,
+		},
+		{
+			MethodName: "GroupStats",
+			Handler:    _PartitionService_GroupStats_Handler,
 		},
 		{
 			MethodName: "Peek",

@@ -2467,6 +2467,7 @@ type CatalogCommand struct {
 	//	*CatalogCommand_DrainNode
 	//	*CatalogCommand_AddRule
 	//	*CatalogCommand_RemoveRule
+	//	*CatalogCommand_ReplaceRule
 	//	*CatalogCommand_PutAuthorizationRule
 	//	*CatalogCommand_DeleteAuthorizationRule
 	Op            isCatalogCommand_Op `protobuf_oneof:"op"`
@@ -2626,6 +2627,15 @@ func (x *CatalogCommand) GetRemoveRule() *RemoveRuleCommand {
 	return nil
 }
 
+func (x *CatalogCommand) GetReplaceRule() *ReplaceRuleCommand {
+	if x != nil {
+		if x, ok := x.Op.(*CatalogCommand_ReplaceRule); ok {
+			return x.ReplaceRule
+		}
+	}
+	return nil
+}
+
 func (x *CatalogCommand) GetPutAuthorizationRule() *PutAuthorizationRuleCommand {
 	if x != nil {
 		if x, ok := x.Op.(*CatalogCommand_PutAuthorizationRule); ok {
@@ -2696,6 +2706,10 @@ type CatalogCommand_RemoveRule struct {
 	RemoveRule *RemoveRuleCommand `protobuf:"bytes,32,opt,name=remove_rule,json=removeRule,proto3,oneof"`
 }
 
+type CatalogCommand_ReplaceRule struct {
+	ReplaceRule *ReplaceRuleCommand `protobuf:"bytes,33,opt,name=replace_rule,json=replaceRule,proto3,oneof"`
+}
+
 type CatalogCommand_PutAuthorizationRule struct {
 	// Field numbers from 40 on belong to the authorization rules.
 	PutAuthorizationRule *PutAuthorizationRuleCommand `protobuf:"bytes,40,opt,name=put_authorization_rule,json=putAuthorizationRule,proto3,oneof"`
@@ -2728,6 +2742,8 @@ func (*CatalogCommand_DrainNode) isCatalogCommand_Op() {}
 func (*CatalogCommand_AddRule) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_RemoveRule) isCatalogCommand_Op() {}
+
+func (*CatalogCommand_ReplaceRule) isCatalogCommand_Op() {}
 
 func (*CatalogCommand_PutAuthorizationRule) isCatalogCommand_Op() {}
 
@@ -3316,6 +3332,60 @@ func (x *AddRuleCommand) GetRule() *Rule {
 	return nil
 }
 
+// ReplaceRuleCommand replaces the subscription's rule named rule.name;
+// the rule keeps its creation time.
+type ReplaceRuleCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  string                 `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	Rule          *Rule                  `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceRuleCommand) Reset() {
+	*x = ReplaceRuleCommand{}
+	mi := &file_placementpb_placement_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceRuleCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceRuleCommand) ProtoMessage() {}
+
+func (x *ReplaceRuleCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_placementpb_placement_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceRuleCommand.ProtoReflect.Descriptor instead.
+func (*ReplaceRuleCommand) Descriptor() ([]byte, []int) {
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReplaceRuleCommand) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *ReplaceRuleCommand) GetRule() *Rule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
 type RemoveRuleCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Subscription  string                 `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
@@ -3326,7 +3396,7 @@ type RemoveRuleCommand struct {
 
 func (x *RemoveRuleCommand) Reset() {
 	*x = RemoveRuleCommand{}
-	mi := &file_placementpb_placement_proto_msgTypes[45]
+	mi := &file_placementpb_placement_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3408,7 @@ func (x *RemoveRuleCommand) String() string {
 func (*RemoveRuleCommand) ProtoMessage() {}
 
 func (x *RemoveRuleCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[45]
+	mi := &file_placementpb_placement_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3421,7 @@ func (x *RemoveRuleCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRuleCommand.ProtoReflect.Descriptor instead.
 func (*RemoveRuleCommand) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{45}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveRuleCommand) GetSubscription() string {
@@ -3380,7 +3450,7 @@ type CompleteTasks struct {
 
 func (x *CompleteTasks) Reset() {
 	*x = CompleteTasks{}
-	mi := &file_placementpb_placement_proto_msgTypes[46]
+	mi := &file_placementpb_placement_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3462,7 @@ func (x *CompleteTasks) String() string {
 func (*CompleteTasks) ProtoMessage() {}
 
 func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[46]
+	mi := &file_placementpb_placement_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3475,7 @@ func (x *CompleteTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTasks.ProtoReflect.Descriptor instead.
 func (*CompleteTasks) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{46}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CompleteTasks) GetTasks() []*PartitionTask {
@@ -3430,7 +3500,7 @@ type PartitionTask struct {
 
 func (x *PartitionTask) Reset() {
 	*x = PartitionTask{}
-	mi := &file_placementpb_placement_proto_msgTypes[47]
+	mi := &file_placementpb_placement_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3442,7 +3512,7 @@ func (x *PartitionTask) String() string {
 func (*PartitionTask) ProtoMessage() {}
 
 func (x *PartitionTask) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[47]
+	mi := &file_placementpb_placement_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3455,7 +3525,7 @@ func (x *PartitionTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionTask.ProtoReflect.Descriptor instead.
 func (*PartitionTask) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{47}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PartitionTask) GetEntityId() uint64 {
@@ -3513,7 +3583,7 @@ type CatalogSnapshot struct {
 
 func (x *CatalogSnapshot) Reset() {
 	*x = CatalogSnapshot{}
-	mi := &file_placementpb_placement_proto_msgTypes[48]
+	mi := &file_placementpb_placement_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +3595,7 @@ func (x *CatalogSnapshot) String() string {
 func (*CatalogSnapshot) ProtoMessage() {}
 
 func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[48]
+	mi := &file_placementpb_placement_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +3608,7 @@ func (x *CatalogSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogSnapshot.ProtoReflect.Descriptor instead.
 func (*CatalogSnapshot) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{48}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CatalogSnapshot) GetAppliedIndex() uint64 {
@@ -3623,7 +3693,7 @@ type MetaLeaderHint struct {
 
 func (x *MetaLeaderHint) Reset() {
 	*x = MetaLeaderHint{}
-	mi := &file_placementpb_placement_proto_msgTypes[49]
+	mi := &file_placementpb_placement_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3705,7 @@ func (x *MetaLeaderHint) String() string {
 func (*MetaLeaderHint) ProtoMessage() {}
 
 func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[49]
+	mi := &file_placementpb_placement_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3718,7 @@ func (x *MetaLeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaLeaderHint.ProtoReflect.Descriptor instead.
 func (*MetaLeaderHint) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{49}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MetaLeaderHint) GetLeaderId() string {
@@ -3679,7 +3749,7 @@ type MemberMeta struct {
 
 func (x *MemberMeta) Reset() {
 	*x = MemberMeta{}
-	mi := &file_placementpb_placement_proto_msgTypes[50]
+	mi := &file_placementpb_placement_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3761,7 @@ func (x *MemberMeta) String() string {
 func (*MemberMeta) ProtoMessage() {}
 
 func (x *MemberMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_placementpb_placement_proto_msgTypes[50]
+	mi := &file_placementpb_placement_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3774,7 @@ func (x *MemberMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberMeta.ProtoReflect.Descriptor instead.
 func (*MemberMeta) Descriptor() ([]byte, []int) {
-	return file_placementpb_placement_proto_rawDescGZIP(), []int{50}
+	return file_placementpb_placement_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MemberMeta) GetNodeId() string {
@@ -3928,7 +3998,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x13ReportGroupsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
 	"\x06groups\x18\x02 \x03(\v2#.quorumbus.placement.v1.GroupReportR\x06groups\"\x16\n" +
-	"\x14ReportGroupsResponse\"\xbd\t\n" +
+	"\x14ReportGroupsResponse\"\x8e\n" +
+	"\n" +
 	"\x0eCatalogCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12N\n" +
 	"\x0eregister_nodes\x18\x02 \x01(\v2%.quorumbus.placement.v1.RegisterNodesH\x00R\rregisterNodes\x12K\n" +
@@ -3946,7 +4017,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"drain_node\x18\x16 \x01(\v2(.quorumbus.placement.v1.DrainNodeRequestH\x00R\tdrainNode\x12C\n" +
 	"\badd_rule\x18\x1f \x01(\v2&.quorumbus.placement.v1.AddRuleCommandH\x00R\aaddRule\x12L\n" +
 	"\vremove_rule\x18  \x01(\v2).quorumbus.placement.v1.RemoveRuleCommandH\x00R\n" +
-	"removeRule\x12k\n" +
+	"removeRule\x12O\n" +
+	"\freplace_rule\x18! \x01(\v2*.quorumbus.placement.v1.ReplaceRuleCommandH\x00R\vreplaceRule\x12k\n" +
 	"\x16put_authorization_rule\x18( \x01(\v23.quorumbus.placement.v1.PutAuthorizationRuleCommandH\x00R\x14putAuthorizationRule\x12t\n" +
 	"\x19delete_authorization_rule\x18) \x01(\v26.quorumbus.placement.v1.DeleteAuthorizationRuleRequestH\x00R\x17deleteAuthorizationRuleB\x04\n" +
 	"\x02opJ\x05\bd\x10\xc8\x01\"J\n" +
@@ -3989,6 +4061,9 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x13DeleteEntityCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"f\n" +
 	"\x0eAddRuleCommand\x12\"\n" +
+	"\fsubscription\x18\x01 \x01(\tR\fsubscription\x120\n" +
+	"\x04rule\x18\x02 \x01(\v2\x1c.quorumbus.placement.v1.RuleR\x04rule\"j\n" +
+	"\x12ReplaceRuleCommand\x12\"\n" +
 	"\fsubscription\x18\x01 \x01(\tR\fsubscription\x120\n" +
 	"\x04rule\x18\x02 \x01(\v2\x1c.quorumbus.placement.v1.RuleR\x04rule\"T\n" +
 	"\x11RemoveRuleCommand\x12\"\n" +
@@ -4035,7 +4110,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x1eENTITY_STATUS_RECEIVE_DISABLED\x10\x03*6\n" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_UPSERT\x10\x00\x12\x14\n" +
-	"\x10TASK_KIND_DELETE\x10\x012\xcf\v\n" +
+	"\x10TASK_KIND_DELETE\x10\x012\xa4\f\n" +
 	"\x10PlacementService\x12[\n" +
 	"\fCreateEntity\x12+.quorumbus.placement.v1.CreateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12[\n" +
 	"\fUpdateEntity\x12+.quorumbus.placement.v1.UpdateEntityRequest\x1a\x1e.quorumbus.placement.v1.Entity\x12i\n" +
@@ -4047,7 +4122,8 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tDrainNode\x12(.quorumbus.placement.v1.DrainNodeRequest\x1a\x1c.quorumbus.placement.v1.Node\x12O\n" +
 	"\aAddRule\x12&.quorumbus.placement.v1.AddRuleRequest\x1a\x1c.quorumbus.placement.v1.Rule\x12c\n" +
 	"\n" +
-	"RemoveRule\x12).quorumbus.placement.v1.RemoveRuleRequest\x1a*.quorumbus.placement.v1.RemoveRuleResponse\x12v\n" +
+	"RemoveRule\x12).quorumbus.placement.v1.RemoveRuleRequest\x1a*.quorumbus.placement.v1.RemoveRuleResponse\x12S\n" +
+	"\vReplaceRule\x12&.quorumbus.placement.v1.AddRuleRequest\x1a\x1c.quorumbus.placement.v1.Rule\x12v\n" +
 	"\x14PutAuthorizationRule\x123.quorumbus.placement.v1.PutAuthorizationRuleRequest\x1a).quorumbus.placement.v1.AuthorizationRule\x12\x8a\x01\n" +
 	"\x17DeleteAuthorizationRule\x126.quorumbus.placement.v1.DeleteAuthorizationRuleRequest\x1a7.quorumbus.placement.v1.DeleteAuthorizationRuleResponse\x12\x87\x01\n" +
 	"\x16ListAuthorizationRules\x125.quorumbus.placement.v1.ListAuthorizationRulesRequest\x1a6.quorumbus.placement.v1.ListAuthorizationRulesResponse\x12l\n" +
@@ -4066,7 +4142,7 @@ func file_placementpb_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_placementpb_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_placementpb_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_placementpb_placement_proto_goTypes = []any{
 	(EntityKind)(0),                         // 0: quorumbus.placement.v1.EntityKind
 	(EntityStatus)(0),                       // 1: quorumbus.placement.v1.EntityStatus
@@ -4116,23 +4192,24 @@ var file_placementpb_placement_proto_goTypes = []any{
 	(*UpdateEntityCommand)(nil),             // 45: quorumbus.placement.v1.UpdateEntityCommand
 	(*DeleteEntityCommand)(nil),             // 46: quorumbus.placement.v1.DeleteEntityCommand
 	(*AddRuleCommand)(nil),                  // 47: quorumbus.placement.v1.AddRuleCommand
-	(*RemoveRuleCommand)(nil),               // 48: quorumbus.placement.v1.RemoveRuleCommand
-	(*CompleteTasks)(nil),                   // 49: quorumbus.placement.v1.CompleteTasks
-	(*PartitionTask)(nil),                   // 50: quorumbus.placement.v1.PartitionTask
-	(*CatalogSnapshot)(nil),                 // 51: quorumbus.placement.v1.CatalogSnapshot
-	(*MetaLeaderHint)(nil),                  // 52: quorumbus.placement.v1.MetaLeaderHint
-	(*MemberMeta)(nil),                      // 53: quorumbus.placement.v1.MemberMeta
-	nil,                                     // 54: quorumbus.placement.v1.SqlFilter.ParametersEntry
-	nil,                                     // 55: quorumbus.placement.v1.SqlRuleAction.ParametersEntry
-	nil,                                     // 56: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
+	(*ReplaceRuleCommand)(nil),              // 48: quorumbus.placement.v1.ReplaceRuleCommand
+	(*RemoveRuleCommand)(nil),               // 49: quorumbus.placement.v1.RemoveRuleCommand
+	(*CompleteTasks)(nil),                   // 50: quorumbus.placement.v1.CompleteTasks
+	(*PartitionTask)(nil),                   // 51: quorumbus.placement.v1.PartitionTask
+	(*CatalogSnapshot)(nil),                 // 52: quorumbus.placement.v1.CatalogSnapshot
+	(*MetaLeaderHint)(nil),                  // 53: quorumbus.placement.v1.MetaLeaderHint
+	(*MemberMeta)(nil),                      // 54: quorumbus.placement.v1.MemberMeta
+	nil,                                     // 55: quorumbus.placement.v1.SqlFilter.ParametersEntry
+	nil,                                     // 56: quorumbus.placement.v1.SqlRuleAction.ParametersEntry
+	nil,                                     // 57: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
 }
 var file_placementpb_placement_proto_depIdxs = []int32{
 	5,  // 0: quorumbus.placement.v1.Rule.sql_filter:type_name -> quorumbus.placement.v1.SqlFilter
 	7,  // 1: quorumbus.placement.v1.Rule.correlation_filter:type_name -> quorumbus.placement.v1.CorrelationFilter
 	6,  // 2: quorumbus.placement.v1.Rule.action:type_name -> quorumbus.placement.v1.SqlRuleAction
-	54, // 3: quorumbus.placement.v1.SqlFilter.parameters:type_name -> quorumbus.placement.v1.SqlFilter.ParametersEntry
-	55, // 4: quorumbus.placement.v1.SqlRuleAction.parameters:type_name -> quorumbus.placement.v1.SqlRuleAction.ParametersEntry
-	56, // 5: quorumbus.placement.v1.CorrelationFilter.properties:type_name -> quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
+	55, // 3: quorumbus.placement.v1.SqlFilter.parameters:type_name -> quorumbus.placement.v1.SqlFilter.ParametersEntry
+	56, // 4: quorumbus.placement.v1.SqlRuleAction.parameters:type_name -> quorumbus.placement.v1.SqlRuleAction.ParametersEntry
+	57, // 5: quorumbus.placement.v1.CorrelationFilter.properties:type_name -> quorumbus.placement.v1.CorrelationFilter.PropertiesEntry
 	0,  // 6: quorumbus.placement.v1.Entity.kind:type_name -> quorumbus.placement.v1.EntityKind
 	1,  // 7: quorumbus.placement.v1.Entity.status:type_name -> quorumbus.placement.v1.EntityStatus
 	3,  // 8: quorumbus.placement.v1.Entity.properties:type_name -> quorumbus.placement.v1.QueueProperties
@@ -4160,68 +4237,72 @@ var file_placementpb_placement_proto_depIdxs = []int32{
 	45, // 30: quorumbus.placement.v1.CatalogCommand.update_entity:type_name -> quorumbus.placement.v1.UpdateEntityCommand
 	46, // 31: quorumbus.placement.v1.CatalogCommand.delete_entity:type_name -> quorumbus.placement.v1.DeleteEntityCommand
 	35, // 32: quorumbus.placement.v1.CatalogCommand.report_groups:type_name -> quorumbus.placement.v1.ReportGroupsRequest
-	49, // 33: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
+	50, // 33: quorumbus.placement.v1.CatalogCommand.complete_tasks:type_name -> quorumbus.placement.v1.CompleteTasks
 	38, // 34: quorumbus.placement.v1.CatalogCommand.start_move:type_name -> quorumbus.placement.v1.StartMove
 	39, // 35: quorumbus.placement.v1.CatalogCommand.finish_move:type_name -> quorumbus.placement.v1.FinishMove
 	15, // 36: quorumbus.placement.v1.CatalogCommand.drain_node:type_name -> quorumbus.placement.v1.DrainNodeRequest
 	47, // 37: quorumbus.placement.v1.CatalogCommand.add_rule:type_name -> quorumbus.placement.v1.AddRuleCommand
-	48, // 38: quorumbus.placement.v1.CatalogCommand.remove_rule:type_name -> quorumbus.placement.v1.RemoveRuleCommand
-	40, // 39: quorumbus.placement.v1.CatalogCommand.put_authorization_rule:type_name -> quorumbus.placement.v1.PutAuthorizationRuleCommand
-	17, // 40: quorumbus.placement.v1.CatalogCommand.delete_authorization_rule:type_name -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
-	13, // 41: quorumbus.placement.v1.PutAuthorizationRuleCommand.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
-	12, // 42: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
-	43, // 43: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
-	10, // 44: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
-	0,  // 45: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
-	3,  // 46: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 47: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	4,  // 48: quorumbus.placement.v1.CreateEntityCommand.rules:type_name -> quorumbus.placement.v1.Rule
-	3,  // 49: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
-	1,  // 50: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
-	4,  // 51: quorumbus.placement.v1.AddRuleCommand.rule:type_name -> quorumbus.placement.v1.Rule
-	50, // 52: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	2,  // 53: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
-	9,  // 54: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
-	11, // 55: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
-	12, // 56: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
-	50, // 57: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
-	13, // 58: quorumbus.placement.v1.CatalogSnapshot.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
-	8,  // 59: quorumbus.placement.v1.SqlFilter.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	8,  // 60: quorumbus.placement.v1.SqlRuleAction.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	8,  // 61: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	23, // 62: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
-	24, // 63: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
-	25, // 64: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
-	30, // 65: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
-	31, // 66: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
-	33, // 67: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
-	35, // 68: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
-	15, // 69: quorumbus.placement.v1.PlacementService.DrainNode:input_type -> quorumbus.placement.v1.DrainNodeRequest
-	26, // 70: quorumbus.placement.v1.PlacementService.AddRule:input_type -> quorumbus.placement.v1.AddRuleRequest
-	27, // 71: quorumbus.placement.v1.PlacementService.RemoveRule:input_type -> quorumbus.placement.v1.RemoveRuleRequest
-	16, // 72: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:input_type -> quorumbus.placement.v1.PutAuthorizationRuleRequest
-	17, // 73: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:input_type -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
-	19, // 74: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:input_type -> quorumbus.placement.v1.ListAuthorizationRulesRequest
-	21, // 75: quorumbus.placement.v1.PlacementService.CatalogDigest:input_type -> quorumbus.placement.v1.CatalogDigestRequest
-	9,  // 76: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
-	9,  // 77: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
-	29, // 78: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
-	9,  // 79: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
-	32, // 80: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
-	14, // 81: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
-	36, // 82: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
-	12, // 83: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
-	4,  // 84: quorumbus.placement.v1.PlacementService.AddRule:output_type -> quorumbus.placement.v1.Rule
-	28, // 85: quorumbus.placement.v1.PlacementService.RemoveRule:output_type -> quorumbus.placement.v1.RemoveRuleResponse
-	13, // 86: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:output_type -> quorumbus.placement.v1.AuthorizationRule
-	18, // 87: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:output_type -> quorumbus.placement.v1.DeleteAuthorizationRuleResponse
-	20, // 88: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:output_type -> quorumbus.placement.v1.ListAuthorizationRulesResponse
-	22, // 89: quorumbus.placement.v1.PlacementService.CatalogDigest:output_type -> quorumbus.placement.v1.CatalogDigestResponse
-	76, // [76:90] is the sub-list for method output_type
-	62, // [62:76] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	49, // 38: quorumbus.placement.v1.CatalogCommand.remove_rule:type_name -> quorumbus.placement.v1.RemoveRuleCommand
+	48, // 39: quorumbus.placement.v1.CatalogCommand.replace_rule:type_name -> quorumbus.placement.v1.ReplaceRuleCommand
+	40, // 40: quorumbus.placement.v1.CatalogCommand.put_authorization_rule:type_name -> quorumbus.placement.v1.PutAuthorizationRuleCommand
+	17, // 41: quorumbus.placement.v1.CatalogCommand.delete_authorization_rule:type_name -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	13, // 42: quorumbus.placement.v1.PutAuthorizationRuleCommand.rule:type_name -> quorumbus.placement.v1.AuthorizationRule
+	12, // 43: quorumbus.placement.v1.RegisterNodes.nodes:type_name -> quorumbus.placement.v1.Node
+	43, // 44: quorumbus.placement.v1.CreateGroups.groups:type_name -> quorumbus.placement.v1.NewGroup
+	10, // 45: quorumbus.placement.v1.NewGroup.replicas:type_name -> quorumbus.placement.v1.Replica
+	0,  // 46: quorumbus.placement.v1.CreateEntityCommand.kind:type_name -> quorumbus.placement.v1.EntityKind
+	3,  // 47: quorumbus.placement.v1.CreateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 48: quorumbus.placement.v1.CreateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	4,  // 49: quorumbus.placement.v1.CreateEntityCommand.rules:type_name -> quorumbus.placement.v1.Rule
+	3,  // 50: quorumbus.placement.v1.UpdateEntityCommand.properties:type_name -> quorumbus.placement.v1.QueueProperties
+	1,  // 51: quorumbus.placement.v1.UpdateEntityCommand.status:type_name -> quorumbus.placement.v1.EntityStatus
+	4,  // 52: quorumbus.placement.v1.AddRuleCommand.rule:type_name -> quorumbus.placement.v1.Rule
+	4,  // 53: quorumbus.placement.v1.ReplaceRuleCommand.rule:type_name -> quorumbus.placement.v1.Rule
+	51, // 54: quorumbus.placement.v1.CompleteTasks.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	2,  // 55: quorumbus.placement.v1.PartitionTask.kind:type_name -> quorumbus.placement.v1.TaskKind
+	9,  // 56: quorumbus.placement.v1.CatalogSnapshot.entities:type_name -> quorumbus.placement.v1.Entity
+	11, // 57: quorumbus.placement.v1.CatalogSnapshot.groups:type_name -> quorumbus.placement.v1.Group
+	12, // 58: quorumbus.placement.v1.CatalogSnapshot.nodes:type_name -> quorumbus.placement.v1.Node
+	51, // 59: quorumbus.placement.v1.CatalogSnapshot.tasks:type_name -> quorumbus.placement.v1.PartitionTask
+	13, // 60: quorumbus.placement.v1.CatalogSnapshot.authorization_rules:type_name -> quorumbus.placement.v1.AuthorizationRule
+	8,  // 61: quorumbus.placement.v1.SqlFilter.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	8,  // 62: quorumbus.placement.v1.SqlRuleAction.ParametersEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	8,  // 63: quorumbus.placement.v1.CorrelationFilter.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	23, // 64: quorumbus.placement.v1.PlacementService.CreateEntity:input_type -> quorumbus.placement.v1.CreateEntityRequest
+	24, // 65: quorumbus.placement.v1.PlacementService.UpdateEntity:input_type -> quorumbus.placement.v1.UpdateEntityRequest
+	25, // 66: quorumbus.placement.v1.PlacementService.DeleteEntity:input_type -> quorumbus.placement.v1.DeleteEntityRequest
+	30, // 67: quorumbus.placement.v1.PlacementService.GetEntity:input_type -> quorumbus.placement.v1.GetEntityRequest
+	31, // 68: quorumbus.placement.v1.PlacementService.ListEntities:input_type -> quorumbus.placement.v1.ListEntitiesRequest
+	33, // 69: quorumbus.placement.v1.PlacementService.WatchRoutes:input_type -> quorumbus.placement.v1.WatchRoutesRequest
+	35, // 70: quorumbus.placement.v1.PlacementService.ReportGroups:input_type -> quorumbus.placement.v1.ReportGroupsRequest
+	15, // 71: quorumbus.placement.v1.PlacementService.DrainNode:input_type -> quorumbus.placement.v1.DrainNodeRequest
+	26, // 72: quorumbus.placement.v1.PlacementService.AddRule:input_type -> quorumbus.placement.v1.AddRuleRequest
+	27, // 73: quorumbus.placement.v1.PlacementService.RemoveRule:input_type -> quorumbus.placement.v1.RemoveRuleRequest
+	26, // 74: quorumbus.placement.v1.PlacementService.ReplaceRule:input_type -> quorumbus.placement.v1.AddRuleRequest
+	16, // 75: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:input_type -> quorumbus.placement.v1.PutAuthorizationRuleRequest
+	17, // 76: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:input_type -> quorumbus.placement.v1.DeleteAuthorizationRuleRequest
+	19, // 77: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:input_type -> quorumbus.placement.v1.ListAuthorizationRulesRequest
+	21, // 78: quorumbus.placement.v1.PlacementService.CatalogDigest:input_type -> quorumbus.placement.v1.CatalogDigestRequest
+	9,  // 79: quorumbus.placement.v1.PlacementService.CreateEntity:output_type -> quorumbus.placement.v1.Entity
+	9,  // 80: quorumbus.placement.v1.PlacementService.UpdateEntity:output_type -> quorumbus.placement.v1.Entity
+	29, // 81: quorumbus.placement.v1.PlacementService.DeleteEntity:output_type -> quorumbus.placement.v1.DeleteEntityResponse
+	9,  // 82: quorumbus.placement.v1.PlacementService.GetEntity:output_type -> quorumbus.placement.v1.Entity
+	32, // 83: quorumbus.placement.v1.PlacementService.ListEntities:output_type -> quorumbus.placement.v1.ListEntitiesResponse
+	14, // 84: quorumbus.placement.v1.PlacementService.WatchRoutes:output_type -> quorumbus.placement.v1.RoutingTable
+	36, // 85: quorumbus.placement.v1.PlacementService.ReportGroups:output_type -> quorumbus.placement.v1.ReportGroupsResponse
+	12, // 86: quorumbus.placement.v1.PlacementService.DrainNode:output_type -> quorumbus.placement.v1.Node
+	4,  // 87: quorumbus.placement.v1.PlacementService.AddRule:output_type -> quorumbus.placement.v1.Rule
+	28, // 88: quorumbus.placement.v1.PlacementService.RemoveRule:output_type -> quorumbus.placement.v1.RemoveRuleResponse
+	4,  // 89: quorumbus.placement.v1.PlacementService.ReplaceRule:output_type -> quorumbus.placement.v1.Rule
+	13, // 90: quorumbus.placement.v1.PlacementService.PutAuthorizationRule:output_type -> quorumbus.placement.v1.AuthorizationRule
+	18, // 91: quorumbus.placement.v1.PlacementService.DeleteAuthorizationRule:output_type -> quorumbus.placement.v1.DeleteAuthorizationRuleResponse
+	20, // 92: quorumbus.placement.v1.PlacementService.ListAuthorizationRules:output_type -> quorumbus.placement.v1.ListAuthorizationRulesResponse
+	22, // 93: quorumbus.placement.v1.PlacementService.CatalogDigest:output_type -> quorumbus.placement.v1.CatalogDigestResponse
+	79, // [79:94] is the sub-list for method output_type
+	64, // [64:79] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_placementpb_placement_proto_init() }
@@ -4257,6 +4338,7 @@ func file_placementpb_placement_proto_init() {
 		(*CatalogCommand_DrainNode)(nil),
 		(*CatalogCommand_AddRule)(nil),
 		(*CatalogCommand_RemoveRule)(nil),
+		(*CatalogCommand_ReplaceRule)(nil),
 		(*CatalogCommand_PutAuthorizationRule)(nil),
 		(*CatalogCommand_DeleteAuthorizationRule)(nil),
 	}
@@ -4266,7 +4348,7 @@ func file_placementpb_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_placementpb_placement_proto_rawDesc), len(file_placementpb_placement_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

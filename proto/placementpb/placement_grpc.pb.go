@@ -33,6 +33,7 @@ const (
 	PlacementService_DrainNode_FullMethodName               = "/quorumbus.placement.v1.PlacementService/DrainNode"
 	PlacementService_AddRule_FullMethodName                 = "/quorumbus.placement.v1.PlacementService/AddRule"
 	PlacementService_RemoveRule_FullMethodName              = "/quorumbus.placement.v1.PlacementService/RemoveRule"
+	PlacementService_ReplaceRule_FullMethodName             = "/quorumbus.placement.v1.PlacementService/ReplaceRule"
 	PlacementService_PutAuthorizationRule_FullMethodName    = "/quorumbus.placement.v1.PlacementService/PutAuthorizationRule"
 	PlacementService_DeleteAuthorizationRule_FullMethodName = "/quorumbus.placement.v1.PlacementService/DeleteAuthorizationRule"
 	PlacementService_ListAuthorizationRules_FullMethodName  = "/quorumbus.placement.v1.PlacementService/ListAuthorizationRules"
@@ -59,6 +60,10 @@ type PlacementServiceClient interface {
 	// rules are read with GetEntity.
 	AddRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error)
 	RemoveRule(ctx context.Context, in *RemoveRuleRequest, opts ...grpc.CallOption) (*RemoveRuleResponse, error)
+	// ReplaceRule puts a new rule in place of the subscription's rule of
+	// the same name in one catalog command (NotFound when it has none): the
+	// subscription never lacks the rule, nor holds both.
+	ReplaceRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error)
 	// PutAuthorizationRule creates or replaces a SAS rule (AlreadyExists
 	// with create_only when it exists; NotFound for a missing entity).
 	PutAuthorizationRule(ctx context.Context, in *PutAuthorizationRuleRequest, opts ...grpc.CallOption) (*AuthorizationRule, error)
@@ -189,6 +194,16 @@ func (c *placementServiceClient) RemoveRule(ctx context.Context, in *RemoveRuleR
 	return out, nil
 }
 
+func (c *placementServiceClient) ReplaceRule(ctx context.Context, in *AddRuleRequest, opts ...grpc.CallOption) (*Rule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rule)
+	err := c.cc.Invoke(ctx, PlacementService_ReplaceRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *placementServiceClient) PutAuthorizationRule(ctx context.Context, in *PutAuthorizationRuleRequest, opts ...grpc.CallOption) (*AuthorizationRule, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuthorizationRule)
@@ -249,6 +264,10 @@ type PlacementServiceServer interface {
 	// rules are read with GetEntity.
 	AddRule(context.Context, *AddRuleRequest) (*Rule, error)
 	RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error)
+	// ReplaceRule puts a new rule in place of the subscription's rule of
+	// the same name in one catalog command (NotFound when it has none): the
+	// subscription never lacks the rule, nor holds both.
+	ReplaceRule(context.Context, *AddRuleRequest) (*Rule, error)
 	// PutAuthorizationRule creates or replaces a SAS rule (AlreadyExists
 	// with create_only when it exists; NotFound for a missing entity).
 	PutAuthorizationRule(context.Context, *PutAuthorizationRuleRequest) (*AuthorizationRule, error)
@@ -299,6 +318,9 @@ func (UnimplementedPlacementServiceServer) AddRule(context.Context, *AddRuleRequ
 }
 func (UnimplementedPlacementServiceServer) RemoveRule(context.Context, *RemoveRuleRequest) (*RemoveRuleResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveRule not implemented")
+}
+func (UnimplementedPlacementServiceServer) ReplaceRule(context.Context, *AddRuleRequest) (*Rule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplaceRule not implemented")
 }
 func (UnimplementedPlacementServiceServer) PutAuthorizationRule(context.Context, *PutAuthorizationRuleRequest) (*AuthorizationRule, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PutAuthorizationRule not implemented")
@@ -506,6 +528,24 @@ func _PlacementService_RemoveRule_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PlacementService_ReplaceRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PlacementServiceServer).ReplaceRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PlacementService_ReplaceRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PlacementServiceServer).ReplaceRule(ctx, req.(*AddRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PlacementService_PutAuthorizationRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PutAuthorizationRuleRequest)
 	if err := dec(in); err != nil {
@@ -620,6 +660,10 @@ var PlacementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveRule",
 			Handler:    _PlacementService_RemoveRule_Handler,
+		},
+		{
+			MethodName: "ReplaceRule",
+			Handler:    _PlacementService_ReplaceRule_Handler,
 		},
 		{
 			MethodName: "PutAuthorizationRule",

@@ -250,6 +250,7 @@ func TestAdminListQueuesInPages(t *testing.T) {
 
 func TestAdminRuntimeCounts(t *testing.T) {
 	t.Parallel()
+	started := time.Now()
 	c := startAdminDev(t)
 	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -310,6 +311,43 @@ func TestAdminRuntimeCounts(t *testing.T) {
 		if r.SizeInBytes <= 0 || r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
 			t.Errorf("%s: size %d, created %v, updated %v", name, r.SizeInBytes, r.CreatedAt, r.UpdatedAt)
 		}
+		// AccessedAt: the last send or receive, by the leader's clock
+		// (this machine's; a minute of slack for a slow apply).
+		if r.AccessedAt.Before(started.Add(-time.Minute)) || r.AccessedAt.After(time.Now().Add(time.Minute)) {
+			t.Errorf("%s: accessed at %v, want between %v and now", name, r.AccessedAt, started)
+		}
+	}
+	// A queue nobody sent to or received from was never accessed.
+	if _, err := ac.CreateQueue(ctx, "idle", nil); err != nil {
+		t.Fatal(err)
+	}
+	idle, err := ac.GetQueueRuntimeProperties(ctx, "idle", nil)
+	if err != nil || idle == nil {
+		t.Fatalf("GetQueueRuntimeProperties idle: %v, %v", idle, err)
+	}
+	if !idle.AccessedAt.IsZero() {
+		t.Errorf("idle: accessed at %v, want never", idle.AccessedAt)
+	}
+	// The list reads the counters group by group (GroupStats), not
+	// entity by entity: the same figures.
+	listed := map[string]admin.QueueRuntimeProperties{}
+	for pager := ac.NewListQueuesRuntimePropertiesPager(&admin.ListQueuesRuntimePropertiesOptions{MaxPageSize: 2}); pager.More(); {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range page.QueueRuntimeProperties {
+			listed[q.QueueName] = q.QueueRuntimeProperties
+		}
+	}
+	for _, name := range []string{"plain", "parted"} {
+		r := listed[name]
+		if r.ActiveMessageCount != 4 || r.DeadLetterMessageCount != 1 || r.ScheduledMessageCount != 2 || r.SizeInBytes <= 0 || r.AccessedAt.IsZero() {
+			t.Errorf("listed %s: %+v; want 4 active, 1 dead-lettered, 2 scheduled, a size and an access time", name, r)
+		}
+	}
+	if r, ok := listed["idle"]; !ok || r.TotalMessageCount != 0 || !r.AccessedAt.IsZero() {
+		t.Errorf("listed idle: %+v (listed %v)", r, ok)
 	}
 }
 

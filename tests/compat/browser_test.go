@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/chromedp/chromedp"
 
@@ -126,6 +127,53 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The SDK receives it back.
 	if got := receiveCompleted(t, ctx, client, "invoices", 1); got[0] != "red-0" {
 		t.Fatalf("received %v after the re-drive, want red-0", got)
+	}
+
+	// Peek pages: 60 messages are a page of 50 and one of 10.
+	sender, err := client.NewSender("invoices", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close(ctx)
+	batch, err := sender.NewMessageBatch(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		if err := batch.AddMessage(&azservicebus.Message{Body: []byte(fmt.Sprintf("page-%02d", i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	rows := `document.querySelectorAll("#messages tbody tr").length`
+	do("peek the first page",
+		chromedp.Click(chromedp.CSS("#peek-refresh")),
+		poll(rows+` === 50 && document.querySelector("#messages tbody").textContent.includes("page-00")`),
+		poll(`!document.querySelector("#peek-next").disabled`),
+		shot("5-peek-page-1"),
+	)
+	do("peek the next page",
+		chromedp.Click(chromedp.CSS("#peek-next")),
+		poll(rows+` === 10 && document.querySelector("#messages tbody").textContent.includes("page-59")`),
+		poll(`document.querySelector("#peek-next").disabled && document.querySelector("#peek-page").textContent === "page 2"`),
+		shot("6-peek-page-2"),
+	)
+	if body := text("#messages tbody"); strings.Contains(body, "page-49") {
+		t.Fatalf("the second page shows a message of the first: %q", body)
+	}
+
+	// Edit a property: the form sends what changed, the table shows it.
+	do("edit a property",
+		chromedp.SetValue(chromedp.CSS("#edit-MaxDeliveryCount"), "7"),
+		chromedp.Click(chromedp.CSS("#edit")),
+		poll(`document.querySelector("#action-result").textContent === "saved MaxDeliveryCount"`),
+		poll(`[...document.querySelectorAll("#properties tr")].some((tr) => tr.textContent === "MaxDeliveryCount7")`),
+		shot("7-edited"),
+	)
+	if q, err := ac.GetQueue(ctx, "invoices", nil); err != nil || q == nil || *q.MaxDeliveryCount != 7 {
+		t.Fatalf("GetQueue after the console's edit: %+v, %v; want MaxDeliveryCount 7", q, err)
 	}
 	t.Logf("console screenshots: %s", shots)
 }

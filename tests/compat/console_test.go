@@ -217,6 +217,39 @@ func TestConsoleRedriveAndPurge(t *testing.T) {
 			}
 		})
 	}
+
+	// The edit: what it names changes, the rest stays; what an admin
+	// client's update may not do, it may not do either.
+	if _, err := ac.UpdateQueue(ctx, "plain", admin.QueueProperties{UserMetadata: to.Ptr("keep me"), MaxDeliveryCount: to.Ptr[int32](4)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var edited map[string]any
+	if code := cc.post("update", map[string]any{"name": "plain", "properties": map[string]string{"LockDuration": "PT30S", "Status": "SendDisabled"}}, &edited); code != http.StatusOK {
+		t.Fatalf("update: %d %v", code, edited)
+	}
+	q, err := ac.GetQueue(ctx, "plain", nil)
+	if err != nil || q == nil {
+		t.Fatalf("GetQueue: %v %v", q, err)
+	}
+	if *q.LockDuration != "PT30S" || *q.Status != admin.EntityStatusSendDisabled || *q.UserMetadata != "keep me" || *q.MaxDeliveryCount != 4 {
+		t.Fatalf("after the console's edit: lock %s, status %s, metadata %q, max deliveries %d; want PT30S, SendDisabled, and the rest kept",
+			*q.LockDuration, *q.Status, *q.UserMetadata, *q.MaxDeliveryCount)
+	}
+	for _, bad := range []map[string]string{
+		{"RequiresSession": "true"},        // fixed at creation
+		{"LockDuration": "thirty seconds"}, // not a duration
+		{"Status": "Paused"},               // not a status
+		{"AutoDeleteOnIdle": "PT5M"},       // not implemented
+		{"NoSuchProperty": "1"},            // unknown
+	} {
+		var refused map[string]any
+		if code := cc.post("update", map[string]any{"name": "plain", "properties": bad}, &refused); code != http.StatusBadRequest {
+			t.Errorf("update %v: %d %v, want 400", bad, code, refused)
+		}
+	}
+	if q2, err := ac.GetQueue(ctx, "plain", nil); err != nil || *q2.LockDuration != "PT30S" || *q2.Status != admin.EntityStatusSendDisabled {
+		t.Fatalf("a refused edit changed the queue: %+v %v", q2, err)
+	}
 }
 
 // waitRoutable waits until the front-end's routing table names queue.
