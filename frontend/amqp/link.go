@@ -36,8 +36,8 @@ type Link struct {
 	// for SendDetachReply, held in heldDetach meanwhile.
 	holdDetach bool
 	heldDetach *Detach
-	sndSettle      uint8 // effective settle modes
-	rcvSettle      uint8
+	sndSettle  uint8 // effective settle modes
+	rcvSettle  uint8
 
 	// Peer sends: credit we granted and deliveries handed to the handler.
 	creditWindow  uint32
