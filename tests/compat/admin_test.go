@@ -166,7 +166,7 @@ func TestAdminQueueLifecycle(t *testing.T) {
 	}{
 		{"RequiresSession", func(p *admin.QueueProperties) { p.RequiresSession = to.Ptr(false) }, "RequiresSession"},
 		{"EnablePartitioning", func(p *admin.QueueProperties) { p.EnablePartitioning = to.Ptr(true) }, "EnablePartitioning"},
-		{"ForwardTo", func(p *admin.QueueProperties) { p.ForwardTo = to.Ptr("other") }, "auto-forwarding"},
+		{"ForwardTo itself", func(p *admin.QueueProperties) { p.ForwardTo = to.Ptr("orders") }, "forwards to itself"},
 		{"LockDuration", func(p *admin.QueueProperties) { p.LockDuration = to.Ptr("PT10M") }, "lock duration"},
 		{"AutoDeleteOnIdle", func(p *admin.QueueProperties) { p.AutoDeleteOnIdle = to.Ptr("PT1H") }, "AutoDeleteOnIdle"},
 	} {

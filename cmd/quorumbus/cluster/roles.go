@@ -55,10 +55,14 @@ var methodRoles = map[string][]string{
 	method(placementSvc, "ReportGroups"): nodesOnly,
 	// Everyone reads the catalog and the routing table; a front-end
 	// creates what its -config declares.
-	method(placementSvc, "WatchRoutes"):            dataPlane,
-	method(placementSvc, "GetEntity"):              dataPlane,
-	method(placementSvc, "ListEntities"):           dataPlane,
-	method(placementSvc, "CreateEntity"):           dataPlane,
+	method(placementSvc, "WatchRoutes"):  dataPlane,
+	method(placementSvc, "GetEntity"):    dataPlane,
+	method(placementSvc, "ListEntities"): dataPlane,
+	method(placementSvc, "CreateEntity"): dataPlane,
+	// The SDKs' rule managers add and remove a subscription's rules over
+	// AMQP ($management, with the Manage claim the front-end checks).
+	method(placementSvc, "AddRule"):                dataPlane,
+	method(placementSvc, "RemoveRule"):             dataPlane,
 	method(placementSvc, "ListAuthorizationRules"): catalogChange,
 }
 

@@ -21,8 +21,9 @@ import (
 // methods the role admits and refuses the rest with PermissionDenied
 // before the service runs: only a node reaches Raft, group membership,
 // the placement controller's entity calls and the meta group's reports;
-// a front-end cannot change the catalog; only nodes and the CLI read a
-// group's digest.
+// a front-end cannot change the catalog but a subscription's rules (the
+// SDKs' rule managers); only nodes and the CLI read a group's or the
+// catalog's digest.
 func TestClusterRoles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dev cluster")
@@ -93,6 +94,15 @@ func TestClusterRoles(t *testing.T) {
 		}},
 		{"PlacementService.DeleteAuthorizationRule", []string{"node", "gateway", "cli"}, func(ctx context.Context, cc *grpc.ClientConn) error {
 			_, err := placementpb.NewPlacementServiceClient(cc).DeleteAuthorizationRule(ctx, &placementpb.DeleteAuthorizationRuleRequest{Name: "no-such-rule"})
+			return err
+		}},
+		// A front-end manages rules for the SDKs' rule managers.
+		{"PlacementService.RemoveRule", all, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := placementpb.NewPlacementServiceClient(cc).RemoveRule(ctx, &placementpb.RemoveRuleRequest{Subscription: "none/Subscriptions/none", RuleName: "r"})
+			return err
+		}},
+		{"PlacementService.CatalogDigest", []string{"node", "cli"}, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := placementpb.NewPlacementServiceClient(cc).CatalogDigest(ctx, &placementpb.CatalogDigestRequest{})
 			return err
 		}},
 		{"PlacementService.WatchRoutes", all, func(ctx context.Context, cc *grpc.ClientConn) error {
