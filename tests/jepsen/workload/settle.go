@@ -227,14 +227,20 @@ func (s *stream) deferredReceiver(ctx context.Context, p int, queue string, d *d
 			done := inv
 			done.Type, done.Err = history.Fail, err.Error()
 			var es *errStatus
-			notFound := errors.As(err, &es) && es.code == 404
-			if !notFound && !errors.As(err, &es) {
-				m = nil // the management links are in doubt
+			switch {
+			case errors.As(err, &es) && es.code == 404:
+				d.done(seq, true) // taken already, or not deferred (yet)
+			case errors.As(err, &es):
+				// Refused for now: the number stays to be tried again.
+			default:
+				// The management links are in doubt; the number stays to
+				// be tried again on new ones (a lock this receive may
+				// have taken runs out and leaves the message deferred).
+				m = nil
 				l.close()
 				l = nil
 			}
 			s.Rec.Add(done)
-			d.done(seq, notFound)
 			continue
 		}
 		dl := delivery(got)
