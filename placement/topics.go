@@ -54,9 +54,15 @@ func (s *Service) AddRule(ctx context.Context, req *pb.AddRuleRequest) (*pb.Rule
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.AddRule); handled {
 		return resp, err
 	}
-	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_AddRule{AddRule: &pb.AddRuleCommand{
+	return s.proposeRule(ctx, req, "added", &pb.CatalogCommand{Op: &pb.CatalogCommand_AddRule{AddRule: &pb.AddRuleCommand{
 		Subscription: req.Subscription, Rule: req.Rule,
 	}}})
+}
+
+// proposeRule proposes a command that puts req's rule on its subscription
+// and returns the rule as the catalog then holds it.
+func (s *Service) proposeRule(ctx context.Context, req *pb.AddRuleRequest, done string, cmd *pb.CatalogCommand) (*pb.Rule, error) {
+	res, err := s.propose(ctx, cmd)
 	if err != nil {
 		return nil, s.status(err)
 	}
@@ -65,7 +71,7 @@ func (s *Service) AddRule(ctx context.Context, req *pb.AddRuleRequest) (*pb.Rule
 			return r, nil
 		}
 	}
-	return nil, s.status(fmt.Errorf("%w: rule %q missing after it was added", catalog.ErrInvalidCommand, req.Rule.GetName()))
+	return nil, s.status(fmt.Errorf("%w: rule %q missing after it was %s", catalog.ErrInvalidCommand, req.Rule.GetName(), done))
 }
 
 // ReplaceRule replaces a subscription's rule of the same name in one
@@ -74,18 +80,9 @@ func (s *Service) ReplaceRule(ctx context.Context, req *pb.AddRuleRequest) (*pb.
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ReplaceRule); handled {
 		return resp, err
 	}
-	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_ReplaceRule{ReplaceRule: &pb.ReplaceRuleCommand{
+	return s.proposeRule(ctx, req, "replaced", &pb.CatalogCommand{Op: &pb.CatalogCommand_ReplaceRule{ReplaceRule: &pb.ReplaceRuleCommand{
 		Subscription: req.Subscription, Rule: req.Rule,
 	}}})
-	if err != nil {
-		return nil, s.status(err)
-	}
-	for _, r := range res.Entity.GetRules() {
-		if catalog.Key(r.Name) == catalog.Key(req.Rule.GetName()) {
-			return r, nil
-		}
-	}
-	return nil, s.status(fmt.Errorf("%w: rule %q missing after it was replaced", catalog.ErrInvalidCommand, req.Rule.GetName()))
 }
 
 // RemoveRule removes a rule from a subscription.

@@ -20,23 +20,8 @@ type catalogInput struct {
 // unknown outcome may have taken effect or not, so the model is
 // nondeterministic; an unknown outcome is "" and matches either.
 var catalogModel = (&porcupine.NondeterministicModel{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var names []string
-		for _, op := range h {
-			n := op.Input.(catalogInput).name
-			if by[n] == nil {
-				names = append(names, n)
-			}
-			by[n] = append(by[n], op)
-		}
-		var out [][]porcupine.Operation
-		for _, n := range names {
-			out = append(out, by[n])
-		}
-		return out
-	},
-	Init: func() []any { return []any{false} },
+	Partition: partitionBy(func(in any) string { return in.(catalogInput).name }),
+	Init:      func() []any { return []any{false} },
 	Step: func(state, input, output any) []any {
 		exists, in, out := state.(bool), input.(catalogInput), output.(string)
 		switch in.f {
@@ -70,6 +55,28 @@ var catalogModel = (&porcupine.NondeterministicModel{
 		return fmt.Sprintf("%s %s -> %q", in.f, in.name, output)
 	},
 }).ToModel()
+
+// partitionBy is a porcupine partition function: the operations of each
+// key (a name, a family, a session), checked on their own, in the order
+// their keys first appear.
+func partitionBy(key func(input any) string) func([]porcupine.Operation) [][]porcupine.Operation {
+	return func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range h {
+			k := key(op.Input)
+			if by[k] == nil {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	}
+}
 
 // CatalogOperations turns the metadata workload's history into
 // porcupine's operations: a fail is dropped (it had no effect), an info

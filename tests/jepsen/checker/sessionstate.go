@@ -22,23 +22,8 @@ type stateInput struct {
 // unknown outcome never returns (porcupine may place it anywhere after
 // its invoke, or past the end: not at all).
 var sessionStateModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var order []string
-		for _, op := range h {
-			s := op.Input.(stateInput).session
-			if by[s] == nil {
-				order = append(order, s)
-			}
-			by[s] = append(by[s], op)
-		}
-		var out [][]porcupine.Operation
-		for _, s := range order {
-			out = append(out, by[s])
-		}
-		return out
-	},
-	Init: func() any { return "" },
+	Partition: partitionBy(func(in any) string { return in.(stateInput).session }),
+	Init:      func() any { return "" },
 	Step: func(state, input, output any) (bool, any) {
 		in := input.(stateInput)
 		if in.set {

@@ -77,23 +77,8 @@ func (s familyState) answers(in familyInput, out string) bool {
 // topicCatalogModel checks each family on its own. An operation of
 // unknown outcome ("") may have taken effect or not.
 var topicCatalogModel = (&porcupine.NondeterministicModel{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var order []string
-		for _, op := range h {
-			f := op.Input.(familyInput).family
-			if by[f] == nil {
-				order = append(order, f)
-			}
-			by[f] = append(by[f], op)
-		}
-		var out [][]porcupine.Operation
-		for _, f := range order {
-			out = append(out, by[f])
-		}
-		return out
-	},
-	Init: func() []any { return []any{familyState{}} },
+	Partition: partitionBy(func(in any) string { return in.(familyInput).family }),
+	Init:      func() []any { return []any{familyState{}} },
 	Step: func(state, input, output any) []any {
 		s, in, out := state.(familyState), input.(familyInput), output.(string)
 		if out == "" {
