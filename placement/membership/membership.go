@@ -322,13 +322,18 @@ func (m *Memberlist) rejoin(ctx context.Context) {
 
 // Addr is the gossip address this process is reached at: what other
 // processes put in their Seeds.
+//
+// memberlist is called outside m.mu, as in Members: its own lock is held
+// while it calls our notify (NotifyJoin), which takes m.mu, so holding
+// m.mu while waiting for memberlist's lock deadlocks.
 func (m *Memberlist) Addr() string {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.list == nil {
+	list := m.list
+	m.mu.Unlock()
+	if list == nil {
 		return ""
 	}
-	return m.list.LocalNode().Address()
+	return list.LocalNode().Address()
 }
 
 // Members lists the live members, this process included, ordered by node
