@@ -587,11 +587,14 @@ func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool,
 				return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
 			case codes.ResourceExhausted:
 				// The node's disk (node.ErrNoSpace, whose text this
-				// looks for), or else a rule of the entity, which
+				// looks for), its proposal queue (node.ErrBusy), or else a rule of the entity, which
 				// carries a partition Result, or gRPC's own message
 				// size limit.
 				if !hasResult(st) && strings.Contains(st.Message(), noSpaceText) {
 					return fmt.Errorf("%w: %v", frontend.ErrStorageFull, err)
+				}
+				if !hasResult(st) && strings.Contains(st.Message(), busyText) {
+					return fmt.Errorf("%w: %v", frontend.ErrServerBusy, err)
 				}
 				return err
 			default:
@@ -613,6 +616,10 @@ func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool,
 // noSpaceText is in the message of node.ErrNoSpace; the router may not
 // import node (tests/arch).
 const noSpaceText = "no space left"
+
+// busyText is in the message of node.ErrBusy: the leader's proposal
+// queue was full and the send was not proposed.
+const busyText = "proposal queue full"
 
 func hasResult(st *status.Status) bool {
 	for _, d := range st.Details() {
