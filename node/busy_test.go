@@ -15,7 +15,8 @@ import (
 
 // TestBusyLeaderRefusesSends: with a queue bound of one byte, concurrent
 // sends of 64 KiB fill the proposer's batches and queue behind them; those
-// that find the queue over the bound are refused with ResourceExhausted
+// that find the queue over the bound (64 senders: 4 MiB at once, twice
+// what the four entries in flight carry) are refused with ResourceExhausted
 // naming the full queue, are never stored, and every acknowledged send is
 // received exactly once.
 func TestBusyLeaderRefusesSends(t *testing.T) {
@@ -29,7 +30,7 @@ func TestBusyLeaderRefusesSends(t *testing.T) {
 		EntityId: 5, Name: "q", LockDurationMs: 5000, MaxDeliveryCount: 10}}); err != nil {
 		t.Fatal(err)
 	}
-	const senders, each = 32, 8
+	const senders, each = 64, 4
 	var (
 		mu      sync.Mutex
 		acked   = map[string]bool{}
