@@ -95,6 +95,7 @@ type crashRun struct {
 }
 
 func TestSessionCompleteAroundLockExpiry(t *testing.T) {
+	skipUnderRace(t)
 	runs, want := 0, 0
 	for _, order := range crashOrders() {
 		want++

@@ -363,6 +363,7 @@ func sessionLog(t *testing.T, seed uint64, n int) *pt.Driver {
 // other chunkings, or restart midway, or restore a snapshot, hold
 // byte-equal stores.
 func TestSessionDeterminism(t *testing.T) {
+	skipUnderRace(t)
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			a := sessionLog(t, seed, 600)
