@@ -48,6 +48,9 @@ var (
 	// down to the reserve it keeps for settles) and refuses new messages
 	// until space is freed; settles and receives go on.
 	ErrStorageFull = errors.New("frontend: partition storage full")
+	// ErrServerBusy: the partition's leader refused a send, unproposed,
+	// because its proposal queue was full; the client may retry.
+	ErrServerBusy = errors.New("frontend: partition leader busy")
 )
 
 // SessionBackend is what a Backend offers for message sessions; the

@@ -88,6 +88,8 @@ func errFailure(err error) failure {
 		return failInvalid
 	case errors.Is(err, ErrStorageFull):
 		return failDiskFull
+	case errors.Is(err, ErrServerBusy):
+		return failBusy
 	}
 	return failInternal
 }

@@ -278,6 +278,9 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 	if failed {
 		f = errFailure(err)
 		state = amqp.Rejected{Error: f.amqpError(s.entity.Name)}
+		if f.cond == condServerBusy {
+			s.c.srv.throttle.busy(s.entity.Name)
+		}
 	} else if f, failed = resultFailure(res.GetCode()); failed {
 		state = amqp.Rejected{Error: f.amqpError(res.GetDescription())}
 	}

@@ -60,6 +60,11 @@ var failBusy = failure{condServerBusy, 503, true, "The request was terminated be
 // proposal queue, slow disks) keep requests in flight longer, so the
 // bound is reached when the partitions, not the clients, are the limit.
 // A request larger than the bound passes when nothing else is in flight.
+//
+// Partition leaders bound their own proposal queues (a storage node's
+// MaxQueuedSendBytes) and refuse a send past it before proposing it; the
+// router reports that as ErrServerBusy, and the client gets the same
+// server-busy, with credits or without.
 
 // throttle is a namespace's credit budget and this front-end's bound of
 // pending sends. A nil throttle never throttles.
@@ -75,11 +80,11 @@ type throttle struct {
 	throttled map[string]uint64
 }
 
+// newThrottle returns a throttle even when it has neither credits nor a
+// bound: it still counts the sends that partition leaders refused as
+// busy (busy).
 func newThrottle(budget int64, share func() int, maxPending int) *throttle {
 	budget, maxPending = max(budget, 0), max(maxPending, 0)
-	if budget == 0 && maxPending == 0 {
-		return nil
-	}
 	if share == nil {
 		share = func() int { return 1 }
 	}
@@ -99,6 +104,16 @@ func (t *throttle) admit(entity string, n int) bool {
 		return false
 	}
 	return true
+}
+
+// busy counts a request for entity that a partition leader refused
+// because its proposal queue was full (ErrServerBusy).
+func (t *throttle) busy(entity string) {
+	if t != nil {
+		t.mu.Lock()
+		t.throttled[entity]++
+		t.mu.Unlock()
+	}
 }
 
 // inFlight adds n (negative: removes) messages in flight to partitions.

@@ -2,6 +2,7 @@ package frontend_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -270,5 +271,62 @@ func TestSDKPendingSendsBound(t *testing.T) {
 	}
 	if got := srv.Throttled()["q"]; got < 2 {
 		t.Fatalf("throttled counter %d, want the raw refusal and the SDK's", got)
+	}
+}
+
+// busyBackend refuses the first refusals sends as a partition leader whose
+// proposal queue is full does, storing nothing.
+type busyBackend struct {
+	*memBackend
+	refusals *atomic.Int64
+}
+
+func (b busyBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	if b.refusals.Add(-1) >= 0 {
+		return nil, fmt.Errorf("%w: proposal queue full", frontend.ErrServerBusy)
+	}
+	return b.memBackend.Send(ctx, e, p, msgs)
+}
+
+// TestSDKBusyPartitionLeader: a partition leader that refuses a send
+// because its proposal queue is full (credits off, no front-end bound)
+// gives the client server-busy in Azure's words, which the Go SDK retries
+// with its default policy until the send is stored once; the refusals are
+// counted as throttled.
+func TestSDKBusyPartitionLeader(t *testing.T) {
+	mem := newMemBackend("q")
+	refusals := new(atomic.Int64)
+	refusals.Store(2)
+	srv, err := frontend.New(frontend.Config{Backend: busyBackend{mem, refusals}, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	raw := amqpSender(t, ctx, ln.Addr().String(), "q")
+	err = raw.Send(ctx, goamqp.NewMessage([]byte("refused")), nil)
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != "com.microsoft:server-busy" || !contains(ae.Description, "Error code: 50009") {
+		t.Fatalf("a send the partition leader refused as busy: %v, want server-busy with error code 50009", err)
+	}
+	sender, err := sdkClient(t, ln.Addr().String()).NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("retried")}, nil); err != nil {
+		t.Fatalf("the SDK's send was not retried to success: %v", err)
+	}
+	if got := mem.left("q"); got != 1 {
+		t.Fatalf("%d messages stored, want only the SDK's retried one", got)
+	}
+	if got := srv.Throttled()["q"]; got != 2 {
+		t.Fatalf("throttled counter %d, want the raw refusal and the SDK's first try", got)
 	}
 }

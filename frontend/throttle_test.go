@@ -64,8 +64,14 @@ func TestThrottleCredits(t *testing.T) {
 		if got := th.counts(); got["q"] != 5 || got["other"] != 1 {
 			t.Fatalf("throttled counts %v", got)
 		}
-		if newThrottle(0, nil, 0) != nil || newThrottle(-1, nil, -1) != nil {
-			t.Fatal("a budget of 0 or less throttles")
+		for _, off := range []*throttle{newThrottle(0, nil, 0), newThrottle(-1, nil, -1)} {
+			if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || !off.admit("q", 1e9) {
+				t.Fatal("a budget of 0 or less throttles")
+			}
+			off.busy("q")
+			if got := off.counts(); got["q"] != 1 {
+				t.Fatalf("busy refusals counted %v without credits, want q: 1", got)
+			}
 		}
 		var off *throttle
 		if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || len(off.counts()) != 0 {

@@ -34,8 +34,12 @@ const (
 	DefaultSnapshotInterval  = 2 * time.Minute
 	DefaultTrailingLogs      = 4096
 	DefaultLogCacheBytes     = 8 << 20
-	DefaultSnapshotLogBytes  = 1 << 30
-	DefaultTrailingLogBytes  = 256 << 20
+	// DefaultMaxQueuedSendBytes: 128 batches of maxBatchBytes, about a
+	// second of a group's sends on the reference machine; a send waits at
+	// most that long in the queue before it is refused instead.
+	DefaultMaxQueuedSendBytes = 64 << 20
+	DefaultSnapshotLogBytes   = 1 << 30
+	DefaultTrailingLogBytes   = 256 << 20
 	// DefaultWALSegmentBytes is the size raft-wal preallocates for each
 	// segment of a group's log: an idle group takes this much disk. A
 	// segment takes a write that does not fit whole, then seals, so it
@@ -93,6 +97,14 @@ type Config struct {
 	// which free space. Default: two WAL segments and 64 MiB; negative
 	// turns the check off.
 	DiskReserveBytes int64
+
+	// MaxQueuedSendBytes bounds the requests a group's leader holds
+	// waiting for its proposer: a send that finds more queued is refused
+	// with ErrBusy before anything is proposed (the front-end answers
+	// server-busy, which the SDKs retry), while settles, locks and
+	// expiries still queue, since they free what sends take. Default
+	// DefaultMaxQueuedSendBytes; negative turns the bound off.
+	MaxQueuedSendBytes int64
 
 	// ElectionTimeout is Raft's heartbeat and election timeout; the leader
 	// lease lasts as long. Default DefaultElectionTimeout.
@@ -176,6 +188,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DiskReserveBytes == 0 {
 		c.DiskReserveBytes = defaultDiskReserve(c.WALSegmentBytes)
+	}
+	if c.MaxQueuedSendBytes == 0 {
+		c.MaxQueuedSendBytes = DefaultMaxQueuedSendBytes
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs

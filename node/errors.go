@@ -29,6 +29,9 @@ var (
 	// keeps for settles; requests that add messages are refused until
 	// space is freed.
 	ErrNoSpace = errors.New("node: no space left on the data directory's disk")
+	// ErrBusy: the group's leader has more sends queued for its proposer
+	// than Config.MaxQueuedSendBytes; the send was not proposed.
+	ErrBusy = errors.New("node: proposal queue full")
 )
 
 // statusCodes is the one table from errors to gRPC codes at the
@@ -43,7 +46,8 @@ var (
 //     calls whose response has no Result field: the partitionpb.Result.
 //
 // A NotFound without a Result detail means the node does not host the group;
-// a ResourceExhausted without one, that its disk is full (ErrNoSpace).
+// a ResourceExhausted without one, that its disk is full (ErrNoSpace) or
+// that its proposal queue is (ErrBusy, whose message holds BusyText).
 // Unavailable means "try again, maybe elsewhere"; after
 // raft.ErrLeadershipLost the request may or may not have been applied.
 var statusCodes = []struct {
@@ -60,6 +64,7 @@ var statusCodes = []struct {
 	{raft.ErrRaftShutdown, codes.Unavailable},
 	{raft.ErrEnqueueTimeout, codes.Unavailable},
 	{ErrNoSpace, codes.ResourceExhausted},
+	{ErrBusy, codes.ResourceExhausted},
 	{ErrGroupFailed, codes.Unavailable},
 	{ErrGroupClosed, codes.Unavailable},
 	{ErrClosed, codes.Unavailable},

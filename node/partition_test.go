@@ -86,6 +86,12 @@ func TestCutOffLeaderServesNoReads(t *testing.T) {
 		}
 		c.Cut(l)
 		cut = time.Now()
+		// A heartbeat answer already read off the wire before the cut
+		// may still confirm the leadership: it says a follower took
+		// this node for its leader a moment ago, which keeps any other
+		// from being elected for an election timeout, so a read it
+		// confirms is not stale. Wait until such answers are through.
+		time.Sleep(500 * time.Millisecond)
 		if groupOn(t, c, l).Serving {
 			break
 		}

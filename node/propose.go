@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -89,6 +90,9 @@ type proposer struct {
 	g     *group
 	in    chan *proposal
 	slots chan struct{}
+	// queued is the bytes of the requests in in, not yet taken into a
+	// batch; admitSend reads it.
+	queued atomic.Int64
 
 	stopOnce sync.Once
 	stopped  chan struct{}
@@ -123,11 +127,14 @@ func (g *group) propose(ctx context.Context, cmds ...*partitionpb.Command) ([]*p
 		return nil, fmt.Errorf("%w: %d bytes of commands, at most %d", ErrTooLarge, size, maxRequestBytes)
 	}
 	pr := &proposal{cmds: cmds, size: size, done: make(chan proposalResult, 1)}
+	g.prop.queued.Add(int64(size))
 	select {
 	case g.prop.in <- pr:
 	case <-g.prop.stopped:
+		g.prop.queued.Add(-int64(size))
 		return nil, g.prop.stopErr
 	case <-ctx.Done():
+		g.prop.queued.Add(-int64(size))
 		return nil, ctx.Err()
 	}
 	select {
@@ -149,6 +156,25 @@ func (g *group) propose(ctx context.Context, cmds ...*partitionpb.Command) ([]*p
 	}
 }
 
+// admitSend refuses a send with ErrBusy while more than
+// Config.MaxQueuedSendBytes of requests wait for the proposer, or the
+// queue's slots are three-quarters taken (the rest stays for settles).
+// Without it a send would wait in the queue until its caller gave up,
+// and the queue, not the client, would hold the backlog. A send larger
+// than the bound passes when the queue is empty.
+func (p *proposer) admitSend(max int64) error {
+	if max < 0 {
+		return nil
+	}
+	if q := p.queued.Load(); q > max {
+		return fmt.Errorf("%w: %d bytes of requests wait for group %d's proposer, at most %d", ErrBusy, q, p.g.id, max)
+	}
+	if n := len(p.in); n >= cap(p.in)*3/4 {
+		return fmt.Errorf("%w: %d requests wait for group %d's proposer", ErrBusy, n, p.g.id)
+	}
+	return nil
+}
+
 // run gathers requests into batches and proposes each batch once a slot is
 // free.
 func (p *proposer) run() {
@@ -158,6 +184,7 @@ func (p *proposer) run() {
 	)
 	full := func() bool { return len(batch) >= maxBatchRequests || bytes >= maxBatchBytes }
 	add := func(pr *proposal) {
+		p.queued.Add(-int64(pr.size))
 		batch = append(batch, pr)
 		bytes += pr.size
 	}

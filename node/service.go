@@ -80,7 +80,8 @@ func (s *service) DeleteEntity(ctx context.Context, req *partitionpb.DeleteEntit
 
 // Send refuses with ErrNoSpace, before proposing anything, when the
 // node's disk is down to its reserve: the reserve is kept for the
-// settles that free space (Config.DiskReserveBytes).
+// settles that free space (Config.DiskReserveBytes); and with ErrBusy
+// when the leader's proposal queue is full (Config.MaxQueuedSendBytes).
 func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*partitionpb.SendResponse, error) {
 	g, err := s.leader(req.GroupId)
 	if err != nil {
@@ -88,6 +89,9 @@ func (s *service) Send(ctx context.Context, req *partitionpb.SendRequest) (*part
 	}
 	// Before staging: staged chunks of a large message are writes too.
 	if err := s.n.checkSpace(); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := g.prop.admitSend(s.n.cfg.MaxQueuedSendBytes); err != nil {
 		return nil, toStatus(err)
 	}
 	enq, rejected, err := g.stageLarge(ctx, &partitionpb.Enqueue{EntityId: req.EntityId, Partition: req.Partition, Messages: req.Messages})

@@ -123,7 +123,7 @@ func (s *service) RenewSessionLock(ctx context.Context, req *partitionpb.RenewSe
 	if req.Renew == nil {
 		return nil, toStatus(fmt.Errorf("%w: RenewSessionLock without renew", ErrInvalid))
 	}
-	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_RenewSessionLock{RenewSessionLock: req.Renew}})
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_RenewSessionLock{RenewSessionLock: req.Renew}, RequestId: req.RequestId})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -134,7 +134,7 @@ func (s *service) SetSessionState(ctx context.Context, req *partitionpb.SetSessi
 	if req.Set == nil {
 		return nil, toStatus(fmt.Errorf("%w: SetSessionState without set", ErrInvalid))
 	}
-	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_SetSessionState{SetSessionState: req.Set}})
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_SetSessionState{SetSessionState: req.Set}, RequestId: req.RequestId})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -145,7 +145,7 @@ func (s *service) ReleaseSession(ctx context.Context, req *partitionpb.ReleaseSe
 	if req.Release == nil {
 		return nil, toStatus(fmt.Errorf("%w: ReleaseSession without release", ErrInvalid))
 	}
-	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_ReleaseSession{ReleaseSession: req.Release}})
+	res, err := s.propose1(ctx, req.GroupId, &partitionpb.Command{Op: &partitionpb.Command_ReleaseSession{ReleaseSession: req.Release}, RequestId: req.RequestId})
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -28,29 +28,56 @@ const (
 	MaxMessageIDBytes = 512
 )
 
-// The bounds the code uses: the ones above, and more. Only tests change
-// them (see export_test.go), to reach them with few messages.
-var (
-	lockCount = MaxLockCount
-	lockBytes = int64(MaxLockBytes)
-
-	// maxExpiredPerLock bounds the expired messages one Lock drops on its
+// Limits bound the work of one time-driven or locking command, so that a
+// store batch stays bounded whatever the backlog. They decide results, so
+// every replica of a group must apply with the same: production uses the
+// defaults; tests lower them (Options.Limits) to reach them with few
+// messages. A zero field takes its default.
+type Limits struct {
+	// LockCount caps a Lock's max_count (default MaxLockCount); LockBytes
+	// bounds what one Lock takes, at least one message (MaxLockBytes).
+	LockCount int
+	LockBytes int64
+	// ExpiredPerLock bounds the expired messages one Lock drops on its
 	// way; it returns what it took so far when it reaches the bound.
-	maxExpiredPerLock = 10_000
-	// maxExpiredLocks bounds the locks one ExpireLocks ends; the leader
+	ExpiredPerLock int
+	// ExpiredLocks bounds the locks one ExpireLocks ends; the leader
 	// proposes another while NextLockExpiry is still due.
-	maxExpiredLocks = 10_000
-	// maxActivated and activateBytes bound the scheduled messages one
+	ExpiredLocks int
+	// Activated and ActivateBytes bound the scheduled messages one
 	// ActivateScheduled activates (by count, and by size but at least
 	// one); the leader proposes another while NextScheduledDue is due.
-	maxActivated  = 10_000
-	activateBytes = int64(MaxLockBytes)
-	// maxExpiredMessages bounds the messages one ExpireMessages ends.
-	maxExpiredMessages = 10_000
-	// dedupPrune is the number of stale dedup entries one Enqueue prunes
-	// at least (plus one per message it carries).
-	dedupPrune = 64
-)
+	Activated     int
+	ActivateBytes int64
+	// ExpiredMessages bounds the messages one ExpireMessages ends.
+	ExpiredMessages int
+}
+
+// withDefaults fills the zero fields.
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def64 := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.LockCount, MaxLockCount)
+	def64(&l.LockBytes, MaxLockBytes)
+	def(&l.ExpiredPerLock, 10_000)
+	def(&l.ExpiredLocks, 10_000)
+	def(&l.Activated, 10_000)
+	def64(&l.ActivateBytes, MaxLockBytes)
+	def(&l.ExpiredMessages, 10_000)
+	return l
+}
+
+// dedupPrune is the number of stale dedup entries one Enqueue prunes at
+// least (plus one per message it carries).
+const dedupPrune = 64
 
 // Dead-letter reasons the broker sets (the Service Bus names).
 const (
@@ -61,6 +88,7 @@ const (
 // applier applies the commands of one Apply call to one indexed batch,
 // through which it also reads, so that each command sees the ones before.
 type applier struct {
+	lim          Limits
 	entities     map[ekey]*entity // the machine's, changed in place
 	b            *pebble.Batch
 	now          int64

@@ -57,6 +57,16 @@ const FormatV6 byte = 6
 // copies the others cancel.
 const FormatV7 byte = 7
 
+// FormatV8 is FormatV7 with request ids on RenewSessionLock,
+// SetSessionState and ReleaseSession (requests.go). A replica of a
+// version that refused them would answer invalid and change nothing
+// where the others apply the command.
+const FormatV8 byte = 8
+
+// LastFormat is the newest format this package reads; a newer one is
+// ErrUnknownFormat.
+const LastFormat = FormatV8
+
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // EncodeBatch encodes b as a Raft entry: the format byte, then the
@@ -86,6 +96,12 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	if topicV7(b) {
 		buf[0] = FormatV7
 	}
+	for _, c := range b.Commands {
+		if len(c.RequestId) > 0 && sessionRequest(c) {
+			buf[0] = FormatV8
+			break
+		}
+	}
 	// The sizes Size just cached (b is not changed in between): without
 	// them the marshaller walks every message again to size it.
 	buf, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(buf, b)
@@ -103,7 +119,7 @@ func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] < FormatV1 || data[0] > FormatV7 {
+	if data[0] < FormatV1 || data[0] > LastFormat {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
 	b, ok := aliasBatch(data[1:])
@@ -161,6 +177,16 @@ func sessional(c *partitionpb.Command) bool {
 	}
 	return len(c.GetLock().GetSessionToken()) > 0 || len(c.GetLockBySequence().GetSessionToken()) > 0 ||
 		c.GetLock().GetSessionId() != "" || c.GetLockBySequence().GetSessionId() != ""
+}
+
+// sessionRequest reports whether c is a session command that format 8
+// takes a request id on.
+func sessionRequest(c *partitionpb.Command) bool {
+	switch c.GetOp().(type) {
+	case *partitionpb.Command_RenewSessionLock, *partitionpb.Command_SetSessionState, *partitionpb.Command_ReleaseSession:
+		return true
+	}
+	return false
 }
 
 // stages reports whether c stages a body or names a staged one.

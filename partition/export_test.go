@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -72,36 +71,6 @@ func SetNextSequence(m *Machine, id uint64, part uint32, next uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.entities[ekey{id, part}].next = next
-}
-
-// Bounds are the per-command bounds. Zero fields of the time-driven
-// commands keep their value.
-type Bounds struct {
-	LockCount, ExpiredPerLock, ExpiredLocks int
-	LockBytes                               int64
-	Activated, ExpiredMessages              int
-	ActivateBytes                           int64
-}
-
-// LowerBounds sets the per-command bounds for the test, so that tests reach
-// them with few messages.
-func LowerBounds(t testing.TB, b Bounds) {
-	old := Bounds{lockCount, maxExpiredPerLock, maxExpiredLocks, lockBytes, maxActivated, maxExpiredMessages, activateBytes}
-	if b.Activated == 0 {
-		b.Activated = maxActivated
-	}
-	if b.ExpiredMessages == 0 {
-		b.ExpiredMessages = maxExpiredMessages
-	}
-	if b.ActivateBytes == 0 {
-		b.ActivateBytes = activateBytes
-	}
-	set := func(b Bounds) {
-		lockCount, maxExpiredPerLock, maxExpiredLocks, lockBytes = b.LockCount, b.ExpiredPerLock, b.ExpiredLocks, b.LockBytes
-		maxActivated, maxExpiredMessages, activateBytes = b.Activated, b.ExpiredMessages, b.ActivateBytes
-	}
-	set(b)
-	t.Cleanup(func() { set(old) })
 }
 
 // ReadSnapshot decodes a snapshot stream without a store and returns its
@@ -255,7 +224,7 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 	if !ok {
 		return nil, fmt.Errorf("%d/%d: no such entity", id, part)
 	}
-	a := &applier{entities: m.entities, b: m.db.NewIndexedBatch()}
+	a := &applier{lim: m.limits, entities: m.entities, b: m.db.NewIndexedBatch()}
 	defer a.b.Close()
 	c, err := a.newMessageCursor(e, sub, 0, true)
 	if err != nil {

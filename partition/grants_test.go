@@ -14,8 +14,7 @@ import (
 // at a time: after every step the grants hold exactly the locks, and none
 // is left at the end.
 func TestLockGrants(t *testing.T) {
-	partition.LowerBounds(t, partition.Bounds{LockCount: 5000, ExpiredPerLock: 10_000, ExpiredLocks: 300, LockBytes: 8 << 20})
-	d := pt.NewDriver(t, 1000)
+	d := pt.NewDriverLimits(t, 1000, partition.Limits{LockCount: 5000, ExpiredPerLock: 10_000, ExpiredLocks: 300, LockBytes: 8 << 20})
 	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
 	check := func(step string) {
 		t.Helper()

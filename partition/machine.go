@@ -37,6 +37,9 @@ type Options struct {
 	// (logbodies.go). It must answer for every entry from the last
 	// snapshot's index on, and be safe for concurrent use.
 	Log func(index uint64) ([]byte, error)
+	// Limits bound the work of one command; zero takes the defaults,
+	// which every replica of a group must share.
+	Limits Limits
 }
 
 // DefaultCacheBytes is the block cache size when Options.CacheBytes is 0.
@@ -58,6 +61,7 @@ type Machine struct {
 	cacheBytes int64
 	cache      *pebble.Cache
 	replica    string
+	limits     Limits
 	logs       *logReader // nil: every body goes into the store
 
 	restoreMu sync.Mutex // one Restore at a time
@@ -111,6 +115,7 @@ func Open(dir string, opts Options) (*Machine, error) {
 		log:        opts.Logger,
 		cacheBytes: opts.CacheBytes,
 		replica:    opts.Replica,
+		limits:     opts.Limits.withDefaults(),
 		cache:      pebble.NewCache(opts.CacheBytes),
 		snaps:      make(map[*Snapshot]struct{}),
 	}
@@ -399,6 +404,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 // newApplier starts an Apply's batch over the machine's state.
 func (m *Machine) newApplier() *applier {
 	return &applier{
+		lim:          m.limits,
 		entities:     m.entities,
 		b:            m.db.NewIndexedBatch(),
 		dirty:        make(map[ekey]bool),

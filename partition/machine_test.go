@@ -125,7 +125,7 @@ func TestFailStop(t *testing.T) {
 		}, false, partition.ErrUnknownCommand},
 		{"unknown format", func(d *pt.Driver) partition.Entry {
 			d.Log.Last++
-			return partition.Entry{Index: d.Log.Last, Data: append([]byte{partition.FormatV7 + 1}, unknown[1:]...)}
+			return partition.Entry{Index: d.Log.Last, Data: append([]byte{partition.LastFormat + 1}, unknown[1:]...)}
 		}, false, partition.ErrUnknownFormat},
 		{"malformed", func(d *pt.Driver) partition.Entry {
 			d.Log.Last++

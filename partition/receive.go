@@ -31,7 +31,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		}
 		return a.lockSession(e, c)
 	}
-	want := int(min(c.MaxCount, uint32(lockCount)))
+	want := int(min(c.MaxCount, uint32(a.lim.LockCount)))
 	r := okResult()
 	if want == 0 {
 		return r, nil
@@ -60,7 +60,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		return nil, closeIter(it, err)
 	}
 	next, passed, count, taken := head, 0, 0, int64(0)
-	more := func() bool { return count < want && taken < lockBytes && passed < maxExpiredPerLock }
+	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
 	// take hands out (or drops, when expired) the available message in
 	// slot old whose state record under key is p. Only a replica that
 	// answers the batch decodes the messages it hands out, for its result
@@ -443,7 +443,7 @@ func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, er
 }
 
 // expireLocks ends every lock whose locked_until_ms <= now, entity by
-// entity in key order, earliest first, at most maxExpiredLocks of them.
+// entity in key order, earliest first, at most Limits.ExpiredLocks of them.
 // Each counts a delivery; the message is available again at its place in
 // sequence order, or dead-lettered at max_delivery_count.
 func (a *applier) expireLocks() (*partitionpb.Result, error) {
@@ -451,7 +451,7 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 	if err := a.flushGrants(); err != nil {
 		return nil, err
 	}
-	budget := maxExpiredLocks
+	budget := a.lim.ExpiredLocks
 	for _, k := range sortedKeys(a.entities) {
 		if budget == 0 {
 			break

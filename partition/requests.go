@@ -45,8 +45,8 @@ func (a *applier) applyOnce(c *partitionpb.Command) (*partitionpb.Result, error)
 	switch {
 	case locks && lock.receiveAndDelete:
 		return result(nil, fmt.Errorf("%w: request id on a receive-and-delete lock", ErrInvalid))
-	case !locks && c.GetEnqueue() == nil && c.GetSettle() == nil && c.GetAcceptSession() == nil:
-		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle, AcceptSession or a peek-lock lock", ErrInvalid))
+	case !locks && c.GetEnqueue() == nil && c.GetSettle() == nil && c.GetAcceptSession() == nil && !(sessionRequest(c) && a.format >= FormatV8):
+		return result(nil, fmt.Errorf("%w: request id on a command other than Enqueue, Settle, a session command or a peek-lock lock", ErrInvalid))
 	}
 	if len(c.RequestId) > maxRequestIDBytes {
 		return result(nil, fmt.Errorf("%w: request id of %d bytes, at most %d", ErrInvalid, len(c.RequestId), maxRequestIDBytes))

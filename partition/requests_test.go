@@ -270,7 +270,7 @@ func TestRequestFormat(t *testing.T) {
 	if got, err := partition.DecodeBatch(data); err != nil || len(got.Commands[4].GetEnqueue().Messages[0].StagedBody) != 0 {
 		t.Fatalf("format 3 kept a staged body: %v, %v", got, err)
 	}
-	data[0] = partition.FormatV7 + 1
+	data[0] = partition.LastFormat + 1
 	if _, err := partition.DecodeBatch(data); !errors.Is(err, partition.ErrUnknownFormat) {
 		t.Fatalf("format %d: %v", data[0], err)
 	}

@@ -248,8 +248,7 @@ func TestDispositions(t *testing.T) {
 }
 
 func TestLockBounds(t *testing.T) {
-	partition.LowerBounds(t, partition.Bounds{LockCount: 50, ExpiredPerLock: 100, ExpiredLocks: 100, LockBytes: 8 << 10})
-	d := pt.NewDriver(t, 1000)
+	d := pt.NewDriverLimits(t, 1000, partition.Limits{LockCount: 50, ExpiredPerLock: 100, ExpiredLocks: 100, LockBytes: 8 << 10})
 	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
 	// 100 messages that expire at 1001, then one that does not.
 	expiring := msgs(100)
@@ -292,8 +291,7 @@ func TestLockBounds(t *testing.T) {
 }
 
 func TestExpireLocksBound(t *testing.T) {
-	partition.LowerBounds(t, partition.Bounds{LockCount: 100, ExpiredPerLock: 100, ExpiredLocks: 100, LockBytes: 1 << 20})
-	d := pt.NewDriver(t, 1000)
+	d := pt.NewDriverLimits(t, 1000, partition.Limits{LockCount: 100, ExpiredPerLock: 100, ExpiredLocks: 100, LockBytes: 1 << 20})
 	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
 	d.OK(pt.Upsert(pt.Queue(2, 0, "q2")))
 	d.OK(pt.Enqueue(1, 0, msgs(60)...))

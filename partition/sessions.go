@@ -259,12 +259,12 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	if err != nil {
 		return nil, err
 	}
-	want := int(min(c.MaxCount, uint32(lockCount)))
+	want := int(min(c.MaxCount, uint32(a.lim.LockCount)))
 	res := okResult()
 	if want == 0 || r.avail == 0 {
 		return res, nil
 	}
-	seqs, err := sessionSeqs(a.b, e.key, kindSessionMsg, c.SessionId, want+maxExpiredPerLock)
+	seqs, err := sessionSeqs(a.b, e.key, kindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +276,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	expiring := false // an expired message was met: the rest expire too
 	err = func() error {
 		for _, seq := range seqs {
-			if !expiring && (count >= want || taken >= lockBytes) {
+			if !expiring && (count >= want || taken >= a.lim.LockBytes) {
 				return nil
 			}
 			p, err := cur.record(seq)

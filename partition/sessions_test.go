@@ -589,3 +589,54 @@ func TestSessionParked(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSessionCommandRequestIDs: a set-state, renew or release repeated
+// under its request id (the front-end retries after an ambiguous failure,
+// e.g. a leader's crash) answers the first attempt's result even when the
+// session lock has ended since, and changes nothing again; without the id
+// the same command after the lock ended is refused as lock-lost. Request
+// ids on these commands need format 8: a format-7 entry with one is
+// refused as the replicas of that format did.
+func TestSessionCommandRequestIDs(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+	withID := func(c *partitionpb.Command, id string) *partitionpb.Command {
+		c.RequestId = []byte(id)
+		return c
+	}
+	tok := pt.SessionToken(1)
+	d.OK(pt.Accept(1, 0, "s", tok))
+	renewed := d.OK(withID(pt.RenewSession(1, 0, "s", tok), "renew-1"))
+	d.OK(withID(pt.SetState(1, 0, "s", tok, []byte("one")), "set-1"))
+	d.OK(withID(pt.Release(1, 0, "s", tok), "release-1"))
+
+	// The lock is gone: the repeats answer as the first attempts did.
+	if r := d.OK(withID(pt.RenewSession(1, 0, "s", tok), "renew-1")); r.LockedUntilMs[0] != renewed.LockedUntilMs[0] {
+		t.Fatalf("repeated renew: %v, want the first's %v", r, renewed)
+	}
+	d.OK(withID(pt.SetState(1, 0, "s", tok, []byte("one")), "set-1"))
+	d.OK(withID(pt.Release(1, 0, "s", tok), "release-1"))
+	wantCode(t, "set-state under a released lock, a new request", d.Do(withID(pt.SetState(1, 0, "s", tok, []byte("two")), "set-2")), codeSessionLost)
+	wantCode(t, "set-state under a released lock, no id", d.Do(pt.SetState(1, 0, "s", tok, []byte("two"))), codeSessionLost)
+
+	tok2 := pt.SessionToken(2)
+	d.OK(pt.Accept(1, 0, "s", tok2))
+	if st, err := d.M.SessionState(1, 0, "s", tok2, d.Now); err != nil || string(st) != "one" {
+		t.Fatalf("state %q %v, want the first set's only", st, err)
+	}
+
+	// An entry of format 7 with a request id on a set-state.
+	e := d.Log.Entry(t, d.Now, withID(pt.SetState(1, 0, "s", tok2, []byte("three")), "set-3"))
+	if e.Data[0] != partition.FormatV8 {
+		t.Fatalf("a set-state with a request id is encoded in format %d, want 8", e.Data[0])
+	}
+	e.Data[0] = partition.FormatV7
+	res, err := d.M.Apply([]partition.Entry{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "request id on a set-state in format 7", res[0][0], codeInvalid)
+	if st, _ := d.M.SessionState(1, 0, "s", tok2, d.Now); string(st) != "one" {
+		t.Fatalf("state %q after a refused format-7 set-state", st)
+	}
+}

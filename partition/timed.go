@@ -74,19 +74,19 @@ func expiresAt(from, ttl int64) int64 {
 }
 
 // activateScheduled makes due scheduled messages active, entity by entity
-// in key order, earliest first, within maxActivated and activateBytes.
+// in key order, earliest first, within Limits.Activated and ActivateBytes.
 // Each is appended to its queue as if sent now: a new sequence number,
 // enqueued now, its time to live counting from now. Its old (scheduled)
 // sequence number is gone.
 func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 	count, bytes := 0, int64(0)
 	for _, k := range sortedKeys(a.entities) {
-		if count >= maxActivated || count > 0 && bytes >= activateBytes {
+		if count >= a.lim.Activated || count > 0 && bytes >= a.lim.ActivateBytes {
 			break
 		}
 		e := a.entities[k]
 		err := a.scanDue(e, &e.sched, kindScheduled, func(at int64, seq uint64) error {
-			if count >= maxActivated || count > 0 && bytes >= activateBytes {
+			if count >= a.lim.Activated || count > 0 && bytes >= a.lim.ActivateBytes {
 				return errStop
 			}
 			m, err := a.mainMessage(e, seq)
@@ -117,10 +117,10 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 
 // expireMessages ends the unlocked main-queue messages whose time to live
 // ran out (the expiry index), entity by entity in key order, earliest
-// first, at most maxExpiredMessages: they are removed, or dead-lettered
+// first, at most Limits.ExpiredMessages: they are removed, or dead-lettered
 // where the entity dead-letters on expiration.
 func (a *applier) expireMessages() (*partitionpb.Result, error) {
-	budget := maxExpiredMessages
+	budget := a.lim.ExpiredMessages
 	for _, k := range sortedKeys(a.entities) {
 		if budget == 0 {
 			break

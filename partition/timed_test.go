@@ -14,9 +14,8 @@ import (
 // bounded amount of work per command, and the leader's next proposal
 // carries on where the last stopped, in due order.
 func TestTimedCommandsBounded(t *testing.T) {
-	partition.LowerBounds(t, partition.Bounds{LockCount: 100, ExpiredPerLock: 100, ExpiredLocks: 100, LockBytes: 1 << 20,
+	d := pt.NewDriverLimits(t, 0, partition.Limits{LockCount: 100, ExpiredPerLock: 100, ExpiredLocks: 100, LockBytes: 1 << 20,
 		Activated: 3, ExpiredMessages: 4})
-	d := pt.NewDriver(t, 0)
 	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
 	var msgs []*partitionpb.NewMessage
 	for i := range 7 {

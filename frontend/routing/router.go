@@ -568,10 +568,14 @@ func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool,
 		return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
 	case codes.ResourceExhausted:
 		// The node's disk (node.ErrNoSpace, whose text this looks for),
-		// or else a rule of the entity, which carries a partition
-		// Result, or gRPC's own message size limit.
+		// its proposal queue (node.ErrBusy), or else a rule of the
+		// entity, which carries a partition Result, or gRPC's own
+		// message size limit.
 		if !groupcall.HasResult(st) && strings.Contains(st.Message(), noSpaceText) {
 			return fmt.Errorf("%w: %v", frontend.ErrStorageFull, err)
+		}
+		if !groupcall.HasResult(st) && strings.Contains(st.Message(), busyText) {
+			return fmt.Errorf("%w: %v", frontend.ErrServerBusy, err)
 		}
 	}
 	return err
@@ -580,6 +584,10 @@ func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool,
 // noSpaceText is in the message of node.ErrNoSpace; the router may not
 // import node (tests/arch).
 const noSpaceText = "no space left"
+
+// busyText is in the message of node.ErrBusy: the leader's proposal
+// queue was full and the send was not proposed.
+const busyText = "proposal queue full"
 
 // names reports whether the routing table still holds entity e.
 func (r *Router) names(e *placementpb.Entity) bool {

@@ -67,16 +67,18 @@ func (r *Router) SessionReady(ctx context.Context, e *placementpb.Entity, partit
 // RenewSessionLock implements frontend.SessionBackend.
 func (r *Router) RenewSessionLock(ctx context.Context, e *placementpb.Entity, rl *partitionpb.RenewSessionLock) (*partitionpb.Result, error) {
 	rl.EntityId = e.Id
+	id := newRequestID() // one for every attempt, as Settle's
 	return callResult(r, ctx, e, rl.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
-		return c.RenewSessionLock(ctx, &partitionpb.RenewSessionLockRequest{GroupId: group, Renew: rl})
+		return c.RenewSessionLock(ctx, &partitionpb.RenewSessionLockRequest{GroupId: group, Renew: rl, RequestId: id})
 	})
 }
 
 // SetSessionState implements frontend.SessionBackend.
 func (r *Router) SetSessionState(ctx context.Context, e *placementpb.Entity, s *partitionpb.SetSessionState) (*partitionpb.Result, error) {
 	s.EntityId = e.Id
+	id := newRequestID()
 	return callResult(r, ctx, e, s.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
-		return c.SetSessionState(ctx, &partitionpb.SetSessionStateRequest{GroupId: group, Set: s})
+		return c.SetSessionState(ctx, &partitionpb.SetSessionStateRequest{GroupId: group, Set: s, RequestId: id})
 	})
 }
 
@@ -97,8 +99,9 @@ func (r *Router) GetSessionState(ctx context.Context, e *placementpb.Entity, req
 // ReleaseSession implements frontend.SessionBackend.
 func (r *Router) ReleaseSession(ctx context.Context, e *placementpb.Entity, rs *partitionpb.ReleaseSession) (*partitionpb.Result, error) {
 	rs.EntityId = e.Id
+	id := newRequestID()
 	return callResult(r, ctx, e, rs.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
-		return c.ReleaseSession(ctx, &partitionpb.ReleaseSessionRequest{GroupId: group, Release: rs})
+		return c.ReleaseSession(ctx, &partitionpb.ReleaseSessionRequest{GroupId: group, Release: rs, RequestId: id})
 	})
 }
 

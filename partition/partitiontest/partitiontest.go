@@ -77,6 +77,20 @@ func NewDriver(t testing.TB, nowMs int64) *Driver {
 	return &Driver{T: t, M: Open(t), Now: nowMs}
 }
 
+// NewDriverLimits is NewDriver on a machine whose per-command limits are
+// lim (lowered, so that a test reaches them with few messages).
+func NewDriverLimits(t testing.TB, nowMs int64, lim partition.Limits) *Driver {
+	t.Helper()
+	opts := Options()
+	opts.Limits = lim
+	m, err := partition.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("partition.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return &Driver{T: t, M: m, Now: nowMs}
+}
+
 // Apply applies the commands as one entry and returns their results.
 func (d *Driver) Apply(cmds ...*partitionpb.Command) []*partitionpb.Result {
 	d.T.Helper()

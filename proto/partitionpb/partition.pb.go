@@ -4952,9 +4952,14 @@ func (x *AcceptSessionResponse) GetReady() bool {
 }
 
 type RenewSessionLockRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Renew         *RenewSessionLock      `protobuf:"bytes,2,opt,name=renew,proto3" json:"renew,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Renew   *RenewSessionLock      `protobuf:"bytes,2,opt,name=renew,proto3" json:"renew,omitempty"`
+	// request_id names the request across the front-end's attempts: a
+	// repeat within the request window answers the first attempt's result
+	// (a retry after an ambiguous failure must not report a session lock
+	// lost that the first attempt outlived).
+	RequestId     []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4999,6 +5004,13 @@ func (x *RenewSessionLockRequest) GetGroupId() uint64 {
 func (x *RenewSessionLockRequest) GetRenew() *RenewSessionLock {
 	if x != nil {
 		return x.Renew
+	}
+	return nil
+}
+
+func (x *RenewSessionLockRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -5048,9 +5060,14 @@ func (x *RenewSessionLockResponse) GetResult() *Result {
 }
 
 type SetSessionStateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Set           *SetSessionState       `protobuf:"bytes,2,opt,name=set,proto3" json:"set,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Set     *SetSessionState       `protobuf:"bytes,2,opt,name=set,proto3" json:"set,omitempty"`
+	// request_id names the request across the front-end's attempts: a
+	// repeat within the request window answers the first attempt's result
+	// (a retry after an ambiguous failure must not report a session lock
+	// lost that the first attempt outlived).
+	RequestId     []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5095,6 +5112,13 @@ func (x *SetSessionStateRequest) GetGroupId() uint64 {
 func (x *SetSessionStateRequest) GetSet() *SetSessionState {
 	if x != nil {
 		return x.Set
+	}
+	return nil
+}
+
+func (x *SetSessionStateRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -5274,9 +5298,14 @@ func (x *GetSessionStateResponse) GetState() []byte {
 }
 
 type ReleaseSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Release       *ReleaseSession        `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Release *ReleaseSession        `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	// request_id names the request across the front-end's attempts: a
+	// repeat within the request window answers the first attempt's result
+	// (a retry after an ambiguous failure must not report a session lock
+	// lost that the first attempt outlived).
+	RequestId     []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5321,6 +5350,13 @@ func (x *ReleaseSessionRequest) GetGroupId() uint64 {
 func (x *ReleaseSessionRequest) GetRelease() *ReleaseSession {
 	if x != nil {
 		return x.Release
+	}
+	return nil
+}
+
+func (x *ReleaseSessionRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
 	}
 	return nil
 }
@@ -6089,15 +6125,19 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x15AcceptSessionResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\fR\x05token\x12\x14\n" +
-	"\x05ready\x18\x03 \x01(\bR\x05ready\"t\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\"\x93\x01\n" +
 	"\x17RenewSessionLockRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12>\n" +
-	"\x05renew\x18\x02 \x01(\v2(.quorumbus.partition.v1.RenewSessionLockR\x05renew\"R\n" +
+	"\x05renew\x18\x02 \x01(\v2(.quorumbus.partition.v1.RenewSessionLockR\x05renew\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"R\n" +
 	"\x18RenewSessionLockResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"n\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x8d\x01\n" +
 	"\x16SetSessionStateRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x129\n" +
-	"\x03set\x18\x02 \x01(\v2'.quorumbus.partition.v1.SetSessionStateR\x03set\"Q\n" +
+	"\x03set\x18\x02 \x01(\v2'.quorumbus.partition.v1.SetSessionStateR\x03set\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"Q\n" +
 	"\x17SetSessionStateResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xa3\x01\n" +
 	"\x16GetSessionStateRequest\x12\x19\n" +
@@ -6109,10 +6149,12 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x05token\x18\x05 \x01(\fR\x05token\"g\n" +
 	"\x17GetSessionStateResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\fR\x05state\"t\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\"\x93\x01\n" +
 	"\x15ReleaseSessionRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12@\n" +
-	"\arelease\x18\x02 \x01(\v2&.quorumbus.partition.v1.ReleaseSessionR\arelease\"P\n" +
+	"\arelease\x18\x02 \x01(\v2&.quorumbus.partition.v1.ReleaseSessionR\arelease\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"P\n" +
 	"\x16ReleaseSessionResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\xbb\x01\n" +
 	"\x13ListSessionsRequest\x12\x19\n" +

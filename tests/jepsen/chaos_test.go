@@ -1,9 +1,12 @@
 package jepsen
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,11 +103,7 @@ func TestChaos(t *testing.T) {
 	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader,
 		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair,
 		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.DeafLeader,
-		nemesis.CrashLeaderMachine, nemesis.CrashMajorityMachines, nemesis.AddNode, nemesis.DrainNode}
-	// clock-skew is left out of the default list until P9 and P10 allow
-	// for a skewed leader: the leader's clock decides when a scheduled
-	// message is due and when a duplicate-detection window ends, so a
-	// leader 9 s ahead delivers early by design (docs/reliability.md).
+		nemesis.CrashLeaderMachine, nemesis.CrashMajorityMachines, nemesis.AddNode, nemesis.DrainNode, nemesis.ClockSkew}
 	explicit := os.Getenv("CHAOS_KINDS") != ""
 	if explicit {
 		kinds = strings.Split(os.Getenv("CHAOS_KINDS"), ",")
@@ -297,7 +296,7 @@ func TestChaos(t *testing.T) {
 		problems = append(problems, "writing history.jsonl: "+err.Error())
 	}
 	ops := rec.Ops()
-	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(), ops)...)
+	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(nem.Faults()), ops)...)
 	results = append(results, checker.Run([]checker.Checker{{Name: "converged", Property: "P16: after healing, every replica of every group has one digest at one applied index", Check: func([]history.Op) []checker.Violation { return checker.Converged(sums) }}}, nil)...)
 	run := &report.Run{Seed: seed, Profile: name, Network: netw.Mode(), Duration: time.Since(start),
 		Summary: checker.Summarize(history.Select(ops, "")), Results: results,
@@ -393,7 +392,11 @@ func TestRecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", checker.Summarize(ops))
-	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(), ops)...)
+	faults, err := readFaults(filepath.Join(filepath.Dir(path), "faults.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := append(checker.Run(checker.Queue, history.Select(ops, "")), checker.RunSuites(featureSuites(faults), ops)...)
 	for _, r := range results {
 		if !r.Valid {
 			t.Errorf("%s: %s", r.Name, r.Property)
@@ -417,4 +420,25 @@ func peakRSS() string {
 		}
 	}
 	return "unknown"
+}
+
+// readFaults reads a report's faults.jsonl; a report without one had none.
+func readFaults(path string) ([]nemesis.Fault, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []nemesis.Fault
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var f nemesis.Fault
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }

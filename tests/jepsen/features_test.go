@@ -7,6 +7,7 @@ import (
 	"github.com/quorumbus/quorumbus/tests/jepsen/checker"
 	"github.com/quorumbus/quorumbus/tests/jepsen/cluster"
 	"github.com/quorumbus/quorumbus/tests/jepsen/history"
+	"github.com/quorumbus/quorumbus/tests/jepsen/nemesis"
 	"github.com/quorumbus/quorumbus/tests/jepsen/workload"
 )
 
@@ -53,8 +54,10 @@ func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64) []wor
 }
 
 // featureSuites are the checkers of each feature workload over its own
-// entities' operations.
-func featureSuites() []checker.Suite {
+// entities' operations; the time-bound ones allow for the clock skews the
+// faults put in.
+func featureSuites(faults []nemesis.Fault) []checker.Suite {
+	skews := clockSkews(faults)
 	perMessage := func(withSeq bool) []checker.Checker {
 		cs := []checker.Checker{}
 		for _, c := range checker.Queue {
@@ -66,11 +69,11 @@ func featureSuites() []checker.Suite {
 	}
 	suites := []checker.Suite{
 		{Name: "dedup", Entities: []string{dedupQueue}, Checkers: append([]checker.Checker{
-			{Name: "dedup", Property: "P9: duplicates within the window are dropped, resends past it are new messages, nothing acknowledged is lost", Check: checker.Dedup(dedupWindow)},
+			{Name: "dedup", Property: "P9: duplicates within the window are dropped, resends past it are new messages, nothing acknowledged is lost", Check: checker.Dedup(dedupWindow, skews)},
 		}, append(checker.PerCopy(checker.Queue, "double-complete", "resurrected", "delivery-count"),
 			checker.Without(checker.Queue, "lost", "aborted-read", "double-complete", "resurrected", "delivery-count", "sequence-number")...)...)},
 		{Name: "scheduled", Entities: []string{schedQueue}, Checkers: append(perMessage(true),
-			checker.Checker{Name: "scheduled", Property: "P10: no scheduled message is delivered before its time", Check: checker.Scheduled(checker.ScheduledTolerance)})},
+			checker.Checker{Name: "scheduled", Property: "P10: no scheduled message is delivered before its time", Check: checker.Scheduled(checker.ScheduledTolerance, skews)})},
 		{Name: "renew", Entities: []string{renewQueue}, Checkers: append(perMessage(true),
 			checker.Checker{Name: "lock-renew", Property: "P11: no complete succeeds after a renew reported the lock lost; a lock is held by one receiver at a time", Check: checker.LockRenew})},
 		// A session given back on close returns its unsettled messages
@@ -102,6 +105,17 @@ func featureSuites() []checker.Suite {
 			Checkers: checker.Without(checker.Queue, "lost", "unexpected", "aborted-read")})
 	}
 	return suites
+}
+
+// clockSkews are the clock-skew faults as the checkers take them.
+func clockSkews(faults []nemesis.Fault) []checker.Skew {
+	var out []checker.Skew
+	for _, f := range faults {
+		if f.Kind == nemesis.ClockSkew && f.ClockOffset != 0 {
+			out = append(out, checker.Skew{Start: f.Start, End: f.End, By: f.ClockOffset})
+		}
+	}
+	return out
 }
 
 func subscriptionPaths() []string {

@@ -8,25 +8,68 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
 
 // Writer returns an io.Writer that logs each line written to it through l
 // at the level named by the line's "[LEVEL]" tag (Info when it has none).
-func Writer(l *slog.Logger) io.Writer { return writer{l} }
+// A vote refused to a node outside the configuration is logged once a
+// minute per line: a removed meta voter asks every election timeout until
+// it is restarted, and the members would repeat the same warning forever.
+func Writer(l *slog.Logger) io.Writer { return &writer{l: l, seen: map[string]time.Time{}} }
 
-type writer struct{ l *slog.Logger }
+type writer struct {
+	l *slog.Logger
 
-func (w writer) Write(p []byte) (int, error) {
+	mu   sync.Mutex
+	seen map[string]time.Time // repeated lines, when last logged
+}
+
+// repeatEvery is how often a repeated line is logged again.
+const repeatEvery = time.Minute
+
+// repeats are the lines logged at most once per repeatEvery.
+var repeats = []string{
+	"rejecting pre-vote request since node is not in configuration",
+	"rejecting vote request since node is not in configuration",
+}
+
+// quiet reports whether line s was logged less than repeatEvery ago.
+func (w *writer) quiet(s string, now time.Time) bool {
+	found := false
+	for _, r := range repeats {
+		if strings.Contains(s, r) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if last, ok := w.seen[s]; ok && now.Sub(last) < repeatEvery {
+		return true
+	}
+	if len(w.seen) >= 1024 {
+		clear(w.seen) // bounded: at worst a line comes once more
+	}
+	w.seen[s] = now
+	return false
+}
+
+func (w *writer) Write(p []byte) (int, error) {
 	for line := range bytes.Lines(p) {
 		w.line(string(bytes.TrimSpace(line)))
 	}
 	return len(p), nil
 }
 
-func (w writer) line(s string) {
-	if s == "" {
+func (w *writer) line(s string) {
+	if s == "" || w.quiet(s, time.Now()) {
 		return
 	}
 	level := slog.LevelInfo

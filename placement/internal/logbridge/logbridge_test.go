@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLevels(t *testing.T) {
@@ -39,5 +40,34 @@ func TestLevels(t *testing.T) {
 	}
 	if !l.Enabled(context.Background(), slog.LevelDebug) {
 		t.Fatal("handler level")
+	}
+}
+
+// TestRepeatedVoteRefusals: a vote refused to a node outside the
+// configuration (a removed voter that keeps asking) is logged once a
+// minute per asker; other lines, and another asker, are not held back.
+func TestRepeatedVoteRefusals(t *testing.T) {
+	var buf bytes.Buffer
+	w := Writer(slog.New(slog.NewTextHandler(&buf, nil))).(*writer)
+	refusal := `[WARN]  raft: rejecting pre-vote request since node is not in configuration: from=10.0.0.4:7000`
+	start := time.Now()
+	for i := range 5 {
+		if w.quiet(refusal, start.Add(time.Duration(i)*time.Second)) != (i > 0) {
+			t.Fatalf("refusal %d: held back %v", i, i == 0)
+		}
+	}
+	if w.quiet(`[WARN]  raft: rejecting pre-vote request since node is not in configuration: from=10.0.0.5:7000`, start) {
+		t.Fatal("another asker's refusal held back")
+	}
+	if w.quiet(`[WARN]  raft: failed to contact: id=n2`, start) || w.quiet(`[WARN]  raft: failed to contact: id=n2`, start) {
+		t.Fatal("another warning held back")
+	}
+	if w.quiet(refusal, start.Add(repeatEvery)) {
+		t.Fatal("the refusal held back a minute later")
+	}
+	fresh := Writer(slog.New(slog.NewTextHandler(&buf, nil)))
+	fresh.Write([]byte(refusal + "\n" + refusal + "\n"))
+	if n := strings.Count(buf.String(), "not in configuration"); n != 1 {
+		t.Fatalf("the refusal written twice in a row logged %d times, want once", n)
 	}
 }

@@ -69,6 +69,29 @@ func onCopies(f func([]history.Op) []Violation) func([]history.Op) []Violation {
 // when it lies this far clear of the window's edge.
 const DedupTolerance = 500 * time.Millisecond
 
+// Skew is a stretch of the run (harness times, nanoseconds since the
+// start; End 0: to the end) during which one node's wall clock was off by
+// By. The leader's clock stamps enqueue times and decides when a scheduled
+// message is due and when a duplicate-detection window ends, so a skewed
+// leader moves both by design; the checkers widen their tolerance by the
+// skews in effect around each judgement, and by nothing elsewhere.
+type Skew struct {
+	Start, End int64
+	By         time.Duration
+}
+
+// skewAround is the largest |By| of the skews in effect at some time in
+// [from, to].
+func skewAround(skews []Skew, from, to int64) time.Duration {
+	var most time.Duration
+	for _, s := range skews {
+		if s.Start <= to && (s.End == 0 || s.End >= from) {
+			most = max(most, s.By, -s.By)
+		}
+	}
+	return most
+}
+
 // Dedup (P9) checks a queue with duplicate detection over window. For
 // each id whose first send was acknowledged it counts the distinct
 // messages (sequence numbers) delivered and bounds them: a resend
@@ -78,8 +101,10 @@ const DedupTolerance = 500 * time.Millisecond
 // the first send completed) must be a new message; one whose outcome is
 // unknown or that lies near the edge may be either; a failed one adds
 // nothing. Too few copies is a loss or a wrong suppression, too many a
-// duplicate let through.
-func Dedup(window time.Duration) func(ops []history.Op) []Violation {
+// duplicate let through. The edge is DedupTolerance wide, and wider by
+// the skews in effect while the first send and the resend were stamped
+// (each by the leader of its time).
+func Dedup(window time.Duration, skews []Skew) func(ops []history.Op) []Violation {
 	return func(ops []history.Op) []Violation {
 		sends := map[string][]history.Pair{}
 		copies := map[string]map[int64]history.Op{}
@@ -101,7 +126,7 @@ func Dedup(window time.Duration) func(ops []history.Op) []Violation {
 			}
 		}
 		sort.Strings(ids)
-		win, tol := int64(window), int64(DedupTolerance)
+		win := int64(window)
 		var out []Violation
 		for _, id := range ids {
 			ss := sends[id]
@@ -111,7 +136,9 @@ func Dedup(window time.Duration) func(ops []history.Op) []Violation {
 			}
 			lo, hi := 1, 1
 			why := []history.Op{first.Invoke, first.Done}
+			firstSkew := skewAround(skews, first.Invoke.Time, first.Done.Time)
 			for _, r := range ss[1:] {
+				tol := int64(DedupTolerance + firstSkew + skewAround(skews, r.Invoke.Time, r.Done.Time))
 				switch {
 				case r.Done.Type == history.Fail:
 				case r.Done.Type == history.OK && r.Done.Time-first.Invoke.Time < win-tol:
@@ -149,14 +176,16 @@ func sortedCopies(m map[int64]history.Op) []history.Op {
 
 // ScheduledTolerance is how early a scheduled message may reach the
 // workload: the broker stamps times in milliseconds and runs on the
-// harness's machine and clock. A nemesis that skews a node's clock must
-// raise it by the skew.
+// harness's machine and clock.
 const ScheduledTolerance = 100 * time.Millisecond
 
 // Scheduled (P10): no scheduled message reaches a receiver before its
 // scheduled enqueue time (the send's AtMs) less tolerance, on the wall
-// clock (a receive's AtMs).
-func Scheduled(tolerance time.Duration) func(ops []history.Op) []Violation {
+// clock (a receive's AtMs). A message delivered e early was activated,
+// before its receive, by a leader whose clock was at least e ahead: the
+// tolerance widens by the skew ahead of each fault in effect between By
+// before the receive and its end.
+func Scheduled(tolerance time.Duration, skews []Skew) func(ops []history.Op) []Violation {
 	return func(ops []history.Op) []Violation {
 		at := map[string]history.Op{}
 		var out []Violation
@@ -167,8 +196,19 @@ func Scheduled(tolerance time.Duration) func(ops []history.Op) []Violation {
 			case history.Receive:
 				d := p.Done
 				s, ok := at[d.MsgID]
-				if d.Type == history.OK && ok && s.AtMs != 0 && d.AtMs < s.AtMs-tolerance.Milliseconds() {
-					out = append(out, Violation{Msg: fmt.Sprintf("%s delivered %d ms before its scheduled time", d.MsgID, s.AtMs-d.AtMs), Ops: []history.Op{s, d}})
+				if d.Type != history.OK || !ok || s.AtMs == 0 || d.AtMs >= s.AtMs-tolerance.Milliseconds() {
+					continue
+				}
+				allowed := tolerance
+				for _, k := range skews {
+					// Activated during k, at most k.By before the
+					// scheduled time and before the receive ended.
+					if k.By > 0 && k.Start <= d.Time && (k.End == 0 || k.End >= d.Time-int64(k.By)) {
+						allowed = max(allowed, tolerance+k.By)
+					}
+				}
+				if d.AtMs < s.AtMs-allowed.Milliseconds() {
+					out = append(out, Violation{Msg: fmt.Sprintf("%s delivered %d ms before its scheduled time (%v allowed)", d.MsgID, s.AtMs-d.AtMs, allowed), Ops: []history.Op{s, d}})
 				}
 			}
 		}

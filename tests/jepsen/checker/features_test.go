@@ -66,17 +66,17 @@ func TestDedupChecker(t *testing.T) {
 	send(within, 1000, 1010, "a", history.OK)
 	recv(within, 2000, "a", 1)
 	recv(within, 2000, "a", 2)
-	expectViolations(t, "dedup (duplicate let through)", Dedup(w), good, within)
+	expectViolations(t, "dedup (duplicate let through)", Dedup(w, nil), good, within)
 
 	past := &timed{}
 	send(past, 0, 10, "b", history.OK)
 	send(past, 15000, 15010, "b", history.OK)
 	recv(past, 2000, "b", 2)
-	expectViolations(t, "dedup (resend past the window dropped)", Dedup(w), good, past)
+	expectViolations(t, "dedup (resend past the window dropped)", Dedup(w, nil), good, past)
 
 	lost := &timed{}
 	send(lost, 0, 10, "a", history.OK)
-	expectViolations(t, "dedup (lost)", Dedup(w), good, lost)
+	expectViolations(t, "dedup (lost)", Dedup(w, nil), good, lost)
 }
 
 func TestScheduledChecker(t *testing.T) {
@@ -84,7 +84,46 @@ func TestScheduledChecker(t *testing.T) {
 		pair(100, 101, 10, history.Receive, history.OK, history.Op{MsgID: "a", Seq: 1, LockToken: "L", AtMs: 5050})
 	bad := (&timed{}).pair(0, 5, 1, history.Send, history.OK, history.Op{MsgID: "a", AtMs: 5000}).
 		pair(100, 101, 10, history.Receive, history.OK, history.Op{MsgID: "a", Seq: 1, LockToken: "L", AtMs: 4000})
-	expectViolations(t, "scheduled", Scheduled(ScheduledTolerance), good, bad)
+	expectViolations(t, "scheduled", Scheduled(ScheduledTolerance, nil), good, bad)
+}
+
+// TestCheckersAllowForSkew: a leader's clock skew moves the edge of the
+// duplicate-detection window and a scheduled message's activation by
+// design; P9 and P10 allow for the skews in effect around their
+// judgements, and for no skew elsewhere in the run.
+func TestCheckersAllowForSkew(t *testing.T) {
+	w := 10 * time.Second
+	// A resend 15 s after the first send, dropped as a duplicate: past
+	// the window by the harness's clock, within it by a leader 9 s behind.
+	past := (&timed{}).pair(0, 10, 1, history.Send, history.OK, history.Op{MsgID: "b"}).
+		pair(15000, 15010, 1, history.Send, history.OK, history.Op{MsgID: "b"}).
+		pair(16000, 16001, 10, history.Receive, history.OK, history.Op{MsgID: "b", Seq: 2, LockToken: "L"})
+	during := []Skew{{Start: int64(14 * time.Second), End: int64(20 * time.Second), By: -9 * time.Second}}
+	earlier := []Skew{{Start: int64(40 * time.Second), End: int64(50 * time.Second), By: -9 * time.Second}}
+	if v := Dedup(w, during)(past.ops); len(v) != 0 {
+		t.Errorf("P9 under a 9 s skew around the resend: %v", v)
+	}
+	if v := Dedup(w, earlier)(past.ops); len(v) != 1 {
+		t.Errorf("P9 with the skew elsewhere in the run: %d violations, want 1", len(v))
+	}
+	// Delivered 1 s early: a leader 2 s ahead until just before.
+	early := (&timed{}).pair(0, 5, 1, history.Send, history.OK, history.Op{MsgID: "a", AtMs: 5000}).
+		pair(3000, 3001, 10, history.Receive, history.OK, history.Op{MsgID: "a", Seq: 1, LockToken: "L", AtMs: 4000})
+	for _, c := range []struct {
+		name  string
+		skews []Skew
+		want  int
+	}{
+		{"ahead until 1 s before the receive", []Skew{{Start: 0, End: int64(2 * time.Second), By: 2 * time.Second}}, 0},
+		{"ahead, still in effect", []Skew{{Start: 0, By: 2 * time.Second}}, 0},
+		{"behind", []Skew{{Start: 0, By: -2 * time.Second}}, 1},
+		{"ahead by less than the lead", []Skew{{Start: 0, By: 500 * time.Millisecond}}, 1},
+		{"ahead, ended long before", []Skew{{Start: 0, End: int64(500 * time.Millisecond), By: 2 * time.Second}}, 1},
+	} {
+		if v := Scheduled(ScheduledTolerance, c.skews)(early.ops); len(v) != c.want {
+			t.Errorf("P10, skew %s: %d violations, want %d", c.name, len(v), c.want)
+		}
+	}
 }
 
 func TestLockRenewChecker(t *testing.T) {

@@ -85,6 +85,7 @@ func (n *Nemesis) skew(ctx context.Context, s Step, node int, f *Fault) (func() 
 	}
 	p := c.Nodes[node]
 	c.SetClockOffset(node, d)
+	f.ClockOffset = d
 	p.Kill()
 	heal := func() error {
 		c.SetClockOffset(node, 0)
@@ -103,14 +104,32 @@ func (n *Nemesis) skew(ctx context.Context, s Step, node int, f *Fault) (func() 
 	// Leadership goes to the skewed node, where the clock matters. A
 	// transfer raft refuses (the node still catching up) leaves the skew
 	// on a follower, which matters once it is elected.
-	if l := c.Leader(ctx, n.cfg.Group); l >= 0 && l != node {
-		if err := c.TransferLeader(ctx, n.cfg.Group, l, node); err != nil {
-			note += "; leadership not moved to it: " + err.Error()
-		} else {
+	// A node just restarted may still be catching up, which the leader
+	// refuses to hand over to: try again for a while.
+	for try := 0; ; try++ {
+		l := c.Leader(ctx, n.cfg.Group)
+		if l == node {
 			note += "; leads the group"
+			break
 		}
-	} else if l == node {
-		note += "; leads the group"
+		if l < 0 {
+			note += "; no leader known to move the leadership from"
+			break
+		}
+		err := c.TransferLeader(ctx, n.cfg.Group, l, node)
+		if err == nil {
+			note += "; leads the group"
+			break
+		}
+		if try >= 10 || !strings.Contains(err.Error(), "replica behind") {
+			note += "; leadership not moved to it: " + err.Error()
+			break
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return heal, ctx.Err()
+		}
 	}
 	f.Note = joinNote(note, f.Note)
 	return heal, nil

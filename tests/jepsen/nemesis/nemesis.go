@@ -23,6 +23,9 @@ type Fault struct {
 	Start  int64  `json:"start"`
 	End    int64  `json:"end"` // when it was healed; 0 while active
 	Note   string `json:"note,omitempty"`
+	// ClockOffset is a clock-skew fault's offset of the target's wall
+	// clock (checkers widen their time tolerances by it).
+	ClockOffset time.Duration `json:"clock_offset,omitempty"`
 }
 
 // Kinds of fault. A kind that names the leader aims at the leader of the

@@ -250,10 +250,9 @@ func (q *Queue) receiver(ctx context.Context, p int) {
 		err = rcv.AcceptMessage(cctx, m)
 		cancel()
 		done := history.Op{Process: p, Type: history.OK, F: history.Complete, MsgID: d.MsgID, LockToken: d.LockToken}
-		var ae *amqp.Error
 		switch {
 		case err == nil:
-		case errors.As(err, &ae):
+		case settleRefused(err):
 			// The broker answered with a rejected outcome: the lock is
 			// lost, the message stays.
 			done.Type, done.Err = history.Fail, err.Error()

@@ -172,10 +172,9 @@ func (s *stream) settleRandomly(ctx context.Context, p int, queue string, r rece
 	cancel()
 	done := inv
 	done.Type = history.OK
-	var ae *amqp.Error
 	switch {
 	case err == nil:
-	case errors.As(err, &ae):
+	case settleRefused(err):
 		done.Type, done.Err = history.Fail, err.Error()
 	default:
 		done.Type, done.Err = history.Info, err.Error()

@@ -279,14 +279,25 @@ func (s *stream) completed(ctx context.Context, p int, entity string, d history.
 	cancel()
 	done := inv
 	done.Type = history.OK
-	var ae *amqp.Error
 	switch {
 	case err == nil:
-	case errors.As(err, &ae):
+	case settleRefused(err):
 		done.Type, done.Err = history.Fail, err.Error()
 	default:
 		done.Type, done.Err = history.Info, err.Error()
 	}
 	s.Rec.Add(done)
 	return done.Type
+}
+
+// settleRefused reports whether a disposition's error says the broker did
+// not settle: an AMQP error condition other than the ones the front-end
+// answers when it gave up on a partition (com.microsoft:timeout) or
+// failed inside (internal-error), whose outcome is unknown.
+func settleRefused(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Condition != "com.microsoft:timeout" && ae.Condition != amqp.ErrCondInternalError
 }
