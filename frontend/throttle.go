@@ -69,9 +69,8 @@ var failBusy = failure{condServerBusy, 503, true, "The request was terminated be
 // throttle is a namespace's credit budget and this front-end's bound of
 // pending sends. A nil throttle never throttles.
 type throttle struct {
-	budget     int64      // credits a second for the whole namespace; 0: no credits
-	share      func() int // live front-ends sharing it
-	now        func() time.Time
+	budget     int64        // credits a second for the whole namespace; 0: no credits
+	share      func() int   // live front-ends sharing it
 	maxPending int64        // bound of messages in flight to partitions; 0: none
 	pending    atomic.Int64 // messages in flight to partitions
 
@@ -89,7 +88,7 @@ func newThrottle(budget int64, share func() int, maxPending int) *throttle {
 	if share == nil {
 		share = func() int { return 1 }
 	}
-	return &throttle{budget: budget, share: share, now: time.Now, maxPending: int64(maxPending), throttled: map[string]uint64{}}
+	return &throttle{budget: budget, share: share, maxPending: int64(maxPending), throttled: map[string]uint64{}}
 }
 
 // admit reports whether n more messages may go in flight to partitions
@@ -132,7 +131,7 @@ func (t *throttle) perSecond() int64 {
 // refillLocked adds a second's share for every second passed, up to one
 // second's worth: credits do not pile up while the namespace is idle.
 func (t *throttle) refillLocked() {
-	now := t.now().Unix()
+	now := time.Now().Unix()
 	if now == t.second {
 		return
 	}

@@ -1,71 +1,114 @@
 package frontend
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
+
+// The throttle reads the time package's clock, which testing/synctest
+// makes virtual inside a bubble: a bubble starts on a whole second
+// (2000-01-01 UTC) and its clock moves only when every goroutine in it
+// waits, by exactly as much as the earliest timer asks. So these tests
+// sleep across second boundaries and check waits exactly, without
+// waiting in real time and without a clock field for tests.
 
 // TestThrottleCredits: a second's share is spent and refused past it, a
 // batch larger than what is left passes once and is paid back, idle
 // seconds do not pile credits up, and the budget is shared between the
 // live front-ends.
 func TestThrottleCredits(t *testing.T) {
-	clock := time.Unix(1_000_000, 0)
-	fronts := 1
-	th := newThrottle(100, func() int { return fronts }, 0)
-	th.now = func() time.Time { return clock }
+	synctest.Test(t, func(t *testing.T) {
+		fronts := 1
+		th := newThrottle(100, func() int { return fronts }, 0)
 
-	for i := range 100 {
-		if !th.take("q", 1) {
-			t.Fatalf("send %d of the first 100 refused", i)
+		for i := range 100 {
+			if !th.take("q", 1) {
+				t.Fatalf("send %d of the first 100 refused", i)
+			}
 		}
-	}
-	if th.take("q", 1) || th.take("q", 10) {
-		t.Fatal("past the budget, not refused")
-	}
-	clock = clock.Add(time.Second)
-	if !th.take("q", 250) { // a batch of 250 with 100 left
-		t.Fatal("a batch larger than the budget never passes")
-	}
-	clock = clock.Add(time.Second)
-	if th.take("q", 1) { // 100 - 250 + 100 = -50
-		t.Fatal("the batch's debt was not paid back")
-	}
-	clock = clock.Add(time.Hour)
-	for range 100 {
-		th.take("q", 1)
-	}
-	if th.take("other", 1) {
-		t.Fatal("an idle hour piled credits up")
-	}
-	fronts = 4
-	clock = clock.Add(time.Second)
-	passed := 0
-	for th.take("q", 1) {
-		passed++
-	}
-	if passed != 25 {
-		t.Fatalf("one of 4 front-ends passed %d a second, want 25", passed)
-	}
-	th.charge(1000)
-	clock = clock.Add(time.Second)
-	if th.take("q", 1) {
-		t.Fatal("received messages were not charged")
-	}
-	if got := th.counts(); got["q"] != 5 || got["other"] != 1 {
-		t.Fatalf("throttled counts %v", got)
-	}
-	for _, off := range []*throttle{newThrottle(0, nil, 0), newThrottle(-1, nil, -1)} {
-		if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || !off.admit("q", 1e9) {
-			t.Fatal("a budget of 0 or less throttles")
+		if th.take("q", 1) || th.take("q", 10) {
+			t.Fatal("past the budget, not refused")
 		}
-		off.busy("q")
-		if got := off.counts(); got["q"] != 1 {
-			t.Fatalf("busy refusals counted %v without credits, want q: 1", got)
+		time.Sleep(time.Second)
+		if !th.take("q", 250) { // a batch of 250 with 100 left
+			t.Fatal("a batch larger than the budget never passes")
 		}
-	}
-	var off *throttle
-	if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || len(off.counts()) != 0 {
-		t.Fatal("no throttle throttles")
-	}
+		time.Sleep(time.Second)
+		if th.take("q", 1) { // 100 - 250 + 100 = -50
+			t.Fatal("the batch's debt was not paid back")
+		}
+		time.Sleep(time.Hour)
+		for range 100 {
+			th.take("q", 1)
+		}
+		if th.take("other", 1) {
+			t.Fatal("an idle hour piled credits up")
+		}
+		fronts = 4
+		time.Sleep(time.Second)
+		passed := 0
+		for th.take("q", 1) {
+			passed++
+		}
+		if passed != 25 {
+			t.Fatalf("one of 4 front-ends passed %d a second, want 25", passed)
+		}
+		th.charge(1000)
+		time.Sleep(time.Second)
+		if th.take("q", 1) {
+			t.Fatal("received messages were not charged")
+		}
+		if got := th.counts(); got["q"] != 5 || got["other"] != 1 {
+			t.Fatalf("throttled counts %v", got)
+		}
+		for _, off := range []*throttle{newThrottle(0, nil, 0), newThrottle(-1, nil, -1)} {
+			if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || !off.admit("q", 1e9) {
+				t.Fatal("a budget of 0 or less throttles")
+			}
+			off.busy("q")
+			if got := off.counts(); got["q"] != 1 {
+				t.Fatalf("busy refusals counted %v without credits, want q: 1", got)
+			}
+		}
+		var off *throttle
+		if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || len(off.counts()) != 0 {
+			t.Fatal("no throttle throttles")
+		}
+	})
+}
+
+// TestThrottleWait: a wait past the budget ends when the next second's
+// credits arrive, not before and not a tick later, and counts once
+// against the entity however long it lasts; a wait its context ends
+// returns the context's error.
+func TestThrottleWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := newThrottle(10, nil, 0)
+		time.Sleep(300 * time.Millisecond)
+		if !th.take("q", 10) {
+			t.Fatal("the first second's credits refused")
+		}
+		start := time.Now()
+		if err := th.wait(t.Context(), "q"); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited != 700*time.Millisecond {
+			t.Fatalf("waited %v for the next second's credits, want 700ms", waited)
+		}
+		if !th.take("q", 10) {
+			t.Fatal("the next second's credits refused after the wait")
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		if err := th.wait(ctx, "q"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a wait its context ended: %v", err)
+		}
+		if got := th.counts()["q"]; got != 2 {
+			t.Fatalf("%d waits counted, want 2", got)
+		}
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/quorumbus/quorumbus/placement/catalog"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/placement/planner"
+	"github.com/quorumbus/quorumbus/proto/groupcall"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -319,84 +320,46 @@ func (s *Service) execute(ctx context.Context, task *pb.PartitionTask, entity *p
 	}
 }
 
-// callGroup makes one call on a partition group's leader. It starts with
-// the node that answered as leader last time (or the leader the group
-// reported), follows LeaderHints in FAILED_PRECONDITION answers, and falls
-// back to the replicas in order. Other errors end the attempt.
+// callGroup makes one call on a partition group's leader
+// (Service.partitionCalls): it starts with the node that answered as
+// leader last time (or the leader the group reported), follows LeaderHints
+// in FAILED_PRECONDITION answers, and falls back to the replicas in turn,
+// each tried once. Other errors end the attempt.
 func (s *Service) callGroup(ctx context.Context, g *pb.Group, call func(context.Context, partitionpb.PartitionServiceClient) error) error {
-	return callLeader(ctx, s, g, s.dial.partition, call)
+	return callLeader(ctx, s.partitionCalls, g, call)
 }
 
-// callLeader is callGroup for any service a storage node serves, dialed
-// with client.
-func callLeader[C any](ctx context.Context, s *Service, g *pb.Group, client func(addr string) (C, error), call func(context.Context, C) error) error {
-	var candidates []string
-	s.leadersMu.Lock()
-	if addr := s.leaders[g.Id]; addr != "" {
-		candidates = append(candidates, addr)
-	}
-	s.leadersMu.Unlock()
-	if g.LeaderId != "" {
-		candidates = append(candidates, s.grpcAddr(g.LeaderId))
-	}
-	for _, r := range g.Replicas {
-		candidates = append(candidates, s.grpcAddr(r.NodeId))
-	}
-
-	tried := map[string]bool{}
-	lastErr := status.Errorf(codes.Unavailable, "placement: no address for any replica of group %d", g.Id)
-	for len(candidates) > 0 {
-		addr := candidates[0]
-		candidates = candidates[1:]
-		if addr == "" || tried[addr] {
-			continue
-		}
-		tried[addr] = true
-		c, err := client(addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		err = call(cctx, c)
-		cancel()
-		if err == nil {
-			s.leadersMu.Lock()
-			s.leaders[g.Id] = addr
-			s.leadersMu.Unlock()
-			return nil
-		}
-		lastErr = err
-		switch status.Code(err) {
-		case codes.FailedPrecondition:
-			if hint := partitionLeaderHint(err); hint != nil {
-				addr := hint.LeaderAddr
-				if addr == "" && hint.LeaderId != "" {
-					addr = s.grpcAddr(hint.LeaderId)
-				}
-				candidates = append([]string{addr}, candidates...)
-			}
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		default:
-			return err
-		}
+// callLeader is callGroup for any service a storage node serves per
+// group, through its caller. It returns ctx's error when the context
+// ended, and the last attempt's error when every replica was tried: the
+// control loop retries the task, reading it afresh.
+func callLeader[C any](ctx context.Context, calls *groupcall.Caller[C], g *pb.Group, call func(context.Context, C) error) error {
+	err := calls.Call(ctx, g.Id, groupcall.CallOptions{}, call)
+	var gaveUp *groupcall.GaveUp
+	if errors.As(err, &gaveUp) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		return gaveUp.Last
 	}
-	return lastErr
+	return err
 }
 
-// partitionLeaderHint finds the LeaderHint in a status's details.
-func partitionLeaderHint(err error) *partitionpb.LeaderHint {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
+// groupCallConfig is the groupcall configuration of the callers that
+// reach partition groups' leaders (Service.partitionCalls and
+// membershipCalls): the catalog's view of each group, one round over its
+// replicas per call, and one record of leaders for both.
+func groupCallConfig[C any](s *Service, dial func(addr string) (C, error)) groupcall.Config[C] {
+	return groupcall.Config[C]{
+		Group: func(id uint64) *pb.Group {
+			var g *pb.Group
+			s.fsm.Read(func(st *catalog.State) { g = st.Group(id) })
+			return g
+		},
+		Addr:           s.grpcAddr,
+		Dial:           func(_, addr string) (C, error) { return dial(addr) },
+		AttemptTimeout: func(string) time.Duration { return rpcTimeout },
+		OneRound:       true,
+		Leaders:        s.leaders,
 	}
-	for _, d := range st.Details() {
-		if h, ok := d.(*partitionpb.LeaderHint); ok {
-			return h
-		}
-	}
-	return nil
 }

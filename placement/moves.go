@@ -173,7 +173,7 @@ func (s *Service) moveOnce(ctx context.Context, groupID uint64) (done bool, err 
 	}
 	change := func(kind partitionpb.ReplicaChange, node, addr string) error {
 		req := &partitionpb.ChangeReplicaRequest{GroupId: g.Id, Change: kind, NodeId: node, Addr: addr}
-		return callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+		return callLeader(ctx, s.membershipCalls, g, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
 			_, err := c.ChangeReplica(ctx, req)
 			return err
 		})
@@ -236,7 +236,7 @@ func (s *Service) awaitCatchUp(ctx context.Context, group uint64, addr string, i
 // abortMove takes the target out of the group and the list.
 func (s *Service) abortMove(ctx context.Context, g *pb.Group) (bool, error) {
 	req := &partitionpb.ChangeReplicaRequest{GroupId: g.Id, Change: partitionpb.ReplicaChange_REPLICA_CHANGE_REMOVE, NodeId: g.MovingTo}
-	err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+	err := callLeader(ctx, s.membershipCalls, g, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
 		_, err := c.ChangeReplica(ctx, req)
 		return err
 	})
@@ -348,7 +348,7 @@ func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
 			return
 		}
 		req := &partitionpb.ChangeReplicaRequest{GroupId: tr.Group, Change: partitionpb.ReplicaChange_REPLICA_CHANGE_LEAD, NodeId: tr.To, Addr: s.grpcAddr(tr.To)}
-		err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+		err := callLeader(ctx, s.membershipCalls, g, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
 			_, err := c.ChangeReplica(ctx, req)
 			return err
 		})
@@ -394,7 +394,7 @@ const maxLeadLag = 64
 // leaderCommit is the commit index of g's leader, as the leader reports it.
 func (s *Service) leaderCommit(ctx context.Context, g *pb.Group) (uint64, error) {
 	var commit uint64
-	err := callLeader(ctx, s, g, s.dial.membership, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+	err := callLeader(ctx, s.membershipCalls, g, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
 		st, err := c.GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
 		if err == nil && st.State != "Leader" {
 			err = fmt.Errorf("%s answered as %s", st.LeaderId, st.State)

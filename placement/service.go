@@ -19,6 +19,8 @@ import (
 	"github.com/quorumbus/quorumbus/placement/catalog"
 	"github.com/quorumbus/quorumbus/placement/internal/logbridge"
 	"github.com/quorumbus/quorumbus/placement/membership"
+	"github.com/quorumbus/quorumbus/proto/groupcall"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -49,8 +51,12 @@ type Service struct {
 	// plan sees the partitions of the creations before it.
 	createMu sync.Mutex
 
-	leadersMu sync.Mutex
-	leaders   map[uint64]string // group id -> gRPC address that last answered as its leader
+	// leaders records the node that last answered as each partition
+	// group's leader; partitionCalls and membershipCalls follow the
+	// groups' leaders through it (control.go).
+	leaders         *groupcall.Leaders
+	partitionCalls  *groupcall.Caller[partitionpb.PartitionServiceClient]
+	membershipCalls *groupcall.Caller[partitionpb.GroupMembershipClient]
 
 	health *groupHealth // when each group last reported itself serving (health.go)
 
@@ -81,13 +87,15 @@ func New(cfg Config) (*Service, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "placement"),
 		fsm:      catalog.NewFSM(),
-		leaders:  map[uint64]string{},
+		leaders:  &groupcall.Leaders{},
 		health:   newGroupHealth(),
 		caughtUp: make(chan struct{}),
 		ctx:      ctx,
 		cancel:   cancel,
 	}
 	s.dial = newDialer(cfg.Creds, cfg.DialPartition, cfg.DialPlacement)
+	s.partitionCalls = groupcall.New(groupCallConfig(s, s.dial.partition))
+	s.membershipCalls = groupcall.New(groupCallConfig(s, s.dial.membership))
 	return s, nil
 }
 

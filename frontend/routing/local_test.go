@@ -59,7 +59,7 @@ func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*parti
 // localRouter returns a router whose nodes, named in replica order, all
 // run in this process, and the entity "q" (partition group 7, whose
 // leader the routing table says is leader).
-func localRouter(t *testing.T, leader string, names []string, nodes ...*fakeNode) (*Router, *placementpb.Entity) {
+func localRouter(t *testing.T, leader string, names []string, nodes ...partitionpb.PartitionServiceServer) (*Router, *placementpb.Entity) {
 	t.Helper()
 	local := map[string]partitionpb.PartitionServiceServer{}
 	table := &placementpb.RoutingTable{

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/placement/sas"
+	"github.com/quorumbus/quorumbus/proto/groupcall"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 	"github.com/quorumbus/quorumbus/proto/rpcnet"
@@ -58,10 +58,13 @@ type Router struct {
 	byName  map[string]*placementpb.Entity
 	groups  map[uint64]*placementpb.Group
 	nodes   map[string]*placementpb.Node
-	leaders map[uint64]string // group -> node id learnt from hints and answers
-	ready   chan struct{}     // closed when the first table arrived
-	rules   *sas.Ruleset      // Config.Rules and the table's
-	filters map[string]int    // lowercase topic -> rules over its subscriptions
+	ready   chan struct{}  // closed when the first table arrived
+	rules   *sas.Ruleset   // Config.Rules and the table's
+	filters map[string]int // lowercase topic -> rules over its subscriptions
+
+	// calls follows each group's leader: hints, retries, attempt
+	// timeouts (proto/groupcall).
+	calls *groupcall.Caller[partitionpb.PartitionServiceClient]
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // by address
@@ -87,15 +90,21 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routing: %w", err)
 	}
-	return &Router{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		rules:   rules,
-		leaders: make(map[uint64]string),
-		ready:   make(chan struct{}),
-		conns:   make(map[string]*grpc.ClientConn),
-		done:    make(chan struct{}),
-	}, nil
+	r := &Router{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		rules: rules,
+		ready: make(chan struct{}),
+		conns: make(map[string]*grpc.ClientConn),
+		done:  make(chan struct{}),
+	}
+	r.calls = groupcall.New(groupcall.Config[partitionpb.PartitionServiceClient]{
+		Group:          r.group,
+		Addr:           r.nodeAddr,
+		Dial:           r.client,
+		AttemptTimeout: r.attemptTimeoutOf,
+	})
+	return r, nil
 }
 
 // Start watches the routing table in the background.
@@ -529,88 +538,47 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 // callGroup is call for a group: known tells whether a NOT_FOUND answer
 // (a node that does not host the group, a partition that does not know
 // the entity yet) is worth another try: while it holds, call retries.
+// groupcall follows the leader (Router.calls); the answers that end a
+// call become the front-end's errors here.
 func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
-	backoff := 10 * time.Millisecond
-	var (
-		lastErr error
-		silent  string // the last node that did not answer in time, or at all
-	)
-	for attempt := 0; ; attempt++ {
-		nodeID, addr := r.target(group, attempt, silent)
-		if addr == "" {
-			lastErr = fmt.Errorf("group %d has no known replicas", group)
-		} else {
-			c, err := r.client(nodeID, addr)
-			if err != nil {
-				return err
-			}
-			actx, cancel := ctx, context.CancelFunc(func() {})
-			if _, local := c.(localClient); !local {
-				actx, cancel = context.WithTimeout(ctx, attemptTimeout+extra)
-			}
-			err = op(actx, c, group)
-			cancel()
-			if err == nil {
-				r.setLeader(group, nodeID)
-				return nil
-			}
-			lastErr = err
-			st, _ := status.FromError(err)
-			switch st.Code() {
-			case codes.FailedPrecondition:
-				hint := leaderHint(st)
-				r.setLeader(group, hint) // "" when the replica knows no leader
-				if hint != "" {
-					// The replicas name the leader, the silent node too:
-					// it answered them since (a leader that lost its term
-					// while an entry was slow to commit may win the next).
-					silent = ""
-					if ctx.Err() == nil {
-						continue // straight to the hinted leader
-					}
-				}
-			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-				r.setLeader(group, "")
-				silent = nodeID
-			case codes.NotFound:
-				// The node does not host the group, or the partition does
-				// not know the entity. Both happen for a while after a
-				// creation returned (placement waits a bounded time for
-				// the groups to configure their partitions, and under load
-				// they take longer) and while a routing table is stale.
-				// Until the table stops naming the entity, try again.
-				if !known() {
-					return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
-				}
-				r.setLeader(group, "")
-			case codes.InvalidArgument:
-				return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
-			case codes.ResourceExhausted:
-				// The node's disk (node.ErrNoSpace, whose text this
-				// looks for), its proposal queue (node.ErrBusy), or else a rule of the entity, which
-				// carries a partition Result, or gRPC's own message
-				// size limit.
-				if !hasResult(st) && strings.Contains(st.Message(), noSpaceText) {
-					return fmt.Errorf("%w: %v", frontend.ErrStorageFull, err)
-				}
-				if !hasResult(st) && strings.Contains(st.Message(), busyText) {
-					return fmt.Errorf("%w: %v", frontend.ErrServerBusy, err)
-				}
-				return err
-			default:
-				return err
-			}
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: group %d: %v", frontend.ErrUnavailable, group, lastErr)
-		}
-		select {
-		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
-		case <-ctx.Done():
-			return fmt.Errorf("%w: group %d: %v", frontend.ErrUnavailable, group, lastErr)
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
+	err := r.calls.Call(ctx, group, groupcall.CallOptions{
+		Extra: extra,
+		// The node does not host the group, or the partition does not
+		// know the entity. Both happen for a while after a creation
+		// returned (placement waits a bounded time for the groups to
+		// configure their partitions, and under load they take longer)
+		// and while a routing table is stale. Until the table stops
+		// naming the entity, try again.
+		RetryNotFound: func(*status.Status) bool { return known() },
+	}, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
+		return op(ctx, c, group)
+	})
+	if err == nil {
+		return nil
 	}
+	var gaveUp *groupcall.GaveUp
+	if errors.As(err, &gaveUp) {
+		return fmt.Errorf("%w: group %d: %v", frontend.ErrUnavailable, group, gaveUp.Last)
+	}
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.NotFound: // and the table no longer names the entity
+		return fmt.Errorf("%w: %v", frontend.ErrEntityNotFound, err)
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %v", frontend.ErrInvalid, err)
+	case codes.ResourceExhausted:
+		// The node's disk (node.ErrNoSpace, whose text this looks for),
+		// its proposal queue (node.ErrBusy), or else a rule of the
+		// entity, which carries a partition Result, or gRPC's own
+		// message size limit.
+		if !groupcall.HasResult(st) && strings.Contains(st.Message(), noSpaceText) {
+			return fmt.Errorf("%w: %v", frontend.ErrStorageFull, err)
+		}
+		if !groupcall.HasResult(st) && strings.Contains(st.Message(), busyText) {
+			return fmt.Errorf("%w: %v", frontend.ErrServerBusy, err)
+		}
+	}
+	return err
 }
 
 // noSpaceText is in the message of node.ErrNoSpace; the router may not
@@ -621,24 +589,6 @@ const noSpaceText = "no space left"
 // queue was full and the send was not proposed.
 const busyText = "proposal queue full"
 
-func hasResult(st *status.Status) bool {
-	for _, d := range st.Details() {
-		if _, ok := d.(*partitionpb.Result); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func leaderHint(st *status.Status) string {
-	for _, d := range st.Details() {
-		if h, ok := d.(*partitionpb.LeaderHint); ok {
-			return h.LeaderId
-		}
-	}
-	return ""
-}
-
 // names reports whether the routing table still holds entity e.
 func (r *Router) names(e *placementpb.Entity) bool {
 	r.mu.RLock()
@@ -647,42 +597,31 @@ func (r *Router) names(e *placementpb.Entity) bool {
 	return x != nil && x.Id == e.Id
 }
 
-func (r *Router) setLeader(group uint64, node string) {
-	r.mu.Lock()
-	if node == "" {
-		delete(r.leaders, group)
-	} else {
-		r.leaders[group] = node
-	}
-	r.mu.Unlock()
-}
-
-// target picks the node to try: the known leader, else the replicas in
-// turn, passing over the node that last gave no answer (avoid) while
-// there is another: the routing table may still name it the leader while
-// the others have elected one of their own.
-func (r *Router) target(group uint64, attempt int, avoid string) (id, addr string) {
+// group returns the routing table's record of a group (nil when it has
+// none): its replicas and the leader it last reported.
+func (r *Router) group(id uint64) *placementpb.Group {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	usable := func(id string) bool { return id != "" && id != avoid }
-	id = r.leaders[group]
-	if g := r.groups[group]; !usable(id) && g != nil {
-		id = g.LeaderId
-		if attempt > 0 || !usable(id) {
-			if len(g.Replicas) == 0 {
-				return "", ""
-			}
-			for k := range len(g.Replicas) {
-				if id = g.Replicas[(attempt+k)%len(g.Replicas)].NodeId; id != avoid {
-					break
-				}
-			}
-		}
-	}
+	return r.groups[id]
+}
+
+// nodeAddr returns a node's gRPC address as the routing table has it.
+func (r *Router) nodeAddr(id string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	if n := r.nodes[id]; n != nil {
-		return id, n.GrpcAddr
+		return n.GrpcAddr
 	}
-	return id, ""
+	return ""
+}
+
+// attemptTimeoutOf is groupcall's AttemptTimeout: attemptTimeout for a
+// node in another process, none for one in this process.
+func (r *Router) attemptTimeoutOf(nodeID string) time.Duration {
+	if r.cfg.Local[nodeID] != nil {
+		return 0
+	}
+	return attemptTimeout
 }
 
 // client returns the way to call a node: directly if it runs in this

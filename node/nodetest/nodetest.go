@@ -6,11 +6,13 @@ package nodetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,12 +21,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/node"
+	"github.com/quorumbus/quorumbus/proto/groupcall"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // Timeout bounds every wait of the helpers.
@@ -335,13 +338,39 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 
 // Client returns a PartitionService client for groupID that sends each
 // call to the node it believes leads the group and, until the call's
-// context ends, retries elsewhere when told to: on a leader hint it goes
-// to the leader; on Unavailable, or NotFound for the group, it tries the
-// next node after a short backoff. A retried Send whose first attempt
-// failed with an unknown outcome (raft.ErrLeadershipLost, a broken
-// connection) may therefore be applied twice, like any at-least-once send.
+// context ends, retries elsewhere when told to (proto/groupcall): on a
+// leader hint it goes to the leader; on Unavailable, or NotFound for the
+// group, it tries the next node after a short backoff. A retried Send
+// whose first attempt failed with an unknown outcome
+// (raft.ErrLeadershipLost, a broken connection) may therefore be applied
+// twice, like any at-least-once send.
 func (c *Cluster) Client(groupID uint64) partitionpb.PartitionServiceClient {
-	return &Client{c: c, group: groupID}
+	cl := &Client{group: groupID}
+	replicas := &placementpb.Group{Id: groupID}
+	for _, id := range c.ids {
+		replicas.Replicas = append(replicas.Replicas, &placementpb.Replica{NodeId: id})
+	}
+	cl.calls = groupcall.New(groupcall.Config[partitionpb.PartitionServiceClient]{
+		Group: func(uint64) *placementpb.Group { return replicas },
+		Addr: func(id string) string {
+			if i := slices.Index(c.ids, id); i >= 0 {
+				return c.addrs[i]
+			}
+			return ""
+		},
+		Dial: func(_, addr string) (partitionpb.PartitionServiceClient, error) {
+			cc, err := c.conn(addr)
+			if err != nil {
+				return nil, err
+			}
+			return partitionpb.NewPartitionServiceClient(cc), nil
+		},
+		// Tests wait on nodes that restart within a second: ask often.
+		Backoff:    5 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond,
+		OnRetry:    func(uint64, error) { cl.Retries.Add(1) },
+	})
+	return cl
 }
 
 // DirectClient returns a PartitionService client that sends every call to
@@ -357,83 +386,32 @@ func (c *Cluster) DirectClient(i int) partitionpb.PartitionServiceClient {
 
 // Client is the leader-following client Cluster.Client returns.
 type Client struct {
-	c     *Cluster
 	group uint64
-
-	target atomic.Int64 // index of the node tried first
+	calls *groupcall.Caller[partitionpb.PartitionServiceClient]
 	// Retries counts attempts after the first, over all calls.
 	Retries atomic.Int64
 }
 
 var _ partitionpb.PartitionServiceClient = (*Client)(nil)
 
-func (cl *Client) indexOf(addr string) int {
-	for i, a := range cl.c.addrs {
-		if a == addr {
-			return i
-		}
-	}
-	return -1
-}
-
 // do runs call against the believed leader until it succeeds, fails for
-// good, or ctx ends.
+// good, or ctx ends; then it returns the last attempt's error as it came.
+// A NotFound without a partitionpb.Result is the node's (it does not host
+// the group yet) and is retried; with one it is the entity's, and final.
 func do[T any](ctx context.Context, cl *Client, call func(partitionpb.PartitionServiceClient) (T, error)) (T, error) {
-	wait := 5 * time.Millisecond
-	for {
-		i := int(cl.target.Load())
+	var out T
+	err := cl.calls.Call(ctx, cl.group, groupcall.CallOptions{
+		RetryNotFound: func(st *status.Status) bool { return !groupcall.HasResult(st) },
+	}, func(_ context.Context, c partitionpb.PartitionServiceClient) error {
 		var err error
-		var out T
-		cc, err := cl.c.conn(cl.c.addrs[i])
-		if err == nil {
-			out, err = call(partitionpb.NewPartitionServiceClient(cc))
-			if err == nil {
-				return out, nil
-			}
-		}
-		next, immediate, retry := cl.route(err, i)
-		if !retry || ctx.Err() != nil {
-			return out, err
-		}
-		cl.Retries.Add(1)
-		cl.target.CompareAndSwap(int64(i), int64(next))
-		if immediate {
-			continue
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return out, err
-		}
-		wait = min(2*wait, 200*time.Millisecond)
+		out, err = call(c)
+		return err
+	})
+	var gaveUp *groupcall.GaveUp
+	if errors.As(err, &gaveUp) {
+		err = gaveUp.Last
 	}
-}
-
-// route decides where a failed call goes next.
-func (cl *Client) route(err error, i int) (next int, immediate, retry bool) {
-	st := status.Convert(err)
-	rotate := (i + 1) % len(cl.c.addrs)
-	switch st.Code() {
-	case codes.FailedPrecondition:
-		for _, d := range st.Details() {
-			if h, ok := d.(*partitionpb.LeaderHint); ok {
-				if j := cl.indexOf(h.LeaderAddr); j >= 0 && j != i {
-					return j, true, true
-				}
-				return rotate, false, true
-			}
-		}
-	case codes.Unavailable:
-		return rotate, false, true
-	case codes.NotFound:
-		for _, d := range st.Details() {
-			if _, ok := d.(*partitionpb.Result); ok {
-				return i, false, false // the entity, not the group, is missing
-			}
-		}
-		return rotate, false, true
-	}
-	return i, false, false
+	return out, err
 }
 
 func (cl *Client) UpsertEntity(ctx context.Context, in *partitionpb.UpsertEntityRequest, opts ...grpc.CallOption) (*partitionpb.UpsertEntityResponse, error) {

@@ -98,6 +98,15 @@ var rules = []rule{
 		reason: "proto/rpcnet is how every process dials and serves gRPC (node, front-end, gateway, placement, CLI); it takes the TLS configurations it is given and knows nothing of what travels",
 	},
 	{
+		name: "the group leader client is standalone",
+		pkgs: []string{our("proto/groupcall/...")},
+		forbid: []string{
+			our("partition/..."), our("node/..."), our("placement/..."), our("frontend/..."),
+			our("gateway/..."), our("cmd/..."),
+		},
+		reason: "proto/groupcall is the one leader-following client of a partition group's services, shared by frontend/routing, placement and node/nodetest; each of them may import proto/ and none may import the others' packages",
+	},
+	{
 		name:    "SAS is pure",
 		pkgs:    []string{our("placement/sas/...")},
 		stdOnly: true,

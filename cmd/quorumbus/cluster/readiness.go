@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -17,7 +15,6 @@ import (
 	"github.com/quorumbus/quorumbus/frontend/amqp"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
-	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // Readiness means the process can do its part now (docs/operations.md):
@@ -169,62 +166,7 @@ type openFailures interface {
 	OpenFailures() map[uint64]error
 }
 
-// groupWatch is what a storage process's agent learnt from the routing
-// table: which groups it places on this node.
-type groupWatch struct {
-	mu    sync.Mutex
-	table bool // a routing table arrived
-	any   bool // it has partition groups
-	mine  []uint64
-	// other: the table comes from another node's placement member, on a
-	// stream open now.
-	other bool
-}
-
-// servedByOther records whether the table comes from another node's
-// member on an open stream.
-func (w *groupWatch) servedByOther(other bool) {
-	w.mu.Lock()
-	w.other = other
-	w.mu.Unlock()
-}
-
-// fromOther reports whether another node's member serves the table now.
-func (w *groupWatch) fromOther() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.other
-}
-
 var _ openFailures = (*node.Node)(nil)
-
-func (w *groupWatch) placed(t *placementpb.RoutingTable, mine []uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.table, w.any, w.mine = true, len(t.Groups) > 0, mine
-}
-
-// hasTable reports whether a routing table arrived.
-func (w *groupWatch) hasTable() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.table
-}
-
-// groups returns the groups placed on this node, or why it cannot tell:
-// no table yet, or a cluster with no groups yet (it creates them once
-// enough storage nodes are alive), which cannot serve an entity either.
-func (w *groupWatch) groups() (mine []uint64, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case !w.table:
-		return nil, errors.New("no routing table yet")
-	case !w.any:
-		return nil, errors.New("the cluster has no partition groups yet (waiting for enough storage nodes)")
-	}
-	return slices.Clone(w.mine), nil
-}
 
 // checkGroups reports the groups among ids that cannot serve: failed to
 // open, not open, stopped after a storage failure, with no leader known
@@ -261,7 +203,7 @@ func (s *Storage) ReadyChecks() []adminhttp.Check {
 				// A node that joined after the bootstrap is no member of
 				// the meta group: it is ready once the members sent it a
 				// routing table (the groups check).
-				if s.watch.hasTable() {
+				if s.agent.HasTable() {
 					return nil
 				}
 				return errors.New("not a meta-group member, and no routing table from a member yet")
@@ -270,7 +212,7 @@ func (s *Storage) ReadyChecks() []adminhttp.Check {
 				// No word from a meta leader for long (perhaps removed
 				// from the group without knowing it): ready while
 				// another member serves the table.
-				if s.watch.fromOther() {
+				if s.agent.FromOther() {
 					return nil
 				}
 				return errors.New("no word from a meta leader for long, and no other member serves the routing table")
@@ -278,7 +220,7 @@ func (s *Storage) ReadyChecks() []adminhttp.Check {
 			return s.Placement.Ready()
 		}},
 		{Name: "node " + id + " groups", Func: func() error {
-			mine, err := s.watch.groups()
+			mine, err := s.agent.Placed()
 			if err != nil {
 				return err
 			}

@@ -223,7 +223,7 @@ func TestStorageReadinessFollowsQuorum(t *testing.T) {
 	c := startStorageCluster(t, nil)
 	ready := func(i int) (string, bool) { return readiness(c.nodes[i].ReadyChecks()...) }
 	groupsPlaced := func(i int) bool {
-		mine, err := c.nodes[i].watch.groups()
+		mine, err := c.nodes[i].agent.Placed()
 		return err == nil && len(mine) == 2
 	}
 	for i := range 3 {

@@ -12,19 +12,17 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
 
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
+	"github.com/quorumbus/quorumbus/node/agent"
 	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
-	"github.com/quorumbus/quorumbus/proto/placementpb"
 	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
@@ -64,10 +62,9 @@ type Storage struct {
 	Node      *node.Node
 	Placement *placement.Service
 	forward   *routing.Router // where the node's forwarders send
-	watch     *groupWatch     // what the agent learnt of this node's groups
+	agent     *agent.Agent    // keeps the node's groups in line with the routing table
 	failures  openFailures    // groups that failed to open (readiness.go)
 	cancel    context.CancelFunc
-	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -124,18 +121,19 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		n.Close()
 		return nil, err
 	}
+	ag, err := agent.New(agent.Config{Node: n, Others: storageAddrs(o.Members), Creds: o.Creds, Logger: o.Logger})
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
 	rctx, cancel := context.WithCancel(ctx)
-	w := &groupWatch{}
 	// The node's own record of open failures: it retries them with
 	// backoff, so one that opens later must stop being reported whether
 	// or not a routing table arrived since.
-	s := &Storage{Node: n, Placement: p, forward: fwd, watch: w, failures: n, cancel: cancel, done: make(chan struct{})}
+	s := &Storage{Node: n, Placement: p, forward: fwd, agent: ag, failures: n, cancel: cancel}
 	chaosStarted(n)
 	fwd.Start(rctx)
-	go func() {
-		defer close(s.done)
-		reconcile(rctx, n, o.Members, o.Creds, w, o.Logger)
-	}()
+	ag.Start(rctx)
 	return s, nil
 }
 
@@ -147,8 +145,7 @@ func (s *Storage) Close() error {
 		s.cancel()
 		closed := make(chan error, 1)
 		go func() {
-			<-s.done
-			closed <- errors.Join(s.forward.Close(), s.Placement.Close(), s.Node.Close())
+			closed <- errors.Join(s.agent.Close(), s.forward.Close(), s.Placement.Close(), s.Node.Close())
 		}()
 		t := time.NewTimer(shutdownTimeout)
 		defer t.Stop()
@@ -161,164 +158,20 @@ func (s *Storage) Close() error {
 	return s.closeErr
 }
 
-// reconcile keeps the node's groups in line with the routing table: it
-// opens every group the table places on this node, and reports which
-// groups it leads so that the table's leader hints stay fresh. It records
-// in w which groups the table places here.
-//
-// It reads the table from this node's own placement member, or, while
-// that one cannot serve it (a node that joined later is no member of the
-// meta group; a member that heard from no meta leader for long, as one
-// removed from the group without knowing it: placement/orphan.go), from
-// another storage member's.
-func reconcile(ctx context.Context, n *node.Node, members placement.Members, creds *rpcnet.Creds, w *groupWatch, log *slog.Logger) {
-	pc := &placementClients{own: n.Addr(), members: members, creds: creds, conns: map[string]*grpc.ClientConn{}}
-	defer pc.close()
-	go reportGroups(ctx, n, pc, log)
-	backoff := 100 * time.Millisecond
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		client, own, err := pc.client(attempt)
-		if err == nil {
-			var stream grpc.ServerStreamingClient[placementpb.RoutingTable]
-			stream, err = client.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
-			for err == nil {
-				var t *placementpb.RoutingTable
-				if t, err = stream.Recv(); err != nil {
-					break
-				}
-				backoff, attempt = 100*time.Millisecond, 0
-				w.servedByOther(!own)
-				applyRoutes(n, w, t, log)
-			}
-			w.servedByOther(false)
-		}
-		if err != nil {
-			log.Debug("routing table watch", "err", err)
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-		backoff = min(2*backoff, 2*time.Second)
+// storageAddrs returns the gRPC addresses of the storage members, whose
+// placement members may serve the routing table (agent.Config.Others).
+func storageAddrs(members placement.Members) func() []string {
+	if members == nil {
+		return nil
 	}
-}
-
-// placementClients reaches a placement member: this node's own first,
-// then the other storage members in turn.
-type placementClients struct {
-	own     string
-	members placement.Members
-	creds   *rpcnet.Creds
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
-}
-
-// client returns the client of the attempt-th candidate, and whether it
-// is this node's own member.
-func (pc *placementClients) client(attempt int) (_ placementpb.PlacementServiceClient, own bool, _ error) {
-	addrs := []string{pc.own}
-	if pc.members != nil {
-		for _, m := range pc.members.Members() {
-			if m.Role == membership.RoleStorage && m.GRPCAddr != "" && m.GRPCAddr != pc.own {
+	return func() []string {
+		var addrs []string
+		for _, m := range members.Members() {
+			if m.Role == membership.RoleStorage {
 				addrs = append(addrs, m.GRPCAddr)
 			}
 		}
-	}
-	addr := addrs[attempt%len(addrs)]
-	own = addr == pc.own
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	cc := pc.conns[addr]
-	if cc == nil {
-		var err error
-		if cc, err = rpcnet.Dial(addr, pc.creds); err != nil {
-			return nil, own, err
-		}
-		pc.conns[addr] = cc
-	}
-	return placementpb.NewPlacementServiceClient(cc), own, nil
-}
-
-func (pc *placementClients) close() {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	for _, cc := range pc.conns {
-		cc.Close()
-	}
-}
-
-func applyRoutes(n *node.Node, w *groupWatch, t *placementpb.RoutingTable, log *slog.Logger) {
-	addrs := make(map[string]string, len(t.Nodes))
-	for _, nd := range t.Nodes {
-		addrs[nd.Id] = nd.GrpcAddr
-	}
-	var placed []uint64
-	defer func() { w.placed(t, placed) }()
-	listed := map[uint64]bool{}
-	for _, g := range t.Groups {
-		var peers []node.Peer
-		mine := false
-		for _, r := range g.Replicas {
-			peers = append(peers, node.Peer{ID: r.NodeId, Addr: addrs[r.NodeId], Joined: r.Joined})
-			mine = mine || r.NodeId == n.ID()
-		}
-		listed[g.Id] = true
-		if !mine {
-			continue
-		}
-		placed = append(placed, g.Id)
-		// The node records and logs a group that fails to open (when
-		// the reason changes) and retries it with backoff; every
-		// routing table would repeat it here.
-		if err := n.EnsureGroup(g.Id, peers); err != nil {
-			log.Debug("open group", "group", g.Id, "err", err)
-		}
-	}
-	// A group the table lists without this node was moved off it (the
-	// move is recorded done only once the group's configuration no longer
-	// has this replica): its data goes. A group the table does not list
-	// at all is left alone; the table may be one of a catalog that lost
-	// it, which is not this node's to judge.
-	for _, id := range n.Groups() {
-		if listed[id] && !slices.Contains(placed, id) {
-			log.Info("removing a group moved off this node", "group", id)
-			if err := n.RemoveGroup(id); err != nil {
-				log.Warn("remove group", "group", id, "err", err)
-			}
-		}
-	}
-}
-
-// reportGroups tells placement, every second, which groups this node
-// leads, through its own member or, when that fails, another.
-func reportGroups(ctx context.Context, n *node.Node, pc *placementClients, log *slog.Logger) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	attempt := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		req := &placementpb.ReportGroupsRequest{NodeId: n.ID()}
-		for _, id := range n.Groups() {
-			st, err := n.Group(id)
-			if err != nil || st.State != raft.Leader {
-				continue
-			}
-			req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderId: n.ID(), HasQuorum: st.Serving})
-		}
-		client, _, err := pc.client(attempt)
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err = client.ReportGroups(cctx, req)
-			cancel()
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Debug("report groups", "err", err)
-			attempt++ // the next report tries the next member
-		}
+		return addrs
 	}
 }
 
