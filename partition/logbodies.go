@@ -113,7 +113,17 @@ func (a *applier) keepInLog(m *partitionpb.StoredMessage, i int) {
 	}
 	s := a.spans[i]
 	m.BodyIndex, m.BodyOffset, m.BodyLength = a.entry, s.off, s.n
-	m.BodyCrc = crc32.Checksum(a.data[s.off:s.off+s.n], castagnoli)
+	// A topic's copies of one message name the same bytes: one checksum.
+	if a.crcOf != (crcKey{a.entry, s}) || a.crcOf.entry == 0 {
+		a.crcOf, a.crc = crcKey{a.entry, s}, crc32.Checksum(a.data[s.off:s.off+s.n], castagnoli)
+	}
+	m.BodyCrc = a.crc
+}
+
+// crcKey names the bytes of an entry whose checksum the applier kept.
+type crcKey struct {
+	entry uint64
+	span  span
 }
 
 // dropLogRef clears where m's body lay in the log: the messages a machine
