@@ -42,6 +42,32 @@ func (c *Counts) add(st *partitionpb.StatsResponse) {
 	c.AccessedAtMs = max(c.AccessedAtMs, st.GetAccessedAtMs())
 }
 
+// countDetails writes an entity's counts as Service Bus's CountDetails.
+//
+// The messages of an entity that forwards (ForwardTo) wait for its
+// forwarder to move them to the destination (docs/topics.md): they are
+// what Service Bus's TransferMessageCount counts, messages yet to be
+// transferred, and not active messages ready for a receiver. The
+// partitions count them as active (and cannot tell the deferred ones
+// apart, which the forwarder leaves where they are: an entity that
+// forwards has some only if a client received from it and deferred), so
+// they are moved across here; the total is the same either way.
+// TransferDeadLetterMessageCount is always 0: there is no transfer
+// dead-letter queue; a message over the hop limit, the one transfer that
+// fails for good, is dead-lettered in the entity's own dead-letter queue.
+func countDetails(c *Counts, forwardTo string) *countDetailsOut {
+	out := &countDetailsOut{
+		NS:                     countNS,
+		ActiveMessageCount:     int64(c.Active),
+		DeadLetterMessageCount: int64(c.DeadLetter),
+		ScheduledMessageCount:  int64(c.Scheduled),
+	}
+	if forwardTo != "" {
+		out.TransferMessageCount, out.ActiveMessageCount = out.ActiveMessageCount, 0
+	}
+	return out
+}
+
 // accessedAt writes an entity's AccessedAt: the last send to or receive
 // from any of its partitions, kept by the partitions themselves (no write
 // of its own); "never" when they have none or could not be read.

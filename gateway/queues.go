@@ -271,12 +271,7 @@ func describeQueue(e *placementpb.Entity, counts *Counts) *queueDescriptionOut {
 	if counts != nil {
 		total := counts.Active + counts.DeadLetter + counts.Scheduled
 		out.SizeInBytes, out.MessageCount = &counts.SizeBytes, &total
-		out.CountDetails = &countDetailsOut{
-			NS:                     countNS,
-			ActiveMessageCount:     int64(counts.Active),
-			DeadLetterMessageCount: int64(counts.DeadLetter),
-			ScheduledMessageCount:  int64(counts.Scheduled),
-		}
+		out.CountDetails = countDetails(counts, d.ForwardTo)
 	}
 	return out
 }

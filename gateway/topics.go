@@ -344,12 +344,7 @@ func describeSubscription(e *placementpb.Entity, counts *Counts) *subscriptionDe
 	if counts != nil {
 		total := counts.Active + counts.DeadLetter + counts.Scheduled
 		out.MessageCount = &total
-		out.CountDetails = &countDetailsOut{
-			NS:                     countNS,
-			ActiveMessageCount:     int64(counts.Active),
-			DeadLetterMessageCount: int64(counts.DeadLetter),
-			ScheduledMessageCount:  int64(counts.Scheduled),
-		}
+		out.CountDetails = countDetails(counts, d.ForwardTo)
 	}
 	return out
 }

@@ -118,6 +118,8 @@ type applier struct {
 	entry uint64 // index of the entry being applied
 	data  []byte // the entry
 	spans []span // where the messages of the Enqueue being applied lie in data
+	crcOf crcKey // the bytes keepInLog last took the checksum of
+	crc   uint32
 
 	subs *subscriptionIndex // the machine's (fanout.go)
 

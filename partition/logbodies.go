@@ -113,7 +113,17 @@ func (a *applier) keepInLog(m *partitionpb.StoredMessage, i int) {
 	}
 	s := a.spans[i]
 	m.BodyIndex, m.BodyOffset, m.BodyLength = a.entry, s.off, s.n
-	m.BodyCrc = crc32.Checksum(a.data[s.off:s.off+s.n], castagnoli)
+	// A topic's copies of one message name the same bytes: one checksum.
+	if a.crcOf != (crcKey{a.entry, s}) || a.crcOf.entry == 0 {
+		a.crcOf, a.crc = crcKey{a.entry, s}, crc32.Checksum(a.data[s.off:s.off+s.n], castagnoli)
+	}
+	m.BodyCrc = a.crc
+}
+
+// crcKey names the bytes of an entry whose checksum the applier kept.
+type crcKey struct {
+	entry uint64
+	span  span
 }
 
 // dropLogRef clears where m's body lay in the log: the messages a machine
@@ -129,30 +139,84 @@ func dropStoreRefs(m *partitionpb.StoredMessage) {
 	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc, m.BodyBlobEntity = nil, 0, 0, 0
 }
 
-// logReader reads bodies from the Raft log. It keeps the last entry it
-// read: messages are read in sequence order, and neighbours share entries.
+// logReader reads bodies from the Raft log. It keeps the entries it read
+// last, least recently used out: messages are read in sequence order and
+// neighbours share entries, so one reader hits its entry for all but the
+// first message of it. Several readers at once read from several entries:
+// a topic's subscriptions drained together hold copies of the same
+// messages, from the same entries, each read at its own pace (and a
+// group's queues are read side by side). One entry kept served none of
+// them: each read took the entry of another subscription's last read out,
+// and nearly every message read its whole entry back from the log.
+//
+// Invariant: recent holds distinct indexes; their data adds up to at most
+// logReaderBytes, unless a single entry is larger (it is kept alone).
 type logReader struct {
 	read func(index uint64) ([]byte, error)
 
-	mu    sync.Mutex
+	mu     sync.Mutex
+	recent []cachedEntry
+	bytes  int
+	clock  uint64 // counts reads; cachedEntry.used is the last that took it
+}
+
+type cachedEntry struct {
 	index uint64
 	data  []byte
+	used  uint64
+}
+
+// The entries a logReader keeps: enough for the subscriptions of a topic
+// drained at once (and the queues of its group), each reading its next
+// entry, within a budget of memory per group, whose entries are usually
+// tens of kilobytes (64 messages each at most) and at most a few
+// megabytes.
+const (
+	logReaderEntries = 32
+	logReaderBytes   = 8 << 20
+)
+
+// entry returns the data of the entry at index, from the ones kept or
+// from the log.
+func (l *logReader) entry(index uint64) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.clock++
+	for i := range l.recent {
+		if c := &l.recent[i]; c.index == index {
+			c.used = l.clock
+			return c.data, nil
+		}
+	}
+	data, err := l.read(index)
+	if err != nil {
+		return nil, err
+	}
+	for len(l.recent) > 0 && (len(l.recent) >= logReaderEntries || l.bytes+len(data) > logReaderBytes) {
+		old := 0
+		for i, c := range l.recent {
+			if c.used < l.recent[old].used {
+				old = i
+			}
+		}
+		l.bytes -= len(l.recent[old].data)
+		last := len(l.recent) - 1
+		l.recent[old] = l.recent[last]
+		l.recent[last] = cachedEntry{}
+		l.recent = l.recent[:last]
+	}
+	l.recent = append(l.recent, cachedEntry{index: index, data: data, used: l.clock})
+	l.bytes += len(data)
+	return data, nil
 }
 
 // sections fills in m's sections from the entry m.BodyIndex names, after
 // checking the bytes against the CRC its state record holds.
 func (l *logReader) sections(m *partitionpb.StoredMessage) error {
-	l.mu.Lock()
-	data := l.data
-	if l.index != m.BodyIndex || data == nil {
-		var err error
-		if data, err = l.read(m.BodyIndex); err != nil {
-			l.mu.Unlock()
-			return fmt.Errorf("partition: body of message %d from Raft entry %d: %w", m.SequenceNumber, m.BodyIndex, err)
-		}
-		l.index, l.data = m.BodyIndex, data
+	data, err := l.entry(m.BodyIndex)
+	if err != nil {
+		return fmt.Errorf("partition: body of message %d from Raft entry %d: %w", m.SequenceNumber, m.BodyIndex, err)
 	}
-	l.mu.Unlock()
 	end := uint64(m.BodyOffset) + uint64(m.BodyLength)
 	if end > uint64(len(data)) {
 		return fmt.Errorf("%w: message %d: bytes %d-%d of Raft entry %d, which has %d", ErrCorrupt, m.SequenceNumber, m.BodyOffset, end, m.BodyIndex, len(data))

@@ -9,6 +9,7 @@ import (
 	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // fakeLog is a Raft log for Options.Log: the entries applied so far, of
@@ -217,5 +218,52 @@ func TestLockedAcrossSnapshot(t *testing.T) {
 	d.do(pt.Settle(1, 0, main, partitionpb.Disposition_DISPOSITION_COMPLETE, r.Messages[0].LockToken))
 	if s, lg := d.places(); s != 0 || lg != 0 {
 		t.Fatalf("everything completed: %d bodies left in the store, %d in the log", s, lg)
+	}
+}
+
+// TestLogBodiesSubscriptionsApart: ten subscriptions of a topic, each a
+// few entries behind the next, received from in turn, one message at a
+// time, as receivers of each drain them together: each entry is read
+// from the log once, not once per message (a reader that kept one entry
+// read its entry back for nearly every message, since each read took the
+// entry of another subscription's last read out).
+func TestLogBodiesSubscriptionsApart(t *testing.T) {
+	l := newFakeLog()
+	d := &logDriver{t: t, m: openWithLog(t, t.TempDir(), l), log: l, now: 1000}
+	d.do(pt.Upsert(&partitionpb.EntityConfig{EntityId: 10, Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC}))
+	const subs, entries, perEntry = 10, 14, 8
+	for i := range subs {
+		d.do(pt.Upsert(&partitionpb.EntityConfig{
+			EntityId: uint64(11 + i), Name: fmt.Sprintf("t/Subscriptions/s%d", i), Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, TopicId: 10,
+			Rules: []*placementpb.Rule{{Name: "$Default", Filter: &placementpb.Rule_TrueFilter{TrueFilter: true}}},
+		}))
+	}
+	for e := range entries {
+		var msgs []*partitionpb.NewMessage
+		for i := range perEntry {
+			msgs = append(msgs, pt.Msg(fmt.Sprintf("m%d", e*perEntry+i)))
+		}
+		d.do(pt.Enqueue(10, 0, msgs...))
+	}
+	main := partitionpb.SubQueue_SUB_QUEUE_MAIN
+	for i := range subs { // subscription i is i entries in
+		if i > 0 {
+			d.do(pt.ReceiveAndDelete(uint64(11+i), 0, main, uint32(i*perEntry)))
+		}
+	}
+	l.mu.Lock()
+	l.reads = 0
+	l.mu.Unlock()
+	for n := range 4 * perEntry { // four entries each, in turn
+		for i := range subs {
+			r := d.do(pt.ReceiveAndDelete(uint64(11+i), 0, main, 1))
+			if want := fmt.Sprintf("m%d", i*perEntry+n); len(r.Messages) != 1 || string(r.Messages[0].Bare) != want {
+				t.Fatalf("subscription %d: %v, want %s", i, r.Messages, want)
+			}
+		}
+	}
+	// The entries read: the 4 + 9 = 13 the subscriptions span, at most.
+	if l.reads > subs+3 {
+		t.Fatalf("%d reads of the log for %d messages in %d entries", l.reads, 4*perEntry*subs, subs+3)
 	}
 }

@@ -78,6 +78,7 @@ type Machine struct {
 	snaps  map[*Snapshot]struct{}
 
 	commit       sortedCommit      // Apply's, under mu
+	batchBytes   int               // Apply's, under mu: the size of the last batch (batchSize)
 	reqFloor     int64             // Apply's, under mu: no request result is older
 	reqFilter    *requestFilter    // Apply's, under mu: ids recorded since load (reqfilter.go)
 	lockedStates *lockedStates     // Apply's, under mu: state records of locked messages (lockcache.go)
@@ -383,7 +384,10 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 		return nil, err
 	}
 	a := m.newApplier()
-	defer a.b.Close()
+	defer func() {
+		m.batchBytes = min(len(a.b.Repr()), maxBatchHint)
+		a.b.Close()
+	}()
 	results, applied, err := m.stage(a, entries)
 	if err != nil {
 		return nil, err
@@ -401,12 +405,22 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	return results, nil
 }
 
+// maxBatchHint bounds the buffer an Apply's batch starts with.
+//
+// A batch grows by doubling, copying what it holds each time, from the
+// pooled buffer pebble hands out (it keeps none above 1 MiB). A topic's
+// fan-out writes a state record per copy: an Apply of a few entries of 64
+// messages to ten subscriptions writes megabytes, copied again at every
+// doubling. So an Apply starts with a buffer the size of the last one's
+// batch: applies of one group run alike, one after another.
+const maxBatchHint = 16 << 20
+
 // newApplier starts an Apply's batch over the machine's state.
 func (m *Machine) newApplier() *applier {
 	return &applier{
 		lim:          m.limits,
 		entities:     m.entities,
-		b:            m.db.NewIndexedBatch(),
+		b:            m.db.NewIndexedBatchWithSize(m.batchBytes),
 		dirty:        make(map[ekey]bool),
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),

@@ -9,10 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +27,8 @@ import (
 // through github.com/Azure/go-amqp (the client under the Azure SDKs).
 type benchConfig struct {
 	url         string
-	address     string
-	mode        string // send, receive, both
+	addresses   []string // each connection opens its links to every one
+	mode        string   // send, receive, both
 	conns       int
 	links       int
 	size        int
@@ -39,6 +42,8 @@ type benchConfig struct {
 	keyName     string // SASL PLAIN: an authorization rule's name
 	key         string // and one of its keys
 	caFile      string // amqps: the CA to trust besides the system's
+	properties  map[string]any
+	subject     string
 }
 
 // benchGCPercent is the load tool's default GC percent. Its live heap is a
@@ -49,15 +54,15 @@ type benchConfig struct {
 // about 8% less per message received (alternated runs; the commit that set it has them).
 const benchGCPercent = 400
 
-// Command runs `quorumbus bench` with its command-line arguments.
-func Command(args []string) error {
-	var c benchConfig
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+// benchFlags defines the flags of a run on fs, writing them into c.
+// What belongs to the process (its GC percent, a CPU profile) is
+// Command's alone, so that Run leaves the process it runs in as it is.
+func benchFlags(fs *flag.FlagSet, c *benchConfig) (finish func() error) {
 	fs.StringVar(&c.url, "url", "amqp://127.0.0.1:5672", "AMQP endpoint")
-	fs.StringVar(&c.address, "queue", "bench", "queue (link address) to use; link i of connection j uses it as is")
+	queues := fs.String("queue", "bench", "queue (link address) to use; several, comma-separated (a topic's subscriptions: t/Subscriptions/s1,t/Subscriptions/s2): each connection opens -links links to each")
 	fs.StringVar(&c.mode, "mode", "both", "send, receive, or both (senders and receivers at once)")
 	fs.IntVar(&c.conns, "conns", 1, "connections per role")
-	fs.IntVar(&c.links, "links", 1, "links per connection")
+	fs.IntVar(&c.links, "links", 1, "links per connection (and address)")
 	fs.IntVar(&c.size, "size", 1024, "message body size in bytes")
 	fs.IntVar(&c.count, "count", 100000, "messages to send (and receive) in all; 0 runs for -duration")
 	fs.DurationVar(&c.duration, "duration", 0, "run for this long instead of a count")
@@ -70,6 +75,45 @@ func Command(args []string) error {
 	fs.StringVar(&c.keyName, "key-name", "RootManageSharedAccessKey", "authorization rule to log in with (SASL PLAIN); empty: SASL ANONYMOUS")
 	fs.StringVar(&c.key, "key", "SAS_KEY_VALUE", "key of the -key-name rule")
 	fs.StringVar(&c.caFile, "ca", "", "amqps:// only: PEM file of a CA to trust besides the system's (quorumbus dev prints its own)")
+	fs.Func("property", "name=value: an application property of every message sent (a long when value is an integer, else a string; repeat the flag for more), for a topic's filters to read", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("want name=value, got %q", v)
+		}
+		if c.properties == nil {
+			c.properties = map[string]any{}
+		}
+		if n, err := strconv.ParseInt(value, 10, 64); err == nil {
+			c.properties[name] = n
+		} else {
+			c.properties[name] = value
+		}
+		return nil
+	})
+	fs.StringVar(&c.subject, "subject", "", "the subject (Label) of every message sent")
+	return func() error {
+		for _, a := range strings.Split(*queues, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.addresses = append(c.addresses, a)
+			}
+		}
+		switch {
+		case len(c.addresses) == 0:
+			return errors.New("bench: -queue names no address")
+		case c.count == 0 && c.duration == 0:
+			return errors.New("bench: give -count or -duration")
+		case c.conns < 1 || c.links < 1 || c.window < 1 || c.credit < 1:
+			return errors.New("bench: -conns, -links, -window and -credit must be at least 1")
+		}
+		return nil
+	}
+}
+
+// Command runs `quorumbus bench` with its command-line arguments.
+func Command(args []string) error {
+	var c benchConfig
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	finish := benchFlags(fs, &c)
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (to see what the client costs)")
 	gcPercent := fs.Int("gogc", benchGCPercent, "the load tool's GC percent (as GOGC; the GOGC environment variable, when set, wins)")
 	fs.Usage = func() {
@@ -79,8 +123,8 @@ func Command(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.count == 0 && c.duration == 0 {
-		return errors.New("bench: give -count or -duration")
+	if err := finish(); err != nil {
+		return err
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(*gcPercent)
@@ -96,7 +140,36 @@ func Command(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	return runBench(context.Background(), c, os.Stdout)
+	_, err := runBench(context.Background(), c, os.Stdout)
+	return err
+}
+
+// Figures are what one run counted.
+type Figures struct {
+	Sent, Received int64
+	Elapsed        time.Duration
+}
+
+// SendRate and ReceiveRate are messages per second over the whole run.
+func (f Figures) SendRate() float64    { return float64(f.Sent) / f.Elapsed.Seconds() }
+func (f Figures) ReceiveRate() float64 { return float64(f.Received) / f.Elapsed.Seconds() }
+
+// Run is `quorumbus bench` for a program that measures from inside (a Go
+// benchmark that starts a cluster in its own process): the same flags,
+// less -gogc and -cpuprofile, which would change that process; the
+// report goes to out.
+func Run(ctx context.Context, args []string, out io.Writer) (Figures, error) {
+	var c benchConfig
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	finish := benchFlags(fs, &c)
+	if err := fs.Parse(args); err != nil {
+		return Figures{}, err
+	}
+	if err := finish(); err != nil {
+		return Figures{}, err
+	}
+	return runBench(ctx, c, out)
 }
 
 // benchStats collects latencies per goroutine and merges them at the end,
@@ -135,7 +208,7 @@ func (s *benchStats) mergeE2E(l []time.Duration) {
 // receivers share this process's clock.
 const sentAtProperty = "quorumbus-bench-sent-at"
 
-func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
+func runBench(ctx context.Context, c benchConfig, out io.Writer) (Figures, error) {
 	if c.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.duration)
@@ -144,13 +217,13 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	var st benchStats
 	payload := make([]byte, c.size)
 	var wg sync.WaitGroup
-	errc := make(chan error, 2*c.conns*c.links)
+	perRole := c.conns * c.links * len(c.addresses) // links of each role
+	errc := make(chan error, 2*perRole)
 	quota := func(n int) int { // this link's share of -count
 		if c.count == 0 {
 			return 0
 		}
-		total := c.conns * c.links
-		return c.count/total + btoi(n < c.count%total)
+		return c.count/perRole + btoi(n < c.count%perRole)
 	}
 	var closers []func()
 	defer func() {
@@ -169,22 +242,26 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	start := time.Now()
 	meter := startCPUMeter(c.serverPid)
 	if c.mode == "send" || c.mode == "both" {
-		for i := range c.conns {
+		n := 0
+		for range c.conns {
 			sess, err := dial(c.coalesce && c.window > 1)
 			if err != nil {
-				return err
+				return Figures{}, err
 			}
-			for j := range c.links {
-				snd, err := sess.NewSender(ctx, c.address, nil)
-				if err != nil {
-					return err
+			for range c.links {
+				for _, addr := range c.addresses {
+					snd, err := sess.NewSender(ctx, addr, nil)
+					if err != nil {
+						return Figures{}, err
+					}
+					q := quota(n)
+					n++
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						errc <- benchSend(ctx, snd, c.message(payload), q, c.window, c.mode == "both", &st)
+					}()
 				}
-				n := quota(i*c.links + j)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errc <- benchSend(ctx, snd, payload, n, c.window, c.mode == "both", &st)
-				}()
 			}
 		}
 	}
@@ -192,17 +269,18 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 		for range c.conns {
 			sess, err := dial(c.coalesce)
 			if err != nil {
-				return err
+				return Figures{}, err
 			}
-			for range c.links {
+			for i := range c.links * len(c.addresses) {
+				addr := c.addresses[i%len(c.addresses)]
 				opts := &goamqp.ReceiverOptions{Credit: int32(c.credit), SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()}
 				if c.receiveMode == "receiveanddelete" {
 					opts.SettlementMode = goamqp.ReceiverSettleModeFirst.Ptr()
 					opts.RequestedSenderSettleMode = goamqp.SenderSettleModeSettled.Ptr()
 				}
-				rcv, err := sess.NewReceiver(ctx, c.address, opts)
+				rcv, err := sess.NewReceiver(ctx, addr, opts)
 				if err != nil {
-					return err
+					return Figures{}, err
 				}
 				wg.Add(1)
 				go func() {
@@ -243,7 +321,22 @@ func runBench(ctx context.Context, c benchConfig, out io.Writer) error {
 	}
 	report(out, c, &st, elapsed)
 	meter.report(out, max(st.sent.Load(), st.received.Load()), elapsed)
-	return firstErr
+	return Figures{Sent: st.sent.Load(), Received: st.received.Load(), Elapsed: elapsed}, firstErr
+}
+
+// message is what a sender sends: the payload with -property and -subject.
+// Each send takes a copy (the sent-at stamp is per message).
+func (c *benchConfig) message(payload []byte) func() *goamqp.Message {
+	return func() *goamqp.Message {
+		m := goamqp.NewMessage(payload)
+		if len(c.properties) > 0 {
+			m.ApplicationProperties = maps.Clone(c.properties)
+		}
+		if c.subject != "" {
+			m.Properties = &goamqp.MessageProperties{Subject: &c.subject}
+		}
+		return m
+	}
 }
 
 func btoi(b bool) int {
@@ -254,7 +347,7 @@ func btoi(b bool) int {
 }
 
 // benchSend keeps `window` sends in flight on one link.
-func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, window int, stamp bool, st *benchStats) error {
+func benchSend(ctx context.Context, snd *goamqp.Sender, message func() *goamqp.Message, n, window int, stamp bool, st *benchStats) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, window)
@@ -266,9 +359,12 @@ func benchSend(ctx context.Context, snd *goamqp.Sender, payload []byte, n, windo
 			defer func() { st.merge(lat) }()
 			for n == 0 || next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				m := goamqp.NewMessage(payload)
+				m := message()
 				if stamp {
-					m.ApplicationProperties = map[string]any{sentAtProperty: t0.UnixNano()}
+					if m.ApplicationProperties == nil {
+						m.ApplicationProperties = map[string]any{}
+					}
+					m.ApplicationProperties[sentAtProperty] = t0.UnixNano()
 				}
 				if err := snd.Send(ctx, m, nil); err != nil {
 					if ctx.Err() != nil {
