@@ -83,5 +83,6 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		}
 		s.tasks[keyOf(t)] = proto.Clone(t).(*pb.PartitionTask)
 	}
+	s.rebuildIndex()
 	return s, nil
 }

@@ -36,6 +36,7 @@ type State struct {
 	nextGroupID  uint64
 	entities     map[uint64]*pb.Entity
 	names        map[string]uint64 // Key(name) -> entity id
+	index        nameIndex         // derived from entities: each kind by name (index.go)
 	groups       map[uint64]*pb.Group
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
@@ -50,6 +51,7 @@ func New() *State {
 		nextGroupID:  1,
 		entities:     map[uint64]*pb.Entity{},
 		names:        map[string]uint64{},
+		index:        newNameIndex(),
 		groups:       map[uint64]*pb.Group{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
@@ -319,6 +321,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	s.nextEntityID++
 	s.entities[e.Id] = e
 	s.names[Key(e.Name)] = e.Id
+	s.index.add(e)
 	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
@@ -364,7 +367,11 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, c.Name)
 	}
 	if e.Kind == pb.EntityKind_ENTITY_KIND_TOPIC {
-		for _, sub := range s.subscriptionsOf(e) {
+		subs := s.subscriptionsOf(e)
+		// One move of the index for all of them; remove then finds
+		// them gone from it.
+		s.index.removePrefix(pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, subscriptionPrefix(e.Name))
+		for _, sub := range subs {
 			s.remove(index, sub)
 		}
 	}
@@ -375,6 +382,7 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
+	s.index.remove(e)
 	s.dropRules(e.Name)
 	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
@@ -488,23 +496,10 @@ func (s *State) outwardAll(list []*pb.Entity) []*pb.Entity {
 }
 
 // Entities lists the entities of one kind ordered by name (ignoring case),
-// skipping the first skip; top 0 means no limit.
+// skipping the first skip; top 0 means no limit. It reads the page from
+// the name index: the cost is the page's, not the namespace's.
 func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
-	var list []*pb.Entity
-	for _, e := range s.entities {
-		if e.Kind == kind {
-			list = append(list, e)
-		}
-	}
-	sortEntities(list)
-	if skip >= len(list) {
-		return nil
-	}
-	list = list[skip:]
-	if top > 0 && top < len(list) {
-		list = list[:top]
-	}
-	return s.outwardAll(list)
+	return s.outwardAll(s.entitiesOf(s.index.page(kind, skip, top)))
 }
 
 // Len is the number of entities.
@@ -581,10 +576,6 @@ func (s *State) Table() *pb.RoutingTable {
 		// The front-ends and gateways validate tokens with them.
 		AuthorizationRules: s.AuthorizationRules("", true),
 	}
-}
-
-func sortEntities(list []*pb.Entity) {
-	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
 }
 
 func compareTasks(a, b *pb.PartitionTask) int {
