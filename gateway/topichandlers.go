@@ -54,22 +54,11 @@ func (g *Gateway) topicFiguresOf(ctx context.Context, e *placementpb.Entity) top
 	return fig
 }
 
-// subscriptionsOf lists a topic's subscriptions, ordered by name. The
-// catalog lists subscriptions of every topic together, so this reads them
-// all: a namespace holds at most its entity limit.
+// subscriptionsOf lists a topic's subscriptions, ordered by name: the
+// catalog reads the topic's range of its name index, not the namespace.
 func (g *Gateway) subscriptionsOf(ctx context.Context, topic string) ([]*placementpb.Entity, error) {
-	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION})
-	if err != nil {
-		return nil, err
-	}
-	prefix := strings.ToLower(topic + "/Subscriptions/")
-	var out []*placementpb.Entity
-	for _, e := range resp.GetEntities() {
-		if strings.HasPrefix(strings.ToLower(e.GetName()), prefix) {
-			out = append(out, e)
-		}
-	}
-	return out, nil
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topic: topic})
+	return resp.GetEntities(), err
 }
 
 func (g *Gateway) getTopic(q request, e *placementpb.Entity) {
@@ -344,13 +333,14 @@ func (g *Gateway) listSubscriptions(q request, topic string) {
 		g.fail(q, err)
 		return
 	}
-	all, err := g.subscriptionsOf(ctx, t.GetName())
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
+		Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topic: t.GetName(), Skip: uint32(skip), Top: uint32(top + 1),
+	})
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
-	es := all[min(skip, len(all)):]
-	es, more := page(es, top)
+	es, more := page(resp.GetEntities(), top)
 	counts := make([]*Counts, len(es))
 	g.forEachCounted(ctx, es, func(i int, c *Counts) { counts[i] = c })
 	entries := make([]entryOut, len(es))
