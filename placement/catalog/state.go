@@ -354,6 +354,7 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 			return nil, err
 		}
 	}
+	e = s.mutable(e)
 	e.Properties = props
 	e.Status = c.Status
 	e.UpdatedAtMs = now
@@ -440,6 +441,17 @@ func checkKind(kind pb.EntityKind, status pb.EntityStatus) error {
 	return nil
 }
 
+// mutable replaces the record of e with a copy and returns the copy to
+// change. Entity records are never changed in place: Table shares them
+// with readers outside the lock (the routing table being sent to its
+// watchers), so a change stores a new record and leaves the old one to
+// them.
+func (s *State) mutable(e *pb.Entity) *pb.Entity {
+	c := proto.Clone(e).(*pb.Entity)
+	s.entities[c.Id] = c
+	return c
+}
+
 func (s *State) byName(name string) *pb.Entity {
 	id, ok := s.names[Key(name)]
 	if !ok {
@@ -477,14 +489,18 @@ func (s *State) outward(e *pb.Entity) *pb.Entity {
 		return nil
 	}
 	c := proto.Clone(e).(*pb.Entity)
-	c.Degraded = false
+	c.Degraded = s.degraded(e)
+	return c
+}
+
+// degraded: a group of one of e's partitions is recorded without quorum.
+func (s *State) degraded(e *pb.Entity) bool {
 	for _, id := range e.PartitionGroups {
 		if g := s.groups[id]; g == nil || !g.HasQuorum {
-			c.Degraded = true
-			break
+			return true
 		}
 	}
-	return c
+	return false
 }
 
 func (s *State) outwardAll(list []*pb.Entity) []*pb.Entity {
@@ -561,16 +577,24 @@ func (s *State) GroupLoads() map[uint64]int {
 	return loads
 }
 
-// Table is the routing table: everything but the tasks, as of RoutesVersion.
+// Table is the routing table: everything but the tasks, as of
+// RoutesVersion. Its entities are the catalog's own records where they
+// read as stored (not degraded): records are never changed in place
+// (mutable), so the table may be read after the lock is released, but
+// must not be changed. Cloning them made each table cost as much as the
+// namespace, and a table is built at every change.
 func (s *State) Table() *pb.RoutingTable {
 	list := make([]*pb.Entity, 0, len(s.entities))
 	for _, e := range s.entities {
+		if s.degraded(e) {
+			e = s.outward(e)
+		}
 		list = append(list, e)
 	}
 	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(a.Id, b.Id) })
 	return &pb.RoutingTable{
 		Version:  s.routes,
-		Entities: s.outwardAll(list),
+		Entities: list,
 		Groups:   s.Groups(),
 		Nodes:    s.Nodes(),
 		// The front-ends and gateways validate tokens with them.
