@@ -324,7 +324,11 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 			return toStatus(err)
 		}
 		if t := s.fsm.Table(); first || t.Version > sent {
-			if err := stream.Send(t); err != nil {
+			enc, err := s.routes.encode(t)
+			if err != nil {
+				return toStatus(err)
+			}
+			if err := stream.SendMsg(enc); err != nil {
 				return err
 			}
 			sent, first = t.Version, false
