@@ -17,15 +17,16 @@ import (
 
 // entryAt wraps a description in an ATOM entry for the resource at path
 // (as the client addressed it), titled by its own name.
-func (g *Gateway) entryAt(q request, path, title string, createdMs, updatedMs int64, body any) entryOut {
+func (g *Gateway) entryAt(q request, path, title string, createdMs, updatedMs int64, body atomBody) entryOut {
+	self := q.selfLink(path)
 	return entryOut{
 		NS:        atomNS,
-		ID:        q.selfLink(path),
+		ID:        self,
 		Title:     titleOut{Type: "text", Text: title},
 		Published: atomTime(msTime(createdMs)),
 		Updated:   atomTime(msTime(updatedMs)),
 		Author:    &authorOut{Name: g.cfg.Namespace},
-		Link:      linkOut{Rel: "self", Href: q.selfLink(path)},
+		Link:      linkOut{Rel: "self", Href: self},
 		Content:   contentOut{Type: "application/xml", Body: body},
 	}
 }
@@ -63,7 +64,7 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, topic string) ([]*placeme
 
 func (g *Gateway) getTopic(q request, e *placementpb.Entity) {
 	body := describeTopic(e, g.topicFiguresOf(q.r.Context(), e))
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 }
 
 func (g *Gateway) putTopic(q request, name string, fields []rawField) {
@@ -83,7 +84,7 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 			return
 		}
 		body := describeTopic(e, topicFigures{counts: &Counts{}, haveSubscriptions: true})
-		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
+		writeEntry(q.w, http.StatusCreated, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 		return
 	}
 	e, err = g.replaceTopic(ctx, name, req)
@@ -91,7 +92,7 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
 }
 
 // replaceTopic replaces a topic's description as a PUT with If-Match
@@ -190,11 +191,11 @@ func (g *Gateway) writeFeed(q request, title, path string, skip, top int, more b
 	}
 	if more {
 		next := q.base + "/" + path + "?" + url.Values{
-			"$skip": {strconv.Itoa(skip + len(entries))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
+			"$skip": {strconv.Itoa(skip + len(entries))}, "$top": {strconv.Itoa(top)}, "api-version": {q.apiVersion},
 		}.Encode()
 		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
 	}
-	writeXML(q.w, http.StatusOK, feedType, feed)
+	writeDoc(q.w, http.StatusOK, feedType, feed.writeAtom)
 }
 
 // serveSubscriptions serves /<topic>/Subscriptions[/<sub>[/Rules[/<rule>]]].
@@ -258,7 +259,7 @@ func (g *Gateway) getSubscription(q request, name, title string) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, g.counts(ctx, e))))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, g.counts(ctx, e))))
 }
 
 func (g *Gateway) putSubscription(q request, name, title string) {
@@ -289,7 +290,7 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 			g.fail(q, err)
 			return
 		}
-		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
+		writeEntry(q.w, http.StatusCreated, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
 		return
 	}
 	e, err := g.replaceSubscription(ctx, name, req)
@@ -297,7 +298,7 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
 }
 
 // replaceSubscription replaces a subscription's description as a PUT
@@ -378,7 +379,7 @@ func (g *Gateway) getRule(q request, sub, name string) {
 
 func (g *Gateway) writeRule(q request, status int, sub string, r *placementpb.Rule) {
 	path := sub + "/Rules/" + r.GetName()
-	writeXML(q.w, status, entryType, g.entryAt(q, path, r.GetName(), r.GetCreatedAtMs(), r.GetCreatedAtMs(), describeRule(r)))
+	writeEntry(q.w, status, g.entryAt(q, path, r.GetName(), r.GetCreatedAtMs(), r.GetCreatedAtMs(), describeRule(r)))
 }
 
 // putRule adds a rule (no If-Match) or replaces one (If-Match: *). The
