@@ -39,7 +39,11 @@ func (c *tableEncoder) encode(t *pb.RoutingTable) (*encodedTable, error) {
 	if c.table == t {
 		return c.enc, nil
 	}
-	data, err := proto.Marshal(t)
+	// The table's entities are the catalog's own records, never changed
+	// once stored (catalog.State.mutable): the size each cached when it
+	// was first marshalled still holds, so only new records are sized.
+	// Sizing every record again cost more than writing them.
+	data, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(t)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,14 @@ func checkIndex(s *State) error {
 	for kind, n := range count {
 		return fmt.Errorf("%d entities of %v are not indexed", n, kind)
 	}
+	if len(s.index.ids) != len(s.entities) {
+		return fmt.Errorf("%d ids indexed, %d entities", len(s.index.ids), len(s.entities))
+	}
+	for i, id := range s.index.ids {
+		if s.entities[id] == nil || i > 0 && s.index.ids[i-1] >= id {
+			return fmt.Errorf("ids index: %d at %d missing or out of order", id, i)
+		}
+	}
 	return nil
 }
 
@@ -189,6 +197,16 @@ func TestIndexRandomOps(t *testing.T) {
 		if !slices.Equal(list, restored.index.byKind[kind]) {
 			t.Fatalf("%v: the restored index differs", kind)
 		}
+	}
+	if !slices.Equal(a.s.index.ids, restored.index.ids) {
+		t.Fatal("the restored ids differ")
+	}
+	var ids []uint64
+	for _, e := range a.s.Table().Entities {
+		ids = append(ids, e.Id)
+	}
+	if !slices.IsSorted(ids) || len(ids) != a.s.Len() {
+		t.Fatalf("the routing table lists %d entities, not by id: %v", len(ids), ids)
 	}
 }
 

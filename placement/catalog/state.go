@@ -36,7 +36,7 @@ type State struct {
 	nextGroupID  uint64
 	entities     map[uint64]*pb.Entity
 	names        map[string]uint64 // Key(name) -> entity id
-	index        nameIndex         // derived from entities: each kind by name (index.go)
+	index        *nameIndex        // derived from entities: each kind by name, and ids in order (index.go)
 	groups       map[uint64]*pb.Group
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
@@ -584,14 +584,18 @@ func (s *State) GroupLoads() map[uint64]int {
 // must not be changed. Cloning them made each table cost as much as the
 // namespace, and a table is built at every change.
 func (s *State) Table() *pb.RoutingTable {
+	groupDown := false // then no entity is degraded, and none need checking
+	for _, g := range s.groups {
+		groupDown = groupDown || !g.HasQuorum
+	}
 	list := make([]*pb.Entity, 0, len(s.entities))
-	for _, e := range s.entities {
-		if s.degraded(e) {
+	for _, id := range s.index.ids {
+		e := s.entities[id]
+		if groupDown && s.degraded(e) {
 			e = s.outward(e)
 		}
 		list = append(list, e)
 	}
-	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(a.Id, b.Id) })
 	return &pb.RoutingTable{
 		Version:  s.routes,
 		Entities: list,
