@@ -581,10 +581,13 @@ func (s *State) GroupLoads() map[uint64]int {
 // RoutesVersion. Its entities are the catalog's own records where they
 // read as stored (not degraded): records are never changed in place
 // (mutable), so the table may be read after the lock is released, but
-// must not be changed. Cloning them made each table cost as much as the
-// namespace, and a table is built at every change.
+// must not be changed. A table is built at every change, and cloning
+// every record made each one a copy of the namespace.
 func (s *State) Table() *pb.RoutingTable {
-	groupDown := false // then no entity is degraded, and none need checking
+	// While every group has quorum no entity is degraded (every group an
+	// entity names exists: create and FromSnapshot check it), and none
+	// need checking.
+	groupDown := false
 	for _, g := range s.groups {
 		groupDown = groupDown || !g.HasQuorum
 	}
