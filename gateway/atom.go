@@ -68,7 +68,7 @@ type linkOut struct {
 
 type contentOut struct {
 	Type string `xml:"type,attr"`
-	Body any
+	Body atomBody
 }
 
 // feedOut is a page of a list.
@@ -116,29 +116,13 @@ type namespaceInfoOut struct {
 	NamespaceType string   `xml:"NamespaceType"`
 }
 
-// writeXML answers with status and v marshalled after an XML declaration.
-func writeXML(w http.ResponseWriter, status int, contentType string, v any) {
-	var buf bytes.Buffer
-	buf.WriteString(xml.Header)
-	if err := xml.NewEncoder(&buf).Encode(v); err != nil {
-		// Only our own types are marshalled: a failure is a bug here.
-		http.Error(w, "gateway: encoding the answer: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", contentType)
-	w.WriteHeader(status)
-	io.WriteString(w, entityRefs.Replace(buf.String()))
+// writeEntry answers with status and one entry (atomwrite.go).
+func writeEntry(w http.ResponseWriter, status int, e entryOut) {
+	writeDoc(w, status, entryType, e.writeAtom)
 }
 
-// entityRefs rewrites the character references encoding/xml writes for
-// quotes, tabs and newlines into what the JavaScript client's parser
-// reads (it knows the five named entities, not numeric references: a
-// filter's 'red' came back as &#39;red&#39;). Our attributes hold no
-// tabs or newlines, so writing those raw changes no attribute's value.
-var entityRefs = strings.NewReplacer("&#39;", "&apos;", "&#34;", "&quot;", "&#xA;", "\n", "&#x9;", "\t")
-
 func writeError(w http.ResponseWriter, status int, detail string) {
-	writeXML(w, status, errorType, errorOut{Code: status, Detail: detail})
+	writeDoc(w, status, errorType, errorOut{Code: status, Detail: detail}.writeAtom)
 }
 
 // maxBody bounds a request body: a description is a few KB.

@@ -23,7 +23,7 @@ func (devRules) Ruleset() *sas.Ruleset { return sas.DevRuleset() }
 
 // consoleGateway is a gateway whose catalog nobody may call: the requests
 // these tests make are answered before any would be.
-func consoleGateway(t *testing.T) *Gateway {
+func consoleGateway(t testing.TB) *Gateway {
 	t.Helper()
 	g, err := New(Config{Catalog: placementpb.NewPlacementServiceClient(nil), Stats: noStats{}, Validator: RulesValidator{Rules: devRules{}}})
 	if err != nil {

@@ -120,28 +120,35 @@ type request struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	base string // scheme://host, as the client addressed us
+	// apiVersion is the request's api-version, read once: a list links
+	// every entry.
+	apiVersion string
+}
+
+func newRequest(w http.ResponseWriter, r *http.Request) request {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return request{w: w, r: r, base: scheme + "://" + r.Host, apiVersion: r.URL.Query().Get("api-version")}
 }
 
 // selfLink is the URL of path as the client addressed it, with the API
 // version it asked for.
 func (q request) selfLink(path string) string {
 	u := q.base + "/" + strings.TrimPrefix(path, "/")
-	if v := q.r.URL.Query().Get("api-version"); v != "" {
-		u += "?api-version=" + v
+	if q.apiVersion != "" {
+		u += "?api-version=" + q.apiVersion
 	}
 	return u
 }
 
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.RequestTimeout)
 	defer cancel()
 	r = r.WithContext(ctx)
-	q := request{w: w, r: r, base: scheme + "://" + r.Host}
+	q := newRequest(w, r)
 	if r.URL.Path == consolePrefix || strings.HasPrefix(r.URL.Path, consolePrefix+"/") {
 		g.serveConsole(w, r) // its own sign-in (console.go)
 		return
@@ -229,7 +236,7 @@ func (g *Gateway) authorizeToken(header, host, path string) error {
 
 func (g *Gateway) namespaceInfo(q request) {
 	started := atomTime(g.cfg.Started)
-	writeXML(q.w, http.StatusOK, entryType, entryOut{
+	writeEntry(q.w, http.StatusOK, entryOut{
 		NS:      atomNS,
 		ID:      q.selfLink("$namespaceinfo"),
 		Title:   titleOut{Type: "text", Text: g.cfg.Namespace},
@@ -245,15 +252,16 @@ func (g *Gateway) namespaceInfo(q request) {
 }
 
 // entry wraps a description in an ATOM entry.
-func (g *Gateway) entry(q request, e *placementpb.Entity, body any) entryOut {
+func (g *Gateway) entry(q request, e *placementpb.Entity, body atomBody) entryOut {
+	self := q.selfLink(e.GetName())
 	return entryOut{
 		NS:        atomNS,
-		ID:        q.selfLink(e.GetName()),
+		ID:        self,
 		Title:     titleOut{Type: "text", Text: e.GetName()},
 		Published: atomTime(msTime(e.GetCreatedAtMs())),
 		Updated:   atomTime(msTime(e.GetUpdatedAtMs())),
 		Author:    &authorOut{Name: g.cfg.Namespace},
-		Link:      linkOut{Rel: "self", Href: q.selfLink(e.GetName())},
+		Link:      linkOut{Rel: "self", Href: self},
 		Content:   contentOut{Type: "application/xml", Body: body},
 	}
 }
@@ -274,7 +282,7 @@ func (g *Gateway) getEntity(q request, name string) {
 		g.fail(q, fmt.Errorf("%w: %s is a %s", ErrNotFound, name, e.GetKind()))
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
+	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
 }
 
 func (g *Gateway) readBody(q request) ([]byte, bool) {
@@ -338,7 +346,7 @@ func (g *Gateway) createQueue(q request, name string, req queueRequest) {
 	}
 	// A queue just created holds nothing: its counts are zero without
 	// asking its partitions, which may still be configuring.
-	writeXML(q.w, http.StatusCreated, entryType, g.entry(q, e, describeQueue(e, &Counts{})))
+	writeEntry(q.w, http.StatusCreated, g.entry(q, e, describeQueue(e, &Counts{})))
 }
 
 // immutable are the properties fixed at creation: an update may repeat
@@ -361,7 +369,7 @@ func (g *Gateway) updateQueue(q request, name string, req queueRequest) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entry(q, e, describeQueue(e, nil)))
+	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, nil)))
 }
 
 // replaceQueue is updateQueue's work, shared with the console's edit.

@@ -17,15 +17,16 @@ import (
 
 // entryAt wraps a description in an ATOM entry for the resource at path
 // (as the client addressed it), titled by its own name.
-func (g *Gateway) entryAt(q request, path, title string, createdMs, updatedMs int64, body any) entryOut {
+func (g *Gateway) entryAt(q request, path, title string, createdMs, updatedMs int64, body atomBody) entryOut {
+	self := q.selfLink(path)
 	return entryOut{
 		NS:        atomNS,
-		ID:        q.selfLink(path),
+		ID:        self,
 		Title:     titleOut{Type: "text", Text: title},
 		Published: atomTime(msTime(createdMs)),
 		Updated:   atomTime(msTime(updatedMs)),
 		Author:    &authorOut{Name: g.cfg.Namespace},
-		Link:      linkOut{Rel: "self", Href: q.selfLink(path)},
+		Link:      linkOut{Rel: "self", Href: self},
 		Content:   contentOut{Type: "application/xml", Body: body},
 	}
 }
@@ -54,27 +55,16 @@ func (g *Gateway) topicFiguresOf(ctx context.Context, e *placementpb.Entity) top
 	return fig
 }
 
-// subscriptionsOf lists a topic's subscriptions, ordered by name. The
-// catalog lists subscriptions of every topic together, so this reads them
-// all: a namespace holds at most its entity limit.
+// subscriptionsOf lists a topic's subscriptions, ordered by name: the
+// catalog reads the topic's range of its name index, not the namespace.
 func (g *Gateway) subscriptionsOf(ctx context.Context, topic string) ([]*placementpb.Entity, error) {
-	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION})
-	if err != nil {
-		return nil, err
-	}
-	prefix := strings.ToLower(topic + "/Subscriptions/")
-	var out []*placementpb.Entity
-	for _, e := range resp.GetEntities() {
-		if strings.HasPrefix(strings.ToLower(e.GetName()), prefix) {
-			out = append(out, e)
-		}
-	}
-	return out, nil
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topic: topic})
+	return resp.GetEntities(), err
 }
 
 func (g *Gateway) getTopic(q request, e *placementpb.Entity) {
 	body := describeTopic(e, g.topicFiguresOf(q.r.Context(), e))
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 }
 
 func (g *Gateway) putTopic(q request, name string, fields []rawField) {
@@ -94,7 +84,7 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 			return
 		}
 		body := describeTopic(e, topicFigures{counts: &Counts{}, haveSubscriptions: true})
-		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
+		writeEntry(q.w, http.StatusCreated, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 		return
 	}
 	e, err = g.replaceTopic(ctx, name, req)
@@ -102,7 +92,7 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
 }
 
 // replaceTopic replaces a topic's description as a PUT with If-Match
@@ -201,11 +191,11 @@ func (g *Gateway) writeFeed(q request, title, path string, skip, top int, more b
 	}
 	if more {
 		next := q.base + "/" + path + "?" + url.Values{
-			"$skip": {strconv.Itoa(skip + len(entries))}, "$top": {strconv.Itoa(top)}, "api-version": {q.r.URL.Query().Get("api-version")},
+			"$skip": {strconv.Itoa(skip + len(entries))}, "$top": {strconv.Itoa(top)}, "api-version": {q.apiVersion},
 		}.Encode()
 		feed.Links = append(feed.Links, linkOut{Rel: "next", Href: next})
 	}
-	writeXML(q.w, http.StatusOK, feedType, feed)
+	writeDoc(q.w, http.StatusOK, feedType, feed.writeAtom)
 }
 
 // serveSubscriptions serves /<topic>/Subscriptions[/<sub>[/Rules[/<rule>]]].
@@ -269,7 +259,7 @@ func (g *Gateway) getSubscription(q request, name, title string) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, g.counts(ctx, e))))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, g.counts(ctx, e))))
 }
 
 func (g *Gateway) putSubscription(q request, name, title string) {
@@ -300,7 +290,7 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 			g.fail(q, err)
 			return
 		}
-		writeXML(q.w, http.StatusCreated, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
+		writeEntry(q.w, http.StatusCreated, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, &Counts{})))
 		return
 	}
 	e, err := g.replaceSubscription(ctx, name, req)
@@ -308,7 +298,7 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 		g.fail(q, err)
 		return
 	}
-	writeXML(q.w, http.StatusOK, entryType, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, title, e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeSubscription(e, nil)))
 }
 
 // replaceSubscription replaces a subscription's description as a PUT
@@ -344,13 +334,14 @@ func (g *Gateway) listSubscriptions(q request, topic string) {
 		g.fail(q, err)
 		return
 	}
-	all, err := g.subscriptionsOf(ctx, t.GetName())
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
+		Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topic: t.GetName(), Skip: uint32(skip), Top: uint32(top + 1),
+	})
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
-	es := all[min(skip, len(all)):]
-	es, more := page(es, top)
+	es, more := page(resp.GetEntities(), top)
 	counts := make([]*Counts, len(es))
 	g.forEachCounted(ctx, es, func(i int, c *Counts) { counts[i] = c })
 	entries := make([]entryOut, len(es))
@@ -388,7 +379,7 @@ func (g *Gateway) getRule(q request, sub, name string) {
 
 func (g *Gateway) writeRule(q request, status int, sub string, r *placementpb.Rule) {
 	path := sub + "/Rules/" + r.GetName()
-	writeXML(q.w, status, entryType, g.entryAt(q, path, r.GetName(), r.GetCreatedAtMs(), r.GetCreatedAtMs(), describeRule(r)))
+	writeEntry(q.w, status, g.entryAt(q, path, r.GetName(), r.GetCreatedAtMs(), r.GetCreatedAtMs(), describeRule(r)))
 }
 
 // putRule adds a rule (no If-Match) or replaces one (If-Match: *). The

@@ -226,8 +226,11 @@ func (s *Service) GetEntity(ctx context.Context, req *pb.GetEntityRequest) (*pb.
 }
 
 // ListEntities lists the entities of one kind by name, like GetEntity on
-// the leader. top 0 means all.
+// the leader, or one topic's subscriptions. top 0 means all.
 func (s *Service) ListEntities(ctx context.Context, req *pb.ListEntitiesRequest) (*pb.ListEntitiesResponse, error) {
+	if req.Topic != "" && req.Kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+		return nil, toStatus(fmt.Errorf("%w: a topic names subscriptions to list, not %v", ErrInvalidRequest, req.Kind))
+	}
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ListEntities); handled {
 		return resp, err
 	}
@@ -238,7 +241,17 @@ func (s *Service) ListEntities(ctx context.Context, req *pb.ListEntitiesRequest)
 		return nil, s.status(err)
 	}
 	resp := &pb.ListEntitiesResponse{}
-	s.fsm.Read(func(st *catalog.State) { resp.Entities = st.Entities(req.Kind, int(req.Skip), int(req.Top)) })
+	found := true
+	s.fsm.Read(func(st *catalog.State) {
+		if req.Topic == "" {
+			resp.Entities = st.Entities(req.Kind, int(req.Skip), int(req.Top))
+			return
+		}
+		resp.Entities, found = st.Subscriptions(req.Topic, int(req.Skip), int(req.Top))
+	})
+	if !found {
+		return nil, toStatus(fmt.Errorf("%w: topic %q", catalog.ErrNotFound, req.Topic))
+	}
 	return resp, nil
 }
 
@@ -311,7 +324,11 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 			return toStatus(err)
 		}
 		if t := s.fsm.Table(); first || t.Version > sent {
-			if err := stream.Send(t); err != nil {
+			enc, err := s.routes.encode(t)
+			if err != nil {
+				return toStatus(err)
+			}
+			if err := stream.SendMsg(enc); err != nil {
 				return err
 			}
 			sent, first = t.Version, false

@@ -24,6 +24,8 @@ var (
 	// ErrOrphaned: this member has heard from no meta leader for long
 	// (orphan.go); its catalog may be frozen, so ask another member.
 	ErrOrphaned = errors.New("placement: no word from a meta leader for long; ask another member")
+	// ErrInvalidRequest: a request whose fields do not go together.
+	ErrInvalidRequest = errors.New("placement: invalid request")
 )
 
 // grpcCodes is the one table from our errors to gRPC codes; the first
@@ -52,6 +54,7 @@ var grpcCodes = []struct {
 	{catalog.ErrUnknownNode, codes.Aborted},
 	{catalog.ErrInvalidCommand, codes.Internal},
 	{catalog.ErrStopped, codes.Unavailable},
+	{ErrInvalidRequest, codes.InvalidArgument},
 	{ErrNotLeader, codes.FailedPrecondition},
 	{ErrNoLeader, codes.Unavailable},
 	{ErrOutcomeUnknown, codes.Unavailable},

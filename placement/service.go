@@ -60,6 +60,8 @@ type Service struct {
 
 	health *groupHealth // when each group last reported itself serving (health.go)
 
+	routes tableEncoder // the routing table encoded once for every WatchRoutes stream (routes.go)
+
 	startedAt time.Time // when Raft started on this member (orphan.go)
 
 	ctx       context.Context // ends with Close

@@ -93,6 +93,14 @@ func TestTopicsSubscriptionsRules(t *testing.T) {
 				Properties: &pb.QueueProperties{PartitionCount: 2}})
 			return err
 		}, codes.InvalidArgument, "partitioning of its topic"},
+		{"list a missing topic's subscriptions", func(ctx context.Context, c pb.PlacementServiceClient) error {
+			_, err := c.ListEntities(ctx, &pb.ListEntitiesRequest{Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topic: "nope"})
+			return err
+		}, codes.NotFound, "topic \"nope\""},
+		{"list queues of a topic", func(ctx context.Context, c pb.PlacementServiceClient) error {
+			_, err := c.ListEntities(ctx, &pb.ListEntitiesRequest{Kind: pb.EntityKind_ENTITY_KIND_QUEUE, Topic: "orders"})
+			return err
+		}, codes.InvalidArgument, "a topic names subscriptions"},
 		{"topic with a lock duration", func(ctx context.Context, c pb.PlacementServiceClient) error {
 			_, err := c.CreateEntity(ctx, &pb.CreateEntityRequest{Name: "t2", Kind: pb.EntityKind_ENTITY_KIND_TOPIC,
 				Properties: &pb.QueueProperties{LockDurationMs: 5000}})
@@ -117,6 +125,32 @@ func TestTopicsSubscriptionsRules(t *testing.T) {
 		return err
 	}); err != nil || len(got.Rules) != 1 || got.Rules[0].Name != "big" || got.Rules[0].Action.GetExpression() != "SET sys.Label = 'big'" {
 		t.Fatalf("after removing $Default: %v, %v", got, err)
+	}
+
+	// A topic's subscriptions list by name, in pages, through a follower.
+	for _, tc := range []struct {
+		skip, top uint32
+		want      []string
+	}{
+		{0, 0, []string{"orders/Subscriptions/all", "orders/Subscriptions/red"}},
+		{1, 1, []string{"orders/Subscriptions/red"}},
+		{0, 1, []string{"orders/Subscriptions/all"}},
+		{2, 1, nil},
+	} {
+		var list *pb.ListEntitiesResponse
+		if _, err := retry(t, func(ctx context.Context) (err error) {
+			list, err = m.Client.ListEntities(ctx, &pb.ListEntitiesRequest{Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topic: "ORDERS", Skip: tc.skip, Top: tc.top})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range list.Entities {
+			got = append(got, e.Name)
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("subscriptions of orders, skip %d top %d: %v, want %v", tc.skip, tc.top, got, tc.want)
+		}
 	}
 
 	// Deleting the topic deletes its subscriptions.

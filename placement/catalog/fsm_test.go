@@ -213,3 +213,49 @@ func (d *fsmDriver) tasks() []*pb.PartitionTask {
 	d.f.Read(func(s *State) { tasks = s.Tasks() })
 	return tasks
 }
+
+// TestTableOutlivesChanges: a routing table handed out shares the
+// catalog's entity records, so no later command may change what it
+// shows (records are replaced, never changed in place), and it shows
+// degraded entities as degraded whatever their records say.
+func TestTableOutlivesChanges(t *testing.T) {
+	d := populated(t)
+	d.apply(wrap(&pb.CreateEntityCommand{Name: "t", Kind: pb.EntityKind_ENTITY_KIND_TOPIC,
+		Properties: &pb.QueueProperties{}, PartitionGroups: []uint64{2}}))
+	d.apply(wrap(&pb.CreateEntityCommand{Name: "t/Subscriptions/s", Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+		Properties: &pb.QueueProperties{}, PartitionGroups: []uint64{2}}))
+	before := d.f.Table()
+	kept := proto.Clone(before).(*pb.RoutingTable)
+	for _, cmd := range []*pb.CatalogCommand{
+		wrap(&pb.UpdateEntityCommand{Name: "a", Properties: &pb.QueueProperties{LockDurationMs: 5000}, Status: pb.EntityStatus_ENTITY_STATUS_DISABLED}),
+		wrap(&pb.AddRuleCommand{Subscription: "t/Subscriptions/s", Rule: &pb.Rule{Name: "r", Filter: &pb.Rule_TrueFilter{TrueFilter: true}}}),
+		wrap(&pb.ReplaceRuleCommand{Subscription: "t/Subscriptions/s", Rule: &pb.Rule{Name: "r", Filter: &pb.Rule_FalseFilter{FalseFilter: true}}}),
+		wrap(&pb.RemoveRuleCommand{Subscription: "t/Subscriptions/s", RuleName: "$Default"}),
+		wrap(&pb.ReportGroupsRequest{Groups: []*pb.GroupReport{{GroupId: 1, LeaderId: "n1", HasQuorum: true}, {GroupId: 3, LeaderId: "n1", HasQuorum: true}}}),
+		wrap(&pb.DeleteEntityCommand{Name: "c"}),
+	} {
+		if res := d.apply(cmd); res.Err != nil {
+			t.Fatalf("%v: %v", cmd, res.Err)
+		}
+	}
+	if !proto.Equal(before, kept) {
+		t.Fatal("later commands changed a routing table handed out before them")
+	}
+	after := d.f.Table()
+	for _, e := range after.Entities {
+		var wantDegraded bool
+		d.f.Read(func(s *State) { wantDegraded = s.Entity(e.Name).Degraded })
+		if e.Degraded != wantDegraded {
+			t.Errorf("%s: degraded %v in the table, %v when read", e.Name, e.Degraded, wantDegraded)
+		}
+	}
+	var degraded int
+	for _, e := range before.Entities {
+		if e.Degraded {
+			degraded++
+		}
+	}
+	if degraded == 0 {
+		t.Fatal("no entity was degraded before the group reports: the test checks nothing")
+	}
+}

@@ -61,6 +61,9 @@ func FuzzApply(f *testing.F) {
 			return
 		}
 		res, err := a.s.Apply(a.index+1, cmd)
+		if err := checkIndex(a.s); err != nil {
+			t.Fatalf("after %v: %v", cmd, err)
+		}
 		after := a.s.Snapshot()
 		if err != nil || res.Err != nil {
 			after.AppliedIndex = before.AppliedIndex

@@ -112,6 +112,7 @@ func (s *State) addRule(index uint64, now int64, c *pb.AddRuleCommand) (*pb.Enti
 	}
 	r := proto.Clone(c.Rule).(*pb.Rule)
 	r.CreatedAtMs = now
+	e = s.mutable(e)
 	e.Rules = append(e.Rules, r)
 	sortRules(e.Rules)
 	e.UpdatedAtMs = now
@@ -139,6 +140,7 @@ func (s *State) replaceRule(index uint64, now int64, c *pb.ReplaceRuleCommand) (
 	}
 	r := proto.Clone(c.Rule).(*pb.Rule)
 	r.Name, r.CreatedAtMs = e.Rules[i].Name, e.Rules[i].CreatedAtMs // an update renames nothing
+	e = s.mutable(e)
 	e.Rules[i] = r
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
@@ -154,6 +156,7 @@ func (s *State) removeRule(index uint64, now int64, c *pb.RemoveRuleCommand) (*p
 	if i < 0 {
 		return nil, fmt.Errorf("%w: %q on %q", ErrRuleNotFound, c.RuleName, e.Name)
 	}
+	e = s.mutable(e)
 	e.Rules = slices.Delete(e.Rules, i, i+1)
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)

@@ -59,7 +59,9 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 				return bad("entity %q on unknown group %d", e.Name, g)
 			}
 		}
-		s.entities[e.Id] = proto.Clone(e).(*pb.Entity)
+		rec := proto.Clone(e).(*pb.Entity)
+		rec.Degraded = false // derived when read (outward), never stored
+		s.entities[e.Id] = rec
 		s.names[Key(e.Name)] = e.Id
 		if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 			s.partitioned++
@@ -83,5 +85,6 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		}
 		s.tasks[keyOf(t)] = proto.Clone(t).(*pb.PartitionTask)
 	}
+	s.rebuildIndex()
 	return s, nil
 }

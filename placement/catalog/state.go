@@ -36,6 +36,7 @@ type State struct {
 	nextGroupID  uint64
 	entities     map[uint64]*pb.Entity
 	names        map[string]uint64 // Key(name) -> entity id
+	index        *nameIndex        // derived from entities: each kind by name, and ids in order (index.go)
 	groups       map[uint64]*pb.Group
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
@@ -50,6 +51,7 @@ func New() *State {
 		nextGroupID:  1,
 		entities:     map[uint64]*pb.Entity{},
 		names:        map[string]uint64{},
+		index:        newNameIndex(),
 		groups:       map[uint64]*pb.Group{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
@@ -319,6 +321,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	s.nextEntityID++
 	s.entities[e.Id] = e
 	s.names[Key(e.Name)] = e.Id
+	s.index.add(e)
 	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
@@ -351,6 +354,7 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 			return nil, err
 		}
 	}
+	e = s.mutable(e)
 	e.Properties = props
 	e.Status = c.Status
 	e.UpdatedAtMs = now
@@ -364,7 +368,11 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, c.Name)
 	}
 	if e.Kind == pb.EntityKind_ENTITY_KIND_TOPIC {
-		for _, sub := range s.subscriptionsOf(e) {
+		subs := s.subscriptionsOf(e)
+		// One move of the index for all of them; remove then finds
+		// them gone from it.
+		s.index.removePrefix(pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, subscriptionPrefix(e.Name))
+		for _, sub := range subs {
 			s.remove(index, sub)
 		}
 	}
@@ -375,6 +383,7 @@ func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
 func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
+	s.index.remove(e)
 	s.dropRules(e.Name)
 	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
@@ -432,6 +441,17 @@ func checkKind(kind pb.EntityKind, status pb.EntityStatus) error {
 	return nil
 }
 
+// mutable replaces the record of e with a copy and returns the copy to
+// change. Entity records are never changed in place: Table shares them
+// with readers outside the lock (the routing table being sent to its
+// watchers), so a change stores a new record and leaves the old one to
+// them.
+func (s *State) mutable(e *pb.Entity) *pb.Entity {
+	c := proto.Clone(e).(*pb.Entity)
+	s.entities[c.Id] = c
+	return c
+}
+
 func (s *State) byName(name string) *pb.Entity {
 	id, ok := s.names[Key(name)]
 	if !ok {
@@ -469,14 +489,18 @@ func (s *State) outward(e *pb.Entity) *pb.Entity {
 		return nil
 	}
 	c := proto.Clone(e).(*pb.Entity)
-	c.Degraded = false
+	c.Degraded = s.degraded(e)
+	return c
+}
+
+// degraded: a group of one of e's partitions is recorded without quorum.
+func (s *State) degraded(e *pb.Entity) bool {
 	for _, id := range e.PartitionGroups {
 		if g := s.groups[id]; g == nil || !g.HasQuorum {
-			c.Degraded = true
-			break
+			return true
 		}
 	}
-	return c
+	return false
 }
 
 func (s *State) outwardAll(list []*pb.Entity) []*pb.Entity {
@@ -488,23 +512,10 @@ func (s *State) outwardAll(list []*pb.Entity) []*pb.Entity {
 }
 
 // Entities lists the entities of one kind ordered by name (ignoring case),
-// skipping the first skip; top 0 means no limit.
+// skipping the first skip; top 0 means no limit. It reads the page from
+// the name index: the cost is the page's, not the namespace's.
 func (s *State) Entities(kind pb.EntityKind, skip, top int) []*pb.Entity {
-	var list []*pb.Entity
-	for _, e := range s.entities {
-		if e.Kind == kind {
-			list = append(list, e)
-		}
-	}
-	sortEntities(list)
-	if skip >= len(list) {
-		return nil
-	}
-	list = list[skip:]
-	if top > 0 && top < len(list) {
-		list = list[:top]
-	}
-	return s.outwardAll(list)
+	return s.outwardAll(s.entitiesOf(s.index.page(kind, skip, top)))
 }
 
 // Len is the number of entities.
@@ -566,25 +577,36 @@ func (s *State) GroupLoads() map[uint64]int {
 	return loads
 }
 
-// Table is the routing table: everything but the tasks, as of RoutesVersion.
+// Table is the routing table: everything but the tasks, as of
+// RoutesVersion. Its entities are the catalog's own records where they
+// read as stored (not degraded): records are never changed in place
+// (mutable), so the table may be read after the lock is released, but
+// must not be changed. A table is built at every change, and cloning
+// every record made each one a copy of the namespace.
 func (s *State) Table() *pb.RoutingTable {
+	// While every group has quorum no entity is degraded (every group an
+	// entity names exists: create and FromSnapshot check it), and none
+	// need checking.
+	groupDown := false
+	for _, g := range s.groups {
+		groupDown = groupDown || !g.HasQuorum
+	}
 	list := make([]*pb.Entity, 0, len(s.entities))
-	for _, e := range s.entities {
+	for _, id := range s.index.ids {
+		e := s.entities[id]
+		if groupDown && s.degraded(e) {
+			e = s.outward(e)
+		}
 		list = append(list, e)
 	}
-	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(a.Id, b.Id) })
 	return &pb.RoutingTable{
 		Version:  s.routes,
-		Entities: s.outwardAll(list),
+		Entities: list,
 		Groups:   s.Groups(),
 		Nodes:    s.Nodes(),
 		// The front-ends and gateways validate tokens with them.
 		AuthorizationRules: s.AuthorizationRules("", true),
 	}
-}
-
-func sortEntities(list []*pb.Entity) {
-	slices.SortFunc(list, func(a, b *pb.Entity) int { return cmp.Compare(Key(a.Name), Key(b.Name)) })
 }
 
 func compareTasks(a, b *pb.PartitionTask) int {

@@ -148,28 +148,32 @@ func equalGroups(a, b []uint64) bool {
 	return true
 }
 
-// subscriptionsOf lists a topic's subscriptions, in no order.
+// subscriptionPrefix is what the keys of a topic's subscriptions start
+// with.
+func subscriptionPrefix(topic string) string {
+	return Key(topic) + "/" + Key(subscriptionsSegment) + "/"
+}
+
+// subscriptionEntries are a topic's subscriptions in the name index,
+// ordered by name. A subscription's own name has no '/' and a topic's
+// name no Subscriptions segment (checkPlacement), so the prefix range
+// holds exactly the topic's subscriptions.
+func (s *State) subscriptionEntries(topic string) []indexEntry {
+	return s.index.withPrefix(pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, subscriptionPrefix(topic))
+}
+
+// subscriptionsOf lists a topic's subscriptions, ordered by name.
 func (s *State) subscriptionsOf(topic *pb.Entity) []*pb.Entity {
-	var subs []*pb.Entity
-	for _, e := range s.entities {
-		if e.Kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
-			continue
-		}
-		if t, _, ok := SplitSubscriptionName(e.Name); ok && Key(t) == Key(topic.Name) {
-			subs = append(subs, e)
-		}
-	}
-	return subs
+	return s.entitiesOf(s.subscriptionEntries(topic.Name))
 }
 
 // Subscriptions lists a topic's subscriptions ordered by name (ignoring
-// case); nil when there is no such topic.
-func (s *State) Subscriptions(topic string) []*pb.Entity {
+// case), skipping the first skip; top 0 means no limit. ok is false when
+// there is no such topic. The cost is the page's, not the namespace's.
+func (s *State) Subscriptions(topic string, skip, top int) (subs []*pb.Entity, ok bool) {
 	t := s.byName(topic)
 	if t == nil || t.Kind != pb.EntityKind_ENTITY_KIND_TOPIC {
-		return nil
+		return nil, false
 	}
-	subs := s.subscriptionsOf(t)
-	sortEntities(subs)
-	return cloneAll(subs)
+	return s.outwardAll(s.entitiesOf(window(s.subscriptionEntries(t.Name), skip, top))), true
 }

@@ -34,7 +34,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of transc
 //	addrule SUB NAME FILTER...       AddRule; replacerule the same, ReplaceRule
 //	report G:LEADER:QUORUM ...       ReportGroups, QUORUM is y or n
 //	complete all | E/P@V:KIND ...    CompleteTasks
-//	get NAME | list [kind=K skip=N top=N] | tasks | loads | state
+//	get NAME | list [kind=K skip=N top=N] | subs TOPIC [skip=N top=N]
+//	tasks | loads | state
 func TestTranscripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -70,6 +71,9 @@ func runTranscript(t *testing.T, file string) {
 		}
 		cmd, want := lines[0], lines[2:]
 		got := r.run(cmd)
+		if err := checkIndex(r.s); err != nil {
+			t.Fatalf("%s: after %s: %v", file, cmd, err)
+		}
 		fmt.Fprintf(&out, "%s\n----\n%s\n", cmd, got)
 		if w := strings.Join(want, "\n"); w != got && !*rewrite {
 			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", file, cmd, got, w)
@@ -212,8 +216,13 @@ func (r *transcript) run(line string) string {
 		}
 		return s
 	case "subs":
+		skip, top := pagingArgs(args[1:])
+		subs, ok := r.s.Subscriptions(args[0], skip, top)
+		if !ok {
+			return "no topic"
+		}
 		var names []string
-		for _, e := range r.s.Subscriptions(args[0]) {
+		for _, e := range subs {
 			names = append(names, e.Name)
 		}
 		return fmt.Sprintf("%v", names)
@@ -251,19 +260,13 @@ func (r *transcript) run(line string) string {
 		}
 		return render(e)
 	case "list":
-		kind, skip, top := pb.EntityKind_ENTITY_KIND_QUEUE, 0, 0
+		kind := pb.EntityKind_ENTITY_KIND_QUEUE
 		for _, a := range args {
-			k, v, _ := strings.Cut(a, "=")
-			n, _ := strconv.Atoi(v)
-			switch k {
-			case "kind":
+			if k, v, _ := strings.Cut(a, "="); k == "kind" {
 				kind = pb.EntityKind(pb.EntityKind_value["ENTITY_KIND_"+strings.ToUpper(v)])
-			case "skip":
-				skip = n
-			case "top":
-				top = n
 			}
 		}
+		skip, top := pagingArgs(args)
 		var names []string
 		for _, e := range r.s.Entities(kind, skip, top) {
 			names = append(names, e.Name)
@@ -303,6 +306,21 @@ func (r *transcript) run(line string) string {
 			strings.Join(groups, "; "), strings.Join(nodes, "; "))
 	}
 	return "unknown command " + f[0]
+}
+
+// pagingArgs reads skip=N and top=N among a command's arguments.
+func pagingArgs(args []string) (skip, top int) {
+	for _, a := range args {
+		k, v, _ := strings.Cut(a, "=")
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "skip":
+			skip = n
+		case "top":
+			top = n
+		}
+	}
+	return skip, top
 }
 
 func parseKind(v string) pb.EntityKind {

@@ -2153,10 +2153,14 @@ func (x *GetEntityRequest) GetName() string {
 
 // ListEntities lists one kind's entities ordered by name (ignoring case).
 type ListEntitiesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          EntityKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=quorumbus.placement.v1.EntityKind" json:"kind,omitempty"`
-	Skip          uint32                 `protobuf:"varint,2,opt,name=skip,proto3" json:"skip,omitempty"`
-	Top           uint32                 `protobuf:"varint,3,opt,name=top,proto3" json:"top,omitempty"` // 0: no limit
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  EntityKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=quorumbus.placement.v1.EntityKind" json:"kind,omitempty"`
+	Skip  uint32                 `protobuf:"varint,2,opt,name=skip,proto3" json:"skip,omitempty"`
+	Top   uint32                 `protobuf:"varint,3,opt,name=top,proto3" json:"top,omitempty"` // 0: no limit
+	// topic, with kind SUBSCRIPTION: only that topic's subscriptions, read
+	// from the catalog's name index (NOT_FOUND when no topic has the name).
+	// Empty: every entity of the kind.
+	Topic         string `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2210,6 +2214,13 @@ func (x *ListEntitiesRequest) GetTop() uint32 {
 		return x.Top
 	}
 	return 0
+}
+
+func (x *ListEntitiesRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
 }
 
 type ListEntitiesResponse struct {
@@ -3981,11 +3992,12 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x12RemoveRuleResponse\"\x16\n" +
 	"\x14DeleteEntityResponse\"&\n" +
 	"\x10GetEntityRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"s\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x89\x01\n" +
 	"\x13ListEntitiesRequest\x126\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12\x12\n" +
 	"\x04skip\x18\x02 \x01(\rR\x04skip\x12\x10\n" +
-	"\x03top\x18\x03 \x01(\rR\x03top\"R\n" +
+	"\x03top\x18\x03 \x01(\rR\x03top\x12\x14\n" +
+	"\x05topic\x18\x04 \x01(\tR\x05topic\"R\n" +
 	"\x14ListEntitiesResponse\x12:\n" +
 	"\bentities\x18\x01 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\"9\n" +
 	"\x12WatchRoutesRequest\x12#\n" +

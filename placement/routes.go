@@ -1,0 +1,52 @@
+package placement
+
+import (
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/quorumbus/quorumbus/proto/placementpb"
+	"github.com/quorumbus/quorumbus/proto/rpcbuf"
+)
+
+// encodedTable is a routing table marshalled once for all the streams
+// that watch it: the codec (proto/rpcbuf) sends its bytes as they are.
+// Each storage node, front-end and gateway watches the table, and it is
+// the whole namespace, sent again at every change: marshalled per stream,
+// it cost more CPU than anything else while entities were being created.
+type encodedTable struct {
+	*pb.RoutingTable
+	data []byte // never changed once set: streams may still be writing it
+}
+
+var _ rpcbuf.PiecesMarshaler = (*encodedTable)(nil)
+
+func (e *encodedTable) MarshalPieces() ([][]byte, bool) { return [][]byte{e.data}, true }
+
+// tableEncoder keeps the encoding of the latest table it was asked for.
+// The zero value is ready to use.
+type tableEncoder struct {
+	mu    sync.Mutex
+	table *pb.RoutingTable // what enc encodes; tables are shared and never changed
+	enc   *encodedTable
+}
+
+// encode returns t encoded, marshalling it only if it is not the table
+// encoded last.
+func (c *tableEncoder) encode(t *pb.RoutingTable) (*encodedTable, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.table == t {
+		return c.enc, nil
+	}
+	// The table's entities are the catalog's own records, never changed
+	// once stored (catalog.State.mutable): the size each cached when it
+	// was first marshalled still holds, so only new records are sized.
+	// Sizing every record again cost more than writing them.
+	data, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	c.table, c.enc = t, &encodedTable{RoutingTable: t, data: data}
+	return c.enc, nil
+}
