@@ -342,7 +342,16 @@ func TestDevSessionsConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	if len(seen) != sessions+1 {
-		t.Fatalf("%d sessions consumed, want %d", len(seen), sessions+1)
+		var missing []string
+		for s := range sessions {
+			if sid := fmt.Sprintf("s%02d", s); seen[sid] == nil {
+				missing = append(missing, sid)
+			}
+		}
+		if seen["late"] == nil {
+			missing = append(missing, "late")
+		}
+		t.Fatalf("%d sessions consumed, want %d: not %q", len(seen), sessions+1, missing)
 	}
 	for sid, got := range seen {
 		if sid == "late" {
