@@ -327,7 +327,10 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 		return
 	}
 	s := &sender{c: c, entity: e}
-	seqs := make([]int64, 0, len(list))
+	// Every message is checked before any is stored: a refused request
+	// schedules nothing.
+	msgs := make([]*partitionpb.NewMessage, 0, len(list))
+	parts := make([]uint32, 0, len(list))
 	for _, item := range list {
 		m, _ := item.(amqp.Map)
 		enc, _ := m.Get("message")
@@ -346,6 +349,11 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 			req.fail(failBadField, err.Error())
 			return
 		}
+		msgs, parts = append(msgs, nm), append(parts, p)
+	}
+	seqs := make([]int64, 0, len(list))
+	for i, nm := range msgs {
+		p := parts[i]
 		if p == anyPartition {
 			p = s.unkeyedPartition()
 		}
@@ -401,7 +409,10 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 	// A session receiver peeks its session: one partition holds it.
 	var sid string
 	if q == partitionpb.SubQueue_SUB_QUEUE_MAIN {
-		lock, id := c.requestSession(e, body, req)
+		lock, id, ok := c.requestSession(e, body, req)
+		if !ok {
+			return
+		}
 		if sid = id; lock != nil {
 			sid = lock.id
 		}
@@ -465,7 +476,11 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 	// session lock of the receiver the request names.
 	var lock *sessionLock
 	if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && e.GetProperties().GetRequiresSession() {
-		if lock, _ = c.requestSession(e, body, req); lock == nil {
+		var ok bool
+		if lock, _, ok = c.requestSession(e, body, req); !ok {
+			return
+		}
+		if lock == nil {
 			req.fail(failSessionLockLost, "receive deferred messages of a session through its session receiver")
 			return
 		}

@@ -106,6 +106,8 @@ func TestManagementRejectsMalformedFields(t *testing.T) {
 			map[string]any{"disposition-status": "suspended", "lock-tokens": []goamqp.UUID{{}}, "deadletter-reason": int64(3)}, "deadletter-reason must be a string"},
 		{"update-disposition, properties-to-modify a list", "com.microsoft:update-disposition",
 			map[string]any{"disposition-status": "abandoned", "lock-tokens": []goamqp.UUID{{}}, "properties-to-modify": []any{"a"}}, "properties-to-modify must be a map"},
+		{"peek, session-id of 129 characters", "com.microsoft:peek-message",
+			map[string]any{"from-sequence-number": int64(0), "message-count": int32(1), "session-id": strings.Repeat("é", 129)}, "at most 128 are allowed"},
 		{"receive-by-sequence-number, mode a string", "com.microsoft:receive-by-sequence-number",
 			map[string]any{"sequence-numbers": []int64{1}, "receiver-settle-mode": "1"}, "receiver-settle-mode must be an integer"},
 		{"receive-by-sequence-number, mode 7", "com.microsoft:receive-by-sequence-number",

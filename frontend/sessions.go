@@ -123,17 +123,22 @@ func (r *sessionRegistry) findLink(name string) *sessionLock {
 
 // requestSession returns the session a $management request of a session
 // receiver names, by session-id or associated-link-name; nil for a
-// request of no session. id is the session-id it named, if any.
-func (c *conn) requestSession(e *placementpb.Entity, body amqp.Map, req *rpcRequest) (lock *sessionLock, id string) {
+// request of no session. id is the session-id it named, if any. A
+// session-id longer than Service Bus allows fails the request (ok false).
+func (c *conn) requestSession(e *placementpb.Entity, body amqp.Map, req *rpcRequest) (lock *sessionLock, id string, ok bool) {
 	if sid, _ := stringField(body, "session-id"); sid != "" {
-		return c.sessionLocks.find(e.Id, sid), sid
+		if err := checkSessionID(sid); err != nil {
+			req.fail(failBadField, err.Error())
+			return nil, "", false
+		}
+		return c.sessionLocks.find(e.Id, sid), sid, true
 	}
 	if v, ok := req.msg.ApplicationProperties.Get("associated-link-name"); ok {
 		if name, ok := v.(string); ok {
-			return c.sessionLocks.findLink(name), ""
+			return c.sessionLocks.findLink(name), "", true
 		}
 	}
-	return nil, ""
+	return nil, "", true
 }
 
 func (r *sessionRegistry) find(e uint64, sid string) *sessionLock {

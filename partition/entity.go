@@ -68,6 +68,11 @@ type entity struct {
 	// they change no result. Every write below a bound lowers it.
 	availHead [2]uint64 // per sub-queue: no available entry below this sequence number
 	lockFloor []byte    // no lock entry below this key
+	// readyFloor: no entry of the index of ready sessions below this
+	// key. Accept-next takes the session at the index's head and so
+	// deletes there, one session after another: from the start of the
+	// index an accept would step over every session consumed lately.
+	readyFloor []byte
 
 	// The scheduled and expiry indexes: their earliest time in the
 	// committed store, and where their scans start.
@@ -85,7 +90,7 @@ type entity struct {
 
 func newEntity(k ekey) *entity {
 	return &entity{
-		key: k, next: 1, lockFloor: kindPrefix(k, kindLock),
+		key: k, next: 1, lockFloor: kindPrefix(k, kindLock), readyFloor: kindPrefix(k, kindSessionReady),
 		sched:      newTimeIndex(k, kindScheduled),
 		exp:        newTimeIndex(k, kindExpiry),
 		slock:      newTimeIndex(k, kindSessionLock),

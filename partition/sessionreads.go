@@ -76,7 +76,7 @@ func (m *Machine) SessionReady(entityID uint64, partition uint32) bool {
 	if err != nil {
 		return false
 	}
-	_, ok, err := firstReadySession(m.db, e.key)
+	_, _, ok, err := firstReadySession(m.db, e)
 	if err != nil {
 		m.log.Error("partition: session ready", "entity", e.key, "err", err)
 	}

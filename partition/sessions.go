@@ -68,8 +68,14 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 	sid := c.SessionId
 	if c.Next {
 		var ok bool
-		if sid, ok, err = firstReadySession(a.b, e.key); err != nil || !ok {
-			return okResult(), err // none available
+		var head []byte
+		sid, head, ok, err = firstReadySession(a.b, e)
+		if err != nil {
+			return nil, err
+		}
+		e.readyFloor = head // nothing is below it; the accept deletes at it
+		if !ok {
+			return okResult(), nil // none available
 		}
 	} else if err := checkSessionID(sid); err != nil {
 		return nil, err

@@ -57,3 +57,67 @@ func BenchmarkSessionLockComplete(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkSessionAcceptNext is the apply of one accept-next (an
+// AcceptSession with Next, then the Release that gives the session back,
+// not timed) on a session entity where consumed sessions had already
+// been taken out of the index of ready ones: what an accept-next costs
+// the state machine besides its Raft commit, and whether that grows with
+// the sessions consumed before it. Each session holds one message, taken
+// with receive-and-delete so that the release leaves it empty.
+func BenchmarkSessionAcceptNext(b *testing.B) {
+	for _, consumed := range []int{0, 1000, 10000} {
+		b.Run(fmt.Sprintf("consumed=%d", consumed), func(b *testing.B) {
+			m := benchMachine(b)
+			var log pt.Log
+			do := func(now int64, c *partitionpb.Command) *partitionpb.Result {
+				r := apply(b, m, log.Entry(b, now, c))[0]
+				if r.Code != partitionpb.ResultCode_RESULT_OK {
+					b.Fatalf("%v: %v %s", c, r.Code, r.Description)
+				}
+				return r
+			}
+			do(0, pt.Upsert(pt.SessionQueue(1, 0, "sq")))
+			made := 0
+			add := func(n int) {
+				for n > 0 {
+					ms := make([]*partitionpb.NewMessage, min(n, 256))
+					for i := range ms {
+						ms[i] = &partitionpb.NewMessage{SessionId: fmt.Sprintf("s%07d", made), Bare: []byte("x")}
+						made++
+					}
+					do(1000, pt.Enqueue(1, 0, ms...))
+					n -= len(ms)
+				}
+			}
+			n := uint64(0)
+			take := func(timed bool) {
+				n++
+				tok := pt.SessionToken(n)
+				acc := do(2000, pt.Accept(1, 0, "", tok))
+				if acc.SessionId == "" {
+					b.Fatal("no session ready")
+				}
+				if timed {
+					b.StopTimer()
+				}
+				lock := pt.LockSession(1, 0, acc.SessionId, tok, 1, n)
+				lock.GetLock().ReceiveAndDelete = true
+				do(2000, lock)
+				do(2000, pt.Release(1, 0, acc.SessionId, tok))
+				if timed {
+					b.StartTimer()
+				}
+			}
+			add(consumed)
+			for range consumed {
+				take(false)
+			}
+			add(b.N)
+			b.ResetTimer()
+			for range b.N {
+				take(true)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 
@@ -12,7 +13,8 @@ import (
 // session's stream, every locked one among its held messages, every other
 // (deferred, scheduled) among its parked ones, and no other; each record
 // counts them; a session is offered (ready) exactly when
-// it has available messages and no lock.
+// it has available messages and no lock, and no ready entry lies below
+// where accept-next's scan starts (entity.readyFloor).
 func CheckSessions(m *Machine, id uint64, part uint32) error {
 	msgs, err := Messages(m, id, part, partitionpb.SubQueue_SUB_QUEUE_MAIN)
 	if err != nil {
@@ -43,6 +45,10 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	readyN := 0
 	for valid := ready.First(); valid; valid = ready.Next() {
+		if e := m.entities[k]; readyN == 0 && e != nil && bytes.Compare(ready.Key(), e.readyFloor) < 0 {
+			closeIter(ready, nil)
+			return fmt.Errorf("ready entry %x below the scans' floor %x", ready.Key(), e.readyFloor)
+		}
 		readyN++
 	}
 	if err := closeIter(ready, ready.Error()); err != nil {

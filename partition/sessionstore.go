@@ -285,6 +285,9 @@ func (a *applier) setReady(e *entity, sid string, r *sessionRecord, ready bool, 
 	}
 	key := sessionReadyKey(e.key, seq, sid)
 	r.ready, r.readySeq = true, seq
+	if bytes.Compare(key, e.readyFloor) < 0 {
+		e.readyFloor = key
+	}
 	return a.b.Set(key, seal(key, nil), nil)
 }
 
@@ -365,23 +368,27 @@ func sessionSeqs(r pebble.Reader, k ekey, kind byte, sid string, max int) ([]uin
 }
 
 // firstReadySession returns the session that has waited longest with
-// available messages and no lock; ok is false when there is none.
-func firstReadySession(r pebble.Reader, k ekey) (sid string, ok bool, err error) {
-	it, err := prefixIter(r, kindPrefix(k, kindSessionReady))
+// available messages and no lock; ok is false when there is none. The
+// scan starts at e.readyFloor; head is the key the index starts at now
+// (its end when it is empty), which the applier raises the floor to.
+func firstReadySession(r pebble.Reader, e *entity) (sid string, head []byte, ok bool, err error) {
+	end := prefixEnd(kindPrefix(e.key, kindSessionReady))
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: e.readyFloor, UpperBound: end})
 	if err != nil {
-		return "", false, err
+		return "", nil, false, fmt.Errorf("partition: iterator: %w", err)
 	}
+	head = end
 	if it.First() {
 		if _, err := iterValue(it); err != nil {
-			return "", false, closeIter(it, err)
+			return "", nil, false, closeIter(it, err)
 		}
 		key := it.Key()
 		if len(key) < kindPrefixLen+8 {
-			return "", false, closeIter(it, fmt.Errorf("%w: ready session key %x", ErrCorrupt, key))
+			return "", nil, false, closeIter(it, fmt.Errorf("%w: ready session key %x", ErrCorrupt, key))
 		}
-		sid, ok = string(key[kindPrefixLen+8:]), true
+		sid, head, ok = string(key[kindPrefixLen+8:]), append([]byte(nil), key...), true
 	}
-	return sid, ok, closeIter(it, it.Error())
+	return sid, head, ok, closeIter(it, it.Error())
 }
 
 // dueSessionLocks returns the sessions whose lock ends at or before now,

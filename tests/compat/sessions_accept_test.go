@@ -135,9 +135,9 @@ func TestDevSessionsPartitionedAcceptNext(t *testing.T) {
 
 // An accept-next whose client names no timeout waits the front-end's
 // SessionAcceptWait (`quorumbus dev -session-accept-wait`), then times
-// out; session ids over 128 characters and a state over the entity's
-// maximum message size are refused with a clear error, and nothing is
-// stored.
+// out; session ids over 128 characters (on send, schedule and accept)
+// and a state over the entity's maximum message size are refused with a
+// clear error, and nothing is stored.
 func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -187,19 +187,49 @@ func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "at most 128") {
 		t.Fatalf("send with a session id of 129 characters: %v", err)
 	}
+	// Scheduled: the whole request is refused, the message with a valid
+	// session id in it too. The SDK takes a 400 from $management for a
+	// connection failure and retries it (about 30 s with its defaults,
+	// against Service Bus too): the refusals below go through a client
+	// that does not.
+	once, err := azservicebus.NewClientFromConnectionString(cluster.ConnectionString(c.AMQPAddr),
+		&azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer once.Close(ctx)
+	osnd, err := once.NewSender("sq", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := "warm"
+	_, err = osnd.ScheduleMessages(ctx, []*azservicebus.Message{
+		{SessionID: &warm, Body: []byte("scheduled with a refused one")},
+		{SessionID: &long, Body: []byte("x")},
+	}, time.Now().Add(time.Hour), nil)
+	if err == nil || !strings.Contains(err.Error(), "at most 128") {
+		t.Fatalf("schedule with a session id of 129 characters: %v", err)
+	}
+	if peeked, err := r.PeekMessages(ctx, 10, nil); err != nil || len(peeked) != 1 || string(peeked[0].Body) != "w" {
+		t.Fatalf("session warm after the refused schedule: %q %v, want only w", bodiesOf(peeked), err)
+	}
 	ok128 := strings.Repeat("é", 128)
 	sendSession(t, ctx, snd, ok128, "y")
 	if _, err := client.AcceptSessionForQueue(ctx, "sq", long, nil); err == nil || !strings.Contains(err.Error(), "at most 128") {
 		t.Fatalf("accept a session id of 129 characters: %v", err)
 	}
 
-	if err := r.SetSessionState(ctx, make([]byte, 1024), nil); err != nil {
+	s128, err := once.AcceptSessionForQueue(ctx, "sq", ok128, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s128.SetSessionState(ctx, make([]byte, 1024), nil); err != nil {
 		t.Fatalf("a state of the maximum message size: %v", err)
 	}
-	if err := r.SetSessionState(ctx, make([]byte, 1025), nil); err == nil || !strings.Contains(err.Error(), "maximum message size") {
+	if err := s128.SetSessionState(ctx, make([]byte, 1025), nil); err == nil || !strings.Contains(err.Error(), "maximum message size") {
 		t.Fatalf("a state over the maximum message size: %v", err)
 	}
-	if st, err := r.GetSessionState(ctx, nil); err != nil || len(st) != 1024 {
+	if st, err := s128.GetSessionState(ctx, nil); err != nil || len(st) != 1024 {
 		t.Fatalf("state after the refused set: %d bytes, %v", len(st), err)
 	}
 	pager := client.NewListSessionsForQueuePager("sq", nil)
