@@ -142,6 +142,13 @@ func (s *stream) drainSession(ctx context.Context, p int, queue, sess string, at
 		switch s.completed(ctx, p, queue, d, rcv, m) {
 		case history.Info:
 			return false
+		case history.Fail:
+			// The session lock is lost: the holding is over. Messages the
+			// link received under it before (prefetched) are the next
+			// holder's now; reading them on would record deliveries the
+			// broker made while the lock was still held as if made
+			// after (a false P13).
+			return true
 		case history.OK:
 			if !st.set(ctx, d.MsgID) {
 				return false

@@ -55,7 +55,7 @@ const ExplicitDeadLetterReason = "jepsen"
 // waits for every acknowledged send to be done.
 func StartSettle(ctx context.Context, cfg SettleConfig) Runner {
 	s := newStream(ctx, cfg.Common, "settle")
-	d := &deferred{seqs: map[int64]int{}}
+	d := &deferred{seqs: map[int64]*deferredSeq{}}
 	interval := time.Duration(float64(cfg.Senders) / cfg.SendRate * float64(time.Second))
 	for i := range cfg.Senders {
 		p := 800 + i
@@ -96,16 +96,27 @@ func StartSettle(ctx context.Context, cfg SettleConfig) Runner {
 }
 
 // deferred holds the sequence numbers of messages whose defer the broker
-// acknowledged and that have not been taken back yet, each with the
-// number of times a receive by that number found nothing.
+// acknowledged, or answered with an unknown outcome, and that have not
+// been taken back yet, each with the number of times a receive by that
+// number found nothing.
 type deferred struct {
 	mu   sync.Mutex
-	seqs map[int64]int
+	seqs map[int64]*deferredSeq
 }
+
+type deferredSeq struct {
+	misses int
+	added  time.Time
+}
+
+// forgetAfter is how long a number whose receives found nothing is kept:
+// a defer of unknown outcome may still be applied for a while after its
+// client gave up.
+const forgetAfter = 30 * time.Second
 
 func (d *deferred) add(seq int64) {
 	d.mu.Lock()
-	d.seqs[seq] = 0
+	d.seqs[seq] = &deferredSeq{added: time.Now()}
 	d.mu.Unlock()
 }
 
@@ -120,14 +131,19 @@ func (d *deferred) one() (int64, bool) {
 }
 
 // done forgets seq; missing counts a receive that found nothing and
-// forgets seq after a few (a complete whose answer was lost may have
-// taken it already: the checker judges that from the history).
+// forgets seq only after a few of them and forgetAfter (a complete whose
+// answer was lost may have taken it already, or a defer of unknown
+// outcome was never applied: the checker judges both from the history).
 func (d *deferred) done(seq int64, missing bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	e := d.seqs[seq]
+	if e == nil {
+		return
+	}
 	if missing {
-		d.seqs[seq]++
-		if d.seqs[seq] < 5 {
+		e.misses++
+		if e.misses < 5 || time.Since(e.added) < forgetAfter {
 			return
 		}
 	}
@@ -180,7 +196,9 @@ func (s *stream) settleRandomly(ctx context.Context, p int, queue string, r rece
 		done.Type, done.Err = history.Info, err.Error()
 	}
 	s.Rec.Add(done)
-	if done.Type == history.OK && f == history.Defer {
+	if done.Type != history.Fail && f == history.Defer {
+		// Unknown outcome too: the message may be deferred, and only a
+		// receive by its number would ever bring it back.
 		d.add(r.d.Seq)
 	}
 	return done.Type != history.Info
@@ -229,6 +247,7 @@ func (s *stream) deferredReceiver(ctx context.Context, p int, queue string, d *d
 			switch {
 			case errors.As(err, &es) && es.code == 404:
 				d.done(seq, true) // taken already, or not deferred (yet)
+				pause(ctx, 200*time.Millisecond)
 			case errors.As(err, &es):
 				// Refused for now: the number stays to be tried again.
 			default:
