@@ -3,7 +3,6 @@ package frontend_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,21 +39,7 @@ func TestSASLPlainFollowsItsRule(t *testing.T) {
 	temp := sas.Rule{Name: "temp", Rights: sas.Listen | sas.Send, PrimaryKey: "temp-key", SecondaryKey: "temp-key-2"}
 	rules := &swappableRules{}
 	rules.set(t, dev, temp)
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: rules, ReceiveWait: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	addr := ln.Addr().String()
+	_, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: rules, ReceiveWait: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

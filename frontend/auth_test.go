@@ -38,21 +38,8 @@ func authRules(t testing.TB) frontend.RuleSource {
 
 func startAuthFrontend(t *testing.T, b frontend.Backend, claimTimeout time.Duration) string {
 	t.Helper()
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: authRules(t), ReceiveWait: 500 * time.Millisecond, ClaimTimeout: claimTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return ln.Addr().String()
+	_, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: authRules(t), ReceiveWait: 500 * time.Millisecond, ClaimTimeout: claimTimeout})
+	return addr
 }
 
 func keyClient(t *testing.T, addr, keyName, key string) *azservicebus.Client {
@@ -512,17 +499,7 @@ func (s *syncBuffer) String() string {
 func TestKeysNeverLogged(t *testing.T) {
 	var logs syncBuffer
 	b := newMemBackend("q")
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: authRules(t), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
-	addr := ln.Addr().String()
+	srv, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: authRules(t), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

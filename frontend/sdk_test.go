@@ -162,7 +162,15 @@ func (b *memBackend) left(queue string) int {
 
 func startFrontend(t *testing.T, b frontend.Backend) string {
 	t.Helper()
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+	_, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+	return addr
+}
+
+// serveFrontend starts a front-end of cfg on a loopback port, shut down
+// when the test ends, and returns it and its address.
+func serveFrontend(t *testing.T, cfg frontend.Config) (*frontend.Server, string) {
+	t.Helper()
+	srv, err := frontend.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +184,7 @@ func startFrontend(t *testing.T, b frontend.Backend) string {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return ln.Addr().String()
+	return srv, ln.Addr().String()
 }
 
 // devRules is the emulator's rule, which sdkClient's connection string and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,17 +25,7 @@ import (
 // moves for the entity.
 func TestSDKThrottledBurstDelivered(t *testing.T) {
 	b := newMemBackend("q")
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
-	addr := ln.Addr().String()
+	srv, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 10})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -131,19 +120,10 @@ func TestSDKTopicSendsPayPerFilter(t *testing.T) {
 	mem := newMemBackend("q", "t")
 	mem.entities["t"].Kind = placementpb.EntityKind_ENTITY_KIND_TOPIC
 	b := filteredBackend{mem, 49}
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
+	srv, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 100})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := sdkClient(t, ln.Addr().String())
+	c := sdkClient(t, addr)
 	const n = 8 // 8 credits to the queue; 400 to the topic
 	for _, entity := range []string{"q", "t"} {
 		snd, err := c.NewSender(entity, nil)
@@ -195,17 +175,7 @@ func (b heldBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, 
 func TestSDKPendingSendsBound(t *testing.T) {
 	mem := newMemBackend("q")
 	b := heldBackend{mem, make(chan struct{}), new(atomic.Int64)}
-	srv, err := frontend.New(frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, MaxPendingSends: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
-	addr := ln.Addr().String()
+	srv, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, MaxPendingSends: 4})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -297,26 +267,17 @@ func TestSDKBusyPartitionLeader(t *testing.T) {
 	mem := newMemBackend("q")
 	refusals := new(atomic.Int64)
 	refusals.Store(2)
-	srv, err := frontend.New(frontend.Config{Backend: busyBackend{mem, refusals}, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
+	srv, addr := serveFrontend(t, frontend.Config{Backend: busyBackend{mem, refusals}, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	raw := amqpSender(t, ctx, ln.Addr().String(), "q")
-	err = raw.Send(ctx, goamqp.NewMessage([]byte("refused")), nil)
+	raw := amqpSender(t, ctx, addr, "q")
+	err := raw.Send(ctx, goamqp.NewMessage([]byte("refused")), nil)
 	var ae *goamqp.Error
 	if !errors.As(err, &ae) || ae.Condition != "com.microsoft:server-busy" || !contains(ae.Description, "Error code: 50009") {
 		t.Fatalf("a send the partition leader refused as busy: %v, want server-busy with error code 50009", err)
 	}
-	sender, err := sdkClient(t, ln.Addr().String()).NewSender("q", nil)
+	sender, err := sdkClient(t, addr).NewSender("q", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
