@@ -73,34 +73,26 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // protobuf.
 func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 	buf := make([]byte, 1, 1+marshal.Size(b))
+	// The oldest format that holds every command as it is meant.
 	buf[0] = FormatV1
 	for _, c := range b.Commands {
-		if sessional(c) {
-			buf[0] = FormatV5
-			break
-		}
-		if stages(c) {
+		switch {
+		case len(c.RequestId) > 0 && sessionRequest(c):
+			buf[0] = max(buf[0], FormatV8)
+		case sessional(c):
+			buf[0] = max(buf[0], FormatV5)
+		case stages(c):
 			buf[0] = max(buf[0], FormatV4)
-			continue
-		}
-		if len(c.RequestId) > 0 && (c.GetLock() != nil || c.GetLockBySequence() != nil) {
+		case len(c.RequestId) > 0 && (c.GetLock() != nil || c.GetLockBySequence() != nil):
 			buf[0] = max(buf[0], FormatV3)
-		}
-		if len(c.RequestId) > 0 || c.GetDeleteEntity().GetVersion() > 0 {
+		case len(c.RequestId) > 0 || c.GetDeleteEntity().GetVersion() > 0:
 			buf[0] = max(buf[0], FormatV2)
 		}
 	}
-	if forwards(b) {
-		buf[0] = max(buf[0], FormatV6)
-	}
-	if topicV7(b) {
+	if buf[0] < FormatV7 && topicV7(b) {
 		buf[0] = FormatV7
-	}
-	for _, c := range b.Commands {
-		if len(c.RequestId) > 0 && sessionRequest(c) {
-			buf[0] = FormatV8
-			break
-		}
+	} else if buf[0] < FormatV6 && forwards(b) {
+		buf[0] = FormatV6
 	}
 	// The sizes Size just cached (b is not changed in between): without
 	// them the marshaller walks every message again to size it.
