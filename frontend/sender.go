@@ -279,7 +279,7 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 		f = errFailure(err)
 		state = amqp.Rejected{Error: f.amqpError(s.entity.Name)}
 		if f.cond == condServerBusy {
-			s.c.srv.throttle.busy(s.entity.Name)
+			s.c.srv.throttle.refused(s.entity.Name)
 		}
 	} else if f, failed = resultFailure(res.GetCode()); failed {
 		state = amqp.Rejected{Error: f.amqpError(res.GetDescription())}

@@ -82,7 +82,7 @@ type throttle struct {
 
 // newThrottle returns a throttle even when it has neither credits nor a
 // bound: it still counts the sends that partition leaders refused as
-// busy (busy).
+// busy (refused).
 func newThrottle(budget int64, share func() int, maxPending int) *throttle {
 	budget, maxPending = max(budget, 0), max(maxPending, 0)
 	if share == nil {
@@ -98,17 +98,16 @@ func (t *throttle) admit(entity string, n int) bool {
 		return true
 	}
 	if p := t.pending.Load(); p > 0 && p+int64(n) > t.maxPending {
-		t.mu.Lock()
-		t.throttled[entity]++
-		t.mu.Unlock()
+		t.refused(entity)
 		return false
 	}
 	return true
 }
 
-// busy counts a request for entity that a partition leader refused
-// because its proposal queue was full (ErrServerBusy).
-func (t *throttle) busy(entity string) {
+// refused counts a request for entity refused as server-busy outside the
+// credits: by the pending bound, or by a partition leader whose proposal
+// queue was full (ErrServerBusy).
+func (t *throttle) refused(entity string) {
 	if t != nil {
 		t.mu.Lock()
 		t.throttled[entity]++

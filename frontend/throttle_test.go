@@ -68,7 +68,7 @@ func TestThrottleCredits(t *testing.T) {
 			if !off.take("q", 1e9) || off.wait(t.Context(), "q") != nil || !off.admit("q", 1e9) {
 				t.Fatal("a budget of 0 or less throttles")
 			}
-			off.busy("q")
+			off.refused("q")
 			if got := off.counts(); got["q"] != 1 {
 				t.Fatalf("busy refusals counted %v without credits, want q: 1", got)
 			}
