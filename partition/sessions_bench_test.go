@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -15,15 +16,7 @@ import (
 // msgs/s compares with BenchmarkLockComplete's (the issue asks for at
 // least half the plain queue's rate).
 func BenchmarkSessionLockComplete(b *testing.B) {
-	m := benchMachine(b)
-	var log pt.Log
-	do := func(now int64, c *partitionpb.Command) *partitionpb.Result {
-		r := apply(b, m, log.Entry(b, now, c))[0]
-		if r.Code != partitionpb.ResultCode_RESULT_OK {
-			b.Fatalf("%v: %v %s", c, r.Code, r.Description)
-		}
-		return r
-	}
+	do := okApplier(b, benchMachine(b))
 	do(0, pt.Upsert(pt.SessionQueue(1, 0, "sq")))
 	body := bytes.Repeat([]byte("x"), 1024)
 	round := 0
@@ -68,15 +61,7 @@ func BenchmarkSessionLockComplete(b *testing.B) {
 func BenchmarkSessionAcceptNext(b *testing.B) {
 	for _, consumed := range []int{0, 1000, 10000} {
 		b.Run(fmt.Sprintf("consumed=%d", consumed), func(b *testing.B) {
-			m := benchMachine(b)
-			var log pt.Log
-			do := func(now int64, c *partitionpb.Command) *partitionpb.Result {
-				r := apply(b, m, log.Entry(b, now, c))[0]
-				if r.Code != partitionpb.ResultCode_RESULT_OK {
-					b.Fatalf("%v: %v %s", c, r.Code, r.Description)
-				}
-				return r
-			}
+			do := okApplier(b, benchMachine(b))
 			do(0, pt.Upsert(pt.SessionQueue(1, 0, "sq")))
 			made := 0
 			add := func(n int) {
@@ -119,5 +104,18 @@ func BenchmarkSessionAcceptNext(b *testing.B) {
 				take(true)
 			}
 		})
+	}
+}
+
+// okApplier returns a function that applies one command at now as the
+// next entry of m's log and fails the benchmark unless its result is OK.
+func okApplier(b *testing.B, m *partition.Machine) func(now int64, c *partitionpb.Command) *partitionpb.Result {
+	var log pt.Log
+	return func(now int64, c *partitionpb.Command) *partitionpb.Result {
+		r := apply(b, m, log.Entry(b, now, c))[0]
+		if r.Code != partitionpb.ResultCode_RESULT_OK {
+			b.Fatalf("%v: %v %s", c, r.Code, r.Description)
+		}
+		return r
 	}
 }
