@@ -1,12 +1,9 @@
 package jepsen
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -392,7 +389,7 @@ func TestRecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", checker.Summarize(ops))
-	faults, err := readFaults(filepath.Join(filepath.Dir(path), "faults.jsonl"))
+	faults, err := report.ReadFaults(filepath.Dir(path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,25 +417,4 @@ func peakRSS() string {
 		}
 	}
 	return "unknown"
-}
-
-// readFaults reads a report's faults.jsonl; a report without one had none.
-func readFaults(path string) ([]nemesis.Fault, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []nemesis.Fault
-	dec := json.NewDecoder(bytes.NewReader(data))
-	for dec.More() {
-		var f nemesis.Fault
-		if err := dec.Decode(&f); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, f)
-	}
-	return out, nil
 }

@@ -4,7 +4,9 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -154,3 +156,26 @@ func Summary(r *Run) string {
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// ReadFaults reads the faults.jsonl that Write put in dir; a report
+// without one had no faults.
+func ReadFaults(dir string) ([]nemesis.Fault, error) {
+	path := filepath.Join(dir, "faults.jsonl")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []nemesis.Fault
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var f nemesis.Fault
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
