@@ -209,13 +209,6 @@ func (a *authz) grant(cl sas.Claim) error {
 	return nil
 }
 
-// holdsAny reports whether the connection holds any claim at all.
-func (a *authz) holdsAny() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.claims) > 0
-}
-
 // allows reports whether a claim meets need now.
 func (a *authz) allows(need linkNeed) bool {
 	a.mu.Lock()
