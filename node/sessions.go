@@ -57,10 +57,15 @@ func (s *service) AcceptSession(ctx context.Context, req *partitionpb.AcceptSess
 	deadline := time.Now().Add(time.Duration(max(req.WaitMs, 0)) * time.Millisecond)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+	// A repeated request proposes at once, as a repeated Receive does: an
+	// earlier attempt may have locked a session, which is then available
+	// to nobody, and only the partition can say (under the request id).
+	repeat := req.Repeat && len(req.RequestId) > 0
 	for {
 		changed := g.machine.Changed(req.EntityId, req.Partition, partitionpb.SubQueue_SUB_QUEUE_MAIN)
 		last := !time.Now().Before(deadline)
-		if !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.SessionReady(req.EntityId, req.Partition) {
+		if repeat || !g.machine.HasEntity(req.EntityId, req.Partition) || g.machine.SessionReady(req.EntityId, req.Partition) {
+			repeat = false
 			res, err := g.propose1(ctx, cmd)
 			if err != nil {
 				return nil, toStatus(err)

@@ -17,16 +17,22 @@ var _ frontend.SessionBackend = (*Router)(nil)
 // wait req.WaitMs on the node, so each attempt may take that much longer.
 // Every attempt carries the same token and request id, so that a retried
 // accept finds the lock an earlier attempt took as its own: the session
-// it named, or the one an accept-next locked.
+// it named, or the one an accept-next locked. Later attempts say they
+// repeat: the session an accept-next's lost attempt locked is available
+// to nobody, so a node waiting for an available one would answer none,
+// and the session would stay locked by nobody until its lock ran out.
 func (r *Router) AcceptSession(ctx context.Context, e *placementpb.Entity, req *partitionpb.AcceptSessionRequest) (*partitionpb.Result, []byte, error) {
 	var res *partitionpb.Result
 	var token []byte
 	id := newRequestID() // 16 random bytes, a lock token's size
 	deadline := time.Now().Add(time.Duration(req.WaitMs) * time.Millisecond)
+	attempts := 0
 	err := r.call(ctx, e, req.Partition, time.Duration(req.WaitMs)*time.Millisecond, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		rq := proto.Clone(req).(*partitionpb.AcceptSessionRequest)
 		rq.GroupId, rq.EntityId, rq.Token, rq.RequestId = group, e.Id, id, id
 		rq.WaitMs = remainingWait(deadline, req.WaitMs)
+		rq.Repeat = attempts > 0 && req.Next
+		attempts++
 		resp, err := c.AcceptSession(ctx, rq)
 		res, token = resp.GetResult(), resp.GetToken()
 		return err

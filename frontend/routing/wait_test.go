@@ -24,6 +24,32 @@ type pollNode struct {
 
 	mu       sync.Mutex
 	receives []*partitionpb.ReceiveRequest
+	accepts  []*partitionpb.AcceptSessionRequest
+}
+
+// holdAndLose keeps a long poll for p.hold, then refuses it as a leader that lost
+// its term.
+func (p *pollNode) holdAndLose(ctx context.Context) error {
+	select {
+	case <-time.After(p.hold):
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	st, err := status.New(codes.FailedPrecondition, "not the leader").WithDetails(&partitionpb.LeaderHint{LeaderId: p.hint})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
+func (p *pollNode) AcceptSession(ctx context.Context, req *partitionpb.AcceptSessionRequest) (*partitionpb.AcceptSessionResponse, error) {
+	p.mu.Lock()
+	p.accepts = append(p.accepts, req)
+	p.mu.Unlock()
+	if p.hint == "" {
+		return &partitionpb.AcceptSessionResponse{Result: &partitionpb.Result{SessionId: "s1"}, Token: req.Token}, nil
+	}
+	return nil, p.holdAndLose(ctx)
 }
 
 func (p *pollNode) Receive(ctx context.Context, req *partitionpb.ReceiveRequest) (*partitionpb.ReceiveResponse, error) {
@@ -33,16 +59,7 @@ func (p *pollNode) Receive(ctx context.Context, req *partitionpb.ReceiveRequest)
 	if p.hint == "" {
 		return &partitionpb.ReceiveResponse{Result: &partitionpb.Result{}}, nil
 	}
-	select {
-	case <-time.After(p.hold):
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	st, err := status.New(codes.FailedPrecondition, "not the leader").WithDetails(&partitionpb.LeaderHint{LeaderId: p.hint})
-	if err != nil {
-		panic(err)
-	}
-	return nil, st.Err()
+	return nil, p.holdAndLose(ctx)
 }
 
 // TestRetriedPollWaitsWhatIsLeft: a long-poll receive whose leader lost
@@ -72,6 +89,38 @@ func TestRetriedPollWaitsWhatIsLeft(t *testing.T) {
 		}
 		if took := time.Since(start); took != 2*time.Second {
 			t.Fatalf("the receive took %v; want the 2 s a held it", took)
+		}
+	})
+}
+
+// TestRetriedAcceptNextRepeats: an accept-next whose leader lost its term
+// two seconds into its wait (it may have committed the lock before) goes
+// on at the new leader under the same request id and token, marked a
+// repeat, for the wait left: the node then proposes at once, and a session
+// the first attempt locked comes back to this receiver instead of staying
+// locked for nobody (node.TestRetriedAcceptNext). An accept of a named
+// session needs no mark: the node always proposes it.
+func TestRetriedAcceptNextRepeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &pollNode{hold: 2 * time.Second, hint: "b"}
+		b := &pollNode{}
+		r, e := localRouter(t, "a", []string{"a", "b"}, a, b)
+		res, token, err := r.AcceptSession(t.Context(), e, &partitionpb.AcceptSessionRequest{Next: true, WaitMs: 5000})
+		if err != nil || res.GetSessionId() != "s1" {
+			t.Fatalf("accept next: %v, %v", res, err)
+		}
+		if len(a.accepts) != 1 || len(b.accepts) != 1 {
+			t.Fatalf("accepts a %d, b %d; want one each", len(a.accepts), len(b.accepts))
+		}
+		first, retry := a.accepts[0], b.accepts[0]
+		if first.Repeat || !retry.Repeat {
+			t.Fatalf("repeat %v, then %v; want the retry marked a repeat", first.Repeat, retry.Repeat)
+		}
+		if len(first.RequestId) != 16 || !bytes.Equal(first.RequestId, retry.RequestId) || !bytes.Equal(first.Token, retry.Token) || !bytes.Equal(token, first.Token) {
+			t.Fatalf("request ids %x, %x, tokens %x, %x, answered %x; want one id and token throughout", first.RequestId, retry.RequestId, first.Token, retry.Token, token)
+		}
+		if first.WaitMs != 5000 || retry.WaitMs != 3000 {
+			t.Fatalf("waits %d ms then %d ms; want 5000 then the 3000 left", first.WaitMs, retry.WaitMs)
 		}
 	})
 }

@@ -4793,7 +4793,14 @@ type AcceptSessionRequest struct {
 	// ready. A front-end waits so on every partition of a partitioned
 	// entity at once and then accepts on the one that answered: a probe
 	// given up half way holds no lock that nobody would release.
-	Probe         bool `protobuf:"varint,9,opt,name=probe,proto3" json:"probe,omitempty"`
+	Probe bool `protobuf:"varint,9,opt,name=probe,proto3" json:"probe,omitempty"`
+	// A later attempt of an accept-next: propose it even when no session
+	// looks available. An earlier attempt's AcceptSession may have
+	// committed (its answer lost with the attempt), and the session it
+	// locked is then not available to anyone: only the proposal, answered
+	// under request_id, gives it to this receiver rather than to nobody
+	// until the lock runs out.
+	Repeat        bool `protobuf:"varint,10,opt,name=repeat,proto3" json:"repeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4887,6 +4894,13 @@ func (x *AcceptSessionRequest) GetRequestId() []byte {
 func (x *AcceptSessionRequest) GetProbe() bool {
 	if x != nil {
 		return x.Probe
+	}
+	return false
+}
+
+func (x *AcceptSessionRequest) GetRepeat() bool {
+	if x != nil {
+		return x.Repeat
 	}
 	return false
 }
@@ -6109,7 +6123,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"session_id\x18\b \x01(\tR\tsessionId\x12#\n" +
 	"\rsession_token\x18\t \x01(\fR\fsessionToken\"Q\n" +
 	"\x17ReceiveDeferredResponse\x126\n" +
-	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x83\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\"\x9b\x02\n" +
 	"\x14AcceptSessionRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -6121,7 +6135,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x05token\x18\a \x01(\fR\x05token\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\fR\trequestId\x12\x14\n" +
-	"\x05probe\x18\t \x01(\bR\x05probe\"{\n" +
+	"\x05probe\x18\t \x01(\bR\x05probe\x12\x16\n" +
+	"\x06repeat\x18\n" +
+	" \x01(\bR\x06repeat\"{\n" +
 	"\x15AcceptSessionResponse\x126\n" +
 	"\x06result\x18\x01 \x01(\v2\x1e.quorumbus.partition.v1.ResultR\x06result\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\fR\x05token\x12\x14\n" +
