@@ -152,12 +152,15 @@ type sessionRequest struct {
 	key        any // the filter's key and descriptor, echoed in the reply
 	descriptor any
 	id         string // "": the next available session
-	wait       time.Duration
+	// deadline: when an accept-next with none available answers, fixed
+	// when the attach arrived (not when the goroutine that accepts got to
+	// run: under load that came tens of milliseconds later).
+	deadline time.Time
 }
 
 // sessionFilter reads the session filter of a receiving link's source;
-// ok is false when it has none.
-func sessionFilter(a *amqp.Attach, defaultWait time.Duration) (req sessionRequest, ok bool, err error) {
+// ok is false when it has none. now is when the attach arrived.
+func sessionFilter(a *amqp.Attach, defaultWait time.Duration, now time.Time) (req sessionRequest, ok bool, err error) {
 	if a.Source == nil {
 		return req, false, nil
 	}
@@ -191,7 +194,7 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration) (req sessionReques
 	if !ok {
 		return req, false, nil
 	}
-	req.wait = defaultWait
+	wait := defaultWait
 	if v, present := a.Properties.Get(propTimeout); present {
 		var ms int64
 		switch t := v.(type) {
@@ -204,15 +207,35 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration) (req sessionReques
 		case int32:
 			ms = int64(max(t, 0))
 		}
-		// The client gives up when its time is out (the Go SDK sends
-		// what remains of its deadline, less a few milliseconds): the
-		// answer has to be on its way before, so the wait ends a tenth
-		// early (at most a second).
-		t := time.Duration(ms) * time.Millisecond
-		req.wait = t - min(t/10, time.Second)
+		wait = acceptWait(time.Duration(ms) * time.Millisecond)
 	}
+	req.deadline = now.Add(wait)
 	return req, true, nil
 }
+
+// acceptWait is how long an accept-next whose client gives up after t
+// (com.microsoft:timeout) waits before it answers that none is there.
+//
+// The Go SDK sends what remains of its context's deadline, less a few
+// milliseconds, and its call fails with the context's error, not the
+// timeout the application looks for, unless before the deadline the
+// refusal reached it, its detach went out and its end of the AMQP
+// session was answered. So the wait leaves room for what happens around
+// it and takes time whatever t is: the attach's way here after the SDK
+// read its clock, the answer's way back, the client's detach and end.
+// On an idle machine that is a few milliseconds; under load every one of
+// those steps waits for a CPU, and at a load of 10-30 on two cores they
+// took 0.3-0.6 s together (docs/performance.md). Hence at least
+// acceptMargin early, a tenth early when that is more, and at most a
+// second; never more than a quarter of t, so a short wait stays a wait.
+func acceptWait(t time.Duration) time.Duration {
+	margin := min(max(t/10, acceptMargin), time.Second, t/4)
+	return t - margin
+}
+
+// acceptMargin is the least an accept-next answers before its client's
+// timeout (acceptWait).
+const acceptMargin = 750 * time.Millisecond
 
 // dotnetTicks is t in .NET ticks: 100 ns since 0001-01-01 UTC.
 func dotnetTicks(t time.Time) int64 {
@@ -258,7 +281,7 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 		res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: part, SessionId: sr.id})
 		cancel()
 	} else {
-		res, token, part, err = r.acceptNext(sb, partitions, sr.wait)
+		res, token, part, err = r.acceptNext(sb, partitions, sr.deadline)
 	}
 	if err != nil {
 		refuse(errFailure(err), "")
@@ -312,18 +335,18 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 	go r.settleLoop()
 }
 
-// acceptNext locks the next available session of r's entity, waiting up
-// to wait for one. An entity of one partition is asked once, and its
-// leader waits. A partitioned entity's partitions are asked in turn
-// without waiting, from a random one (so that concurrent accept-nexts
-// spread); then every partition is probed at once (SessionReady, which
-// locks nothing) and the first that has a session is asked again without
-// waiting. So a waiting accept-next gets the first session that becomes
-// available on any partition, and only calls that lock at once are made:
-// the probes given up when one partition answered hold nothing.
-func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, wait time.Duration) (res *partitionpb.Result, token []byte, part uint32, err error) {
+// acceptNext locks the next available session of r's entity, waiting
+// until deadline for one. An entity of one partition is asked once, and
+// its leader waits (acceptWaiting). A partitioned entity's partitions are
+// asked in turn without waiting, from a random one (so that concurrent
+// accept-nexts spread); then every partition is probed at once
+// (SessionReady, which locks nothing) and the first that has a session is
+// asked again without waiting. So a waiting accept-next gets the first
+// session that becomes available on any partition, and only calls that
+// lock at once are made: the probes given up when one partition answered
+// hold nothing.
+func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, deadline time.Time) (res *partitionpb.Result, token []byte, part uint32, err error) {
 	e := r.entity
-	deadline := time.Now().Add(wait)
 	accept := func(p uint32, wait time.Duration) (*partitionpb.Result, []byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), wait+sendTimeout)
 		defer cancel()
@@ -335,7 +358,9 @@ func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, wait time.Du
 		return err != nil || res.GetSessionId() != "" || res.GetCode() != partitionpb.ResultCode_RESULT_OK
 	}
 	if partitions == 1 {
-		res, token, err = accept(0, wait)
+		res, token, err = r.acceptWaiting(deadline, func() (*partitionpb.Result, []byte, error) {
+			return accept(0, time.Until(deadline))
+		})
 		return res, token, 0, err
 	}
 	first := rand.Uint32N(partitions)
@@ -387,6 +412,68 @@ func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, wait time.Du
 	}
 }
 
+// acceptWaiting runs call, an accept-next whose partition leader waits
+// for a session until about deadline, and answers by deadline whatever
+// the call does: an empty result (none in time) when its answer is not
+// there yet, or when r's link ended. The leader's own answer at the end
+// of its wait comes later than deadline (its timer, the way back over
+// gRPC and through the router), under load by 0.1-0.2 s, which the
+// client's budget does not have. The call is not cancelled, since a
+// cancelled accept may still have locked a session: one that its late
+// answer brings is given back.
+func (r *receiver) acceptWaiting(deadline time.Time, call func() (*partitionpb.Result, []byte, error)) (*partitionpb.Result, []byte, error) {
+	type answer struct {
+		res   *partitionpb.Result
+		token []byte
+		err   error
+	}
+	if !time.Now().Before(deadline) {
+		// No time to wait (a client timeout of 0): a session that is
+		// there now is still had.
+		return call()
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, token, err := call()
+		done <- answer{res, token, err}
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case a := <-done:
+		return a.res, a.token, a.err
+	case <-timer.C:
+	case <-r.ctx.Done():
+	}
+	go func() {
+		a := <-done
+		if sid := a.res.GetSessionId(); a.err == nil && sid != "" && len(a.token) > 0 {
+			r.giveBack(&sessionLock{id: sid, partition: 0, token: a.token})
+		}
+	}()
+	return &partitionpb.Result{}, nil, nil
+}
+
+// giveBack releases a session lock that r took but does not keep. A lock
+// that could not be given back ends by expiry, after the entity's lock
+// duration: that is worth a warning.
+func (r *receiver) giveBack(lock *sessionLock) {
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	defer cancel()
+	res, err := r.c.sessions().ReleaseSession(ctx, r.entity, &partitionpb.ReleaseSession{
+		Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+	})
+	switch {
+	case err == nil && res.GetCode() == partitionpb.ResultCode_RESULT_OK:
+	case err == nil && res.GetCode() == partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST:
+		// Gone already (it ran out, or the receiver saw it lost).
+		r.c.log.Debug("session release: the lock was gone", "entity", r.entity.Name, "session", lock.id)
+	default:
+		r.c.log.Warn("session release failed: the session stays locked until its lock expires",
+			"entity", r.entity.Name, "session", lock.id, "err", err, "code", res.GetCode(), "detail", res.GetDescription())
+	}
+}
+
 // releaseSession gives the session lock back (the receiver closed): the
 // messages it holds and did not settle return to the session without
 // counting a delivery. Once only.
@@ -403,15 +490,7 @@ func (r *receiver) releaseSession() {
 		// session on this connection waits for that.
 		defer close(lock.released)
 		defer r.c.sessionLocks.remove(r.entity.Id, lock)
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		defer cancel()
-		res, err := r.c.sessions().ReleaseSession(ctx, r.entity, &partitionpb.ReleaseSession{
-			Partition: lock.partition, SessionId: lock.id, Token: lock.token,
-		})
-		if err != nil || res.GetCode() != partitionpb.ResultCode_RESULT_OK {
-			// The lock ends by expiry instead.
-			r.c.log.Debug("session release failed", "entity", r.entity.Name, "session", lock.id, "err", err, "code", res.GetCode())
-		}
+		r.giveBack(lock)
 	})
 }
 
