@@ -17,10 +17,11 @@ import (
 // proposed only when a session looks available waited its whole wait and
 // answered none, and the session stayed locked for nobody until its lock
 // ran out (TestDevSessionsConcurrent once ended with a session nobody
-// could accept). A retry marked repeat proposes at once and is answered
-// with the session its first attempt locked; the receiver can release it.
+// could accept). A retry marked repeat proposes at once, and the next
+// leader answers it with the session the first attempt locked; the
+// receiver can release it.
 func TestRetriedAcceptNext(t *testing.T) {
-	c := nodetest.StartCluster(t, 3, group)
+	c := nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Configure: fastElections})
 	cl := c.Client(group)
 	upsertConfig(t, cl, &partitionpb.EntityConfig{EntityId: entity, Name: "orders", LockDurationMs: 60_000, MaxDeliveryCount: 10, RequiresSession: true})
 	sendMessages(t, cl, &partitionpb.NewMessage{MessageId: "m1", SessionId: "s1", Bare: []byte("m1")})
@@ -32,7 +33,13 @@ func TestRetriedAcceptNext(t *testing.T) {
 		t.Fatalf("accept next: %v, %v", first, err)
 	}
 
-	// The answer is lost; the retry comes as a repeat.
+	// The answer is lost with the leader, and the retry comes to the next
+	// one as a repeat.
+	old := c.Leader(group)
+	c.Kill(old)
+	if now := c.Leader(group); now == old {
+		t.Fatalf("n%d still leads after it was killed", old)
+	}
 	retry := proto.CloneOf(req)
 	retry.Repeat = true
 	start := time.Now()
