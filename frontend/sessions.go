@@ -217,19 +217,20 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration, now time.Time) (re
 // (com.microsoft:timeout) waits before it answers that none is there.
 //
 // The Go SDK sends what remains of its context's deadline, less a few
-// milliseconds, and its call fails with the context's error, not the
-// timeout the application looks for, unless before the deadline the
-// refusal reached it, its detach went out and its end of the AMQP
-// session was answered. So the wait leaves room for what happens around
-// it and takes time whatever t is: the attach's way here after the SDK
-// read its clock, the answer's way back, the client's detach and end.
-// On an idle machine that is a few milliseconds; under load every one of
-// those steps waits for a CPU, and at a load of 10-30 on two cores they
-// took 0.3-0.6 s together (docs/performance.md). Hence at least
-// acceptMargin early, a tenth early when that is more, and at most a
-// second; never more than a quarter of t, so a short wait stays a wait.
+// milliseconds. Unless the refusal reached it and its detach went out
+// before that deadline, its call fails with the context's error, not the
+// timeout the application looks for; and it returns only once its end of
+// the AMQP session was answered. So the wait leaves room for what happens
+// around it, which takes time whatever t is: the attach's way here after
+// the SDK read its clock, our answer (its timer and goroutines), the way
+// back, the client's detach and end. On an idle machine that is a few
+// milliseconds; under load every step waits for a CPU: at a load of about
+// 20 on two cores our answer alone came up to 0.4 s after its deadline
+// (docs/performance.md). Hence at least acceptMargin early, a tenth early
+// when that is more, at most a second; and never more than half of t, so
+// that a short wait stays a wait.
 func acceptWait(t time.Duration) time.Duration {
-	margin := min(max(t/10, acceptMargin), time.Second, t/4)
+	margin := min(max(t/10, acceptMargin), time.Second, t/2)
 	return t - margin
 }
 
