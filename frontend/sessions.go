@@ -214,7 +214,8 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration, now time.Time) (re
 }
 
 // acceptWait is how long an accept-next whose client gives up after t
-// (com.microsoft:timeout) waits before it answers that none is there.
+// (com.microsoft:timeout) waits before it answers that none is there: a
+// second less, or half of t when t is shorter than two seconds.
 //
 // The Go SDK sends what remains of its context's deadline, less a few
 // milliseconds. Unless the refusal reached it and its detach went out
@@ -224,19 +225,14 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration, now time.Time) (re
 // around it, which takes time whatever t is: the attach's way here after
 // the SDK read its clock, our answer (its timer and goroutines), the way
 // back, the client's detach and end. On an idle machine that is a few
-// milliseconds; under load every step waits for a CPU: at a load of about
-// 20 on two cores our answer alone came up to 0.4 s after its deadline
-// (docs/performance.md). Hence at least acceptMargin early, a tenth early
-// when that is more, at most a second; and never more than half of t, so
-// that a short wait stays a wait.
+// milliseconds; under load every step waits for a CPU: at a load of
+// 14-20 on two cores our answer came up to 0.41 s after its deadline and
+// the client's detach and end took 0.54 s more (docs/performance.md). A
+// margin of a tenth (0.3 s at 3 s) failed there. Half of a short t keeps
+// a short wait a wait.
 func acceptWait(t time.Duration) time.Duration {
-	margin := min(max(t/10, acceptMargin), time.Second, t/2)
-	return t - margin
+	return t - min(time.Second, t/2)
 }
-
-// acceptMargin is the least an accept-next answers before its client's
-// timeout (acceptWait).
-const acceptMargin = 750 * time.Millisecond
 
 // dotnetTicks is t in .NET ticks: 100 ns since 0001-01-01 UTC.
 func dotnetTicks(t time.Time) int64 {
