@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/frontend"
@@ -34,8 +36,17 @@ func (r *Router) AcceptSession(ctx context.Context, e *placementpb.Entity, req *
 		rq.Repeat = attempts > 0 && req.Next
 		attempts++
 		resp, err := c.AcceptSession(ctx, rq)
+		if err != nil {
+			return err
+		}
 		res, token = resp.GetResult(), resp.GetToken()
-		return err
+		if res.GetCode() == partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND && r.names(e) {
+			// A queue created a moment ago whose partition is still
+			// being configured, as callResult: nothing was locked, and
+			// call tries again while the table names the entity.
+			return status.Error(codes.NotFound, res.GetDescription())
+		}
+		return nil
 	})
 	return res, token, err
 }

@@ -124,3 +124,39 @@ func TestRetriedAcceptNextRepeats(t *testing.T) {
 		}
 	})
 }
+
+// unconfiguredNode answers AcceptSession as a partition that does not know
+// the entity yet (it was created a moment ago) for its first misses
+// attempts, then with a session.
+type unconfiguredNode struct {
+	partitionpb.UnimplementedPartitionServiceServer
+	misses  int
+	accepts []*partitionpb.AcceptSessionRequest
+}
+
+func (n *unconfiguredNode) AcceptSession(_ context.Context, req *partitionpb.AcceptSessionRequest) (*partitionpb.AcceptSessionResponse, error) {
+	n.accepts = append(n.accepts, req)
+	if len(n.accepts) <= n.misses {
+		return &partitionpb.AcceptSessionResponse{Result: &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND, Description: "partition: entity not found"}}, nil
+	}
+	return &partitionpb.AcceptSessionResponse{Result: &partitionpb.Result{SessionId: "s1"}, Token: req.Token}, nil
+}
+
+// TestAcceptOfANewEntityWaitsForItsPartition: an accept that reaches a
+// partition that does not know the entity the routing table names yet is
+// tried again, as a send or a receive is, instead of failing the client's
+// attach with not-found (TestDevSessionsConcurrent's first accept-next,
+// made at once after the queue's creation, saw that under load).
+func TestAcceptOfANewEntityWaitsForItsPartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &unconfiguredNode{misses: 2}
+		r, e := localRouter(t, "a", []string{"a"}, n)
+		res, _, err := r.AcceptSession(t.Context(), e, &partitionpb.AcceptSessionRequest{Next: true, WaitMs: 5000})
+		if err != nil || res.GetSessionId() != "s1" {
+			t.Fatalf("accept next of a new entity: %v, %v; want s1 once the partition knows it", res, err)
+		}
+		if len(n.accepts) != 3 {
+			t.Fatalf("%d attempts; want 3", len(n.accepts))
+		}
+	})
+}
