@@ -355,7 +355,7 @@ func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, deadline tim
 		return err != nil || res.GetSessionId() != "" || res.GetCode() != partitionpb.ResultCode_RESULT_OK
 	}
 	if partitions == 1 {
-		res, token, err = r.acceptWaiting(deadline, func() (*partitionpb.Result, []byte, error) {
+		res, token, err = r.acceptWaiting(0, deadline, func() (*partitionpb.Result, []byte, error) {
 			return accept(0, time.Until(deadline))
 		})
 		return res, token, 0, err
@@ -409,16 +409,16 @@ func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, deadline tim
 	}
 }
 
-// acceptWaiting runs call, an accept-next whose partition leader waits
-// for a session until about deadline, and answers by deadline whatever
-// the call does: an empty result (none in time) when its answer is not
-// there yet, or when r's link ended. The leader's own answer at the end
-// of its wait comes later than deadline (its timer, the way back over
-// gRPC and through the router), under load by 0.1-0.2 s, which the
-// client's budget does not have. The call is not cancelled, since a
-// cancelled accept may still have locked a session: one that its late
-// answer brings is given back.
-func (r *receiver) acceptWaiting(deadline time.Time, call func() (*partitionpb.Result, []byte, error)) (*partitionpb.Result, []byte, error) {
+// acceptWaiting runs call, an accept-next on partition part whose leader
+// waits for a session until about deadline, and answers by deadline
+// whatever the call does: an empty result (none in time) when its answer
+// is not there yet, or when r's link ended. The leader's own answer at
+// the end of its wait comes later than deadline (its timer, the way back
+// over gRPC and through the router): up to 0.15 s at a load of 10-12,
+// which the client's budget does not have. The call is not cancelled,
+// since a cancelled accept may still have locked a session: one that its
+// late answer brings is given back.
+func (r *receiver) acceptWaiting(part uint32, deadline time.Time, call func() (*partitionpb.Result, []byte, error)) (*partitionpb.Result, []byte, error) {
 	type answer struct {
 		res   *partitionpb.Result
 		token []byte
@@ -445,7 +445,7 @@ func (r *receiver) acceptWaiting(deadline time.Time, call func() (*partitionpb.R
 	go func() {
 		a := <-done
 		if sid := a.res.GetSessionId(); a.err == nil && sid != "" && len(a.token) > 0 {
-			r.giveBack(&sessionLock{id: sid, partition: 0, token: a.token})
+			r.giveBack(&sessionLock{id: sid, partition: part, token: a.token})
 		}
 	}()
 	return &partitionpb.Result{}, nil, nil
