@@ -261,7 +261,7 @@ func TestChaos(t *testing.T) {
 	for _, r := range runners {
 		r.StopSends()
 	}
-	catchUps := report.CatchUps(watch.Stop(), nem.Faults(), cluster.Nodes, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	catchUps := report.CatchUps(watch.Stop(), nem.Faults(), nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
 	// The workloads drain side by side, each until it has what it
 	// expects and then a quiet period longer than its locks.
 	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
