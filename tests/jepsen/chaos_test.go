@@ -98,7 +98,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("report: %s", dir)
 
 	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader,
-		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair,
+		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair, nemesis.LossyPair,
 		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.DeafLeader,
 		nemesis.CrashLeaderMachine, nemesis.CrashMajorityMachines, nemesis.AddNode, nemesis.DrainNode, nemesis.ClockSkew}
 	explicit := os.Getenv("CHAOS_KINDS") != ""
