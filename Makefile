@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync build test vet fmt-check fuzz fuzz-smoke bench proto lint clean chaos soak scale soak-entities image deploy-test
+.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync bench-ab build test vet fmt-check fuzz fuzz-smoke bench proto lint clean chaos soak scale soak-entities image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -125,6 +125,10 @@ soak-large: ## Send 600 MB of 256 KB messages pipelined and four of 95 MB to the
 
 bench-sync: ## Alternate the dev cluster's synchronous sender with the stock Raft floor under it (3 rounds, about 2 minutes)
 	scripts/sync-floor.sh 3
+
+bench-ab: ## Alternate the dev cluster of revision OLD (and NEW, default the work tree): sends, receives, one synchronous sender (3 rounds, minutes)
+	@test -n "$(OLD)" || { echo "bench-ab: set OLD=<git revision>"; exit 2; }
+	scripts/ab-dev.sh $(OLD) "$(NEW)" 3
 
 proto: ## Regenerate the Go code beside every proto/**/*.proto (needs protoc)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
