@@ -45,12 +45,16 @@ build: ## Compile every package and put the commands in ./bin
 # Long CPU-bound tests of one goroutine that skip under -race (where they
 # ran five times slower and found nothing) and run here without it.
 RACE_SKIPPED = ^(TestDeterminism|TestSessionDeterminism|TestSessionCompleteAroundLockExpiry)$$
+# Tests that move hundreds of MiB, which the race detector checks byte
+# by byte (ten times slower), and that run here without it.
+RACE_SKIPPED_NODE = ^(TestDiskFullTmpfs|TestLogBoundedInBytes)$$
 
 test: vet fmt-check ## Vet, check formatting, run all tests with -race (CI adds fuzz-smoke, chaos, deploy-test)
 	@/usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || \
 		echo "SKIP: python3-qpid-proton is not installed for /usr/bin/python3, so the proton interop tests will skip (apt-get install python3-qpid-proton)"
 	$(GO) test -race -count=1 -timeout 14m ./...
 	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED)' ./partition/
+	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED_NODE)' ./node/
 
 # Every fuzz target for 5,000 executions: a smoke test of each (the
 # committed corpus is already replayed by the plain tests). Its own step
