@@ -113,6 +113,23 @@ func (f *FSM) Table() *pb.RoutingTable {
 	return f.table
 }
 
+// RoutesVersion is the version of the current routing table.
+func (f *FSM) RoutesVersion() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.RoutesVersion()
+}
+
+// ChangesSince returns what changed in the routing table after version
+// from (State.ChangesSince); ok is false when the watcher needs the whole
+// table. The change is the caller's but shares entity records with the
+// catalog, and must not be changed.
+func (f *FSM) ChangesSince(from uint64) (t *pb.RoutingTable, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.ChangesSince(from)
+}
+
 // Err says why the FSM stopped; nil while it runs.
 func (f *FSM) Err() error {
 	f.mu.RLock()

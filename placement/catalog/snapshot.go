@@ -86,5 +86,6 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		s.tasks[keyOf(t)] = proto.Clone(t).(*pb.PartitionTask)
 	}
 	s.rebuildIndex()
+	s.changes.reset(s.routes)
 	return s, nil
 }

@@ -42,6 +42,7 @@ type State struct {
 	tasks        map[taskKey]*pb.PartitionTask
 	partitioned  int // entities with more than one partition
 	rules        map[ruleKey]*pb.AuthorizationRule
+	changes      changeLog // the latest changes of the routing table (changes.go)
 }
 
 // New returns an empty catalog.
@@ -135,6 +136,7 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	if routes {
 		s.routes = index
 	}
+	s.changes.endCommand(index, routes)
 	return r, nil
 }
 
@@ -322,6 +324,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	s.entities[e.Id] = e
 	s.names[Key(e.Name)] = e.Id
 	s.index.add(e)
+	s.touchEntity(e.Id)
 	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
@@ -384,7 +387,10 @@ func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
 	s.index.remove(e)
-	s.dropRules(e.Name)
+	s.touchEntity(e.Id)
+	if s.dropRules(e.Name) {
+		s.touchRules()
+	}
 	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
 	}
@@ -411,6 +417,9 @@ func (s *State) reportGroups(c *pb.ReportGroupsRequest) (changed bool) {
 		g, ok := s.groups[r.GetGroupId()]
 		if !ok {
 			continue // a report may name a group this catalog never made; it says nothing
+		}
+		if g.HasQuorum != r.HasQuorum {
+			s.touchGroupEntities(g.Id) // they read Degraded, or no longer
 		}
 		if g.LeaderId != r.LeaderId || g.HasQuorum != r.HasQuorum {
 			g.LeaderId, g.HasQuorum = r.LeaderId, r.HasQuorum
@@ -449,6 +458,7 @@ func checkKind(kind pb.EntityKind, status pb.EntityStatus) error {
 func (s *State) mutable(e *pb.Entity) *pb.Entity {
 	c := proto.Clone(e).(*pb.Entity)
 	s.entities[c.Id] = c
+	s.touchEntity(c.Id)
 	return c
 }
 
