@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -107,12 +108,39 @@ func TestChangesSinceRandomOps(t *testing.T) {
 			}
 		}
 		versions = append(versions, v)
+		if i%100 == 0 {
+			checkLoads(t, a.s)
+		}
 	}
+	checkLoads(t, a.s)
+	restored, err := FromSnapshot(a.s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLoads(t, restored)
 	if change, ok := a.s.ChangesSince(a.s.RoutesVersion()); !ok || len(change.Entities)+len(change.RemovedEntities) != 0 || change.AuthorizationRulesChanged {
 		t.Fatalf("the change since the current version: %v, %v; want an empty one", change, ok)
 	}
 	if _, ok := a.s.ChangesSince(a.s.RoutesVersion() + 1); ok {
 		t.Fatal("a change from a version the catalog has not reached")
+	}
+}
+
+// checkLoads compares the group loads the catalog keeps with a count of
+// its entities' partitions.
+func checkLoads(t *testing.T, s *State) {
+	t.Helper()
+	want := map[uint64]int{}
+	for id := range s.groups {
+		want[id] = 0
+	}
+	for _, e := range s.entities {
+		for _, g := range e.PartitionGroups {
+			want[g]++
+		}
+	}
+	if got := s.GroupLoads(); !maps.Equal(got, want) {
+		t.Fatalf("group loads %v, counted %v", got, want)
 	}
 }
 

@@ -46,6 +46,7 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 			return bad("group id %d out of range or repeated", g.Id)
 		}
 		s.groups[g.Id] = proto.Clone(g).(*pb.Group)
+		s.loads[g.Id] = 0
 	}
 	for _, e := range snap.Entities {
 		if e.Id == 0 || e.Id >= s.nextEntityID || s.entities[e.Id] != nil {
@@ -58,6 +59,7 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 			if s.groups[g] == nil {
 				return bad("entity %q on unknown group %d", e.Name, g)
 			}
+			s.loads[g]++
 		}
 		rec := proto.Clone(e).(*pb.Entity)
 		rec.Degraded = false // derived when read (outward), never stored

@@ -11,6 +11,7 @@ package catalog
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -38,6 +39,7 @@ type State struct {
 	names        map[string]uint64 // Key(name) -> entity id
 	index        *nameIndex        // derived from entities: each kind by name, and ids in order (index.go)
 	groups       map[uint64]*pb.Group
+	loads        map[uint64]int // group id -> entity partitions it holds; derived from entities
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
 	partitioned  int // entities with more than one partition
@@ -54,6 +56,7 @@ func New() *State {
 		names:        map[string]uint64{},
 		index:        newNameIndex(),
 		groups:       map[uint64]*pb.Group{},
+		loads:        map[uint64]int{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
 		rules:        map[ruleKey]*pb.AuthorizationRule{},
@@ -256,6 +259,7 @@ func (s *State) createGroups(c *pb.CreateGroups) ([]uint64, error) {
 			grp.Replicas = append(grp.Replicas, &pb.Replica{NodeId: r.NodeId})
 		}
 		s.groups[id] = grp
+		s.loads[id] = 0
 		ids = append(ids, id)
 	}
 	return ids, nil
@@ -325,6 +329,9 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	s.names[Key(e.Name)] = e.Id
 	s.index.add(e)
 	s.touchEntity(e.Id)
+	for _, g := range e.PartitionGroups {
+		s.loads[g]++
+	}
 	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
@@ -388,6 +395,9 @@ func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.names, Key(e.Name))
 	s.index.remove(e)
 	s.touchEntity(e.Id)
+	for _, g := range e.PartitionGroups {
+		s.loads[g]--
+	}
 	if s.dropRules(e.Name) {
 		s.touchRules()
 	}
@@ -573,19 +583,10 @@ func (s *State) HasTasks(entityID uint64) bool {
 }
 
 // GroupLoads counts the entity partitions each group holds; every group is
-// present, with 0 if it holds none.
-func (s *State) GroupLoads() map[uint64]int {
-	loads := make(map[uint64]int, len(s.groups))
-	for id := range s.groups {
-		loads[id] = 0
-	}
-	for _, e := range s.entities {
-		for _, g := range e.PartitionGroups {
-			loads[g]++
-		}
-	}
-	return loads
-}
+// present, with 0 if it holds none. The counts are kept as entities come
+// and go: the leader plans every creation with them, and counting them
+// afresh each time cost a pass over the namespace per creation.
+func (s *State) GroupLoads() map[uint64]int { return maps.Clone(s.loads) }
 
 // Table is the routing table: everything but the tasks, as of
 // RoutesVersion. Its entities are the catalog's own records where they
