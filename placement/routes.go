@@ -23,6 +23,29 @@ var _ rpcbuf.PiecesMarshaler = (*encodedTable)(nil)
 
 func (e *encodedTable) MarshalPieces() ([][]byte, bool) { return [][]byte{e.data}, true }
 
+// nextRoutes returns what a watcher whose table has version sent is sent
+// next, and the version it brings the watcher to: what changed since, or
+// the whole table when whole is set or the catalog no longer remembers
+// what changed since sent (catalog.MaxRouteChanges).
+//
+// A change costs what changed (an entity created: that entity, with the
+// groups and nodes); the whole table costs the namespace, to build, to
+// encode and for every watcher to decode. Sent at every change, whole
+// tables made each creation cost in proportion to the catalog.
+func (s *Service) nextRoutes(sent uint64, whole bool) (msg any, version uint64, err error) {
+	if !whole {
+		if t, ok := s.fsm.ChangesSince(sent); ok {
+			return t, t.Version, nil
+		}
+	}
+	t := s.fsm.Table()
+	enc, err := s.routes.encode(t)
+	if err != nil {
+		return nil, 0, err
+	}
+	return enc, t.Version, nil
+}
+
 // tableEncoder keeps the encoding of the latest table it was asked for.
 // The zero value is ready to use.
 type tableEncoder struct {
