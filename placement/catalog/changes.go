@@ -8,9 +8,9 @@ import (
 )
 
 // MaxRouteChanges is how many changes of the routing table a catalog
-// remembers, so that WatchRoutes can send a watcher what changed since
-// its table rather than the whole table again. A watcher further behind
-// gets the whole table.
+// remembers at least (and at most twice as many), so that WatchRoutes can
+// send a watcher what changed since its table rather than the whole table
+// again. A watcher further behind gets the whole table.
 const MaxRouteChanges = 4096
 
 // routeChange is what one command changed in the routing table, beyond
@@ -59,7 +59,10 @@ func (s *State) touchGroupEntities(id uint64) {
 }
 
 // endCommand records what the command at index changed, if it changed the
-// routing table, and forgets the oldest change beyond MaxRouteChanges.
+// routing table. Past 2*MaxRouteChanges changes it forgets all but the
+// latest MaxRouteChanges at once: a copy of the log every MaxRouteChanges
+// commands, where trimming one at each command copied it at each (3% of
+// all CPU while creating 10,000 queues).
 func (l *changeLog) endCommand(index uint64, routes bool) {
 	entities, rules := l.entities, l.rules
 	l.entities, l.rules = nil, false
@@ -68,7 +71,7 @@ func (l *changeLog) endCommand(index uint64, routes bool) {
 	}
 	slices.Sort(entities)
 	l.changes = append(l.changes, routeChange{index: index, entities: slices.Compact(entities), rules: rules})
-	if over := len(l.changes) - MaxRouteChanges; over > 0 {
+	if over := len(l.changes) - MaxRouteChanges; over > MaxRouteChanges {
 		l.base = l.changes[over-1].index
 		// Copy rather than reslice, so that the forgotten changes are
 		// freed rather than kept by the array.

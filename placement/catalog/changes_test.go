@@ -144,8 +144,9 @@ func checkLoads(t *testing.T, s *State) {
 	}
 }
 
-// TestChangesSinceForgets: the catalog remembers MaxRouteChanges changes,
-// answers ok false for versions older than that, for an index that changed
+// TestChangesSinceForgets: the catalog remembers MaxRouteChanges changes
+// at least and twice as many at most, answers ok false for versions older
+// than it remembers, for an index that changed
 // no route (no table has it) and for 0 (a whole table), and after a
 // restore only from the snapshot's routes version on.
 func TestChangesSinceForgets(t *testing.T) {
@@ -162,17 +163,32 @@ func TestChangesSinceForgets(t *testing.T) {
 			t.Fatalf("a change from %d, which is no version of the table", from)
 		}
 	}
-	for i := range MaxRouteChanges {
+	update := func(i int) {
 		a.must(wrap(&pb.UpdateEntityCommand{Name: "q0", Properties: &pb.QueueProperties{UserMetadata: fmt.Sprint(i)}}))
 	}
-	if _, ok := a.s.ChangesSince(first); ok {
-		t.Fatalf("a change from %d, %d changes ago", first, MaxRouteChanges+1)
+	n := 0
+	for {
+		update(n)
+		n++
+		if _, ok := a.s.ChangesSince(first); !ok {
+			break
+		}
+		if n > 2*MaxRouteChanges {
+			t.Fatalf("a change from %d, %d changes ago", first, n+1)
+		}
 	}
-	// The oldest version it can start from is the create's: the updates
-	// follow it, after the CompleteTasks.
-	oldest := a.s.RoutesVersion() - MaxRouteChanges - 1
-	if change, ok := a.s.ChangesSince(oldest); !ok || len(change.Entities) != 1 || change.Entities[0].Properties.UserMetadata != fmt.Sprint(MaxRouteChanges-1) {
+	if n+1 <= MaxRouteChanges { // the create and n updates
+		t.Fatalf("version %d forgotten %d changes later", first, n+1)
+	}
+	// It forgot all but the latest MaxRouteChanges, all updates with
+	// consecutive indexes: the oldest version it starts from is
+	// MaxRouteChanges updates back.
+	oldest := a.s.RoutesVersion() - MaxRouteChanges
+	if change, ok := a.s.ChangesSince(oldest); !ok || len(change.Entities) != 1 || change.Entities[0].Properties.UserMetadata != fmt.Sprint(n-1) {
 		t.Fatalf("the change from %d, %d changes ago: %v, %v", oldest, MaxRouteChanges, change, ok)
+	}
+	if _, ok := a.s.ChangesSince(oldest - 1); ok {
+		t.Fatalf("a change from %d, %d changes ago", oldest-1, MaxRouteChanges+1)
 	}
 
 	restored, err := FromSnapshot(a.s.Snapshot())
