@@ -11,9 +11,10 @@ import (
 
 // encodedTable is a routing table marshalled once for all the streams
 // that watch it: the codec (proto/rpcbuf) sends its bytes as they are.
-// Each storage node, front-end and gateway watches the table, and it is
-// the whole namespace, sent again at every change: marshalled per stream,
-// it cost more CPU than anything else while entities were being created.
+// It is the whole namespace, sent to every watcher that does not ask for
+// changes at every change, and to the others when they start: marshalled
+// per stream, it cost more CPU than anything else while entities were
+// being created.
 type encodedTable struct {
 	*pb.RoutingTable
 	data []byte // never changed once set: streams may still be writing it
