@@ -9,7 +9,9 @@ import (
 )
 
 // Snapshot returns the whole catalog as one message, every list ordered by
-// id, so equal catalogs give equal snapshots.
+// id, so equal catalogs give equal snapshots. Its entities are the
+// catalog's own records (as in Table): it must not be changed, and may be
+// encoded after the catalog changed on.
 func (s *State) Snapshot() *pb.CatalogSnapshot {
 	t := s.Table()
 	return &pb.CatalogSnapshot{
