@@ -129,6 +129,7 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
 	}
 	if r.Entity != nil {
+		// The ops return the catalog's record; outward copies it, once.
 		r.Entity = s.outward(r.Entity) // as reads show it
 	}
 	r.Index = index
@@ -336,7 +337,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 		s.partitioned++
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand) (*pb.Entity, error) {
@@ -369,7 +370,7 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 	e.Status = c.Status
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
