@@ -562,7 +562,8 @@ func TestJoinMetaGroup(t *testing.T) {
 	first := createRetrying(t, leader, &pb.CreateEntityRequest{Name: "first"})
 
 	m := c.Join(t)
-	w := watch(t, m)
+	w := watchRetrying(t, m) // it answers UNAVAILABLE until it has caught up
+
 	placementtest.Eventually(t, wait, "the new member to get the catalog", func() bool {
 		return w.has(map[string]uint64{"first": first.Id})
 	})
@@ -618,7 +619,7 @@ func TestMetaVotersFollowDrains(t *testing.T) {
 	c.Kill(drained)
 	next := c.Leader(t)
 	e := createRetrying(t, next, &pb.CreateEntityRequest{Name: "after-drain"})
-	w := watch(t, extra)
+	w := watchRetrying(t, extra)
 	placementtest.Eventually(t, wait, "the new voter to serve the catalog", func() bool {
 		return w.has(map[string]uint64{"after-drain": e.Id})
 	})
