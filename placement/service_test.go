@@ -563,7 +563,6 @@ func TestJoinMetaGroup(t *testing.T) {
 
 	m := c.Join(t)
 	w := watchRetrying(t, m) // it answers UNAVAILABLE until it has caught up
-
 	placementtest.Eventually(t, wait, "the new member to get the catalog", func() bool {
 		return w.has(map[string]uint64{"first": first.Id})
 	})
