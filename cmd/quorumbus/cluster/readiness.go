@@ -240,7 +240,7 @@ func (s *Storage) Probes() []adminhttp.Probe {
 			}
 		}},
 		{Name: "node " + id + " catalog", Run: func() {
-			s.Placement.Table()
+			s.Placement.RoutesVersion()
 			_ = s.Placement.Ready()
 		}},
 	}
