@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync build test vet fmt-check fuzz bench proto lint clean chaos soak scale soak-entities image deploy-test
+.PHONY: help run run-testbroker move-backlog soak-backlog soak-large bench-sync bench-ab build test vet fmt-check fuzz fuzz-smoke bench proto lint clean chaos soak scale soak-entities image deploy-test
 
 help: ## Show this list of targets
 	@echo "usage: make <target>   (variables: GO, FUZZTIME=$(FUZZTIME), BENCH=$(BENCH), BENCHTIME=$(BENCHTIME))"
@@ -45,12 +45,24 @@ build: ## Compile every package and put the commands in ./bin
 # Long CPU-bound tests of one goroutine that skip under -race (where they
 # ran five times slower and found nothing) and run here without it.
 RACE_SKIPPED = ^(TestDeterminism|TestSessionDeterminism|TestSessionCompleteAroundLockExpiry)$$
+# Tests that move hundreds of MiB, which the race detector checks byte
+# by byte (ten times slower), and that run here without it.
+RACE_SKIPPED_NODE = ^(TestDiskFullTmpfs|TestLogBoundedInBytes)$$
+RACE_SKIPPED_COMPAT = ^TestDevLargestSendsSurviveRestart$$
 
-test: vet fmt-check ## Vet, check formatting, run all tests with -race, then a short fuzz pass
+test: vet fmt-check ## Vet, check formatting, run all tests with -race (CI adds fuzz-smoke, chaos, deploy-test)
 	@/usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || \
 		echo "SKIP: python3-qpid-proton is not installed for /usr/bin/python3, so the proton interop tests will skip (apt-get install python3-qpid-proton)"
 	$(GO) test -race -count=1 -timeout 14m ./...
 	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED)' ./partition/
+	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED_NODE)' ./node/
+	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED_COMPAT)' ./tests/compat/
+
+# Every fuzz target for 5,000 executions: a smoke test of each (the
+# committed corpus is already replayed by the plain tests). Its own step
+# in .ci/run rather than in `make test`: 33 targets, each built with
+# coverage instrumentation, take 3-4 minutes of the ten `make test` has.
+fuzz-smoke: ## Run every FuzzXxx target for 5,000 executions (CI runs it after make test)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
 
 vet: ## Run go vet on every package
@@ -119,6 +131,10 @@ soak-large: ## Send 600 MB of 256 KB messages pipelined and four of 95 MB to the
 
 bench-sync: ## Alternate the dev cluster's synchronous sender with the stock Raft floor under it (3 rounds, about 2 minutes)
 	scripts/sync-floor.sh 3
+
+bench-ab: ## Alternate the dev cluster of revision OLD (and NEW, default the work tree): sends, receives, one synchronous sender (3 rounds, minutes)
+	@test -n "$(OLD)" || { echo "bench-ab: set OLD=<git revision>"; exit 2; }
+	scripts/ab-dev.sh $(OLD) "$(NEW)" 3
 
 proto: ## Regenerate the Go code beside every proto/**/*.proto (needs protoc)
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -73,6 +73,9 @@ func LogBytes(n *Node, id uint64) (largest, total int, err error) {
 // MaxEntryBytes is the bound on an entry (propose.go).
 const MaxEntryBytes = maxEntryBytes
 
+// RaceOn: the tests run under the race detector.
+const RaceOn = raceOn
+
 // SkewClock makes a node built from cfg read its wall clock offset by d
 // (as node.ChaosSkewClock does in the chaos suite's build).
 func SkewClock(cfg *Config, d time.Duration) { cfg.clockOffset = d }

@@ -300,10 +300,12 @@ func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest)
 // WatchRoutes streams the routing table from this member's own replica of
 // the catalog: at once (or, with after_version, once the table is newer
 // than that), then after every change. A slow reader skips intermediate
-// tables, never the latest one. Any member serves it, leader or not, once
-// it caught up (catchup.go); until then it answers UNAVAILABLE. A member
-// that heard from no leader for long answers UNAVAILABLE too, and ends
-// the streams it serves (orphan.go).
+// tables, never the latest one. With changes, every message after the
+// first whole table is what changed since the previous one (routes.go).
+// Any member serves it, leader or not, once it caught up (catchup.go);
+// until then it answers UNAVAILABLE. A member that heard from no leader
+// for long answers UNAVAILABLE too, and ends the streams it serves
+// (orphan.go).
 func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStreamingServer[pb.RoutingTable]) error {
 	if s.raft.Load() == nil {
 		return toStatus(ErrNotRunning)
@@ -323,15 +325,15 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 		if err := s.fsm.Err(); err != nil {
 			return toStatus(err)
 		}
-		if t := s.fsm.Table(); first || t.Version > sent {
-			enc, err := s.routes.encode(t)
+		if first || s.fsm.RoutesVersion() > sent {
+			msg, version, err := s.nextRoutes(sent, first || !req.Changes)
 			if err != nil {
 				return toStatus(err)
 			}
-			if err := stream.SendMsg(enc); err != nil {
+			if err := stream.SendMsg(msg); err != nil {
 				return err
 			}
-			sent, first = t.Version, false
+			sent, first = version, false
 		}
 		select {
 		case <-changed:

@@ -59,7 +59,14 @@
 // WatchRoutes is served by every member from its own replica: the whole
 // routing table at once, then after each change of entities, groups or
 // nodes (not of tasks). Its version is the meta log index of the last such
-// change, so equal versions mean equal tables on every member.
+// change, so equal versions mean equal tables on every member. A watcher
+// that asks for changes (front-ends, gateways, storage agents) gets the
+// whole table once, then only what changed (catalog.ChangesSince: the
+// entities touched since, every group and node, the rules if they
+// changed), so a creation costs each watcher one entity, not the
+// namespace. The catalog remembers the last catalog.MaxRouteChanges
+// changes; a watcher further behind, or one reconnecting after a restore
+// of a newer snapshot, gets a whole table.
 //
 // # The control loop
 //

@@ -89,7 +89,7 @@ func TestRemovedVoterStopsServingItsFrozenTable(t *testing.T) {
 			t.Errorf("%s, in the live group, counts as orphaned", m.ID)
 		}
 	}
-	live := watch(t, extra)
+	live := watchRetrying(t, extra)
 	e := createRetrying(t, c.Leader(t), &pb.CreateEntityRequest{Name: "after-removal"})
 	placementtest.Eventually(t, wait, "a live member to serve the new entity", func() bool {
 		return live.has(map[string]uint64{"after-removal": e.Id})

@@ -11,9 +11,10 @@ import (
 
 // encodedTable is a routing table marshalled once for all the streams
 // that watch it: the codec (proto/rpcbuf) sends its bytes as they are.
-// Each storage node, front-end and gateway watches the table, and it is
-// the whole namespace, sent again at every change: marshalled per stream,
-// it cost more CPU than anything else while entities were being created.
+// It is the whole namespace, sent to every watcher that does not ask for
+// changes at every change, and to the others when they start: marshalled
+// per stream, it cost more CPU than anything else while entities were
+// being created.
 type encodedTable struct {
 	*pb.RoutingTable
 	data []byte // never changed once set: streams may still be writing it
@@ -22,6 +23,29 @@ type encodedTable struct {
 var _ rpcbuf.PiecesMarshaler = (*encodedTable)(nil)
 
 func (e *encodedTable) MarshalPieces() ([][]byte, bool) { return [][]byte{e.data}, true }
+
+// nextRoutes returns what a watcher whose table has version sent is sent
+// next, and the version it brings the watcher to: what changed since, or
+// the whole table when whole is set or the catalog no longer remembers
+// what changed since sent (catalog.MaxRouteChanges).
+//
+// A change costs what changed (an entity created: that entity, with the
+// groups and nodes); the whole table costs the namespace, to build, to
+// encode and for every watcher to decode. Sent at every change, whole
+// tables made each creation cost in proportion to the catalog.
+func (s *Service) nextRoutes(sent uint64, whole bool) (msg any, version uint64, err error) {
+	if !whole {
+		if t, ok := s.fsm.ChangesSince(sent); ok {
+			return t, t.Version, nil
+		}
+	}
+	t := s.fsm.Table()
+	enc, err := s.routes.encode(t)
+	if err != nil {
+		return nil, 0, err
+	}
+	return enc, t.Version, nil
+}
 
 // tableEncoder keeps the encoding of the latest table it was asked for.
 // The zero value is ready to use.

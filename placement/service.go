@@ -307,8 +307,14 @@ func (s *Service) IsLeader() bool {
 }
 
 // Table returns this member's current routing table; it is shared and
-// must not be changed.
+// must not be changed. It is the whole namespace, built when the table
+// changed since the last call.
 func (s *Service) Table() *pb.RoutingTable { return s.fsm.Table() }
+
+// RoutesVersion is the version of this member's routing table, read under
+// the catalog's lock: what a liveness probe of that lock needs, without
+// building the table.
+func (s *Service) RoutesVersion() uint64 { return s.fsm.RoutesVersion() }
 
 // AddVoter adds a member to the meta group (one started with an empty
 // Bootstrap). Only the leader can; elsewhere it fails with ErrNotLeader.

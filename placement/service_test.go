@@ -27,35 +27,71 @@ const wait = 20 * time.Second
 
 // watcher follows one member's WatchRoutes stream.
 type watcher struct {
-	mu     sync.Mutex
-	latest *pb.RoutingTable
-	err    error
-	bad    string // a broken promise of the stream, if any
+	mu      sync.Mutex
+	latest  *pb.RoutingTable
+	err     error  // how the stream ended
+	retries int    // streams opened again after a retriable error
+	lastErr error  // the latest retriable error
+	bad     string // a broken promise of the stream, if any
 }
 
+// watch follows one stream of m's, until it ends.
 func watch(t *testing.T, m *placementtest.Member) *watcher {
+	t.Helper()
+	return startWatch(t, m, false)
+}
+
+// watchRetrying follows m's routing table as a front-end does: when a
+// stream ends or cannot open with a retriable error (UNAVAILABLE from a
+// member still catching up with the meta log after a restart), it opens
+// another, after the version it has.
+func watchRetrying(t *testing.T, m *placementtest.Member) *watcher {
+	t.Helper()
+	return startWatch(t, m, true)
+}
+
+func startWatch(t *testing.T, m *placementtest.Member, retry bool) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := m.Client.WatchRoutes(ctx, &pb.WatchRoutesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &watcher{}
-	go func() {
+	follow := func() error {
+		var after uint64
+		w.mu.Lock()
+		if w.latest != nil {
+			after = w.latest.Version
+		}
+		w.mu.Unlock()
+		stream, err := m.Client.WatchRoutes(ctx, &pb.WatchRoutesRequest{AfterVersion: after})
+		if err != nil {
+			return err
+		}
 		for {
 			table, err := stream.Recv()
-			w.mu.Lock()
 			if err != nil {
-				w.err = err
-				w.mu.Unlock()
-				return
+				return err
 			}
+			w.mu.Lock()
 			if w.latest != nil && table.Version <= w.latest.Version {
 				w.bad = fmt.Sprintf("version went from %d to %d", w.latest.Version, table.Version)
 			}
 			w.latest = table
 			w.mu.Unlock()
+		}
+	}
+	go func() {
+		for {
+			err := follow()
+			w.mu.Lock()
+			if !retry || !transient(err) || ctx.Err() != nil {
+				w.err = err
+				w.mu.Unlock()
+				return
+			}
+			w.retries++
+			w.lastErr = err
+			w.mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
 		}
 	}()
 	return w
@@ -88,7 +124,7 @@ func (w *watcher) state() string {
 		return fmt.Sprintf("the routes stream ended: %v", w.err)
 	}
 	if w.latest == nil {
-		return "no table yet"
+		return fmt.Sprintf("no table yet after %d retries (the latest after %v)", w.retries, w.lastErr)
 	}
 	return fmt.Sprintf("table version %d with %d entities", w.latest.Version, len(w.latest.Entities))
 }
@@ -213,9 +249,15 @@ func TestMetaGroupFailover(t *testing.T) {
 	}
 
 	// The killed member comes back from its disk (snapshot, then log) and
-	// catches up on what it missed.
+	// catches up on what it missed. Until it has, it answers UNAVAILABLE
+	// (catchup.go), which clients retry; and that may take longer than
+	// the member waits before answering: it learns the commit index from
+	// the leader's first AppendEntries with entries, and hashicorp/raft's
+	// leader backs off up to 10.24 s between attempts at a follower that
+	// failed (heartbeats, capped at half the heartbeat timeout, carry no
+	// commit index). So the watcher retries, as front-ends do.
 	c.Restart(leader)
-	w := watch(t, leader)
+	w := watchRetrying(t, leader)
 	start := time.Now()
 	for !w.has(acked) {
 		if time.Since(start) > wait {
@@ -224,6 +266,7 @@ func TestMetaGroupFailover(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	w.check(t)
+	t.Logf("the restarted member served its table after %v, %d retries", time.Since(start).Round(time.Millisecond), w.retries)
 
 	// Reads through any member agree.
 	for _, m := range c.Up() {
@@ -519,7 +562,7 @@ func TestJoinMetaGroup(t *testing.T) {
 	first := createRetrying(t, leader, &pb.CreateEntityRequest{Name: "first"})
 
 	m := c.Join(t)
-	w := watch(t, m)
+	w := watchRetrying(t, m) // it answers UNAVAILABLE until it has caught up
 	placementtest.Eventually(t, wait, "the new member to get the catalog", func() bool {
 		return w.has(map[string]uint64{"first": first.Id})
 	})
@@ -575,7 +618,7 @@ func TestMetaVotersFollowDrains(t *testing.T) {
 	c.Kill(drained)
 	next := c.Leader(t)
 	e := createRetrying(t, next, &pb.CreateEntityRequest{Name: "after-drain"})
-	w := watch(t, extra)
+	w := watchRetrying(t, extra)
 	placementtest.Eventually(t, wait, "the new voter to serve the catalog", func() bool {
 		return w.has(map[string]uint64{"after-drain": e.Id})
 	})

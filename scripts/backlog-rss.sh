@@ -22,7 +22,7 @@ go build -o "$bin" ./cmd/quorumbus
 	--node-port 7301 --cache-mb "$cache" --log-level warn >"$data/dev.log" 2>&1 &
 dev=$!
 for _ in $(seq 100); do curl -sf 127.0.0.1:5390/readyz >/dev/null && break; sleep 0.2; done
-"$bin" queue create backlog -placement 127.0.0.1:7301 -max-size-mb 81920 >/dev/null
+"$bin" queue create backlog -placement 127.0.0.1:7301 -cluster-tls-dir "$data/cluster-tls" -max-size-mb 81920 >/dev/null
 
 peak=0
 sample() {

@@ -24,8 +24,8 @@ go build -o "$bin" ./cmd/quorumbus
 	--node-port 7311 --cache-mb "$cache" --log-level warn >"$data/dev.log" 2>&1 &
 dev=$!
 for _ in $(seq 150); do curl -sf 127.0.0.1:5391/readyz >/dev/null && break; sleep 0.2; done
-"$bin" queue create orders -placement 127.0.0.1:7311 -max-size-mb 5000 >/dev/null
-"$bin" queue create big -placement 127.0.0.1:7311 -max-size-mb 5000 -max-message-size-kb 102400 >/dev/null
+"$bin" queue create orders -placement 127.0.0.1:7311 -cluster-tls-dir "$data/cluster-tls" -max-size-mb 5000 >/dev/null
+"$bin" queue create big -placement 127.0.0.1:7311 -cluster-tls-dir "$data/cluster-tls" -max-size-mb 5000 -max-message-size-kb 102400 >/dev/null
 
 peakfile=$data/peak
 echo 0 >"$peakfile"

@@ -38,7 +38,7 @@ broker() {
 		--node-port 7311 --log-level warn >"$tmp/dev.log" 2>&1 &
 	dev=$!
 	for _ in $(seq 100); do curl -sf 127.0.0.1:5391/readyz >/dev/null && break; sleep 0.2; done
-	"$tmp/quorumbus" queue create bench -placement 127.0.0.1:7311 >/dev/null
+	"$tmp/quorumbus" queue create bench -placement 127.0.0.1:7311 -cluster-tls-dir "$tmp/data/cluster-tls" >/dev/null
 	"$tmp/quorumbus" bench -url amqp://127.0.0.1:5691 -queue bench -mode send -window 1 -duration 10s |
 		awk '/^send latency:/ { printf "broker: p50 %s  p99 %s", $4, $6 }'
 	kill $dev; wait $dev 2>/dev/null || true

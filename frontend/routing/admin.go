@@ -32,10 +32,14 @@ func (r *Router) Redrive(ctx context.Context, e *placementpb.Entity, rd *partiti
 	})
 }
 
-// Table is the routing table as placement last published it (nil before
-// the first): the gateway's console shows its nodes and groups.
+// Table is the routing table as the router holds it (nil before the
+// first), built anew at each call: the gateway's console shows its nodes
+// and groups.
 func (r *Router) Table() *placementpb.RoutingTable {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.table
+	if r.table == nil {
+		return nil
+	}
+	return r.table.whole()
 }

@@ -53,14 +53,13 @@ type Router struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.RWMutex
-	table   *placementpb.RoutingTable
-	byName  map[string]*placementpb.Entity
-	groups  map[uint64]*placementpb.Group
-	nodes   map[string]*placementpb.Node
-	ready   chan struct{}  // closed when the first table arrived
-	rules   *sas.Ruleset   // Config.Rules and the table's
-	filters map[string]int // lowercase topic -> rules over its subscriptions
+	mu    sync.RWMutex
+	table *table        // nil before the first routing table (table.go)
+	ready chan struct{} // closed when the first table arrived
+	rules *sas.Ruleset  // Config.Rules and the table's
+	// resync: the router missed a change of the table, and takes the
+	// next whole table even if it is older than the one it holds.
+	resync bool
 
 	// calls follows each group's leader: hints, retries, attempt
 	// timeouts (proto/groupcall).
@@ -160,6 +159,12 @@ func (r *Router) watch(ctx context.Context) {
 // table. Members stream only once their catalog caught up after a start
 // (placement/catchup.go), so the first table is never an empty one of a
 // member that has not replayed its log yet.
+//
+// The router asks for changes: a whole table first, then what changed,
+// each a few records where a whole table is the namespace. Reconnecting,
+// it names the version it holds and gets what changed since (the member
+// waits until it has caught up with that version), or a whole table
+// when the member no longer remembers that far back.
 func (r *Router) watchOnce(ctx context.Context, addr string) (got bool, err error) {
 	cc, err := r.conn(addr)
 	if err != nil {
@@ -167,11 +172,11 @@ func (r *Router) watchOnce(ctx context.Context, addr string) (got bool, err erro
 	}
 	var after uint64
 	r.mu.RLock()
-	if r.table != nil {
-		after = r.table.Version
+	if r.table != nil && !r.resync {
+		after = r.table.version
 	}
 	r.mu.RUnlock()
-	stream, err := placementpb.NewPlacementServiceClient(cc).WatchRoutes(ctx, &placementpb.WatchRoutesRequest{AfterVersion: after})
+	stream, err := placementpb.NewPlacementServiceClient(cc).WatchRoutes(ctx, &placementpb.WatchRoutesRequest{AfterVersion: after, Changes: true})
 	if err != nil {
 		return false, err
 	}
@@ -181,42 +186,48 @@ func (r *Router) watchOnce(ctx context.Context, addr string) (got bool, err erro
 			return got, err
 		}
 		got = true
-		r.install(t)
+		if err := r.install(t); err != nil {
+			r.log.Warn("routing table: asking placement for the whole table again", "placement", addr, "err", err)
+			return got, err
+		}
 	}
 }
 
-func (r *Router) install(t *placementpb.RoutingTable) {
-	byName := make(map[string]*placementpb.Entity, len(t.Entities))
-	filters := map[string]int{}
-	for _, e := range t.Entities {
-		key := strings.ToLower(e.Name)
-		byName[key] = e
-		if e.Kind == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
-			if i := strings.LastIndex(key, "/subscriptions/"); i > 0 {
-				filters[key[:i]] += len(e.Rules)
-			}
+// install takes a whole routing table or applies a change to the one
+// held. A change that does not follow the table held (one was missed) is
+// not applied: install returns errMissedChange, and the router takes the
+// next whole table it is sent, whatever its version.
+func (r *Router) install(t *placementpb.RoutingTable) error {
+	if t.ChangesFrom != 0 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.table == nil || r.resync {
+			r.resync = true
+			return fmt.Errorf("%w: a change from version %d, and no table to apply it to", errMissedChange, t.ChangesFrom)
 		}
+		if err := r.table.apply(t); err != nil {
+			r.resync = true
+			return err
+		}
+		if t.AuthorizationRulesChanged {
+			r.rules = r.ruleset(t.AuthorizationRules)
+		}
+		return nil
 	}
-	groups := make(map[uint64]*placementpb.Group, len(t.Groups))
-	for _, g := range t.Groups {
-		groups[g.Id] = g
-	}
-	nodes := make(map[string]*placementpb.Node, len(t.Nodes))
-	for _, n := range t.Nodes {
-		nodes[n.Id] = n
-	}
+	tb := newTable(t) // outside the lock: it is the namespace
 	rules := r.ruleset(t.AuthorizationRules)
 	r.mu.Lock()
-	if r.table != nil && t.Version < r.table.Version {
+	if r.table != nil && t.Version < r.table.version && !r.resync {
 		r.mu.Unlock()
-		return // an older table from a lagging member
+		return nil // an older table from a lagging member
 	}
 	first := r.table == nil
-	r.table, r.byName, r.groups, r.nodes, r.rules, r.filters = t, byName, groups, nodes, rules, filters
+	r.table, r.rules, r.resync = tb, rules, false
 	r.mu.Unlock()
 	if first {
 		close(r.ready)
 	}
+	return nil
 }
 
 var _ frontend.FilterCounter = (*Router)(nil)
@@ -277,7 +288,10 @@ const lookupTimeout = 3 * time.Second
 func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 	key := strings.ToLower(name)
 	r.mu.RLock()
-	e := r.byName[key]
+	var e *placementpb.Entity
+	if r.table != nil {
+		e = r.table.byName[key]
+	}
 	r.mu.RUnlock()
 	if e != nil {
 		return e, nil
@@ -300,8 +314,8 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 			continue
 		}
 		r.mu.Lock()
-		if r.byName != nil && r.byName[key] == nil {
-			r.byName[key] = e // until the next table replaces it
+		if r.table != nil && r.table.byName[key] == nil {
+			r.table.put(e) // until a table or a change replaces it
 		}
 		r.mu.Unlock()
 		return e, nil
@@ -315,7 +329,10 @@ func (r *Router) Entity(name string) (*placementpb.Entity, error) {
 func (r *Router) Filters(topic string) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.filters[strings.ToLower(topic)]
+	if r.table == nil {
+		return 0
+	}
+	return r.table.filters[strings.ToLower(topic)]
 }
 
 // HasEntity reports whether the current routing table names an entity,
@@ -323,7 +340,7 @@ func (r *Router) Filters(topic string) int {
 func (r *Router) HasEntity(name string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.byName[strings.ToLower(name)] != nil
+	return r.table != nil && r.table.byName[strings.ToLower(name)] != nil
 }
 
 // Send implements frontend.Backend. Every attempt carries the same request
@@ -359,7 +376,10 @@ func (r *Router) Serving(e *placementpb.Entity, partition uint32) bool {
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	g := r.groups[e.PartitionGroups[partition]]
+	if r.table == nil {
+		return false
+	}
+	g := r.table.groups[e.PartitionGroups[partition]]
 	return g != nil && g.HasQuorum
 }
 
@@ -455,7 +475,7 @@ func (r *Router) GroupStats(ctx context.Context, group uint64, refs []*partition
 func (r *Router) hasGroup(group uint64) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.groups[group] != nil
+	return r.table != nil && r.table.groups[group] != nil
 }
 
 // CancelScheduled implements frontend.Backend.
@@ -593,7 +613,10 @@ const busyText = "proposal queue full"
 func (r *Router) names(e *placementpb.Entity) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	x := r.byName[strings.ToLower(e.Name)]
+	if r.table == nil {
+		return false
+	}
+	x := r.table.byName[strings.ToLower(e.Name)]
 	return x != nil && x.Id == e.Id
 }
 
@@ -602,14 +625,20 @@ func (r *Router) names(e *placementpb.Entity) bool {
 func (r *Router) group(id uint64) *placementpb.Group {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.groups[id]
+	if r.table == nil {
+		return nil
+	}
+	return r.table.groups[id]
 }
 
 // nodeAddr returns a node's gRPC address as the routing table has it.
 func (r *Router) nodeAddr(id string) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if n := r.nodes[id]; n != nil {
+	if r.table == nil {
+		return ""
+	}
+	if n := r.table.nodes[id]; n != nil {
 		return n.GrpcAddr
 	}
 	return ""

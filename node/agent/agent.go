@@ -194,13 +194,19 @@ func (a *Agent) placed(t *placementpb.RoutingTable, mine []uint64) {
 // watch follows the routing table from this node's own placement member,
 // or, while that one cannot serve it, from another storage member's, and
 // applies every table it receives.
+//
+// It asks for changes rather than whole tables: a change holds every
+// group and node, all the agent reads, so any message, a whole table or a
+// change, is the latest word on them and none depends on an earlier one.
+// A new stream starts with a whole table (after_version 0), so that a
+// member that serves it says so at once (FromOther).
 func (a *Agent) watch(ctx context.Context) {
 	backoff := watchBackoff
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		client, own, err := a.pc.client(attempt)
 		if err == nil {
 			var stream grpc.ServerStreamingClient[placementpb.RoutingTable]
-			stream, err = client.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
+			stream, err = client.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{Changes: true})
 			for err == nil {
 				var t *placementpb.RoutingTable
 				if t, err = stream.Recv(); err != nil {
@@ -223,8 +229,8 @@ func (a *Agent) watch(ctx context.Context) {
 	}
 }
 
-// apply opens the groups the table places on this node and removes those
-// it lists elsewhere.
+// apply opens the groups the table (or change: it lists every group and
+// node too) places on this node and removes those it lists elsewhere.
 func (a *Agent) apply(t *placementpb.RoutingTable) {
 	n := a.cfg.Node
 	addrs := make(map[string]string, len(t.Nodes))

@@ -25,15 +25,19 @@ type fakePlacement struct {
 	tables chan *placementpb.RoutingTable
 	refuse bool // answer WatchRoutes with Unavailable (a member that cannot serve)
 
-	mu      sync.Mutex
-	reports []*placementpb.ReportGroupsRequest
+	mu       sync.Mutex
+	reports  []*placementpb.ReportGroupsRequest
+	requests []*placementpb.WatchRoutesRequest
 }
 
 func newFakePlacement() *fakePlacement {
 	return &fakePlacement{tables: make(chan *placementpb.RoutingTable, 8)}
 }
 
-func (f *fakePlacement) WatchRoutes(_ *placementpb.WatchRoutesRequest, stream grpc.ServerStreamingServer[placementpb.RoutingTable]) error {
+func (f *fakePlacement) WatchRoutes(req *placementpb.WatchRoutesRequest, stream grpc.ServerStreamingServer[placementpb.RoutingTable]) error {
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	f.mu.Unlock()
 	if f.refuse {
 		return status.Error(codes.Unavailable, "not caught up with the catalog")
 	}
@@ -206,4 +210,46 @@ func TestAgentAsksAnotherMember(t *testing.T) {
 	if a.FromOther() {
 		t.Fatal("a closed agent still says another member serves its table")
 	}
+}
+
+// change is a change of the routing table from version from: it lists
+// every group and node, as every change does, and no entity.
+func change(from, version uint64, self *node.Node, groups ...*placementpb.Group) *placementpb.RoutingTable {
+	t := table(version, self, groups...)
+	t.ChangesFrom = from
+	return t
+}
+
+// TestAgentTakesChanges: the agent asks for changes rather than whole
+// tables, and takes the groups and nodes of each change as the latest,
+// even of one that does not follow the version it saw last: a change
+// lists every group and node, all the agent reads.
+func TestAgentTakesChanges(t *testing.T) {
+	own := newFakePlacement()
+	n := startNode(t, own)
+	a := startAgent(t, agent.Config{Node: n})
+
+	own.tables <- table(1, n, group(1, "n1"))
+	nodetest.WaitFor(t, "group 1 placed here", func() bool {
+		mine, err := a.Placed()
+		return err == nil && slices.Equal(mine, []uint64{1})
+	})
+	own.mu.Lock()
+	req := own.requests[0]
+	own.mu.Unlock()
+	if !req.Changes || req.AfterVersion != 0 {
+		t.Fatalf("the agent asked for %v; want changes after a whole table", req)
+	}
+
+	own.tables <- change(1, 2, n, group(1, "n1"), group(2, "n1"))
+	nodetest.WaitFor(t, "group 2 placed here too", func() bool {
+		mine, err := a.Placed()
+		return err == nil && slices.Equal(mine, []uint64{1, 2})
+	})
+	// Versions 3 to 5 never came: group 1 moved to n9 meanwhile.
+	own.tables <- change(5, 6, n, group(1, "n9"), group(2, "n1"))
+	nodetest.WaitFor(t, "group 1 removed", func() bool {
+		mine, err := a.Placed()
+		return err == nil && slices.Equal(mine, []uint64{2}) && !slices.Contains(n.Groups(), 1)
+	})
 }

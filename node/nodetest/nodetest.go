@@ -43,6 +43,11 @@ type Options struct {
 	// Cuttable routes the nodes' connections to each other through the
 	// cluster's Net, so that a test can partition them (Cluster.Cut).
 	Cuttable bool
+	// InMemory carries every connection in memory instead of over
+	// loopback TCP, so that the cluster can run inside a
+	// testing/synctest bubble: its timers (elections, the leader's
+	// clock, lock expiry) then run on virtual time. Not with Cuttable.
+	InMemory bool
 }
 
 // Cluster is a set of nodes that replicate the same groups.
@@ -55,7 +60,8 @@ type Cluster struct {
 	dirs   []string
 	peers  []node.Peer
 	groups []uint64
-	net    *Net // nil unless Options.Cuttable
+	net    *Net    // nil unless Options.Cuttable
+	mem    *memNet // nil unless Options.InMemory
 
 	mu    sync.Mutex
 	nodes []*node.Node // nil while killed
@@ -84,19 +90,30 @@ func Start(t testing.TB, opts Options) *Cluster {
 		nodes:  make([]*node.Node, opts.Nodes),
 		conns:  map[string]*grpc.ClientConn{},
 	}
+	if opts.Cuttable && opts.InMemory {
+		t.Fatal("nodetest: Cuttable and InMemory together")
+	}
 	if opts.Cuttable {
 		c.net = newNet()
+	}
+	if opts.InMemory {
+		c.mem = newMemNet()
 	}
 	base := t.TempDir()
 	lis := make([]net.Listener, opts.Nodes)
 	for i := range opts.Nodes {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("nodetest: %v", err)
+		var addr string
+		if c.mem != nil {
+			lis[i], addr = c.mem.listen(i)
+		} else {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("nodetest: %v", err)
+			}
+			lis[i], addr = l, l.Addr().String()
 		}
-		lis[i] = l
 		c.ids = append(c.ids, fmt.Sprintf("n%d", i))
-		c.addrs = append(c.addrs, l.Addr().String())
+		c.addrs = append(c.addrs, addr)
 		c.dirs = append(c.dirs, filepath.Join(base, c.ids[i]))
 		c.peers = append(c.peers, node.Peer{ID: c.ids[i], Addr: c.addrs[i]})
 	}
@@ -122,6 +139,9 @@ func (c *Cluster) start(i int, lis net.Listener) {
 	}
 	if c.net != nil {
 		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithContextDialer(c.net.dialer(c.addrs[i])))
+	}
+	if c.mem != nil {
+		cfg.PeerDialOptions = append(cfg.PeerDialOptions, grpc.WithContextDialer(c.mem.dial))
 	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(i, &cfg)
@@ -305,6 +325,10 @@ func (c *Cluster) Restart(i int) {
 	if c.Node(i) != nil {
 		c.t.Fatalf("nodetest: node %d is running", i)
 	}
+	if c.mem != nil {
+		c.start(i, c.mem.relisten(c.addrs[i]))
+		return
+	}
 	var lis net.Listener
 	c.WaitFor(fmt.Sprintf("listening again on %s", c.addrs[i]), func() bool {
 		var err error
@@ -321,14 +345,17 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if c.mem != nil {
+		opts = append(opts, grpc.WithContextDialer(c.mem.dial))
+	}
+	cc, err := grpc.NewClient(addr, append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}

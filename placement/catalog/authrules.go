@@ -71,6 +71,7 @@ func (s *State) putRule(now int64, c *pb.PutAuthorizationRuleCommand) (*pb.Autho
 		r.CreatedAtMs = cur.CreatedAtMs
 	}
 	s.rules[k] = r
+	s.touchRules()
 	return proto.Clone(r).(*pb.AuthorizationRule), nil
 }
 
@@ -80,6 +81,7 @@ func (s *State) deleteRule(c *pb.DeleteAuthorizationRuleRequest) error {
 		return fmt.Errorf("%w: %s", ErrAuthRuleNotFound, c.Name)
 	}
 	delete(s.rules, k)
+	s.touchRules()
 	return nil
 }
 

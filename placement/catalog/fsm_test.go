@@ -118,6 +118,44 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	}
 }
 
+// TestFSMSnapshotPersistsWhatWasTaken: Persist encodes the snapshot after
+// Snapshot returned, while applies go on; what it writes is the catalog
+// as of Snapshot, whatever changed since (records replaced, removed,
+// groups, nodes, tasks and rules changed).
+func TestFSMSnapshotPersistsWhatWasTaken(t *testing.T) {
+	d := populated(t)
+	var want *pb.CatalogSnapshot
+	d.f.Read(func(s *State) { want = proto.Clone(s.Snapshot()).(*pb.CatalogSnapshot) })
+	snap, err := d.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []*pb.CatalogCommand{
+		wrap(&pb.UpdateEntityCommand{Name: "a", Properties: &pb.QueueProperties{UserMetadata: "later"}}),
+		wrap(&pb.DeleteEntityCommand{Name: "c"}),
+		create("e", 2),
+		wrap(&pb.ReportGroupsRequest{Groups: []*pb.GroupReport{{GroupId: 1, LeaderId: "n1", HasQuorum: true}, {GroupId: 2, LeaderId: "n2"}}}),
+		wrap(&pb.DrainNodeRequest{NodeId: "n1", Draining: true}),
+		wrap(&pb.CompleteTasks{Tasks: d.tasks()}),
+		putRule("later", "", 1, true),
+	} {
+		if res := d.apply(cmd); res.Err != nil {
+			t.Fatalf("%v: %v", cmd, res.Err)
+		}
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil || sink.canceled {
+		t.Fatalf("persist: %v canceled=%v", err, sink.canceled)
+	}
+	got, err := DecodeSnapshot(sink.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("persisted a catalog other than the one taken:\ngot  %v\nwant %v", got, want)
+	}
+}
+
 func TestFSMRestoreRejectsBadSnapshots(t *testing.T) {
 	d := populated(t)
 	var snap *pb.CatalogSnapshot

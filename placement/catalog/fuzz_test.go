@@ -11,7 +11,9 @@ import (
 // FuzzApply decodes arbitrary entries and applies what decodes to a
 // populated catalog. Nothing may panic; a rejected or refused command
 // leaves the catalog exactly as it was; an accepted one leaves a catalog
-// whose snapshot still rebuilds (ids, names and groups hold together).
+// whose snapshot still rebuilds (ids, names and groups hold together), and
+// in either case the change of the routing table since the command turns
+// the table before it into the table after it.
 func FuzzApply(f *testing.F) {
 	for _, cmd := range []*pb.CatalogCommand{
 		create("q", 0),
@@ -56,6 +58,7 @@ func FuzzApply(f *testing.F) {
 			Properties: &pb.QueueProperties{PartitionCount: 2}, PartitionGroups: []uint64{1, 2}}))
 		a.must(putRule("r", "b", 2, true))
 		before := a.s.Snapshot()
+		tableBefore := a.s.Table()
 		cmd, err := Decode(data)
 		if err != nil {
 			return
@@ -63,6 +66,13 @@ func FuzzApply(f *testing.F) {
 		res, err := a.s.Apply(a.index+1, cmd)
 		if err := checkIndex(a.s); err != nil {
 			t.Fatalf("after %v: %v", cmd, err)
+		}
+		change, ok := a.s.ChangesSince(tableBefore.Version)
+		if !ok {
+			t.Fatalf("after %v: no change since version %d", cmd, tableBefore.Version)
+		}
+		if got, want := follow(t, tableBefore, change), a.s.Table(); !proto.Equal(got, want) {
+			t.Fatalf("after %v: the change makes\n%v\nnot\n%v", cmd, got, want)
 		}
 		after := a.s.Snapshot()
 		if err != nil || res.Err != nil {

@@ -117,7 +117,7 @@ func (s *State) addRule(index uint64, now int64, c *pb.AddRuleCommand) (*pb.Enti
 	sortRules(e.Rules)
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 // replaceRule puts c.Rule in place of the rule of its name (in any case;
@@ -144,7 +144,7 @@ func (s *State) replaceRule(index uint64, now int64, c *pb.ReplaceRuleCommand) (
 	e.Rules[i] = r
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 func (s *State) removeRule(index uint64, now int64, c *pb.RemoveRuleCommand) (*pb.Entity, error) {
@@ -160,7 +160,7 @@ func (s *State) removeRule(index uint64, now int64, c *pb.RemoveRuleCommand) (*p
 	e.Rules = slices.Delete(e.Rules, i, i+1)
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 // subscription finds a subscription by name.

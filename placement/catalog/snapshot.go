@@ -9,7 +9,9 @@ import (
 )
 
 // Snapshot returns the whole catalog as one message, every list ordered by
-// id, so equal catalogs give equal snapshots.
+// id, so equal catalogs give equal snapshots. Its entities are the
+// catalog's own records (as in Table): it must not be changed, and may be
+// encoded after the catalog changed on.
 func (s *State) Snapshot() *pb.CatalogSnapshot {
 	t := s.Table()
 	return &pb.CatalogSnapshot{
@@ -46,6 +48,7 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 			return bad("group id %d out of range or repeated", g.Id)
 		}
 		s.groups[g.Id] = proto.Clone(g).(*pb.Group)
+		s.loads[g.Id] = 0
 	}
 	for _, e := range snap.Entities {
 		if e.Id == 0 || e.Id >= s.nextEntityID || s.entities[e.Id] != nil {
@@ -58,6 +61,7 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 			if s.groups[g] == nil {
 				return bad("entity %q on unknown group %d", e.Name, g)
 			}
+			s.loads[g]++
 		}
 		rec := proto.Clone(e).(*pb.Entity)
 		rec.Degraded = false // derived when read (outward), never stored
@@ -86,5 +90,6 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		s.tasks[keyOf(t)] = proto.Clone(t).(*pb.PartitionTask)
 	}
 	s.rebuildIndex()
+	s.changes.reset(s.routes)
 	return s, nil
 }

@@ -11,6 +11,7 @@ package catalog
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -38,10 +39,12 @@ type State struct {
 	names        map[string]uint64 // Key(name) -> entity id
 	index        *nameIndex        // derived from entities: each kind by name, and ids in order (index.go)
 	groups       map[uint64]*pb.Group
+	loads        map[uint64]int // group id -> entity partitions it holds; derived from entities
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
 	partitioned  int // entities with more than one partition
 	rules        map[ruleKey]*pb.AuthorizationRule
+	changes      changeLog // the latest changes of the routing table (changes.go)
 }
 
 // New returns an empty catalog.
@@ -53,6 +56,7 @@ func New() *State {
 		names:        map[string]uint64{},
 		index:        newNameIndex(),
 		groups:       map[uint64]*pb.Group{},
+		loads:        map[uint64]int{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
 		rules:        map[ruleKey]*pb.AuthorizationRule{},
@@ -125,6 +129,7 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
 	}
 	if r.Entity != nil {
+		// The ops return the catalog's record; outward copies it, once.
 		r.Entity = s.outward(r.Entity) // as reads show it
 	}
 	r.Index = index
@@ -135,6 +140,7 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	if routes {
 		s.routes = index
 	}
+	s.changes.endCommand(index, routes)
 	return r, nil
 }
 
@@ -254,6 +260,7 @@ func (s *State) createGroups(c *pb.CreateGroups) ([]uint64, error) {
 			grp.Replicas = append(grp.Replicas, &pb.Replica{NodeId: r.NodeId})
 		}
 		s.groups[id] = grp
+		s.loads[id] = 0
 		ids = append(ids, id)
 	}
 	return ids, nil
@@ -322,11 +329,15 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	s.entities[e.Id] = e
 	s.names[Key(e.Name)] = e.Id
 	s.index.add(e)
+	s.touchEntity(e.Id)
+	for _, g := range e.PartitionGroups {
+		s.loads[g]++
+	}
 	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand) (*pb.Entity, error) {
@@ -359,7 +370,7 @@ func (s *State) updateEntity(index uint64, now int64, c *pb.UpdateEntityCommand)
 	e.Status = c.Status
 	e.UpdatedAtMs = now
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
-	return proto.Clone(e).(*pb.Entity), nil
+	return e, nil // the record: Apply hands out a copy (outward)
 }
 
 func (s *State) deleteEntity(index uint64, c *pb.DeleteEntityCommand) error {
@@ -384,7 +395,13 @@ func (s *State) remove(index uint64, e *pb.Entity) {
 	delete(s.entities, e.Id)
 	delete(s.names, Key(e.Name))
 	s.index.remove(e)
-	s.dropRules(e.Name)
+	s.touchEntity(e.Id)
+	for _, g := range e.PartitionGroups {
+		s.loads[g]--
+	}
+	if s.dropRules(e.Name) {
+		s.touchRules()
+	}
 	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
 		s.partitioned--
 	}
@@ -411,6 +428,9 @@ func (s *State) reportGroups(c *pb.ReportGroupsRequest) (changed bool) {
 		g, ok := s.groups[r.GetGroupId()]
 		if !ok {
 			continue // a report may name a group this catalog never made; it says nothing
+		}
+		if g.HasQuorum != r.HasQuorum {
+			s.touchGroupEntities(g.Id) // they read Degraded, or no longer
 		}
 		if g.LeaderId != r.LeaderId || g.HasQuorum != r.HasQuorum {
 			g.LeaderId, g.HasQuorum = r.LeaderId, r.HasQuorum
@@ -449,6 +469,7 @@ func checkKind(kind pb.EntityKind, status pb.EntityStatus) error {
 func (s *State) mutable(e *pb.Entity) *pb.Entity {
 	c := proto.Clone(e).(*pb.Entity)
 	s.entities[c.Id] = c
+	s.touchEntity(c.Id)
 	return c
 }
 
@@ -563,19 +584,10 @@ func (s *State) HasTasks(entityID uint64) bool {
 }
 
 // GroupLoads counts the entity partitions each group holds; every group is
-// present, with 0 if it holds none.
-func (s *State) GroupLoads() map[uint64]int {
-	loads := make(map[uint64]int, len(s.groups))
-	for id := range s.groups {
-		loads[id] = 0
-	}
-	for _, e := range s.entities {
-		for _, g := range e.PartitionGroups {
-			loads[g]++
-		}
-	}
-	return loads
-}
+// present, with 0 if it holds none. The counts are kept as entities come
+// and go: the leader plans every creation with them, and counting them
+// afresh each time cost a pass over the namespace per creation.
+func (s *State) GroupLoads() map[uint64]int { return maps.Clone(s.loads) }
 
 // Table is the routing table: everything but the tasks, as of
 // RoutesVersion. Its entities are the catalog's own records where they

@@ -1292,17 +1292,33 @@ func (x *AuthorizationRule) GetUpdatedAtMs() int64 {
 	return 0
 }
 
-// RoutingTable is the whole catalog as of one meta-group index.
+// RoutingTable is the whole catalog as of one meta-group index, or, on a
+// WatchRoutes stream that asked for changes, what changed since an
+// earlier table (changes_from set). Groups and nodes are always all of
+// them, in a change too: they are few, and a watcher that needs only
+// them (a storage node's agent) may read any message as the latest.
 type RoutingTable struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Version  uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index it reflects
-	Entities []*Entity              `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
-	Groups   []*Group               `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
-	Nodes    []*Node                `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // meta Raft index it reflects
+	// A table: every entity. A change: the entities created or changed
+	// since changes_from (whole records, replacing those of the same id).
+	Entities []*Entity `protobuf:"bytes,2,rep,name=entities,proto3" json:"entities,omitempty"`
+	Groups   []*Group  `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	Nodes    []*Node   `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Nonzero: this is a change that turns the table of version
+	// changes_from into the table of version; a watcher whose table has
+	// another version must not apply it (it missed one) and asks again.
+	ChangesFrom uint64 `protobuf:"varint,5,opt,name=changes_from,json=changesFrom,proto3" json:"changes_from,omitempty"`
+	// A change: the ids of entities deleted since changes_from (one may be
+	// unknown to the watcher: created and deleted in between).
+	RemovedEntities []uint64 `protobuf:"varint,6,rep,packed,name=removed_entities,json=removedEntities,proto3" json:"removed_entities,omitempty"`
 	// Field numbers from 40 on belong to the authorization rules.
-	AuthorizationRules []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// A table: all of them. A change: all of them when
+	// authorization_rules_changed, else none (they stayed as they were).
+	AuthorizationRules        []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
+	AuthorizationRulesChanged bool                 `protobuf:"varint,41,opt,name=authorization_rules_changed,json=authorizationRulesChanged,proto3" json:"authorization_rules_changed,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *RoutingTable) Reset() {
@@ -1363,11 +1379,32 @@ func (x *RoutingTable) GetNodes() []*Node {
 	return nil
 }
 
+func (x *RoutingTable) GetChangesFrom() uint64 {
+	if x != nil {
+		return x.ChangesFrom
+	}
+	return 0
+}
+
+func (x *RoutingTable) GetRemovedEntities() []uint64 {
+	if x != nil {
+		return x.RemovedEntities
+	}
+	return nil
+}
+
 func (x *RoutingTable) GetAuthorizationRules() []*AuthorizationRule {
 	if x != nil {
 		return x.AuthorizationRules
 	}
 	return nil
+}
+
+func (x *RoutingTable) GetAuthorizationRulesChanged() bool {
+	if x != nil {
+		return x.AuthorizationRulesChanged
+	}
+	return false
 }
 
 type DrainNodeRequest struct {
@@ -2269,9 +2306,16 @@ func (x *ListEntitiesResponse) GetEntities() []*Entity {
 
 // after_version: send the first table only once its version is above this
 // (a reconnecting watcher skips the table it has); 0 sends one at once.
+// changes: after the first table, send what changed (RoutingTable
+// changes_from) rather than the whole table again; with after_version,
+// the first message too is a change from that version when the member
+// still remembers what changed since, else a whole table. Members that
+// predate the field ignore it and send whole tables, which a watcher
+// must therefore accept at any time.
 type WatchRoutesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AfterVersion  uint64                 `protobuf:"varint,1,opt,name=after_version,json=afterVersion,proto3" json:"after_version,omitempty"`
+	Changes       bool                   `protobuf:"varint,2,opt,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2311,6 +2355,13 @@ func (x *WatchRoutesRequest) GetAfterVersion() uint64 {
 		return x.AfterVersion
 	}
 	return 0
+}
+
+func (x *WatchRoutesRequest) GetChanges() bool {
+	if x != nil {
+		return x.Changes
+	}
+	return false
 }
 
 type GroupReport struct {
@@ -3939,13 +3990,16 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"primaryKey\x12#\n" +
 	"\rsecondary_key\x18\x05 \x01(\tR\fsecondaryKey\x12\"\n" +
 	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\x12\"\n" +
-	"\rupdated_at_ms\x18\a \x01(\x03R\vupdatedAtMs\"\xab\x02\n" +
+	"\rupdated_at_ms\x18\a \x01(\x03R\vupdatedAtMs\"\xb9\x03\n" +
 	"\fRoutingTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12:\n" +
 	"\bentities\x18\x02 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\x125\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1d.quorumbus.placement.v1.GroupR\x06groups\x122\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12Z\n" +
-	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\"G\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12!\n" +
+	"\fchanges_from\x18\x05 \x01(\x04R\vchangesFrom\x12)\n" +
+	"\x10removed_entities\x18\x06 \x03(\x04R\x0fremovedEntities\x12Z\n" +
+	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\x12>\n" +
+	"\x1bauthorization_rules_changed\x18) \x01(\bR\x19authorizationRulesChanged\"G\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\"}\n" +
@@ -3999,9 +4053,10 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x03top\x18\x03 \x01(\rR\x03top\x12\x14\n" +
 	"\x05topic\x18\x04 \x01(\tR\x05topic\"R\n" +
 	"\x14ListEntitiesResponse\x12:\n" +
-	"\bentities\x18\x01 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\"9\n" +
+	"\bentities\x18\x01 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\"S\n" +
 	"\x12WatchRoutesRequest\x12#\n" +
-	"\rafter_version\x18\x01 \x01(\x04R\fafterVersion\"d\n" +
+	"\rafter_version\x18\x01 \x01(\x04R\fafterVersion\x12\x18\n" +
+	"\achanges\x18\x02 \x01(\bR\achanges\"d\n" +
 	"\vGroupReport\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/placement/sas"
@@ -30,11 +32,21 @@ func putRules(t *testing.T, c *cluster.Dev, rules ...sas.Rule) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range rules {
-		_, err := client.PutAuthorizationRule(ctx, &placementpb.PutAuthorizationRuleRequest{Rule: &placementpb.AuthorizationRule{
+		req := &placementpb.PutAuthorizationRuleRequest{Rule: &placementpb.AuthorizationRule{
 			Name: r.Name, Entity: r.Entity, Rights: uint32(r.Rights), PrimaryKey: r.PrimaryKey, SecondaryKey: r.SecondaryKey,
-		}})
-		if err != nil {
-			t.Fatalf("put rule %s: %v", r.Name, err)
+		}}
+		// UNAVAILABLE ("no meta leader known") is the answer while the
+		// meta group elects, which a loaded machine can make it do right
+		// after start: retried, as the CLI does. A put is idempotent.
+		for {
+			_, err := client.PutAuthorizationRule(ctx, req)
+			if err == nil {
+				break
+			}
+			if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+				t.Fatalf("put rule %s: %v", r.Name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	for c.Router.Ruleset().Len() < len(rules)+1 { // and the dev rule

@@ -44,12 +44,18 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// devCacheMB is `quorumbus dev`'s default block cache (-cache-mb), which
+// the cluster figures of docs/performance.md use too. A smaller one
+// handicaps whichever side holds more records: a topic's ten
+// subscriptions hold ten times the plain queue's.
+const devCacheMB = 32
+
 func startBenchDev(b *testing.B, queues ...cluster.QueueSpec) (*cluster.Dev, *azservicebus.Client) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	c, err := cluster.StartDev(ctx, cluster.DevOptions{
-		DataDir: b.TempDir(), AMQPAddr: "127.0.0.1:0", Nodes: 3, Groups: 3, CacheMB: 16, LogLevel: "error",
+		DataDir: b.TempDir(), AMQPAddr: "127.0.0.1:0", Nodes: 3, Groups: 3, CacheMB: devCacheMB, LogLevel: "error",
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -98,7 +98,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("report: %s", dir)
 
 	kinds := []string{nemesis.KillLeader, nemesis.KillNode, nemesis.PauseLeader, nemesis.PauseNode, nemesis.KillFrontend, nemesis.KillMajority, nemesis.TransferLeader,
-		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair,
+		nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge, nemesis.OneWayLeaderOut, nemesis.OneWayLeaderIn, nemesis.OneWayPair, nemesis.LossyPair,
 		nemesis.Delay, nemesis.LossLike, nemesis.SlowLink, nemesis.DeafLeader,
 		nemesis.CrashLeaderMachine, nemesis.CrashMajorityMachines, nemesis.AddNode, nemesis.DrainNode, nemesis.ClockSkew}
 	explicit := os.Getenv("CHAOS_KINDS") != ""
@@ -261,7 +261,7 @@ func TestChaos(t *testing.T) {
 	for _, r := range runners {
 		r.StopSends()
 	}
-	catchUps := report.CatchUps(watch.Stop(), nem.Faults(), cluster.Nodes, nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
+	catchUps := report.CatchUps(watch.Stop(), nem.Faults(), nemesis.IsolateLeader, nemesis.IsolateNode, nemesis.PartitionBridge)
 	// The workloads drain side by side, each until it has what it
 	// expects and then a quiet period longer than its locks.
 	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)

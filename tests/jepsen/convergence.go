@@ -110,9 +110,15 @@ type watchReplicas struct {
 
 func startWatch(c *cluster.Cluster, group uint64, clock func() int64, interval time.Duration) *watchReplicas {
 	w := &watchReplicas{stop: make(chan struct{}), done: make(chan struct{})}
-	conns := make([]*grpc.ClientConn, cluster.Nodes)
+	// Every node the cluster may start, spares too: placement moves the
+	// group's replicas onto them.
+	conns := make([]*grpc.ClientConn, len(c.Nodes))
 	for i := range conns {
 		conns[i], _ = nodeConn(c, i)
+	}
+	index := map[string]int{}
+	for i, p := range c.Nodes {
+		index[p.Name] = i
 	}
 	go func() {
 		defer close(w.done)
@@ -141,9 +147,17 @@ func startWatch(c *cluster.Cluster, group uint64, clock func() int64, interval t
 				if err != nil {
 					continue
 				}
+				sample := report.ReplicaSample{Time: clock(), Node: i, Leader: st.State == "Leader",
+					Applied: st.AppliedIndex, Commit: st.CommitIndex}
+				if sample.Leader {
+					for _, r := range st.Configuration {
+						if j, ok := index[r.NodeId]; ok && r.Voter {
+							sample.Voters = append(sample.Voters, j)
+						}
+					}
+				}
 				w.mu.Lock()
-				w.samples = append(w.samples, report.ReplicaSample{Time: clock(), Node: i, Leader: st.State == "Leader",
-					Applied: st.AppliedIndex, Commit: st.CommitIndex})
+				w.samples = append(w.samples, sample)
 				w.mu.Unlock()
 			}
 		}

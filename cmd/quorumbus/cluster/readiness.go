@@ -46,11 +46,13 @@ func ServeAMQP(srv *frontend.Server, ln net.Listener, log *slog.Logger) *AMQPLis
 	go func() {
 		err := srv.Serve(ln)
 		l.err = err
+		// done before dead: whoever wakes on Dead must find Check
+		// failing already.
+		close(l.done)
 		if err != nil && !errors.Is(err, amqp.ErrServerClosed) {
 			log.Error("the AMQP listener stopped; the process cannot accept connections any more", "addr", l.addr, "err", err)
 			close(l.dead)
 		}
-		close(l.done)
 	}()
 	return l
 }
@@ -240,7 +242,7 @@ func (s *Storage) Probes() []adminhttp.Probe {
 			}
 		}},
 		{Name: "node " + id + " catalog", Run: func() {
-			s.Placement.Table()
+			s.Placement.RoutesVersion()
 			_ = s.Placement.Ready()
 		}},
 	}

@@ -44,6 +44,11 @@ type Network interface {
 	// acknowledgements from is to send stop arriving; UDP, the gossip's
 	// probes, is cut one way only.)
 	CutOneWay(from, to int) error
+	// LossyPair drops a random share (percent) of the packets between
+	// members a and b, both ways, until Heal: a lossy link between two
+	// nodes while every other link is clean. TCP turns the loss into
+	// retransmissions and stalls, as on a flaky cable.
+	LossyPair(a, b, percent int) error
 	// Heal restores every cut link.
 	Heal() error
 	Close() error
@@ -63,8 +68,11 @@ func (Loopback) Command(_ int, name string, args ...string) *exec.Cmd {
 }
 func (Loopback) Cut(int, int) error       { return ErrNoPartitions }
 func (Loopback) CutOneWay(int, int) error { return ErrNoPartitions }
-func (Loopback) Heal() error              { return nil }
-func (Loopback) Close() error             { return nil }
+func (Loopback) LossyPair(int, int, int) error {
+	return ErrNoPartitions
+}
+func (Loopback) Heal() error  { return nil }
+func (Loopback) Close() error { return nil }
 func (Loopback) DialContext(int) func(context.Context, string, string) (net.Conn, error) {
 	return (&net.Dialer{}).DialContext
 }
@@ -87,13 +95,14 @@ type Netns struct {
 	mu      sync.Mutex
 	cuts    map[[2]int]bool
 	oneWay  map[[2]int]bool
+	lossy   map[[2]int]string // from, to → the rule's probability, to delete it by
 }
 
 const netnsPrefix = "qbj"
 
 // NewNetns creates the hub, the bridge and one namespace per member.
 func NewNetns(members int) (*Netns, error) {
-	n := &Netns{prefix: fmt.Sprintf("%s%d-", netnsPrefix, os.Getpid()), members: members, cuts: map[[2]int]bool{}, oneWay: map[[2]int]bool{}}
+	n := &Netns{prefix: fmt.Sprintf("%s%d-", netnsPrefix, os.Getpid()), members: members, cuts: map[[2]int]bool{}, oneWay: map[[2]int]bool{}, lossy: map[[2]int]string{}}
 	hub := n.prefix + "hub"
 	steps := [][]string{
 		{"netns", "add", hub},
@@ -161,6 +170,26 @@ func (n *Netns) CutOneWay(from, to int) error {
 	return nil
 }
 
+// LossyPair adds, in each of the two namespaces, an iptables rule that
+// drops the given share of what the member sends to the other (the
+// statistic match, drawn per packet).
+func (n *Netns) LossyPair(a, b, percent int) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := fmt.Sprintf("%.2f", float64(percent)/100)
+	for _, c := range [][2]int{{a, b}, {b, a}} {
+		if err := n.iptables(c[0], lossyRule("-A", n.Host(c[1]), p)...); err != nil {
+			return err
+		}
+		n.lossy[c] = p
+	}
+	return nil
+}
+
+func lossyRule(op, to, probability string) []string {
+	return []string{op, "OUTPUT", "-d", to + "/32", "-m", "statistic", "--mode", "random", "--probability", probability, "-j", "DROP"}
+}
+
 func (n *Netns) iptables(m int, args ...string) error {
 	var stderr bytes.Buffer
 	cmd := n.Command(m, "iptables", append([]string{"-w"}, args...)...)
@@ -178,6 +207,10 @@ func (n *Netns) Heal() error {
 	for c := range n.oneWay {
 		errs = append(errs, n.iptables(c[0], "-D", "OUTPUT", "-d", n.Host(c[1])+"/32", "-j", "DROP"))
 		delete(n.oneWay, c)
+	}
+	for c, p := range n.lossy {
+		errs = append(errs, n.iptables(c[0], lossyRule("-D", n.Host(c[1]), p)...))
+		delete(n.lossy, c)
 	}
 	for c := range n.cuts {
 		errs = append(errs,

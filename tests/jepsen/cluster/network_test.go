@@ -87,6 +87,68 @@ func TestCutOneWay(t *testing.T) {
 	}
 }
 
+// TestLossyPair: with 50 % of the packets between members 0 and 1
+// dropped, a share of datagrams is lost both ways between them (of 200,
+// between 40 and 160: the draw is per packet), none between 0 and 2,
+// and none after the heal.
+func TestLossyPair(t *testing.T) {
+	if err := NetnsAvailable(); err != nil {
+		t.Skipf("network namespaces: %v", err)
+	}
+	if err := IptablesAvailable(); err != nil {
+		t.Skipf("iptables: %v", err)
+	}
+	n, err := NewNetns(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	var in [3]net.PacketConn
+	for m := range in {
+		in[m] = listenIn(t, n, m, func(addr string) (io.Closer, error) { return net.ListenPacket("udp", addr) }).(net.PacketConn)
+	}
+	// received counts how many of count datagrams from reaches to.
+	received := func(from, to, count int) int {
+		c, err := n.DialContext(from)(t.Context(), "udp", in[to].LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for range count {
+			c.Write([]byte("probe"))
+			time.Sleep(time.Millisecond) // no loss to a full socket buffer
+		}
+		got := 0
+		buf := make([]byte, 16)
+		for {
+			in[to].SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, _, err := in[to].ReadFrom(buf); err != nil {
+				return got
+			}
+			got++
+		}
+	}
+	if err := n.LossyPair(0, 1, 50); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range [][2]int{{0, 1}, {1, 0}} {
+		if got := received(d[0], d[1], 200); got < 40 || got > 160 {
+			t.Errorf("%d of 200 datagrams from %d reached %d across a 50 %% lossy pair", got, d[0], d[1])
+		}
+	}
+	for _, d := range [][2]int{{0, 2}, {2, 1}} {
+		if got := received(d[0], d[1], 100); got != 100 {
+			t.Errorf("%d of 100 datagrams from %d reached %d, outside the lossy pair", got, d[0], d[1])
+		}
+	}
+	if err := n.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if got := received(0, 1, 100); got != 100 {
+		t.Errorf("%d of 100 datagrams from 0 reached 1 after the heal", got)
+	}
+}
+
 // listenIn opens a socket with listen on member m's address, from a
 // thread in m's namespace: a socket stays in the namespace it was made in.
 func listenIn(t *testing.T, n *Netns, m int, listen func(addr string) (io.Closer, error)) io.Closer {

@@ -51,7 +51,7 @@ func TestSkewBounds(t *testing.T) {
 // cluster say so, so that a run leaves out what the machine cannot do.
 func TestEveryKindSaysWhatItNeeds(t *testing.T) {
 	for kind, want := range map[string]string{
-		IsolateLeader: "netns", OneWayLeaderIn: "iptables", OneWayPair: "iptables", Delay: "proxies", LossLike: "proxies", SlowLink: "proxies", DeafLeader: "proxies",
+		IsolateLeader: "netns", OneWayLeaderIn: "iptables", OneWayPair: "iptables", LossyPair: "iptables", Delay: "proxies", LossLike: "proxies", SlowLink: "proxies", DeafLeader: "proxies",
 		CrashLeaderMachine: "machines", CrashMajorityMachines: "machines", AddNode: "spares", DrainNode: "spares",
 	} {
 		if !strings.Contains(strings.Join(Needs(kind), ","), want) {

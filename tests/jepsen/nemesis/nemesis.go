@@ -55,6 +55,12 @@ const (
 	OneWayLeaderIn  = "one-way-leader-in"
 	// OneWayPair drops one random node's packets to one other node only.
 	OneWayPair = "one-way-pair"
+	// LossyPair drops 10-40 % of the packets between the leader and one
+	// other replica, both ways (iptables' statistic match): one flaky
+	// link while every other is clean, so the leader keeps its quorum
+	// through the third node while replication to one follower and
+	// whatever that follower forwards stall and retransmit.
+	LossyPair = "lossy-pair"
 
 	// Link faults through the nodes' link proxies (toxiproxy): every link
 	// into and out of one node. Delay adds latency with jitter; LossLike
@@ -98,7 +104,7 @@ func Needs(kind string) []string {
 	switch kind {
 	case IsolateLeader, IsolateNode, PartitionBridge:
 		return []string{"netns"}
-	case OneWayLeaderOut, OneWayLeaderIn, OneWayPair:
+	case OneWayLeaderOut, OneWayLeaderIn, OneWayPair, LossyPair:
 		return []string{"netns", "iptables"}
 	case Delay, LossLike, SlowLink, DeafLeader:
 		return []string{"proxies"}
@@ -226,7 +232,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (n *Nemesis) target(ctx context.Context, kind string, pick int) (int, string) {
 	switch kind {
 	case KillLeader, PauseLeader, IsolateLeader, KillMajority, TransferLeader,
-		OneWayLeaderOut, OneWayLeaderIn, SlowLink, DeafLeader, CrashLeaderMachine, CrashMajorityMachines:
+		OneWayLeaderOut, OneWayLeaderIn, SlowLink, DeafLeader, CrashLeaderMachine, CrashMajorityMachines, LossyPair:
 		if l := n.cfg.Cluster.Leader(ctx, n.cfg.Group); l >= 0 {
 			return l, ""
 		}
@@ -327,6 +333,12 @@ func (n *Nemesis) inject(ctx context.Context, s Step) {
 		to := n.joined(s.Other)
 		f.Target = c.Nodes[node].Name + "->" + c.Nodes[to].Name
 		err, heal = c.Net.CutOneWay(c.Member(node), c.Member(to)), c.Net.Heal
+	case LossyPair:
+		other := n.replicaOther(ctx, node, s.Other)
+		percent := 10 + int(s.X*30)
+		f.Target = c.Nodes[node].Name + "~" + c.Nodes[other].Name
+		f.Note = joinNote(fmt.Sprintf("%d%% of packets dropped both ways", percent), f.Note)
+		err, heal = c.Net.LossyPair(c.Member(node), c.Member(other), percent), c.Net.Heal
 	case Delay, LossLike, SlowLink, DeafLeader:
 		var toxics []string
 		toxics, f.Note = linkToxics(kind, s, f.Note)

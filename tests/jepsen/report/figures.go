@@ -17,11 +17,19 @@ type ReplicaSample struct {
 	Leader  bool   `json:"leader"`
 	Applied uint64 `json:"applied"`
 	Commit  uint64 `json:"commit"`
+	// Voters, on a leader's sample: the nodes of the configuration it
+	// holds. The replicas a catch-up waits for are the leader's voters
+	// at the heal, not the first nodes started: placement moves replicas
+	// onto spares (add-node, drain-node), and a node that no longer holds
+	// the group never reports it again.
+	Voters []int `json:"voters,omitempty"`
 }
 
 // CatchUp is how long after a fault's heal every replica had applied
 // what the leader had committed when it was healed: for a partition,
-// the time the cut-off replicas took to converge.
+// the time the cut-off replicas took to converge. The replicas are the
+// voters of the leader's configuration at the heal; one that a later
+// leader sample no longer lists (moved off its node) stops counting.
 type CatchUp struct {
 	Fault nemesis.Fault `json:"fault"`
 	// Took is unset (and Caught false) when the samples ran out first.
@@ -31,39 +39,50 @@ type CatchUp struct {
 
 // CatchUps measures the catch-up after every healed fault of the given
 // kinds from the samples.
-func CatchUps(samples []ReplicaSample, faults []nemesis.Fault, nodes int, kinds ...string) []CatchUp {
+func CatchUps(samples []ReplicaSample, faults []nemesis.Fault, kinds ...string) []CatchUp {
 	var out []CatchUp
 	for _, f := range faults {
 		if f.End == 0 || !slices.Contains(kinds, f.Kind) {
 			continue
 		}
-		// The leader's commit index at the heal: its first sample after.
-		var target uint64
-		found := false
-		for _, s := range samples {
-			if s.Time >= f.End && s.Leader {
-				target, found = s.Commit, true
-				break
-			}
-		}
-		c := CatchUp{Fault: f}
-		if found {
-			reached := make([]bool, nodes)
-			n := 0
-			for _, s := range samples {
-				if s.Time < f.End || reached[s.Node] || s.Applied < target {
-					continue
-				}
-				reached[s.Node] = true
-				if n++; n == nodes {
-					c.Took, c.Caught = time.Duration(s.Time-f.End), true
-					break
-				}
-			}
-		}
-		out = append(out, c)
+		out = append(out, catchUp(samples, f))
 	}
 	return out
+}
+
+func catchUp(samples []ReplicaSample, f nemesis.Fault) CatchUp {
+	c := CatchUp{Fault: f}
+	// The leader's commit index and voters at the heal: its first
+	// sample after.
+	at := slices.IndexFunc(samples, func(s ReplicaSample) bool { return s.Time >= f.End && s.Leader })
+	if at < 0 {
+		return c
+	}
+	target := samples[at].Commit
+	waiting := map[int]bool{}
+	for _, v := range samples[at].Voters {
+		waiting[v] = true
+	}
+	for _, s := range samples[at:] {
+		switch {
+		case s.Leader && len(s.Voters) > 0:
+			for v := range waiting {
+				if !slices.Contains(s.Voters, v) {
+					delete(waiting, v) // moved off: nothing left to catch up
+				}
+			}
+			if s.Applied >= target {
+				delete(waiting, s.Node)
+			}
+		case s.Applied >= target:
+			delete(waiting, s.Node)
+		}
+		if len(waiting) == 0 {
+			c.Took, c.Caught = time.Duration(s.Time-f.End), true
+			return c
+		}
+	}
+	return c
 }
 
 // quantile of sorted durations (nearest rank).

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Compares the dev cluster of two revisions, alternating them round by
+# round, because on a shared machine figures move from minute to minute:
+# each round starts a fresh `quorumbus dev` of one binary and measures
+# sends (two connections of two links, 1,024 in flight each), peek-lock
+# receive + complete of what was sent, and one synchronous sender
+# (`-window 1`) for 10 s; then the other binary. Each line ends with the
+# cores other guests stole meanwhile.
+#
+#   scripts/ab-dev.sh OLD_REV [NEW_REV] [ROUNDS] [COUNT]
+#
+# NEW_REV defaults to the work tree as it is (uncommitted changes too).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+old=${1:?usage: scripts/ab-dev.sh OLD_REV [NEW_REV] [ROUNDS] [COUNT]}
+new=${2:-}
+rounds=${3:-3}
+count=${4:-200000}
+tmp=$(mktemp -d)
+dev=
+cleanup() {
+	[ -n "$dev" ] && kill "$dev" 2>/dev/null
+	wait 2>/dev/null || true
+	git worktree remove --force "$tmp/src-old" 2>/dev/null || true
+	[ -d "$tmp/src-new" ] && git worktree remove --force "$tmp/src-new" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+build() { # build REV OUT: OUT is the quorumbus binary of REV (the work tree when REV is empty)
+	if [ -z "$1" ]; then
+		go build -o "$2" ./cmd/quorumbus
+		return
+	fi
+	local wt="$tmp/src-$(basename "$2" .bin)"
+	git worktree add --detach -q "$wt" "$1"
+	(cd "$wt" && go build -o "$2" ./cmd/quorumbus)
+}
+build "$old" "$tmp/old.bin"
+build "$new" "$tmp/new.bin"
+
+stolen() { # stolen CMD...: runs CMD, then prints the cores stolen while it ran
+	local s0 t0 s1 t1
+	s0=$(awk '/^cpu /{print $9}' /proc/stat); t0=$(date +%s%N)
+	"$@"
+	s1=$(awk '/^cpu /{print $9}' /proc/stat); t1=$(date +%s%N)
+	awk -v s="$((s1 - s0))" -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" \
+		'BEGIN { printf "  (%.2f cores stolen)\n", s / hz / (t / 1e9) }'
+}
+
+round() { # round NAME BINARY
+	local bin=$2 url=amqp://127.0.0.1:5692
+	rm -rf "$tmp/data"
+	"$bin" dev --data "$tmp/data" --amqp-addr 127.0.0.1:5692 --http-addr 127.0.0.1:5392 \
+		--node-port 7321 --log-level warn >"$tmp/dev.log" 2>&1 &
+	dev=$!
+	for _ in $(seq 150); do curl -sf 127.0.0.1:5392/readyz >/dev/null && break; sleep 0.2; done
+	"$bin" queue create bench -placement 127.0.0.1:7321 -cluster-tls-dir "$tmp/data/cluster-tls" >/dev/null
+	"$bin" queue create sync -placement 127.0.0.1:7321 -cluster-tls-dir "$tmp/data/cluster-tls" >/dev/null
+	printf '%s send:    ' "$1"
+	stolen sh -c "'$bin' bench -url $url -queue bench -mode send -conns 2 -links 2 -window 1024 -count $count |
+		awk '/msgs\\/s/ { printf \"%s \", \$0 }'"
+	printf '%s receive: ' "$1"
+	stolen sh -c "'$bin' bench -url $url -queue bench -mode receive -conns 2 -links 2 -count $count |
+		awk '/msgs\\/s/ { printf \"%s \", \$0 }'"
+	printf '%s sync:    ' "$1"
+	stolen sh -c "'$bin' bench -url $url -queue sync -mode send -window 1 -duration 10s |
+		awk '/latency/ { printf \"%s \", \$0 }'"
+	kill "$dev"; wait "$dev" 2>/dev/null || true
+	dev=
+}
+
+for _ in $(seq "$rounds"); do
+	round old "$tmp/old.bin"
+	round new "$tmp/new.bin"
+done
