@@ -317,6 +317,12 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 	orphanCheck := time.NewTicker(time.Second)
 	defer orphanCheck.Stop()
 	sent, first := req.AfterVersion, req.AfterVersion == 0
+	if born := s.fsm.Born(); req.CatalogBornMs != 0 && born != 0 && req.CatalogBornMs != born {
+		// The watcher's version counts in another catalog (this one
+		// started over since): nothing to wait for, nothing to change
+		// from.
+		sent, first = 0, true
+	}
 	for {
 		if s.Orphaned() {
 			return toStatus(ErrOrphaned)

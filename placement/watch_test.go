@@ -7,7 +7,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/placement/placementtest"
@@ -82,7 +85,7 @@ func (f *follower) take(msg *pb.RoutingTable) {
 	for _, e := range msg.Entities {
 		byID[e.Id] = e
 	}
-	next := &pb.RoutingTable{Version: msg.Version, Groups: msg.Groups, Nodes: msg.Nodes, AuthorizationRules: f.table.AuthorizationRules}
+	next := &pb.RoutingTable{Version: msg.Version, CatalogBornMs: msg.CatalogBornMs, Groups: msg.Groups, Nodes: msg.Nodes, AuthorizationRules: f.table.AuthorizationRules}
 	if msg.AuthorizationRulesChanged {
 		next.AuthorizationRules = msg.AuthorizationRules
 	}
@@ -225,5 +228,42 @@ func TestWatchRoutesChangesAcrossLeaderChange(t *testing.T) {
 	g.check(t, next.ID)
 	if _, whole, _, _ := g.snapshot(); whole != 0 {
 		t.Fatalf("continued from version %d: %s; want changes only", orphan.Version, g.state())
+	}
+}
+
+// TestWatchRoutesFromAnotherCatalog: a watcher whose version counts in
+// another catalog (the cluster's data was wiped and started over, so its
+// versions are numbered from the start again) gets the member's whole
+// table at once, although it names a version far ahead of it: it neither
+// waits for that version nor gets a change from it. Named with this
+// catalog's birth, the same version is waited for.
+func TestWatchRoutesFromAnotherCatalog(t *testing.T) {
+	c := placementtest.Start(t, placementtest.Options{})
+	leader := c.Leader(t)
+	waitGroups(t, leader, 3)
+	m := c.Members()[0]
+	born := m.Service.Table().CatalogBornMs
+	if born == 0 {
+		t.Fatal("the catalog has no birth after its first commands")
+	}
+	ahead := m.Service.Table().Version + 1000
+	first := func(bornMs uint64) (*pb.RoutingTable, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		stream, err := m.Client.WatchRoutes(ctx, &pb.WatchRoutesRequest{AfterVersion: ahead, CatalogBornMs: bornMs, Changes: true})
+		if err != nil {
+			return nil, err
+		}
+		return stream.Recv()
+	}
+	got, err := first(born + 1)
+	if err != nil {
+		t.Fatalf("another catalog's version: %v", err)
+	}
+	if got.ChangesFrom != 0 || got.CatalogBornMs != born || got.Version >= ahead {
+		t.Fatalf("another catalog's version: a message of version %d, changes from %d, born %d; want the whole table of the catalog born %d", got.Version, got.ChangesFrom, got.CatalogBornMs, born)
+	}
+	if _, err := first(born); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("this catalog's version %d ahead of it: %v; want a wait until the deadline", ahead, err)
 	}
 }

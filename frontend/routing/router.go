@@ -170,13 +170,13 @@ func (r *Router) watchOnce(ctx context.Context, addr string) (got bool, err erro
 	if err != nil {
 		return false, err
 	}
-	var after uint64
+	var after, born uint64
 	r.mu.RLock()
 	if r.table != nil && !r.resync {
-		after = r.table.version
+		after, born = r.table.version, r.table.born
 	}
 	r.mu.RUnlock()
-	stream, err := placementpb.NewPlacementServiceClient(cc).WatchRoutes(ctx, &placementpb.WatchRoutesRequest{AfterVersion: after, Changes: true})
+	stream, err := placementpb.NewPlacementServiceClient(cc).WatchRoutes(ctx, &placementpb.WatchRoutesRequest{AfterVersion: after, CatalogBornMs: born, Changes: true})
 	if err != nil {
 		return false, err
 	}
@@ -217,9 +217,12 @@ func (r *Router) install(t *placementpb.RoutingTable) error {
 	tb := newTable(t) // outside the lock: it is the namespace
 	rules := r.ruleset(t.AuthorizationRules)
 	r.mu.Lock()
-	if r.table != nil && t.Version < r.table.version && !r.resync {
+	if r.table != nil && t.Version < r.table.version && sameCatalog(t.CatalogBornMs, r.table.born) && !r.resync {
 		r.mu.Unlock()
-		return nil // an older table from a lagging member
+		// An older table from a lagging member. One of a catalog born
+		// since (the cluster's data wiped and started over) counts its
+		// versions from 1 again, and is taken.
+		return nil
 	}
 	first := r.table == nil
 	r.table, r.rules, r.resync = tb, rules, false

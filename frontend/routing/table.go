@@ -22,6 +22,7 @@ var errMissedChange = errors.New("routing: a change of the routing table does no
 // changed; the maps are changed only under Router.mu.
 type table struct {
 	version uint64
+	born    uint64                         // the catalog's birth: versions count within it
 	byName  map[string]*placementpb.Entity // lowercase name
 	byID    map[uint64]*placementpb.Entity
 	groups  map[uint64]*placementpb.Group
@@ -42,6 +43,7 @@ type table struct {
 func newTable(t *placementpb.RoutingTable) *table {
 	tb := &table{
 		version: t.Version,
+		born:    t.CatalogBornMs,
 		byName:  make(map[string]*placementpb.Entity, len(t.Entities)),
 		byID:    make(map[uint64]*placementpb.Entity, len(t.Entities)),
 		filters: map[string]int{},
@@ -58,8 +60,8 @@ func newTable(t *placementpb.RoutingTable) *table {
 // changes nothing, when the change does not start from the table's
 // version.
 func (tb *table) apply(c *placementpb.RoutingTable) error {
-	if c.ChangesFrom != tb.version {
-		return fmt.Errorf("%w: a change from version %d to %d, the table has version %d", errMissedChange, c.ChangesFrom, c.Version, tb.version)
+	if c.ChangesFrom != tb.version || !sameCatalog(c.CatalogBornMs, tb.born) {
+		return fmt.Errorf("%w: a change from version %d to %d of the catalog born at %d, the table has version %d of the one born at %d", errMissedChange, c.ChangesFrom, c.Version, c.CatalogBornMs, tb.version, tb.born)
 	}
 	for _, id := range c.RemovedEntities {
 		tb.remove(id)
@@ -72,8 +74,16 @@ func (tb *table) apply(c *placementpb.RoutingTable) error {
 	}
 	tb.setTopology(c)
 	tb.version = c.Version
+	if tb.born == 0 {
+		tb.born = c.CatalogBornMs // the first member that knows it
+	}
 	return nil
 }
+
+// sameCatalog reports whether two births name the same catalog: equal,
+// or one unknown (0: a member older than the field), which is taken for
+// the same rather than make every such message a resync.
+func sameCatalog(a, b uint64) bool { return a == 0 || b == 0 || a == b }
 
 // setTopology takes the groups and nodes of t, which every message holds
 // whole.
@@ -137,6 +147,7 @@ func (tb *table) whole() *placementpb.RoutingTable {
 	entities := slices.SortedFunc(maps.Values(tb.byID), func(a, b *placementpb.Entity) int { return cmp.Compare(a.Id, b.Id) })
 	return &placementpb.RoutingTable{
 		Version:            tb.version,
+		CatalogBornMs:      tb.born,
 		Entities:           entities,
 		Groups:             tb.groupList,
 		Nodes:              tb.nodeList,

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -247,5 +248,43 @@ func TestRouterFollowsChangesAcrossMembers(t *testing.T) {
 	waitFor(t, "the router's table to be the new leader's", same(next))
 	if r.HasEntity("q1") || !r.HasEntity("after-4") {
 		t.Fatal("HasEntity disagrees with the table")
+	}
+}
+
+// TestRouterAcrossACatalogStartedOver: a cluster whose data was wiped
+// and started over numbers its catalog's versions from 1 again, under a
+// new birth. A change of the new catalog is not applied to the old
+// table even when its version follows it, a whole table of the new
+// catalog is taken although its version is lower, and a lower table of
+// the same catalog (a lagging member) is still ignored.
+func TestRouterAcrossACatalogStartedOver(t *testing.T) {
+	groups := []*placementpb.Group{{Id: 1, HasQuorum: true}}
+	r, err := New(Config{Placement: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.install(&placementpb.RoutingTable{Version: 50, CatalogBornMs: 1000, Entities: []*placementpb.Entity{queue(1, "old")}, Groups: groups}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.install(&placementpb.RoutingTable{Version: 40, CatalogBornMs: 1000, Entities: []*placementpb.Entity{queue(1, "lagging")}, Groups: groups}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.HasEntity("old") || r.HasEntity("lagging") {
+		t.Fatal("a lower table of the same catalog replaced the table")
+	}
+	err = r.install(&placementpb.RoutingTable{Version: 51, ChangesFrom: 50, CatalogBornMs: 2000, Entities: []*placementpb.Entity{queue(7, "new")}, Groups: groups})
+	if !errors.Is(err, errMissedChange) || r.HasEntity("new") {
+		t.Fatalf("a change of another catalog: %v, applied: %v", err, r.HasEntity("new"))
+	}
+	if err := r.install(&placementpb.RoutingTable{Version: 3, CatalogBornMs: 2000, Entities: []*placementpb.Entity{queue(7, "new")}, Groups: groups}); err != nil {
+		t.Fatal(err)
+	}
+	if r.HasEntity("old") || !r.HasEntity("new") {
+		t.Fatalf("after the new catalog's whole table: %v", entityNames(r))
+	}
+	// Born 0 (a member older than the field) counts as the same catalog.
+	if err := r.install(&placementpb.RoutingTable{Version: 4, ChangesFrom: 3, Entities: []*placementpb.Entity{queue(8, "newer")}, Groups: groups}); err != nil || !r.HasEntity("newer") {
+		t.Fatalf("a change without a birth: %v", err)
 	}
 }

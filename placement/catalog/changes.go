@@ -117,7 +117,7 @@ func (s *State) ChangesSince(from uint64) (t *pb.RoutingTable, ok bool) {
 	if !ok {
 		return nil, false
 	}
-	t = &pb.RoutingTable{Version: s.routes, ChangesFrom: from, Groups: s.Groups(), Nodes: s.Nodes()}
+	t = &pb.RoutingTable{Version: s.routes, CatalogBornMs: s.born, ChangesFrom: from, Groups: s.Groups(), Nodes: s.Nodes()}
 	for _, id := range ids {
 		e := s.entities[id]
 		switch {

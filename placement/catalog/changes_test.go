@@ -31,7 +31,7 @@ func follow(t *testing.T, table, change *pb.RoutingTable) *pb.RoutingTable {
 	for _, e := range change.Entities {
 		byID[e.Id] = e
 	}
-	out := &pb.RoutingTable{Version: change.Version, Groups: change.Groups, Nodes: change.Nodes, AuthorizationRules: table.AuthorizationRules}
+	out := &pb.RoutingTable{Version: change.Version, CatalogBornMs: change.CatalogBornMs, Groups: change.Groups, Nodes: change.Nodes, AuthorizationRules: table.AuthorizationRules}
 	if change.AuthorizationRulesChanged {
 		out.AuthorizationRules = change.AuthorizationRules
 	}
@@ -256,4 +256,37 @@ func BenchmarkCatalogAt10000(b *testing.B) {
 			a.must(wrap(&pb.DeleteEntityCommand{Name: name}))
 		}
 	})
+}
+
+// TestBornAtTheFirstCommand: the catalog's birth is the now_ms of the
+// first command it applies, a rejected one too; later commands keep it,
+// a snapshot carries it, and the routing table and its changes name it,
+// so that a watcher can tell a catalog started over from the one whose
+// versions it holds.
+func TestBornAtTheFirstCommand(t *testing.T) {
+	s := New()
+	if s.Born() != 0 {
+		t.Fatalf("born %d before any command", s.Born())
+	}
+	node := &pb.CatalogCommand{NowMs: 1234, Op: &pb.CatalogCommand_RegisterNodes{RegisterNodes: &pb.RegisterNodes{Nodes: []*pb.Node{{Id: "n1", GrpcAddr: "a:1", Alive: true}}}}}
+	if _, err := s.Apply(1, node); err != nil {
+		t.Fatal(err)
+	}
+	node.NowMs = 9999
+	if _, err := s.Apply(2, node); err != nil {
+		t.Fatal(err)
+	}
+	if s.Born() != 1234 || s.Table().CatalogBornMs != 1234 {
+		t.Fatalf("born %d, table %d; want 1234", s.Born(), s.Table().CatalogBornMs)
+	}
+	if c, ok := s.ChangesSince(1); ok && c.CatalogBornMs != 1234 {
+		t.Fatalf("a change names birth %d", c.CatalogBornMs)
+	}
+	back, err := FromSnapshot(s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Born() != 1234 {
+		t.Fatalf("born %d after a snapshot", back.Born())
+	}
 }

@@ -122,6 +122,13 @@ func (f *FSM) RoutesVersion() uint64 {
 	return f.state.RoutesVersion()
 }
 
+// Born is the catalog's birth (State.Born).
+func (f *FSM) Born() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Born()
+}
+
 // ChangesSince returns what changed in the routing table after version
 // from (State.ChangesSince); ok is false when the watcher needs the whole
 // table. The change is the caller's but shares entity records with the

@@ -18,6 +18,7 @@ func (s *State) Snapshot() *pb.CatalogSnapshot {
 		AppliedIndex:       s.applied,
 		ModifiedIndex:      s.modified,
 		RoutesIndex:        s.routes,
+		BornMs:             s.born,
 		NextEntityId:       s.nextEntityID,
 		NextGroupId:        s.nextGroupID,
 		Entities:           t.Entities,
@@ -32,7 +33,7 @@ func (s *State) Snapshot() *pb.CatalogSnapshot {
 // together (unique ids and names, known groups, ids below the counters).
 func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 	s := New()
-	s.applied, s.modified, s.routes = snap.AppliedIndex, snap.ModifiedIndex, snap.RoutesIndex
+	s.applied, s.modified, s.routes, s.born = snap.AppliedIndex, snap.ModifiedIndex, snap.RoutesIndex, snap.BornMs
 	s.nextEntityID, s.nextGroupID = snap.NextEntityId, snap.NextGroupId
 	bad := func(format string, args ...any) (*State, error) {
 		return nil, fmt.Errorf("%w: snapshot: "+format, append([]any{ErrCorrupt}, args...)...)

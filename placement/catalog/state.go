@@ -30,9 +30,13 @@ func keyOf(t *pb.PartitionTask) taskKey { return taskKey{t.EntityId, t.Partition
 // MaxEntities entities), persisted by Raft through the log and snapshots.
 // It is not safe for concurrent use; FSM guards it.
 type State struct {
-	applied      uint64 // index of the last command applied
-	modified     uint64 // index of the last command that changed anything
-	routes       uint64 // index of the last command that changed the routing table
+	applied  uint64 // index of the last command applied
+	modified uint64 // index of the last command that changed anything
+	routes   uint64 // index of the last command that changed the routing table
+	// born is the now_ms of the first command applied (or of the first
+	// after a snapshot that had none): the catalog's identity beside its
+	// indexes, which a catalog started over counts from 1 again.
+	born         uint64
 	nextEntityID uint64
 	nextGroupID  uint64
 	entities     map[uint64]*pb.Entity
@@ -134,6 +138,9 @@ func (s *State) Apply(index uint64, cmd *pb.CatalogCommand) (Result, error) {
 	}
 	r.Index = index
 	s.applied = index
+	if s.born == 0 && cmd.NowMs > 0 {
+		s.born = uint64(cmd.NowMs)
+	}
 	if changed {
 		s.modified = index
 	}
@@ -583,6 +590,10 @@ func (s *State) HasTasks(entityID uint64) bool {
 	return false
 }
 
+// Born is the catalog's birth (the now_ms of its first command), its
+// identity beside its indexes; 0 before any command.
+func (s *State) Born() uint64 { return s.born }
+
 // GroupLoads counts the entity partitions each group holds; every group is
 // present, with 0 if it holds none. The counts are kept as entities come
 // and go: the leader plans every creation with them, and counting them
@@ -612,10 +623,11 @@ func (s *State) Table() *pb.RoutingTable {
 		list = append(list, e)
 	}
 	return &pb.RoutingTable{
-		Version:  s.routes,
-		Entities: list,
-		Groups:   s.Groups(),
-		Nodes:    s.Nodes(),
+		Version:       s.routes,
+		CatalogBornMs: s.born,
+		Entities:      list,
+		Groups:        s.Groups(),
+		Nodes:         s.Nodes(),
 		// The front-ends and gateways validate tokens with them.
 		AuthorizationRules: s.AuthorizationRules("", true),
 	}

@@ -1312,6 +1312,11 @@ type RoutingTable struct {
 	// A change: the ids of entities deleted since changes_from (one may be
 	// unknown to the watcher: created and deleted in between).
 	RemovedEntities []uint64 `protobuf:"varint,6,rep,packed,name=removed_entities,json=removedEntities,proto3" json:"removed_entities,omitempty"`
+	// The catalog's birth (CatalogSnapshot.born_ms), in every message: a
+	// catalog started over (its nodes' data wiped) numbers its versions
+	// from the start again, so a version means something only beside the
+	// birth it counts from. 0: not known (a catalog older than the field).
+	CatalogBornMs uint64 `protobuf:"varint,7,opt,name=catalog_born_ms,json=catalogBornMs,proto3" json:"catalog_born_ms,omitempty"`
 	// Field numbers from 40 on belong to the authorization rules.
 	// A table: all of them. A change: all of them when
 	// authorization_rules_changed, else none (they stayed as they were).
@@ -1391,6 +1396,13 @@ func (x *RoutingTable) GetRemovedEntities() []uint64 {
 		return x.RemovedEntities
 	}
 	return nil
+}
+
+func (x *RoutingTable) GetCatalogBornMs() uint64 {
+	if x != nil {
+		return x.CatalogBornMs
+	}
+	return 0
 }
 
 func (x *RoutingTable) GetAuthorizationRules() []*AuthorizationRule {
@@ -2313,9 +2325,13 @@ func (x *ListEntitiesResponse) GetEntities() []*Entity {
 // predate the field ignore it and send whole tables, which a watcher
 // must therefore accept at any time.
 type WatchRoutesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AfterVersion  uint64                 `protobuf:"varint,1,opt,name=after_version,json=afterVersion,proto3" json:"after_version,omitempty"`
-	Changes       bool                   `protobuf:"varint,2,opt,name=changes,proto3" json:"changes,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AfterVersion uint64                 `protobuf:"varint,1,opt,name=after_version,json=afterVersion,proto3" json:"after_version,omitempty"`
+	Changes      bool                   `protobuf:"varint,2,opt,name=changes,proto3" json:"changes,omitempty"`
+	// The birth of the catalog after_version counts in (RoutingTable
+	// .catalog_born_ms). Another catalog's version is no point to wait for
+	// or to change from: the member then sends its whole table at once.
+	CatalogBornMs uint64 `protobuf:"varint,3,opt,name=catalog_born_ms,json=catalogBornMs,proto3" json:"catalog_born_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2362,6 +2378,13 @@ func (x *WatchRoutesRequest) GetChanges() bool {
 		return x.Changes
 	}
 	return false
+}
+
+func (x *WatchRoutesRequest) GetCatalogBornMs() uint64 {
+	if x != nil {
+		return x.CatalogBornMs
+	}
+	return 0
 }
 
 type GroupReport struct {
@@ -3637,6 +3660,9 @@ type CatalogSnapshot struct {
 	Tasks         []*PartitionTask       `protobuf:"bytes,7,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ModifiedIndex uint64                 `protobuf:"varint,8,opt,name=modified_index,json=modifiedIndex,proto3" json:"modified_index,omitempty"` // last command that changed anything
 	RoutesIndex   uint64                 `protobuf:"varint,9,opt,name=routes_index,json=routesIndex,proto3" json:"routes_index,omitempty"`       // last command that changed the routing table
+	// now_ms of the first command the catalog applied: its identity beside
+	// the indexes, which a catalog started over counts again from 1.
+	BornMs uint64 `protobuf:"varint,10,opt,name=born_ms,json=bornMs,proto3" json:"born_ms,omitempty"`
 	// Field numbers from 40 on belong to the authorization rules.
 	AuthorizationRules []*AuthorizationRule `protobuf:"bytes,40,rep,name=authorization_rules,json=authorizationRules,proto3" json:"authorization_rules,omitempty"`
 	unknownFields      protoimpl.UnknownFields
@@ -3732,6 +3758,13 @@ func (x *CatalogSnapshot) GetModifiedIndex() uint64 {
 func (x *CatalogSnapshot) GetRoutesIndex() uint64 {
 	if x != nil {
 		return x.RoutesIndex
+	}
+	return 0
+}
+
+func (x *CatalogSnapshot) GetBornMs() uint64 {
+	if x != nil {
+		return x.BornMs
 	}
 	return 0
 }
@@ -3990,14 +4023,15 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"primaryKey\x12#\n" +
 	"\rsecondary_key\x18\x05 \x01(\tR\fsecondaryKey\x12\"\n" +
 	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\x12\"\n" +
-	"\rupdated_at_ms\x18\a \x01(\x03R\vupdatedAtMs\"\xb9\x03\n" +
+	"\rupdated_at_ms\x18\a \x01(\x03R\vupdatedAtMs\"\xe1\x03\n" +
 	"\fRoutingTable\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12:\n" +
 	"\bentities\x18\x02 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\x125\n" +
 	"\x06groups\x18\x03 \x03(\v2\x1d.quorumbus.placement.v1.GroupR\x06groups\x122\n" +
 	"\x05nodes\x18\x04 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12!\n" +
 	"\fchanges_from\x18\x05 \x01(\x04R\vchangesFrom\x12)\n" +
-	"\x10removed_entities\x18\x06 \x03(\x04R\x0fremovedEntities\x12Z\n" +
+	"\x10removed_entities\x18\x06 \x03(\x04R\x0fremovedEntities\x12&\n" +
+	"\x0fcatalog_born_ms\x18\a \x01(\x04R\rcatalogBornMs\x12Z\n" +
 	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\x12>\n" +
 	"\x1bauthorization_rules_changed\x18) \x01(\bR\x19authorizationRulesChanged\"G\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
@@ -4053,10 +4087,11 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x03top\x18\x03 \x01(\rR\x03top\x12\x14\n" +
 	"\x05topic\x18\x04 \x01(\tR\x05topic\"R\n" +
 	"\x14ListEntitiesResponse\x12:\n" +
-	"\bentities\x18\x01 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\"S\n" +
+	"\bentities\x18\x01 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\"{\n" +
 	"\x12WatchRoutesRequest\x12#\n" +
 	"\rafter_version\x18\x01 \x01(\x04R\fafterVersion\x12\x18\n" +
-	"\achanges\x18\x02 \x01(\bR\achanges\"d\n" +
+	"\achanges\x18\x02 \x01(\bR\achanges\x12&\n" +
+	"\x0fcatalog_born_ms\x18\x03 \x01(\x04R\rcatalogBornMs\"d\n" +
 	"\vGroupReport\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
@@ -4143,7 +4178,7 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x19\n" +
 	"\bgroup_id\x18\x03 \x01(\x04R\agroupId\x124\n" +
 	"\x04kind\x18\x04 \x01(\x0e2 .quorumbus.placement.v1.TaskKindR\x04kind\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"\x8a\x04\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\xa3\x04\n" +
 	"\x0fCatalogSnapshot\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0enext_entity_id\x18\x02 \x01(\x04R\fnextEntityId\x12\"\n" +
@@ -4153,7 +4188,9 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x1c.quorumbus.placement.v1.NodeR\x05nodes\x12;\n" +
 	"\x05tasks\x18\a \x03(\v2%.quorumbus.placement.v1.PartitionTaskR\x05tasks\x12%\n" +
 	"\x0emodified_index\x18\b \x01(\x04R\rmodifiedIndex\x12!\n" +
-	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\x12Z\n" +
+	"\froutes_index\x18\t \x01(\x04R\vroutesIndex\x12\x17\n" +
+	"\aborn_ms\x18\n" +
+	" \x01(\x04R\x06bornMs\x12Z\n" +
 	"\x13authorization_rules\x18( \x03(\v2).quorumbus.placement.v1.AuthorizationRuleR\x12authorizationRules\"N\n" +
 	"\x0eMetaLeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
