@@ -8,6 +8,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/partition/filter"
 	"github.com/quorumbus/quorumbus/partition/rules"
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -49,8 +50,8 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 		return nil, fmt.Errorf("%w: purge of 0 messages", ErrInvalid)
 	}
 	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, c.SubQueue, c.FromSequenceNumber),
-		UpperBound: prefixEnd(subPrefix(e.key, kindMessage, c.SubQueue)),
+		LowerBound: store.MessageKey(e.key, c.SubQueue, c.FromSequenceNumber),
+		UpperBound: store.PrefixEnd(store.SubPrefix(e.key, store.KindMessage, c.SubQueue)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
@@ -64,7 +65,7 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 			r.More = true
 			m, err := iterState(it)
 			if err != nil {
-				return nil, closeIter(it, err)
+				return nil, store.CloseIter(it, err)
 			}
 			r.NextSequenceNumber = m.SequenceNumber
 			break
@@ -72,14 +73,14 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 		scanned++
 		m, err := iterState(it)
 		if err != nil {
-			return nil, closeIter(it, err)
+			return nil, store.CloseIter(it, err)
 		}
 		if c.BeforeEnqueuedTimeMs != 0 && m.EnqueuedTimeMs >= c.BeforeEnqueuedTimeMs {
 			continue
 		}
 		doomed = append(doomed, slotOf(m))
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return nil, err
 	}
 	r.SequenceNumbers = make([]uint64, 0, len(doomed))
@@ -124,7 +125,7 @@ func (a *applier) redrive(c *partitionpb.Redrive) (*partitionpb.Result, error) {
 			continue
 		}
 		seen[cand.SequenceNumber] = true
-		m, err := getState(a.b, a.seqKey(e, kindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber))
+		m, err := getState(a.b, a.seqKey(e, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber))
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -205,11 +206,11 @@ func (a *applier) touch(c *partitionpb.Command) {
 	var k ekey
 	switch op := c.GetOp().(type) {
 	case *partitionpb.Command_Enqueue:
-		k = ekey{op.Enqueue.EntityId, op.Enqueue.Partition}
+		k = ekey{ID: op.Enqueue.EntityId, Part: op.Enqueue.Partition}
 	case *partitionpb.Command_Lock:
-		k = ekey{op.Lock.EntityId, op.Lock.Partition}
+		k = ekey{ID: op.Lock.EntityId, Part: op.Lock.Partition}
 	case *partitionpb.Command_LockBySequence:
-		k = ekey{op.LockBySequence.EntityId, op.LockBySequence.Partition}
+		k = ekey{ID: op.LockBySequence.EntityId, Part: op.LockBySequence.Partition}
 	default:
 		return
 	}
@@ -269,7 +270,7 @@ func (a *applier) applyOp(c *partitionpb.Command) (*partitionpb.Result, error) {
 func okResult() *partitionpb.Result { return &partitionpb.Result{} }
 
 func (a *applier) entity(id uint64, part uint32) (*entity, error) {
-	e, ok := a.entities[ekey{id, part}]
+	e, ok := a.entities[ekey{ID: id, Part: part}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, id, part)
 	}
@@ -337,7 +338,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	if err != nil {
 		return nil, err
 	}
-	k := ekey{cfg.EntityId, cfg.Partition}
+	k := ekey{ID: cfg.EntityId, Part: cfg.Partition}
 	e, ok := a.entities[k]
 	if ok && cfg.Version != 0 && cfg.Version < e.cfg.Version {
 		return okResult(), nil // superseded: a newer configuration is in place
@@ -351,7 +352,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 			return okResult(), nil // superseded: deleted after this configuration
 		}
 		if deleted > 0 { // re-created: the tombstone has done its work
-			if err := a.b.Delete(tombstoneKey(k), nil); err != nil {
+			if err := a.b.Delete(store.TombstoneKey(k), nil); err != nil {
 				return nil, err
 			}
 		}
@@ -377,7 +378,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 // never saw: its upsert may still be on the way), and is ignored by an
 // entity whose configuration is newer than it.
 func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result, error) {
-	k := ekey{c.EntityId, c.Partition}
+	k := ekey{ID: c.EntityId, Part: c.Partition}
 	e, ok := a.entities[k]
 	if c.Version != 0 {
 		if ok && e.cfg.Version > c.Version {
@@ -388,8 +389,8 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 			return nil, err
 		}
 		if c.Version > deleted {
-			tk := tombstoneKey(k)
-			if err := a.b.Set(tk, seal(tk, binary.BigEndian.AppendUint64(nil, c.Version)), nil); err != nil {
+			tk := store.TombstoneKey(k)
+			if err := a.b.Set(tk, store.Seal(tk, binary.BigEndian.AppendUint64(nil, c.Version)), nil); err != nil {
 				return nil, err
 			}
 		}
@@ -417,8 +418,8 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 // deletedVersion is the version of the latest versioned delete of k, 0 if
 // none.
 func (a *applier) deletedVersion(k ekey) (uint64, error) {
-	tk := tombstoneKey(k)
-	p, found, err := get(a.b, tk)
+	tk := store.TombstoneKey(k)
+	p, found, err := store.Get(a.b, tk)
 	if err != nil || !found {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -54,19 +55,6 @@ const (
 	stagedPrune = 4
 )
 
-// blobPrefix is the prefix of the chunks of a blob.
-func blobPrefix(k ekey, blob []byte) []byte {
-	return append(kindPrefix(k, kindBlob), blob...)
-}
-
-func blobChunkKey(k ekey, blob []byte, offset uint64) []byte {
-	return binary.BigEndian.AppendUint64(blobPrefix(k, blob), offset)
-}
-
-func stagedKey(k ekey, blob []byte) []byte {
-	return append(kindPrefix(k, kindStaged), blob...)
-}
-
 // staged is a staged record: when its last chunk was applied, and how many
 // bytes the blob's chunks hold.
 type staged struct {
@@ -75,7 +63,7 @@ type staged struct {
 }
 
 func (s staged) encode() []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), timeBits(s.at))
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), store.TimeBits(s.at))
 	return binary.BigEndian.AppendUint64(b, s.received)
 }
 
@@ -83,12 +71,12 @@ func decodeStaged(key, p []byte) (staged, error) {
 	if len(p) != 16 {
 		return staged{}, fmt.Errorf("%w: staged record %x of %d bytes", ErrCorrupt, key, len(p))
 	}
-	return staged{timeFromBits(binary.BigEndian.Uint64(p)), binary.BigEndian.Uint64(p[8:])}, nil
+	return staged{store.TimeFromBits(binary.BigEndian.Uint64(p)), binary.BigEndian.Uint64(p[8:])}, nil
 }
 
 func (a *applier) stagedRecord(e *entity, blob []byte) (staged, bool, error) {
-	key := stagedKey(e.key, blob)
-	p, found, err := get(a.b, key)
+	key := store.StagedKey(e.key, blob)
+	p, found, err := store.Get(a.b, key)
 	if err != nil || !found {
 		return staged{}, false, err
 	}
@@ -112,8 +100,8 @@ func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, erro
 	if err != nil {
 		return nil, err
 	}
-	key := blobChunkKey(e.key, c.Blob, c.Offset)
-	if _, found, err := get(a.b, key); err != nil || found {
+	key := store.BlobChunkKey(e.key, c.Blob, c.Offset)
+	if _, found, err := store.Get(a.b, key); err != nil || found {
 		if err == nil {
 			err = fmt.Errorf("%w: a second chunk at %d of blob %x", ErrInvalid, c.Offset, c.Blob)
 		}
@@ -122,40 +110,40 @@ func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, erro
 	if err := a.pruneStaged(e, c.Blob); err != nil {
 		return nil, err
 	}
-	if err := setSealed(a.b, key, c.Data); err != nil {
+	if err := store.SetSealed(a.b, key, c.Data); err != nil {
 		return nil, err
 	}
 	// A blob id is never reused: a chunk of a blob an Enqueue took over
 	// would start a new staged record, pruned in time.
 	s.at, s.received = a.now, s.received+uint64(len(c.Data))
-	key = stagedKey(e.key, c.Blob)
-	return okResult(), a.b.Set(key, seal(key, s.encode()), nil)
+	key = store.StagedKey(e.key, c.Blob)
+	return okResult(), a.b.Set(key, store.Seal(key, s.encode()), nil)
 }
 
 // pruneStaged deletes up to stagedPrune blobs of e, other than keep, whose
 // last chunk is older than the staging window.
 func (a *applier) pruneStaged(e *entity, keep []byte) error {
-	p := kindPrefix(e.key, kindStaged)
-	it, err := prefixIter(a.b, p)
+	p := store.KindPrefix(e.key, store.KindStaged)
+	it, err := store.PrefixIter(a.b, p)
 	if err != nil {
 		return err
 	}
 	var stale [][]byte
 	for valid := it.First(); valid && len(stale) < stagedPrune; valid = it.Next() {
-		v, err := iterValue(it)
+		v, err := store.IterValue(it)
 		if err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		s, err := decodeStaged(it.Key(), v)
 		if err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		blob := it.Key()[len(p):]
 		if a.now-s.at > stagingWindowMs && !bytes.Equal(blob, keep) {
 			stale = append(stale, append([]byte(nil), blob...))
 		}
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, blob := range stale {
@@ -168,11 +156,11 @@ func (a *applier) pruneStaged(e *entity, keep []byte) error {
 
 // dropBlob deletes a blob and its staged record, if any.
 func (a *applier) dropBlob(e *entity, blob []byte) error {
-	p := blobPrefix(e.key, blob)
-	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+	p := store.BlobPrefix(e.key, blob)
+	if err := a.b.DeleteRange(p, store.PrefixEnd(p), nil); err != nil {
 		return err
 	}
-	return a.b.Delete(stagedKey(e.key, blob), nil)
+	return a.b.Delete(store.StagedKey(e.key, blob), nil)
 }
 
 // checkStaged refuses a new message whose staged blob is not whole.
@@ -196,7 +184,7 @@ func (a *applier) checkStaged(e *entity, i int, nm *partitionpb.NewMessage) erro
 // takeBlob hands the staged blob of nm to m.
 func (a *applier) takeBlob(e *entity, nm *partitionpb.NewMessage, m *partitionpb.StoredMessage) error {
 	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nm.StagedBody, nm.StagedLength, nm.StagedCrc
-	return a.b.Delete(stagedKey(e.key, nm.StagedBody), nil)
+	return a.b.Delete(store.StagedKey(e.key, nm.StagedBody), nil)
 }
 
 // dropStaged deletes the staged blobs an Enqueue names but will not take
@@ -204,7 +192,7 @@ func (a *applier) takeBlob(e *entity, nm *partitionpb.NewMessage, m *partitionpb
 // go: one the first apply took over (the same entry proposed again) is a
 // message's, or its topic's copies'.
 func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
-	e, ok := a.entities[ekey{c.EntityId, c.Partition}]
+	e, ok := a.entities[ekey{ID: c.EntityId, Part: c.Partition}]
 	if !ok {
 		return nil
 	}
@@ -228,25 +216,25 @@ func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
 // readBlob reads m's blob into m.Bare, checking its length and CRC.
 func readBlob(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
 	if m.BodyBlobEntity != 0 { // a topic's, shared (sharedblobs.go)
-		k = ekey{m.BodyBlobEntity, k.part}
+		k = ekey{ID: m.BodyBlobEntity, Part: k.Part}
 	}
-	p := blobPrefix(k, m.BodyBlob)
-	it, err := prefixIter(r, p)
+	p := store.BlobPrefix(k, m.BodyBlob)
+	it, err := store.PrefixIter(r, p)
 	if err != nil {
 		return err
 	}
 	bare := make([]byte, 0, m.BodyBlobLength)
 	for valid := it.First(); valid; valid = it.Next() {
-		v, err := iterValue(it)
+		v, err := store.IterValue(it)
 		if err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		if off := binary.BigEndian.Uint64(it.Key()[len(p):]); off != uint64(len(bare)) || uint64(len(bare)+len(v)) > m.BodyBlobLength {
-			return closeIter(it, fmt.Errorf("%w: blob %x of message %d of %s: chunk at %d after %d bytes", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, off, len(bare)))
+			return store.CloseIter(it, fmt.Errorf("%w: blob %x of message %d of %s: chunk at %d after %d bytes", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, off, len(bare)))
 		}
 		bare = append(bare, v...)
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	if uint64(len(bare)) != m.BodyBlobLength || crc32.Checksum(bare, castagnoli) != m.BodyBlobCrc {

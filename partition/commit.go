@@ -49,7 +49,7 @@ type bucket struct {
 }
 
 // bucketPrefix covers the data prefix, entity id, partition and record
-// kind (keys.go); shorter keys are their own prefix.
+// kind (store/doc.go); shorter keys are their own prefix.
 const bucketPrefix = 14
 
 // commitSorted commits the writes of b, in key order, through a batch of

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -90,10 +91,10 @@ type entity struct {
 
 func newEntity(k ekey) *entity {
 	return &entity{
-		key: k, next: 1, lockFloor: kindPrefix(k, kindLock), readyFloor: kindPrefix(k, kindSessionReady),
-		sched:      newTimeIndex(k, kindScheduled),
-		exp:        newTimeIndex(k, kindExpiry),
-		slock:      newTimeIndex(k, kindSessionLock),
+		key: k, next: 1, lockFloor: store.KindPrefix(k, store.KindLock), readyFloor: store.KindPrefix(k, store.KindSessionReady),
+		sched:      newTimeIndex(k, store.KindScheduled),
+		exp:        newTimeIndex(k, store.KindExpiry),
+		slock:      newTimeIndex(k, store.KindSessionLock),
 		dedupFloor: math.MinInt64,
 
 		forwardFloor:    math.MinInt64,
@@ -112,7 +113,7 @@ type timeIndex struct {
 }
 
 func newTimeIndex(k ekey, kind byte) timeIndex {
-	p := kindPrefix(k, kind)
+	p := store.KindPrefix(k, kind)
 	return timeIndex{prefix: p, floor: p}
 }
 
@@ -124,12 +125,12 @@ func (x *timeIndex) lower(key []byte) {
 }
 
 // end is the upper bound of the index's keys.
-func (x *timeIndex) end() []byte { return prefixEnd(x.prefix) }
+func (x *timeIndex) end() []byte { return store.PrefixEnd(x.prefix) }
 
 // floorTime is the earliest time an entry may have.
 func (x *timeIndex) floorTime() int64 {
-	if len(x.floor) >= kindPrefixLen+8 {
-		return timeFromBits(binary.BigEndian.Uint64(x.floor[kindPrefixLen:]))
+	if len(x.floor) >= store.KindPrefixLen+8 {
+		return store.TimeFromBits(binary.BigEndian.Uint64(x.floor[store.KindPrefixLen:]))
 	}
 	if bytes.Compare(x.floor, x.prefix) <= 0 {
 		return math.MinInt64
@@ -148,16 +149,16 @@ func (x *timeIndex) load(r pebble.Reader) error {
 	x.has = false
 	x.floor = end
 	if it.First() {
-		if _, err := iterValue(it); err != nil {
-			return closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return store.CloseIter(it, err)
 		}
-		if len(it.Key()) < kindPrefixLen+8 {
-			return closeIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
+		if len(it.Key()) < store.KindPrefixLen+8 {
+			return store.CloseIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
 		}
-		x.min, x.has = timeFromBits(binary.BigEndian.Uint64(it.Key()[kindPrefixLen:])), true
+		x.min, x.has = store.TimeFromBits(binary.BigEndian.Uint64(it.Key()[store.KindPrefixLen:])), true
 		x.floor = append([]byte(nil), it.Key()...)
 	}
-	return closeIter(it, it.Error())
+	return store.CloseIter(it, it.Error())
 }
 
 // lowerLockFloor notes a lock entry written at key.
@@ -169,10 +170,10 @@ func (e *entity) lowerLockFloor(key []byte) {
 
 // lockFloorTime is the earliest locked_until_ms a lock entry may have.
 func (e *entity) lockFloorTime() int64 {
-	if until, _, _, ok := parseLockKey(e.lockFloor); ok {
+	if until, _, _, ok := store.ParseLockKey(e.lockFloor); ok {
 		return until
 	}
-	if bytes.Compare(e.lockFloor, kindPrefix(e.key, kindLock)) <= 0 {
+	if bytes.Compare(e.lockFloor, store.KindPrefix(e.key, store.KindLock)) <= 0 {
 		return math.MinInt64
 	}
 	return math.MaxInt64 // past the end: no locks
@@ -187,7 +188,7 @@ type counts struct {
 }
 
 func (e *entity) nextSequence() uint64 {
-	seq := partitionpb.SequenceNumber(e.key.part, e.next)
+	seq := partitionpb.SequenceNumber(e.key.Part, e.next)
 	e.next = (e.next + 1) & partitionpb.SequenceCounterMask
 	return seq
 }

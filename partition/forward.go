@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -42,13 +43,6 @@ func originID(o *partitionpb.ForwardOrigin) []byte {
 	return binary.BigEndian.AppendUint64(b, o.SequenceNumber)
 }
 
-func forwardKey(k ekey, id []byte) []byte { return append(kindPrefix(k, kindForward), id...) }
-
-func forwardTimeKey(k ekey, at int64, id []byte) []byte {
-	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindForwardTime), timeBits(at))
-	return append(b, id...)
-}
-
 // forwardEntry is the record of an origin: when the destination took the
 // message and the sequence number it gave it.
 type forwardEntry struct {
@@ -58,14 +52,14 @@ type forwardEntry struct {
 
 // forwardEntry returns the record of origin id, or nil.
 func (a *applier) forwardEntry(e *entity, id []byte) (*forwardEntry, error) {
-	p, found, err := get(a.b, forwardKey(e.key, id))
+	p, found, err := store.Get(a.b, store.ForwardKey(e.key, id))
 	if err != nil || !found {
 		return nil, err
 	}
 	if len(p) != 16 {
 		return nil, fmt.Errorf("%w: %s: forward entry of %d bytes", ErrCorrupt, e.key, len(p))
 	}
-	return &forwardEntry{at: timeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:])}, nil
+	return &forwardEntry{at: store.TimeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:])}, nil
 }
 
 // fresh reports whether the record still deduplicates at now.
@@ -78,18 +72,18 @@ func (f *forwardEntry) fresh(now int64) bool {
 // entry, so that pruning that entry cannot delete the new record).
 func (a *applier) recordForward(e *entity, id []byte, seq uint64, old *forwardEntry) error {
 	if old != nil {
-		if err := a.b.Delete(forwardTimeKey(e.key, old.at, id), nil); err != nil {
+		if err := a.b.Delete(store.ForwardTimeKey(e.key, old.at, id), nil); err != nil {
 			return err
 		}
 	}
-	v := binary.BigEndian.AppendUint64(nil, timeBits(a.now))
+	v := binary.BigEndian.AppendUint64(nil, store.TimeBits(a.now))
 	v = binary.BigEndian.AppendUint64(v, seq)
-	k := forwardKey(e.key, id)
-	if err := a.b.Set(k, seal(k, v), nil); err != nil {
+	k := store.ForwardKey(e.key, id)
+	if err := a.b.Set(k, store.Seal(k, v), nil); err != nil {
 		return err
 	}
-	tk := forwardTimeKey(e.key, a.now, id)
-	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+	tk := store.ForwardTimeKey(e.key, a.now, id)
+	if err := a.b.Set(tk, store.Seal(tk, nil), nil); err != nil {
 		return err
 	}
 	e.forwardFloor = min(e.forwardFloor, a.now)
@@ -101,11 +95,11 @@ func (a *applier) pruneForward(e *entity, budget int) error {
 	if a.now < math.MinInt64+ForwardDedupWindowMs {
 		return nil
 	}
-	prefix := kindPrefix(e.key, kindForwardTime)
+	prefix := store.KindPrefix(e.key, store.KindForwardTime)
 	del := func(key []byte) error { return a.b.Delete(key, nil) }
 	cutoff := a.now - ForwardDedupWindowMs
 	return a.pruneByTime(prefix, cutoff, &e.forwardFloor, budget, del, func(id []byte) []byte {
-		return forwardKey(e.key, id)
+		return store.ForwardKey(e.key, id)
 	})
 }
 
@@ -172,7 +166,7 @@ func (m *Machine) ForwardSources() []ForwardSource {
 				continue
 			}
 			out = append(out, ForwardSource{
-				EntityID: k.id, Partition: k.part, SubQueue: partitionpb.SubQueue(q),
+				EntityID: k.ID, Partition: k.Part, SubQueue: partitionpb.SubQueue(q),
 				Name: e.cfg.GetName(), To: to, LockDurationMs: e.cfg.GetLockDurationMs(),
 				Sessions: e.cfg.GetRequiresSession() && q == int(partitionpb.SubQueue_SUB_QUEUE_MAIN),
 			})

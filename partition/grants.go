@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -54,7 +55,7 @@ func grantKeyOf(k ekey, until int64, sub partitionpb.SubQueue, seq uint64) grant
 	return grantKey{k, until, sub, seq &^ (grantSpan - 1)}
 }
 
-func (g grantKey) key() []byte { return lockKey(g.k, g.until, g.sub, g.base) }
+func (g grantKey) key() []byte { return store.LockKey(g.k, g.until, g.sub, g.base) }
 
 // grant is a grant as an applier holds it.
 type grant struct {
@@ -140,7 +141,7 @@ func (a *applier) findGrant(gk grantKey) (*grant, error) {
 	}
 	g := &grant{}
 	key := gk.key()
-	p, found, err := get(a.b, key)
+	p, found, err := store.Get(a.b, key)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +203,7 @@ func (a *applier) flushGrants() error {
 		switch {
 		case g.n > 0:
 			buf = g.encode(buf[:0])
-			err = a.b.Set(key, seal(key, buf), nil)
+			err = a.b.Set(key, store.Seal(key, buf), nil)
 			g.stored = true
 		case g.stored:
 			err = a.b.Delete(key, nil)
@@ -219,7 +220,7 @@ func (a *applier) flushGrants() error {
 func compareGrantKeys(x, y grantKey) int {
 	switch {
 	case x.k != y.k:
-		if x.k.less(y.k) {
+		if x.k.Less(y.k) {
 			return -1
 		}
 		return 1
@@ -250,44 +251,44 @@ func (a *applier) dropGrants(k ekey) {
 	}
 }
 
-// upgradeLockIndex turns a store of formatLockEntries, whose lock index had
+// upgradeLockIndex turns a store of store.FormatLockEntries, whose lock index had
 // an entry per locked message at the key a grant now has, into one of
-// storeFormat, in one batch with the new format version: a crash before
+// store.Format, in one batch with the new format version: a crash before
 // the store is flushed leaves the old format, upgraded again on restart.
 func upgradeLockIndex(db *pebble.DB) error {
 	b := db.NewBatch()
 	defer b.Close()
 	grants := map[grantKey]*grant{}
-	it, err := prefixIter(db, []byte{prefixEntity})
+	it, err := store.PrefixIter(db, []byte{store.PrefixEntity})
 	if err != nil {
 		return err
 	}
 	var entities []ekey
 	for valid := it.First(); valid; valid = it.Next() {
-		k, ok := parseEntityKey(it.Key())
+		k, ok := store.ParseEntityRecordKey(it.Key())
 		if !ok {
-			return closeIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
+			return store.CloseIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
 		}
 		entities = append(entities, k)
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, k := range entities {
-		it, err := prefixIter(db, kindPrefix(k, kindLock))
+		it, err := store.PrefixIter(db, store.KindPrefix(k, store.KindLock))
 		if err != nil {
 			return err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
-			if _, err := iterValue(it); err != nil {
-				return closeIter(it, err)
+			if _, err := store.IterValue(it); err != nil {
+				return store.CloseIter(it, err)
 			}
-			until, sub, seq, ok := parseLockKey(it.Key())
+			until, sub, seq, ok := store.ParseLockKey(it.Key())
 			if !ok {
-				return closeIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
+				return store.CloseIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
 			}
 			if err := b.Delete(it.Key(), nil); err != nil {
-				return closeIter(it, err)
+				return store.CloseIter(it, err)
 			}
 			gk := grantKeyOf(k, until, sub, seq)
 			g := grants[gk]
@@ -297,18 +298,18 @@ func upgradeLockIndex(db *pebble.DB) error {
 			}
 			g.add(gk.base, seq)
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return err
 		}
 	}
 	for gk, g := range grants {
 		key := gk.key()
-		if err := b.Set(key, seal(key, g.encode(nil)), nil); err != nil {
+		if err := b.Set(key, store.Seal(key, g.encode(nil)), nil); err != nil {
 			return err
 		}
 	}
-	v := seal(keyFormat, binary.BigEndian.AppendUint64(nil, storeFormat))
-	if err := b.Set(keyFormat, v, nil); err != nil {
+	v := store.Seal(store.KeyFormat, binary.BigEndian.AppendUint64(nil, store.Format))
+	if err := b.Set(store.KeyFormat, v, nil); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {

@@ -1,6 +1,10 @@
 package partition
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/quorumbus/quorumbus/partition/store"
+)
 
 // lockedStates keeps the state records of locked messages in memory, as
 // they were written, for the settlements and renewals that look them up
@@ -43,10 +47,10 @@ type lockedState struct {
 	p    []byte // unsealed state record; its array is reused
 }
 
-// stateKey is a state record's key (keys.go).
+// stateKey is a state record's key (store/doc.go).
 type stateKey [stateKeyLen]byte
 
-const stateKeyLen = kindPrefixLen + 1 + 8
+const stateKeyLen = store.KindPrefixLen + 1 + 8
 
 // toStateKey returns key as a stateKey and the sequence number it names.
 func toStateKey(key []byte) (k stateKey, seq uint64, ok bool) {

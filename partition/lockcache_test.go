@@ -3,6 +3,7 @@ package partition
 import (
 	"testing"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -12,14 +13,14 @@ import (
 // removes the other's record.
 func TestLockedStatesShareNumbers(t *testing.T) {
 	c := newLockedStates()
-	a := appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
-	b := appendSeqKey(nil, ekey{2, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
-	d := appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, 7)
+	a := store.AppendSeqKey(nil, ekey{ID: 1, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
+	b := store.AppendSeqKey(nil, ekey{ID: 2, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
+	d := store.AppendSeqKey(nil, ekey{ID: 1, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, 7)
 	want := func(key []byte, p string) {
 		t.Helper()
 		got, ok := c.get(key)
 		if p == "" && ok || p != "" && string(got) != p {
-			t.Fatalf("get(%x) = %q, %v; want %q", key, got, ok, p)
+			t.Fatalf("store.Get(%x) = %q, %v; want %q", key, got, ok, p)
 		}
 	}
 	c.wrote(a, []byte("a1"), true)
@@ -50,14 +51,14 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 func TestLockedStatesGrowAndEvict(t *testing.T) {
 	c := newLockedStates()
 	key := func(seq uint64) []byte {
-		return appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+		return store.AppendSeqKey(nil, ekey{ID: 1, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 	}
 	rec := func(seq uint64) []byte { return []byte{byte(seq), byte(seq >> 8), byte(seq >> 16)} }
 	check := func(seq uint64, want bool) {
 		t.Helper()
 		got, ok := c.get(key(seq))
 		if ok != want || ok && string(got) != string(rec(seq)) {
-			t.Fatalf("get(%d) = %x, %v; want kept %v", seq, got, ok, want)
+			t.Fatalf("store.Get(%d) = %x, %v; want kept %v", seq, got, ok, want)
 		}
 	}
 	const start = 1 << 40 // numbers carry the partition in their top bits

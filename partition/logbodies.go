@@ -9,9 +9,14 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/wire"
 )
+
+// castagnoli is the CRC of bodies in the Raft log and of snapshot
+// streams (the store's records have their own seal: store.Seal).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Bodies kept in the Raft log.
 //
@@ -285,40 +290,40 @@ func (m *Machine) inlineBodies() error {
 	defer func() { b.Close() }()
 	moved := 0
 	for k := range m.entities {
-		prefix := kindPrefix(k, kindMessage)
-		it, err := m.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		prefix := store.KindPrefix(k, store.KindMessage)
+		it, err := m.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: store.PrefixEnd(prefix)})
 		if err != nil {
 			return fmt.Errorf("partition: iterator: %w", err)
 		}
 		for valid := it.First(); valid; valid = it.Next() {
 			st, err := iterState(it)
 			if err != nil {
-				return closeIter(it, err)
+				return store.CloseIter(it, err)
 			}
 			if st.BodyIndex == 0 {
 				continue
 			}
 			if err := m.logs.sections(st); err != nil {
-				return closeIter(it, err)
+				return store.CloseIter(it, err)
 			}
-			if err := setBody(b, bodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
-				return closeIter(it, err)
+			if err := setBody(b, store.BodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
+				return store.CloseIter(it, err)
 			}
 			dropLogRef(st)
 			st.Header, st.Annotations, st.Bare = nil, nil, nil
 			if err := setState(b, it.Key(), st); err != nil {
-				return closeIter(it, err)
+				return store.CloseIter(it, err)
 			}
 			moved++
 			if b.Len() >= restoreBatch {
 				if err := b.Commit(pebble.NoSync); err != nil {
-					return closeIter(it, fmt.Errorf("partition: write: %w", err))
+					return store.CloseIter(it, fmt.Errorf("partition: write: %w", err))
 				}
 				b.Close()
 				b = m.db.NewBatch()
 			}
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return err
 		}
 	}

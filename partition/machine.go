@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -197,16 +198,16 @@ func (m *Machine) openPebble(path string) (*pebble.DB, error) {
 }
 
 func checkFormat(db *pebble.DB) error {
-	p, found, err := get(db, keyFormat)
+	p, found, err := store.Get(db, store.KeyFormat)
 	if err != nil {
 		return err
 	}
 	if found {
-		if len(p) == 8 && binary.BigEndian.Uint64(p) == formatLockEntries {
+		if len(p) == 8 && binary.BigEndian.Uint64(p) == store.FormatLockEntries {
 			return upgradeLockIndex(db)
 		}
-		if len(p) != 8 || binary.BigEndian.Uint64(p) != storeFormat {
-			return fmt.Errorf("%w: store format %x, want %d", ErrCorrupt, p, storeFormat)
+		if len(p) != 8 || binary.BigEndian.Uint64(p) != store.Format {
+			return fmt.Errorf("%w: store format %x, want %d", ErrCorrupt, p, store.Format)
 		}
 		return nil
 	}
@@ -215,14 +216,14 @@ func checkFormat(db *pebble.DB) error {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}
 	empty := !it.First()
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	if !empty {
 		return fmt.Errorf("%w: store without format version", ErrCorrupt)
 	}
-	v := seal(keyFormat, binary.BigEndian.AppendUint64(nil, storeFormat))
-	if err := db.Set(keyFormat, v, pebble.NoSync); err != nil {
+	v := store.Seal(store.KeyFormat, binary.BigEndian.AppendUint64(nil, store.Format))
+	if err := db.Set(store.KeyFormat, v, pebble.NoSync); err != nil {
 		return fmt.Errorf("partition: write format: %w", err)
 	}
 	return nil
@@ -235,26 +236,26 @@ func (m *Machine) load() error {
 		return err
 	}
 	entities := make(map[ekey]*entity)
-	it, err := prefixIter(m.db, []byte{prefixEntity})
+	it, err := store.PrefixIter(m.db, []byte{store.PrefixEntity})
 	if err != nil {
 		return err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		k, ok := parseEntityKey(it.Key())
+		k, ok := store.ParseEntityRecordKey(it.Key())
 		if !ok {
-			return closeIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
+			return store.CloseIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
 		}
-		p, err := iterValue(it)
+		p, err := store.IterValue(it)
 		if err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		e, err := parseEntityRecord(k, p)
 		if err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		entities[k] = e
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, e := range entities {
@@ -284,7 +285,7 @@ func (m *Machine) load() error {
 }
 
 func readApplied(r pebble.Reader) (uint64, error) {
-	p, found, err := get(r, keyApplied)
+	p, found, err := store.Get(r, store.KeyApplied)
 	if err != nil || !found {
 		return 0, err
 	}
@@ -298,7 +299,7 @@ func readApplied(r pebble.Reader) (uint64, error) {
 // from lockFloor, and raises lockFloor to it.
 func (e *entity) loadMinLock(r pebble.Reader) error {
 	e.minLockStale = false
-	end := prefixEnd(kindPrefix(e.key, kindLock))
+	end := store.PrefixEnd(store.KindPrefix(e.key, store.KindLock))
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: e.lockFloor, UpperBound: end})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
@@ -306,17 +307,17 @@ func (e *entity) loadMinLock(r pebble.Reader) error {
 	e.hasLock = false
 	e.lockFloor = end
 	if it.First() {
-		if _, err := iterValue(it); err != nil {
-			return closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return store.CloseIter(it, err)
 		}
-		until, _, _, ok := parseLockKey(it.Key())
+		until, _, _, ok := store.ParseLockKey(it.Key())
 		if !ok {
-			return closeIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
+			return store.CloseIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
 		}
 		e.minLock, e.hasLock = until, true
 		e.lockFloor = append([]byte(nil), it.Key()...)
 	}
-	return closeIter(it, it.Error())
+	return store.CloseIter(it, it.Error())
 }
 
 // Close flushes the store, so that everything applied survives, and closes
@@ -470,15 +471,15 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 	for _, k := range sortedKeys(a.dirty) {
 		var err error
 		if e, ok := m.entities[k]; ok {
-			err = a.b.Set(entityKey(k), seal(entityKey(k), e.record()), nil)
+			err = a.b.Set(store.EntityRecordKey(k), store.Seal(store.EntityRecordKey(k), e.record()), nil)
 		} else {
-			err = a.b.Delete(entityKey(k), nil)
+			err = a.b.Delete(store.EntityRecordKey(k), nil)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := a.b.Set(keyApplied, seal(keyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
+	if err := a.b.Set(store.KeyApplied, store.Seal(store.KeyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
 		return err
 	}
 	return m.commit.commitSorted(m.db, a.b)
@@ -530,9 +531,9 @@ func sortedKeys[V any](m map[ekey]V) []ekey {
 	}
 	slices.SortFunc(keys, func(a, b ekey) int {
 		switch {
-		case a.less(b):
+		case a.Less(b):
 			return -1
-		case b.less(a):
+		case b.Less(a):
 			return 1
 		}
 		return 0
@@ -547,7 +548,7 @@ func (m *Machine) Stats(entityID uint64, partition uint32) (*partitionpb.StatsRe
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	e, ok := m.entities[ekey{entityID, partition}]
+	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
@@ -564,7 +565,7 @@ func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partiti
 		return nil, err
 	}
 	one := func(k ekey, e *entity) *partitionpb.EntityPartitionStats {
-		return &partitionpb.EntityPartitionStats{EntityId: k.id, Partition: k.part, Stats: e.stats()}
+		return &partitionpb.EntityPartitionStats{EntityId: k.ID, Partition: k.Part, Stats: e.stats()}
 	}
 	if len(refs) == 0 {
 		out := make([]*partitionpb.EntityPartitionStats, 0, len(m.entities))
@@ -575,7 +576,7 @@ func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partiti
 	}
 	out := make([]*partitionpb.EntityPartitionStats, 0, len(refs))
 	for _, r := range refs {
-		k := ekey{r.GetEntityId(), r.GetPartition()}
+		k := ekey{ID: r.GetEntityId(), Part: r.GetPartition()}
 		if e, ok := m.entities[k]; ok {
 			out = append(out, one(k, e))
 		}
@@ -588,7 +589,7 @@ func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partiti
 func (m *Machine) HasEntity(entityID uint64, partition uint32) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	_, ok := m.entities[ekey{entityID, partition}]
+	_, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	return ok && m.usable() == nil
 }
 
@@ -597,14 +598,14 @@ func (m *Machine) HasEntity(entityID uint64, partition uint32) bool {
 func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{entityID, partition}
+	k := ekey{ID: entityID, Part: partition}
 	e, ok := m.entities[k]
 	if !ok || m.usable() != nil || !validSubQueue(q) {
 		return false
 	}
 	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: availableKey(k, q, e.availHead[q]),
-		UpperBound: prefixEnd(subPrefix(k, kindAvailable, q)),
+		LowerBound: store.AvailableKey(k, q, e.availHead[q]),
+		UpperBound: store.PrefixEnd(store.SubPrefix(k, store.KindAvailable, q)),
 	})
 	if err != nil {
 		m.log.Error("partition: available", "entity", k, "err", err)
@@ -612,9 +613,9 @@ func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.Sub
 	}
 	found := it.First()
 	if found {
-		_, err = iterValue(it)
+		_, err = store.IterValue(it)
 	}
-	if err = closeIter(it, errors.Join(err, it.Error())); err != nil {
+	if err = store.CloseIter(it, errors.Join(err, it.Error())); err != nil {
 		m.log.Error("partition: available", "entity", k, "err", err)
 		return false
 	}
@@ -638,8 +639,8 @@ const freshScan = 64
 // not scheduled (entity.fresh).
 func (m *Machine) freshAvailable(e *entity) (bool, error) {
 	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh),
-		UpperBound: prefixEnd(subPrefix(e.key, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN)),
+		LowerBound: store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh),
+		UpperBound: store.PrefixEnd(store.SubPrefix(e.key, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN)),
 	})
 	if err != nil {
 		return false, err
@@ -647,17 +648,17 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 	n := 0
 	for valid := it.First(); valid; valid = it.Next() {
 		if n++; n > freshScan {
-			return true, closeIter(it, nil)
+			return true, store.CloseIter(it, nil)
 		}
 		msg, err := iterState(it)
 		if err != nil {
-			return false, closeIter(it, err)
+			return false, store.CloseIter(it, err)
 		}
 		if slotOf(msg).available() {
-			return true, closeIter(it, nil)
+			return true, store.CloseIter(it, nil)
 		}
 	}
-	return false, closeIter(it, it.Error())
+	return false, store.CloseIter(it, it.Error())
 }
 
 // Changed returns a channel that is closed after the next Apply that made a
@@ -666,7 +667,7 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 // entity, and when the machine closes (wake.go). Call it again for the
 // next change.
 func (m *Machine) Changed(id uint64, part uint32, q partitionpb.SubQueue) <-chan struct{} {
-	return m.wakeups.channel(wakeKey{ekey{id, part}, q})
+	return m.wakeups.channel(wakeKey{ekey{ID: id, Part: part}, q})
 }
 
 func validSubQueue(q partitionpb.SubQueue) bool {
@@ -697,7 +698,7 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	k := ekey{entityID, partition}
+	k := ekey{ID: entityID, Part: partition}
 	if _, ok := m.entities[k]; !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
@@ -709,8 +710,8 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 		return nil, nil
 	}
 	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(k, q, from),
-		UpperBound: prefixEnd(subPrefix(k, kindMessage, q)),
+		LowerBound: store.MessageKey(k, q, from),
+		UpperBound: store.PrefixEnd(store.SubPrefix(k, store.KindMessage, q)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
@@ -720,21 +721,21 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
 		msg, err := iterState(it)
 		if err != nil {
-			return nil, closeIter(it, err)
+			return nil, store.CloseIter(it, err)
 		}
 		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) ||
 			!sessionOf(msg, sessionID) {
 			continue
 		}
 		if err := readBody(m.db, m.logs, k, msg); err != nil {
-			return nil, closeIter(it, err)
+			return nil, store.CloseIter(it, err)
 		}
 		dropStoreRefs(msg)
 		unlock(msg)
 		out = append(out, msg)
 		size += msg.Size
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -44,8 +45,8 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	// queue, the fresh messages, which have no index entries.
 	head := e.availHead[c.SubQueue]
 	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: availableKey(e.key, c.SubQueue, head),
-		UpperBound: prefixEnd(subPrefix(e.key, kindAvailable, c.SubQueue)),
+		LowerBound: store.AvailableKey(e.key, c.SubQueue, head),
+		UpperBound: store.PrefixEnd(store.SubPrefix(e.key, store.KindAvailable, c.SubQueue)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
@@ -57,7 +58,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	}
 	cur, err := a.newMessageCursor(e, c.SubQueue, from, a.bodies)
 	if err != nil {
-		return nil, closeIter(it, err)
+		return nil, store.CloseIter(it, err)
 	}
 	next, passed, count, taken := head, 0, 0, int64(0)
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
@@ -116,10 +117,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	}
 	err = func() error {
 		for valid := it.First(); valid && more(); valid = it.Next() {
-			if _, err := iterValue(it); err != nil {
+			if _, err := store.IterValue(it); err != nil {
 				return err
 			}
-			seq, ok := parseAvailableKey(it.Key())
+			seq, ok := store.ParseAvailableKey(it.Key())
 			if !ok {
 				return fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
 			}
@@ -148,7 +149,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		// The fresh messages: every one passed is no longer fresh, so
 		// fresh moves past it once it has been handled (as fresh).
 		for valid := cur.seekState(e.fresh); valid && more(); valid = cur.states.Next() {
-			p, err := iterValue(cur.states)
+			p, err := store.IterValue(cur.states)
 			if err != nil {
 				return err
 			}
@@ -168,7 +169,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		}
 		return cur.states.Error()
 	}()
-	if err := closeIter(it, cur.close(err)); err != nil {
+	if err := store.CloseIter(it, cur.close(err)); err != nil {
 		return nil, err
 	}
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
@@ -263,8 +264,8 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 		if !ok {
 			return nil, fmt.Errorf("%w: lock token %x is not %d bytes", ErrLockLost, tok, partitionpb.LockTokenBytes)
 		}
-		if p := partitionpb.PartitionOfSequence(seq); p != e.key.part {
-			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, p, e.key.part)
+		if p := partitionpb.PartitionOfSequence(seq); p != e.key.Part {
+			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, p, e.key.Part)
 		}
 	}
 	order := make([]int, len(tokens)) // token positions, to be sorted by token
@@ -337,7 +338,7 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 			out[i] = out[i-1]
 			continue
 		}
-		key := a.seqKey(e, kindMessage, sub, seq)
+		key := a.seqKey(e, store.KindMessage, sub, seq)
 		p, ok := a.lockedStates.get(key)
 		if !ok {
 			if cur == nil {
@@ -471,7 +472,7 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 		}
 		it, err := a.b.NewIter(&pebble.IterOptions{
 			LowerBound: e.lockFloor,
-			UpperBound: prefixEnd(kindPrefix(k, kindLock)),
+			UpperBound: store.PrefixEnd(store.KindPrefix(k, store.KindLock)),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("partition: iterator: %w", err)
@@ -479,32 +480,32 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 		// The iterator sees the grants as flushed; expiring a lock clears
 		// its bit in the applier's copy, and each message is in one grant.
 		for valid := it.First(); valid && budget > 0; valid = it.Next() {
-			until, sub, base, ok := parseLockKey(it.Key())
+			until, sub, base, ok := store.ParseLockKey(it.Key())
 			if !ok {
-				return nil, closeIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
+				return nil, store.CloseIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
 			}
 			if until > a.now {
 				break
 			}
-			p, err := iterValue(it)
+			p, err := store.IterValue(it)
 			if err != nil {
-				return nil, closeIter(it, err)
+				return nil, store.CloseIter(it, err)
 			}
 			g, err := decodeGrant(it.Key(), p)
 			if err != nil {
-				return nil, closeIter(it, err)
+				return nil, store.CloseIter(it, err)
 			}
 			for _, seq := range g.seqs(base) {
 				if budget == 0 {
 					break
 				}
 				if err := a.expireLock(e, until, sub, seq); err != nil {
-					return nil, closeIter(it, err)
+					return nil, store.CloseIter(it, err)
 				}
 				budget--
 			}
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return nil, err
 		}
 	}
@@ -514,7 +515,7 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 // expireLock ends the lock of message seq, which its grant says is locked
 // until `until`.
 func (a *applier) expireLock(e *entity, until int64, sub partitionpb.SubQueue, seq uint64) error {
-	m, err := getState(a.b, messageKey(e.key, sub, seq))
+	m, err := getState(a.b, store.MessageKey(e.key, sub, seq))
 	if err != nil {
 		return err
 	}

@@ -8,12 +8,13 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 // ---------------------------------------------------------------------------
 // Writing messages. Every change of a message goes through add, remove or
-// update, which keep its two records (keys.go), its index entries and the
+// update, which keep its two records (store/doc.go), its index entries and the
 // counters in step. Messages read from the store carry no sections unless
 // withBody added them; only add writes sections.
 
@@ -21,7 +22,7 @@ import (
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
-		if err := setBody(a.b, a.seqKey(e, kindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
+		if err := setBody(a.b, a.seqKey(e, store.KindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
 			return err
 		}
 	}
@@ -33,7 +34,7 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	key := a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber)
+	key := a.seqKey(e, store.KindMessage, m.SubQueue, m.SequenceNumber)
 	p, err := setRecord(a.b, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
@@ -76,8 +77,8 @@ func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) 
 		return err
 	}
 	e.n.add(old, -1)
-	key := a.seqKey(e, kindMessage, old.sub, old.seq)
-	if err := setSealed(a.b, key, v); err != nil {
+	key := a.seqKey(e, store.KindMessage, old.sub, old.seq)
+	if err := store.SetSealed(a.b, key, v); err != nil {
 		return err
 	}
 	a.lockedStates.wrote(key, v, true)
@@ -93,7 +94,7 @@ func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) 
 
 // lockWhole locks the long way: decode, then update.
 func (a *applier) lockWhole(e *entity, old slot, p, token []byte, until int64) error {
-	m, err := decodeState(a.seqKey(e, kindMessage, old.sub, old.seq), p)
+	m, err := decodeState(a.seqKey(e, store.KindMessage, old.sub, old.seq), p)
 	if err != nil {
 		return err
 	}
@@ -145,7 +146,7 @@ func (a *applier) singleDelete(key []byte) error { return a.b.SingleDelete(key, 
 // seqKey returns the key of a message's record of the given kind in the
 // applier's key buffer, valid until the next call. The batch copies keys.
 func (a *applier) seqKey(e *entity, kind byte, sub partitionpb.SubQueue, seq uint64) []byte {
-	a.keyBuf = appendSeqKey(a.keyBuf[:0], e.key, kind, sub, seq)
+	a.keyBuf = store.AppendSeqKey(a.keyBuf[:0], e.key, kind, sub, seq)
 	return a.keyBuf
 }
 
@@ -168,7 +169,7 @@ func (a *applier) remove(e *entity, s slot) error {
 	if s.inLog {
 		return nil // no body record (logbodies.go)
 	}
-	return a.singleDelete(a.seqKey(e, kindBody, s.sub, s.seq))
+	return a.singleDelete(a.seqKey(e, store.KindBody, s.sub, s.seq))
 }
 
 // unslot deletes the state record of the message in slot s and takes it
@@ -177,7 +178,7 @@ func (a *applier) unslot(e *entity, s slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
-	key := a.seqKey(e, kindMessage, s.sub, s.seq)
+	key := a.seqKey(e, store.KindMessage, s.sub, s.seq)
 	if err := a.b.Delete(key, nil); err != nil {
 		return err
 	}
@@ -213,16 +214,16 @@ func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) erro
 // moveBody moves the body record of the message in slot old to its new
 // place, sealed for its new key.
 func (a *applier) moveBody(e *entity, old slot, sub partitionpb.SubQueue, seq uint64) error {
-	from := bodyKey(e.key, old.sub, old.seq)
-	p, found, err := get(a.b, from)
+	from := store.BodyKey(e.key, old.sub, old.seq)
+	p, found, err := store.Get(a.b, from)
 	if err != nil {
 		return err
 	}
 	if !found {
 		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.seq, e.key)
 	}
-	to := bodyKey(e.key, sub, seq)
-	if err := a.b.Set(to, seal(to, p), nil); err != nil {
+	to := store.BodyKey(e.key, sub, seq)
+	if err := a.b.Set(to, store.Seal(to, p), nil); err != nil {
 		return err
 	}
 	return a.singleDelete(from)
@@ -247,10 +248,10 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 			a.woken[wakeKey{e.key, s.sub}] = true
 		}
 		if session {
-			keys = append(keys, sessionStreamKey(e.key, kindSessionMsg, s.sub, s.session, s.seq))
+			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionMsg, s.sub, s.session, s.seq))
 			dAvail = 1
 		} else if e.indexedAvailable(s) {
-			keys = append(keys, availableKey(e.key, s.sub, s.seq))
+			keys = append(keys, store.AvailableKey(e.key, s.sub, s.seq))
 			if set {
 				e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
 			}
@@ -262,23 +263,23 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 			return err
 		}
 		if session {
-			keys = append(keys, sessionStreamKey(e.key, kindSessionHeld, s.sub, s.session, s.seq))
+			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionHeld, s.sub, s.session, s.seq))
 			dHeld = 1
 		}
 	}
 	if session && !s.available() && !s.locked {
-		keys = append(keys, sessionStreamKey(e.key, kindSessionParked, s.sub, s.session, s.seq))
+		keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionParked, s.sub, s.session, s.seq))
 		dParked = 1
 	}
 	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
-		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
+		keys = append(keys, store.ScheduledKey(e.key, s.at, s.seq))
 		a.scheds[e.key] = true
 		if set {
 			e.sched.lower(keys[len(keys)-1])
 		}
 	}
 	if s.expiring() && !session {
-		keys = append(keys, expiryKey(e.key, s.exp, s.seq))
+		keys = append(keys, store.ExpiryKey(e.key, s.exp, s.seq))
 		a.exps[e.key] = true
 		if set {
 			e.exp.lower(keys[len(keys)-1])
@@ -287,7 +288,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 	for _, k := range keys {
 		var err error
 		if set {
-			err = setSealed(a.b, k, nil)
+			err = store.SetSealed(a.b, k, nil)
 		} else {
 			err = a.singleDelete(k)
 		}
@@ -346,20 +347,20 @@ type messageCursor struct {
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub), logs: a.logs, r: a.b}
+	c := &messageCursor{k: e.key, state0: store.SubPrefix(e.key, store.KindMessage, sub), body0: store.SubPrefix(e.key, store.KindBody, sub), logs: a.logs, r: a.b}
 	var err error
 	if c.states, err = a.b.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, sub, from),
-		UpperBound: prefixEnd(c.state0),
+		LowerBound: store.MessageKey(e.key, sub, from),
+		UpperBound: store.PrefixEnd(c.state0),
 	}); err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
 	}
 	if bodies {
 		if c.bodies, err = a.b.NewIter(&pebble.IterOptions{
-			LowerBound: bodyKey(e.key, sub, from),
-			UpperBound: prefixEnd(c.body0),
+			LowerBound: store.BodyKey(e.key, sub, from),
+			UpperBound: store.PrefixEnd(c.body0),
 		}); err != nil {
-			return nil, closeIter(c.states, fmt.Errorf("partition: iterator: %w", err))
+			return nil, store.CloseIter(c.states, fmt.Errorf("partition: iterator: %w", err))
 		}
 	}
 	return c, nil
@@ -379,7 +380,7 @@ func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
 		}
 		return nil, nil
 	}
-	return iterValue(it)
+	return store.IterValue(it)
 }
 
 // lookup reads the state record of seq; nil if there is none.
@@ -434,7 +435,7 @@ func (c *messageCursor) close(err error) error {
 		return err
 	}
 	if c.bodies != nil {
-		err = closeIter(c.bodies, err)
+		err = store.CloseIter(c.bodies, err)
 	}
-	return closeIter(c.states, err)
+	return store.CloseIter(c.states, err)
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/partition/store"
 )
 
 // requestFilter spares most request ids a read of the store.
@@ -53,17 +55,17 @@ const (
 // newRequestFilter starts a filter for the store r as it is now.
 func newRequestFilter(r pebble.Reader) (*requestFilter, error) {
 	f := &requestFilter{seed: maphash.MakeSeed(), preOpen: math.MinInt64}
-	it, err := prefixIter(r, []byte{prefixReqTime})
+	it, err := store.PrefixIter(r, []byte{store.PrefixReqTime})
 	if err != nil {
 		return nil, err
 	}
 	if it.Last() {
 		if len(it.Key()) < 9 {
-			return nil, closeIter(it, ErrCorrupt)
+			return nil, store.CloseIter(it, ErrCorrupt)
 		}
-		f.preOpen = timeFromBits(binary.BigEndian.Uint64(it.Key()[1:9]))
+		f.preOpen = store.TimeFromBits(binary.BigEndian.Uint64(it.Key()[1:9]))
 	}
-	return f, closeIter(it, it.Error())
+	return f, store.CloseIter(it, it.Error())
 }
 
 func (f *requestFilter) probes(id []byte) (h1, h2 uint32) {

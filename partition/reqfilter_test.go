@@ -7,6 +7,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/quorumbus/quorumbus/partition/store"
 )
 
 func filterID(i int) []byte { return binary.BigEndian.AppendUint64([]byte("req-"), uint64(i)) }
@@ -22,7 +24,7 @@ func TestRequestFilter(t *testing.T) {
 	}
 	defer db.Close()
 	// A record from before the filter, applied at 500.
-	if err := db.Set(requestTimeKey(500, filterID(-1)), nil, nil); err != nil {
+	if err := db.Set(store.RequestTimeKey(500, filterID(-1)), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	f, err := newRequestFilter(db)

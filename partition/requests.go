@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -134,14 +135,14 @@ func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64,
 	if a.reqFilter.absent(id, *a.reqFloor) {
 		return nil, nil, nil
 	}
-	p, found, err := get(a.b, requestKey(id))
+	p, found, err := store.Get(a.b, store.RequestKey(id))
 	if err != nil || !found {
 		return nil, nil, err
 	}
 	if len(p) < 8 {
 		return nil, nil, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, id, len(p))
 	}
-	if at := timeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
+	if at := store.TimeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
 		return nil, &at, nil // expired, not yet pruned: new again
 	}
 	r = new(partitionpb.Result)
@@ -154,25 +155,25 @@ func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64,
 // recordRequest stores the result r of request id, applied now, in place
 // of the expired result applied at stale, if there is one.
 func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) error {
-	k := requestKey(id)
+	k := store.RequestKey(id)
 	if stale != nil {
-		if err := a.singleDelete(requestTimeKey(*stale, id)); err != nil {
+		if err := a.singleDelete(store.RequestTimeKey(*stale, id)); err != nil {
 			return err
 		}
 		if err := a.singleDelete(k); err != nil {
 			return err
 		}
 	}
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+marshal.Size(r)), timeBits(a.now))
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+marshal.Size(r)), store.TimeBits(a.now))
 	v, err := marshal.MarshalAppend(v, r)
 	if err != nil {
 		return fmt.Errorf("partition: request %x: %w", id, err)
 	}
-	if err := setSealed(a.b, k, v); err != nil {
+	if err := store.SetSealed(a.b, k, v); err != nil {
 		return err
 	}
-	tk := requestTimeKey(a.now, id)
-	if err := setSealed(a.b, tk, nil); err != nil {
+	tk := store.RequestTimeKey(a.now, id)
+	if err := store.SetSealed(a.b, tk, nil); err != nil {
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)
@@ -188,5 +189,5 @@ func (a *applier) pruneRequests(budget int) error {
 	}
 	// Single deletes: recordRequest deletes an expired result before it
 	// writes the id's new one, so each is written once between deletes.
-	return a.pruneByTime([]byte{prefixReqTime}, a.now-requestWindowMs, a.reqFloor, budget, a.singleDelete, requestKey)
+	return a.pruneByTime([]byte{store.PrefixReqTime}, a.now-requestWindowMs, a.reqFloor, budget, a.singleDelete, store.RequestKey)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -20,7 +21,7 @@ func (m *Machine) sessionEntity(entityID uint64, partition uint32) (*entity, err
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	e, ok := m.entities[ekey{entityID, partition}]
+	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
@@ -108,7 +109,7 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 // the entity partition's messages.
 func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
 	m.mu.RLock()
-	e, ok := m.entities[ekey{entityID, partition}]
+	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	indexed := ok && e.cfg.RequiresSession
 	m.mu.RUnlock()
 	if !indexed {
@@ -136,11 +137,11 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 			it.Close()
 		}
 	}()
-	for _, kind := range []byte{kindSessionMsg, kindSessionHeld, kindSessionParked} {
-		prefix := sessionStreamPrefix(e.key, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sessionID)
+	for _, kind := range []byte{store.KindSessionMsg, store.KindSessionHeld, store.KindSessionParked} {
+		prefix := store.SessionStreamPrefix(e.key, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sessionID)
 		it, err := m.db.NewIter(&pebble.IterOptions{
 			LowerBound: binary.BigEndian.AppendUint64(prefix, from),
-			UpperBound: prefixEnd(prefix),
+			UpperBound: store.PrefixEnd(prefix),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("partition: iterator: %w", err)
@@ -172,12 +173,12 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 		if next == nil {
 			break
 		}
-		if _, err := iterValue(next); err != nil {
+		if _, err := store.IterValue(next); err != nil {
 			return nil, err
 		}
 		next.Next()
-		key := messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
-		p, found, err := get(m.db, key)
+		key := store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+		p, found, err := store.Get(m.db, key)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package partition
 import (
 	"fmt"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -118,7 +119,7 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 // to the session's stream, counting a delivery when countDeliveries (the
 // lock ran out) and not when the receiver gave the session back.
 func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) error {
-	held, err := sessionSeqs(a.b, e.key, kindSessionHeld, sid, 0)
+	held, err := sessionSeqs(a.b, e.key, store.KindSessionHeld, sid, 0)
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,7 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 		return err
 	}
 	if r.avail > 0 {
-		head, err := sessionSeqs(a.b, e.key, kindSessionMsg, sid, 1)
+		head, err := sessionSeqs(a.b, e.key, store.KindSessionMsg, sid, 1)
 		if err != nil {
 			return err
 		}
@@ -172,7 +173,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		return nil, err
 	}
 	until := a.now + e.cfg.LockDurationMs
-	held, err := sessionSeqs(a.b, e.key, kindSessionHeld, c.SessionId, 0)
+	held, err := sessionSeqs(a.b, e.key, store.KindSessionHeld, c.SessionId, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +271,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	if want == 0 || r.avail == 0 {
 		return res, nil
 	}
-	seqs, err := sessionSeqs(a.b, e.key, kindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
+	seqs, err := sessionSeqs(a.b, e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -22,7 +23,7 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{id, part}
+	k := ekey{ID: id, Part: part}
 	wantAvail, wantHeld, wantParked := map[string][]uint64{}, map[string][]uint64{}, map[string][]uint64{}
 	for _, msg := range msgs {
 		s := slotOf(msg)
@@ -39,19 +40,19 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	if err != nil {
 		return err
 	}
-	ready, err := prefixIter(m.db, kindPrefix(k, kindSessionReady))
+	ready, err := store.PrefixIter(m.db, store.KindPrefix(k, store.KindSessionReady))
 	if err != nil {
 		return err
 	}
 	readyN := 0
 	for valid := ready.First(); valid; valid = ready.Next() {
 		if e := m.entities[k]; readyN == 0 && e != nil && bytes.Compare(ready.Key(), e.readyFloor) < 0 {
-			closeIter(ready, nil)
+			store.CloseIter(ready, nil)
 			return fmt.Errorf("ready entry %x below the scans' floor %x", ready.Key(), e.readyFloor)
 		}
 		readyN++
 	}
-	if err := closeIter(ready, ready.Error()); err != nil {
+	if err := store.CloseIter(ready, ready.Error()); err != nil {
 		return err
 	}
 	for sid := range wantAvail {
@@ -75,15 +76,15 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 		if err != nil {
 			return err
 		}
-		avail, err := sessionSeqs(m.db, k, kindSessionMsg, sid, 0)
+		avail, err := sessionSeqs(m.db, k, store.KindSessionMsg, sid, 0)
 		if err != nil {
 			return err
 		}
-		held, err := sessionSeqs(m.db, k, kindSessionHeld, sid, 0)
+		held, err := sessionSeqs(m.db, k, store.KindSessionHeld, sid, 0)
 		if err != nil {
 			return err
 		}
-		parked, err := sessionSeqs(m.db, k, kindSessionParked, sid, 0)
+		parked, err := sessionSeqs(m.db, k, store.KindSessionParked, sid, 0)
 		if err != nil {
 			return err
 		}

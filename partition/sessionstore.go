@@ -9,12 +9,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 // The store of sessions. On an entity that requires sessions every message
 // of the main sub-queue belongs to one session, and the entity partition
-// keeps, beside the message records every entity has (keys.go):
+// keeps, beside the message records every entity has (store/doc.go):
 //
 //	0x02 eid part 0x0b session_id                    the session record (sessionRecord)
 //	0x02 eid part 0x0c sub len(2) session_id seq(8)  the session's stream: its available messages, in order
@@ -23,7 +24,7 @@ import (
 //	0x02 eid part 0x0f until(8) session_id           session locks by their end
 //	0x02 eid part 0x18 sub len(2) session_id seq(8)  its messages that are neither available nor locked: deferred, scheduled
 //
-// These take the place of the available index (kindAvailable) and of
+// These take the place of the available index (store.KindAvailable) and of
 // entity.fresh for session messages: index() puts a session message's
 // entries here and keeps the session record's counts with them, so every
 // rule that moves a message (lock, settle, expiry, activation) keeps the
@@ -32,16 +33,6 @@ import (
 // session in the main sub-queue, which is what a session's peek reads.
 // The functions below are the
 // rules' words for this part of the store; no rule builds these keys.
-const (
-	kindSession      byte = 0x0b
-	kindSessionMsg   byte = 0x0c
-	kindSessionHeld  byte = 0x0d
-	kindSessionReady byte = 0x0e
-	kindSessionLock  byte = 0x0f
-	// 0x10-0x17 are left to other kinds of entity data.
-	kindSessionParked byte = 0x18
-)
-
 // MaxSessionIDBytes caps a session id: the most bytes that Service Bus's
 // 128 characters take in UTF-8. The front-end refuses more than 128
 // characters; the state machine keeps the byte bound it has always
@@ -59,28 +50,6 @@ func (e *entity) inSession(s slot) bool {
 	return e.cfg.RequiresSession && s.sub == partitionpb.SubQueue_SUB_QUEUE_MAIN && s.session != ""
 }
 
-func sessionKey(k ekey, sid string) []byte { return append(kindPrefix(k, kindSession), sid...) }
-
-// sessionStreamPrefix is the prefix of a session's entries of kind
-// kindSessionMsg or kindSessionHeld.
-func sessionStreamPrefix(k ekey, kind byte, sub partitionpb.SubQueue, sid string) []byte {
-	b := append(kindPrefix(k, kind), byte(sub))
-	b = binary.BigEndian.AppendUint16(b, uint16(len(sid)))
-	return append(b, sid...)
-}
-
-func sessionStreamKey(k ekey, kind byte, sub partitionpb.SubQueue, sid string, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(sessionStreamPrefix(k, kind, sub, sid), seq)
-}
-
-func sessionReadyKey(k ekey, seq uint64, sid string) []byte {
-	return append(binary.BigEndian.AppendUint64(kindPrefix(k, kindSessionReady), seq), sid...)
-}
-
-func sessionLockKey(k ekey, until int64, sid string) []byte {
-	return append(binary.BigEndian.AppendUint64(kindPrefix(k, kindSessionLock), timeBits(until)), sid...)
-}
-
 // sessionRecord is what an entity partition keeps of one session. It
 // exists while the session has available or held messages, a lock or a
 // state; a session without any of them is implicit (no record).
@@ -89,7 +58,7 @@ type sessionRecord struct {
 	until    int64  // the lock's end
 	avail    int64  // entries in the session's stream
 	held     int64  // messages locked under the session lock
-	parked   int64  // deferred and scheduled messages (kindSessionParked)
+	parked   int64  // deferred and scheduled messages (store.KindSessionParked)
 	ready    bool   // it has a ready entry, at readySeq
 	readySeq uint64
 	updated  int64  // when its state was last set or cleared (ms); 0: never
@@ -178,8 +147,8 @@ func decodeSessionRecord(key, p []byte) (*sessionRecord, error) {
 // readSession reads a session's record from r; an implicit session reads
 // as an empty record.
 func readSession(r pebble.Reader, k ekey, sid string) (*sessionRecord, error) {
-	key := sessionKey(k, sid)
-	p, found, err := get(r, key)
+	key := store.SessionKey(k, sid)
+	p, found, err := store.Get(r, key)
 	if err != nil || !found {
 		return &sessionRecord{}, err
 	}
@@ -235,20 +204,20 @@ func (a *applier) flushSessions() error {
 	}
 	slices.SortFunc(refs, func(x, y sessionRef) int {
 		switch {
-		case x.k.less(y.k):
+		case x.k.Less(y.k):
 			return -1
-		case y.k.less(x.k):
+		case y.k.Less(x.k):
 			return 1
 		}
 		return strings.Compare(x.sid, y.sid)
 	})
 	for _, ref := range refs {
-		r, key := a.sessionRecs[ref], sessionKey(ref.k, ref.sid)
+		r, key := a.sessionRecs[ref], store.SessionKey(ref.k, ref.sid)
 		var err error
 		if r.empty() {
 			err = a.b.Delete(key, nil)
 		} else {
-			err = a.b.Set(key, seal(key, r.encode()), nil)
+			err = a.b.Set(key, store.Seal(key, r.encode()), nil)
 		}
 		if err != nil {
 			return err
@@ -277,18 +246,18 @@ func (a *applier) setReady(e *entity, sid string, r *sessionRecord, ready bool, 
 		return nil
 	}
 	if r.ready {
-		if err := a.b.Delete(sessionReadyKey(e.key, r.readySeq, sid), nil); err != nil {
+		if err := a.b.Delete(store.SessionReadyKey(e.key, r.readySeq, sid), nil); err != nil {
 			return err
 		}
 		r.ready, r.readySeq = false, 0
 		return nil
 	}
-	key := sessionReadyKey(e.key, seq, sid)
+	key := store.SessionReadyKey(e.key, seq, sid)
 	r.ready, r.readySeq = true, seq
 	if bytes.Compare(key, e.readyFloor) < 0 {
 		e.readyFloor = key
 	}
-	return a.b.Set(key, seal(key, nil), nil)
+	return a.b.Set(key, store.Seal(key, nil), nil)
 }
 
 // countSessionMessage notes a message of a session entering (+1) or
@@ -325,15 +294,15 @@ func (a *applier) countSessionMessage(e *entity, sid string, seq uint64, avail, 
 // writes the record.
 func (a *applier) setSessionLock(e *entity, sid string, r *sessionRecord, token []byte, until int64) error {
 	if r.locked() {
-		if err := a.b.Delete(sessionLockKey(e.key, r.until, sid), nil); err != nil {
+		if err := a.b.Delete(store.SessionLockKey(e.key, r.until, sid), nil); err != nil {
 			return err
 		}
 	}
 	r.token, r.until = token, 0
 	if token != nil {
 		r.until = until
-		key := sessionLockKey(e.key, until, sid)
-		if err := a.b.Set(key, seal(key, nil), nil); err != nil {
+		key := store.SessionLockKey(e.key, until, sid)
+		if err := a.b.Set(key, store.Seal(key, nil), nil); err != nil {
 			return err
 		}
 		e.slock.lower(key)
@@ -346,25 +315,25 @@ func (a *applier) setSessionLock(e *entity, sid string, r *sessionRecord, token 
 }
 
 // sessionSeqs returns the sequence numbers of a session's entries of kind
-// kindSessionMsg (its stream, in order) or kindSessionHeld, at most max
+// store.KindSessionMsg (its stream, in order) or store.KindSessionHeld, at most max
 // (0: all).
 func sessionSeqs(r pebble.Reader, k ekey, kind byte, sid string, max int) ([]uint64, error) {
-	it, err := prefixIter(r, sessionStreamPrefix(k, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sid))
+	it, err := store.PrefixIter(r, store.SessionStreamPrefix(k, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sid))
 	if err != nil {
 		return nil, err
 	}
 	var seqs []uint64
 	for valid := it.First(); valid && (max == 0 || len(seqs) < max); valid = it.Next() {
-		if _, err := iterValue(it); err != nil {
-			return nil, closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return nil, store.CloseIter(it, err)
 		}
 		key := it.Key()
 		if len(key) < 8 {
-			return nil, closeIter(it, fmt.Errorf("%w: session key %x", ErrCorrupt, key))
+			return nil, store.CloseIter(it, fmt.Errorf("%w: session key %x", ErrCorrupt, key))
 		}
 		seqs = append(seqs, binary.BigEndian.Uint64(key[len(key)-8:]))
 	}
-	return seqs, closeIter(it, it.Error())
+	return seqs, store.CloseIter(it, it.Error())
 }
 
 // firstReadySession returns the session that has waited longest with
@@ -372,23 +341,23 @@ func sessionSeqs(r pebble.Reader, k ekey, kind byte, sid string, max int) ([]uin
 // scan starts at e.readyFloor; head is the key the index starts at now
 // (its end when it is empty), which the applier raises the floor to.
 func firstReadySession(r pebble.Reader, e *entity) (sid string, head []byte, ok bool, err error) {
-	end := prefixEnd(kindPrefix(e.key, kindSessionReady))
+	end := store.PrefixEnd(store.KindPrefix(e.key, store.KindSessionReady))
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: e.readyFloor, UpperBound: end})
 	if err != nil {
 		return "", nil, false, fmt.Errorf("partition: iterator: %w", err)
 	}
 	head = end
 	if it.First() {
-		if _, err := iterValue(it); err != nil {
-			return "", nil, false, closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return "", nil, false, store.CloseIter(it, err)
 		}
 		key := it.Key()
-		if len(key) < kindPrefixLen+8 {
-			return "", nil, false, closeIter(it, fmt.Errorf("%w: ready session key %x", ErrCorrupt, key))
+		if len(key) < store.KindPrefixLen+8 {
+			return "", nil, false, store.CloseIter(it, fmt.Errorf("%w: ready session key %x", ErrCorrupt, key))
 		}
-		sid, head, ok = string(key[kindPrefixLen+8:]), append([]byte(nil), key...), true
+		sid, head, ok = string(key[store.KindPrefixLen+8:]), append([]byte(nil), key...), true
 	}
-	return sid, head, ok, closeIter(it, it.Error())
+	return sid, head, ok, store.CloseIter(it, it.Error())
 }
 
 // dueSessionLocks returns the sessions whose lock ends at or before now,
@@ -403,39 +372,39 @@ func (a *applier) dueSessionLocks(e *entity, max int) ([]string, error) {
 	}
 	var sids []string
 	for valid := it.First(); valid && len(sids) < max; valid = it.Next() {
-		if _, err := iterValue(it); err != nil {
-			return nil, closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return nil, store.CloseIter(it, err)
 		}
 		key := it.Key()
-		if len(key) < kindPrefixLen+8 {
-			return nil, closeIter(it, fmt.Errorf("%w: session lock key %x", ErrCorrupt, key))
+		if len(key) < store.KindPrefixLen+8 {
+			return nil, store.CloseIter(it, fmt.Errorf("%w: session lock key %x", ErrCorrupt, key))
 		}
-		if timeFromBits(binary.BigEndian.Uint64(key[kindPrefixLen:])) > a.now {
+		if store.TimeFromBits(binary.BigEndian.Uint64(key[store.KindPrefixLen:])) > a.now {
 			break
 		}
-		sids = append(sids, string(key[kindPrefixLen+8:]))
+		sids = append(sids, string(key[store.KindPrefixLen+8:]))
 	}
-	return sids, closeIter(it, it.Error())
+	return sids, store.CloseIter(it, it.Error())
 }
 
 // listSessions returns the ids of the sessions that have a record, in id
 // order, after skipping skip of them, at most top; with since > 0 only
 // those whose state was set or cleared at or after since (ms).
 func listSessions(r pebble.Reader, k ekey, skip, top int, since int64) ([]string, error) {
-	it, err := prefixIter(r, kindPrefix(k, kindSession))
+	it, err := store.PrefixIter(r, store.KindPrefix(k, store.KindSession))
 	if err != nil {
 		return nil, err
 	}
 	var sids []string
 	for valid := it.First(); valid && len(sids) < top; valid = it.Next() {
 		if since > 0 {
-			p, err := iterValue(it)
+			p, err := store.IterValue(it)
 			if err != nil {
-				return nil, closeIter(it, err)
+				return nil, store.CloseIter(it, err)
 			}
 			rec, err := decodeSessionRecord(it.Key(), p)
 			if err != nil {
-				return nil, closeIter(it, err)
+				return nil, store.CloseIter(it, err)
 			}
 			if rec.updated < since {
 				continue
@@ -445,10 +414,10 @@ func listSessions(r pebble.Reader, k ekey, skip, top int, since int64) ([]string
 			skip--
 			continue
 		}
-		if _, err := iterValue(it); err != nil {
-			return nil, closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return nil, store.CloseIter(it, err)
 		}
-		sids = append(sids, string(it.Key()[kindPrefixLen:]))
+		sids = append(sids, string(it.Key()[store.KindPrefixLen:]))
 	}
-	return sids, closeIter(it, it.Error())
+	return sids, store.CloseIter(it, it.Error())
 }

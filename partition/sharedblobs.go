@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -30,19 +31,10 @@ import (
 //     (its subscriptions' partitions, deleted by their own commands, may
 //     still hold copies), and deletes everything else it holds.
 
-func blobRefsKey(owner ekey, blob []byte) []byte {
-	return append(kindPrefix(owner, kindBlobRefs), blob...)
-}
-
-func blobUseKey(k ekey, owner uint64, blob []byte) []byte {
-	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindBlobUse), owner)
-	return append(b, blob...)
-}
-
 // addCount adds delta to the count at key (absent: 0) and returns the new
 // count; a count of 0 is deleted.
 func (a *applier) addCount(key []byte, delta int64) (uint64, error) {
-	p, found, err := get(a.b, key)
+	p, found, err := store.Get(a.b, key)
 	if err != nil {
 		return 0, err
 	}
@@ -60,7 +52,7 @@ func (a *applier) addCount(key []byte, delta int64) (uint64, error) {
 	if n == 0 {
 		return 0, a.b.Delete(key, nil)
 	}
-	return n, a.b.Set(key, seal(key, binary.BigEndian.AppendUint64(nil, n)), nil)
+	return n, a.b.Set(key, store.Seal(key, binary.BigEndian.AppendUint64(nil, n)), nil)
 }
 
 // shareBlob hands the staged blob of message nm, sent to topic partition
@@ -70,10 +62,10 @@ func (a *applier) shareBlob(t *entity, nm *partitionpb.NewMessage, refs int) err
 	if refs == 0 {
 		return a.dropBlob(t, nm.StagedBody)
 	}
-	if err := a.b.Delete(stagedKey(t.key, nm.StagedBody), nil); err != nil {
+	if err := a.b.Delete(store.StagedKey(t.key, nm.StagedBody), nil); err != nil {
 		return err
 	}
-	_, err := a.addCount(blobRefsKey(t.key, nm.StagedBody), int64(refs))
+	_, err := a.addCount(store.BlobRefsKey(t.key, nm.StagedBody), int64(refs))
 	return err
 }
 
@@ -81,8 +73,8 @@ func (a *applier) shareBlob(t *entity, nm *partitionpb.NewMessage, refs int) err
 // blob of nm, sent to topic partition t.
 func (a *applier) useSharedBlob(s, t *entity, nm *partitionpb.NewMessage, m *partitionpb.StoredMessage) error {
 	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nm.StagedBody, nm.StagedLength, nm.StagedCrc
-	m.BodyBlobEntity = t.key.id
-	_, err := a.addCount(blobUseKey(s.key, t.key.id, nm.StagedBody), 1)
+	m.BodyBlobEntity = t.key.ID
+	_, err := a.addCount(store.BlobUseKey(s.key, t.key.ID, nm.StagedBody), 1)
 	return err
 }
 
@@ -92,17 +84,17 @@ func (a *applier) useSharedBlob(s, t *entity, nm *partitionpb.NewMessage, m *par
 // deleted entity's go with it).
 func (a *applier) releaseSharedBlob(e ekey, owner uint64, blob []byte, n int64, use bool) error {
 	if use {
-		if _, err := a.addCount(blobUseKey(e, owner, blob), -n); err != nil {
+		if _, err := a.addCount(store.BlobUseKey(e, owner, blob), -n); err != nil {
 			return err
 		}
 	}
-	ok := ekey{owner, e.part}
-	left, err := a.addCount(blobRefsKey(ok, blob), -n)
+	ok := ekey{ID: owner, Part: e.Part}
+	left, err := a.addCount(store.BlobRefsKey(ok, blob), -n)
 	if err != nil || left > 0 {
 		return err
 	}
-	p := blobPrefix(ok, blob)
-	return a.b.DeleteRange(p, prefixEnd(p), nil)
+	p := store.BlobPrefix(ok, blob)
+	return a.b.DeleteRange(p, store.PrefixEnd(p), nil)
 }
 
 // releaseAllSharedBlobs gives back every reference entity partition e
@@ -113,24 +105,24 @@ func (a *applier) releaseAllSharedBlobs(e ekey) error {
 		blob  []byte
 		n     uint64
 	}
-	prefix := kindPrefix(e, kindBlobUse)
-	it, err := prefixIter(a.b, prefix)
+	prefix := store.KindPrefix(e, store.KindBlobUse)
+	it, err := store.PrefixIter(a.b, prefix)
 	if err != nil {
 		return err
 	}
 	var uses []use
 	for valid := it.First(); valid; valid = it.Next() {
-		v, err := iterValue(it)
+		v, err := store.IterValue(it)
 		if err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		rest := it.Key()[len(prefix):]
 		if len(rest) != 8+BlobIDBytes || len(v) != 8 {
-			return closeIter(it, fmt.Errorf("%w: shared blob use %x", ErrCorrupt, it.Key()))
+			return store.CloseIter(it, fmt.Errorf("%w: shared blob use %x", ErrCorrupt, it.Key()))
 		}
 		uses = append(uses, use{binary.BigEndian.Uint64(rest), append([]byte(nil), rest[8:]...), binary.BigEndian.Uint64(v)})
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, u := range uses {
@@ -148,19 +140,19 @@ func (a *applier) deleteEntityData(e *entity) error {
 	if err := a.releaseAllSharedBlobs(e.key); err != nil {
 		return err
 	}
-	p := dataPrefix(e.key)
+	p := store.DataPrefix(e.key)
 	if !isTopic(e.cfg) {
-		return a.b.DeleteRange(p, prefixEnd(p), nil)
+		return a.b.DeleteRange(p, store.PrefixEnd(p), nil)
 	}
 	// Blobs staged and not taken over go; the shared ones (and only they
-	// are left under kindBlob then) stay with their counts.
+	// are left under store.KindBlob then) stay with their counts.
 	if err := a.dropAllStaged(e); err != nil {
 		return err
 	}
 	for _, r := range [][2][]byte{
-		{p, kindPrefix(e.key, kindBlob)},
-		{kindPrefix(e.key, kindBlob+1), kindPrefix(e.key, kindBlobRefs)},
-		{kindPrefix(e.key, kindBlobRefs+1), prefixEnd(p)},
+		{p, store.KindPrefix(e.key, store.KindBlob)},
+		{store.KindPrefix(e.key, store.KindBlob+1), store.KindPrefix(e.key, store.KindBlobRefs)},
+		{store.KindPrefix(e.key, store.KindBlobRefs+1), store.PrefixEnd(p)},
 	} {
 		if err := a.b.DeleteRange(r[0], r[1], nil); err != nil {
 			return err
@@ -171,8 +163,8 @@ func (a *applier) deleteEntityData(e *entity) error {
 
 // dropAllStaged deletes the blobs of e that no message took over.
 func (a *applier) dropAllStaged(e *entity) error {
-	prefix := kindPrefix(e.key, kindStaged)
-	it, err := prefixIter(a.b, prefix)
+	prefix := store.KindPrefix(e.key, store.KindStaged)
+	it, err := store.PrefixIter(a.b, prefix)
 	if err != nil {
 		return err
 	}
@@ -180,7 +172,7 @@ func (a *applier) dropAllStaged(e *entity) error {
 	for valid := it.First(); valid; valid = it.Next() {
 		blobs = append(blobs, append([]byte(nil), it.Key()[len(prefix):]...))
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, b := range blobs {

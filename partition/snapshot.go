@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/quorumbus/quorumbus/partition/store"
 )
 
 // A snapshot stream is the store, key by key in order:
@@ -118,10 +120,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		k := it.Key()
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return cw.n, closeIter(it, fmt.Errorf("partition: snapshot read %x: %w", k, err))
+			return cw.n, store.CloseIter(it, fmt.Errorf("partition: snapshot read %x: %w", k, err))
 		}
-		if _, err := unseal(k, v); err != nil {
-			return cw.n, closeIter(it, err)
+		if _, err := store.Unseal(k, v); err != nil {
+			return cw.n, store.CloseIter(it, err)
 		}
 		hdr = binary.AppendUvarint(hdr[:0], uint64(len(k)))
 		hdr = binary.AppendUvarint(hdr, uint64(len(v)))
@@ -130,11 +132,11 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		bw.Write(k)
 		bw.Write(v)
 		if _, err := bw.Write(binary.BigEndian.AppendUint32(hdr[:0], crc)); err != nil {
-			return cw.n, closeIter(it, fmt.Errorf("partition: write snapshot: %w", err))
+			return cw.n, store.CloseIter(it, fmt.Errorf("partition: write snapshot: %w", err))
 		}
 		records++
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return cw.n, err
 	}
 	bw.Write(trailer(s.applied, records))
@@ -308,7 +310,7 @@ func (s *snapshotReader) next() (k, v []byte, more bool, err error) {
 	}
 	kv := rec.read(&s.buf, klen+vlen)
 	crc := rec.crc
-	var sum [crcLen]byte
+	var sum [store.CRCLen]byte
 	if rec.err == nil {
 		_, err := io.ReadFull(s.br, sum[:])
 		rec.err = noEOF(err)
@@ -320,7 +322,7 @@ func (s *snapshotReader) next() (k, v []byte, more bool, err error) {
 		return nil, nil, false, fmt.Errorf("%w: record %d: %w", ErrBadSnapshot, s.records, ErrCorrupt)
 	}
 	k, v = kv[:klen], kv[klen:]
-	if _, err := unseal(k, v); err != nil {
+	if _, err := store.Unseal(k, v); err != nil {
 		return nil, nil, false, fmt.Errorf("%w: record %d: %w", ErrBadSnapshot, s.records, err)
 	}
 	if s.records > 0 && bytes.Compare(s.prev, k) >= 0 {
@@ -333,7 +335,7 @@ func (s *snapshotReader) next() (k, v []byte, more bool, err error) {
 
 // trailer reads and checks the trailer after its first byte.
 func (s *snapshotReader) trailer() error {
-	t := make([]byte, 8+8+crcLen)
+	t := make([]byte, 8+8+store.CRCLen)
 	if _, err := io.ReadFull(s.br, t); err != nil {
 		return fmt.Errorf("%w: trailer: %v", ErrBadSnapshot, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"sync/atomic"
 
@@ -15,36 +14,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
-
-// Every value in the store is sealed: its payload followed by the CRC-32C
-// of key and payload. Covering the key too catches a record read back
-// under the wrong key. Every read unseals and fails with ErrCorrupt on a
-// mismatch.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-const crcLen = 4
-
-func checksum(key, payload []byte) uint32 {
-	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, payload)
-}
-
-func seal(key, payload []byte) []byte {
-	v := make([]byte, len(payload), len(payload)+crcLen)
-	copy(v, payload)
-	return binary.BigEndian.AppendUint32(v, checksum(key, payload))
-}
-
-// setSealed writes key → payload sealed into b, in place: the value is
-// assembled in the batch's own buffer rather than in a copy first.
-func setSealed(b *pebble.Batch, key, payload []byte) error {
-	op := b.SetDeferred(len(key), len(payload)+crcLen)
-	copy(op.Key, key)
-	copy(op.Value, payload)
-	binary.BigEndian.PutUint32(op.Value[len(payload):], checksum(key, payload))
-	return op.Finish()
-}
 
 // Field numbers of StoredMessage's sections (partition.proto), which a
 // body record holds alone. TestBodyEncoding holds them to the proto.
@@ -83,14 +55,14 @@ func setRecord(b *pebble.Batch, key []byte, m *partitionpb.StoredMessage, body b
 	var e recordEncoder
 	e.message(m, body)
 	n := e.n
-	op := b.SetDeferred(len(key), n+crcLen)
+	op := b.SetDeferred(len(key), n+store.CRCLen)
 	copy(op.Key, key)
 	e.out = op.Value[:0]
 	e.message(m, body)
 	if len(e.out) != n {
 		return nil, fmt.Errorf("partition: record %x: %d bytes, sized %d", key, len(e.out), n)
 	}
-	binary.BigEndian.PutUint32(op.Value[n:], checksum(key, op.Value[:n]))
+	binary.BigEndian.PutUint32(op.Value[n:], store.Checksum(key, op.Value[:n]))
 	return op.Value[:n], op.Finish()
 }
 
@@ -207,38 +179,8 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 	}
 }
 
-// unseal verifies a stored value and returns its payload, which aliases v.
-func unseal(key, v []byte) ([]byte, error) {
-	if len(v) < crcLen {
-		return nil, fmt.Errorf("%w: key %x: value of %d bytes", ErrCorrupt, key, len(v))
-	}
-	p := v[:len(v)-crcLen]
-	if binary.BigEndian.Uint32(v[len(p):]) != checksum(key, p) {
-		return nil, fmt.Errorf("%w: key %x", ErrCorrupt, key)
-	}
-	return p, nil
-}
-
-// get reads and unseals one value; found is false if the key is absent.
-// The payload is a copy.
-func get(r pebble.Reader, key []byte) (payload []byte, found bool, err error) {
-	v, closer, err := r.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("partition: read %x: %w", key, err)
-	}
-	defer closer.Close()
-	p, err := unseal(key, v)
-	if err != nil {
-		return nil, false, err
-	}
-	return append([]byte(nil), p...), true, nil
-}
-
 // getState reads the state record of a message (everything but its
-// sections, see keys.go); nil if absent.
+// sections, see store/doc.go); nil if absent.
 func getState(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
 	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -248,7 +190,7 @@ func getState(r pebble.Reader, key []byte) (*partitionpb.StoredMessage, error) {
 		return nil, fmt.Errorf("partition: read %x: %w", key, err)
 	}
 	defer closer.Close()
-	p, err := unseal(key, v)
+	p, err := store.Unseal(key, v)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +413,7 @@ func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMes
 
 // readBodyRecord merges m's body record into m.
 func readBodyRecord(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
-	key := bodyKey(k, m.SubQueue, m.SequenceNumber)
+	key := store.BodyKey(k, m.SubQueue, m.SequenceNumber)
 	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, m.SequenceNumber, k)
@@ -480,7 +422,7 @@ func readBodyRecord(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error
 		return fmt.Errorf("partition: read %x: %w", key, err)
 	}
 	defer closer.Close()
-	p, err := unseal(key, v)
+	p, err := store.Unseal(key, v)
 	if err != nil {
 		return err
 	}
@@ -489,7 +431,7 @@ func readBodyRecord(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error
 
 // getMessage reads a whole message, state and body; nil if absent.
 func getMessage(r pebble.Reader, logs *logReader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := getState(r, messageKey(k, sub, seq))
+	m, err := getState(r, store.MessageKey(k, sub, seq))
 	if err != nil || m == nil {
 		return nil, err
 	}
@@ -497,41 +439,6 @@ func getMessage(r pebble.Reader, logs *logReader, k ekey, sub partitionpb.SubQue
 		return nil, err
 	}
 	return m, nil
-}
-
-// prefixIter returns an iterator over the keys with prefix p.
-func prefixIter(r pebble.Reader, p []byte) (*pebble.Iterator, error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
-	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
-	}
-	return it, nil
-}
-
-// iterValue unseals the value under the iterator.
-func iterValue(it *pebble.Iterator) ([]byte, error) {
-	v, err := it.ValueAndErr()
-	if err != nil {
-		return nil, fmt.Errorf("partition: read %x: %w", it.Key(), err)
-	}
-	return unseal(it.Key(), v)
-}
-
-// iterState decodes the state record under it.
-func iterState(it *pebble.Iterator) (*partitionpb.StoredMessage, error) {
-	p, err := iterValue(it)
-	if err != nil {
-		return nil, err
-	}
-	return decodeState(it.Key(), p)
-}
-
-// closeIter closes it and returns the first of err and its error.
-func closeIter(it *pebble.Iterator, err error) error {
-	if cerr := it.Close(); err == nil && cerr != nil {
-		return fmt.Errorf("partition: iterator: %w", cerr)
-	}
-	return err
 }
 
 // pebbleOptions are the store's options: no WAL, because the Raft log is
@@ -624,4 +531,13 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Log(context.Background(), slog.LevelError+4, msg, "component", "pebble")
 	panic("pebble: " + msg)
+}
+
+// iterState decodes the state record under it.
+func iterState(it *pebble.Iterator) (*partitionpb.StoredMessage, error) {
+	p, err := store.IterValue(it)
+	if err != nil {
+		return nil, err
+	}
+	return decodeState(it.Key(), p)
 }

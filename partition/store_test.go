@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -42,7 +43,7 @@ func TestBodyEncoding(t *testing.T) {
 		if err := setBody(b, key, m); err != nil {
 			t.Fatal(err)
 		}
-		payload, found, err := get(b, key) // unsealed: checksum verified
+		payload, found, err := store.Get(b, key) // unsealed: checksum verified
 		if err != nil || !found {
 			t.Fatalf("mask %d: %v, found %v", mask, err, found)
 		}
@@ -135,7 +136,7 @@ func TestStateEncoding(t *testing.T) {
 		if err := setState(b, key, m); err != nil {
 			t.Fatal(err)
 		}
-		payload, found, err := get(b, key)
+		payload, found, err := store.Get(b, key)
 		if err != nil || !found {
 			t.Fatalf("message %d: %v, found %v", i, err, found)
 		}
@@ -188,8 +189,8 @@ func TestSortEntries(t *testing.T) {
 			case 0: // a short key of its own
 				key = []byte{byte(rng.IntN(3))}
 			default:
-				k := ekey{uint64(rng.IntN(2)), uint32(rng.IntN(2))}
-				key = appendSeqKey(nil, k, byte(1+rng.IntN(4)), partitionpb.SubQueue(rng.IntN(2)), uint64(rng.IntN(20)))
+				k := ekey{ID: uint64(rng.IntN(2)), Part: uint32(rng.IntN(2))}
+				key = store.AppendSeqKey(nil, k, byte(1+rng.IntN(4)), partitionpb.SubQueue(rng.IntN(2)), uint64(rng.IntN(20)))
 			}
 			s.entries = append(s.entries, batchEntry{key: key, value: binary.BigEndian.AppendUint64(nil, uint64(i))})
 		}

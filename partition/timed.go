@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -28,33 +29,33 @@ func (a *applier) scanDue(e *entity, x *timeIndex, kind byte, f func(at int64, s
 	}
 	upper := x.end()
 	if a.now < math.MaxInt64 {
-		upper = binary.BigEndian.AppendUint64(append([]byte(nil), x.prefix...), timeBits(a.now+1))
+		upper = binary.BigEndian.AppendUint64(append([]byte(nil), x.prefix...), store.TimeBits(a.now+1))
 	}
 	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
-		if _, err := iterValue(it); err != nil {
-			return closeIter(it, err)
+		if _, err := store.IterValue(it); err != nil {
+			return store.CloseIter(it, err)
 		}
-		at, seq, ok := parseTimeSeqKey(it.Key(), kind)
+		at, seq, ok := store.ParseTimeSeqKey(it.Key(), kind)
 		if !ok {
-			return closeIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
+			return store.CloseIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
 		}
 		if err := f(at, seq); err != nil {
 			if errors.Is(err, errStop) {
 				break
 			}
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 	}
-	return closeIter(it, it.Error())
+	return store.CloseIter(it, it.Error())
 }
 
 // mainMessage reads a message of e's main sub-queue that an index names.
 func (a *applier) mainMessage(e *entity, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+	m, err := getState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		err := a.scanDue(e, &e.sched, kindScheduled, func(at int64, seq uint64) error {
+		err := a.scanDue(e, &e.sched, store.KindScheduled, func(at int64, seq uint64) error {
 			if count >= a.lim.Activated || count > 0 && bytes >= a.lim.ActivateBytes {
 				return errStop
 			}
@@ -126,7 +127,7 @@ func (a *applier) expireMessages() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		err := a.scanDue(e, &e.exp, kindExpiry, func(at int64, seq uint64) error {
+		err := a.scanDue(e, &e.exp, store.KindExpiry, func(at int64, seq uint64) error {
 			if budget == 0 {
 				return errStop
 			}
@@ -188,14 +189,14 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 	if isTopic(e.cfg) {
 		// The copies are in the subscriptions, under their own sequence
 		// numbers (topicsched.go).
-		seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return partitionpb.PartitionOfSequence(seq) != e.key.part })
+		seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return partitionpb.PartitionOfSequence(seq) != e.key.Part })
 		return okResult(), a.cancelTopicScheduled(e, seqs)
 	}
 	for _, seq := range seqs {
-		if partitionpb.PartitionOfSequence(seq) != e.key.part {
+		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+		m, err := getState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
 		if err != nil {
 			return nil, err
 		}
@@ -246,10 +247,10 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 	}
 	r := okResult()
 	for _, seq := range seqs {
-		if partitionpb.PartitionOfSequence(seq) != e.key.part {
+		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := getState(a.b, messageKey(e.key, c.SubQueue, seq))
+		m, err := getState(a.b, store.MessageKey(e.key, c.SubQueue, seq))
 		if err != nil {
 			return nil, err
 		}
@@ -298,32 +299,32 @@ type dedupEntry struct {
 
 // dedupEntry returns the dedup entry of id, or nil.
 func (a *applier) dedupEntry(e *entity, id string) (*dedupEntry, error) {
-	p, found, err := get(a.b, dedupKey(e.key, id))
+	p, found, err := store.Get(a.b, store.DedupKey(e.key, id))
 	if err != nil || !found {
 		return nil, err
 	}
 	if len(p) != 16 {
 		return nil, fmt.Errorf("%w: %s: dedup entry of %d bytes", ErrCorrupt, e.key, len(p))
 	}
-	return &dedupEntry{at: timeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:]), ok: true}, nil
+	return &dedupEntry{at: store.TimeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:]), ok: true}, nil
 }
 
 // recordDedup records id as accepted now with sequence number seq,
 // replacing old (a stale entry) if old.ok.
 func (a *applier) recordDedup(e *entity, id string, seq uint64, old *dedupEntry) error {
 	if old.ok {
-		if err := a.b.Delete(dedupTimeKey(e.key, old.at, id), nil); err != nil {
+		if err := a.b.Delete(store.DedupTimeKey(e.key, old.at, id), nil); err != nil {
 			return err
 		}
 	}
-	v := binary.BigEndian.AppendUint64(nil, timeBits(a.now))
+	v := binary.BigEndian.AppendUint64(nil, store.TimeBits(a.now))
 	v = binary.BigEndian.AppendUint64(v, seq)
-	k := dedupKey(e.key, id)
-	if err := a.b.Set(k, seal(k, v), nil); err != nil {
+	k := store.DedupKey(e.key, id)
+	if err := a.b.Set(k, store.Seal(k, v), nil); err != nil {
 		return err
 	}
-	tk := dedupTimeKey(e.key, a.now, id)
-	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+	tk := store.DedupTimeKey(e.key, a.now, id)
+	if err := a.b.Set(tk, store.Seal(tk, nil), nil); err != nil {
 		return err
 	}
 	e.dedupFloor = min(e.dedupFloor, a.now)
@@ -337,12 +338,12 @@ func (a *applier) pruneDedup(e *entity, budget int) error {
 	if window <= 0 || a.now < math.MinInt64+window {
 		return nil
 	}
-	prefix := kindPrefix(e.key, kindDedupTime)
+	prefix := store.KindPrefix(e.key, store.KindDedupTime)
 	// Plain deletes: recordDedup overwrites the record of an id seen again
 	// after its window, so it is not written once between deletes.
 	del := func(key []byte) error { return a.b.Delete(key, nil) }
 	return a.pruneByTime(prefix, a.now-window, &e.dedupFloor, budget, del, func(id []byte) []byte {
-		return dedupKey(e.key, string(id))
+		return store.DedupKey(e.key, string(id))
 	})
 }
 
@@ -359,8 +360,8 @@ func (a *applier) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget 
 	if *floor > cutoff {
 		return nil
 	}
-	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(*floor))
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), store.TimeBits(*floor))
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: store.PrefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}
@@ -368,22 +369,22 @@ func (a *applier) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget 
 	for valid := it.First(); valid; valid = it.Next() {
 		key := it.Key()
 		if len(key) < len(prefix)+8 {
-			return closeIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
+			return store.CloseIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
 		}
-		at := timeFromBits(binary.BigEndian.Uint64(key[len(prefix):]))
+		at := store.TimeFromBits(binary.BigEndian.Uint64(key[len(prefix):]))
 		if at > cutoff || budget == 0 {
 			next = at
 			break
 		}
 		budget--
 		if err := del(recordKey(key[len(prefix)+8:])); err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 		if err := del(append([]byte(nil), key...)); err != nil {
-			return closeIter(it, err)
+			return store.CloseIter(it, err)
 		}
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := store.CloseIter(it, it.Error()); err != nil {
 		return err
 	}
 	*floor = next

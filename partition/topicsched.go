@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -26,15 +27,6 @@ import (
 // (pruneTopicScheduled), and a cancel that finds one removes nothing
 // (the copies' old numbers name no message).
 
-func topicSchedKey(k ekey, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(kindPrefix(k, kindTopicSched), seq)
-}
-
-func topicSchedTimeKey(k ekey, at int64, seq uint64) []byte {
-	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindTopicSchedTime), timeBits(at))
-	return binary.BigEndian.AppendUint64(b, seq)
-}
-
 // scheduledCopy is a copy of a scheduled topic message.
 type scheduledCopy struct {
 	sub uint64 // the subscription's entity id
@@ -44,17 +36,17 @@ type scheduledCopy struct {
 // recordTopicScheduled remembers where the copies of the message the topic
 // numbered seq, due at at, went.
 func (a *applier) recordTopicScheduled(t *entity, seq uint64, at int64, copies []scheduledCopy) error {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+16*len(copies)), timeBits(at))
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+16*len(copies)), store.TimeBits(at))
 	for _, c := range copies {
 		v = binary.BigEndian.AppendUint64(v, c.sub)
 		v = binary.BigEndian.AppendUint64(v, c.seq)
 	}
-	k := topicSchedKey(t.key, seq)
-	if err := a.b.Set(k, seal(k, v), nil); err != nil {
+	k := store.TopicSchedKey(t.key, seq)
+	if err := a.b.Set(k, store.Seal(k, v), nil); err != nil {
 		return err
 	}
-	tk := topicSchedTimeKey(t.key, at, seq)
-	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+	tk := store.TopicSchedTimeKey(t.key, at, seq)
+	if err := a.b.Set(tk, store.Seal(tk, nil), nil); err != nil {
 		return err
 	}
 	t.topicSchedFloor = min(t.topicSchedFloor, at)
@@ -64,14 +56,14 @@ func (a *applier) recordTopicScheduled(t *entity, seq uint64, at int64, copies [
 // topicScheduled reads the record of the topic message seq: its due time
 // and copies; found is false when there is none.
 func (a *applier) topicScheduled(t *entity, seq uint64) (at int64, copies []scheduledCopy, found bool, err error) {
-	p, found, err := get(a.b, topicSchedKey(t.key, seq))
+	p, found, err := store.Get(a.b, store.TopicSchedKey(t.key, seq))
 	if err != nil || !found {
 		return 0, nil, false, err
 	}
 	if len(p) < 8 || (len(p)-8)%16 != 0 {
 		return 0, nil, false, fmt.Errorf("%w: %s: scheduled topic message %d: record of %d bytes", ErrCorrupt, t.key, seq, len(p))
 	}
-	at = timeFromBits(binary.BigEndian.Uint64(p))
+	at = store.TimeFromBits(binary.BigEndian.Uint64(p))
 	for q := p[8:]; len(q) > 0; q = q[16:] {
 		copies = append(copies, scheduledCopy{sub: binary.BigEndian.Uint64(q), seq: binary.BigEndian.Uint64(q[8:])})
 	}
@@ -80,10 +72,10 @@ func (a *applier) topicScheduled(t *entity, seq uint64) (at int64, copies []sche
 
 // pruneTopicScheduled deletes up to budget records whose time has come.
 func (a *applier) pruneTopicScheduled(t *entity, budget int) error {
-	prefix := kindPrefix(t.key, kindTopicSchedTime)
+	prefix := store.KindPrefix(t.key, store.KindTopicSchedTime)
 	del := func(key []byte) error { return a.b.Delete(key, nil) }
 	return a.pruneByTime(prefix, a.now, &t.topicSchedFloor, budget, del, func(id []byte) []byte {
-		return append(kindPrefix(t.key, kindTopicSched), id...)
+		return append(store.KindPrefix(t.key, store.KindTopicSched), id...)
 	})
 }
 
@@ -101,11 +93,11 @@ func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 			continue
 		}
 		for _, c := range copies {
-			s, ok := a.entities[ekey{c.sub, t.key.part}]
+			s, ok := a.entities[ekey{ID: c.sub, Part: t.key.Part}]
 			if !ok {
 				continue // the subscription was deleted, and its copies with it
 			}
-			m, err := getState(a.b, messageKey(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.seq))
+			m, err := getState(a.b, store.MessageKey(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.seq))
 			if err != nil {
 				return err
 			}
@@ -116,10 +108,10 @@ func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 				return err
 			}
 		}
-		if err := a.b.Delete(topicSchedKey(t.key, seq), nil); err != nil {
+		if err := a.b.Delete(store.TopicSchedKey(t.key, seq), nil); err != nil {
 			return err
 		}
-		if err := a.b.Delete(topicSchedTimeKey(t.key, at, seq), nil); err != nil {
+		if err := a.b.Delete(store.TopicSchedTimeKey(t.key, at, seq), nil); err != nil {
 			return err
 		}
 	}
