@@ -57,13 +57,13 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
 	}
 	// Collected first, removed after: the slots are all the removal needs.
-	var doomed []slot
+	var doomed []store.Slot
 	r := okResult()
 	scanned := 0
 	for valid := it.First(); valid; valid = it.Next() {
 		if len(doomed) == want || scanned == MaxPurgeScan {
 			r.More = true
-			m, err := iterState(it)
+			m, err := store.IterState(it)
 			if err != nil {
 				return nil, store.CloseIter(it, err)
 			}
@@ -71,14 +71,14 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 			break
 		}
 		scanned++
-		m, err := iterState(it)
+		m, err := store.IterState(it)
 		if err != nil {
 			return nil, store.CloseIter(it, err)
 		}
 		if c.BeforeEnqueuedTimeMs != 0 && m.EnqueuedTimeMs >= c.BeforeEnqueuedTimeMs {
 			continue
 		}
-		doomed = append(doomed, slotOf(m))
+		doomed = append(doomed, store.SlotOf(m))
 	}
 	if err := store.CloseIter(it, it.Error()); err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 		if err := a.remove(e, s); err != nil {
 			return nil, err
 		}
-		r.SequenceNumbers = append(r.SequenceNumbers, s.seq)
+		r.SequenceNumbers = append(r.SequenceNumbers, s.Seq)
 	}
 	return r, nil
 }
@@ -125,7 +125,7 @@ func (a *applier) redrive(c *partitionpb.Redrive) (*partitionpb.Result, error) {
 			continue
 		}
 		seen[cand.SequenceNumber] = true
-		m, err := getState(a.b, a.seqKey(e, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber))
+		m, err := store.GetState(a.b, a.seqKey(e, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber))
 		if err != nil {
 			return nil, err
 		}
@@ -138,12 +138,12 @@ func (a *applier) redrive(c *partitionpb.Redrive) (*partitionpb.Result, error) {
 				continue // an evaluation error matches nothing, as in a rule
 			}
 		}
-		old := slotOf(m)
+		old := store.SlotOf(m)
 		undeadLetter(e, m, a.now)
 		if err := a.update(e, old, m); err != nil {
 			return nil, err
 		}
-		r.SequenceNumbers = append(r.SequenceNumbers, old.seq)
+		r.SequenceNumbers = append(r.SequenceNumbers, old.Seq)
 	}
 	return r, nil
 }

@@ -193,70 +193,10 @@ func (e *entity) nextSequence() uint64 {
 	return seq
 }
 
-// slot is where a message sits: what decides its key, its index entries
-// and the counters it adds to. Taken before a change, it says what to
-// remove.
-type slot struct {
-	sub    partitionpb.SubQueue
-	seq    uint64
-	state  partitionpb.MessageState
-	locked bool
-	until  int64
-	at     int64 // scheduled enqueue time
-	exp    int64 // expires at, 0: never
-	size   int64
-	inLog  bool   // the body is in the Raft log, not in a body record
-	blob   []byte // the id of the blob holding the bare message, if any (blobs.go)
-	// blobEntity is the topic whose shared blob it is, 0 for the
-	// message's own (sharedblobs.go).
-	blobEntity uint64
-	// session is the message's session id; on an entity that requires
-	// sessions it places a main-queue message in its session's stream
-	// (sessionstore.go).
-	session string
-}
-
-func slotOf(m *partitionpb.StoredMessage) slot {
-	return slot{
-		sub:    m.SubQueue,
-		seq:    m.SequenceNumber,
-		state:  m.State,
-		locked: len(m.LockToken) > 0,
-		until:  m.LockedUntilMs,
-		at:     m.ScheduledEnqueueTimeMs,
-		exp:    m.ExpiresAtMs,
-		size:   m.Size,
-		inLog:  m.BodyIndex != 0,
-		blob:   m.BodyBlob,
-
-		blobEntity: m.BodyBlobEntity,
-
-		session: m.SessionId,
-	}
-}
-
-// indexedAvailable reports whether an available message in slot s has an
+// indexedAvailable reports whether an available message in store.Slot s has an
 // entry in the available index: all do but the fresh ones (entity.fresh).
-func (e *entity) indexedAvailable(s slot) bool {
-	return s.sub != partitionpb.SubQueue_SUB_QUEUE_MAIN || s.seq < e.fresh
-}
-
-// available reports whether a message in this slot can be locked (expiry
-// aside).
-func (s slot) available() bool {
-	return s.state == partitionpb.MessageState_MESSAGE_STATE_ACTIVE && !s.locked
-}
-
-// expired reports whether a message in this slot has outlived its time to
-// live at now.
-func (s slot) expired(now int64) bool { return s.exp != 0 && s.exp <= now }
-
-// expiring reports whether a message in this slot is in the expiry index:
-// ExpireMessages may end it. Dead-lettered messages do not expire;
-// scheduled ones only once active; locked ones once their lock ends.
-func (s slot) expiring() bool {
-	return s.sub == partitionpb.SubQueue_SUB_QUEUE_MAIN && s.exp != 0 && !s.locked &&
-		s.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED
+func (e *entity) indexedAvailable(s store.Slot) bool {
+	return s.Sub != partitionpb.SubQueue_SUB_QUEUE_MAIN || s.Seq < e.fresh
 }
 
 // messageSize is what a message counts against max_size_bytes: the
@@ -272,19 +212,19 @@ func newMessageSize(m *partitionpb.NewMessage) int64 {
 	return int64(len(m.Header)+len(m.Annotations)+len(m.Bare)) + int64(m.StagedLength)
 }
 
-func (c *counts) add(s slot, d int64) {
+func (c *counts) add(s store.Slot, d int64) {
 	switch {
-	case s.sub == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER:
+	case s.Sub == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER:
 		c.dead += d
-	case s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED:
+	case s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED:
 		c.scheduled += d
 	default:
 		c.active += d
 	}
-	if s.locked {
+	if s.Locked {
 		c.locked += d
 	}
-	c.size += d * s.size
+	c.size += d * s.Size
 }
 
 func (c counts) stats() *partitionpb.StatsResponse {

@@ -121,26 +121,26 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 				return store.CloseIter(it, fmt.Errorf("%s: message %d records size %d, its body holds %d", k, seq, msg.Size, messageSize(msg)))
 			}
 			want[string(store.BodyKey(k, sub, seq))] = true
-			s := slotOf(msg)
+			s := store.SlotOf(msg)
 			// A session's messages are in its stream instead
 			// (CheckSessions), and in no expiry index.
-			if s.available() && !e.inSession(s) && e.indexedAvailable(s) {
+			if s.Available() && !e.inSession(s) && e.indexedAvailable(s) {
 				want[string(store.AvailableKey(k, sub, seq))] = true
 			}
-			if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
-				want[string(store.ScheduledKey(k, s.at, s.seq))] = true
+			if s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+				want[string(store.ScheduledKey(k, s.At, s.Seq))] = true
 			}
-			if s.expiring() && !e.inSession(s) {
-				want[string(store.ExpiryKey(k, s.exp, s.seq))] = true
+			if s.Expiring() && !e.inSession(s) {
+				want[string(store.ExpiryKey(k, s.Exp, s.Seq))] = true
 			}
-			if s.locked {
-				gk := grantKeyOf(k, s.until, s.sub, s.seq)
+			if s.Locked {
+				gk := grantKeyOf(k, s.Until, s.Sub, s.Seq)
 				g := grants[gk]
 				if g == nil {
 					g = &grant{}
 					grants[gk] = g
 				}
-				g.add(gk.base, s.seq)
+				g.add(gk.base, s.Seq)
 			}
 		}
 		if err := store.CloseIter(it, it.Error()); err != nil {
@@ -284,7 +284,7 @@ func BodyPlaces(m *Machine) (inStore, inLog int, err error) {
 			return 0, 0, err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
-			st, err := iterState(it)
+			st, err := store.IterState(it)
 			if err != nil {
 				return 0, 0, store.CloseIter(it, err)
 			}

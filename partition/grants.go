@@ -157,18 +157,18 @@ func (a *applier) findGrant(gk grantKey) (*grant, error) {
 	return g, nil
 }
 
-// markLock sets (or clears) the bit of the message in slot s, which is
+// markLock sets (or clears) the bit of the message in store.Slot s, which is
 // locked, in its grant.
-func (a *applier) markLock(e *entity, s slot, set bool) error {
-	gk := grantKeyOf(e.key, s.until, s.sub, s.seq)
+func (a *applier) markLock(e *entity, s store.Slot, set bool) error {
+	gk := grantKeyOf(e.key, s.Until, s.Sub, s.Seq)
 	g, err := a.grant(gk)
 	if err != nil {
 		return err
 	}
-	i := s.seq - gk.base
+	i := s.Seq - gk.base
 	w, m := i/64, uint64(1)<<(i%64)
 	if had := g.bits[w]&m != 0; had == set {
-		return fmt.Errorf("%w: %s: message %d locked until %d: lock grant bit is %v already", ErrCorrupt, e.key, s.seq, s.until, had)
+		return fmt.Errorf("%w: %s: message %d locked until %d: lock grant bit is %v already", ErrCorrupt, e.key, s.Seq, s.Until, had)
 	}
 	if set && g.n == 0 {
 		// Every write below the floor lowers it; a grant that holds locks

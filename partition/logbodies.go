@@ -296,7 +296,7 @@ func (m *Machine) inlineBodies() error {
 			return fmt.Errorf("partition: iterator: %w", err)
 		}
 		for valid := it.First(); valid; valid = it.Next() {
-			st, err := iterState(it)
+			st, err := store.IterState(it)
 			if err != nil {
 				return store.CloseIter(it, err)
 			}
@@ -306,12 +306,12 @@ func (m *Machine) inlineBodies() error {
 			if err := m.logs.sections(st); err != nil {
 				return store.CloseIter(it, err)
 			}
-			if err := setBody(b, store.BodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
+			if err := store.SetBody(b, store.BodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
 				return store.CloseIter(it, err)
 			}
 			dropLogRef(st)
 			st.Header, st.Annotations, st.Bare = nil, nil, nil
-			if err := setState(b, it.Key(), st); err != nil {
+			if err := store.SetState(b, it.Key(), st); err != nil {
 				return store.CloseIter(it, err)
 			}
 			moved++

@@ -650,11 +650,11 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 		if n++; n > freshScan {
 			return true, store.CloseIter(it, nil)
 		}
-		msg, err := iterState(it)
+		msg, err := store.IterState(it)
 		if err != nil {
 			return false, store.CloseIter(it, err)
 		}
-		if slotOf(msg).available() {
+		if store.SlotOf(msg).Available() {
 			return true, store.CloseIter(it, nil)
 		}
 	}
@@ -719,7 +719,7 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	var out []*partitionpb.StoredMessage
 	var size int64
 	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
-		msg, err := iterState(it)
+		msg, err := store.IterState(it)
 		if err != nil {
 			return nil, store.CloseIter(it, err)
 		}

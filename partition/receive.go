@@ -16,7 +16,7 @@ import (
 // renewLocks act on them by lock token, and expireLocks ends the locks
 // that ran out.
 
-func expired(m *partitionpb.StoredMessage, now int64) bool { return slotOf(m).expired(now) }
+func expired(m *partitionpb.StoredMessage, now int64) bool { return store.SlotOf(m).Expired(now) }
 
 func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
@@ -63,13 +63,13 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	next, passed, count, taken := head, 0, 0, int64(0)
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
 	// take hands out (or drops, when expired) the available message in
-	// slot old whose state record under key is p. Only a replica that
+	// store.Slot old whose state record under key is p. Only a replica that
 	// answers the batch decodes the messages it hands out, for its result
 	// (see lockRecord).
-	take := func(key, p []byte, old slot) error {
-		whole := func() (*partitionpb.StoredMessage, error) { return decodeState(key, p) }
+	take := func(key, p []byte, old store.Slot) error {
+		whole := func() (*partitionpb.StoredMessage, error) { return store.DecodeState(key, p) }
 		switch {
-		case main && old.expired(a.now):
+		case main && old.Expired(a.now):
 			passed++
 			if e.cfg.DeadLetteringOnExpiration {
 				m, err := whole()
@@ -82,7 +82,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			return a.remove(e, old)
 		case c.ReceiveAndDelete:
 			count++
-			taken += old.size
+			taken += old.Size
 			if a.bodies {
 				m, err := whole()
 				if err != nil {
@@ -96,10 +96,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			return a.remove(e, old)
 		default:
 			count++
-			taken += old.size
-			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
+			taken += old.Size
+			token, until := lockToken(old.Seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
 			if a.recordLocks {
-				a.handedOut = append(a.handedOut, old.seq)
+				a.handedOut = append(a.handedOut, old.Seq)
 			}
 			if a.bodies {
 				m, err := whole()
@@ -131,11 +131,11 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if p == nil {
 				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
 			}
-			s, _, err := stateSlot(p)
+			s, _, err := store.StateSlot(p)
 			if err != nil {
 				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
 			}
-			if !s.available() || !e.indexedAvailable(s) {
+			if !s.Available() || !e.indexedAvailable(s) {
 				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
 			if err := take(cur.key, p, s); err != nil {
@@ -153,11 +153,11 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if err != nil {
 				return err
 			}
-			s, _, err := stateSlot(p)
+			s, _, err := store.StateSlot(p)
 			if err != nil {
 				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.states.Key(), err)
 			}
-			if s.available() {
+			if s.Available() {
 				err = take(cur.states.Key(), p, s)
 			} else {
 				passed++ // scheduled: it will come back with a new number
@@ -165,7 +165,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if err != nil {
 				return err
 			}
-			e.fresh = s.seq + 1
+			e.fresh = s.Seq + 1
 		}
 		return cur.states.Error()
 	}()
@@ -206,7 +206,7 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 	}
 	still := make(map[uint64]*partitionpb.StoredMessage, len(seqs))
 	for i, f := range found {
-		if !f.found || !f.s.locked || f.s.until <= a.now || !bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
+		if !f.found || !f.s.Locked || f.s.Until <= a.now || !bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
 			continue
 		}
 		if err := cur.body(f.m); err != nil {
@@ -228,23 +228,23 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 	return r, nil
 }
 
-// lockedRecord is a locked message found by its lock token: its slot,
+// lockedRecord is a locked message found by its lock token: its store.Slot,
 // and the message itself when the caller changes it rather than removes it.
 type lockedRecord struct {
-	s     slot
+	s     store.Slot
 	token [16]byte
 	m     *partitionpb.StoredMessage // nil unless asked for
 	found bool                       // the message is there (readLocked)
 }
 
-// newLockedRecord makes the record of a message in slot s locked by
+// newLockedRecord makes the record of a message in store.Slot s locked by
 // token (m is the message, if decoded).
-func newLockedRecord(s slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
+func newLockedRecord(s store.Slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
 	r := lockedRecord{s: s, m: m}
 	if len(token) == len(r.token) {
 		copy(r.token[:], token)
 	} else {
-		r.s.locked = false // no token of 16 bytes names it
+		r.s.Locked = false // no token of 16 bytes names it
 	}
 	return r
 }
@@ -301,10 +301,10 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 		switch {
 		case !r.found:
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not in %s", ErrLockLost, tok, seq, sub)
-		case !r.s.locked || r.token != [16]byte(tok):
+		case !r.s.Locked || r.token != [16]byte(tok):
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not locked by it", ErrLockLost, tok, seq)
-		case r.s.until <= a.now:
-			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, r.s.until)
+		case r.s.Until <= a.now:
+			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, r.s.Until)
 		}
 		out = append(out, r)
 	}
@@ -320,13 +320,13 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 	out := make([]lockedRecord, len(seqs))
 	decode := func(key, p []byte) (lockedRecord, error) {
 		if whole {
-			m, err := decodeState(key, p)
+			m, err := store.DecodeState(key, p)
 			if err != nil {
 				return lockedRecord{}, err
 			}
-			return newLockedRecord(slotOf(m), m.LockToken, m), nil
+			return newLockedRecord(store.SlotOf(m), m.LockToken, m), nil
 		}
-		s, token, err := stateSlot(p)
+		s, token, err := store.StateSlot(p)
 		if err != nil {
 			return lockedRecord{}, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 		}
@@ -515,15 +515,15 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 // expireLock ends the lock of message seq, which its grant says is locked
 // until `until`.
 func (a *applier) expireLock(e *entity, until int64, sub partitionpb.SubQueue, seq uint64) error {
-	m, err := getState(a.b, store.MessageKey(e.key, sub, seq))
+	m, err := store.GetState(a.b, store.MessageKey(e.key, sub, seq))
 	if err != nil {
 		return err
 	}
 	if m == nil {
 		return fmt.Errorf("%w: %s: lock grant names message %d, which is not there", ErrCorrupt, e.key, seq)
 	}
-	old := slotOf(m)
-	if !old.locked || old.until != until {
+	old := store.SlotOf(m)
+	if !old.Locked || old.Until != until {
 		return fmt.Errorf("%w: %s: message %d is in a lock grant until %d but is not locked until then", ErrCorrupt, e.key, seq, until)
 	}
 	unlock(m)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -22,7 +21,7 @@ import (
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
-		if err := setBody(a.b, a.seqKey(e, store.KindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
+		if err := store.SetBody(a.b, a.seqKey(e, store.KindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
 			return err
 		}
 	}
@@ -35,13 +34,13 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
 	key := a.seqKey(e, store.KindMessage, m.SubQueue, m.SequenceNumber)
-	p, err := setRecord(a.b, key, m, false)
+	p, err := store.SetRecord(a.b, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err
 	}
 	a.lockedStates.wrote(key, p, len(m.LockToken) > 0)
-	s := slotOf(m)
+	s := store.SlotOf(m)
 	if err := a.index(e, s, true); err != nil {
 		return err
 	}
@@ -50,13 +49,13 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	return nil
 }
 
-// lockRecord locks the available message in slot old, whose state record
+// lockRecord locks the available message in store.Slot old, whose state record
 // is p: it writes p with the lock token and locked-until put in, and moves
 // the message to its locked slot (what update does, without decoding the
 // record and encoding it again).
 //
 // The record it writes is the one the encoder would write for the locked
-// message, byte for byte (appendLocked), so every replica writes the same
+// message, byte for byte (store.AppendLocked), so every replica writes the same
 // bytes whichever way it locks. A replica that does not answer the batch
 // (its Lock results carry no messages) therefore never decodes the
 // messages it locks: a Lock's decode and encode of each message were a
@@ -64,11 +63,11 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 // replicas whose results nobody reads. An available message has no lock
 // fields (unlock clears both, and the encoder leaves zero fields out); one
 // that has is locked the long way.
-func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) error {
-	if old.until != 0 || old.locked || until == 0 {
+func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until int64) error {
+	if old.Until != 0 || old.Locked || until == 0 {
 		return a.lockWhole(e, old, p, token, until)
 	}
-	v, ok := appendLocked(a.recBuf[:0], p, token, until)
+	v, ok := store.AppendLocked(a.recBuf[:0], p, token, until)
 	if !ok {
 		return a.lockWhole(e, old, p, token, until)
 	}
@@ -77,13 +76,13 @@ func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) 
 		return err
 	}
 	e.n.add(old, -1)
-	key := a.seqKey(e, store.KindMessage, old.sub, old.seq)
+	key := a.seqKey(e, store.KindMessage, old.Sub, old.Seq)
 	if err := store.SetSealed(a.b, key, v); err != nil {
 		return err
 	}
 	a.lockedStates.wrote(key, v, true)
 	s := old
-	s.locked, s.until = true, until
+	s.Locked, s.Until = true, until
 	if err := a.index(e, s, true); err != nil {
 		return err
 	}
@@ -93,8 +92,8 @@ func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) 
 }
 
 // lockWhole locks the long way: decode, then update.
-func (a *applier) lockWhole(e *entity, old slot, p, token []byte, until int64) error {
-	m, err := decodeState(a.seqKey(e, store.KindMessage, old.sub, old.seq), p)
+func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until int64) error {
+	m, err := store.DecodeState(a.seqKey(e, store.KindMessage, old.Sub, old.Seq), p)
 	if err != nil {
 		return err
 	}
@@ -102,35 +101,9 @@ func (a *applier) lockWhole(e *entity, old slot, p, token []byte, until int64) e
 	return a.update(e, old, m)
 }
 
-// appendLocked appends to dst the state record p, as the encoder writes it
-// for a message without a lock, with the lock token and locked-until
-// (non-zero) put where the encoder puts them: fields in number order, and
-// those it does not know last. ok is false if p is not such a record.
-func appendLocked(dst, p, token []byte, until int64) (_ []byte, ok bool) {
-	at := 0
-	for at < len(p) {
-		num, typ, n := protowire.ConsumeTag(p[at:])
-		if n < 0 || num == fieldLockToken || num == fieldLockedUntil {
-			return nil, false
-		}
-		if num > fieldLockedUntil {
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, p[at+n:])
-		if m < 0 {
-			return nil, false
-		}
-		at += n + m
-	}
-	dst = append(dst, p[:at]...)
-	dst = protowire.AppendBytes(protowire.AppendTag(dst, fieldLockToken, protowire.BytesType), token)
-	dst = protowire.AppendVarint(protowire.AppendTag(dst, fieldLockedUntil, protowire.VarintType), uint64(until))
-	return append(dst, p[at:]...), true
-}
-
 // singleDelete deletes a record written once since it was last deleted:
 // a body record (written when its message is added or moves, deleted when
-// it goes or moves) or an index entry (set when a message enters a slot,
+// it goes or moves) or an index entry (set when a message enters a store.Slot,
 // deleted when it leaves it; update takes the old entries out before it
 // puts the new ones in). Pebble drops such a delete together with the
 // write it meets, at the first flush or compaction that holds both,
@@ -150,35 +123,35 @@ func (a *applier) seqKey(e *entity, kind byte, sub partitionpb.SubQueue, seq uin
 	return a.keyBuf
 }
 
-// remove deletes the message in slot s.
-func (a *applier) remove(e *entity, s slot) error {
+// remove deletes the message in store.Slot s.
+func (a *applier) remove(e *entity, s store.Slot) error {
 	if err := a.unslot(e, s); err != nil {
 		return err
 	}
-	if len(s.blob) > 0 {
+	if len(s.Blob) > 0 {
 		var err error
-		if s.blobEntity != 0 {
-			err = a.releaseSharedBlob(e.key, s.blobEntity, s.blob, 1, true)
+		if s.BlobEntity != 0 {
+			err = a.releaseSharedBlob(e.key, s.BlobEntity, s.Blob, 1, true)
 		} else {
-			err = a.dropBlob(e, s.blob)
+			err = a.dropBlob(e, s.Blob)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if s.inLog {
+	if s.InLog {
 		return nil // no body record (logbodies.go)
 	}
-	return a.singleDelete(a.seqKey(e, store.KindBody, s.sub, s.seq))
+	return a.singleDelete(a.seqKey(e, store.KindBody, s.Sub, s.Seq))
 }
 
-// unslot deletes the state record of the message in slot s and takes it
+// unslot deletes the state record of the message in store.Slot s and takes it
 // out of the indexes and counters.
-func (a *applier) unslot(e *entity, s slot) error {
+func (a *applier) unslot(e *entity, s store.Slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
-	key := a.seqKey(e, store.KindMessage, s.sub, s.seq)
+	key := a.seqKey(e, store.KindMessage, s.Sub, s.Seq)
 	if err := a.b.Delete(key, nil); err != nil {
 		return err
 	}
@@ -188,13 +161,13 @@ func (a *applier) unslot(e *entity, s slot) error {
 	return nil
 }
 
-// update replaces the state of the message that sat in slot old by m's.
+// update replaces the state of the message that sat in store.Slot old by m's.
 // When m has moved (to another sub-queue, or to a new sequence number) its
 // body record moves with it, unread (a body in the Raft log is named by
 // the state record, which moves anyway).
-func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) error {
-	if old.sub != m.SubQueue || old.seq != m.SequenceNumber {
-		if !old.inLog {
+func (a *applier) update(e *entity, old store.Slot, m *partitionpb.StoredMessage) error {
+	if old.Sub != m.SubQueue || old.Seq != m.SequenceNumber {
+		if !old.InLog {
 			if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
 				return err
 			}
@@ -211,16 +184,16 @@ func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) erro
 	return a.putState(e, m)
 }
 
-// moveBody moves the body record of the message in slot old to its new
+// moveBody moves the body record of the message in store.Slot old to its new
 // place, sealed for its new key.
-func (a *applier) moveBody(e *entity, old slot, sub partitionpb.SubQueue, seq uint64) error {
-	from := store.BodyKey(e.key, old.sub, old.seq)
+func (a *applier) moveBody(e *entity, old store.Slot, sub partitionpb.SubQueue, seq uint64) error {
+	from := store.BodyKey(e.key, old.Sub, old.Seq)
 	p, found, err := store.Get(a.b, from)
 	if err != nil {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.seq, e.key)
+		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.Seq, e.key)
 	}
 	to := store.BodyKey(e.key, sub, seq)
 	if err := a.b.Set(to, store.Seal(to, p), nil); err != nil {
@@ -238,48 +211,48 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 	return readBody(a.b, a.logs, e.key, m)
 }
 
-// index sets (or deletes) the index entries of a message in slot s.
-func (a *applier) index(e *entity, s slot, set bool) error {
+// index sets (or deletes) the index entries of a message in store.Slot s.
+func (a *applier) index(e *entity, s store.Slot, set bool) error {
 	var keys [][]byte
 	session := e.inSession(s)
 	var dAvail, dHeld, dParked int64
-	if s.available() {
+	if s.Available() {
 		if set {
-			a.woken[wakeKey{e.key, s.sub}] = true
+			a.woken[wakeKey{e.key, s.Sub}] = true
 		}
 		if session {
-			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionMsg, s.sub, s.session, s.seq))
+			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionMsg, s.Sub, s.Session, s.Seq))
 			dAvail = 1
 		} else if e.indexedAvailable(s) {
-			keys = append(keys, store.AvailableKey(e.key, s.sub, s.seq))
+			keys = append(keys, store.AvailableKey(e.key, s.Sub, s.Seq))
 			if set {
-				e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
+				e.availHead[s.Sub] = min(e.availHead[s.Sub], s.Seq)
 			}
 		}
 	}
-	if s.locked {
+	if s.Locked {
 		a.locks[e.key] = true
 		if err := a.markLock(e, s, set); err != nil {
 			return err
 		}
 		if session {
-			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionHeld, s.sub, s.session, s.seq))
+			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionHeld, s.Sub, s.Session, s.Seq))
 			dHeld = 1
 		}
 	}
-	if session && !s.available() && !s.locked {
-		keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionParked, s.sub, s.session, s.seq))
+	if session && !s.Available() && !s.Locked {
+		keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionParked, s.Sub, s.Session, s.Seq))
 		dParked = 1
 	}
-	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
-		keys = append(keys, store.ScheduledKey(e.key, s.at, s.seq))
+	if s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+		keys = append(keys, store.ScheduledKey(e.key, s.At, s.Seq))
 		a.scheds[e.key] = true
 		if set {
 			e.sched.lower(keys[len(keys)-1])
 		}
 	}
-	if s.expiring() && !session {
-		keys = append(keys, store.ExpiryKey(e.key, s.exp, s.seq))
+	if s.Expiring() && !session {
+		keys = append(keys, store.ExpiryKey(e.key, s.Exp, s.Seq))
 		a.exps[e.key] = true
 		if set {
 			e.exp.lower(keys[len(keys)-1])
@@ -300,7 +273,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 		if !set {
 			dAvail, dHeld, dParked = -dAvail, -dHeld, -dParked
 		}
-		return a.countSessionMessage(e, s.session, s.seq, dAvail, dHeld, dParked)
+		return a.countSessionMessage(e, s.Session, s.Seq, dAvail, dHeld, dParked)
 	}
 	return nil
 }
@@ -389,7 +362,7 @@ func (c *messageCursor) lookup(seq uint64) (*partitionpb.StoredMessage, error) {
 	if err != nil || p == nil {
 		return nil, err
 	}
-	return decodeState(c.key, p)
+	return store.DecodeState(c.key, p)
 }
 
 // record returns the unsealed state record of seq, valid until the cursor
@@ -422,7 +395,7 @@ func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
 	if err != nil {
 		return err
 	}
-	if err := mergeBody(c.key, p, m); err != nil || len(m.BodyBlob) == 0 {
+	if err := store.MergeBody(c.key, p, m); err != nil || len(m.BodyBlob) == 0 {
 		return err
 	}
 	return readBlob(c.r, c.k, m)

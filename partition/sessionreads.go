@@ -185,7 +185,7 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 		if !found {
 			return nil, fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, sessionID, seq)
 		}
-		msg, err := decodeState(key, p)
+		msg, err := store.DecodeState(key, p)
 		if err != nil {
 			return nil, err
 		}

@@ -128,8 +128,8 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 		if err != nil {
 			return err
 		}
-		old := slotOf(m)
-		if !old.locked {
+		old := store.SlotOf(m)
+		if !old.Locked {
 			return fmt.Errorf("%w: %s: message %d is held by session %q but not locked", ErrCorrupt, e.key, seq, sid)
 		}
 		unlock(m)
@@ -182,7 +182,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		if err != nil {
 			return nil, err
 		}
-		old := slotOf(m)
+		old := store.SlotOf(m)
 		m.LockedUntilMs = until
 		if err := a.update(e, old, m); err != nil {
 			return nil, err
@@ -293,16 +293,16 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			if p == nil {
 				return fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, c.SessionId, seq)
 			}
-			old, _, err := stateSlot(p)
+			old, _, err := store.StateSlot(p)
 			if err != nil {
 				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
 			}
-			if !old.available() {
+			if !old.Available() {
 				return fmt.Errorf("%w: %s: message %d is in session %q's stream but not available", ErrCorrupt, e.key, seq, c.SessionId)
 			}
-			if old.expired(a.now) || expiring {
+			if old.Expired(a.now) || expiring {
 				expiring = true
-				m, err := decodeState(cur.key, p)
+				m, err := store.DecodeState(cur.key, p)
 				if err != nil {
 					return err
 				}
@@ -312,12 +312,12 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 				continue
 			}
 			count++
-			taken += old.size
+			taken += old.Size
 			// As Lock does: only the answering replica decodes what it
 			// hands out; the others lock the record as it is.
 			var m *partitionpb.StoredMessage
 			if a.bodies {
-				if m, err = decodeState(cur.key, p); err != nil {
+				if m, err = store.DecodeState(cur.key, p); err != nil {
 					return err
 				}
 				if err := cur.body(m); err != nil {

@@ -26,14 +26,14 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	k := ekey{ID: id, Part: part}
 	wantAvail, wantHeld, wantParked := map[string][]uint64{}, map[string][]uint64{}, map[string][]uint64{}
 	for _, msg := range msgs {
-		s := slotOf(msg)
+		s := store.SlotOf(msg)
 		switch {
-		case s.available():
-			wantAvail[s.session] = append(wantAvail[s.session], s.seq)
-		case s.locked:
-			wantHeld[s.session] = append(wantHeld[s.session], s.seq)
+		case s.Available():
+			wantAvail[s.Session] = append(wantAvail[s.Session], s.Seq)
+		case s.Locked:
+			wantHeld[s.Session] = append(wantHeld[s.Session], s.Seq)
 		default:
-			wantParked[s.session] = append(wantParked[s.session], s.seq)
+			wantParked[s.Session] = append(wantParked[s.Session], s.Seq)
 		}
 	}
 	sids, err := listSessions(m.db, k, 0, 1<<30, 0)

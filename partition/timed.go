@@ -55,7 +55,7 @@ func (a *applier) scanDue(e *entity, x *timeIndex, kind byte, f func(at int64, s
 
 // mainMessage reads a message of e's main sub-queue that an index names.
 func (a *applier) mainMessage(e *entity, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := getState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+	m, err := store.GetState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +94,8 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 			if err != nil {
 				return err
 			}
-			old := slotOf(m)
-			if old.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED || old.at != at {
+			old := store.SlotOf(m)
+			if old.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED || old.At != at {
 				return fmt.Errorf("%w: %s: message %d is indexed scheduled at %d but is not", ErrCorrupt, k, seq, at)
 			}
 			m.SequenceNumber = e.nextSequence()
@@ -106,7 +106,7 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 				return err
 			}
 			count++
-			bytes += old.size
+			bytes += old.Size
 			return nil
 		})
 		if err != nil {
@@ -135,8 +135,8 @@ func (a *applier) expireMessages() (*partitionpb.Result, error) {
 			if err != nil {
 				return err
 			}
-			old := slotOf(m)
-			if !old.expiring() || old.exp != at {
+			old := store.SlotOf(m)
+			if !old.Expiring() || old.Exp != at {
 				return fmt.Errorf("%w: %s: message %d is indexed expiring at %d but is not", ErrCorrupt, k, seq, at)
 			}
 			budget--
@@ -149,8 +149,8 @@ func (a *applier) expireMessages() (*partitionpb.Result, error) {
 	return okResult(), nil
 }
 
-// expire ends an expired message that sat in slot old.
-func (a *applier) expire(e *entity, old slot, m *partitionpb.StoredMessage) error {
+// expire ends an expired message that sat in store.Slot old.
+func (a *applier) expire(e *entity, old store.Slot, m *partitionpb.StoredMessage) error {
 	if e.cfg.DeadLetteringOnExpiration {
 		deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
 		return a.update(e, old, m)
@@ -196,14 +196,14 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := getState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+		m, err := store.GetState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
 		if err != nil {
 			return nil, err
 		}
 		if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 			continue
 		}
-		if err := a.remove(e, slotOf(m)); err != nil {
+		if err := a.remove(e, store.SlotOf(m)); err != nil {
 			return nil, err
 		}
 	}
@@ -250,7 +250,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := getState(a.b, store.MessageKey(e.key, c.SubQueue, seq))
+		m, err := store.GetState(a.b, store.MessageKey(e.key, c.SubQueue, seq))
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +259,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 			session && m.SessionId != c.SessionId {
 			continue
 		}
-		old := slotOf(m)
+		old := store.SlotOf(m)
 		if c.ReceiveAndDelete {
 			if err = a.withBody(e, m); err == nil { // before the body goes
 				err = a.remove(e, old)

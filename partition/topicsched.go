@@ -97,14 +97,14 @@ func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 			if !ok {
 				continue // the subscription was deleted, and its copies with it
 			}
-			m, err := getState(a.b, store.MessageKey(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.seq))
+			m, err := store.GetState(a.b, store.MessageKey(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.seq))
 			if err != nil {
 				return err
 			}
 			if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 				continue // activated under a new number, or gone
 			}
-			if err := a.remove(s, slotOf(m)); err != nil {
+			if err := a.remove(s, store.SlotOf(m)); err != nil {
 				return err
 			}
 		}
