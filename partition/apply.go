@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -91,7 +89,7 @@ const (
 type applier struct {
 	lim          Limits
 	entities     map[ekey]*entity // the machine's, changed in place
-	b            *pebble.Batch
+	b            *store.Batch
 	now          int64
 	dirty        map[ekey]bool                 // entity records to write (or delete)
 	locks        map[ekey]bool                 // entities whose locks changed
@@ -108,9 +106,6 @@ type applier struct {
 	reqFloor     *int64                        // the machine's: no request result is older (requests.go)
 	reqFilter    *requestFilter                // the machine's: ids recorded since it loaded
 	lockedStates *lockedStates                 // the machine's: state records of locked messages (lockcache.go)
-	grants       map[grantKey]*grant           // lock grants read or changed (grants.go)
-	lastGrantKey grantKey                      // the key and grant that grant() returned
-	lastGrant    *grant                        // last, while in grants (nil: none)
 	recordLocks  bool                          // locking commands list what they hand out in handedOut (lockOnce)
 	handedOut    []uint64                      // their sequence numbers
 
@@ -405,7 +400,6 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 		return nil, err
 	}
 	a.lockedStates.reset()
-	a.dropGrants(e.key)
 	a.dropSessions(e.key)
 	delete(a.entities, e.key)
 	a.subs.stale()

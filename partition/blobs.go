@@ -110,7 +110,7 @@ func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, erro
 	if err := a.pruneStaged(e, c.Blob); err != nil {
 		return nil, err
 	}
-	if err := store.SetSealed(a.b, key, c.Data); err != nil {
+	if err := store.SetSealed(a.b.Batch, key, c.Data); err != nil {
 		return nil, err
 	}
 	// A blob id is never reused: a chunk of a blob an Enqueue took over

@@ -54,13 +54,9 @@ type entity struct {
 	// counter wraps, new messages sit below it and are indexed.
 	fresh uint64
 
-	// minLock is the earliest locked_until_ms of the entity's locks in the
-	// committed store; hasLock is false when it has none.
-	minLock int64
-	hasLock bool
-	// minLockStale: locks changed since minLock was read; lockFloor may
-	// then lie below the earliest lock (never above it).
-	minLockStale bool
+	// locks follows the lock grants: their earliest end and where scans
+	// of them start (store.LockIndex).
+	locks store.LockIndex
 
 	// Where scans start. Deleted index entries stay in the LSM as
 	// tombstones until compaction, and a queue deletes at its head all the
@@ -68,7 +64,6 @@ type entity struct {
 	// message consumed lately. These bounds only say where no entry is;
 	// they change no result. Every write below a bound lowers it.
 	availHead [2]uint64 // per sub-queue: no available entry below this sequence number
-	lockFloor []byte    // no lock entry below this key
 	// readyFloor: no entry of the index of ready sessions below this
 	// key. Accept-next takes the session at the index's head and so
 	// deletes there, one session after another: from the start of the
@@ -91,7 +86,7 @@ type entity struct {
 
 func newEntity(k ekey) *entity {
 	return &entity{
-		key: k, next: 1, lockFloor: store.KindPrefix(k, store.KindLock), readyFloor: store.KindPrefix(k, store.KindSessionReady),
+		key: k, next: 1, locks: store.NewLockIndex(k), readyFloor: store.KindPrefix(k, store.KindSessionReady),
 		sched:      newTimeIndex(k, store.KindScheduled),
 		exp:        newTimeIndex(k, store.KindExpiry),
 		slock:      newTimeIndex(k, store.KindSessionLock),
@@ -159,24 +154,6 @@ func (x *timeIndex) load(r pebble.Reader) error {
 		x.floor = append([]byte(nil), it.Key()...)
 	}
 	return store.CloseIter(it, it.Error())
-}
-
-// lowerLockFloor notes a lock entry written at key.
-func (e *entity) lowerLockFloor(key []byte) {
-	if bytes.Compare(key, e.lockFloor) < 0 {
-		e.lockFloor = key
-	}
-}
-
-// lockFloorTime is the earliest locked_until_ms a lock entry may have.
-func (e *entity) lockFloorTime() int64 {
-	if until, _, _, ok := store.ParseLockKey(e.lockFloor); ok {
-		return until
-	}
-	if bytes.Compare(e.lockFloor, store.KindPrefix(e.key, store.KindLock)) <= 0 {
-		return math.MinInt64
-	}
-	return math.MaxInt64 // past the end: no locks
 }
 
 // counts are an entity partition's message counters (see StatsResponse).

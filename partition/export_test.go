@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -105,7 +106,12 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 		return fmt.Errorf("%s: no such entity", k)
 	}
 	want := map[string]bool{}
-	grants := map[grantKey]*grant{}
+	type grantOf struct {
+		until int64
+		sub   partitionpb.SubQueue
+		base  uint64
+	}
+	grants := map[grantOf][]uint64{}
 	for _, sub := range []partitionpb.SubQueue{partitionpb.SubQueue_SUB_QUEUE_MAIN, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER} {
 		it, err := store.PrefixIter(m.db, store.SubPrefix(k, store.KindMessage, sub))
 		if err != nil {
@@ -134,13 +140,8 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 				want[string(store.ExpiryKey(k, s.Exp, s.Seq))] = true
 			}
 			if s.Locked {
-				gk := grantKeyOf(k, s.Until, s.Sub, s.Seq)
-				g := grants[gk]
-				if g == nil {
-					g = &grant{}
-					grants[gk] = g
-				}
-				g.add(gk.base, s.Seq)
+				gk := grantOf{s.Until, s.Sub, s.Seq &^ (store.GrantSpan - 1)}
+				grants[gk] = append(grants[gk], s.Seq)
 			}
 		}
 		if err := store.CloseIter(it, it.Error()); err != nil {
@@ -168,9 +169,10 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 		return fmt.Errorf("%s: missing index entry %x", k, key)
 	}
 	// Each lock grant holds exactly the locks it names.
-	err := eachGrant(m.db, k, func(key []byte, gk grantKey, got grant) error {
-		if g := grants[gk]; g == nil || g.bits != got.bits {
-			return fmt.Errorf("%s: lock grant %x holds %v, the messages call for %v", k, key, got.seqs(gk.base), g)
+	err := store.EachGrant(m.db, k, func(until int64, sub partitionpb.SubQueue, base uint64, got []uint64) error {
+		gk := grantOf{until, sub, base}
+		if want := grants[gk]; !slices.Equal(want, got) {
+			return fmt.Errorf("%s: lock grant %+v holds %v, the messages call for %v", k, gk, got, want)
 		}
 		delete(grants, gk)
 		return nil
@@ -178,8 +180,8 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	if err != nil {
 		return err
 	}
-	for gk, g := range grants {
-		return fmt.Errorf("%s: missing lock grant %x for %v", k, gk.key(), g.seqs(gk.base))
+	for gk, want := range grants {
+		return fmt.Errorf("%s: missing lock grant %+v for %v", k, gk, want)
 	}
 	return nil
 }
@@ -225,7 +227,7 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 	if !ok {
 		return nil, fmt.Errorf("%d/%d: no such entity", id, part)
 	}
-	a := &applier{lim: m.limits, entities: m.entities, b: m.db.NewIndexedBatch()}
+	a := &applier{lim: m.limits, entities: m.entities, b: store.NewBatch(m.db, 0)}
 	defer a.b.Close()
 	c, err := a.newMessageCursor(e, sub, 0, true)
 	if err != nil {
@@ -317,12 +319,12 @@ func DowngradeLockIndex(m *Machine) error {
 	b := m.db.NewBatch()
 	defer b.Close()
 	for k := range m.entities {
-		err := eachGrant(m.db, k, func(key []byte, gk grantKey, g grant) error {
-			if err := b.Delete(key, nil); err != nil {
+		err := store.EachGrant(m.db, k, func(until int64, sub partitionpb.SubQueue, base uint64, seqs []uint64) error {
+			if err := b.Delete(store.LockKey(k, until, sub, base), nil); err != nil {
 				return err
 			}
-			for _, seq := range g.seqs(gk.base) {
-				if err := store.SetSealed(b, store.LockKey(k, gk.until, gk.sub, seq), nil); err != nil {
+			for _, seq := range seqs {
+				if err := store.SetSealed(b, store.LockKey(k, until, sub, seq), nil); err != nil {
 					return err
 				}
 			}
@@ -355,32 +357,6 @@ func LockGrants(m *Machine, id uint64, part uint32) (int, error) {
 
 // NewMessageSections is newMessageSections, for FuzzNewMessageSections.
 var NewMessageSections = newMessageSections
-
-// eachGrant calls f with every lock grant of entity partition k in r.
-func eachGrant(r pebble.Reader, k ekey, f func(key []byte, gk grantKey, g grant) error) error {
-	it, err := store.PrefixIter(r, store.KindPrefix(k, store.KindLock))
-	if err != nil {
-		return err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		p, err := store.IterValue(it)
-		if err != nil {
-			return store.CloseIter(it, err)
-		}
-		g, err := decodeGrant(it.Key(), p)
-		if err != nil {
-			return store.CloseIter(it, err)
-		}
-		until, sub, base, ok := store.ParseLockKey(it.Key())
-		if !ok {
-			return store.CloseIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
-		}
-		if err := f(it.Key(), grantKey{k, until, sub, base}, g); err != nil {
-			return store.CloseIter(it, err)
-		}
-	}
-	return store.CloseIter(it, it.Error())
-}
 
 // BlobRecords counts the blob chunks and staged records of an entity
 // partition (blobs.go).

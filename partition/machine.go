@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,12 +77,12 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit       sortedCommit      // Apply's, under mu
-	batchBytes   int               // Apply's, under mu: the size of the last batch (batchSize)
-	reqFloor     int64             // Apply's, under mu: no request result is older
-	reqFilter    *requestFilter    // Apply's, under mu: ids recorded since load (reqfilter.go)
-	lockedStates *lockedStates     // Apply's, under mu: state records of locked messages (lockcache.go)
-	subs         subscriptionIndex // Apply's, under mu: a topic partition's subscriptions (fanout.go)
+	commit       store.SortedCommit // Apply's, under mu
+	batchBytes   int                // Apply's, under mu: the size of the last batch (batchSize)
+	reqFloor     int64              // Apply's, under mu: no request result is older
+	reqFilter    *requestFilter     // Apply's, under mu: ids recorded since load (reqfilter.go)
+	lockedStates *lockedStates      // Apply's, under mu: state records of locked messages (lockcache.go)
+	subs         subscriptionIndex  // Apply's, under mu: a topic partition's subscriptions (fanout.go)
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -181,7 +180,7 @@ func (m *Machine) openDB(path string) (*pebble.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = checkFormat(db)
+	err = store.CheckFormat(db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -190,48 +189,16 @@ func (m *Machine) openDB(path string) (*pebble.DB, error) {
 }
 
 func (m *Machine) openPebble(path string) (*pebble.DB, error) {
-	db, err := pebble.Open(path, pebbleOptions(m.cache, m.cacheBytes, m.log, &m.misuse))
+	db, err := pebble.Open(path, store.PebbleOptions(m.cache, m.cacheBytes, m.log, &m.misuse))
 	if err != nil {
 		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
 	}
 	return db, nil
 }
 
-func checkFormat(db *pebble.DB) error {
-	p, found, err := store.Get(db, store.KeyFormat)
-	if err != nil {
-		return err
-	}
-	if found {
-		if len(p) == 8 && binary.BigEndian.Uint64(p) == store.FormatLockEntries {
-			return upgradeLockIndex(db)
-		}
-		if len(p) != 8 || binary.BigEndian.Uint64(p) != store.Format {
-			return fmt.Errorf("%w: store format %x, want %d", ErrCorrupt, p, store.Format)
-		}
-		return nil
-	}
-	it, err := db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	empty := !it.First()
-	if err := store.CloseIter(it, it.Error()); err != nil {
-		return err
-	}
-	if !empty {
-		return fmt.Errorf("%w: store without format version", ErrCorrupt)
-	}
-	v := store.Seal(store.KeyFormat, binary.BigEndian.AppendUint64(nil, store.Format))
-	if err := db.Set(store.KeyFormat, v, pebble.NoSync); err != nil {
-		return fmt.Errorf("partition: write format: %w", err)
-	}
-	return nil
-}
-
 // load reads the applied index and the entities from the store.
 func (m *Machine) load() error {
-	applied, err := readApplied(m.db)
+	applied, err := store.ReadApplied(m.db)
 	if err != nil {
 		return err
 	}
@@ -259,7 +226,7 @@ func (m *Machine) load() error {
 		return err
 	}
 	for _, e := range entities {
-		if err := e.loadMinLock(m.db); err != nil {
+		if err := e.locks.Load(m.db); err != nil {
 			return err
 		}
 		if err := e.sched.load(m.db); err != nil {
@@ -282,42 +249,6 @@ func (m *Machine) load() error {
 	m.reqFilter = f
 	m.lockedStates = newLockedStates()
 	return nil
-}
-
-func readApplied(r pebble.Reader) (uint64, error) {
-	p, found, err := store.Get(r, store.KeyApplied)
-	if err != nil || !found {
-		return 0, err
-	}
-	if len(p) != 8 {
-		return 0, fmt.Errorf("%w: applied index of %d bytes", ErrCorrupt, len(p))
-	}
-	return binary.BigEndian.Uint64(p), nil
-}
-
-// loadMinLock reads the entity's earliest lock expiry from r, scanning
-// from lockFloor, and raises lockFloor to it.
-func (e *entity) loadMinLock(r pebble.Reader) error {
-	e.minLockStale = false
-	end := store.PrefixEnd(store.KindPrefix(e.key, store.KindLock))
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: e.lockFloor, UpperBound: end})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	e.hasLock = false
-	e.lockFloor = end
-	if it.First() {
-		if _, err := store.IterValue(it); err != nil {
-			return store.CloseIter(it, err)
-		}
-		until, _, _, ok := store.ParseLockKey(it.Key())
-		if !ok {
-			return store.CloseIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
-		}
-		e.minLock, e.hasLock = until, true
-		e.lockFloor = append([]byte(nil), it.Key()...)
-	}
-	return store.CloseIter(it, it.Error())
 }
 
 // Close flushes the store, so that everything applied survives, and closes
@@ -421,7 +352,7 @@ func (m *Machine) newApplier() *applier {
 	return &applier{
 		lim:          m.limits,
 		entities:     m.entities,
-		b:            m.db.NewIndexedBatchWithSize(m.batchBytes),
+		b:            store.NewBatch(m.db, m.batchBytes),
 		dirty:        make(map[ekey]bool),
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),
@@ -462,7 +393,7 @@ func (m *Machine) stage(a *applier, entries []Entry) ([][]*partitionpb.Result, u
 // grants, session records, the touched entities' records) and the applied
 // index into the batch, and commits it in one write.
 func (m *Machine) commitStaged(a *applier, applied uint64) error {
-	if err := a.flushGrants(); err != nil {
+	if err := a.b.FlushGrants(); err != nil {
 		return err
 	}
 	if err := a.flushSessions(); err != nil {
@@ -479,10 +410,10 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 			return err
 		}
 	}
-	if err := a.b.Set(store.KeyApplied, store.Seal(store.KeyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
+	if err := a.b.PutApplied(applied); err != nil {
 		return err
 	}
-	return m.commit.commitSorted(m.db, a.b)
+	return m.commit.Commit(m.db, a.b)
 }
 
 // afterCommit brings the in-memory indexes of the entities the batch
@@ -491,7 +422,7 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 func (m *Machine) afterCommit(a *applier) error {
 	for k := range a.locks {
 		if e, ok := m.entities[k]; ok {
-			e.minLockStale = true // read when asked (NextLockExpiry)
+			e.locks.Stale = true // read when asked (NextLockExpiry)
 		}
 	}
 	reload := func(keys map[ekey]bool, index func(*entity) *timeIndex) error {

@@ -449,7 +449,7 @@ func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, er
 // sequence order, or dead-lettered at max_delivery_count.
 func (a *applier) expireLocks() (*partitionpb.Result, error) {
 	// The scan reads grants from the batch: it must hold this Apply's.
-	if err := a.flushGrants(); err != nil {
+	if err := a.b.FlushGrants(); err != nil {
 		return nil, err
 	}
 	budget := a.lim.ExpiredLocks
@@ -458,54 +458,25 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		if e.minLockStale {
+		if e.locks.Stale {
 			// Raise the floor past the locks ended since it was read, so
 			// that the scan does not step over them (on a follower, no one
 			// asked for the earliest lock since).
-			if err := e.loadMinLock(a.b); err != nil {
+			if err := e.locks.Load(a.b); err != nil {
 				return nil, err
 			}
 			a.locks[k] = true // the store's view moves on with this batch
 		}
-		if e.lockFloorTime() > a.now {
-			continue
-		}
-		it, err := a.b.NewIter(&pebble.IterOptions{
-			LowerBound: e.lockFloor,
-			UpperBound: store.PrefixEnd(store.KindPrefix(k, store.KindLock)),
+		// The scan sees the grants as flushed; expiring a lock clears its
+		// bit in the batch's copy, and each message is in one grant.
+		err := a.b.DueLocks(&e.locks, a.now, func(until int64, sub partitionpb.SubQueue, seq uint64) (bool, error) {
+			if err := a.expireLock(e, until, sub, seq); err != nil {
+				return false, err
+			}
+			budget--
+			return budget > 0, nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("partition: iterator: %w", err)
-		}
-		// The iterator sees the grants as flushed; expiring a lock clears
-		// its bit in the applier's copy, and each message is in one grant.
-		for valid := it.First(); valid && budget > 0; valid = it.Next() {
-			until, sub, base, ok := store.ParseLockKey(it.Key())
-			if !ok {
-				return nil, store.CloseIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
-			}
-			if until > a.now {
-				break
-			}
-			p, err := store.IterValue(it)
-			if err != nil {
-				return nil, store.CloseIter(it, err)
-			}
-			g, err := decodeGrant(it.Key(), p)
-			if err != nil {
-				return nil, store.CloseIter(it, err)
-			}
-			for _, seq := range g.seqs(base) {
-				if budget == 0 {
-					break
-				}
-				if err := a.expireLock(e, until, sub, seq); err != nil {
-					return nil, store.CloseIter(it, err)
-				}
-				budget--
-			}
-		}
-		if err := store.CloseIter(it, it.Error()); err != nil {
 			return nil, err
 		}
 	}

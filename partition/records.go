@@ -21,7 +21,7 @@ import (
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
-		if err := store.SetBody(a.b, a.seqKey(e, store.KindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
+		if err := store.SetBody(a.b.Batch, a.seqKey(e, store.KindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
 			return err
 		}
 	}
@@ -34,7 +34,7 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
 	key := a.seqKey(e, store.KindMessage, m.SubQueue, m.SequenceNumber)
-	p, err := store.SetRecord(a.b, key, m, false)
+	p, err := store.SetRecord(a.b.Batch, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err
@@ -77,7 +77,7 @@ func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until i
 	}
 	e.n.add(old, -1)
 	key := a.seqKey(e, store.KindMessage, old.Sub, old.Seq)
-	if err := store.SetSealed(a.b, key, v); err != nil {
+	if err := store.SetSealed(a.b.Batch, key, v); err != nil {
 		return err
 	}
 	a.lockedStates.wrote(key, v, true)
@@ -232,7 +232,7 @@ func (a *applier) index(e *entity, s store.Slot, set bool) error {
 	}
 	if s.Locked {
 		a.locks[e.key] = true
-		if err := a.markLock(e, s, set); err != nil {
+		if err := a.b.MarkLock(&e.locks, e.key, s, set); err != nil {
 			return err
 		}
 		if session {
@@ -261,7 +261,7 @@ func (a *applier) index(e *entity, s store.Slot, set bool) error {
 	for _, k := range keys {
 		var err error
 		if set {
-			err = store.SetSealed(a.b, k, nil)
+			err = store.SetSealed(a.b.Batch, k, nil)
 		} else {
 			err = a.singleDelete(k)
 		}

@@ -169,11 +169,11 @@ func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) 
 	if err != nil {
 		return fmt.Errorf("partition: request %x: %w", id, err)
 	}
-	if err := store.SetSealed(a.b, k, v); err != nil {
+	if err := store.SetSealed(a.b.Batch, k, v); err != nil {
 		return err
 	}
 	tk := store.RequestTimeKey(a.now, id)
-	if err := store.SetSealed(a.b, tk, nil); err != nil {
+	if err := store.SetSealed(a.b.Batch, tk, nil); err != nil {
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)

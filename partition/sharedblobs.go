@@ -140,25 +140,15 @@ func (a *applier) deleteEntityData(e *entity) error {
 	if err := a.releaseAllSharedBlobs(e.key); err != nil {
 		return err
 	}
-	p := store.DataPrefix(e.key)
 	if !isTopic(e.cfg) {
-		return a.b.DeleteRange(p, store.PrefixEnd(p), nil)
+		return a.b.DeleteEntityData(e.key, false)
 	}
 	// Blobs staged and not taken over go; the shared ones (and only they
 	// are left under store.KindBlob then) stay with their counts.
 	if err := a.dropAllStaged(e); err != nil {
 		return err
 	}
-	for _, r := range [][2][]byte{
-		{p, store.KindPrefix(e.key, store.KindBlob)},
-		{store.KindPrefix(e.key, store.KindBlob+1), store.KindPrefix(e.key, store.KindBlobRefs)},
-		{store.KindPrefix(e.key, store.KindBlobRefs+1), store.PrefixEnd(p)},
-	} {
-		if err := a.b.DeleteRange(r[0], r[1], nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return a.b.DeleteEntityData(e.key, true)
 }
 
 // dropAllStaged deletes the blobs of e that no message took over.

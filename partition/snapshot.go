@@ -260,10 +260,10 @@ func (m *Machine) loadSnapshot(path string, r io.Reader) (err error) {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("partition: restore: %w", err)
 	}
-	if err := checkFormat(db); err != nil {
+	if err := store.CheckFormat(db); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
-	stored, err := readApplied(db)
+	stored, err := store.ReadApplied(db)
 	if err != nil {
 		return err
 	}

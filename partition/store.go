@@ -1,13 +1,7 @@
 package partition
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
-	"sync/atomic"
-
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/sstable"
 
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -35,96 +29,4 @@ func getMessage(r pebble.Reader, logs *logReader, k ekey, sub partitionpb.SubQue
 		return nil, err
 	}
 	return m, nil
-}
-
-// pebbleOptions are the store's options: no WAL, because the Raft log is
-// the write-ahead log (Apply commits with NoSync and Snapshot flushes), and
-// memory bounded by the shared block cache plus at most two memtables.
-func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger, misuse *atomic.Int64) *pebble.Options {
-	// Memtables as large as the cache: a queue's messages mostly die in
-	// the memtable they were written to when consumers keep up, and every
-	// flush costs compaction work per key. With memtables of a quarter of
-	// a 32 MiB cache (8 MiB) the dev cluster sent a third fewer messages
-	// per second than with 32 MiB ones, and received 40% fewer.
-	memtable := uint64(cacheBytes)
-	memtable = max(memtable, 4<<20)
-	memtable = min(memtable, 64<<20)
-	opts := &pebble.Options{
-		Cache:                       cache,
-		DisableWAL:                  true,
-		MemTableSize:                memtable,
-		MemTableStopWritesThreshold: 2,
-		// Pinned, so that a pebble upgrade does not move the on-disk format
-		// by itself.
-		FormatMajorVersion: pebble.FormatValueSeparation,
-		Logger:             pebbleLogger{log},
-	}
-	// A write stall holds up Apply, and with it the group's whole Raft
-	// pipeline: worth a line in the log.
-	opts.EventListener = &pebble.EventListener{
-		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
-			log.Warn("partition: store write stall", "reason", info.Reason)
-		},
-		WriteStallEnd: func() { log.Info("partition: store write stall ended") },
-		// A single delete that met no write or two (singleDelete) means the
-		// records' bookkeeping broke: a deleted record may come back.
-		PossibleAPIMisuse: func(info pebble.PossibleAPIMisuseInfo) {
-			misuse.Add(1)
-			log.Error("partition: store misuse", "what", info.String())
-		},
-	}
-	// Fewer, larger compactions of the small keys that stay in the tables
-	// once bodies are separated: 16 MiB tables instead of 2 MiB ones, and
-	// level 0 compacted at 8 sublevels instead of 4. A send-only run of
-	// 600,000 messages into one store applied 12-25% faster with 22
-	// compactions instead of 110; on the dev cluster sends at 2048 in
-	// flight gained 15% (four alternated runs) and receives held. Reads
-	// barely notice the deeper level 0: Lock reads in one forward pass.
-	opts.L0CompactionThreshold = 8
-	opts.L0CompactionFileThreshold = 2000
-	for i := range opts.TargetFileSizes {
-		opts.TargetFileSizes[i] = 16 << 20
-	}
-	// Compressing blocks of message bodies costs CPU for little gain:
-	// bodies are often compressed or encrypted already.
-	// Message bodies go to blob files when a memtable is flushed, and
-	// compactions then move only keys and small records. Without it every
-	// body was rewritten about 2.4 times by compactions over a growing
-	// backlog (a send-only run of 300 MB wrote 1 GB), and compactions took
-	// a quarter of the dev cluster's CPU; with it the same run writes
-	// 343 MB. A queue drains its oldest messages first, so blob files
-	// mostly die whole; the garbage ratio bounds the space the survivors
-	// (deferred or dead-lettered messages) keep alive.
-	opts.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
-		return pebble.ValueSeparationPolicy{
-			Enabled:               true,
-			MinimumSize:           512,
-			MaxBlobReferenceDepth: 64,
-			RewriteMinimumAge:     300e9, // five minutes, as nanoseconds: partition keeps off package time
-			TargetGarbageRatio:    0.5,
-		}
-	}
-	for i := range opts.Levels {
-		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
-	}
-	return opts
-}
-
-// pebbleLogger sends pebble's log lines to slog.
-type pebbleLogger struct{ log *slog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
-}
-
-func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
-}
-
-// Fatalf reports an invariant pebble found broken. pebble expects it not to
-// return.
-func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.log.Log(context.Background(), slog.LevelError+4, msg, "component", "pebble")
-	panic("pebble: " + msg)
 }

@@ -48,14 +48,14 @@ func (m *Machine) NextLockExpiry() (ms int64, ok bool) {
 		return 0, false
 	}
 	for _, e := range m.entities {
-		if e.minLockStale {
-			if err := e.loadMinLock(m.db); err != nil {
+		if e.locks.Stale {
+			if err := e.locks.Load(m.db); err != nil {
 				m.fail(err)
 				return 0, false
 			}
 		}
-		if e.hasLock && (!ok || e.minLock < ms) {
-			ms, ok = e.minLock, true
+		if until, has := e.locks.Min(); has && (!ok || until < ms) {
+			ms, ok = until, true
 		}
 	}
 	return ms, ok

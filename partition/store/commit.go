@@ -1,4 +1,4 @@
-package partition
+package store
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ import (
 // deleted) is committed as written: reordering would move writes across
 // the deletion's place in the batch.
 
-// sortedCommit holds what commitSorted reuses from one Apply to the next.
-type sortedCommit struct {
+// SortedCommit holds what Commit reuses from one Apply to the next.
+type SortedCommit struct {
 	db      *pebble.DB // out's; a Restore replaces the machine's
 	out     *pebble.Batch
 	entries []batchEntry
@@ -52,9 +52,9 @@ type bucket struct {
 // kind (store/doc.go); shorter keys are their own prefix.
 const bucketPrefix = 14
 
-// commitSorted commits the writes of b, in key order, through a batch of
+// Commit commits the writes of b, in key order, through a batch of
 // its own; b is left as it was.
-func (s *sortedCommit) commitSorted(db *pebble.DB, b *pebble.Batch) error {
+func (s *SortedCommit) Commit(db *pebble.DB, b *Batch) error {
 	s.entries = s.entries[:0]
 	for r := b.Reader(); ; {
 		kind, key, value, ok, err := r.Next()
@@ -102,7 +102,7 @@ func (s *sortedCommit) commitSorted(db *pebble.DB, b *pebble.Batch) error {
 // writes to one key in batch order. It buckets by record kind first: an
 // applier writes few kinds, and within a kind mostly in ascending order,
 // so most buckets need no sort at all.
-func (s *sortedCommit) sortEntries() {
+func (s *SortedCommit) sortEntries() {
 	for i := range s.buckets {
 		s.buckets[i].entries = s.buckets[i].entries[:0]
 	}

@@ -1,4 +1,4 @@
-package partition
+package store
 
 import (
 	"bytes"
@@ -6,15 +6,14 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
-// TestSortEntries: commitSorted's order is by key, and writes to one key
+// TestSortEntries: Commit's order is by key, and writes to one key
 // keep their batch order, whatever the mix of buckets and orders.
 func TestSortEntries(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	var s sortedCommit
+	var s SortedCommit
 	for round := range 200 {
 		s.entries = s.entries[:0]
 		for i := range rng.IntN(300) {
@@ -23,8 +22,8 @@ func TestSortEntries(t *testing.T) {
 			case 0: // a short key of its own
 				key = []byte{byte(rng.IntN(3))}
 			default:
-				k := ekey{ID: uint64(rng.IntN(2)), Part: uint32(rng.IntN(2))}
-				key = store.AppendSeqKey(nil, k, byte(1+rng.IntN(4)), partitionpb.SubQueue(rng.IntN(2)), uint64(rng.IntN(20)))
+				k := EntityKey{ID: uint64(rng.IntN(2)), Part: uint32(rng.IntN(2))}
+				key = AppendSeqKey(nil, k, byte(1+rng.IntN(4)), partitionpb.SubQueue(rng.IntN(2)), uint64(rng.IntN(20)))
 			}
 			s.entries = append(s.entries, batchEntry{key: key, value: binary.BigEndian.AppendUint64(nil, uint64(i))})
 		}
