@@ -1,12 +1,10 @@
 package partition
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/partition/store"
@@ -72,9 +70,9 @@ type entity struct {
 
 	// The scheduled and expiry indexes: their earliest time in the
 	// committed store, and where their scans start.
-	sched, exp timeIndex
+	sched, exp store.TimeIndex
 	// slock: the index of session locks by their end (sessionstore.go).
-	slock timeIndex
+	slock store.TimeIndex
 	// dedupFloor: no dedup time entry is earlier than this.
 	dedupFloor int64
 	// forwardFloor: no forwarded-origin time entry is earlier (forward.go).
@@ -87,73 +85,14 @@ type entity struct {
 func newEntity(k ekey) *entity {
 	return &entity{
 		key: k, next: 1, locks: store.NewLockIndex(k), readyFloor: store.KindPrefix(k, store.KindSessionReady),
-		sched:      newTimeIndex(k, store.KindScheduled),
-		exp:        newTimeIndex(k, store.KindExpiry),
-		slock:      newTimeIndex(k, store.KindSessionLock),
+		sched:      store.NewTimeIndex(k, store.KindScheduled),
+		exp:        store.NewTimeIndex(k, store.KindExpiry),
+		slock:      store.NewTimeIndex(k, store.KindSessionLock),
 		dedupFloor: math.MinInt64,
 
 		forwardFloor:    math.MinInt64,
 		topicSchedFloor: math.MinInt64,
 	}
-}
-
-// timeIndex follows an index whose keys start with a time (kindPrefix,
-// then at(8)): min is its earliest time in the committed store (has is
-// false when it is empty), and floor a key below which it has no entry.
-type timeIndex struct {
-	prefix []byte
-	floor  []byte
-	min    int64
-	has    bool
-}
-
-func newTimeIndex(k ekey, kind byte) timeIndex {
-	p := store.KindPrefix(k, kind)
-	return timeIndex{prefix: p, floor: p}
-}
-
-// lower notes an entry written at key.
-func (x *timeIndex) lower(key []byte) {
-	if bytes.Compare(key, x.floor) < 0 {
-		x.floor = key
-	}
-}
-
-// end is the upper bound of the index's keys.
-func (x *timeIndex) end() []byte { return store.PrefixEnd(x.prefix) }
-
-// floorTime is the earliest time an entry may have.
-func (x *timeIndex) floorTime() int64 {
-	if len(x.floor) >= store.KindPrefixLen+8 {
-		return store.TimeFromBits(binary.BigEndian.Uint64(x.floor[store.KindPrefixLen:]))
-	}
-	if bytes.Compare(x.floor, x.prefix) <= 0 {
-		return math.MinInt64
-	}
-	return math.MaxInt64 // past the end: empty
-}
-
-// load reads the earliest entry from r, scanning from floor, and raises
-// floor to it.
-func (x *timeIndex) load(r pebble.Reader) error {
-	end := x.end()
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: end})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	x.has = false
-	x.floor = end
-	if it.First() {
-		if _, err := store.IterValue(it); err != nil {
-			return store.CloseIter(it, err)
-		}
-		if len(it.Key()) < store.KindPrefixLen+8 {
-			return store.CloseIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
-		}
-		x.min, x.has = store.TimeFromBits(binary.BigEndian.Uint64(it.Key()[store.KindPrefixLen:])), true
-		x.floor = append([]byte(nil), it.Key()...)
-	}
-	return store.CloseIter(it, it.Error())
 }
 
 // counts are an entity partition's message counters (see StatsResponse).

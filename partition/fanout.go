@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/partition/filter"
 	"github.com/quorumbus/quorumbus/partition/rules"
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -289,14 +290,14 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		a.dirty[t.key] = true
 		// A scheduled message's copies are recorded for a cancel by the
 		// topic's number (topicsched.go); format 7 on (codec.go).
-		var sched []scheduledCopy
+		var sched []store.ScheduledCopy
 		for _, cp := range plans[i] {
 			m, err := a.addCopy(t, cp, nm, i, scratch)
 			if err != nil {
 				return nil, err
 			}
 			if m.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && a.format >= FormatV7 {
-				sched = append(sched, scheduledCopy{sub: cp.sub.key.ID, seq: m.SequenceNumber})
+				sched = append(sched, store.ScheduledCopy{Sub: cp.sub.key.ID, Seq: m.SequenceNumber})
 			}
 		}
 		if len(sched) > 0 {

@@ -52,14 +52,11 @@ type forwardEntry struct {
 
 // forwardEntry returns the record of origin id, or nil.
 func (a *applier) forwardEntry(e *entity, id []byte) (*forwardEntry, error) {
-	p, found, err := store.Get(a.b, store.ForwardKey(e.key, id))
+	s, found, err := a.b.Forward(e.key, id)
 	if err != nil || !found {
 		return nil, err
 	}
-	if len(p) != 16 {
-		return nil, fmt.Errorf("%w: %s: forward entry of %d bytes", ErrCorrupt, e.key, len(p))
-	}
-	return &forwardEntry{at: store.TimeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:])}, nil
+	return &forwardEntry{at: s.At, seq: s.Seq}, nil
 }
 
 // fresh reports whether the record still deduplicates at now.
@@ -68,22 +65,13 @@ func (f *forwardEntry) fresh(now int64) bool {
 }
 
 // recordForward remembers origin id as taken now under sequence number
-// seq, replacing old, a stale record of it, if there is one (with its time
-// entry, so that pruning that entry cannot delete the new record).
+// seq, replacing old, a stale record of it, if there is one.
 func (a *applier) recordForward(e *entity, id []byte, seq uint64, old *forwardEntry) error {
+	var replaced *store.Stamp
 	if old != nil {
-		if err := a.b.Delete(store.ForwardTimeKey(e.key, old.at, id), nil); err != nil {
-			return err
-		}
+		replaced = &store.Stamp{At: old.at, Seq: old.seq}
 	}
-	v := binary.BigEndian.AppendUint64(nil, store.TimeBits(a.now))
-	v = binary.BigEndian.AppendUint64(v, seq)
-	k := store.ForwardKey(e.key, id)
-	if err := a.b.Set(k, store.Seal(k, v), nil); err != nil {
-		return err
-	}
-	tk := store.ForwardTimeKey(e.key, a.now, id)
-	if err := a.b.Set(tk, store.Seal(tk, nil), nil); err != nil {
+	if err := a.b.PutForward(e.key, id, store.Stamp{At: a.now, Seq: seq}, replaced); err != nil {
 		return err
 	}
 	e.forwardFloor = min(e.forwardFloor, a.now)
@@ -95,12 +83,7 @@ func (a *applier) pruneForward(e *entity, budget int) error {
 	if a.now < math.MinInt64+ForwardDedupWindowMs {
 		return nil
 	}
-	prefix := store.KindPrefix(e.key, store.KindForwardTime)
-	del := func(key []byte) error { return a.b.Delete(key, nil) }
-	cutoff := a.now - ForwardDedupWindowMs
-	return a.pruneByTime(prefix, cutoff, &e.forwardFloor, budget, del, func(id []byte) []byte {
-		return store.ForwardKey(e.key, id)
-	})
+	return a.b.PruneForwards(e.key, a.now-ForwardDedupWindowMs, &e.forwardFloor, budget)
 }
 
 // checkForwarded refuses an Enqueue whose forwarded messages the entity

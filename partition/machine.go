@@ -229,13 +229,13 @@ func (m *Machine) load() error {
 		if err := e.locks.Load(m.db); err != nil {
 			return err
 		}
-		if err := e.sched.load(m.db); err != nil {
+		if err := e.sched.Load(m.db); err != nil {
 			return err
 		}
-		if err := e.exp.load(m.db); err != nil {
+		if err := e.exp.Load(m.db); err != nil {
 			return err
 		}
-		if err := e.slock.load(m.db); err != nil {
+		if err := e.slock.Load(m.db); err != nil {
 			return err
 		}
 	}
@@ -425,23 +425,23 @@ func (m *Machine) afterCommit(a *applier) error {
 			e.locks.Stale = true // read when asked (NextLockExpiry)
 		}
 	}
-	reload := func(keys map[ekey]bool, index func(*entity) *timeIndex) error {
+	reload := func(keys map[ekey]bool, index func(*entity) *store.TimeIndex) error {
 		for k := range keys {
 			if e, ok := m.entities[k]; ok {
-				if err := index(e).load(m.db); err != nil {
+				if err := index(e).Load(m.db); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 	}
-	if err := reload(a.scheds, func(e *entity) *timeIndex { return &e.sched }); err != nil {
+	if err := reload(a.scheds, func(e *entity) *store.TimeIndex { return &e.sched }); err != nil {
 		return err
 	}
-	if err := reload(a.exps, func(e *entity) *timeIndex { return &e.exp }); err != nil {
+	if err := reload(a.exps, func(e *entity) *store.TimeIndex { return &e.exp }); err != nil {
 		return err
 	}
-	if err := reload(a.slocks, func(e *entity) *timeIndex { return &e.slock }); err != nil {
+	if err := reload(a.slocks, func(e *entity) *store.TimeIndex { return &e.slock }); err != nil {
 		return err
 	}
 	m.wakeups.wake(a.woken)

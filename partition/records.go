@@ -213,7 +213,6 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 
 // index sets (or deletes) the index entries of a message in store.Slot s.
 func (a *applier) index(e *entity, s store.Slot, set bool) error {
-	var keys [][]byte
 	session := e.inSession(s)
 	var dAvail, dHeld, dParked int64
 	if s.Available() {
@@ -221,12 +220,16 @@ func (a *applier) index(e *entity, s store.Slot, set bool) error {
 			a.woken[wakeKey{e.key, s.Sub}] = true
 		}
 		if session {
-			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionMsg, s.Sub, s.Session, s.Seq))
+			if err := a.b.SetSessionEntry(e.key, store.KindSessionMsg, s.Sub, s.Session, s.Seq, set); err != nil {
+				return err
+			}
 			dAvail = 1
 		} else if e.indexedAvailable(s) {
-			keys = append(keys, store.AvailableKey(e.key, s.Sub, s.Seq))
 			if set {
 				e.availHead[s.Sub] = min(e.availHead[s.Sub], s.Seq)
+			}
+			if err := a.b.SetAvailable(e.key, s.Sub, s.Seq, set); err != nil {
+				return err
 			}
 		}
 	}
@@ -236,36 +239,27 @@ func (a *applier) index(e *entity, s store.Slot, set bool) error {
 			return err
 		}
 		if session {
-			keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionHeld, s.Sub, s.Session, s.Seq))
+			if err := a.b.SetSessionEntry(e.key, store.KindSessionHeld, s.Sub, s.Session, s.Seq, set); err != nil {
+				return err
+			}
 			dHeld = 1
 		}
 	}
 	if session && !s.Available() && !s.Locked {
-		keys = append(keys, store.SessionStreamKey(e.key, store.KindSessionParked, s.Sub, s.Session, s.Seq))
+		if err := a.b.SetSessionEntry(e.key, store.KindSessionParked, s.Sub, s.Session, s.Seq, set); err != nil {
+			return err
+		}
 		dParked = 1
 	}
 	if s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
-		keys = append(keys, store.ScheduledKey(e.key, s.At, s.Seq))
 		a.scheds[e.key] = true
-		if set {
-			e.sched.lower(keys[len(keys)-1])
+		if err := a.b.SetDue(&e.sched, s.At, s.Seq, set); err != nil {
+			return err
 		}
 	}
 	if s.Expiring() && !session {
-		keys = append(keys, store.ExpiryKey(e.key, s.Exp, s.Seq))
 		a.exps[e.key] = true
-		if set {
-			e.exp.lower(keys[len(keys)-1])
-		}
-	}
-	for _, k := range keys {
-		var err error
-		if set {
-			err = store.SetSealed(a.b.Batch, k, nil)
-		} else {
-			err = a.singleDelete(k)
-		}
-		if err != nil {
+		if err := a.b.SetDue(&e.exp, s.Exp, s.Seq, set); err != nil {
 			return err
 		}
 	}

@@ -187,7 +187,5 @@ func (a *applier) pruneRequests(budget int) error {
 	if a.now < math.MinInt64+requestWindowMs {
 		return nil
 	}
-	// Single deletes: recordRequest deletes an expired result before it
-	// writes the id's new one, so each is written once between deletes.
-	return a.pruneByTime([]byte{store.PrefixReqTime}, a.now-requestWindowMs, a.reqFloor, budget, a.singleDelete, store.RequestKey)
+	return a.b.PruneRequests(a.now-requestWindowMs, a.reqFloor, budget)
 }

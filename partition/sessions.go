@@ -237,7 +237,7 @@ func (a *applier) expireSessionLocks() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		sids, err := a.dueSessionLocks(e, budget)
+		sids, err := a.b.DueSessionLocks(&e.slock, a.now, budget)
 		if err != nil {
 			return nil, err
 		}

@@ -294,18 +294,16 @@ func (a *applier) countSessionMessage(e *entity, sid string, seq uint64, avail, 
 // writes the record.
 func (a *applier) setSessionLock(e *entity, sid string, r *sessionRecord, token []byte, until int64) error {
 	if r.locked() {
-		if err := a.b.Delete(store.SessionLockKey(e.key, r.until, sid), nil); err != nil {
+		if err := a.b.SetSessionLock(&e.slock, e.key, r.until, sid, false); err != nil {
 			return err
 		}
 	}
 	r.token, r.until = token, 0
 	if token != nil {
 		r.until = until
-		key := store.SessionLockKey(e.key, until, sid)
-		if err := a.b.Set(key, store.Seal(key, nil), nil); err != nil {
+		if err := a.b.SetSessionLock(&e.slock, e.key, until, sid, true); err != nil {
 			return err
 		}
-		e.slock.lower(key)
 	}
 	if a.slocks == nil {
 		a.slocks = make(map[ekey]bool)
@@ -358,33 +356,6 @@ func firstReadySession(r pebble.Reader, e *entity) (sid string, head []byte, ok 
 		sid, head, ok = string(key[store.KindPrefixLen+8:]), append([]byte(nil), key...), true
 	}
 	return sid, head, ok, store.CloseIter(it, it.Error())
-}
-
-// dueSessionLocks returns the sessions whose lock ends at or before now,
-// earliest first, at most max.
-func (a *applier) dueSessionLocks(e *entity, max int) ([]string, error) {
-	if e.slock.floorTime() > a.now {
-		return nil, nil
-	}
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: e.slock.floor, UpperBound: e.slock.end()})
-	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
-	}
-	var sids []string
-	for valid := it.First(); valid && len(sids) < max; valid = it.Next() {
-		if _, err := store.IterValue(it); err != nil {
-			return nil, store.CloseIter(it, err)
-		}
-		key := it.Key()
-		if len(key) < store.KindPrefixLen+8 {
-			return nil, store.CloseIter(it, fmt.Errorf("%w: session lock key %x", ErrCorrupt, key))
-		}
-		if store.TimeFromBits(binary.BigEndian.Uint64(key[store.KindPrefixLen:])) > a.now {
-			break
-		}
-		sids = append(sids, string(key[store.KindPrefixLen+8:]))
-	}
-	return sids, store.CloseIter(it, it.Error())
 }
 
 // listSessions returns the ids of the sessions that have a record, in id
