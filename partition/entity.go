@@ -109,7 +109,7 @@ func (e *entity) nextSequence() uint64 {
 	return seq
 }
 
-// indexedAvailable reports whether an available message in store.Slot s has an
+// indexedAvailable reports whether an available message in slot s has an
 // entry in the available index: all do but the fresh ones (entity.fresh).
 func (e *entity) indexedAvailable(s store.Slot) bool {
 	return s.Sub != partitionpb.SubQueue_SUB_QUEUE_MAIN || s.Seq < e.fresh

@@ -28,17 +28,17 @@ import (
 // Records are found by sequence number, the last eight bytes of their key,
 // in a table indexed by the number's low bits: the messages locked at one
 // time are mostly a run of consecutive numbers, so they fall into distinct
-// slots with no hashing, and a store.Slot's buffer is reused by the next record
+// slots with no hashing, and a slot's buffer is reused by the next record
 // that lands there, so keeping a record allocates nothing once the table is
 // warm. (A map keyed by the number, before, cost the dev cluster 5% of its
 // CPU while receiving in hashing and probing, and an allocation per lock.)
 // The table starts small and doubles when a record would displace a live
 // one, up to maxLockedStates slots; past that the later record takes the
-// store.Slot and the other is read from the store when asked for. Two records of
+// slot and the other is read from the store when asked for. Two records of
 // one number (in two entities, or a sub-queue and its dead-letter queue)
-// share a store.Slot the same way.
+// share a slot the same way.
 type lockedStates struct {
-	slots []lockedState // len is a power of two; store.Slot of seq: seq & (len-1)
+	slots []lockedState // len is a power of two; slot of seq: seq & (len-1)
 }
 
 type lockedState struct {
@@ -65,7 +65,7 @@ func toStateKey(key []byte) (k stateKey, seq uint64, ok bool) {
 func (k stateKey) seq() uint64 { return binary.BigEndian.Uint64(k[stateKeyLen-8:]) }
 
 // maxLockedStates bounds the records kept: about 200 bytes each with the
-// key and the store.Slot, so some 13 MiB per partition group at most.
+// key and the slot, so some 13 MiB per partition group at most.
 // minLockedStates is the table's first size.
 const (
 	maxLockedStates = 1 << 16
@@ -74,7 +74,7 @@ const (
 
 func newLockedStates() *lockedStates { return &lockedStates{} }
 
-// store.Slot returns the store.Slot of seq, which holds seq's record if any.
+// slot returns the slot of seq, which holds seq's record if any.
 func (c *lockedStates) slot(seq uint64) *lockedState {
 	if len(c.slots) == 0 {
 		return nil
@@ -104,7 +104,7 @@ func (c *lockedStates) wrote(key, p []byte, locked bool) {
 	s.live, s.key, s.p = true, k, append(s.p[:0], p...)
 }
 
-// grow doubles the table, moving every live record to its new store.Slot.
+// grow doubles the table, moving every live record to its new slot.
 func (c *lockedStates) grow() {
 	old := c.slots
 	c.slots = make([]lockedState, 2*len(old))
@@ -123,7 +123,7 @@ func (c *lockedStates) deleted(key []byte) {
 	}
 }
 
-// forget drops the record of k (number seq), if kept; its store.Slot keeps the
+// forget drops the record of k (number seq), if kept; its slot keeps the
 // buffer for the next record.
 func (c *lockedStates) forget(k stateKey, seq uint64) {
 	if s := c.slot(seq); s != nil && s.live && s.key == k {

@@ -46,7 +46,7 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 
 // TestLockedStatesGrowAndEvict: the table doubles rather than displace a
 // live record until it holds maxLockedStates; past that a record takes its
-// store.Slot from the one there, which then misses. Records moved by a doubling
+// slot from the one there, which then misses. Records moved by a doubling
 // are still found, and forgotten ones are not.
 func TestLockedStatesGrowAndEvict(t *testing.T) {
 	c := newLockedStates()
@@ -78,7 +78,7 @@ func TestLockedStatesGrowAndEvict(t *testing.T) {
 	check(start+5, true)
 	c.wrote(key(start+maxLockedStates+5), rec(start+maxLockedStates+5), true)
 	check(start+maxLockedStates+5, true)
-	check(start+5, false) // its store.Slot was taken
+	check(start+5, false) // its slot was taken
 	check(start+6, true)
 	c.reset()
 	check(start+6, false)

@@ -63,7 +63,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	next, passed, count, taken := head, 0, 0, int64(0)
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
 	// take hands out (or drops, when expired) the available message in
-	// store.Slot old whose state record under key is p. Only a replica that
+	// slot old whose state record under key is p. Only a replica that
 	// answers the batch decodes the messages it hands out, for its result
 	// (see lockRecord).
 	take := func(key, p []byte, old store.Slot) error {
@@ -228,7 +228,7 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 	return r, nil
 }
 
-// lockedRecord is a locked message found by its lock token: its store.Slot,
+// lockedRecord is a locked message found by its lock token: its slot,
 // and the message itself when the caller changes it rather than removes it.
 type lockedRecord struct {
 	s     store.Slot
@@ -237,7 +237,7 @@ type lockedRecord struct {
 	found bool                       // the message is there (readLocked)
 }
 
-// newLockedRecord makes the record of a message in store.Slot s locked by
+// newLockedRecord makes the record of a message in slot s locked by
 // token (m is the message, if decoded).
 func newLockedRecord(s store.Slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
 	r := lockedRecord{s: s, m: m}

@@ -49,7 +49,7 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	return nil
 }
 
-// lockRecord locks the available message in store.Slot old, whose state record
+// lockRecord locks the available message in slot old, whose state record
 // is p: it writes p with the lock token and locked-until put in, and moves
 // the message to its locked slot (what update does, without decoding the
 // record and encoding it again).
@@ -103,7 +103,7 @@ func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until in
 
 // singleDelete deletes a record written once since it was last deleted:
 // a body record (written when its message is added or moves, deleted when
-// it goes or moves) or an index entry (set when a message enters a store.Slot,
+// it goes or moves) or an index entry (set when a message enters a slot,
 // deleted when it leaves it; update takes the old entries out before it
 // puts the new ones in). Pebble drops such a delete together with the
 // write it meets, at the first flush or compaction that holds both,
@@ -123,7 +123,7 @@ func (a *applier) seqKey(e *entity, kind byte, sub partitionpb.SubQueue, seq uin
 	return a.keyBuf
 }
 
-// remove deletes the message in store.Slot s.
+// remove deletes the message in slot s.
 func (a *applier) remove(e *entity, s store.Slot) error {
 	if err := a.unslot(e, s); err != nil {
 		return err
@@ -145,7 +145,7 @@ func (a *applier) remove(e *entity, s store.Slot) error {
 	return a.singleDelete(a.seqKey(e, store.KindBody, s.Sub, s.Seq))
 }
 
-// unslot deletes the state record of the message in store.Slot s and takes it
+// unslot deletes the state record of the message in slot s and takes it
 // out of the indexes and counters.
 func (a *applier) unslot(e *entity, s store.Slot) error {
 	if err := a.index(e, s, false); err != nil {
@@ -161,7 +161,7 @@ func (a *applier) unslot(e *entity, s store.Slot) error {
 	return nil
 }
 
-// update replaces the state of the message that sat in store.Slot old by m's.
+// update replaces the state of the message that sat in slot old by m's.
 // When m has moved (to another sub-queue, or to a new sequence number) its
 // body record moves with it, unread (a body in the Raft log is named by
 // the state record, which moves anyway).
@@ -184,7 +184,7 @@ func (a *applier) update(e *entity, old store.Slot, m *partitionpb.StoredMessage
 	return a.putState(e, m)
 }
 
-// moveBody moves the body record of the message in store.Slot old to its new
+// moveBody moves the body record of the message in slot old to its new
 // place, sealed for its new key.
 func (a *applier) moveBody(e *entity, old store.Slot, sub partitionpb.SubQueue, seq uint64) error {
 	from := store.BodyKey(e.key, old.Sub, old.Seq)
@@ -211,7 +211,7 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 	return readBody(a.b, a.logs, e.key, m)
 }
 
-// index sets (or deletes) the index entries of a message in store.Slot s.
+// index sets (or deletes) the index entries of a message in slot s.
 func (a *applier) index(e *entity, s store.Slot, set bool) error {
 	session := e.inSession(s)
 	var dAvail, dHeld, dParked int64

@@ -44,7 +44,7 @@ const MaxSessionIDBytes = 512
 // bound keeps a state within a Raft entry whatever the entity says.
 const MaxSessionStateBytes = 1 << 20
 
-// inSession reports whether the message in store.Slot s is kept in a session's
+// inSession reports whether the message in slot s is kept in a session's
 // stream rather than in the entity's available index.
 func (e *entity) inSession(s store.Slot) bool {
 	return e.cfg.RequiresSession && s.Sub == partitionpb.SubQueue_SUB_QUEUE_MAIN && s.Session != ""

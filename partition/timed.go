@@ -109,7 +109,7 @@ func (a *applier) expireMessages() (*partitionpb.Result, error) {
 	return okResult(), nil
 }
 
-// expire ends an expired message that sat in store.Slot old.
+// expire ends an expired message that sat in slot old.
 func (a *applier) expire(e *entity, old store.Slot, m *partitionpb.StoredMessage) error {
 	if e.cfg.DeadLetteringOnExpiration {
 		deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")

@@ -57,17 +57,17 @@ func SlotOf(m *partitionpb.StoredMessage) Slot {
 	}
 }
 
-// available reports whether a message in this Slot can be locked (expiry
+// Available reports whether a message in this slot can be locked (expiry
 // aside).
 func (s Slot) Available() bool {
 	return s.State == partitionpb.MessageState_MESSAGE_STATE_ACTIVE && !s.Locked
 }
 
-// expired reports whether a message in this Slot has outlived its time to
+// Expired reports whether a message in this slot has outlived its time to
 // live at now.
 func (s Slot) Expired(now int64) bool { return s.Exp != 0 && s.Exp <= now }
 
-// expiring reports whether a message in this Slot is in the expiry index:
+// Expiring reports whether a message in this slot is in the expiry index:
 // ExpireMessages may end it. Dead-lettered messages do not expire;
 // scheduled ones only once active; locked ones once their lock ends.
 func (s Slot) Expiring() bool {
@@ -385,7 +385,7 @@ func UnmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 }
 
 // StateSlot decodes only what settling a locked message needs from its
-// state record: its Slot and its lock token (pointing into p), as
+// state record: its slot and its lock token (pointing into p), as
 // UnmarshalState would decode them. A completion removes the message and
 // needs nothing else; decoding the whole record (message id and all) for
 // it was 3% of the dev cluster's CPU when receiving and completing.
