@@ -125,7 +125,7 @@ func (a *applier) redrive(c *partitionpb.Redrive) (*partitionpb.Result, error) {
 			continue
 		}
 		seen[cand.SequenceNumber] = true
-		m, err := store.GetState(a.b, a.seqKey(e, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber))
+		m, err := a.b.State(e.key, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber)
 		if err != nil {
 			return nil, err
 		}

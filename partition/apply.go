@@ -101,11 +101,9 @@ type applier struct {
 	woken        map[wakeKey]bool              // sub-queues whose receivers to wake (wake.go)
 	replica      string                        // this replica's name (Options.Replica)
 	bodies       bool                          // results carry message bodies: this replica answers the batch
-	keyBuf       []byte                        // seqKey's buffer
-	recBuf       []byte                        // lockRecord's buffer
 	reqFloor     *int64                        // the machine's: no request result is older (requests.go)
 	reqFilter    *requestFilter                // the machine's: ids recorded since it loaded
-	lockedStates *lockedStates                 // the machine's: state records of locked messages (lockcache.go)
+	lockedStates *store.LockedStates           // the machine's: state records of locked messages (lockcache.go)
 	recordLocks  bool                          // locking commands list what they hand out in handedOut (lockOnce)
 	handedOut    []uint64                      // their sequence numbers
 
@@ -399,7 +397,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	if err := a.deleteEntityData(e); err != nil {
 		return nil, err
 	}
-	a.lockedStates.reset()
+	a.b.ForgetLocked()
 	a.dropSessions(e.key)
 	delete(a.entities, e.key)
 	a.subs.stale()

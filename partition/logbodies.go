@@ -285,7 +285,7 @@ func (m *Machine) inlineBodies() error {
 	if m.logs == nil {
 		return nil
 	}
-	m.lockedStates.reset() // the records change: their bodies move
+	m.lockedStates.Reset() // the records change: their bodies move
 	b := m.db.NewBatch()
 	defer func() { b.Close() }()
 	moved := 0

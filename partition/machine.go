@@ -77,12 +77,12 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit       store.SortedCommit // Apply's, under mu
-	batchBytes   int                // Apply's, under mu: the size of the last batch (batchSize)
-	reqFloor     int64              // Apply's, under mu: no request result is older
-	reqFilter    *requestFilter     // Apply's, under mu: ids recorded since load (reqfilter.go)
-	lockedStates *lockedStates      // Apply's, under mu: state records of locked messages (lockcache.go)
-	subs         subscriptionIndex  // Apply's, under mu: a topic partition's subscriptions (fanout.go)
+	commit       store.SortedCommit  // Apply's, under mu
+	batchBytes   int                 // Apply's, under mu: the size of the last batch (batchSize)
+	reqFloor     int64               // Apply's, under mu: no request result is older
+	reqFilter    *requestFilter      // Apply's, under mu: ids recorded since load (reqfilter.go)
+	lockedStates *store.LockedStates // Apply's, under mu: state records of locked messages (lockcache.go)
+	subs         subscriptionIndex   // Apply's, under mu: a topic partition's subscriptions (fanout.go)
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (see singleDelete); always 0 unless the
@@ -247,7 +247,7 @@ func (m *Machine) load() error {
 		return err
 	}
 	m.reqFilter = f
-	m.lockedStates = newLockedStates()
+	m.lockedStates = store.NewLockedStates()
 	return nil
 }
 
@@ -352,7 +352,7 @@ func (m *Machine) newApplier() *applier {
 	return &applier{
 		lim:          m.limits,
 		entities:     m.entities,
-		b:            store.NewBatch(m.db, m.batchBytes),
+		b:            store.NewBatch(m.db, m.batchBytes, m.lockedStates),
 		dirty:        make(map[ekey]bool),
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),

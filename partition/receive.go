@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -44,12 +42,9 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	// index, whose entries are all below entity.fresh, then, in the main
 	// queue, the fresh messages, which have no index entries.
 	head := e.availHead[c.SubQueue]
-	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: store.AvailableKey(e.key, c.SubQueue, head),
-		UpperBound: store.PrefixEnd(store.SubPrefix(e.key, store.KindAvailable, c.SubQueue)),
-	})
+	avail, err := a.b.Available(e.key, c.SubQueue, head)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
 	main := c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
 	from := head
@@ -58,7 +53,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	}
 	cur, err := a.newMessageCursor(e, c.SubQueue, from, a.bodies)
 	if err != nil {
-		return nil, store.CloseIter(it, err)
+		return nil, avail.Close(err)
 	}
 	next, passed, count, taken := head, 0, 0, int64(0)
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
@@ -116,15 +111,15 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		}
 	}
 	err = func() error {
-		for valid := it.First(); valid && more(); valid = it.Next() {
-			if _, err := store.IterValue(it); err != nil {
+		for more() {
+			seq, ok, err := avail.Next()
+			if err != nil {
 				return err
 			}
-			seq, ok := store.ParseAvailableKey(it.Key())
 			if !ok {
-				return fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
+				break
 			}
-			p, err := cur.record(seq)
+			p, err := cur.Record(seq)
 			if err != nil {
 				return err
 			}
@@ -133,32 +128,32 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			}
 			s, _, err := store.StateSlot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.Key(), err)
 			}
 			if !s.Available() || !e.indexedAvailable(s) {
 				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
-			if err := take(cur.key, p, s); err != nil {
+			if err := take(cur.Key(), p, s); err != nil {
 				return err
 			}
 			next = seq + 1 // every entry passed is gone
 		}
-		if err := it.Error(); err != nil || !main {
-			return err
+		if !main {
+			return nil
 		}
 		// The fresh messages: every one passed is no longer fresh, so
 		// fresh moves past it once it has been handled (as fresh).
-		for valid := cur.seekState(e.fresh); valid && more(); valid = cur.states.Next() {
-			p, err := store.IterValue(cur.states)
+		for valid := cur.SeekState(e.fresh); valid && more(); valid = cur.Next() {
+			key, p, err := cur.State()
 			if err != nil {
 				return err
 			}
 			s, _, err := store.StateSlot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.states.Key(), err)
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 			}
 			if s.Available() {
-				err = take(cur.states.Key(), p, s)
+				err = take(key, p, s)
 			} else {
 				passed++ // scheduled: it will come back with a new number
 			}
@@ -167,9 +162,9 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			}
 			e.fresh = s.Seq + 1
 		}
-		return cur.states.Error()
+		return cur.Error()
 	}()
-	if err := store.CloseIter(it, cur.close(err)); err != nil {
+	if err := avail.Close(cur.close(err)); err != nil {
 		return nil, err
 	}
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
@@ -338,8 +333,7 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 			out[i] = out[i-1]
 			continue
 		}
-		key := a.seqKey(e, store.KindMessage, sub, seq)
-		p, ok := a.lockedStates.get(key)
+		key, p, ok := a.b.CachedLocked(e.key, sub, seq)
 		if !ok {
 			if cur == nil {
 				var err error
@@ -348,13 +342,13 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 				}
 			}
 			var err error
-			if p, err = cur.record(seq); err != nil {
+			if p, err = cur.Record(seq); err != nil {
 				return nil, cur.close(err)
 			}
 			if p == nil {
 				continue
 			}
-			key = cur.key
+			key = cur.Key()
 		}
 		r, err := decode(key, p)
 		if err != nil {

@@ -1,8 +1,6 @@
 package partition
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -21,7 +19,7 @@ import (
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
-		if err := store.SetBody(a.b.Batch, a.seqKey(e, store.KindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
+		if err := a.b.PutBody(e.key, m); err != nil {
 			return err
 		}
 	}
@@ -31,15 +29,9 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 // putState writes the state record of m, which the caller has taken out of
 // the indexes and counters, and puts it back into them.
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
-	h, an, bare := m.Header, m.Annotations, m.Bare
-	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	key := a.seqKey(e, store.KindMessage, m.SubQueue, m.SequenceNumber)
-	p, err := store.SetRecord(a.b.Batch, key, m, false)
-	m.Header, m.Annotations, m.Bare = h, an, bare
-	if err != nil {
+	if err := a.b.PutState(e.key, m); err != nil {
 		return err
 	}
-	a.lockedStates.wrote(key, p, len(m.LockToken) > 0)
 	s := store.SlotOf(m)
 	if err := a.index(e, s, true); err != nil {
 		return err
@@ -67,20 +59,17 @@ func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until i
 	if old.Until != 0 || old.Locked || until == 0 {
 		return a.lockWhole(e, old, p, token, until)
 	}
-	v, ok := store.AppendLocked(a.recBuf[:0], p, token, until)
+	v, ok := a.b.LockedRecord(p, token, until)
 	if !ok {
 		return a.lockWhole(e, old, p, token, until)
 	}
-	a.recBuf = v
 	if err := a.index(e, old, false); err != nil {
 		return err
 	}
 	e.n.add(old, -1)
-	key := a.seqKey(e, store.KindMessage, old.Sub, old.Seq)
-	if err := store.SetSealed(a.b.Batch, key, v); err != nil {
+	if err := a.b.PutLocked(e.key, old, v); err != nil {
 		return err
 	}
-	a.lockedStates.wrote(key, v, true)
 	s := old
 	s.Locked, s.Until = true, until
 	if err := a.index(e, s, true); err != nil {
@@ -93,7 +82,7 @@ func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until i
 
 // lockWhole locks the long way: decode, then update.
 func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until int64) error {
-	m, err := store.DecodeState(a.seqKey(e, store.KindMessage, old.Sub, old.Seq), p)
+	m, err := store.DecodeState(store.MessageKey(e.key, old.Sub, old.Seq), p)
 	if err != nil {
 		return err
 	}
@@ -116,13 +105,6 @@ func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until in
 // or two (Machine.misuse), and TestDeterminism checks that it never does.
 func (a *applier) singleDelete(key []byte) error { return a.b.SingleDelete(key, nil) }
 
-// seqKey returns the key of a message's record of the given kind in the
-// applier's key buffer, valid until the next call. The batch copies keys.
-func (a *applier) seqKey(e *entity, kind byte, sub partitionpb.SubQueue, seq uint64) []byte {
-	a.keyBuf = store.AppendSeqKey(a.keyBuf[:0], e.key, kind, sub, seq)
-	return a.keyBuf
-}
-
 // remove deletes the message in slot s.
 func (a *applier) remove(e *entity, s store.Slot) error {
 	if err := a.unslot(e, s); err != nil {
@@ -142,7 +124,7 @@ func (a *applier) remove(e *entity, s store.Slot) error {
 	if s.InLog {
 		return nil // no body record (logbodies.go)
 	}
-	return a.singleDelete(a.seqKey(e, store.KindBody, s.Sub, s.Seq))
+	return a.b.DeleteBody(e.key, s.Sub, s.Seq)
 }
 
 // unslot deletes the state record of the message in slot s and takes it
@@ -151,11 +133,9 @@ func (a *applier) unslot(e *entity, s store.Slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
-	key := a.seqKey(e, store.KindMessage, s.Sub, s.Seq)
-	if err := a.b.Delete(key, nil); err != nil {
+	if err := a.b.DeleteState(e.key, s); err != nil {
 		return err
 	}
-	a.lockedStates.deleted(key)
 	e.n.add(s, -1)
 	a.dirty[e.key] = true
 	return nil
@@ -168,7 +148,7 @@ func (a *applier) unslot(e *entity, s store.Slot) error {
 func (a *applier) update(e *entity, old store.Slot, m *partitionpb.StoredMessage) error {
 	if old.Sub != m.SubQueue || old.Seq != m.SequenceNumber {
 		if !old.InLog {
-			if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
+			if err := a.b.MoveBody(e.key, old.Sub, old.Seq, m.SubQueue, m.SequenceNumber); err != nil {
 				return err
 			}
 		}
@@ -182,24 +162,6 @@ func (a *applier) update(e *entity, old store.Slot, m *partitionpb.StoredMessage
 		e.n.add(old, -1)
 	}
 	return a.putState(e, m)
-}
-
-// moveBody moves the body record of the message in slot old to its new
-// place, sealed for its new key.
-func (a *applier) moveBody(e *entity, old store.Slot, sub partitionpb.SubQueue, seq uint64) error {
-	from := store.BodyKey(e.key, old.Sub, old.Seq)
-	p, found, err := store.Get(a.b, from)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.Seq, e.key)
-	}
-	to := store.BodyKey(e.key, sub, seq)
-	if err := a.b.Set(to, store.Seal(to, p), nil); err != nil {
-		return err
-	}
-	return a.singleDelete(from)
 }
 
 // withBody reads the sections of m, which is about to be returned in a
@@ -297,112 +259,43 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 	}
 }
 
-// messageCursor reads the messages of one sub-queue in ascending sequence
-// order, from a state iterator and (when bodies are wanted) a body
-// iterator, each moved forward by seeks: a pass over an index or a list of
-// tokens in sequence order costs one iterator step per message instead of
-// a point read through every level of the store.
+// messageCursor is a store.Cursor whose bodies come from wherever they
+// are: a body record, the Raft log (logbodies.go) or a staged blob
+// (blobs.go).
 type messageCursor struct {
-	k      ekey
-	state0 []byte // prefix of the sub-queue's state records
-	body0  []byte // prefix of its body records
-	states *pebble.Iterator
-	bodies *pebble.Iterator // nil: no bodies are read
-	logs   *logReader       // bodies kept in the Raft log, if any
-	r      pebble.Reader    // where blobs are read (blobs.go)
-	key    []byte
+	*store.Cursor
+	k    ekey
+	logs *logReader    // bodies kept in the Raft log, if any
+	r    pebble.Reader // where blobs are read
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c := &messageCursor{k: e.key, state0: store.SubPrefix(e.key, store.KindMessage, sub), body0: store.SubPrefix(e.key, store.KindBody, sub), logs: a.logs, r: a.b}
-	var err error
-	if c.states, err = a.b.NewIter(&pebble.IterOptions{
-		LowerBound: store.MessageKey(e.key, sub, from),
-		UpperBound: store.PrefixEnd(c.state0),
-	}); err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
-	}
-	if bodies {
-		if c.bodies, err = a.b.NewIter(&pebble.IterOptions{
-			LowerBound: store.BodyKey(e.key, sub, from),
-			UpperBound: store.PrefixEnd(c.body0),
-		}); err != nil {
-			return nil, store.CloseIter(c.states, fmt.Errorf("partition: iterator: %w", err))
-		}
-	}
-	return c, nil
-}
-
-// seek positions it at key and returns its unsealed value, or nil if the
-// key is absent. Callers seek forward: pebble then tries the next few keys
-// of each level before it searches (TrySeekUsingNext), and a seek to where
-// the iterator already stands costs nothing. Stepping with Next first, as
-// an earlier version did, lost that for the seek after it: completing
-// every other message of a lock went from 71-85k to 60-63k msgs/s
-// (BenchmarkSettleScattered).
-func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
-	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
-		if err := it.Error(); err != nil {
-			return nil, fmt.Errorf("partition: read %x: %w", key, err)
-		}
-		return nil, nil
-	}
-	return store.IterValue(it)
-}
-
-// lookup reads the state record of seq; nil if there is none.
-func (c *messageCursor) lookup(seq uint64) (*partitionpb.StoredMessage, error) {
-	p, err := c.record(seq)
-	if err != nil || p == nil {
+	c, err := a.b.Cursor(e.key, sub, from, bodies)
+	if err != nil {
 		return nil, err
 	}
-	return store.DecodeState(c.key, p)
-}
-
-// record returns the unsealed state record of seq, valid until the cursor
-// moves, with its key in c.key; nil if there is none.
-func (c *messageCursor) record(seq uint64) ([]byte, error) {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
-	return c.seek(c.states, c.key)
-}
-
-// seekState positions the state iterator at the first message with a
-// sequence number of seq or more.
-func (c *messageCursor) seekState(seq uint64) bool {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
-	return c.states.SeekGE(c.key)
+	return &messageCursor{Cursor: c, k: e.key, logs: a.logs, r: a.b}, nil
 }
 
 // body fills in m's sections, if the cursor reads bodies.
 func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
-	if c.bodies == nil {
+	if !c.ReadsBodies() {
 		return nil
 	}
 	if m.BodyIndex != 0 {
 		return c.logs.sections(m)
 	}
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
-	p, err := c.seek(c.bodies, c.key)
-	if err == nil && p == nil {
-		err = fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, m.SequenceNumber, c.k)
-	}
-	if err != nil {
-		return err
-	}
-	if err := store.MergeBody(c.key, p, m); err != nil || len(m.BodyBlob) == 0 {
+	if err := c.Body(m); err != nil || len(m.BodyBlob) == 0 {
 		return err
 	}
 	return readBlob(c.r, c.k, m)
 }
 
-// close closes the iterators and returns the first of err and their errors;
-// a nil cursor (one never made) returns err.
+// close closes the cursor and returns the first of err and its errors; a
+// nil cursor (one never made) returns err.
 func (c *messageCursor) close(err error) error {
 	if c == nil {
 		return err
 	}
-	if c.bodies != nil {
-		err = store.CloseIter(c.bodies, err)
-	}
-	return store.CloseIter(c.states, err)
+	return c.Close(err)
 }

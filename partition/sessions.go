@@ -286,7 +286,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			if !expiring && (count >= want || taken >= a.lim.LockBytes) {
 				return nil
 			}
-			p, err := cur.record(seq)
+			p, err := cur.Record(seq)
 			if err != nil {
 				return err
 			}
@@ -295,14 +295,14 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			}
 			old, _, err := store.StateSlot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.Key(), err)
 			}
 			if !old.Available() {
 				return fmt.Errorf("%w: %s: message %d is in session %q's stream but not available", ErrCorrupt, e.key, seq, c.SessionId)
 			}
 			if old.Expired(a.now) || expiring {
 				expiring = true
-				m, err := store.DecodeState(cur.key, p)
+				m, err := store.DecodeState(cur.Key(), p)
 				if err != nil {
 					return err
 				}
@@ -317,7 +317,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			// hands out; the others lock the record as it is.
 			var m *partitionpb.StoredMessage
 			if a.bodies {
-				if m, err = store.DecodeState(cur.key, p); err != nil {
+				if m, err = store.DecodeState(cur.Key(), p); err != nil {
 					return err
 				}
 				if err := cur.body(m); err != nil {

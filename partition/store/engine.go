@@ -13,7 +13,8 @@ import (
 
 // Batch is one Apply's writes to the store, readable as they accumulate
 // (a pebble indexed batch), with what the store keeps in memory until the
-// Apply commits: the lock grants it touched (grants.go).
+// Apply commits: the lock grants it touched (grants.go), and the cache of
+// locked messages' state records it keeps for the machine (lockcache.go).
 //
 // It embeds the pebble batch for the rules that still read and write
 // around the store's API (docs/storage.md, "Still in partition"); what
@@ -24,11 +25,16 @@ type Batch struct {
 	grants       map[grantKey]*grant // lock grants read or changed
 	lastGrantKey grantKey            // the key and grant that grant() returned
 	lastGrant    *grant              // last, while in grants (nil: none)
+
+	locked *LockedStates // the machine's: state records of locked messages (lockcache.go)
+	keyBuf []byte        // seqKey's buffer
+	recBuf []byte        // PutLockedState's buffer
 }
 
-// NewBatch starts a batch of db's, with room for size bytes.
-func NewBatch(db *pebble.DB, size int) *Batch {
-	return &Batch{Batch: db.NewIndexedBatchWithSize(size)}
+// NewBatch starts a batch of db's, with room for size bytes, that keeps
+// the state records of the messages it locks in locked (nil: none kept).
+func NewBatch(db *pebble.DB, size int, locked *LockedStates) *Batch {
+	return &Batch{Batch: db.NewIndexedBatchWithSize(size), locked: locked}
 }
 
 // PutApplied writes the applied Raft index.

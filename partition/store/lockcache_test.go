@@ -1,9 +1,8 @@
-package partition
+package store
 
 import (
 	"testing"
 
-	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -12,15 +11,15 @@ import (
 // write takes it; the other then misses, and nothing a write of one does
 // removes the other's record.
 func TestLockedStatesShareNumbers(t *testing.T) {
-	c := newLockedStates()
-	a := store.AppendSeqKey(nil, ekey{ID: 1, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
-	b := store.AppendSeqKey(nil, ekey{ID: 2, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
-	d := store.AppendSeqKey(nil, ekey{ID: 1, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, 7)
+	c := NewLockedStates()
+	a := AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
+	b := AppendSeqKey(nil, EntityKey{ID: 2, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
+	d := AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, 7)
 	want := func(key []byte, p string) {
 		t.Helper()
 		got, ok := c.get(key)
 		if p == "" && ok || p != "" && string(got) != p {
-			t.Fatalf("store.Get(%x) = %q, %v; want %q", key, got, ok, p)
+			t.Fatalf("get(%x) = %q, %v; want %q", key, got, ok, p)
 		}
 	}
 	c.wrote(a, []byte("a1"), true)
@@ -49,16 +48,16 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 // slot from the one there, which then misses. Records moved by a doubling
 // are still found, and forgotten ones are not.
 func TestLockedStatesGrowAndEvict(t *testing.T) {
-	c := newLockedStates()
+	c := NewLockedStates()
 	key := func(seq uint64) []byte {
-		return store.AppendSeqKey(nil, ekey{ID: 1, Part: 0}, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+		return AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 	}
 	rec := func(seq uint64) []byte { return []byte{byte(seq), byte(seq >> 8), byte(seq >> 16)} }
 	check := func(seq uint64, want bool) {
 		t.Helper()
 		got, ok := c.get(key(seq))
 		if ok != want || ok && string(got) != string(rec(seq)) {
-			t.Fatalf("store.Get(%d) = %x, %v; want kept %v", seq, got, ok, want)
+			t.Fatalf("get(%d) = %x, %v; want kept %v", seq, got, ok, want)
 		}
 	}
 	const start = 1 << 40 // numbers carry the partition in their top bits
@@ -80,6 +79,6 @@ func TestLockedStatesGrowAndEvict(t *testing.T) {
 	check(start+maxLockedStates+5, true)
 	check(start+5, false) // its slot was taken
 	check(start+6, true)
-	c.reset()
+	c.Reset()
 	check(start+6, false)
 }
