@@ -62,11 +62,9 @@ type entity struct {
 	// message consumed lately. These bounds only say where no entry is;
 	// they change no result. Every write below a bound lowers it.
 	availHead [2]uint64 // per sub-queue: no available entry below this sequence number
-	// readyFloor: no entry of the index of ready sessions below this
-	// key. Accept-next takes the session at the index's head and so
-	// deletes there, one session after another: from the start of the
-	// index an accept would step over every session consumed lately.
-	readyFloor []byte
+	// ready: where accept-next's scan of the ready sessions starts
+	// (store.ReadyIndex).
+	ready store.ReadyIndex
 
 	// The scheduled and expiry indexes: their earliest time in the
 	// committed store, and where their scans start.
@@ -84,7 +82,7 @@ type entity struct {
 
 func newEntity(k ekey) *entity {
 	return &entity{
-		key: k, next: 1, locks: store.NewLockIndex(k), readyFloor: store.KindPrefix(k, store.KindSessionReady),
+		key: k, next: 1, locks: store.NewLockIndex(k), ready: store.NewReadyIndex(k),
 		sched:      store.NewTimeIndex(k, store.KindScheduled),
 		exp:        store.NewTimeIndex(k, store.KindExpiry),
 		slock:      store.NewTimeIndex(k, store.KindSessionLock),

@@ -396,7 +396,7 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 	if err := a.b.FlushGrants(); err != nil {
 		return err
 	}
-	if err := a.flushSessions(); err != nil {
+	if err := a.b.FlushSessions(); err != nil {
 		return err
 	}
 	for _, k := range sortedKeys(a.dirty) {

@@ -44,14 +44,14 @@ func (m *Machine) SessionState(entityID uint64, partition uint32, sid string, to
 	if err := checkSessionID(sid); err != nil {
 		return nil, err
 	}
-	r, err := readSession(m.db, e.key, sid)
+	r, err := store.ReadSession(m.db, e.key, sid)
 	if err != nil {
 		return nil, err
 	}
-	if !r.lockedBy(token, nowMs) {
+	if !r.LockedBy(token, nowMs) {
 		return nil, fmt.Errorf("%w: session %q of %s", ErrSessionLockLost, sid, e.cfg.Name)
 	}
-	return r.state, nil
+	return r.State, nil
 }
 
 // ListSessions returns the ids of the sessions that have messages
@@ -65,7 +65,7 @@ func (m *Machine) ListSessions(entityID uint64, partition uint32, skip, top uint
 	if err != nil {
 		return nil, err
 	}
-	return listSessions(m.db, e.key, int(skip), int(min(top, MaxListSessions)), updatedSinceMs)
+	return store.ListSessions(m.db, e.key, int(skip), int(min(top, MaxListSessions)), updatedSinceMs)
 }
 
 // SessionReady reports whether the entity partition has a session with
@@ -77,7 +77,7 @@ func (m *Machine) SessionReady(entityID uint64, partition uint32) bool {
 	if err != nil {
 		return false
 	}
-	_, _, ok, err := firstReadySession(m.db, e)
+	_, _, ok, err := e.ready.FirstReady(m.db, e.key)
 	if err != nil {
 		m.log.Error("partition: session ready", "entity", e.key, "err", err)
 	}
@@ -93,12 +93,12 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 	if err != nil {
 		return false
 	}
-	r, err := readSession(m.db, e.key, sid)
+	r, err := store.ReadSession(m.db, e.key, sid)
 	if err != nil {
 		m.log.Error("partition: session available", "entity", e.key, "err", err)
 		return false
 	}
-	return r.avail > 0
+	return r.Avail > 0
 }
 
 // PeekSession is Peek restricted to one session's messages (a session

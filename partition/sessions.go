@@ -44,15 +44,15 @@ func (a *applier) sessionEntity(id uint64, part uint32) (*entity, error) {
 
 // heldSession returns the record of a session that token locks now, or
 // ErrSessionLockLost.
-func (a *applier) heldSession(e *entity, sid string, token []byte) (*sessionRecord, error) {
+func (a *applier) heldSession(e *entity, sid string, token []byte) (*store.Session, error) {
 	if err := checkSessionID(sid); err != nil {
 		return nil, err
 	}
-	r, err := a.session(e, sid)
+	r, err := a.b.Session(e.key, sid)
 	if err != nil {
 		return nil, err
 	}
-	if !r.lockedBy(token, a.now) {
+	if !r.LockedBy(token, a.now) {
 		return nil, fmt.Errorf("%w: session %q of %s", ErrSessionLockLost, sid, e.cfg.Name)
 	}
 	return r, nil
@@ -69,28 +69,26 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 	sid := c.SessionId
 	if c.Next {
 		var ok bool
-		var head []byte
-		sid, head, ok, err = firstReadySession(a.b, e)
+		sid, ok, err = a.b.NextReady(&e.ready, e.key)
 		if err != nil {
 			return nil, err
 		}
-		e.readyFloor = head // nothing is below it; the accept deletes at it
 		if !ok {
 			return okResult(), nil // none available
 		}
 	} else if err := checkSessionID(sid); err != nil {
 		return nil, err
 	}
-	r, err := a.session(e, sid)
+	r, err := a.b.Session(e.key, sid)
 	if err != nil {
 		return nil, err
 	}
-	if r.lockedBy(c.Token, a.now) {
+	if r.LockedBy(c.Token, a.now) {
 		// A repeated request, whose first answer was lost: it has it.
-		return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{r.until}}, nil
+		return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{r.Until}}, nil
 	}
-	if r.locked() {
-		if r.until > a.now {
+	if r.Locked() {
+		if r.Until > a.now {
 			return nil, fmt.Errorf("%w: session %q of %s is locked by another receiver", ErrSessionLocked, sid, e.cfg.Name)
 		}
 		// Run out but not yet ended by ExpireSessionLocks: end it now,
@@ -98,18 +96,18 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 		if err := a.endSessionLock(e, sid, true); err != nil {
 			return nil, err
 		}
-		if r, err = a.session(e, sid); err != nil {
+		if r, err = a.b.Session(e.key, sid); err != nil {
 			return nil, err
 		}
 	}
 	until := a.now + e.cfg.LockDurationMs
-	if err := a.setReady(e, sid, r, false, 0); err != nil {
+	if err := a.b.SetReady(&e.ready, e.key, sid, r, false, 0); err != nil {
 		return nil, err
 	}
 	if err := a.setSessionLock(e, sid, r, c.Token, until); err != nil {
 		return nil, err
 	}
-	if err := a.putSession(e, sid, r); err != nil {
+	if err := a.b.PutSession(e.key, sid, r); err != nil {
 		return nil, err
 	}
 	return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{until}}, nil
@@ -119,7 +117,7 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 // to the session's stream, counting a delivery when countDeliveries (the
 // lock ran out) and not when the receiver gave the session back.
 func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) error {
-	held, err := sessionSeqs(a.b, e.key, store.KindSessionHeld, sid, 0)
+	held, err := store.SessionSeqs(a.b, e.key, store.KindSessionHeld, sid, 0)
 	if err != nil {
 		return err
 	}
@@ -140,27 +138,27 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 			return err
 		}
 	}
-	r, err := a.session(e, sid)
+	r, err := a.b.Session(e.key, sid)
 	if err != nil {
 		return err
 	}
 	if err := a.setSessionLock(e, sid, r, nil, 0); err != nil {
 		return err
 	}
-	if r.avail > 0 {
-		head, err := sessionSeqs(a.b, e.key, store.KindSessionMsg, sid, 1)
+	if r.Avail > 0 {
+		head, err := store.SessionSeqs(a.b, e.key, store.KindSessionMsg, sid, 1)
 		if err != nil {
 			return err
 		}
 		if len(head) != 1 {
-			return fmt.Errorf("%w: %s: session %q counts %d available but has none", ErrCorrupt, e.key, sid, r.avail)
+			return fmt.Errorf("%w: %s: session %q counts %d available but has none", ErrCorrupt, e.key, sid, r.Avail)
 		}
-		if err := a.setReady(e, sid, r, true, head[0]); err != nil {
+		if err := a.b.SetReady(&e.ready, e.key, sid, r, true, head[0]); err != nil {
 			return err
 		}
 	}
 	a.woken[wakeKey{e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN}] = true // an accept-next may take it
-	return a.putSession(e, sid, r)
+	return a.b.PutSession(e.key, sid, r)
 }
 
 func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionpb.Result, error) {
@@ -173,7 +171,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		return nil, err
 	}
 	until := a.now + e.cfg.LockDurationMs
-	held, err := sessionSeqs(a.b, e.key, store.KindSessionHeld, c.SessionId, 0)
+	held, err := store.SessionSeqs(a.b, e.key, store.KindSessionHeld, c.SessionId, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +189,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 	if err := a.setSessionLock(e, c.SessionId, r, c.Token, until); err != nil {
 		return nil, err
 	}
-	if err := a.putSession(e, c.SessionId, r); err != nil {
+	if err := a.b.PutSession(e.key, c.SessionId, r); err != nil {
 		return nil, err
 	}
 	return &partitionpb.Result{SessionId: c.SessionId, LockedUntilMs: []int64{until}}, nil
@@ -209,12 +207,12 @@ func (a *applier) setSessionState(c *partitionpb.SetSessionState) (*partitionpb.
 	if err != nil {
 		return nil, err
 	}
-	r.state = nil
+	r.State = nil
 	if len(c.State) > 0 {
-		r.state = c.State
+		r.State = c.State
 	}
-	r.updated = a.now
-	return okResult(), a.putSession(e, c.SessionId, r)
+	r.Updated = a.now
+	return okResult(), a.b.PutSession(e.key, c.SessionId, r)
 }
 
 func (a *applier) releaseSession(c *partitionpb.ReleaseSession) (*partitionpb.Result, error) {
@@ -268,10 +266,10 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	}
 	want := int(min(c.MaxCount, uint32(a.lim.LockCount)))
 	res := okResult()
-	if want == 0 || r.avail == 0 {
+	if want == 0 || r.Avail == 0 {
 		return res, nil
 	}
-	seqs, err := sessionSeqs(a.b, e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
+	seqs, err := store.SessionSeqs(a.b, e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
 	if err != nil {
 		return nil, err
 	}
@@ -336,9 +334,9 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			}
 			token := lockToken(seq, c.TokenSeed)
 			if m != nil {
-				m.LockToken, m.LockedUntilMs = token, r.until
+				m.LockToken, m.LockedUntilMs = token, r.Until
 			}
-			if err := a.lockRecord(e, old, p, token, r.until); err != nil {
+			if err := a.lockRecord(e, old, p, token, r.Until); err != nil {
 				return err
 			}
 		}

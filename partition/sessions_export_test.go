@@ -36,7 +36,7 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 			wantParked[s.Session] = append(wantParked[s.Session], s.Seq)
 		}
 	}
-	sids, err := listSessions(m.db, k, 0, 1<<30, 0)
+	sids, err := store.ListSessions(m.db, k, 0, 1<<30, 0)
 	if err != nil {
 		return err
 	}
@@ -46,9 +46,9 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	readyN := 0
 	for valid := ready.First(); valid; valid = ready.Next() {
-		if e := m.entities[k]; readyN == 0 && e != nil && bytes.Compare(ready.Key(), e.readyFloor) < 0 {
+		if e := m.entities[k]; readyN == 0 && e != nil && bytes.Compare(ready.Key(), e.ready.Floor()) < 0 {
 			store.CloseIter(ready, nil)
-			return fmt.Errorf("ready entry %x below the scans' floor %x", ready.Key(), e.readyFloor)
+			return fmt.Errorf("ready entry %x below the scans' floor %x", ready.Key(), e.ready.Floor())
 		}
 		readyN++
 	}
@@ -72,19 +72,19 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	offered := 0
 	for _, sid := range sids {
-		r, err := readSession(m.db, k, sid)
+		r, err := store.ReadSession(m.db, k, sid)
 		if err != nil {
 			return err
 		}
-		avail, err := sessionSeqs(m.db, k, store.KindSessionMsg, sid, 0)
+		avail, err := store.SessionSeqs(m.db, k, store.KindSessionMsg, sid, 0)
 		if err != nil {
 			return err
 		}
-		held, err := sessionSeqs(m.db, k, store.KindSessionHeld, sid, 0)
+		held, err := store.SessionSeqs(m.db, k, store.KindSessionHeld, sid, 0)
 		if err != nil {
 			return err
 		}
-		parked, err := sessionSeqs(m.db, k, store.KindSessionParked, sid, 0)
+		parked, err := store.SessionSeqs(m.db, k, store.KindSessionParked, sid, 0)
 		if err != nil {
 			return err
 		}
@@ -95,14 +95,14 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 			return fmt.Errorf("session %q: held %v, locked messages %v", sid, held, wantHeld[sid])
 		case !slices.Equal(parked, wantParked[sid]):
 			return fmt.Errorf("session %q: parked %v, deferred and scheduled messages %v", sid, parked, wantParked[sid])
-		case r.avail != int64(len(avail)) || r.held != int64(len(held)) || r.parked != int64(len(parked)):
-			return fmt.Errorf("session %q: record counts %d/%d/%d, indexes %d/%d/%d", sid, r.avail, r.held, r.parked, len(avail), len(held), len(parked))
-		case r.ready != (r.avail > 0 && !r.locked()):
-			return fmt.Errorf("session %q: ready %v with %d available, locked %v", sid, r.ready, r.avail, r.locked())
-		case len(held) > 0 && !r.locked():
+		case r.Avail != int64(len(avail)) || r.Held != int64(len(held)) || r.Parked != int64(len(parked)):
+			return fmt.Errorf("session %q: record counts %d/%d/%d, indexes %d/%d/%d", sid, r.Avail, r.Held, r.Parked, len(avail), len(held), len(parked))
+		case r.Ready != (r.Avail > 0 && !r.Locked()):
+			return fmt.Errorf("session %q: ready %v with %d available, locked %v", sid, r.Ready, r.Avail, r.Locked())
+		case len(held) > 0 && !r.Locked():
 			return fmt.Errorf("session %q: %d held messages without a lock", sid, len(held))
 		}
-		if r.ready {
+		if r.Ready {
 			offered++
 		}
 	}
@@ -115,15 +115,15 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 // DecodeSessionRecord decodes a session record's payload and encodes it
 // again (FuzzSessionRecord).
 func DecodeSessionRecord(p []byte) (again []byte, err error) {
-	r, err := decodeSessionRecord([]byte("key"), p)
+	r, err := store.DecodeSession([]byte("key"), p)
 	if err != nil {
 		return nil, err
 	}
-	return r.encode(), nil
+	return r.Encode(), nil
 }
 
 // SessionRecordBytes is the payload of a session record (for fuzz seeds).
 func SessionRecordBytes(token []byte, until, avail, held, parked int64, readySeq uint64, updated int64, state []byte) []byte {
-	r := &sessionRecord{token: token, until: until, avail: avail, held: held, parked: parked, ready: readySeq != 0, readySeq: readySeq, updated: updated, state: state}
-	return r.encode()
+	r := &store.Session{Token: token, Until: until, Avail: avail, Held: held, Parked: parked, Ready: readySeq != 0, ReadySeq: readySeq, Updated: updated, State: state}
+	return r.Encode()
 }

@@ -203,7 +203,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		if err != nil {
 			return nil, err
 		}
-		until = s.until
+		until = s.Until
 	}
 	r := okResult()
 	for _, seq := range seqs {

@@ -26,6 +26,9 @@ type Batch struct {
 	lastGrantKey grantKey            // the key and grant that grant() returned
 	lastGrant    *grant              // last, while in grants (nil: none)
 
+	sessionRecs  map[sessionRef]*Session // session records read or changed (sessions.go)
+	sessionDirty map[sessionRef]bool     // those changed since the last flush
+
 	locked *LockedStates // the machine's: state records of locked messages (lockcache.go)
 	keyBuf []byte        // seqKey's buffer
 	recBuf []byte        // PutLockedState's buffer
@@ -55,11 +58,14 @@ func ReadApplied(r pebble.Reader) (uint64, error) {
 }
 
 // DeleteEntityData deletes everything entity partition k holds, in one
-// range deletion, but, when shared is true (a topic partition), the blobs
+// range deletion (forgetting what the batch held of it: lock grants,
+// sessions, the cache of locked states), but, when shared is true (a topic partition), the blobs
 // its messages' copies share and their counts (sharedblobs in partition):
 // the subscriptions' copies may still name them.
 func (b *Batch) DeleteEntityData(k EntityKey, shared bool) error {
 	b.dropGrants(k)
+	b.dropSessions(k)
+	b.forgetLocked()
 	p := DataPrefix(k)
 	if !shared {
 		return b.DeleteRange(p, PrefixEnd(p), nil)

@@ -115,9 +115,9 @@ func (b *Batch) CachedLocked(k EntityKey, sub partitionpb.SubQueue, seq uint64) 
 	return key, p, ok
 }
 
-// ForgetLocked clears the cache of locked states: records were rewritten
+// forgetLocked clears the cache of locked states: records were rewritten
 // or deleted wholesale (an entity deleted).
-func (b *Batch) ForgetLocked() { b.locked.Reset() }
+func (b *Batch) forgetLocked() { b.locked.Reset() }
 
 // Cursor reads sub-queue sub of entity partition k as this batch holds
 // it, from sequence number from on (NewCursor).
