@@ -113,7 +113,7 @@ func (a *applier) remove(e *entity, s store.Slot) error {
 	if len(s.Blob) > 0 {
 		var err error
 		if s.BlobEntity != 0 {
-			err = a.releaseSharedBlob(e.key, s.BlobEntity, s.Blob, 1, true)
+			err = a.b.ReleaseSharedBlob(e.key, s.BlobEntity, s.Blob, 1, true)
 		} else {
 			err = a.dropBlob(e, s.Blob)
 		}
