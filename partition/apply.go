@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -335,7 +334,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 		return okResult(), nil // superseded: a newer configuration is in place
 	}
 	if !ok && cfg.Version != 0 {
-		deleted, err := a.deletedVersion(k)
+		deleted, err := a.b.Tombstone(k)
 		if err != nil {
 			return nil, err
 		}
@@ -343,7 +342,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 			return okResult(), nil // superseded: deleted after this configuration
 		}
 		if deleted > 0 { // re-created: the tombstone has done its work
-			if err := a.b.Delete(store.TombstoneKey(k), nil); err != nil {
+			if err := a.b.DeleteTombstone(k); err != nil {
 				return nil, err
 			}
 		}
@@ -375,13 +374,12 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 		if ok && e.cfg.Version > c.Version {
 			return okResult(), nil // superseded: re-created after this delete
 		}
-		deleted, err := a.deletedVersion(k)
+		deleted, err := a.b.Tombstone(k)
 		if err != nil {
 			return nil, err
 		}
 		if c.Version > deleted {
-			tk := store.TombstoneKey(k)
-			if err := a.b.Set(tk, store.Seal(tk, binary.BigEndian.AppendUint64(nil, c.Version)), nil); err != nil {
+			if err := a.b.PutTombstone(k, c.Version); err != nil {
 				return nil, err
 			}
 		}
@@ -401,20 +399,6 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	a.locks[e.key] = true
 	a.wakeEntity(e.key) // wake receivers, who will find it gone
 	return okResult(), nil
-}
-
-// deletedVersion is the version of the latest versioned delete of k, 0 if
-// none.
-func (a *applier) deletedVersion(k ekey) (uint64, error) {
-	tk := store.TombstoneKey(k)
-	p, found, err := store.Get(a.b, tk)
-	if err != nil || !found {
-		return 0, err
-	}
-	if len(p) != 8 {
-		return 0, fmt.Errorf("%w: tombstone %x of %d bytes", ErrCorrupt, tk, len(p))
-	}
-	return binary.BigEndian.Uint64(p), nil
 }
 
 func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {

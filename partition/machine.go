@@ -85,7 +85,7 @@ type Machine struct {
 	subs         subscriptionIndex   // Apply's, under mu: a topic partition's subscriptions (fanout.go)
 
 	// misuse counts pebble's reports of a single delete that met no
-	// write or more than one (see singleDelete); always 0 unless the
+	// write or more than one (store/indexes.go, "Single deletes"); always 0 unless the
 	// records' bookkeeping is broken.
 	misuse atomic.Int64
 }
@@ -203,26 +203,15 @@ func (m *Machine) load() error {
 		return err
 	}
 	entities := make(map[ekey]*entity)
-	it, err := store.PrefixIter(m.db, []byte{store.PrefixEntity})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		k, ok := store.ParseEntityRecordKey(it.Key())
-		if !ok {
-			return store.CloseIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
-		}
-		p, err := store.IterValue(it)
-		if err != nil {
-			return store.CloseIter(it, err)
-		}
+	err = store.EachEntity(m.db, func(k ekey, p []byte) error {
 		e, err := parseEntityRecord(k, p)
 		if err != nil {
-			return store.CloseIter(it, err)
+			return err
 		}
 		entities[k] = e
-	}
-	if err := store.CloseIter(it, it.Error()); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	for _, e := range entities {
@@ -402,9 +391,9 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 	for _, k := range sortedKeys(a.dirty) {
 		var err error
 		if e, ok := m.entities[k]; ok {
-			err = a.b.Set(store.EntityRecordKey(k), store.Seal(store.EntityRecordKey(k), e.record()), nil)
+			err = a.b.PutEntity(k, e.record())
 		} else {
-			err = a.b.Delete(store.EntityRecordKey(k), nil)
+			err = a.b.DeleteEntity(k)
 		}
 		if err != nil {
 			return err

@@ -480,7 +480,7 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 // expireLock ends the lock of message seq, which its grant says is locked
 // until `until`.
 func (a *applier) expireLock(e *entity, until int64, sub partitionpb.SubQueue, seq uint64) error {
-	m, err := store.GetState(a.b, store.MessageKey(e.key, sub, seq))
+	m, err := a.b.State(e.key, sub, seq)
 	if err != nil {
 		return err
 	}

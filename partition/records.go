@@ -90,21 +90,6 @@ func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until in
 	return a.update(e, old, m)
 }
 
-// singleDelete deletes a record written once since it was last deleted:
-// a body record (written when its message is added or moves, deleted when
-// it goes or moves) or an index entry (set when a message enters a slot,
-// deleted when it leaves it; update takes the old entries out before it
-// puts the new ones in). Pebble drops such a delete together with the
-// write it meets, at the first flush or compaction that holds both,
-// instead of carrying a tombstone down the levels: a lock's index entry
-// and its delete mostly share a memtable and never reach a table. A
-// BacklogCycle benchmark compacted 37% fewer bytes per message received.
-// A record written twice without a delete between would come back after
-// the delete, so state records, which locks and settlements rewrite, are
-// deleted with Delete; pebble reports a single delete that meets no write
-// or two (Machine.misuse), and TestDeterminism checks that it never does.
-func (a *applier) singleDelete(key []byte) error { return a.b.SingleDelete(key, nil) }
-
 // remove deletes the message in slot s.
 func (a *applier) remove(e *entity, s store.Slot) error {
 	if err := a.unslot(e, s); err != nil {

@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"encoding/binary"
 	"hash/maphash"
 	"math"
 
@@ -55,17 +54,14 @@ const (
 // newRequestFilter starts a filter for the store r as it is now.
 func newRequestFilter(r pebble.Reader) (*requestFilter, error) {
 	f := &requestFilter{seed: maphash.MakeSeed(), preOpen: math.MinInt64}
-	it, err := store.PrefixIter(r, []byte{store.PrefixReqTime})
+	at, found, err := store.LatestRequest(r)
 	if err != nil {
 		return nil, err
 	}
-	if it.Last() {
-		if len(it.Key()) < 9 {
-			return nil, store.CloseIter(it, ErrCorrupt)
-		}
-		f.preOpen = store.TimeFromBits(binary.BigEndian.Uint64(it.Key()[1:9]))
+	if found {
+		f.preOpen = at
 	}
-	return f, store.CloseIter(it, it.Error())
+	return f, nil
 }
 
 func (f *requestFilter) probes(id []byte) (h1, h2 uint32) {

@@ -1,13 +1,11 @@
 package partition
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -135,18 +133,15 @@ func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64,
 	if a.reqFilter.absent(id, *a.reqFloor) {
 		return nil, nil, nil
 	}
-	p, found, err := store.Get(a.b, store.RequestKey(id))
+	at, p, found, err := a.b.RequestResult(id)
 	if err != nil || !found {
 		return nil, nil, err
 	}
-	if len(p) < 8 {
-		return nil, nil, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, id, len(p))
-	}
-	if at := store.TimeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
+	if a.now-at >= requestWindowMs {
 		return nil, &at, nil // expired, not yet pruned: new again
 	}
 	r = new(partitionpb.Result)
-	if err := proto.Unmarshal(p[8:], r); err != nil {
+	if err := proto.Unmarshal(p, r); err != nil {
 		return nil, nil, fmt.Errorf("%w: request %x: %v", ErrCorrupt, id, err)
 	}
 	return r, nil, nil
@@ -155,25 +150,8 @@ func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64,
 // recordRequest stores the result r of request id, applied now, in place
 // of the expired result applied at stale, if there is one.
 func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) error {
-	k := store.RequestKey(id)
-	if stale != nil {
-		if err := a.singleDelete(store.RequestTimeKey(*stale, id)); err != nil {
-			return err
-		}
-		if err := a.singleDelete(k); err != nil {
-			return err
-		}
-	}
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+marshal.Size(r)), store.TimeBits(a.now))
-	v, err := marshal.MarshalAppend(v, r)
-	if err != nil {
-		return fmt.Errorf("partition: request %x: %w", id, err)
-	}
-	if err := store.SetSealed(a.b.Batch, k, v); err != nil {
-		return err
-	}
-	tk := store.RequestTimeKey(a.now, id)
-	if err := store.SetSealed(a.b.Batch, tk, nil); err != nil {
+	encode := func(b []byte) ([]byte, error) { return marshal.MarshalAppend(b, r) }
+	if err := a.b.PutRequestResult(id, a.now, stale, marshal.Size(r), encode); err != nil {
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)

@@ -15,7 +15,7 @@ import (
 
 // mainMessage reads a message of e's main sub-queue that an index names.
 func (a *applier) mainMessage(e *entity, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := store.GetState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+	m, err := a.b.State(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := store.GetState(a.b, store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+		m, err := a.b.State(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +210,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := store.GetState(a.b, store.MessageKey(e.key, c.SubQueue, seq))
+		m, err := a.b.State(e.key, c.SubQueue, seq)
 		if err != nil {
 			return nil, err
 		}

@@ -57,7 +57,7 @@ func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 			if !ok {
 				continue // the subscription was deleted, and its copies with it
 			}
-			m, err := store.GetState(a.b, store.MessageKey(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.Seq))
+			m, err := a.b.State(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.Seq)
 			if err != nil {
 				return err
 			}

@@ -145,7 +145,7 @@ func PebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger, misu
 			log.Warn("partition: store write stall", "reason", info.Reason)
 		},
 		WriteStallEnd: func() { log.Info("partition: store write stall ended") },
-		// A single delete that met no write or two (singleDelete) means the
+		// A single delete that met no write or two (indexes.go) means the
 		// records' bookkeeping broke: a deleted record may come back.
 		PossibleAPIMisuse: func(info pebble.PossibleAPIMisuseInfo) {
 			misuse.Add(1)

@@ -6,8 +6,24 @@ import (
 
 // The index entries of a message: which ones a message has is the rules'
 // business (partition's applier.index decides from its slot); the store
-// writes and deletes them. Each entry is written once between deletes, so
-// it is deleted with a single delete (see partition's singleDelete).
+// writes and deletes them.
+//
+// Single deletes. Records written once since they were last deleted are
+// deleted with SingleDelete: a body record (written when its message is
+// added or moves, deleted when it goes or moves), an index entry (set
+// when a message enters a slot, deleted when it leaves it; the applier
+// takes the old entries out before it puts the new ones in), a request
+// result. Pebble drops such a delete together with the write it meets, at
+// the first flush or compaction that holds both, instead of carrying a
+// tombstone down the levels: a lock's index entry and its delete mostly
+// share a memtable and never reach a table. A BacklogCycle benchmark
+// compacted 37% fewer bytes per message received. A record written twice
+// without a delete between would come back after the delete, so state
+// records, which locks and settlements rewrite, and other rewritten
+// records (grants, sessions, counts) are deleted with Delete; pebble
+// reports a single delete that meets no write or two (partition's
+// Machine.misuse, PebbleOptions), and partition's TestDeterminism checks
+// that it never does.
 
 func (b *Batch) setEntry(key []byte, set bool) error {
 	if set {

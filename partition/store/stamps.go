@@ -158,14 +158,14 @@ func (b *Batch) PruneRequests(cutoff int64, floor *int64, budget int) error {
 	// Single deletes: partition's recordRequest deletes an expired result
 	// before it writes the id's new one, so each is written once between
 	// deletes.
-	return b.pruneByTime([]byte{PrefixReqTime}, cutoff, floor, budget, b.SingleDeleteKey, RequestKey)
+	return b.pruneByTime([]byte{PrefixReqTime}, cutoff, floor, budget, b.singleDelete, RequestKey)
 }
 
 func (b *Batch) delete(key []byte) error { return b.Delete(key, nil) }
 
-// SingleDeleteKey deletes a record written once since it was last deleted
-// (see partition's singleDelete for when that holds).
-func (b *Batch) SingleDeleteKey(key []byte) error { return b.SingleDelete(key, nil) }
+// singleDelete deletes a record written once since it was last deleted
+// (indexes.go: single deletes).
+func (b *Batch) singleDelete(key []byte) error { return b.SingleDelete(key, nil) }
 
 // pruneByTime deletes, oldest first, up to budget entries of a time index
 // (keys: prefix, a time, an id) at or before cutoff, each with the record
