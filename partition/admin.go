@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/filter"
 	"github.com/quorumbus/quorumbus/partition/rules"
 	"github.com/quorumbus/quorumbus/partition/store"
@@ -49,38 +47,35 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 	if want == 0 {
 		return nil, fmt.Errorf("%w: purge of 0 messages", ErrInvalid)
 	}
-	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: store.MessageKey(e.key, c.SubQueue, c.FromSequenceNumber),
-		UpperBound: store.PrefixEnd(store.SubPrefix(e.key, store.KindMessage, c.SubQueue)),
-	})
+	cur, err := a.b.Cursor(e.key, c.SubQueue, c.FromSequenceNumber, false)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
 	// Collected first, removed after: the slots are all the removal needs.
 	var doomed []store.Slot
 	r := okResult()
 	scanned := 0
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := cur.First(); valid; valid = cur.Next() {
 		if len(doomed) == want || scanned == MaxPurgeScan {
 			r.More = true
-			m, err := store.IterState(it)
+			m, err := cur.Message()
 			if err != nil {
-				return nil, store.CloseIter(it, err)
+				return nil, cur.Close(err)
 			}
 			r.NextSequenceNumber = m.SequenceNumber
 			break
 		}
 		scanned++
-		m, err := store.IterState(it)
+		m, err := cur.Message()
 		if err != nil {
-			return nil, store.CloseIter(it, err)
+			return nil, cur.Close(err)
 		}
 		if c.BeforeEnqueuedTimeMs != 0 && m.EnqueuedTimeMs >= c.BeforeEnqueuedTimeMs {
 			continue
 		}
 		doomed = append(doomed, store.SlotOf(m))
 	}
-	if err := store.CloseIter(it, it.Error()); err != nil {
+	if err := cur.Close(cur.Error()); err != nil {
 		return nil, err
 	}
 	r.SequenceNumbers = make([]uint64, 0, len(doomed))

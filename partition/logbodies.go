@@ -5,7 +5,6 @@ import (
 	"hash/crc32"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -286,49 +285,22 @@ func (m *Machine) inlineBodies() error {
 		return nil
 	}
 	m.lockedStates.Reset() // the records change: their bodies move
-	b := m.db.NewBatch()
-	defer func() { b.Close() }()
-	moved := 0
+	keys := make([]ekey, 0, len(m.entities))
 	for k := range m.entities {
-		prefix := store.KindPrefix(k, store.KindMessage)
-		it, err := m.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: store.PrefixEnd(prefix)})
-		if err != nil {
-			return fmt.Errorf("partition: iterator: %w", err)
-		}
-		for valid := it.First(); valid; valid = it.Next() {
-			st, err := store.IterState(it)
-			if err != nil {
-				return store.CloseIter(it, err)
-			}
-			if st.BodyIndex == 0 {
-				continue
-			}
-			if err := m.logs.sections(st); err != nil {
-				return store.CloseIter(it, err)
-			}
-			if err := store.SetBody(b, store.BodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
-				return store.CloseIter(it, err)
-			}
-			dropLogRef(st)
-			st.Header, st.Annotations, st.Bare = nil, nil, nil
-			if err := store.SetState(b, it.Key(), st); err != nil {
-				return store.CloseIter(it, err)
-			}
-			moved++
-			if b.Len() >= restoreBatch {
-				if err := b.Commit(pebble.NoSync); err != nil {
-					return store.CloseIter(it, fmt.Errorf("partition: write: %w", err))
-				}
-				b.Close()
-				b = m.db.NewBatch()
-			}
-		}
-		if err := store.CloseIter(it, it.Error()); err != nil {
-			return err
-		}
+		keys = append(keys, k)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("partition: write: %w", err)
+	moved, err := store.RewriteMessages(m.db, keys, restoreBatch, func(_ ekey, st *partitionpb.StoredMessage) (bool, error) {
+		if st.BodyIndex == 0 {
+			return false, nil
+		}
+		if err := m.logs.sections(st); err != nil {
+			return false, err
+		}
+		dropLogRef(st)
+		return true, nil
+	})
+	if err != nil {
+		return err
 	}
 	if moved > 0 {
 		m.log.Debug("partition: bodies moved from the Raft log into the store", "messages", moved, "applied", m.applied)

@@ -523,19 +523,13 @@ func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.Sub
 	if !ok || m.usable() != nil || !validSubQueue(q) {
 		return false
 	}
-	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: store.AvailableKey(k, q, e.availHead[q]),
-		UpperBound: store.PrefixEnd(store.SubPrefix(k, store.KindAvailable, q)),
-	})
+	scan, err := store.ScanAvailable(m.db, k, q, e.availHead[q])
 	if err != nil {
 		m.log.Error("partition: available", "entity", k, "err", err)
 		return false
 	}
-	found := it.First()
-	if found {
-		_, err = store.IterValue(it)
-	}
-	if err = store.CloseIter(it, errors.Join(err, it.Error())); err != nil {
+	_, found, err := scan.Next()
+	if err = scan.Close(err); err != nil {
 		m.log.Error("partition: available", "entity", k, "err", err)
 		return false
 	}
@@ -558,27 +552,24 @@ const freshScan = 64
 // freshAvailable reports whether the main queue has a fresh message that is
 // not scheduled (entity.fresh).
 func (m *Machine) freshAvailable(e *entity) (bool, error) {
-	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh),
-		UpperBound: store.PrefixEnd(store.SubPrefix(e.key, store.KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN)),
-	})
+	c, err := store.NewCursor(m.db, e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh, false)
 	if err != nil {
 		return false, err
 	}
 	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := c.First(); valid; valid = c.Next() {
 		if n++; n > freshScan {
-			return true, store.CloseIter(it, nil)
+			return true, c.Close(nil)
 		}
-		msg, err := store.IterState(it)
+		msg, err := c.Message()
 		if err != nil {
-			return false, store.CloseIter(it, err)
+			return false, c.Close(err)
 		}
 		if store.SlotOf(msg).Available() {
-			return true, store.CloseIter(it, nil)
+			return true, c.Close(nil)
 		}
 	}
-	return false, store.CloseIter(it, it.Error())
+	return false, c.Close(c.Error())
 }
 
 // Changed returns a channel that is closed after the next Apply that made a
@@ -629,33 +620,30 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	if want == 0 {
 		return nil, nil
 	}
-	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: store.MessageKey(k, q, from),
-		UpperBound: store.PrefixEnd(store.SubPrefix(k, store.KindMessage, q)),
-	})
+	c, err := store.NewCursor(m.db, k, q, from, false)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
 	var out []*partitionpb.StoredMessage
 	var size int64
-	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
-		msg, err := store.IterState(it)
+	for valid := c.First(); valid && len(out) < want && size < MaxPeekBytes; valid = c.Next() {
+		msg, err := c.Message()
 		if err != nil {
-			return nil, store.CloseIter(it, err)
+			return nil, c.Close(err)
 		}
 		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) ||
 			!sessionOf(msg, sessionID) {
 			continue
 		}
 		if err := readBody(m.db, m.logs, k, msg); err != nil {
-			return nil, store.CloseIter(it, err)
+			return nil, c.Close(err)
 		}
 		dropStoreRefs(msg)
 		unlock(msg)
 		out = append(out, msg)
 		size += msg.Size
 	}
-	if err := store.CloseIter(it, it.Error()); err != nil {
+	if err := c.Close(c.Error()); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -82,7 +82,7 @@ func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until i
 
 // lockWhole locks the long way: decode, then update.
 func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until int64) error {
-	m, err := store.DecodeState(store.MessageKey(e.key, old.Sub, old.Seq), p)
+	m, err := store.DecodeMessageState(e.key, old.Sub, old.Seq, p)
 	if err != nil {
 		return err
 	}

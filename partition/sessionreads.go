@@ -1,10 +1,7 @@
 package partition
 
 import (
-	"encoding/binary"
 	"fmt"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -131,63 +128,27 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 	if want == 0 {
 		return nil, nil
 	}
-	var its []*pebble.Iterator
-	defer func() {
-		for _, it := range its {
-			it.Close()
-		}
-	}()
-	for _, kind := range []byte{store.KindSessionMsg, store.KindSessionHeld, store.KindSessionParked} {
-		prefix := store.SessionStreamPrefix(e.key, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sessionID)
-		it, err := m.db.NewIter(&pebble.IterOptions{
-			LowerBound: binary.BigEndian.AppendUint64(prefix, from),
-			UpperBound: store.PrefixEnd(prefix),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("partition: iterator: %w", err)
-		}
-		its = append(its, it)
-		it.First()
+	scan, err := store.ScanSession(m.db, e.key, sessionID, from)
+	if err != nil {
+		return nil, err
 	}
+	defer scan.Close()
 	var out []*partitionpb.StoredMessage
 	var size int64
 	for len(out) < want && size < MaxPeekBytes {
-		// The entry of the lowest sequence number among the three.
-		var next *pebble.Iterator
-		var seq uint64
-		for _, it := range its {
-			if !it.Valid() {
-				if err := it.Error(); err != nil {
-					return nil, fmt.Errorf("partition: iterator: %w", err)
-				}
-				continue
-			}
-			key := it.Key()
-			if len(key) < 8 {
-				return nil, fmt.Errorf("%w: session key %x", ErrCorrupt, key)
-			}
-			if s := binary.BigEndian.Uint64(key[len(key)-8:]); next == nil || s < seq {
-				next, seq = it, s
-			}
+		seq, ok, err := scan.Next()
+		if err != nil {
+			return nil, err
 		}
-		if next == nil {
+		if !ok {
 			break
 		}
-		if _, err := store.IterValue(next); err != nil {
-			return nil, err
-		}
-		next.Next()
-		key := store.MessageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
-		p, found, err := store.Get(m.db, key)
+		msg, err := store.ReadState(m.db, e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 		if err != nil {
 			return nil, err
 		}
-		if !found {
+		if msg == nil {
 			return nil, fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, sessionID, seq)
-		}
-		msg, err := store.DecodeState(key, p)
-		if err != nil {
-			return nil, err
 		}
 		if msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
 			continue

@@ -21,7 +21,7 @@ func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMes
 
 // getMessage reads a whole message, state and body; nil if absent.
 func getMessage(r pebble.Reader, logs *logReader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := store.GetState(r, store.MessageKey(k, sub, seq))
+	m, err := store.ReadState(r, k, sub, seq)
 	if err != nil || m == nil {
 		return nil, err
 	}
