@@ -306,7 +306,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	}
 	a := m.newApplier()
 	defer func() {
-		m.batchBytes = min(len(a.b.Repr()), maxBatchHint)
+		m.batchBytes = min(a.b.Size(), maxBatchHint)
 		a.b.Close()
 	}()
 	results, applied, err := m.stage(a, entries)

@@ -155,7 +155,7 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 	if !a.bodies {
 		return nil
 	}
-	return readBody(a.b, a.logs, e.key, m)
+	return readBody(a.b.ReadView(), a.logs, e.key, m)
 }
 
 // index sets (or deletes) the index entries of a message in slot s.
@@ -259,7 +259,7 @@ func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uin
 	if err != nil {
 		return nil, err
 	}
-	return &messageCursor{Cursor: c, k: e.key, logs: a.logs, r: a.b}, nil
+	return &messageCursor{Cursor: c, k: e.key, logs: a.logs, r: a.b.ReadView()}, nil
 }
 
 // body fills in m's sections, if the cursor reads bodies.

@@ -117,7 +117,7 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 // to the session's stream, counting a delivery when countDeliveries (the
 // lock ran out) and not when the receiver gave the session back.
 func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) error {
-	held, err := store.SessionSeqs(a.b, e.key, store.KindSessionHeld, sid, 0)
+	held, err := a.b.SessionSeqs(e.key, store.KindSessionHeld, sid, 0)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 		return err
 	}
 	if r.Avail > 0 {
-		head, err := store.SessionSeqs(a.b, e.key, store.KindSessionMsg, sid, 1)
+		head, err := a.b.SessionSeqs(e.key, store.KindSessionMsg, sid, 1)
 		if err != nil {
 			return err
 		}
@@ -171,7 +171,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		return nil, err
 	}
 	until := a.now + e.cfg.LockDurationMs
-	held, err := store.SessionSeqs(a.b, e.key, store.KindSessionHeld, c.SessionId, 0)
+	held, err := a.b.SessionSeqs(e.key, store.KindSessionHeld, c.SessionId, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	if want == 0 || r.Avail == 0 {
 		return res, nil
 	}
-	seqs, err := store.SessionSeqs(a.b, e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
+	seqs, err := a.b.SessionSeqs(e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
 	if err != nil {
 		return nil, err
 	}

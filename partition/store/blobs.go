@@ -43,7 +43,7 @@ func decodeStaged(key, p []byte) (Staged, error) {
 // none (never staged, taken over by a message, or deleted).
 func (b *Batch) Staged(k EntityKey, blob []byte) (s Staged, found bool, err error) {
 	key := StagedKey(k, blob)
-	p, found, err := Get(b.Batch, key)
+	p, found, err := Get(b.pb, key)
 	if err != nil || !found {
 		return Staged{}, false, err
 	}
@@ -54,30 +54,30 @@ func (b *Batch) Staged(k EntityKey, blob []byte) (s Staged, found bool, err erro
 // PutStaged writes the staged record of blob.
 func (b *Batch) PutStaged(k EntityKey, blob []byte, s Staged) error {
 	key := StagedKey(k, blob)
-	return b.Set(key, Seal(key, s.encode()), nil)
+	return b.pb.Set(key, Seal(key, s.encode()), nil)
 }
 
 // DeleteStaged deletes the staged record of blob (a message took it over).
 func (b *Batch) DeleteStaged(k EntityKey, blob []byte) error {
-	return b.Delete(StagedKey(k, blob), nil)
+	return b.pb.Delete(StagedKey(k, blob), nil)
 }
 
 // HasChunk reports whether blob has a chunk at offset.
 func (b *Batch) HasChunk(k EntityKey, blob []byte, offset uint64) (bool, error) {
-	_, found, err := Get(b.Batch, BlobChunkKey(k, blob, offset))
+	_, found, err := Get(b.pb, BlobChunkKey(k, blob, offset))
 	return found, err
 }
 
 // PutChunk writes the chunk of blob at offset.
 func (b *Batch) PutChunk(k EntityKey, blob []byte, offset uint64, data []byte) error {
-	return SetSealed(b.Batch, BlobChunkKey(k, blob, offset), data)
+	return SetSealed(b.pb, BlobChunkKey(k, blob, offset), data)
 }
 
 // StaleStaged returns up to max blobs of k, other than keep, whose last
 // chunk came more than window ms before now, in key order.
 func (b *Batch) StaleStaged(k EntityKey, keep []byte, now, window int64, max int) ([][]byte, error) {
 	p := KindPrefix(k, KindStaged)
-	it, err := PrefixIter(b.Batch, p)
+	it, err := PrefixIter(b.pb, p)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (b *Batch) StaleStaged(k EntityKey, keep []byte, now, window int64, max int
 // StagedBlobs returns every blob of k that has a staged record.
 func (b *Batch) StagedBlobs(k EntityKey) ([][]byte, error) {
 	prefix := KindPrefix(k, KindStaged)
-	it, err := PrefixIter(b.Batch, prefix)
+	it, err := PrefixIter(b.pb, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -116,10 +116,10 @@ func (b *Batch) StagedBlobs(k EntityKey) ([][]byte, error) {
 // DeleteBlob deletes a blob's chunks and its staged record, if any.
 func (b *Batch) DeleteBlob(k EntityKey, blob []byte) error {
 	p := BlobPrefix(k, blob)
-	if err := b.DeleteRange(p, PrefixEnd(p), nil); err != nil {
+	if err := b.pb.DeleteRange(p, PrefixEnd(p), nil); err != nil {
 		return err
 	}
-	return b.Delete(StagedKey(k, blob), nil)
+	return b.pb.Delete(StagedKey(k, blob), nil)
 }
 
 // ReadBlob reads m's blob into m.Bare, checking its length and CRC. The
@@ -165,7 +165,7 @@ func ReadBlob(r pebble.Reader, k EntityKey, m *partitionpb.StoredMessage) error 
 // addCount adds delta to the count at key (absent: 0) and returns the new
 // count; a count of 0 is deleted.
 func (b *Batch) addCount(key []byte, delta int64) (uint64, error) {
-	p, found, err := Get(b.Batch, key)
+	p, found, err := Get(b.pb, key)
 	if err != nil {
 		return 0, err
 	}
@@ -181,9 +181,9 @@ func (b *Batch) addCount(key []byte, delta int64) (uint64, error) {
 	}
 	n = uint64(int64(n) + delta)
 	if n == 0 {
-		return 0, b.Delete(key, nil)
+		return 0, b.pb.Delete(key, nil)
 	}
-	return n, b.Set(key, Seal(key, binary.BigEndian.AppendUint64(nil, n)), nil)
+	return n, b.pb.Set(key, Seal(key, binary.BigEndian.AppendUint64(nil, n)), nil)
 }
 
 // ShareBlob hands the staged blob of topic partition t to refs copies of
@@ -222,7 +222,7 @@ func (b *Batch) ReleaseSharedBlob(e EntityKey, owner uint64, blob []byte, n int6
 		return err
 	}
 	p := BlobPrefix(ok, blob)
-	return b.DeleteRange(p, PrefixEnd(p), nil)
+	return b.pb.DeleteRange(p, PrefixEnd(p), nil)
 }
 
 // ReleaseAllSharedBlobs gives back every reference entity partition e
@@ -234,7 +234,7 @@ func (b *Batch) ReleaseAllSharedBlobs(e EntityKey) error {
 		n     uint64
 	}
 	prefix := KindPrefix(e, KindBlobUse)
-	it, err := PrefixIter(b.Batch, prefix)
+	it, err := PrefixIter(b.pb, prefix)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ const bucketPrefix = 14
 // its own; b is left as it was.
 func (s *SortedCommit) Commit(db *pebble.DB, b *Batch) error {
 	s.entries = s.entries[:0]
-	for r := b.Reader(); ; {
+	for r := b.pb.Reader(); ; {
 		kind, key, value, ok, err := r.Next()
 		if err != nil {
 			return fmt.Errorf("read batch: %w", err)
@@ -65,11 +65,11 @@ func (s *SortedCommit) Commit(db *pebble.DB, b *Batch) error {
 			break
 		}
 		if kind == pebble.InternalKeyKindRangeDelete {
-			return b.Commit(pebble.NoSync)
+			return b.pb.Commit(pebble.NoSync)
 		}
 		s.entries = append(s.entries, batchEntry{kind, key, value})
 	}
-	if n := int(b.Count()); n != len(s.entries) {
+	if n := int(b.pb.Count()); n != len(s.entries) {
 		return fmt.Errorf("read batch: %d entries of %d", len(s.entries), n)
 	}
 	s.sortEntries()

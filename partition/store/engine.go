@@ -16,11 +16,10 @@ import (
 // Apply commits: the lock grants it touched (grants.go), and the cache of
 // locked messages' state records it keeps for the machine (lockcache.go).
 //
-// It embeds the pebble batch for the rules that still read and write
-// around the store's API (docs/storage.md, "Still in partition"); what
-// moved into the store is reached only through its methods.
+// Everything in it is reached through its methods: the rules build no
+// key and walk no iterator.
 type Batch struct {
-	*pebble.Batch
+	pb *pebble.Batch
 
 	grants       map[grantKey]*grant // lock grants read or changed
 	lastGrantKey grantKey            // the key and grant that grant() returned
@@ -37,12 +36,22 @@ type Batch struct {
 // NewBatch starts a batch of db's, with room for size bytes, that keeps
 // the state records of the messages it locks in locked (nil: none kept).
 func NewBatch(db *pebble.DB, size int, locked *LockedStates) *Batch {
-	return &Batch{Batch: db.NewIndexedBatchWithSize(size), locked: locked}
+	return &Batch{pb: db.NewIndexedBatchWithSize(size), locked: locked}
 }
+
+// ReadView is the batch as a reader: the store as the batch's writes
+// leave it (for reads that take any reader, such as ReadBlob).
+func (b *Batch) ReadView() pebble.Reader { return b.pb }
+
+// Size is the size of the batch's writes, in bytes.
+func (b *Batch) Size() int { return len(b.pb.Repr()) }
+
+// Close releases the batch (committed or not).
+func (b *Batch) Close() error { return b.pb.Close() }
 
 // PutApplied writes the applied Raft index.
 func (b *Batch) PutApplied(index uint64) error {
-	return b.Set(KeyApplied, Seal(KeyApplied, binary.BigEndian.AppendUint64(nil, index)), nil)
+	return b.pb.Set(KeyApplied, Seal(KeyApplied, binary.BigEndian.AppendUint64(nil, index)), nil)
 }
 
 // ReadApplied reads the applied Raft index (0 in a new store).
@@ -68,14 +77,14 @@ func (b *Batch) DeleteEntityData(k EntityKey, shared bool) error {
 	b.forgetLocked()
 	p := DataPrefix(k)
 	if !shared {
-		return b.DeleteRange(p, PrefixEnd(p), nil)
+		return b.pb.DeleteRange(p, PrefixEnd(p), nil)
 	}
 	for _, r := range [][2][]byte{
 		{p, KindPrefix(k, KindBlob)},
 		{KindPrefix(k, KindBlob+1), KindPrefix(k, KindBlobRefs)},
 		{KindPrefix(k, KindBlobRefs+1), PrefixEnd(p)},
 	} {
-		if err := b.DeleteRange(r[0], r[1], nil); err != nil {
+		if err := b.pb.DeleteRange(r[0], r[1], nil); err != nil {
 			return err
 		}
 	}

@@ -210,7 +210,7 @@ func (b *Batch) findGrant(gk grantKey) (*grant, error) {
 	}
 	g := &grant{}
 	key := gk.key()
-	p, found, err := Get(b.Batch, key)
+	p, found, err := Get(b.pb, key)
 	if err != nil {
 		return nil, err
 	}
@@ -272,10 +272,10 @@ func (b *Batch) FlushGrants() error {
 		switch {
 		case g.n > 0:
 			buf = g.encode(buf[:0])
-			err = b.Set(key, Seal(key, buf), nil)
+			err = b.pb.Set(key, Seal(key, buf), nil)
 			g.stored = true
 		case g.stored:
-			err = b.Delete(key, nil)
+			err = b.pb.Delete(key, nil)
 			g.stored = false
 		}
 		if err != nil {
@@ -294,7 +294,7 @@ func (b *Batch) DueLocks(x *LockIndex, now int64, f func(until int64, sub partit
 	if x.FloorTime() > now {
 		return nil
 	}
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: PrefixEnd(x.prefix)})
+	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: PrefixEnd(x.prefix)})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}

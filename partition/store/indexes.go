@@ -27,9 +27,9 @@ import (
 
 func (b *Batch) setEntry(key []byte, set bool) error {
 	if set {
-		return SetSealed(b.Batch, key, nil)
+		return SetSealed(b.pb, key, nil)
 	}
-	return b.SingleDelete(key, nil)
+	return b.pb.SingleDelete(key, nil)
 }
 
 // SetAvailable sets (or deletes) the available entry of message seq of

@@ -22,7 +22,7 @@ func (b *Batch) seqKey(k EntityKey, kind byte, sub partitionpb.SubQueue, seq uin
 
 // PutBody writes m's body record: its three sections.
 func (b *Batch) PutBody(k EntityKey, m *partitionpb.StoredMessage) error {
-	return SetBody(b.Batch, b.seqKey(k, KindBody, m.SubQueue, m.SequenceNumber), m)
+	return SetBody(b.pb, b.seqKey(k, KindBody, m.SubQueue, m.SequenceNumber), m)
 }
 
 // PutState writes m's state record: m without its sections (which it
@@ -31,7 +31,7 @@ func (b *Batch) PutState(k EntityKey, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
 	key := b.seqKey(k, KindMessage, m.SubQueue, m.SequenceNumber)
-	p, err := SetRecord(b.Batch, key, m, false)
+	p, err := SetRecord(b.pb, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func (b *Batch) LockedRecord(p, token []byte, until int64) (v []byte, ok bool) {
 // the message in slot s (which is now locked).
 func (b *Batch) PutLocked(k EntityKey, s Slot, v []byte) error {
 	key := b.seqKey(k, KindMessage, s.Sub, s.Seq)
-	if err := SetSealed(b.Batch, key, v); err != nil {
+	if err := SetSealed(b.pb, key, v); err != nil {
 		return err
 	}
 	b.locked.wrote(key, v, true)
@@ -69,7 +69,7 @@ func (b *Batch) PutLocked(k EntityKey, s Slot, v []byte) error {
 // records are rewritten, so this is a Delete, not a single delete.
 func (b *Batch) DeleteState(k EntityKey, s Slot) error {
 	key := b.seqKey(k, KindMessage, s.Sub, s.Seq)
-	if err := b.Delete(key, nil); err != nil {
+	if err := b.pb.Delete(key, nil); err != nil {
 		return err
 	}
 	b.locked.deleted(key)
@@ -79,14 +79,14 @@ func (b *Batch) DeleteState(k EntityKey, s Slot) error {
 // DeleteBody deletes the body record of message seq of sub-queue sub.
 // A body record is written once between deletes: a single delete.
 func (b *Batch) DeleteBody(k EntityKey, sub partitionpb.SubQueue, seq uint64) error {
-	return b.SingleDelete(b.seqKey(k, KindBody, sub, seq), nil)
+	return b.pb.SingleDelete(b.seqKey(k, KindBody, sub, seq), nil)
 }
 
 // MoveBody moves the body record of message fromSeq of sub-queue fromSub
 // to message toSeq of toSub, unread but sealed for its new key.
 func (b *Batch) MoveBody(k EntityKey, fromSub partitionpb.SubQueue, fromSeq uint64, toSub partitionpb.SubQueue, toSeq uint64) error {
 	from := BodyKey(k, fromSub, fromSeq)
-	p, found, err := Get(b.Batch, from)
+	p, found, err := Get(b.pb, from)
 	if err != nil {
 		return err
 	}
@@ -94,16 +94,16 @@ func (b *Batch) MoveBody(k EntityKey, fromSub partitionpb.SubQueue, fromSeq uint
 		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, fromSeq, k)
 	}
 	to := BodyKey(k, toSub, toSeq)
-	if err := b.Set(to, Seal(to, p), nil); err != nil {
+	if err := b.pb.Set(to, Seal(to, p), nil); err != nil {
 		return err
 	}
-	return b.SingleDelete(from, nil)
+	return b.pb.SingleDelete(from, nil)
 }
 
 // State reads the state record of message seq of sub-queue sub; nil if
 // there is none.
 func (b *Batch) State(k EntityKey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
-	return GetState(b.Batch, MessageKey(k, sub, seq))
+	return GetState(b.pb, MessageKey(k, sub, seq))
 }
 
 // CachedLocked returns the state record of locked message seq of
@@ -122,7 +122,7 @@ func (b *Batch) forgetLocked() { b.locked.Reset() }
 // Cursor reads sub-queue sub of entity partition k as this batch holds
 // it, from sequence number from on (NewCursor).
 func (b *Batch) Cursor(k EntityKey, sub partitionpb.SubQueue, from uint64, bodies bool) (*Cursor, error) {
-	return NewCursor(b.Batch, k, sub, from, bodies)
+	return NewCursor(b.pb, k, sub, from, bodies)
 }
 
 // AvailableScan walks the available index of one sub-queue in sequence
@@ -138,7 +138,7 @@ type AvailableScan struct {
 // entry is below it). It sees the batch as it is when made; writes after
 // do not disturb it.
 func (b *Batch) Available(k EntityKey, sub partitionpb.SubQueue, head uint64) (*AvailableScan, error) {
-	return ScanAvailable(b.Batch, k, sub, head)
+	return ScanAvailable(b.pb, k, sub, head)
 }
 
 // ScanAvailable is Batch.Available over any reader.

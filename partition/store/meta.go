@@ -15,11 +15,11 @@ import (
 // PutEntity writes entity partition k's record.
 func (b *Batch) PutEntity(k EntityKey, record []byte) error {
 	key := EntityRecordKey(k)
-	return b.Set(key, Seal(key, record), nil)
+	return b.pb.Set(key, Seal(key, record), nil)
 }
 
 // DeleteEntity deletes entity partition k's record.
-func (b *Batch) DeleteEntity(k EntityKey) error { return b.Delete(EntityRecordKey(k), nil) }
+func (b *Batch) DeleteEntity(k EntityKey) error { return b.pb.Delete(EntityRecordKey(k), nil) }
 
 // EachEntity calls f with every entity partition's record in r, in key
 // order; the record is valid until f returns.
@@ -48,7 +48,7 @@ func EachEntity(r pebble.Reader, f func(k EntityKey, record []byte) error) error
 // partition k, 0 if none.
 func (b *Batch) Tombstone(k EntityKey) (uint64, error) {
 	tk := TombstoneKey(k)
-	p, found, err := Get(b.Batch, tk)
+	p, found, err := Get(b.pb, tk)
 	if err != nil || !found {
 		return 0, err
 	}
@@ -61,16 +61,16 @@ func (b *Batch) Tombstone(k EntityKey) (uint64, error) {
 // PutTombstone records a delete of entity partition k at version.
 func (b *Batch) PutTombstone(k EntityKey, version uint64) error {
 	tk := TombstoneKey(k)
-	return b.Set(tk, Seal(tk, binary.BigEndian.AppendUint64(nil, version)), nil)
+	return b.pb.Set(tk, Seal(tk, binary.BigEndian.AppendUint64(nil, version)), nil)
 }
 
 // DeleteTombstone deletes entity partition k's tombstone.
-func (b *Batch) DeleteTombstone(k EntityKey) error { return b.Delete(TombstoneKey(k), nil) }
+func (b *Batch) DeleteTombstone(k EntityKey) error { return b.pb.Delete(TombstoneKey(k), nil) }
 
 // RequestResult returns the result recorded for request id: when it was
 // applied, and the encoded Result; found is false when there is none.
 func (b *Batch) RequestResult(id []byte) (at int64, result []byte, found bool, err error) {
-	p, found, err := Get(b.Batch, RequestKey(id))
+	p, found, err := Get(b.pb, RequestKey(id))
 	if err != nil || !found {
 		return 0, nil, false, err
 	}
@@ -87,10 +87,10 @@ func (b *Batch) RequestResult(id []byte) (at int64, result []byte, found bool, e
 func (b *Batch) PutRequestResult(id []byte, at int64, stale *int64, size int, encode func([]byte) ([]byte, error)) error {
 	k := RequestKey(id)
 	if stale != nil {
-		if err := b.SingleDelete(RequestTimeKey(*stale, id), nil); err != nil {
+		if err := b.pb.SingleDelete(RequestTimeKey(*stale, id), nil); err != nil {
 			return err
 		}
-		if err := b.SingleDelete(k, nil); err != nil {
+		if err := b.pb.SingleDelete(k, nil); err != nil {
 			return err
 		}
 	}
@@ -99,10 +99,10 @@ func (b *Batch) PutRequestResult(id []byte, at int64, stale *int64, size int, en
 	if err != nil {
 		return fmt.Errorf("partition: request %x: %w", id, err)
 	}
-	if err := SetSealed(b.Batch, k, v); err != nil {
+	if err := SetSealed(b.pb, k, v); err != nil {
 		return err
 	}
-	return SetSealed(b.Batch, RequestTimeKey(at, id), nil)
+	return SetSealed(b.pb, RequestTimeKey(at, id), nil)
 }
 
 // LatestRequest returns when the latest request result in r was applied;

@@ -140,7 +140,7 @@ func (b *Batch) Session(k EntityKey, sid string) (*Session, error) {
 	if r, ok := b.sessionRecs[ref]; ok {
 		return r, nil
 	}
-	r, err := ReadSession(b.Batch, k, sid)
+	r, err := ReadSession(b.pb, k, sid)
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +184,9 @@ func (b *Batch) FlushSessions() error {
 		r, key := b.sessionRecs[ref], SessionKey(ref.k, ref.sid)
 		var err error
 		if r.Empty() {
-			err = b.Delete(key, nil)
+			err = b.pb.Delete(key, nil)
 		} else {
-			err = b.Set(key, Seal(key, r.Encode()), nil)
+			err = b.pb.Set(key, Seal(key, r.Encode()), nil)
 		}
 		if err != nil {
 			return err
@@ -215,7 +215,7 @@ func (b *Batch) SetReady(x *ReadyIndex, k EntityKey, sid string, r *Session, rea
 		return nil
 	}
 	if r.Ready {
-		if err := b.Delete(SessionReadyKey(k, r.ReadySeq, sid), nil); err != nil {
+		if err := b.pb.Delete(SessionReadyKey(k, r.ReadySeq, sid), nil); err != nil {
 			return err
 		}
 		r.Ready, r.ReadySeq = false, 0
@@ -226,7 +226,7 @@ func (b *Batch) SetReady(x *ReadyIndex, k EntityKey, sid string, r *Session, rea
 	if bytes.Compare(key, x.floor) < 0 {
 		x.floor = key
 	}
-	return b.Set(key, Seal(key, nil), nil)
+	return b.pb.Set(key, Seal(key, nil), nil)
 }
 
 // SessionSeqs returns the sequence numbers of a session's entries of kind
@@ -249,6 +249,11 @@ func SessionSeqs(r pebble.Reader, k EntityKey, kind byte, sid string, max int) (
 		seqs = append(seqs, binary.BigEndian.Uint64(key[len(key)-8:]))
 	}
 	return seqs, CloseIter(it, it.Error())
+}
+
+// SessionSeqs is SessionSeqs over the batch.
+func (b *Batch) SessionSeqs(k EntityKey, kind byte, sid string, max int) ([]uint64, error) {
+	return SessionSeqs(b.pb, k, kind, sid, max)
 }
 
 // ReadyIndex follows the index of an entity partition's ready sessions
@@ -292,7 +297,7 @@ func (x *ReadyIndex) FirstReady(r pebble.Reader, k EntityKey) (sid string, head 
 // rises to the index's head (nothing is below it; the accept deletes at
 // it).
 func (b *Batch) NextReady(x *ReadyIndex, k EntityKey) (sid string, ok bool, err error) {
-	sid, head, ok, err := x.FirstReady(b.Batch, k)
+	sid, head, ok, err := x.FirstReady(b.pb, k)
 	if err != nil {
 		return "", false, err
 	}

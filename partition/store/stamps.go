@@ -27,7 +27,7 @@ func (s Stamp) encode() []byte {
 
 // getStamp reads the stamp under key; what names its kind in errors.
 func (b *Batch) getStamp(k EntityKey, key []byte, what string) (Stamp, bool, error) {
-	p, found, err := Get(b.Batch, key)
+	p, found, err := Get(b.pb, key)
 	if err != nil || !found {
 		return Stamp{}, false, err
 	}
@@ -42,15 +42,15 @@ func (b *Batch) getStamp(k EntityKey, key []byte, what string) (Stamp, bool, err
 // (so that pruning that entry cannot delete the new record).
 func (b *Batch) putStamp(key []byte, timeKey func(at int64) []byte, s Stamp, old *Stamp) error {
 	if old != nil {
-		if err := b.Delete(timeKey(old.At), nil); err != nil {
+		if err := b.pb.Delete(timeKey(old.At), nil); err != nil {
 			return err
 		}
 	}
-	if err := b.Set(key, Seal(key, s.encode()), nil); err != nil {
+	if err := b.pb.Set(key, Seal(key, s.encode()), nil); err != nil {
 		return err
 	}
 	tk := timeKey(s.At)
-	return b.Set(tk, Seal(tk, nil), nil)
+	return b.pb.Set(tk, Seal(tk, nil), nil)
 }
 
 // Dedup returns the duplicate-detection record of message id in entity
@@ -112,17 +112,17 @@ func (b *Batch) PutTopicScheduled(k EntityKey, seq uint64, at int64, copies []Sc
 		v = binary.BigEndian.AppendUint64(v, c.Seq)
 	}
 	key := TopicSchedKey(k, seq)
-	if err := b.Set(key, Seal(key, v), nil); err != nil {
+	if err := b.pb.Set(key, Seal(key, v), nil); err != nil {
 		return err
 	}
 	tk := TopicSchedTimeKey(k, at, seq)
-	return b.Set(tk, Seal(tk, nil), nil)
+	return b.pb.Set(tk, Seal(tk, nil), nil)
 }
 
 // TopicScheduled reads the record of topic message seq: its due time and
 // copies; found is false when there is none.
 func (b *Batch) TopicScheduled(k EntityKey, seq uint64) (at int64, copies []ScheduledCopy, found bool, err error) {
-	p, found, err := Get(b.Batch, TopicSchedKey(k, seq))
+	p, found, err := Get(b.pb, TopicSchedKey(k, seq))
 	if err != nil || !found {
 		return 0, nil, false, err
 	}
@@ -138,10 +138,10 @@ func (b *Batch) TopicScheduled(k EntityKey, seq uint64) (at int64, copies []Sche
 
 // DeleteTopicScheduled deletes the record of topic message seq, due at at.
 func (b *Batch) DeleteTopicScheduled(k EntityKey, seq uint64, at int64) error {
-	if err := b.Delete(TopicSchedKey(k, seq), nil); err != nil {
+	if err := b.pb.Delete(TopicSchedKey(k, seq), nil); err != nil {
 		return err
 	}
-	return b.Delete(TopicSchedTimeKey(k, at, seq), nil)
+	return b.pb.Delete(TopicSchedTimeKey(k, at, seq), nil)
 }
 
 // PruneTopicScheduled deletes up to budget records due at or before
@@ -161,11 +161,11 @@ func (b *Batch) PruneRequests(cutoff int64, floor *int64, budget int) error {
 	return b.pruneByTime([]byte{PrefixReqTime}, cutoff, floor, budget, b.singleDelete, RequestKey)
 }
 
-func (b *Batch) delete(key []byte) error { return b.Delete(key, nil) }
+func (b *Batch) delete(key []byte) error { return b.pb.Delete(key, nil) }
 
 // singleDelete deletes a record written once since it was last deleted
 // (indexes.go: single deletes).
-func (b *Batch) singleDelete(key []byte) error { return b.SingleDelete(key, nil) }
+func (b *Batch) singleDelete(key []byte) error { return b.pb.SingleDelete(key, nil) }
 
 // pruneByTime deletes, oldest first, up to budget entries of a time index
 // (keys: prefix, a time, an id) at or before cutoff, each with the record
@@ -181,7 +181,7 @@ func (b *Batch) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget in
 		return nil
 	}
 	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), TimeBits(*floor))
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: PrefixEnd(prefix)})
+	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: PrefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}

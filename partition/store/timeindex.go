@@ -87,10 +87,10 @@ func (b *Batch) SetDue(x *TimeIndex, at int64, seq uint64, set bool) error {
 	key := binary.BigEndian.AppendUint64(append(make([]byte, 0, KindPrefixLen+16), x.prefix...), TimeBits(at))
 	key = binary.BigEndian.AppendUint64(key, seq)
 	if !set {
-		return b.SingleDelete(key, nil)
+		return b.pb.SingleDelete(key, nil)
 	}
 	x.lower(key)
-	return SetSealed(b.Batch, key, nil)
+	return SetSealed(b.pb, key, nil)
 }
 
 // Due calls f, in index order, with the entries of x (scheduled or
@@ -105,7 +105,7 @@ func (b *Batch) Due(x *TimeIndex, now int64, f func(at int64, seq uint64) (bool,
 		upper = binary.BigEndian.AppendUint64(append([]byte(nil), x.prefix...), TimeBits(now+1))
 	}
 	kind := x.prefix[len(x.prefix)-1]
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: upper})
+	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("partition: iterator: %w", err)
 	}
@@ -133,9 +133,9 @@ func (b *Batch) Due(x *TimeIndex, now int64, f func(at int64, seq uint64) (bool,
 func (b *Batch) SetSessionLock(x *TimeIndex, k EntityKey, until int64, sid string, set bool) error {
 	key := SessionLockKey(k, until, sid)
 	if !set {
-		return b.Delete(key, nil)
+		return b.pb.Delete(key, nil)
 	}
-	if err := b.Set(key, Seal(key, nil), nil); err != nil {
+	if err := b.pb.Set(key, Seal(key, nil), nil); err != nil {
 		return err
 	}
 	x.lower(key)
@@ -148,7 +148,7 @@ func (b *Batch) DueSessionLocks(x *TimeIndex, now int64, max int) ([]string, err
 	if x.FloorTime() > now {
 		return nil, nil
 	}
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: x.end()})
+	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: x.end()})
 	if err != nil {
 		return nil, fmt.Errorf("partition: iterator: %w", err)
 	}
