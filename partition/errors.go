@@ -32,7 +32,7 @@ var (
 	ErrUnknownFormat  = errors.New("partition: unknown batch format")
 	ErrMalformed      = errors.New("partition: malformed batch")
 	ErrUnknownCommand = errors.New("partition: unknown command")
-	ErrBadSnapshot    = errors.New("partition: bad snapshot")
+	ErrBadSnapshot    = store.ErrBadSnapshot
 	ErrClosed         = errors.New("partition: closed")
 )
 

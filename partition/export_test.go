@@ -78,20 +78,7 @@ func SetNextSequence(m *Machine, id uint64, part uint32, next uint64) {
 // ReadSnapshot decodes a snapshot stream without a store and returns its
 // record count and applied index.
 func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
-	sr, err := newSnapshotReader(r)
-	if err != nil {
-		return 0, 0, err
-	}
-	for {
-		_, _, more, err := sr.next()
-		if err != nil {
-			return records, 0, err
-		}
-		if !more {
-			return records, sr.applied, nil
-		}
-		records++
-	}
+	return store.ReadSnapshot(r)
 }
 
 // CheckIndexes checks that the body records, the available, scheduled and

@@ -13,8 +13,8 @@ import (
 	"github.com/quorumbus/quorumbus/proto/wire"
 )
 
-// castagnoli is the CRC of bodies in the Raft log and of snapshot
-// streams (the store's records have their own seal: store.Seal).
+// castagnoli is the CRC of bodies in the Raft log (the store's records
+// have their own seal, store.Seal, and snapshot streams theirs).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Bodies kept in the Raft log.
@@ -289,7 +289,7 @@ func (m *Machine) inlineBodies() error {
 	for k := range m.entities {
 		keys = append(keys, k)
 	}
-	moved, err := store.RewriteMessages(m.db, keys, restoreBatch, func(_ ekey, st *partitionpb.StoredMessage) (bool, error) {
+	moved, err := store.RewriteMessages(m.db, keys, store.BatchBytes, func(_ ekey, st *partitionpb.StoredMessage) (bool, error) {
 		if st.BodyIndex == 0 {
 			return false, nil
 		}
