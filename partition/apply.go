@@ -88,7 +88,7 @@ const (
 type applier struct {
 	lim          Limits
 	entities     map[ekey]*entity // the machine's, changed in place
-	b            *store.Batch
+	b            store.Batch
 	now          int64
 	dirty        map[ekey]bool       // entity records to write (or delete)
 	locks        map[ekey]bool       // entities whose locks changed

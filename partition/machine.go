@@ -402,7 +402,7 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 	if err := a.b.PutApplied(applied); err != nil {
 		return err
 	}
-	return m.commit.Commit(m.db, a.b)
+	return m.commit.Commit(m.db, &a.b)
 }
 
 // afterCommit brings the in-memory indexes of the entities the batch

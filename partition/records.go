@@ -248,18 +248,18 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 // are: a body record, the Raft log (logbodies.go) or a staged blob
 // (blobs.go).
 type messageCursor struct {
-	*store.Cursor
+	store.Cursor
 	k    ekey
 	logs *logReader    // bodies kept in the Raft log, if any
 	r    pebble.Reader // where blobs are read
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c, err := a.b.Cursor(e.key, sub, from, bodies)
-	if err != nil {
+	c := &messageCursor{k: e.key, logs: a.logs, r: a.b.ReadView()}
+	if err := a.b.OpenCursor(&c.Cursor, e.key, sub, from, bodies); err != nil {
 		return nil, err
 	}
-	return &messageCursor{Cursor: c, k: e.key, logs: a.logs, r: a.b.ReadView()}, nil
+	return c, nil
 }
 
 // body fills in m's sections, if the cursor reads bodies.

@@ -150,8 +150,7 @@ func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64,
 // recordRequest stores the result r of request id, applied now, in place
 // of the expired result applied at stale, if there is one.
 func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) error {
-	encode := func(b []byte) ([]byte, error) { return marshal.MarshalAppend(b, r) }
-	if err := a.b.PutRequestResult(id, a.now, stale, marshal.Size(r), encode); err != nil {
+	if err := a.b.PutRequestResult(id, a.now, stale, r); err != nil {
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)
@@ -160,7 +159,7 @@ func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) 
 }
 
 // pruneRequests deletes up to budget results older than the window,
-// oldest first (pruneByTime).
+// oldest first (store.Batch.PruneRequests).
 func (a *applier) pruneRequests(budget int) error {
 	if a.now < math.MinInt64+requestWindowMs {
 		return nil

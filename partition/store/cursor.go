@@ -27,23 +27,31 @@ type Cursor struct {
 // NewCursor reads the messages of sub-queue sub of entity partition k in
 // r, from sequence number from on, with their body records if bodies.
 func NewCursor(r pebble.Reader, k EntityKey, sub partitionpb.SubQueue, from uint64, bodies bool) (*Cursor, error) {
-	c := &Cursor{k: k, state0: SubPrefix(k, KindMessage, sub), body0: SubPrefix(k, KindBody, sub)}
+	c := new(Cursor)
+	if err := c.open(r, k, sub, from, bodies); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cursor) open(r pebble.Reader, k EntityKey, sub partitionpb.SubQueue, from uint64, bodies bool) error {
+	*c = Cursor{k: k, state0: SubPrefix(k, KindMessage, sub), body0: SubPrefix(k, KindBody, sub)}
 	var err error
 	if c.states, err = r.NewIter(&pebble.IterOptions{
 		LowerBound: MessageKey(k, sub, from),
 		UpperBound: PrefixEnd(c.state0),
 	}); err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return fmt.Errorf("partition: iterator: %w", err)
 	}
 	if bodies {
 		if c.bodies, err = r.NewIter(&pebble.IterOptions{
 			LowerBound: BodyKey(k, sub, from),
 			UpperBound: PrefixEnd(c.body0),
 		}); err != nil {
-			return nil, CloseIter(c.states, fmt.Errorf("partition: iterator: %w", err))
+			return CloseIter(c.states, fmt.Errorf("partition: iterator: %w", err))
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // seek positions it at key and returns its unsealed value, or nil if the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
 )
 
 // The records outside any entity partition's data: entity records (config
@@ -80,11 +81,10 @@ func (b *Batch) RequestResult(id []byte) (at int64, result []byte, found bool, e
 	return TimeFromBits(binary.BigEndian.Uint64(p)), p[8:], true, nil
 }
 
-// PutRequestResult records result (encoded by encode, which appends to
-// the buffer it is given) for request id, applied at at, in place of the
-// expired result applied at stale, if there is one. A result and its time
-// entry are written once between deletes: single deletes.
-func (b *Batch) PutRequestResult(id []byte, at int64, stale *int64, size int, encode func([]byte) ([]byte, error)) error {
+// PutRequestResult records result for request id, applied at at, in
+// place of the expired result applied at stale, if there is one. A result
+// and its time entry are written once between deletes: single deletes.
+func (b *Batch) PutRequestResult(id []byte, at int64, stale *int64, result proto.Message) error {
 	k := RequestKey(id)
 	if stale != nil {
 		if err := b.pb.SingleDelete(RequestTimeKey(*stale, id), nil); err != nil {
@@ -94,8 +94,8 @@ func (b *Batch) PutRequestResult(id []byte, at int64, stale *int64, size int, en
 			return err
 		}
 	}
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+size), TimeBits(at))
-	v, err := encode(v)
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+marshal.Size(result)), TimeBits(at))
+	v, err := marshal.MarshalAppend(v, result)
 	if err != nil {
 		return fmt.Errorf("partition: request %x: %w", id, err)
 	}
