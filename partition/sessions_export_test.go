@@ -111,19 +111,3 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	return nil
 }
-
-// DecodeSessionRecord decodes a session record's payload and encodes it
-// again (FuzzSessionRecord).
-func DecodeSessionRecord(p []byte) (again []byte, err error) {
-	r, err := store.DecodeSession([]byte("key"), p)
-	if err != nil {
-		return nil, err
-	}
-	return r.Encode(), nil
-}
-
-// SessionRecordBytes is the payload of a session record (for fuzz seeds).
-func SessionRecordBytes(token []byte, until, avail, held, parked int64, readySeq uint64, updated int64, state []byte) []byte {
-	r := &store.Session{Token: token, Until: until, Avail: avail, Held: held, Parked: parked, Ready: readySeq != 0, ReadySeq: readySeq, Updated: updated, State: state}
-	return r.Encode()
-}
