@@ -30,6 +30,10 @@ const (
 // counter below (partitionpb.SequenceNumber). The counter starts at 1 and
 // wraps to 0 when exhausted.
 
+// ekey names an entity partition (the key space is partition/store's:
+// store/doc.go).
+type ekey = store.EntityKey
+
 // entity is what the machine keeps in memory of an entity partition: its
 // config and counters (small and bounded by the number of entity
 // partitions, never by the backlog). It is persisted as the entity record.
@@ -69,7 +73,7 @@ type entity struct {
 	// The scheduled and expiry indexes: their earliest time in the
 	// committed store, and where their scans start.
 	sched, exp store.TimeIndex
-	// slock: the index of session locks by their end (sessionstore.go).
+	// slock: the index of session locks by their end (store/timeindex.go).
 	slock store.TimeIndex
 	// dedupFloor: no dedup time entry is earlier than this.
 	dedupFloor int64

@@ -7,8 +7,11 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
-// readBody fills in the sections of a message read by store.GetState from its
-// body record.
+// Where a message's body is: in the Raft log (logbodies.go), in its body
+// record, and for a staged bare message in a blob (blobs.go).
+
+// readBody fills in the sections of a message read from its state record
+// (store.ReadState, a cursor), from wherever they are.
 func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) error {
 	if m.BodyIndex != 0 {
 		return logs.sections(m)
