@@ -3,8 +3,6 @@ package partition
 import (
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -155,6 +153,6 @@ func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
 }
 
 // readBlob reads m's blob into m.Bare, checking its length and CRC.
-func readBlob(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
+func readBlob(r store.Reader, k ekey, m *partitionpb.StoredMessage) error {
 	return store.ReadBlob(r, k, m)
 }

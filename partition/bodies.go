@@ -1,8 +1,6 @@
 package partition
 
 import (
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -12,7 +10,7 @@ import (
 
 // readBody fills in the sections of a message read from its state record
 // (store.ReadState, a cursor), from wherever they are.
-func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) error {
+func readBody(r store.Reader, logs *logReader, k ekey, m *partitionpb.StoredMessage) error {
 	if m.BodyIndex != 0 {
 		return logs.sections(m)
 	}
@@ -23,7 +21,7 @@ func readBody(r pebble.Reader, logs *logReader, k ekey, m *partitionpb.StoredMes
 }
 
 // getMessage reads a whole message, state and body; nil if absent.
-func getMessage(r pebble.Reader, logs *logReader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
+func getMessage(r store.Reader, logs *logReader, k ekey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
 	m, err := store.ReadState(r, k, sub, seq)
 	if err != nil || m == nil {
 		return nil, err

@@ -173,27 +173,19 @@ func syncDir(dir string) error {
 	return errors.Join(err, d.Close())
 }
 
-// openDB opens a pebble store and checks (or, when empty, writes) its
+// openDB opens the store at path and checks (or, when empty, writes) its
 // format version.
 func (m *Machine) openDB(path string) (*pebble.DB, error) {
-	db, err := m.openPebble(path)
-	if err != nil {
-		return nil, err
-	}
-	err = store.CheckFormat(db)
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return db, nil
+	return store.Open(path, m.storeOptions(), true)
 }
 
-func (m *Machine) openPebble(path string) (*pebble.DB, error) {
-	db, err := pebble.Open(path, store.PebbleOptions(m.cache, m.cacheBytes, m.log, &m.misuse))
-	if err != nil {
-		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
-	}
-	return db, nil
+// openEmpty opens a new store at path for a snapshot to load into.
+func (m *Machine) openEmpty(path string) (*pebble.DB, error) {
+	return store.Open(path, m.storeOptions(), false)
+}
+
+func (m *Machine) storeOptions() store.Options {
+	return store.Options{Cache: m.cache, CacheBytes: m.cacheBytes, Logger: m.log, Misuse: &m.misuse}
 }
 
 // load reads the applied index and the entities from the store.

@@ -3,8 +3,6 @@ package partition
 import (
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -250,8 +248,8 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 type messageCursor struct {
 	store.Cursor
 	k    ekey
-	logs *logReader    // bodies kept in the Raft log, if any
-	r    pebble.Reader // where blobs are read
+	logs *logReader   // bodies kept in the Raft log, if any
+	r    store.Reader // where blobs are read
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {

@@ -4,8 +4,6 @@ import (
 	"hash/maphash"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 )
 
@@ -52,7 +50,7 @@ const (
 )
 
 // newRequestFilter starts a filter for the store r as it is now.
-func newRequestFilter(r pebble.Reader) (*requestFilter, error) {
+func newRequestFilter(r store.Reader) (*requestFilter, error) {
 	f := &requestFilter{seed: maphash.MakeSeed(), preOpen: math.MinInt64}
 	at, found, err := store.LatestRequest(r)
 	if err != nil {

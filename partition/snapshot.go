@@ -147,5 +147,5 @@ func (m *Machine) Restore(r io.Reader) error {
 
 // loadSnapshot writes the stream into a new store at path and flushes it.
 func (m *Machine) loadSnapshot(path string, r io.Reader) error {
-	return store.LoadSnapshot(func() (*pebble.DB, error) { return m.openPebble(path) }, r)
+	return store.LoadSnapshot(func() (*pebble.DB, error) { return m.openEmpty(path) }, r)
 }

@@ -11,6 +11,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 )
 
+// Reader is what the store's reads take: the db, a Batch's ReadView, a
+// snapshot. (pebble's; named here so that the rules name no engine.)
+type Reader = pebble.Reader
+
 // Batch is one Apply's writes to the store, readable as they accumulate
 // (a pebble indexed batch), with what the store keeps in memory until the
 // Apply commits: the lock grants it touched (grants.go), and the cache of
@@ -43,7 +47,7 @@ func NewBatch(db *pebble.DB, size int, locked *LockedStates) Batch {
 
 // ReadView is the batch as a reader: the store as the batch's writes
 // leave it (for reads that take any reader, such as ReadBlob).
-func (b *Batch) ReadView() pebble.Reader { return b.pb }
+func (b *Batch) ReadView() Reader { return b.pb }
 
 // Size is the size of the batch's writes, in bytes.
 func (b *Batch) Size() int { return len(b.pb.Repr()) }
@@ -127,10 +131,39 @@ func CheckFormat(db *pebble.DB) error {
 	return nil
 }
 
-// PebbleOptions are the store's options: no WAL, because the Raft log is
+// Options are what a store is opened with.
+type Options struct {
+	Cache      *pebble.Cache // the block cache, shared by the stores a machine opens in turn
+	CacheBytes int64         // its size, which sizes the memtables too
+	Logger     *slog.Logger
+	// Misuse counts pebble's reports of a single delete that met no
+	// write or more than one (indexes.go, "Single deletes").
+	Misuse *atomic.Int64
+}
+
+// Open opens (creating) the store at path. With check, it checks the
+// format version (CheckFormat: an empty store gets the current one, the
+// one before is upgraded); a store a snapshot is about to be loaded into
+// is opened without (LoadSnapshot checks it once loaded).
+func Open(path string, o Options, check bool) (*pebble.DB, error) {
+	db, err := pebble.Open(path, pebbleOptions(o.Cache, o.CacheBytes, o.Logger, o.Misuse))
+	if err != nil {
+		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
+	}
+	if !check {
+		return db, nil
+	}
+	if err := CheckFormat(db); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// pebbleOptions are the store's options: no WAL, because the Raft log is
 // the write-ahead log (Apply commits with NoSync and Snapshot flushes), and
 // memory bounded by the shared block cache plus at most two memtables.
-func PebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger, misuse *atomic.Int64) *pebble.Options {
+func pebbleOptions(cache *pebble.Cache, cacheBytes int64, log *slog.Logger, misuse *atomic.Int64) *pebble.Options {
 	// Memtables as large as the cache: a queue's messages mostly die in
 	// the memtable they were written to when consumers keep up, and every
 	// flush costs compaction work per key. With memtables of a quarter of

@@ -22,7 +22,7 @@ import (
 // records, which locks and settlements rewrite, and other rewritten
 // records (grants, sessions, counts) are deleted with Delete; pebble
 // reports a single delete that meets no write or two (partition's
-// Machine.misuse, PebbleOptions), and partition's TestDeterminism checks
+// Machine.misuse, Options.Misuse), and partition's TestDeterminism checks
 // that it never does.
 
 func (b *Batch) setEntry(key []byte, set bool) error {
