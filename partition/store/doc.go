@@ -49,4 +49,19 @@
 // entity partition lives under its 0x02 prefix, so deleting an entity is
 // one range deletion. A lock token carries the sequence number, so the
 // message key is the lock-token index.
+//
+// # Files
+//
+// keys.go builds and parses the keys above; seal.go seals values;
+// record.go encodes a message's two records; engine.go opens the db and
+// holds Batch, an Apply's writes, whose methods are the rules' words:
+// messages.go and cursor.go (a message's records, reading a sub-queue in
+// order), indexes.go (index entries), grants.go (lock grants),
+// timeindex.go (indexes by time), sessions.go, stamps.go (ids by time:
+// dedup, forwarded origins, a topic's scheduled messages, request
+// pruning), blobs.go (staged and shared blobs), meta.go (entity records,
+// tombstones, request results), lockcache.go (locked messages' state
+// records in memory). reads.go serves reads outside an Apply, commit.go
+// commits a batch in key order, snapshot.go writes and loads snapshot
+// streams.
 package store
