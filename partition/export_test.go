@@ -64,7 +64,7 @@ func StageRestore(m *Machine, r io.Reader) error {
 func Corrupt(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue, seq uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.db.Set(store.MessageKey(ekey{ID: id, Part: part}, sub, seq), []byte("garbage!"), pebble.NoSync)
+	return m.db.Pebble().Set(store.MessageKey(ekey{ID: id, Part: part}, sub, seq), []byte("garbage!"), pebble.NoSync)
 }
 
 // SetNextSequence sets the counter of an entity partition's next sequence
@@ -242,7 +242,7 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 }
 
 // StoreMetrics returns the store's pebble metrics.
-func StoreMetrics(m *Machine) *pebble.Metrics { return m.db.Metrics() }
+func StoreMetrics(m *Machine) *pebble.Metrics { return m.db.Pebble().Metrics() }
 
 // FlushStore writes the store's memtable out to a table, so that the next
 // records meet the earlier ones only in compactions.
@@ -250,7 +250,7 @@ func FlushStore(m *Machine) error { return m.db.Flush() }
 
 // CompactStore compacts the whole store.
 func CompactStore(m *Machine) error {
-	return m.db.Compact(context.Background(), []byte{0}, bytes.Repeat([]byte{0xff}, 64), false)
+	return m.db.Pebble().Compact(context.Background(), []byte{0}, bytes.Repeat([]byte{0xff}, 64), false)
 }
 
 // Misuse is how many single deletes pebble found meeting no write or two.
@@ -303,7 +303,7 @@ func BodyPlaces(m *Machine) (inStore, inLog int, err error) {
 func DowngradeLockIndex(m *Machine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b := m.db.NewBatch()
+	b := m.db.Pebble().NewBatch()
 	defer b.Close()
 	for k := range m.entities {
 		err := store.EachGrant(m.db, k, func(until int64, sub partitionpb.SubQueue, base uint64, seqs []uint64) error {

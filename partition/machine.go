@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -59,7 +57,7 @@ type Machine struct {
 	dir        string
 	log        *slog.Logger
 	cacheBytes int64
-	cache      *pebble.Cache
+	cache      *store.Cache
 	replica    string
 	limits     Limits
 	logs       *logReader // nil: every body goes into the store
@@ -67,7 +65,7 @@ type Machine struct {
 	restoreMu sync.Mutex // one Restore at a time
 
 	mu       sync.RWMutex
-	db       *pebble.DB
+	db       *store.DB
 	applied  uint64
 	entities map[ekey]*entity
 	wakeups  wakeups
@@ -117,7 +115,7 @@ func Open(dir string, opts Options) (*Machine, error) {
 		cacheBytes: opts.CacheBytes,
 		replica:    opts.Replica,
 		limits:     opts.Limits.withDefaults(),
-		cache:      pebble.NewCache(opts.CacheBytes),
+		cache:      store.NewCache(opts.CacheBytes),
 		snaps:      make(map[*Snapshot]struct{}),
 	}
 	if opts.Log != nil {
@@ -175,12 +173,12 @@ func syncDir(dir string) error {
 
 // openDB opens the store at path and checks (or, when empty, writes) its
 // format version.
-func (m *Machine) openDB(path string) (*pebble.DB, error) {
+func (m *Machine) openDB(path string) (*store.DB, error) {
 	return store.Open(path, m.storeOptions(), true)
 }
 
 // openEmpty opens a new store at path for a snapshot to load into.
-func (m *Machine) openEmpty(path string) (*pebble.DB, error) {
+func (m *Machine) openEmpty(path string) (*store.DB, error) {
 	return store.Open(path, m.storeOptions(), false)
 }
 

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/store"
 )
 
@@ -18,7 +16,7 @@ type Snapshot struct {
 	applied uint64
 
 	mu   sync.Mutex // held while streaming
-	snap *pebble.Snapshot
+	snap *store.Snapshot
 }
 
 // Snapshot moves the bodies still in the Raft log into the store
@@ -147,5 +145,5 @@ func (m *Machine) Restore(r io.Reader) error {
 
 // loadSnapshot writes the stream into a new store at path and flushes it.
 func (m *Machine) loadSnapshot(path string, r io.Reader) error {
-	return store.LoadSnapshot(func() (*pebble.DB, error) { return m.openEmpty(path) }, r)
+	return store.LoadSnapshot(func() (*store.DB, error) { return m.openEmpty(path) }, r)
 }

@@ -17,10 +17,11 @@ import (
 // sees after each commit: the records, the available index, the lock
 // grants and the cache of locked states agree.
 func TestBatchMessageLifecycle(t *testing.T) {
-	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
+	pb, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	db := &DB{pb: pb}
 	defer db.Close()
 	if err := CheckFormat(db); err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 	check(reader.Close())
 	stored, found, err := Get(db, key)
 	check(err)
-	scratch := db.NewBatch()
+	scratch := pb.NewBatch()
 	encoded, err := SetRecord(scratch, key, want, false)
 	check(err)
 	if !found || !bytes.Equal(cached, stored) || !bytes.Equal(stored, encoded) {

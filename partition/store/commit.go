@@ -28,7 +28,7 @@ import (
 
 // SortedCommit holds what Commit reuses from one Apply to the next.
 type SortedCommit struct {
-	db      *pebble.DB // out's; a Restore replaces the machine's
+	db      *DB // out's; a Restore replaces the machine's
 	out     *pebble.Batch
 	entries []batchEntry
 	buckets []bucket
@@ -54,7 +54,7 @@ const bucketPrefix = 14
 
 // Commit commits the writes of b, in key order, through a batch of
 // its own; b is left as it was.
-func (s *SortedCommit) Commit(db *pebble.DB, b *Batch) error {
+func (s *SortedCommit) Commit(db *DB, b *Batch) error {
 	s.entries = s.entries[:0]
 	for r := b.pb.Reader(); ; {
 		kind, key, value, ok, err := r.Next()
@@ -74,7 +74,7 @@ func (s *SortedCommit) Commit(db *pebble.DB, b *Batch) error {
 	}
 	s.sortEntries()
 	if s.db != db {
-		s.db, s.out = db, db.NewBatch()
+		s.db, s.out = db, db.pb.NewBatch()
 	}
 	out := s.out
 	defer out.Reset()

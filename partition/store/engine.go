@@ -41,8 +41,8 @@ type Batch struct {
 // the state records of the messages it locks in locked (nil: none kept).
 // It is a value, to be kept in the caller's struct (an Apply's applier)
 // and used through a pointer to it: one allocation fewer per Apply.
-func NewBatch(db *pebble.DB, size int, locked *LockedStates) Batch {
-	return Batch{pb: db.NewIndexedBatchWithSize(size), locked: locked}
+func NewBatch(db *DB, size int, locked *LockedStates) Batch {
+	return Batch{pb: db.pb.NewIndexedBatchWithSize(size), locked: locked}
 }
 
 // ReadView is the batch as a reader: the store as the batch's writes
@@ -99,7 +99,8 @@ func (b *Batch) DeleteEntityData(k EntityKey, shared bool) error {
 
 // CheckFormat checks the store's format version, upgrading the one
 // before (FormatLockEntries), or writes it into an empty store.
-func CheckFormat(db *pebble.DB) error {
+func CheckFormat(d *DB) error {
+	db := d.pb
 	p, found, err := Get(db, KeyFormat)
 	if err != nil {
 		return err
@@ -133,8 +134,8 @@ func CheckFormat(db *pebble.DB) error {
 
 // Options are what a store is opened with.
 type Options struct {
-	Cache      *pebble.Cache // the block cache, shared by the stores a machine opens in turn
-	CacheBytes int64         // its size, which sizes the memtables too
+	Cache      *Cache // the block cache, shared by the stores a machine opens in turn
+	CacheBytes int64  // its size, which sizes the memtables too
 	Logger     *slog.Logger
 	// Misuse counts pebble's reports of a single delete that met no
 	// write or more than one (indexes.go, "Single deletes").
@@ -145,11 +146,12 @@ type Options struct {
 // format version (CheckFormat: an empty store gets the current one, the
 // one before is upgraded); a store a snapshot is about to be loaded into
 // is opened without (LoadSnapshot checks it once loaded).
-func Open(path string, o Options, check bool) (*pebble.DB, error) {
-	db, err := pebble.Open(path, pebbleOptions(o.Cache, o.CacheBytes, o.Logger, o.Misuse))
+func Open(path string, o Options, check bool) (*DB, error) {
+	pb, err := pebble.Open(path, pebbleOptions(o.Cache.c, o.CacheBytes, o.Logger, o.Misuse))
 	if err != nil {
 		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
 	}
+	db := &DB{pb: pb}
 	if !check {
 		return db, nil
 	}

@@ -101,7 +101,8 @@ func (s *SessionScan) Close() {
 // body record from its sections, and its state. The writes are committed
 // in batches of about batchBytes. It returns how many it rewrote.
 // (Moving bodies kept in the Raft log into the store before a snapshot.)
-func RewriteMessages(db *pebble.DB, keys []EntityKey, batchBytes int, f func(k EntityKey, m *partitionpb.StoredMessage) (bool, error)) (int, error) {
+func RewriteMessages(d *DB, keys []EntityKey, batchBytes int, f func(k EntityKey, m *partitionpb.StoredMessage) (bool, error)) (int, error) {
+	db := d.pb
 	b := db.NewBatch()
 	defer func() { b.Close() }()
 	moved := 0

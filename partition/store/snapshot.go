@@ -38,11 +38,11 @@ var ErrBadSnapshot = errors.New("partition: bad snapshot")
 // WriteSnapshot streams snap, the store as of applied index applied, to
 // w. It verifies every stored record on the way and fails on a mismatch
 // rather than pass corruption on.
-func WriteSnapshot(snap *pebble.Snapshot, applied uint64, w io.Writer) (int64, error) {
+func WriteSnapshot(snap *Snapshot, applied uint64, w io.Writer) (int64, error) {
 	cw := &countWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 256<<10)
 	bw.Write(snapshotMagic) // errors surface at Flush
-	it, err := snap.NewIter(nil)
+	it, err := snap.s.NewIter(nil)
 	if err != nil {
 		return 0, fmt.Errorf("partition: snapshot iterator: %w", err)
 	}
@@ -101,7 +101,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // every record's checksum and its value's seal, the keys' order, the
 // trailer, the store's format and that the applied index it holds is the
 // trailer's; every error about the stream is ErrBadSnapshot.
-func LoadSnapshot(open func() (*pebble.DB, error), r io.Reader) (err error) {
+func LoadSnapshot(open func() (*DB, error), r io.Reader) (err error) {
 	sr, err := newSnapshotReader(r)
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func LoadSnapshot(open func() (*pebble.DB, error), r io.Reader) (err error) {
 			err = fmt.Errorf("partition: restore: close: %w", cerr)
 		}
 	}()
-	b := db.NewBatch()
+	b := db.pb.NewBatch()
 	defer func() { b.Close() }()
 	for {
 		k, v, more, err := sr.next()
@@ -133,7 +133,7 @@ func LoadSnapshot(open func() (*pebble.DB, error), r io.Reader) (err error) {
 				return fmt.Errorf("partition: restore: %w", err)
 			}
 			b.Close()
-			b = db.NewBatch()
+			b = db.pb.NewBatch()
 		}
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
