@@ -124,6 +124,12 @@ var rules = []rule{
 		reason: "partition/store keeps records, indexes and their keys; what a message may do is partition's, which calls the store and not the other way",
 	},
 	{
+		name:   "the partition rules reach storage through its store",
+		pkgs:   []string{our("partition")},
+		direct: []string{"github.com/cockroachdb/pebble/..."},
+		reason: "partition's rules speak the store's API (partition/store: records, indexes, the db, snapshots); only the store knows the storage engine, so the rules build no key and walk no iterator",
+	},
+	{
 		// partition/filter falls under "partition is pure" too; this rule
 		// is stricter.
 		name:    "the filter language is pure",
