@@ -90,19 +90,19 @@ type applier struct {
 	entities     map[ekey]*entity // the machine's, changed in place
 	b            store.Batch
 	now          int64
-	dirty        map[ekey]bool       // entity records to write (or delete)
-	locks        map[ekey]bool       // entities whose locks changed
-	scheds       map[ekey]bool       // entities whose scheduled index changed
-	exps         map[ekey]bool       // entities whose expiry index changed
-	slocks       map[ekey]bool       // entities whose session lock index changed (nil until one does)
-	woken        map[wakeKey]bool    // sub-queues whose receivers to wake (wake.go)
-	replica      string              // this replica's name (Options.Replica)
-	bodies       bool                // results carry message bodies: this replica answers the batch
-	reqFloor     *int64              // the machine's: no request result is older (requests.go)
-	reqFilter    *requestFilter      // the machine's: ids recorded since it loaded
-	lockedStates *store.LockedStates // the machine's: state records of locked messages (lockcache.go)
-	recordLocks  bool                // locking commands list what they hand out in handedOut (lockOnce)
-	handedOut    []uint64            // their sequence numbers
+	dirty        map[ekey]bool        // entity records to write (or delete)
+	locks        map[ekey]bool        // entities whose locks changed
+	scheds       map[ekey]bool        // entities whose scheduled index changed
+	exps         map[ekey]bool        // entities whose expiry index changed
+	slocks       map[ekey]bool        // entities whose session lock index changed (nil until one does)
+	woken        map[wakeKey]bool     // sub-queues whose receivers to wake (wake.go)
+	replica      string               // this replica's name (Options.Replica)
+	bodies       bool                 // results carry message bodies: this replica answers the batch
+	reqFloor     *int64               // the machine's: no request result is older (requests.go)
+	reqFilter    *store.RequestFilter // the machine's: ids recorded since it loaded
+	lockedStates *store.LockedStates  // the machine's: state records of locked messages (lockcache.go)
+	recordLocks  bool                 // locking commands list what they hand out in handedOut (lockOnce)
+	handedOut    []uint64             // their sequence numbers
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader

@@ -75,12 +75,12 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit       store.SortedCommit  // Apply's, under mu
-	batchBytes   int                 // Apply's, under mu: the size of the last batch (batchSize)
-	reqFloor     int64               // Apply's, under mu: no request result is older
-	reqFilter    *requestFilter      // Apply's, under mu: ids recorded since load (reqfilter.go)
-	lockedStates *store.LockedStates // Apply's, under mu: state records of locked messages (lockcache.go)
-	subs         subscriptionIndex   // Apply's, under mu: a topic partition's subscriptions (fanout.go)
+	commit       store.SortedCommit   // Apply's, under mu
+	batchBytes   int                  // Apply's, under mu: the size of the last batch (batchSize)
+	reqFloor     int64                // Apply's, under mu: no request result is older
+	reqFilter    *store.RequestFilter // Apply's, under mu: ids recorded since load (store/reqfilter.go)
+	lockedStates *store.LockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
+	subs         subscriptionIndex    // Apply's, under mu: a topic partition's subscriptions (fanout.go)
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (store/indexes.go, "Single deletes"); always 0 unless the
@@ -221,7 +221,7 @@ func (m *Machine) load() error {
 	m.applied, m.entities = applied, entities
 	m.subs = subscriptionIndex{} // built again on the next send to a topic
 	m.reqFloor = math.MinInt64   // the first entry's pruning finds the oldest
-	f, err := newRequestFilter(m.db)
+	f, err := store.NewRequestFilter(m.db)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func (a *applier) lockOnce(c *partitionpb.Command, l lockTarget, done *partition
 // replace; a point read costs the apply path more than the rest of a
 // request's bookkeeping, so it reads once.
 func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64, err error) {
-	if a.reqFilter.absent(id, *a.reqFloor) {
+	if a.reqFilter.Absent(id, *a.reqFloor) {
 		return nil, nil, nil
 	}
 	at, p, found, err := a.b.RequestResult(id)
@@ -154,7 +154,7 @@ func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) 
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)
-	a.reqFilter.add(id, a.now)
+	a.reqFilter.Add(id, a.now)
 	return nil
 }
 
