@@ -61,7 +61,7 @@
 // dedup, forwarded origins, a topic's scheduled messages, request
 // pruning), blobs.go (staged and shared blobs), meta.go (entity records,
 // tombstones, request results), lockcache.go (locked messages' state
-// records in memory), reqfilter.go (the request ids recorded lately). reads.go serves reads outside an Apply, commit.go
-// commits a batch in key order, snapshot.go writes and loads snapshot
-// streams.
+// records in memory), reqfilter.go (the request ids recorded lately).
+// reads.go serves reads outside an Apply, commit.go commits a batch in
+// key order, snapshot.go writes and loads snapshot streams.
 package store
