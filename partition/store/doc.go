@@ -53,15 +53,16 @@
 // # Files
 //
 // keys.go builds and parses the keys above; seal.go seals values;
-// record.go encodes a message's two records; engine.go opens the db and
-// holds Batch, an Apply's writes, whose methods are the rules' words:
-// messages.go and cursor.go (a message's records, reading a sub-queue in
-// order), indexes.go (index entries), grants.go (lock grants),
-// timeindex.go (indexes by time), sessions.go, stamps.go (ids by time:
-// dedup, forwarded origins, a topic's scheduled messages, request
-// pruning), blobs.go (staged and shared blobs), meta.go (entity records,
-// tombstones, request results), lockcache.go (locked messages' state
-// records in memory), reqfilter.go (the request ids recorded lately).
-// reads.go serves reads outside an Apply, commit.go commits a batch in
-// key order, snapshot.go writes and loads snapshot streams.
+// record.go encodes a message's two records; engine.go opens the db
+// (db.go: it, its cache, its snapshots) and holds Batch, an Apply's
+// writes, whose methods are the rules' words: messages.go and cursor.go
+// (a message's records, reading a sub-queue in order), indexes.go (index
+// entries), grants.go (lock grants), timeindex.go (indexes by time),
+// sessions.go, stamps.go (ids by time: dedup, forwarded origins, a
+// topic's scheduled messages, request pruning), blobs.go (staged and
+// shared blobs), meta.go (entity records, tombstones, request results),
+// lockcache.go (locked messages' state records in memory), reqfilter.go
+// (the request ids recorded lately). reads.go serves reads outside an
+// Apply, commit.go commits a batch in key order, snapshot.go writes and
+// loads snapshot streams.
 package store
