@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/quorumbus/quorumbus/partition/filter"
 	"github.com/quorumbus/quorumbus/partition/rules"
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -48,38 +47,35 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 	if want == 0 {
 		return nil, fmt.Errorf("%w: purge of 0 messages", ErrInvalid)
 	}
-	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, c.SubQueue, c.FromSequenceNumber),
-		UpperBound: prefixEnd(subPrefix(e.key, kindMessage, c.SubQueue)),
-	})
+	cur, err := a.b.Cursor(e.key, c.SubQueue, c.FromSequenceNumber, false)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
 	// Collected first, removed after: the slots are all the removal needs.
-	var doomed []slot
+	var doomed []store.Slot
 	r := okResult()
 	scanned := 0
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := cur.First(); valid; valid = cur.Next() {
 		if len(doomed) == want || scanned == MaxPurgeScan {
 			r.More = true
-			m, err := iterState(it)
+			m, err := cur.Message()
 			if err != nil {
-				return nil, closeIter(it, err)
+				return nil, cur.Close(err)
 			}
 			r.NextSequenceNumber = m.SequenceNumber
 			break
 		}
 		scanned++
-		m, err := iterState(it)
+		m, err := cur.Message()
 		if err != nil {
-			return nil, closeIter(it, err)
+			return nil, cur.Close(err)
 		}
 		if c.BeforeEnqueuedTimeMs != 0 && m.EnqueuedTimeMs >= c.BeforeEnqueuedTimeMs {
 			continue
 		}
-		doomed = append(doomed, slotOf(m))
+		doomed = append(doomed, store.SlotOf(m))
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := cur.Close(cur.Error()); err != nil {
 		return nil, err
 	}
 	r.SequenceNumbers = make([]uint64, 0, len(doomed))
@@ -87,7 +83,7 @@ func (a *applier) purge(c *partitionpb.Purge) (*partitionpb.Result, error) {
 		if err := a.remove(e, s); err != nil {
 			return nil, err
 		}
-		r.SequenceNumbers = append(r.SequenceNumbers, s.seq)
+		r.SequenceNumbers = append(r.SequenceNumbers, s.Seq)
 	}
 	return r, nil
 }
@@ -124,7 +120,7 @@ func (a *applier) redrive(c *partitionpb.Redrive) (*partitionpb.Result, error) {
 			continue
 		}
 		seen[cand.SequenceNumber] = true
-		m, err := getState(a.b, a.seqKey(e, kindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber))
+		m, err := a.b.State(e.key, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, cand.SequenceNumber)
 		if err != nil {
 			return nil, err
 		}
@@ -137,12 +133,12 @@ func (a *applier) redrive(c *partitionpb.Redrive) (*partitionpb.Result, error) {
 				continue // an evaluation error matches nothing, as in a rule
 			}
 		}
-		old := slotOf(m)
+		old := store.SlotOf(m)
 		undeadLetter(e, m, a.now)
 		if err := a.update(e, old, m); err != nil {
 			return nil, err
 		}
-		r.SequenceNumbers = append(r.SequenceNumbers, old.seq)
+		r.SequenceNumbers = append(r.SequenceNumbers, old.Seq)
 	}
 	return r, nil
 }

@@ -1,12 +1,10 @@
 package partition
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -90,28 +88,21 @@ const (
 type applier struct {
 	lim          Limits
 	entities     map[ekey]*entity // the machine's, changed in place
-	b            *pebble.Batch
+	b            store.Batch
 	now          int64
-	dirty        map[ekey]bool                 // entity records to write (or delete)
-	locks        map[ekey]bool                 // entities whose locks changed
-	scheds       map[ekey]bool                 // entities whose scheduled index changed
-	exps         map[ekey]bool                 // entities whose expiry index changed
-	slocks       map[ekey]bool                 // entities whose session lock index changed (nil until one does)
-	sessionRecs  map[sessionRef]*sessionRecord // session records read or changed (sessionstore.go)
-	sessionDirty map[sessionRef]bool           // those changed since the last flush
-	woken        map[wakeKey]bool              // sub-queues whose receivers to wake (wake.go)
-	replica      string                        // this replica's name (Options.Replica)
-	bodies       bool                          // results carry message bodies: this replica answers the batch
-	keyBuf       []byte                        // seqKey's buffer
-	recBuf       []byte                        // lockRecord's buffer
-	reqFloor     *int64                        // the machine's: no request result is older (requests.go)
-	reqFilter    *requestFilter                // the machine's: ids recorded since it loaded
-	lockedStates *lockedStates                 // the machine's: state records of locked messages (lockcache.go)
-	grants       map[grantKey]*grant           // lock grants read or changed (grants.go)
-	lastGrantKey grantKey                      // the key and grant that grant() returned
-	lastGrant    *grant                        // last, while in grants (nil: none)
-	recordLocks  bool                          // locking commands list what they hand out in handedOut (lockOnce)
-	handedOut    []uint64                      // their sequence numbers
+	dirty        map[ekey]bool        // entity records to write (or delete)
+	locks        map[ekey]bool        // entities whose locks changed
+	scheds       map[ekey]bool        // entities whose scheduled index changed
+	exps         map[ekey]bool        // entities whose expiry index changed
+	slocks       map[ekey]bool        // entities whose session lock index changed (nil until one does)
+	woken        map[wakeKey]bool     // sub-queues whose receivers to wake (wake.go)
+	replica      string               // this replica's name (Options.Replica)
+	bodies       bool                 // results carry message bodies: this replica answers the batch
+	reqFloor     *int64               // the machine's: no request result is older (requests.go)
+	reqFilter    *store.RequestFilter // the machine's: ids recorded since it loaded
+	lockedStates *store.LockedStates  // the machine's: state records of locked messages (lockcache.go)
+	recordLocks  bool                 // locking commands list what they hand out in handedOut (lockOnce)
+	handedOut    []uint64             // their sequence numbers
 
 	// Bodies kept in the Raft log (logbodies.go); logs is nil if not.
 	logs  *logReader
@@ -205,11 +196,11 @@ func (a *applier) touch(c *partitionpb.Command) {
 	var k ekey
 	switch op := c.GetOp().(type) {
 	case *partitionpb.Command_Enqueue:
-		k = ekey{op.Enqueue.EntityId, op.Enqueue.Partition}
+		k = ekey{ID: op.Enqueue.EntityId, Part: op.Enqueue.Partition}
 	case *partitionpb.Command_Lock:
-		k = ekey{op.Lock.EntityId, op.Lock.Partition}
+		k = ekey{ID: op.Lock.EntityId, Part: op.Lock.Partition}
 	case *partitionpb.Command_LockBySequence:
-		k = ekey{op.LockBySequence.EntityId, op.LockBySequence.Partition}
+		k = ekey{ID: op.LockBySequence.EntityId, Part: op.LockBySequence.Partition}
 	default:
 		return
 	}
@@ -269,7 +260,7 @@ func (a *applier) applyOp(c *partitionpb.Command) (*partitionpb.Result, error) {
 func okResult() *partitionpb.Result { return &partitionpb.Result{} }
 
 func (a *applier) entity(id uint64, part uint32) (*entity, error) {
-	e, ok := a.entities[ekey{id, part}]
+	e, ok := a.entities[ekey{ID: id, Part: part}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, id, part)
 	}
@@ -337,13 +328,13 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	if err != nil {
 		return nil, err
 	}
-	k := ekey{cfg.EntityId, cfg.Partition}
+	k := ekey{ID: cfg.EntityId, Part: cfg.Partition}
 	e, ok := a.entities[k]
 	if ok && cfg.Version != 0 && cfg.Version < e.cfg.Version {
 		return okResult(), nil // superseded: a newer configuration is in place
 	}
 	if !ok && cfg.Version != 0 {
-		deleted, err := a.deletedVersion(k)
+		deleted, err := a.b.Tombstone(k)
 		if err != nil {
 			return nil, err
 		}
@@ -351,7 +342,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 			return okResult(), nil // superseded: deleted after this configuration
 		}
 		if deleted > 0 { // re-created: the tombstone has done its work
-			if err := a.b.Delete(tombstoneKey(k), nil); err != nil {
+			if err := a.b.DeleteTombstone(k); err != nil {
 				return nil, err
 			}
 		}
@@ -377,19 +368,18 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 // never saw: its upsert may still be on the way), and is ignored by an
 // entity whose configuration is newer than it.
 func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result, error) {
-	k := ekey{c.EntityId, c.Partition}
+	k := ekey{ID: c.EntityId, Part: c.Partition}
 	e, ok := a.entities[k]
 	if c.Version != 0 {
 		if ok && e.cfg.Version > c.Version {
 			return okResult(), nil // superseded: re-created after this delete
 		}
-		deleted, err := a.deletedVersion(k)
+		deleted, err := a.b.Tombstone(k)
 		if err != nil {
 			return nil, err
 		}
 		if c.Version > deleted {
-			tk := tombstoneKey(k)
-			if err := a.b.Set(tk, seal(tk, binary.BigEndian.AppendUint64(nil, c.Version)), nil); err != nil {
+			if err := a.b.PutTombstone(k, c.Version); err != nil {
 				return nil, err
 			}
 		}
@@ -403,29 +393,12 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	if err := a.deleteEntityData(e); err != nil {
 		return nil, err
 	}
-	a.lockedStates.reset()
-	a.dropGrants(e.key)
-	a.dropSessions(e.key)
 	delete(a.entities, e.key)
 	a.subs.stale()
 	a.dirty[e.key] = true
 	a.locks[e.key] = true
 	a.wakeEntity(e.key) // wake receivers, who will find it gone
 	return okResult(), nil
-}
-
-// deletedVersion is the version of the latest versioned delete of k, 0 if
-// none.
-func (a *applier) deletedVersion(k ekey) (uint64, error) {
-	tk := tombstoneKey(k)
-	p, found, err := get(a.b, tk)
-	if err != nil || !found {
-		return 0, err
-	}
-	if len(p) != 8 {
-		return 0, fmt.Errorf("%w: tombstone %x of %d bytes", ErrCorrupt, tk, len(p))
-	}
-	return binary.BigEndian.Uint64(p), nil
 }
 
 func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {

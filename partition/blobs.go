@@ -1,13 +1,9 @@
 package partition
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -45,7 +41,7 @@ import (
 
 const (
 	// BlobIDBytes is the length of a blob id.
-	BlobIDBytes = 16
+	BlobIDBytes = store.BlobIDBytes
 	// MaxStageChunk bounds the data of one StageBody.
 	MaxStageChunk = 4 << 20
 	// stagingWindowMs is how long a staged blob waits for its Enqueue.
@@ -53,48 +49,6 @@ const (
 	// stagedPrune bounds the stale blobs one StageBody deletes.
 	stagedPrune = 4
 )
-
-// blobPrefix is the prefix of the chunks of a blob.
-func blobPrefix(k ekey, blob []byte) []byte {
-	return append(kindPrefix(k, kindBlob), blob...)
-}
-
-func blobChunkKey(k ekey, blob []byte, offset uint64) []byte {
-	return binary.BigEndian.AppendUint64(blobPrefix(k, blob), offset)
-}
-
-func stagedKey(k ekey, blob []byte) []byte {
-	return append(kindPrefix(k, kindStaged), blob...)
-}
-
-// staged is a staged record: when its last chunk was applied, and how many
-// bytes the blob's chunks hold.
-type staged struct {
-	at       int64
-	received uint64
-}
-
-func (s staged) encode() []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), timeBits(s.at))
-	return binary.BigEndian.AppendUint64(b, s.received)
-}
-
-func decodeStaged(key, p []byte) (staged, error) {
-	if len(p) != 16 {
-		return staged{}, fmt.Errorf("%w: staged record %x of %d bytes", ErrCorrupt, key, len(p))
-	}
-	return staged{timeFromBits(binary.BigEndian.Uint64(p)), binary.BigEndian.Uint64(p[8:])}, nil
-}
-
-func (a *applier) stagedRecord(e *entity, blob []byte) (staged, bool, error) {
-	key := stagedKey(e.key, blob)
-	p, found, err := get(a.b, key)
-	if err != nil || !found {
-		return staged{}, false, err
-	}
-	s, err := decodeStaged(key, p)
-	return s, err == nil, err
-}
 
 // stageBody applies a StageBody: one more chunk of a blob.
 func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, error) {
@@ -108,12 +62,11 @@ func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, erro
 	case len(c.Data) == 0 || len(c.Data) > MaxStageChunk:
 		return nil, fmt.Errorf("%w: chunk of %d bytes, want 1 to %d", ErrInvalid, len(c.Data), MaxStageChunk)
 	}
-	s, _, err := a.stagedRecord(e, c.Blob)
+	s, _, err := a.b.Staged(e.key, c.Blob)
 	if err != nil {
 		return nil, err
 	}
-	key := blobChunkKey(e.key, c.Blob, c.Offset)
-	if _, found, err := get(a.b, key); err != nil || found {
+	if found, err := a.b.HasChunk(e.key, c.Blob, c.Offset); err != nil || found {
 		if err == nil {
 			err = fmt.Errorf("%w: a second chunk at %d of blob %x", ErrInvalid, c.Offset, c.Blob)
 		}
@@ -122,40 +75,20 @@ func (a *applier) stageBody(c *partitionpb.StageBody) (*partitionpb.Result, erro
 	if err := a.pruneStaged(e, c.Blob); err != nil {
 		return nil, err
 	}
-	if err := setSealed(a.b, key, c.Data); err != nil {
+	if err := a.b.PutChunk(e.key, c.Blob, c.Offset, c.Data); err != nil {
 		return nil, err
 	}
 	// A blob id is never reused: a chunk of a blob an Enqueue took over
 	// would start a new staged record, pruned in time.
-	s.at, s.received = a.now, s.received+uint64(len(c.Data))
-	key = stagedKey(e.key, c.Blob)
-	return okResult(), a.b.Set(key, seal(key, s.encode()), nil)
+	s.At, s.Received = a.now, s.Received+uint64(len(c.Data))
+	return okResult(), a.b.PutStaged(e.key, c.Blob, s)
 }
 
 // pruneStaged deletes up to stagedPrune blobs of e, other than keep, whose
 // last chunk is older than the staging window.
 func (a *applier) pruneStaged(e *entity, keep []byte) error {
-	p := kindPrefix(e.key, kindStaged)
-	it, err := prefixIter(a.b, p)
+	stale, err := a.b.StaleStaged(e.key, keep, a.now, stagingWindowMs, stagedPrune)
 	if err != nil {
-		return err
-	}
-	var stale [][]byte
-	for valid := it.First(); valid && len(stale) < stagedPrune; valid = it.Next() {
-		v, err := iterValue(it)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		s, err := decodeStaged(it.Key(), v)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		blob := it.Key()[len(p):]
-		if a.now-s.at > stagingWindowMs && !bytes.Equal(blob, keep) {
-			stale = append(stale, append([]byte(nil), blob...))
-		}
-	}
-	if err := closeIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, blob := range stale {
@@ -167,13 +100,7 @@ func (a *applier) pruneStaged(e *entity, keep []byte) error {
 }
 
 // dropBlob deletes a blob and its staged record, if any.
-func (a *applier) dropBlob(e *entity, blob []byte) error {
-	p := blobPrefix(e.key, blob)
-	if err := a.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
-		return err
-	}
-	return a.b.Delete(stagedKey(e.key, blob), nil)
-}
+func (a *applier) dropBlob(e *entity, blob []byte) error { return a.b.DeleteBlob(e.key, blob) }
 
 // checkStaged refuses a new message whose staged blob is not whole.
 func (a *applier) checkStaged(e *entity, i int, nm *partitionpb.NewMessage) error {
@@ -183,12 +110,12 @@ func (a *applier) checkStaged(e *entity, i int, nm *partitionpb.NewMessage) erro
 	if len(nm.Bare) > 0 {
 		return fmt.Errorf("%w: message %d has both a bare message and a staged body", ErrInvalid, i)
 	}
-	s, found, err := a.stagedRecord(e, nm.StagedBody)
+	s, found, err := a.b.Staged(e.key, nm.StagedBody)
 	if err != nil {
 		return err
 	}
-	if !found || s.received != nm.StagedLength {
-		return fmt.Errorf("%w: message %d: staged body %x holds %d bytes of %d", ErrInvalid, i, nm.StagedBody, s.received, nm.StagedLength)
+	if !found || s.Received != nm.StagedLength {
+		return fmt.Errorf("%w: message %d: staged body %x holds %d bytes of %d", ErrInvalid, i, nm.StagedBody, s.Received, nm.StagedLength)
 	}
 	return nil
 }
@@ -196,7 +123,7 @@ func (a *applier) checkStaged(e *entity, i int, nm *partitionpb.NewMessage) erro
 // takeBlob hands the staged blob of nm to m.
 func (a *applier) takeBlob(e *entity, nm *partitionpb.NewMessage, m *partitionpb.StoredMessage) error {
 	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nm.StagedBody, nm.StagedLength, nm.StagedCrc
-	return a.b.Delete(stagedKey(e.key, nm.StagedBody), nil)
+	return a.b.DeleteStaged(e.key, nm.StagedBody)
 }
 
 // dropStaged deletes the staged blobs an Enqueue names but will not take
@@ -204,13 +131,13 @@ func (a *applier) takeBlob(e *entity, nm *partitionpb.NewMessage, m *partitionpb
 // go: one the first apply took over (the same entry proposed again) is a
 // message's, or its topic's copies'.
 func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
-	e, ok := a.entities[ekey{c.EntityId, c.Partition}]
+	e, ok := a.entities[ekey{ID: c.EntityId, Part: c.Partition}]
 	if !ok {
 		return nil
 	}
 	for _, nm := range c.Messages {
 		if len(nm.StagedBody) == BlobIDBytes {
-			_, staged, err := a.stagedRecord(e, nm.StagedBody)
+			_, staged, err := a.b.Staged(e.key, nm.StagedBody)
 			if err != nil {
 				return err
 			}
@@ -226,32 +153,6 @@ func (a *applier) dropStaged(c *partitionpb.Enqueue) error {
 }
 
 // readBlob reads m's blob into m.Bare, checking its length and CRC.
-func readBlob(r pebble.Reader, k ekey, m *partitionpb.StoredMessage) error {
-	if m.BodyBlobEntity != 0 { // a topic's, shared (sharedblobs.go)
-		k = ekey{m.BodyBlobEntity, k.part}
-	}
-	p := blobPrefix(k, m.BodyBlob)
-	it, err := prefixIter(r, p)
-	if err != nil {
-		return err
-	}
-	bare := make([]byte, 0, m.BodyBlobLength)
-	for valid := it.First(); valid; valid = it.Next() {
-		v, err := iterValue(it)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		if off := binary.BigEndian.Uint64(it.Key()[len(p):]); off != uint64(len(bare)) || uint64(len(bare)+len(v)) > m.BodyBlobLength {
-			return closeIter(it, fmt.Errorf("%w: blob %x of message %d of %s: chunk at %d after %d bytes", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, off, len(bare)))
-		}
-		bare = append(bare, v...)
-	}
-	if err := closeIter(it, it.Error()); err != nil {
-		return err
-	}
-	if uint64(len(bare)) != m.BodyBlobLength || crc32.Checksum(bare, castagnoli) != m.BodyBlobCrc {
-		return fmt.Errorf("%w: blob %x of message %d of %s: %d bytes of %d, or its CRC differs", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, len(bare), m.BodyBlobLength)
-	}
-	m.Bare = bare
-	return nil
+func readBlob(r store.Reader, k ekey, m *partitionpb.StoredMessage) error {
+	return store.ReadBlob(r, k, m)
 }

@@ -1,14 +1,13 @@
 package partition
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -30,6 +29,10 @@ const (
 // Sequence numbers: the partition index in the top 16 bits, a 48-bit
 // counter below (partitionpb.SequenceNumber). The counter starts at 1 and
 // wraps to 0 when exhausted.
+
+// ekey names an entity partition (the key space is partition/store's:
+// store/doc.go).
+type ekey = store.EntityKey
 
 // entity is what the machine keeps in memory of an entity partition: its
 // config and counters (small and bounded by the number of entity
@@ -53,13 +56,9 @@ type entity struct {
 	// counter wraps, new messages sit below it and are indexed.
 	fresh uint64
 
-	// minLock is the earliest locked_until_ms of the entity's locks in the
-	// committed store; hasLock is false when it has none.
-	minLock int64
-	hasLock bool
-	// minLockStale: locks changed since minLock was read; lockFloor may
-	// then lie below the earliest lock (never above it).
-	minLockStale bool
+	// locks follows the lock grants: their earliest end and where scans
+	// of them start (store.LockIndex).
+	locks store.LockIndex
 
 	// Where scans start. Deleted index entries stay in the LSM as
 	// tombstones until compaction, and a queue deletes at its head all the
@@ -67,18 +66,15 @@ type entity struct {
 	// message consumed lately. These bounds only say where no entry is;
 	// they change no result. Every write below a bound lowers it.
 	availHead [2]uint64 // per sub-queue: no available entry below this sequence number
-	lockFloor []byte    // no lock entry below this key
-	// readyFloor: no entry of the index of ready sessions below this
-	// key. Accept-next takes the session at the index's head and so
-	// deletes there, one session after another: from the start of the
-	// index an accept would step over every session consumed lately.
-	readyFloor []byte
+	// ready: where accept-next's scan of the ready sessions starts
+	// (store.ReadyIndex).
+	ready store.ReadyIndex
 
 	// The scheduled and expiry indexes: their earliest time in the
 	// committed store, and where their scans start.
-	sched, exp timeIndex
-	// slock: the index of session locks by their end (sessionstore.go).
-	slock timeIndex
+	sched, exp store.TimeIndex
+	// slock: the index of session locks by their end (store/timeindex.go).
+	slock store.TimeIndex
 	// dedupFloor: no dedup time entry is earlier than this.
 	dedupFloor int64
 	// forwardFloor: no forwarded-origin time entry is earlier (forward.go).
@@ -90,92 +86,15 @@ type entity struct {
 
 func newEntity(k ekey) *entity {
 	return &entity{
-		key: k, next: 1, lockFloor: kindPrefix(k, kindLock), readyFloor: kindPrefix(k, kindSessionReady),
-		sched:      newTimeIndex(k, kindScheduled),
-		exp:        newTimeIndex(k, kindExpiry),
-		slock:      newTimeIndex(k, kindSessionLock),
+		key: k, next: 1, locks: store.NewLockIndex(k), ready: store.NewReadyIndex(k),
+		sched:      store.NewTimeIndex(k, store.KindScheduled),
+		exp:        store.NewTimeIndex(k, store.KindExpiry),
+		slock:      store.NewTimeIndex(k, store.KindSessionLock),
 		dedupFloor: math.MinInt64,
 
 		forwardFloor:    math.MinInt64,
 		topicSchedFloor: math.MinInt64,
 	}
-}
-
-// timeIndex follows an index whose keys start with a time (kindPrefix,
-// then at(8)): min is its earliest time in the committed store (has is
-// false when it is empty), and floor a key below which it has no entry.
-type timeIndex struct {
-	prefix []byte
-	floor  []byte
-	min    int64
-	has    bool
-}
-
-func newTimeIndex(k ekey, kind byte) timeIndex {
-	p := kindPrefix(k, kind)
-	return timeIndex{prefix: p, floor: p}
-}
-
-// lower notes an entry written at key.
-func (x *timeIndex) lower(key []byte) {
-	if bytes.Compare(key, x.floor) < 0 {
-		x.floor = key
-	}
-}
-
-// end is the upper bound of the index's keys.
-func (x *timeIndex) end() []byte { return prefixEnd(x.prefix) }
-
-// floorTime is the earliest time an entry may have.
-func (x *timeIndex) floorTime() int64 {
-	if len(x.floor) >= kindPrefixLen+8 {
-		return timeFromBits(binary.BigEndian.Uint64(x.floor[kindPrefixLen:]))
-	}
-	if bytes.Compare(x.floor, x.prefix) <= 0 {
-		return math.MinInt64
-	}
-	return math.MaxInt64 // past the end: empty
-}
-
-// load reads the earliest entry from r, scanning from floor, and raises
-// floor to it.
-func (x *timeIndex) load(r pebble.Reader) error {
-	end := x.end()
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: end})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	x.has = false
-	x.floor = end
-	if it.First() {
-		if _, err := iterValue(it); err != nil {
-			return closeIter(it, err)
-		}
-		if len(it.Key()) < kindPrefixLen+8 {
-			return closeIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
-		}
-		x.min, x.has = timeFromBits(binary.BigEndian.Uint64(it.Key()[kindPrefixLen:])), true
-		x.floor = append([]byte(nil), it.Key()...)
-	}
-	return closeIter(it, it.Error())
-}
-
-// lowerLockFloor notes a lock entry written at key.
-func (e *entity) lowerLockFloor(key []byte) {
-	if bytes.Compare(key, e.lockFloor) < 0 {
-		e.lockFloor = key
-	}
-}
-
-// lockFloorTime is the earliest locked_until_ms a lock entry may have.
-func (e *entity) lockFloorTime() int64 {
-	if until, _, _, ok := parseLockKey(e.lockFloor); ok {
-		return until
-	}
-	if bytes.Compare(e.lockFloor, kindPrefix(e.key, kindLock)) <= 0 {
-		return math.MinInt64
-	}
-	return math.MaxInt64 // past the end: no locks
 }
 
 // counts are an entity partition's message counters (see StatsResponse).
@@ -187,75 +106,15 @@ type counts struct {
 }
 
 func (e *entity) nextSequence() uint64 {
-	seq := partitionpb.SequenceNumber(e.key.part, e.next)
+	seq := partitionpb.SequenceNumber(e.key.Part, e.next)
 	e.next = (e.next + 1) & partitionpb.SequenceCounterMask
 	return seq
 }
 
-// slot is where a message sits: what decides its key, its index entries
-// and the counters it adds to. Taken before a change, it says what to
-// remove.
-type slot struct {
-	sub    partitionpb.SubQueue
-	seq    uint64
-	state  partitionpb.MessageState
-	locked bool
-	until  int64
-	at     int64 // scheduled enqueue time
-	exp    int64 // expires at, 0: never
-	size   int64
-	inLog  bool   // the body is in the Raft log, not in a body record
-	blob   []byte // the id of the blob holding the bare message, if any (blobs.go)
-	// blobEntity is the topic whose shared blob it is, 0 for the
-	// message's own (sharedblobs.go).
-	blobEntity uint64
-	// session is the message's session id; on an entity that requires
-	// sessions it places a main-queue message in its session's stream
-	// (sessionstore.go).
-	session string
-}
-
-func slotOf(m *partitionpb.StoredMessage) slot {
-	return slot{
-		sub:    m.SubQueue,
-		seq:    m.SequenceNumber,
-		state:  m.State,
-		locked: len(m.LockToken) > 0,
-		until:  m.LockedUntilMs,
-		at:     m.ScheduledEnqueueTimeMs,
-		exp:    m.ExpiresAtMs,
-		size:   m.Size,
-		inLog:  m.BodyIndex != 0,
-		blob:   m.BodyBlob,
-
-		blobEntity: m.BodyBlobEntity,
-
-		session: m.SessionId,
-	}
-}
-
 // indexedAvailable reports whether an available message in slot s has an
 // entry in the available index: all do but the fresh ones (entity.fresh).
-func (e *entity) indexedAvailable(s slot) bool {
-	return s.sub != partitionpb.SubQueue_SUB_QUEUE_MAIN || s.seq < e.fresh
-}
-
-// available reports whether a message in this slot can be locked (expiry
-// aside).
-func (s slot) available() bool {
-	return s.state == partitionpb.MessageState_MESSAGE_STATE_ACTIVE && !s.locked
-}
-
-// expired reports whether a message in this slot has outlived its time to
-// live at now.
-func (s slot) expired(now int64) bool { return s.exp != 0 && s.exp <= now }
-
-// expiring reports whether a message in this slot is in the expiry index:
-// ExpireMessages may end it. Dead-lettered messages do not expire;
-// scheduled ones only once active; locked ones once their lock ends.
-func (s slot) expiring() bool {
-	return s.sub == partitionpb.SubQueue_SUB_QUEUE_MAIN && s.exp != 0 && !s.locked &&
-		s.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED
+func (e *entity) indexedAvailable(s store.Slot) bool {
+	return s.Sub != partitionpb.SubQueue_SUB_QUEUE_MAIN || s.Seq < e.fresh
 }
 
 // messageSize is what a message counts against max_size_bytes: the
@@ -271,19 +130,19 @@ func newMessageSize(m *partitionpb.NewMessage) int64 {
 	return int64(len(m.Header)+len(m.Annotations)+len(m.Bare)) + int64(m.StagedLength)
 }
 
-func (c *counts) add(s slot, d int64) {
+func (c *counts) add(s store.Slot, d int64) {
 	switch {
-	case s.sub == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER:
+	case s.Sub == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER:
 		c.dead += d
-	case s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED:
+	case s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED:
 		c.scheduled += d
 	default:
 		c.active += d
 	}
-	if s.locked {
+	if s.Locked {
 		c.locked += d
 	}
-	c.size += d * s.size
+	c.size += d * s.Size
 }
 
 func (c counts) stats() *partitionpb.StatsResponse {

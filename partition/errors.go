@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -27,11 +28,11 @@ var (
 // the machine refuses further work; the caller stops the group (fail-stop)
 // and reopens it, which replays the Raft log tail.
 var (
-	ErrCorrupt        = errors.New("partition: store corrupt") // a checksum mismatch, or records that disagree
+	ErrCorrupt        = store.ErrCorrupt // a checksum mismatch, or records that disagree
 	ErrUnknownFormat  = errors.New("partition: unknown batch format")
 	ErrMalformed      = errors.New("partition: malformed batch")
 	ErrUnknownCommand = errors.New("partition: unknown command")
-	ErrBadSnapshot    = errors.New("partition: bad snapshot")
+	ErrBadSnapshot    = store.ErrBadSnapshot
 	ErrClosed         = errors.New("partition: closed")
 )
 

@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -30,8 +32,8 @@ var AliasBatch = aliasBatch
 func Messages(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue) ([]*partitionpb.StoredMessage, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{id, part}
-	it, err := prefixIter(m.db, subPrefix(k, kindMessage, sub))
+	k := ekey{ID: id, Part: part}
+	it, err := store.PrefixIter(m.db, store.SubPrefix(k, store.KindMessage, sub))
 	if err != nil {
 		return nil, err
 	}
@@ -40,11 +42,11 @@ func Messages(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue) ([]*
 		seq := binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
 		msg, err := getMessage(m.db, m.logs, k, sub, seq)
 		if err != nil {
-			return nil, closeIter(it, err)
+			return nil, store.CloseIter(it, err)
 		}
 		out = append(out, msg)
 	}
-	return out, closeIter(it, it.Error())
+	return out, store.CloseIter(it, it.Error())
 }
 
 // StageRestore loads a snapshot beside m's store as a complete restore that
@@ -62,7 +64,7 @@ func StageRestore(m *Machine, r io.Reader) error {
 func Corrupt(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue, seq uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.db.Set(messageKey(ekey{id, part}, sub, seq), []byte("garbage!"), pebble.NoSync)
+	return m.db.Pebble().Set(store.MessageKey(ekey{ID: id, Part: part}, sub, seq), []byte("garbage!"), pebble.NoSync)
 }
 
 // SetNextSequence sets the counter of an entity partition's next sequence
@@ -70,26 +72,13 @@ func Corrupt(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue, seq u
 func SetNextSequence(m *Machine, id uint64, part uint32, next uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.entities[ekey{id, part}].next = next
+	m.entities[ekey{ID: id, Part: part}].next = next
 }
 
 // ReadSnapshot decodes a snapshot stream without a store and returns its
 // record count and applied index.
 func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
-	sr, err := newSnapshotReader(r)
-	if err != nil {
-		return 0, 0, err
-	}
-	for {
-		_, _, more, err := sr.next()
-		if err != nil {
-			return records, 0, err
-		}
-		if !more {
-			return records, sr.applied, nil
-		}
-		records++
-	}
+	return store.ReadSnapshot(r)
 }
 
 // CheckIndexes checks that the body records, the available, scheduled and
@@ -98,15 +87,20 @@ func ReadSnapshot(r io.Reader) (records int, applied uint64, err error) {
 func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{id, part}
+	k := ekey{ID: id, Part: part}
 	e, ok := m.entities[k]
 	if !ok {
 		return fmt.Errorf("%s: no such entity", k)
 	}
 	want := map[string]bool{}
-	grants := map[grantKey]*grant{}
+	type grantOf struct {
+		until int64
+		sub   partitionpb.SubQueue
+		base  uint64
+	}
+	grants := map[grantOf][]uint64{}
 	for _, sub := range []partitionpb.SubQueue{partitionpb.SubQueue_SUB_QUEUE_MAIN, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER} {
-		it, err := prefixIter(m.db, subPrefix(k, kindMessage, sub))
+		it, err := store.PrefixIter(m.db, store.SubPrefix(k, store.KindMessage, sub))
 		if err != nil {
 			return err
 		}
@@ -114,52 +108,47 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 			seq := binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
 			msg, err := getMessage(m.db, m.logs, k, sub, seq)
 			if err != nil {
-				return closeIter(it, err)
+				return store.CloseIter(it, err)
 			}
 			if msg.Size != messageSize(msg) {
-				return closeIter(it, fmt.Errorf("%s: message %d records size %d, its body holds %d", k, seq, msg.Size, messageSize(msg)))
+				return store.CloseIter(it, fmt.Errorf("%s: message %d records size %d, its body holds %d", k, seq, msg.Size, messageSize(msg)))
 			}
-			want[string(bodyKey(k, sub, seq))] = true
-			s := slotOf(msg)
+			want[string(store.BodyKey(k, sub, seq))] = true
+			s := store.SlotOf(msg)
 			// A session's messages are in its stream instead
 			// (CheckSessions), and in no expiry index.
-			if s.available() && !e.inSession(s) && e.indexedAvailable(s) {
-				want[string(availableKey(k, sub, seq))] = true
+			if s.Available() && !e.inSession(s) && e.indexedAvailable(s) {
+				want[string(store.AvailableKey(k, sub, seq))] = true
 			}
-			if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
-				want[string(scheduledKey(k, s.at, s.seq))] = true
+			if s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
+				want[string(store.ScheduledKey(k, s.At, s.Seq))] = true
 			}
-			if s.expiring() && !e.inSession(s) {
-				want[string(expiryKey(k, s.exp, s.seq))] = true
+			if s.Expiring() && !e.inSession(s) {
+				want[string(store.ExpiryKey(k, s.Exp, s.Seq))] = true
 			}
-			if s.locked {
-				gk := grantKeyOf(k, s.until, s.sub, s.seq)
-				g := grants[gk]
-				if g == nil {
-					g = &grant{}
-					grants[gk] = g
-				}
-				g.add(gk.base, s.seq)
+			if s.Locked {
+				gk := grantOf{s.Until, s.Sub, s.Seq &^ (store.GrantSpan - 1)}
+				grants[gk] = append(grants[gk], s.Seq)
 			}
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return err
 		}
 	}
 	// Every body belongs to a message, and every scheduled or expiry
 	// index entry names one in that state.
-	for _, kind := range []byte{kindBody, kindAvailable, kindScheduled, kindExpiry} {
-		it, err := prefixIter(m.db, kindPrefix(k, kind))
+	for _, kind := range []byte{store.KindBody, store.KindAvailable, store.KindScheduled, store.KindExpiry} {
+		it, err := store.PrefixIter(m.db, store.KindPrefix(k, kind))
 		if err != nil {
 			return err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
 			if !want[string(it.Key())] {
-				return closeIter(it, fmt.Errorf("%s: stray index entry %x", k, it.Key()))
+				return store.CloseIter(it, fmt.Errorf("%s: stray index entry %x", k, it.Key()))
 			}
 			delete(want, string(it.Key()))
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return err
 		}
 	}
@@ -167,9 +156,10 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 		return fmt.Errorf("%s: missing index entry %x", k, key)
 	}
 	// Each lock grant holds exactly the locks it names.
-	err := eachGrant(m.db, k, func(key []byte, gk grantKey, got grant) error {
-		if g := grants[gk]; g == nil || g.bits != got.bits {
-			return fmt.Errorf("%s: lock grant %x holds %v, the messages call for %v", k, key, got.seqs(gk.base), g)
+	err := store.EachGrant(m.db, k, func(until int64, sub partitionpb.SubQueue, base uint64, got []uint64) error {
+		gk := grantOf{until, sub, base}
+		if want := grants[gk]; !slices.Equal(want, got) {
+			return fmt.Errorf("%s: lock grant %+v holds %v, the messages call for %v", k, gk, got, want)
 		}
 		delete(grants, gk)
 		return nil
@@ -177,8 +167,8 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 	if err != nil {
 		return err
 	}
-	for gk, g := range grants {
-		return fmt.Errorf("%s: missing lock grant %x for %v", k, gk.key(), g.seqs(gk.base))
+	for gk, want := range grants {
+		return fmt.Errorf("%s: missing lock grant %+v for %v", k, gk, want)
 	}
 	return nil
 }
@@ -186,8 +176,8 @@ func CheckIndexes(m *Machine, id uint64, part uint32) error {
 // DedupEntries counts an entity partition's duplicate-detection entries:
 // the records by message id and those by time, which must agree.
 func DedupEntries(m *Machine, id uint64, part uint32) (int, error) {
-	k := ekey{id, part}
-	return countPaired(m, kindPrefix(k, kindDedup), kindPrefix(k, kindDedupTime))
+	k := ekey{ID: id, Part: part}
+	return countPaired(m, store.KindPrefix(k, store.KindDedup), store.KindPrefix(k, store.KindDedupTime))
 }
 
 // countPaired counts the keys under two prefixes, a record kind and its
@@ -197,14 +187,14 @@ func countPaired(m *Machine, records, byTime []byte) (int, error) {
 	defer m.mu.RUnlock()
 	var n [2]int
 	for i, p := range [][]byte{records, byTime} {
-		it, err := prefixIter(m.db, p)
+		it, err := store.PrefixIter(m.db, p)
 		if err != nil {
 			return 0, err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
 			n[i]++
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return 0, err
 		}
 	}
@@ -220,11 +210,11 @@ func countPaired(m *Machine, records, byTime []byte) (int, error) {
 func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue, seqs []uint64) ([]bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.entities[ekey{id, part}]
+	e, ok := m.entities[ekey{ID: id, Part: part}]
 	if !ok {
 		return nil, fmt.Errorf("%d/%d: no such entity", id, part)
 	}
-	a := &applier{lim: m.limits, entities: m.entities, b: m.db.NewIndexedBatch()}
+	a := &applier{lim: m.limits, entities: m.entities, b: store.NewBatch(m.db, 0, nil)}
 	defer a.b.Close()
 	c, err := a.newMessageCursor(e, sub, 0, true)
 	if err != nil {
@@ -232,7 +222,7 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 	}
 	found := make([]bool, len(seqs))
 	for i, seq := range seqs {
-		msg, err := c.lookup(seq)
+		msg, err := c.Lookup(seq)
 		if err != nil {
 			return nil, c.close(err)
 		}
@@ -252,7 +242,7 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 }
 
 // StoreMetrics returns the store's pebble metrics.
-func StoreMetrics(m *Machine) *pebble.Metrics { return m.db.Metrics() }
+func StoreMetrics(m *Machine) *pebble.Metrics { return m.db.Pebble().Metrics() }
 
 // FlushStore writes the store's memtable out to a table, so that the next
 // records meet the earlier ones only in compactions.
@@ -260,7 +250,7 @@ func FlushStore(m *Machine) error { return m.db.Flush() }
 
 // CompactStore compacts the whole store.
 func CompactStore(m *Machine) error {
-	return m.db.Compact(context.Background(), []byte{0}, bytes.Repeat([]byte{0xff}, 64), false)
+	return m.db.Pebble().Compact(context.Background(), []byte{0}, bytes.Repeat([]byte{0xff}, 64), false)
 }
 
 // Misuse is how many single deletes pebble found meeting no write or two.
@@ -269,7 +259,7 @@ func Misuse(m *Machine) int64 { return m.misuse.Load() }
 // RequestEntries counts the stored request results, which must have one
 // time entry each.
 func RequestEntries(m *Machine) (int, error) {
-	return countPaired(m, []byte{prefixRequest}, []byte{prefixReqTime})
+	return countPaired(m, []byte{store.PrefixRequest}, []byte{store.PrefixReqTime})
 }
 
 // BodyPlaces counts the messages whose body is in a body record and those
@@ -278,29 +268,29 @@ func BodyPlaces(m *Machine) (inStore, inLog int, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for k := range m.entities {
-		it, err := prefixIter(m.db, kindPrefix(k, kindMessage))
+		it, err := store.PrefixIter(m.db, store.KindPrefix(k, store.KindMessage))
 		if err != nil {
 			return 0, 0, err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
-			st, err := iterState(it)
+			st, err := store.IterState(it)
 			if err != nil {
-				return 0, 0, closeIter(it, err)
+				return 0, 0, store.CloseIter(it, err)
 			}
 			if st.BodyIndex != 0 {
 				inLog++
 			}
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return 0, 0, err
 		}
-		if it, err = prefixIter(m.db, kindPrefix(k, kindBody)); err != nil {
+		if it, err = store.PrefixIter(m.db, store.KindPrefix(k, store.KindBody)); err != nil {
 			return 0, 0, err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
 			inStore++
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -308,20 +298,20 @@ func BodyPlaces(m *Machine) (inStore, inLog int, err error) {
 }
 
 // DowngradeLockIndex rewrites the store's lock grants as the lock index of
-// formatLockEntries, an entry per locked message, and sets that format
+// store.FormatLockEntries, an entry per locked message, and sets that format
 // version: a store as the release before grants left it.
 func DowngradeLockIndex(m *Machine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b := m.db.NewBatch()
+	b := m.db.Pebble().NewBatch()
 	defer b.Close()
 	for k := range m.entities {
-		err := eachGrant(m.db, k, func(key []byte, gk grantKey, g grant) error {
-			if err := b.Delete(key, nil); err != nil {
+		err := store.EachGrant(m.db, k, func(until int64, sub partitionpb.SubQueue, base uint64, seqs []uint64) error {
+			if err := b.Delete(store.LockKey(k, until, sub, base), nil); err != nil {
 				return err
 			}
-			for _, seq := range g.seqs(gk.base) {
-				if err := setSealed(b, lockKey(k, gk.until, gk.sub, seq), nil); err != nil {
+			for _, seq := range seqs {
+				if err := store.SetSealed(b, store.LockKey(k, until, sub, seq), nil); err != nil {
 					return err
 				}
 			}
@@ -331,7 +321,7 @@ func DowngradeLockIndex(m *Machine) error {
 			return err
 		}
 	}
-	if err := b.Set(keyFormat, seal(keyFormat, binary.BigEndian.AppendUint64(nil, formatLockEntries)), nil); err != nil {
+	if err := b.Set(store.KeyFormat, store.Seal(store.KeyFormat, binary.BigEndian.AppendUint64(nil, store.FormatLockEntries)), nil); err != nil {
 		return err
 	}
 	return b.Commit(pebble.NoSync)
@@ -341,7 +331,7 @@ func DowngradeLockIndex(m *Machine) error {
 func LockGrants(m *Machine, id uint64, part uint32) (int, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	it, err := prefixIter(m.db, kindPrefix(ekey{id, part}, kindLock))
+	it, err := store.PrefixIter(m.db, store.KindPrefix(ekey{ID: id, Part: part}, store.KindLock))
 	if err != nil {
 		return 0, err
 	}
@@ -349,56 +339,30 @@ func LockGrants(m *Machine, id uint64, part uint32) (int, error) {
 	for valid := it.First(); valid; valid = it.Next() {
 		n++
 	}
-	return n, closeIter(it, it.Error())
+	return n, store.CloseIter(it, it.Error())
 }
 
 // NewMessageSections is newMessageSections, for FuzzNewMessageSections.
 var NewMessageSections = newMessageSections
-
-// eachGrant calls f with every lock grant of entity partition k in r.
-func eachGrant(r pebble.Reader, k ekey, f func(key []byte, gk grantKey, g grant) error) error {
-	it, err := prefixIter(r, kindPrefix(k, kindLock))
-	if err != nil {
-		return err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		p, err := iterValue(it)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		g, err := decodeGrant(it.Key(), p)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		until, sub, base, ok := parseLockKey(it.Key())
-		if !ok {
-			return closeIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
-		}
-		if err := f(it.Key(), grantKey{k, until, sub, base}, g); err != nil {
-			return closeIter(it, err)
-		}
-	}
-	return closeIter(it, it.Error())
-}
 
 // BlobRecords counts the blob chunks and staged records of an entity
 // partition (blobs.go).
 func BlobRecords(m *Machine, id uint64, part uint32) (chunks, staged int, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{id, part}
+	k := ekey{ID: id, Part: part}
 	for _, c := range []struct {
 		kind byte
 		n    *int
-	}{{kindBlob, &chunks}, {kindStaged, &staged}} {
-		it, err := prefixIter(m.db, kindPrefix(k, c.kind))
+	}{{store.KindBlob, &chunks}, {store.KindStaged, &staged}} {
+		it, err := store.PrefixIter(m.db, store.KindPrefix(k, c.kind))
 		if err != nil {
 			return 0, 0, err
 		}
 		for valid := it.First(); valid; valid = it.Next() {
 			*c.n++
 		}
-		if err := closeIter(it, it.Error()); err != nil {
+		if err := store.CloseIter(it, it.Error()); err != nil {
 			return 0, 0, err
 		}
 	}

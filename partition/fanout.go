@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/partition/filter"
 	"github.com/quorumbus/quorumbus/partition/rules"
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -89,16 +90,16 @@ func (a *applier) subscriptionsOf(t *entity) []*entity {
 		byTopic := map[ekey][]*entity{}
 		for k, e := range a.entities {
 			if e.cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION && e.cfg.GetTopicId() != 0 {
-				tk := ekey{e.cfg.GetTopicId(), k.part}
+				tk := ekey{ID: e.cfg.GetTopicId(), Part: k.Part}
 				byTopic[tk] = append(byTopic[tk], e)
 			}
 		}
 		for _, subs := range byTopic {
 			slices.SortFunc(subs, func(x, y *entity) int {
 				switch {
-				case x.key.id < y.key.id:
+				case x.key.ID < y.key.ID:
 					return -1
-				case x.key.id > y.key.id:
+				case x.key.ID > y.key.ID:
 					return 1
 				}
 				return 0
@@ -289,14 +290,14 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		a.dirty[t.key] = true
 		// A scheduled message's copies are recorded for a cancel by the
 		// topic's number (topicsched.go); format 7 on (codec.go).
-		var sched []scheduledCopy
+		var sched []store.ScheduledCopy
 		for _, cp := range plans[i] {
 			m, err := a.addCopy(t, cp, nm, i, scratch)
 			if err != nil {
 				return nil, err
 			}
 			if m.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && a.format >= FormatV7 {
-				sched = append(sched, scheduledCopy{sub: cp.sub.key.id, seq: m.SequenceNumber})
+				sched = append(sched, store.ScheduledCopy{Sub: cp.sub.key.ID, Seq: m.SequenceNumber})
 			}
 		}
 		if len(sched) > 0 {
@@ -328,7 +329,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 // dropStagedOf deletes the staged blob of nm, a message not taken (a
 // duplicate), if it is still staged (dropStaged).
 func (a *applier) dropStagedOf(t *entity, nm *partitionpb.NewMessage) error {
-	return a.dropStaged(&partitionpb.Enqueue{EntityId: t.key.id, Partition: t.key.part, Messages: []*partitionpb.NewMessage{nm}})
+	return a.dropStaged(&partitionpb.Enqueue{EntityId: t.key.ID, Partition: t.key.Part, Messages: []*partitionpb.NewMessage{nm}})
 }
 
 // addCopy adds message i of the Enqueue being applied to a subscription,
@@ -436,7 +437,7 @@ func newIDs(t *entity, i int) func() filter.UUID {
 	n := uint64(0)
 	return func() filter.UUID {
 		var in [8 * 5]byte
-		for k, v := range []uint64{t.key.id, uint64(t.key.part), t.next, uint64(i), n} {
+		for k, v := range []uint64{t.key.ID, uint64(t.key.Part), t.next, uint64(i), n} {
 			binary.BigEndian.PutUint64(in[8*k:], v)
 		}
 		n++

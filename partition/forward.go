@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -42,13 +43,6 @@ func originID(o *partitionpb.ForwardOrigin) []byte {
 	return binary.BigEndian.AppendUint64(b, o.SequenceNumber)
 }
 
-func forwardKey(k ekey, id []byte) []byte { return append(kindPrefix(k, kindForward), id...) }
-
-func forwardTimeKey(k ekey, at int64, id []byte) []byte {
-	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindForwardTime), timeBits(at))
-	return append(b, id...)
-}
-
 // forwardEntry is the record of an origin: when the destination took the
 // message and the sequence number it gave it.
 type forwardEntry struct {
@@ -58,14 +52,11 @@ type forwardEntry struct {
 
 // forwardEntry returns the record of origin id, or nil.
 func (a *applier) forwardEntry(e *entity, id []byte) (*forwardEntry, error) {
-	p, found, err := get(a.b, forwardKey(e.key, id))
+	s, found, err := a.b.Forward(e.key, id)
 	if err != nil || !found {
 		return nil, err
 	}
-	if len(p) != 16 {
-		return nil, fmt.Errorf("%w: %s: forward entry of %d bytes", ErrCorrupt, e.key, len(p))
-	}
-	return &forwardEntry{at: timeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:])}, nil
+	return &forwardEntry{at: s.At, seq: s.Seq}, nil
 }
 
 // fresh reports whether the record still deduplicates at now.
@@ -74,22 +65,13 @@ func (f *forwardEntry) fresh(now int64) bool {
 }
 
 // recordForward remembers origin id as taken now under sequence number
-// seq, replacing old, a stale record of it, if there is one (with its time
-// entry, so that pruning that entry cannot delete the new record).
+// seq, replacing old, a stale record of it, if there is one.
 func (a *applier) recordForward(e *entity, id []byte, seq uint64, old *forwardEntry) error {
+	var replaced *store.Stamp
 	if old != nil {
-		if err := a.b.Delete(forwardTimeKey(e.key, old.at, id), nil); err != nil {
-			return err
-		}
+		replaced = &store.Stamp{At: old.at, Seq: old.seq}
 	}
-	v := binary.BigEndian.AppendUint64(nil, timeBits(a.now))
-	v = binary.BigEndian.AppendUint64(v, seq)
-	k := forwardKey(e.key, id)
-	if err := a.b.Set(k, seal(k, v), nil); err != nil {
-		return err
-	}
-	tk := forwardTimeKey(e.key, a.now, id)
-	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+	if err := a.b.PutForward(e.key, id, store.Stamp{At: a.now, Seq: seq}, replaced); err != nil {
 		return err
 	}
 	e.forwardFloor = min(e.forwardFloor, a.now)
@@ -101,12 +83,7 @@ func (a *applier) pruneForward(e *entity, budget int) error {
 	if a.now < math.MinInt64+ForwardDedupWindowMs {
 		return nil
 	}
-	prefix := kindPrefix(e.key, kindForwardTime)
-	del := func(key []byte) error { return a.b.Delete(key, nil) }
-	cutoff := a.now - ForwardDedupWindowMs
-	return a.pruneByTime(prefix, cutoff, &e.forwardFloor, budget, del, func(id []byte) []byte {
-		return forwardKey(e.key, id)
-	})
+	return a.b.PruneForwards(e.key, a.now-ForwardDedupWindowMs, &e.forwardFloor, budget)
 }
 
 // checkForwarded refuses an Enqueue whose forwarded messages the entity
@@ -172,7 +149,7 @@ func (m *Machine) ForwardSources() []ForwardSource {
 				continue
 			}
 			out = append(out, ForwardSource{
-				EntityID: k.id, Partition: k.part, SubQueue: partitionpb.SubQueue(q),
+				EntityID: k.ID, Partition: k.Part, SubQueue: partitionpb.SubQueue(q),
 				Name: e.cfg.GetName(), To: to, LockDurationMs: e.cfg.GetLockDurationMs(),
 				Sessions: e.cfg.GetRequiresSession() && q == int(partitionpb.SubQueue_SUB_QUEUE_MAIN),
 			})

@@ -5,13 +5,17 @@ import (
 	"hash/crc32"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/wire"
 )
+
+// castagnoli is the CRC of bodies in the Raft log (the store's records
+// have their own seal, store.Seal, and snapshot streams theirs).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Bodies kept in the Raft log.
 //
@@ -280,50 +284,23 @@ func (m *Machine) inlineBodies() error {
 	if m.logs == nil {
 		return nil
 	}
-	m.lockedStates.reset() // the records change: their bodies move
-	b := m.db.NewBatch()
-	defer func() { b.Close() }()
-	moved := 0
+	m.lockedStates.Reset() // the records change: their bodies move
+	keys := make([]ekey, 0, len(m.entities))
 	for k := range m.entities {
-		prefix := kindPrefix(k, kindMessage)
-		it, err := m.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-		if err != nil {
-			return fmt.Errorf("partition: iterator: %w", err)
-		}
-		for valid := it.First(); valid; valid = it.Next() {
-			st, err := iterState(it)
-			if err != nil {
-				return closeIter(it, err)
-			}
-			if st.BodyIndex == 0 {
-				continue
-			}
-			if err := m.logs.sections(st); err != nil {
-				return closeIter(it, err)
-			}
-			if err := setBody(b, bodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
-				return closeIter(it, err)
-			}
-			dropLogRef(st)
-			st.Header, st.Annotations, st.Bare = nil, nil, nil
-			if err := setState(b, it.Key(), st); err != nil {
-				return closeIter(it, err)
-			}
-			moved++
-			if b.Len() >= restoreBatch {
-				if err := b.Commit(pebble.NoSync); err != nil {
-					return closeIter(it, fmt.Errorf("partition: write: %w", err))
-				}
-				b.Close()
-				b = m.db.NewBatch()
-			}
-		}
-		if err := closeIter(it, it.Error()); err != nil {
-			return err
-		}
+		keys = append(keys, k)
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("partition: write: %w", err)
+	moved, err := store.RewriteMessages(m.db, keys, store.BatchBytes, func(_ ekey, st *partitionpb.StoredMessage) (bool, error) {
+		if st.BodyIndex == 0 {
+			return false, nil
+		}
+		if err := m.logs.sections(st); err != nil {
+			return false, err
+		}
+		dropLogRef(st)
+		return true, nil
+	})
+	if err != nil {
+		return err
 	}
 	if moved > 0 {
 		m.log.Debug("partition: bodies moved from the Raft log into the store", "messages", moved, "applied", m.applied)

@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,8 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -59,7 +57,7 @@ type Machine struct {
 	dir        string
 	log        *slog.Logger
 	cacheBytes int64
-	cache      *pebble.Cache
+	cache      *store.Cache
 	replica    string
 	limits     Limits
 	logs       *logReader // nil: every body goes into the store
@@ -67,7 +65,7 @@ type Machine struct {
 	restoreMu sync.Mutex // one Restore at a time
 
 	mu       sync.RWMutex
-	db       *pebble.DB
+	db       *store.DB
 	applied  uint64
 	entities map[ekey]*entity
 	wakeups  wakeups
@@ -77,15 +75,15 @@ type Machine struct {
 	snapMu sync.Mutex
 	snaps  map[*Snapshot]struct{}
 
-	commit       sortedCommit      // Apply's, under mu
-	batchBytes   int               // Apply's, under mu: the size of the last batch (batchSize)
-	reqFloor     int64             // Apply's, under mu: no request result is older
-	reqFilter    *requestFilter    // Apply's, under mu: ids recorded since load (reqfilter.go)
-	lockedStates *lockedStates     // Apply's, under mu: state records of locked messages (lockcache.go)
-	subs         subscriptionIndex // Apply's, under mu: a topic partition's subscriptions (fanout.go)
+	commit       store.SortedCommit   // Apply's, under mu
+	batchBytes   int                  // Apply's, under mu: the size of the last batch (batchSize)
+	reqFloor     int64                // Apply's, under mu: no request result is older
+	reqFilter    *store.RequestFilter // Apply's, under mu: ids recorded since load (store/reqfilter.go)
+	lockedStates *store.LockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
+	subs         subscriptionIndex    // Apply's, under mu: a topic partition's subscriptions (fanout.go)
 
 	// misuse counts pebble's reports of a single delete that met no
-	// write or more than one (see singleDelete); always 0 unless the
+	// write or more than one (store/indexes.go, "Single deletes"); always 0 unless the
 	// records' bookkeeping is broken.
 	misuse atomic.Int64
 }
@@ -117,7 +115,7 @@ func Open(dir string, opts Options) (*Machine, error) {
 		cacheBytes: opts.CacheBytes,
 		replica:    opts.Replica,
 		limits:     opts.Limits.withDefaults(),
-		cache:      pebble.NewCache(opts.CacheBytes),
+		cache:      store.NewCache(opts.CacheBytes),
 		snaps:      make(map[*Snapshot]struct{}),
 	}
 	if opts.Log != nil {
@@ -173,150 +171,63 @@ func syncDir(dir string) error {
 	return errors.Join(err, d.Close())
 }
 
-// openDB opens a pebble store and checks (or, when empty, writes) its
+// openDB opens the store at path and checks (or, when empty, writes) its
 // format version.
-func (m *Machine) openDB(path string) (*pebble.DB, error) {
-	db, err := m.openPebble(path)
-	if err != nil {
-		return nil, err
-	}
-	err = checkFormat(db)
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return db, nil
+func (m *Machine) openDB(path string) (*store.DB, error) {
+	return store.Open(path, m.storeOptions(), true)
 }
 
-func (m *Machine) openPebble(path string) (*pebble.DB, error) {
-	db, err := pebble.Open(path, pebbleOptions(m.cache, m.cacheBytes, m.log, &m.misuse))
-	if err != nil {
-		return nil, fmt.Errorf("partition: open store %s: %w", path, err)
-	}
-	return db, nil
+// openEmpty opens a new store at path for a snapshot to load into.
+func (m *Machine) openEmpty(path string) (*store.DB, error) {
+	return store.Open(path, m.storeOptions(), false)
 }
 
-func checkFormat(db *pebble.DB) error {
-	p, found, err := get(db, keyFormat)
-	if err != nil {
-		return err
-	}
-	if found {
-		if len(p) == 8 && binary.BigEndian.Uint64(p) == formatLockEntries {
-			return upgradeLockIndex(db)
-		}
-		if len(p) != 8 || binary.BigEndian.Uint64(p) != storeFormat {
-			return fmt.Errorf("%w: store format %x, want %d", ErrCorrupt, p, storeFormat)
-		}
-		return nil
-	}
-	it, err := db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	empty := !it.First()
-	if err := closeIter(it, it.Error()); err != nil {
-		return err
-	}
-	if !empty {
-		return fmt.Errorf("%w: store without format version", ErrCorrupt)
-	}
-	v := seal(keyFormat, binary.BigEndian.AppendUint64(nil, storeFormat))
-	if err := db.Set(keyFormat, v, pebble.NoSync); err != nil {
-		return fmt.Errorf("partition: write format: %w", err)
-	}
-	return nil
+func (m *Machine) storeOptions() store.Options {
+	return store.Options{Cache: m.cache, CacheBytes: m.cacheBytes, Logger: m.log, Misuse: &m.misuse}
 }
 
 // load reads the applied index and the entities from the store.
 func (m *Machine) load() error {
-	applied, err := readApplied(m.db)
+	applied, err := store.ReadApplied(m.db)
 	if err != nil {
 		return err
 	}
 	entities := make(map[ekey]*entity)
-	it, err := prefixIter(m.db, []byte{prefixEntity})
+	err = store.EachEntity(m.db, func(k ekey, p []byte) error {
+		e, err := parseEntityRecord(k, p)
+		if err != nil {
+			return err
+		}
+		entities[k] = e
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		k, ok := parseEntityKey(it.Key())
-		if !ok {
-			return closeIter(it, fmt.Errorf("%w: entity key %x", ErrCorrupt, it.Key()))
-		}
-		p, err := iterValue(it)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		e, err := parseEntityRecord(k, p)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		entities[k] = e
-	}
-	if err := closeIter(it, it.Error()); err != nil {
-		return err
-	}
 	for _, e := range entities {
-		if err := e.loadMinLock(m.db); err != nil {
+		if err := e.locks.Load(m.db); err != nil {
 			return err
 		}
-		if err := e.sched.load(m.db); err != nil {
+		if err := e.sched.Load(m.db); err != nil {
 			return err
 		}
-		if err := e.exp.load(m.db); err != nil {
+		if err := e.exp.Load(m.db); err != nil {
 			return err
 		}
-		if err := e.slock.load(m.db); err != nil {
+		if err := e.slock.Load(m.db); err != nil {
 			return err
 		}
 	}
 	m.applied, m.entities = applied, entities
 	m.subs = subscriptionIndex{} // built again on the next send to a topic
 	m.reqFloor = math.MinInt64   // the first entry's pruning finds the oldest
-	f, err := newRequestFilter(m.db)
+	f, err := store.NewRequestFilter(m.db)
 	if err != nil {
 		return err
 	}
 	m.reqFilter = f
-	m.lockedStates = newLockedStates()
+	m.lockedStates = store.NewLockedStates()
 	return nil
-}
-
-func readApplied(r pebble.Reader) (uint64, error) {
-	p, found, err := get(r, keyApplied)
-	if err != nil || !found {
-		return 0, err
-	}
-	if len(p) != 8 {
-		return 0, fmt.Errorf("%w: applied index of %d bytes", ErrCorrupt, len(p))
-	}
-	return binary.BigEndian.Uint64(p), nil
-}
-
-// loadMinLock reads the entity's earliest lock expiry from r, scanning
-// from lockFloor, and raises lockFloor to it.
-func (e *entity) loadMinLock(r pebble.Reader) error {
-	e.minLockStale = false
-	end := prefixEnd(kindPrefix(e.key, kindLock))
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: e.lockFloor, UpperBound: end})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	e.hasLock = false
-	e.lockFloor = end
-	if it.First() {
-		if _, err := iterValue(it); err != nil {
-			return closeIter(it, err)
-		}
-		until, _, _, ok := parseLockKey(it.Key())
-		if !ok {
-			return closeIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
-		}
-		e.minLock, e.hasLock = until, true
-		e.lockFloor = append([]byte(nil), it.Key()...)
-	}
-	return closeIter(it, it.Error())
 }
 
 // Close flushes the store, so that everything applied survives, and closes
@@ -385,7 +296,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	}
 	a := m.newApplier()
 	defer func() {
-		m.batchBytes = min(len(a.b.Repr()), maxBatchHint)
+		m.batchBytes = min(a.b.Size(), maxBatchHint)
 		a.b.Close()
 	}()
 	results, applied, err := m.stage(a, entries)
@@ -420,7 +331,7 @@ func (m *Machine) newApplier() *applier {
 	return &applier{
 		lim:          m.limits,
 		entities:     m.entities,
-		b:            m.db.NewIndexedBatchWithSize(m.batchBytes),
+		b:            store.NewBatch(m.db, m.batchBytes, m.lockedStates),
 		dirty:        make(map[ekey]bool),
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),
@@ -461,27 +372,27 @@ func (m *Machine) stage(a *applier, entries []Entry) ([][]*partitionpb.Result, u
 // grants, session records, the touched entities' records) and the applied
 // index into the batch, and commits it in one write.
 func (m *Machine) commitStaged(a *applier, applied uint64) error {
-	if err := a.flushGrants(); err != nil {
+	if err := a.b.FlushGrants(); err != nil {
 		return err
 	}
-	if err := a.flushSessions(); err != nil {
+	if err := a.b.FlushSessions(); err != nil {
 		return err
 	}
 	for _, k := range sortedKeys(a.dirty) {
 		var err error
 		if e, ok := m.entities[k]; ok {
-			err = a.b.Set(entityKey(k), seal(entityKey(k), e.record()), nil)
+			err = a.b.PutEntity(k, e.record())
 		} else {
-			err = a.b.Delete(entityKey(k), nil)
+			err = a.b.DeleteEntity(k)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := a.b.Set(keyApplied, seal(keyApplied, binary.BigEndian.AppendUint64(nil, applied)), nil); err != nil {
+	if err := a.b.PutApplied(applied); err != nil {
 		return err
 	}
-	return m.commit.commitSorted(m.db, a.b)
+	return m.commit.Commit(m.db, &a.b)
 }
 
 // afterCommit brings the in-memory indexes of the entities the batch
@@ -490,26 +401,26 @@ func (m *Machine) commitStaged(a *applier, applied uint64) error {
 func (m *Machine) afterCommit(a *applier) error {
 	for k := range a.locks {
 		if e, ok := m.entities[k]; ok {
-			e.minLockStale = true // read when asked (NextLockExpiry)
+			e.locks.Stale = true // read when asked (NextLockExpiry)
 		}
 	}
-	reload := func(keys map[ekey]bool, index func(*entity) *timeIndex) error {
+	reload := func(keys map[ekey]bool, index func(*entity) *store.TimeIndex) error {
 		for k := range keys {
 			if e, ok := m.entities[k]; ok {
-				if err := index(e).load(m.db); err != nil {
+				if err := index(e).Load(m.db); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 	}
-	if err := reload(a.scheds, func(e *entity) *timeIndex { return &e.sched }); err != nil {
+	if err := reload(a.scheds, func(e *entity) *store.TimeIndex { return &e.sched }); err != nil {
 		return err
 	}
-	if err := reload(a.exps, func(e *entity) *timeIndex { return &e.exp }); err != nil {
+	if err := reload(a.exps, func(e *entity) *store.TimeIndex { return &e.exp }); err != nil {
 		return err
 	}
-	if err := reload(a.slocks, func(e *entity) *timeIndex { return &e.slock }); err != nil {
+	if err := reload(a.slocks, func(e *entity) *store.TimeIndex { return &e.slock }); err != nil {
 		return err
 	}
 	m.wakeups.wake(a.woken)
@@ -530,9 +441,9 @@ func sortedKeys[V any](m map[ekey]V) []ekey {
 	}
 	slices.SortFunc(keys, func(a, b ekey) int {
 		switch {
-		case a.less(b):
+		case a.Less(b):
 			return -1
-		case b.less(a):
+		case b.Less(a):
 			return 1
 		}
 		return 0
@@ -547,7 +458,7 @@ func (m *Machine) Stats(entityID uint64, partition uint32) (*partitionpb.StatsRe
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	e, ok := m.entities[ekey{entityID, partition}]
+	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
@@ -564,7 +475,7 @@ func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partiti
 		return nil, err
 	}
 	one := func(k ekey, e *entity) *partitionpb.EntityPartitionStats {
-		return &partitionpb.EntityPartitionStats{EntityId: k.id, Partition: k.part, Stats: e.stats()}
+		return &partitionpb.EntityPartitionStats{EntityId: k.ID, Partition: k.Part, Stats: e.stats()}
 	}
 	if len(refs) == 0 {
 		out := make([]*partitionpb.EntityPartitionStats, 0, len(m.entities))
@@ -575,7 +486,7 @@ func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partiti
 	}
 	out := make([]*partitionpb.EntityPartitionStats, 0, len(refs))
 	for _, r := range refs {
-		k := ekey{r.GetEntityId(), r.GetPartition()}
+		k := ekey{ID: r.GetEntityId(), Part: r.GetPartition()}
 		if e, ok := m.entities[k]; ok {
 			out = append(out, one(k, e))
 		}
@@ -588,7 +499,7 @@ func (m *Machine) GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partiti
 func (m *Machine) HasEntity(entityID uint64, partition uint32) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	_, ok := m.entities[ekey{entityID, partition}]
+	_, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	return ok && m.usable() == nil
 }
 
@@ -597,24 +508,18 @@ func (m *Machine) HasEntity(entityID uint64, partition uint32) bool {
 func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{entityID, partition}
+	k := ekey{ID: entityID, Part: partition}
 	e, ok := m.entities[k]
 	if !ok || m.usable() != nil || !validSubQueue(q) {
 		return false
 	}
-	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: availableKey(k, q, e.availHead[q]),
-		UpperBound: prefixEnd(subPrefix(k, kindAvailable, q)),
-	})
+	scan, err := store.ScanAvailable(m.db, k, q, e.availHead[q])
 	if err != nil {
 		m.log.Error("partition: available", "entity", k, "err", err)
 		return false
 	}
-	found := it.First()
-	if found {
-		_, err = iterValue(it)
-	}
-	if err = closeIter(it, errors.Join(err, it.Error())); err != nil {
+	_, found, err := scan.Next()
+	if err = scan.Close(err); err != nil {
 		m.log.Error("partition: available", "entity", k, "err", err)
 		return false
 	}
@@ -637,27 +542,24 @@ const freshScan = 64
 // freshAvailable reports whether the main queue has a fresh message that is
 // not scheduled (entity.fresh).
 func (m *Machine) freshAvailable(e *entity) (bool, error) {
-	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh),
-		UpperBound: prefixEnd(subPrefix(e.key, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN)),
-	})
+	c, err := store.NewCursor(m.db, e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, e.fresh, false)
 	if err != nil {
 		return false, err
 	}
 	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := c.First(); valid; valid = c.Next() {
 		if n++; n > freshScan {
-			return true, closeIter(it, nil)
+			return true, c.Close(nil)
 		}
-		msg, err := iterState(it)
+		msg, err := c.Message()
 		if err != nil {
-			return false, closeIter(it, err)
+			return false, c.Close(err)
 		}
-		if slotOf(msg).available() {
-			return true, closeIter(it, nil)
+		if store.SlotOf(msg).Available() {
+			return true, c.Close(nil)
 		}
 	}
-	return false, closeIter(it, it.Error())
+	return false, c.Close(c.Error())
 }
 
 // Changed returns a channel that is closed after the next Apply that made a
@@ -666,7 +568,7 @@ func (m *Machine) freshAvailable(e *entity) (bool, error) {
 // entity, and when the machine closes (wake.go). Call it again for the
 // next change.
 func (m *Machine) Changed(id uint64, part uint32, q partitionpb.SubQueue) <-chan struct{} {
-	return m.wakeups.channel(wakeKey{ekey{id, part}, q})
+	return m.wakeups.channel(wakeKey{ekey{ID: id, Part: part}, q})
 }
 
 func validSubQueue(q partitionpb.SubQueue) bool {
@@ -697,7 +599,7 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	k := ekey{entityID, partition}
+	k := ekey{ID: entityID, Part: partition}
 	if _, ok := m.entities[k]; !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
@@ -708,33 +610,30 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	if want == 0 {
 		return nil, nil
 	}
-	it, err := m.db.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(k, q, from),
-		UpperBound: prefixEnd(subPrefix(k, kindMessage, q)),
-	})
+	c, err := store.NewCursor(m.db, k, q, from, false)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
 	var out []*partitionpb.StoredMessage
 	var size int64
-	for valid := it.First(); valid && len(out) < want && size < MaxPeekBytes; valid = it.Next() {
-		msg, err := iterState(it)
+	for valid := c.First(); valid && len(out) < want && size < MaxPeekBytes; valid = c.Next() {
+		msg, err := c.Message()
 		if err != nil {
-			return nil, closeIter(it, err)
+			return nil, c.Close(err)
 		}
 		if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) ||
 			!sessionOf(msg, sessionID) {
 			continue
 		}
 		if err := readBody(m.db, m.logs, k, msg); err != nil {
-			return nil, closeIter(it, err)
+			return nil, c.Close(err)
 		}
 		dropStoreRefs(msg)
 		unlock(msg)
 		out = append(out, msg)
 		size += msg.Size
 	}
-	if err := closeIter(it, it.Error()); err != nil {
+	if err := c.Close(c.Error()); err != nil {
 		return nil, err
 	}
 	return out, nil

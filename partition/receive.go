@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -15,7 +14,7 @@ import (
 // renewLocks act on them by lock token, and expireLocks ends the locks
 // that ran out.
 
-func expired(m *partitionpb.StoredMessage, now int64) bool { return slotOf(m).expired(now) }
+func expired(m *partitionpb.StoredMessage, now int64) bool { return store.SlotOf(m).Expired(now) }
 
 func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	e, err := a.receiving(c.EntityId, c.Partition, c.SubQueue)
@@ -43,12 +42,9 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	// index, whose entries are all below entity.fresh, then, in the main
 	// queue, the fresh messages, which have no index entries.
 	head := e.availHead[c.SubQueue]
-	it, err := a.b.NewIter(&pebble.IterOptions{
-		LowerBound: availableKey(e.key, c.SubQueue, head),
-		UpperBound: prefixEnd(subPrefix(e.key, kindAvailable, c.SubQueue)),
-	})
+	avail, err := a.b.Available(e.key, c.SubQueue, head)
 	if err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
+		return nil, err
 	}
 	main := c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
 	from := head
@@ -57,7 +53,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	}
 	cur, err := a.newMessageCursor(e, c.SubQueue, from, a.bodies)
 	if err != nil {
-		return nil, closeIter(it, err)
+		return nil, avail.Close(err)
 	}
 	next, passed, count, taken := head, 0, 0, int64(0)
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
@@ -65,10 +61,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	// slot old whose state record under key is p. Only a replica that
 	// answers the batch decodes the messages it hands out, for its result
 	// (see lockRecord).
-	take := func(key, p []byte, old slot) error {
-		whole := func() (*partitionpb.StoredMessage, error) { return decodeState(key, p) }
+	take := func(key, p []byte, old store.Slot) error {
+		whole := func() (*partitionpb.StoredMessage, error) { return store.DecodeState(key, p) }
 		switch {
-		case main && old.expired(a.now):
+		case main && old.Expired(a.now):
 			passed++
 			if e.cfg.DeadLetteringOnExpiration {
 				m, err := whole()
@@ -81,7 +77,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			return a.remove(e, old)
 		case c.ReceiveAndDelete:
 			count++
-			taken += old.size
+			taken += old.Size
 			if a.bodies {
 				m, err := whole()
 				if err != nil {
@@ -95,10 +91,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			return a.remove(e, old)
 		default:
 			count++
-			taken += old.size
-			token, until := lockToken(old.seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
+			taken += old.Size
+			token, until := lockToken(old.Seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
 			if a.recordLocks {
-				a.handedOut = append(a.handedOut, old.seq)
+				a.handedOut = append(a.handedOut, old.Seq)
 			}
 			if a.bodies {
 				m, err := whole()
@@ -115,60 +111,60 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		}
 	}
 	err = func() error {
-		for valid := it.First(); valid && more(); valid = it.Next() {
-			if _, err := iterValue(it); err != nil {
+		for more() {
+			seq, ok, err := avail.Next()
+			if err != nil {
 				return err
 			}
-			seq, ok := parseAvailableKey(it.Key())
 			if !ok {
-				return fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key())
+				break
 			}
-			p, err := cur.record(seq)
+			p, err := cur.Record(seq)
 			if err != nil {
 				return err
 			}
 			if p == nil {
 				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
 			}
-			s, _, err := stateSlot(p)
+			s, _, err := store.StateSlot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.Key(), err)
 			}
-			if !s.available() || !e.indexedAvailable(s) {
+			if !s.Available() || !e.indexedAvailable(s) {
 				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
-			if err := take(cur.key, p, s); err != nil {
+			if err := take(cur.Key(), p, s); err != nil {
 				return err
 			}
 			next = seq + 1 // every entry passed is gone
 		}
-		if err := it.Error(); err != nil || !main {
-			return err
+		if !main {
+			return nil
 		}
 		// The fresh messages: every one passed is no longer fresh, so
 		// fresh moves past it once it has been handled (as fresh).
-		for valid := cur.seekState(e.fresh); valid && more(); valid = cur.states.Next() {
-			p, err := iterValue(cur.states)
+		for valid := cur.SeekState(e.fresh); valid && more(); valid = cur.Next() {
+			key, p, err := cur.State()
 			if err != nil {
 				return err
 			}
-			s, _, err := stateSlot(p)
+			s, _, err := store.StateSlot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.states.Key(), err)
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 			}
-			if s.available() {
-				err = take(cur.states.Key(), p, s)
+			if s.Available() {
+				err = take(key, p, s)
 			} else {
 				passed++ // scheduled: it will come back with a new number
 			}
 			if err != nil {
 				return err
 			}
-			e.fresh = s.seq + 1
+			e.fresh = s.Seq + 1
 		}
-		return cur.states.Error()
+		return cur.Error()
 	}()
-	if err := closeIter(it, cur.close(err)); err != nil {
+	if err := avail.Close(cur.close(err)); err != nil {
 		return nil, err
 	}
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
@@ -205,7 +201,7 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 	}
 	still := make(map[uint64]*partitionpb.StoredMessage, len(seqs))
 	for i, f := range found {
-		if !f.found || !f.s.locked || f.s.until <= a.now || !bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
+		if !f.found || !f.s.Locked || f.s.Until <= a.now || !bytes.Equal(f.token[:], lockToken(seqs[i], done.TokenSeed)) {
 			continue
 		}
 		if err := cur.body(f.m); err != nil {
@@ -230,7 +226,7 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 // lockedRecord is a locked message found by its lock token: its slot,
 // and the message itself when the caller changes it rather than removes it.
 type lockedRecord struct {
-	s     slot
+	s     store.Slot
 	token [16]byte
 	m     *partitionpb.StoredMessage // nil unless asked for
 	found bool                       // the message is there (readLocked)
@@ -238,12 +234,12 @@ type lockedRecord struct {
 
 // newLockedRecord makes the record of a message in slot s locked by
 // token (m is the message, if decoded).
-func newLockedRecord(s slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
+func newLockedRecord(s store.Slot, token []byte, m *partitionpb.StoredMessage) lockedRecord {
 	r := lockedRecord{s: s, m: m}
 	if len(token) == len(r.token) {
 		copy(r.token[:], token)
 	} else {
-		r.s.locked = false // no token of 16 bytes names it
+		r.s.Locked = false // no token of 16 bytes names it
 	}
 	return r
 }
@@ -263,8 +259,8 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 		if !ok {
 			return nil, fmt.Errorf("%w: lock token %x is not %d bytes", ErrLockLost, tok, partitionpb.LockTokenBytes)
 		}
-		if p := partitionpb.PartitionOfSequence(seq); p != e.key.part {
-			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, p, e.key.part)
+		if p := partitionpb.PartitionOfSequence(seq); p != e.key.Part {
+			return nil, fmt.Errorf("%w: lock token %x is of partition %d, not %d", ErrLockLost, tok, p, e.key.Part)
 		}
 	}
 	order := make([]int, len(tokens)) // token positions, to be sorted by token
@@ -300,10 +296,10 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 		switch {
 		case !r.found:
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not in %s", ErrLockLost, tok, seq, sub)
-		case !r.s.locked || r.token != [16]byte(tok):
+		case !r.s.Locked || r.token != [16]byte(tok):
 			return nil, fmt.Errorf("%w: lock token %x: message %d is not locked by it", ErrLockLost, tok, seq)
-		case r.s.until <= a.now:
-			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, r.s.until)
+		case r.s.Until <= a.now:
+			return nil, fmt.Errorf("%w: lock token %x: message %d: the lock expired at %d", ErrLockLost, tok, seq, r.s.Until)
 		}
 		out = append(out, r)
 	}
@@ -319,13 +315,13 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 	out := make([]lockedRecord, len(seqs))
 	decode := func(key, p []byte) (lockedRecord, error) {
 		if whole {
-			m, err := decodeState(key, p)
+			m, err := store.DecodeState(key, p)
 			if err != nil {
 				return lockedRecord{}, err
 			}
-			return newLockedRecord(slotOf(m), m.LockToken, m), nil
+			return newLockedRecord(store.SlotOf(m), m.LockToken, m), nil
 		}
-		s, token, err := stateSlot(p)
+		s, token, err := store.StateSlot(p)
 		if err != nil {
 			return lockedRecord{}, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
 		}
@@ -337,8 +333,7 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 			out[i] = out[i-1]
 			continue
 		}
-		key := a.seqKey(e, kindMessage, sub, seq)
-		p, ok := a.lockedStates.get(key)
+		key, p, ok := a.b.CachedLocked(e.key, sub, seq)
 		if !ok {
 			if cur == nil {
 				var err error
@@ -347,13 +342,13 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 				}
 			}
 			var err error
-			if p, err = cur.record(seq); err != nil {
+			if p, err = cur.Record(seq); err != nil {
 				return nil, cur.close(err)
 			}
 			if p == nil {
 				continue
 			}
-			key = cur.key
+			key = cur.Key()
 		}
 		r, err := decode(key, p)
 		if err != nil {
@@ -448,7 +443,7 @@ func (a *applier) renewLocks(c *partitionpb.RenewLocks) (*partitionpb.Result, er
 // sequence order, or dead-lettered at max_delivery_count.
 func (a *applier) expireLocks() (*partitionpb.Result, error) {
 	// The scan reads grants from the batch: it must hold this Apply's.
-	if err := a.flushGrants(); err != nil {
+	if err := a.b.FlushGrants(); err != nil {
 		return nil, err
 	}
 	budget := a.lim.ExpiredLocks
@@ -457,54 +452,25 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		if e.minLockStale {
+		if e.locks.Stale {
 			// Raise the floor past the locks ended since it was read, so
 			// that the scan does not step over them (on a follower, no one
 			// asked for the earliest lock since).
-			if err := e.loadMinLock(a.b); err != nil {
+			if err := e.locks.Load(a.b.ReadView()); err != nil {
 				return nil, err
 			}
 			a.locks[k] = true // the store's view moves on with this batch
 		}
-		if e.lockFloorTime() > a.now {
-			continue
-		}
-		it, err := a.b.NewIter(&pebble.IterOptions{
-			LowerBound: e.lockFloor,
-			UpperBound: prefixEnd(kindPrefix(k, kindLock)),
+		// The scan sees the grants as flushed; expiring a lock clears its
+		// bit in the batch's copy, and each message is in one grant.
+		err := a.b.DueLocks(&e.locks, a.now, func(until int64, sub partitionpb.SubQueue, seq uint64) (bool, error) {
+			if err := a.expireLock(e, until, sub, seq); err != nil {
+				return false, err
+			}
+			budget--
+			return budget > 0, nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("partition: iterator: %w", err)
-		}
-		// The iterator sees the grants as flushed; expiring a lock clears
-		// its bit in the applier's copy, and each message is in one grant.
-		for valid := it.First(); valid && budget > 0; valid = it.Next() {
-			until, sub, base, ok := parseLockKey(it.Key())
-			if !ok {
-				return nil, closeIter(it, fmt.Errorf("%w: lock grant key %x", ErrCorrupt, it.Key()))
-			}
-			if until > a.now {
-				break
-			}
-			p, err := iterValue(it)
-			if err != nil {
-				return nil, closeIter(it, err)
-			}
-			g, err := decodeGrant(it.Key(), p)
-			if err != nil {
-				return nil, closeIter(it, err)
-			}
-			for _, seq := range g.seqs(base) {
-				if budget == 0 {
-					break
-				}
-				if err := a.expireLock(e, until, sub, seq); err != nil {
-					return nil, closeIter(it, err)
-				}
-				budget--
-			}
-		}
-		if err := closeIter(it, it.Error()); err != nil {
 			return nil, err
 		}
 	}
@@ -514,15 +480,15 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 // expireLock ends the lock of message seq, which its grant says is locked
 // until `until`.
 func (a *applier) expireLock(e *entity, until int64, sub partitionpb.SubQueue, seq uint64) error {
-	m, err := getState(a.b, messageKey(e.key, sub, seq))
+	m, err := a.b.State(e.key, sub, seq)
 	if err != nil {
 		return err
 	}
 	if m == nil {
 		return fmt.Errorf("%w: %s: lock grant names message %d, which is not there", ErrCorrupt, e.key, seq)
 	}
-	old := slotOf(m)
-	if !old.locked || old.until != until {
+	old := store.SlotOf(m)
+	if !old.Locked || old.Until != until {
 		return fmt.Errorf("%w: %s: message %d is in a lock grant until %d but is not locked until then", ErrCorrupt, e.key, seq, until)
 	}
 	unlock(m)

@@ -13,7 +13,7 @@ import (
 // opens, its entities never accessed; a record written now reads back
 // whole.
 func TestEntityRecordV2(t *testing.T) {
-	k := ekey{7, 1}
+	k := ekey{ID: 7, Part: 1}
 	cfg := &partitionpb.EntityConfig{EntityId: 7, Partition: 1, Name: "q", LockDurationMs: 1000}
 	v2 := []byte{entityRecordV2}
 	for _, v := range []uint64{5, 3, 1, 0, 2, 999, 4} {

@@ -1,19 +1,15 @@
 package partition
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/encoding/protowire"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 // ---------------------------------------------------------------------------
 // Writing messages. Every change of a message goes through add, remove or
-// update, which keep its two records (keys.go), its index entries and the
+// update, which keep its two records (store/doc.go), its index entries and the
 // counters in step. Messages read from the store carry no sections unless
 // withBody added them; only add writes sections.
 
@@ -21,7 +17,7 @@ import (
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
-		if err := setBody(a.b, a.seqKey(e, kindBody, m.SubQueue, m.SequenceNumber), m); err != nil {
+		if err := a.b.PutBody(e.key, m); err != nil {
 			return err
 		}
 	}
@@ -31,16 +27,10 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 // putState writes the state record of m, which the caller has taken out of
 // the indexes and counters, and puts it back into them.
 func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
-	h, an, bare := m.Header, m.Annotations, m.Bare
-	m.Header, m.Annotations, m.Bare = nil, nil, nil
-	key := a.seqKey(e, kindMessage, m.SubQueue, m.SequenceNumber)
-	p, err := setRecord(a.b, key, m, false)
-	m.Header, m.Annotations, m.Bare = h, an, bare
-	if err != nil {
+	if err := a.b.PutState(e.key, m); err != nil {
 		return err
 	}
-	a.lockedStates.wrote(key, p, len(m.LockToken) > 0)
-	s := slotOf(m)
+	s := store.SlotOf(m)
 	if err := a.index(e, s, true); err != nil {
 		return err
 	}
@@ -55,7 +45,7 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 // record and encoding it again).
 //
 // The record it writes is the one the encoder would write for the locked
-// message, byte for byte (appendLocked), so every replica writes the same
+// message, byte for byte (store.AppendLocked), so every replica writes the same
 // bytes whichever way it locks. A replica that does not answer the batch
 // (its Lock results carry no messages) therefore never decodes the
 // messages it locks: a Lock's decode and encode of each message were a
@@ -63,26 +53,23 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 // replicas whose results nobody reads. An available message has no lock
 // fields (unlock clears both, and the encoder leaves zero fields out); one
 // that has is locked the long way.
-func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) error {
-	if old.until != 0 || old.locked || until == 0 {
+func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until int64) error {
+	if old.Until != 0 || old.Locked || until == 0 {
 		return a.lockWhole(e, old, p, token, until)
 	}
-	v, ok := appendLocked(a.recBuf[:0], p, token, until)
+	v, ok := a.b.LockedRecord(p, token, until)
 	if !ok {
 		return a.lockWhole(e, old, p, token, until)
 	}
-	a.recBuf = v
 	if err := a.index(e, old, false); err != nil {
 		return err
 	}
 	e.n.add(old, -1)
-	key := a.seqKey(e, kindMessage, old.sub, old.seq)
-	if err := setSealed(a.b, key, v); err != nil {
+	if err := a.b.PutLocked(e.key, old, v); err != nil {
 		return err
 	}
-	a.lockedStates.wrote(key, v, true)
 	s := old
-	s.locked, s.until = true, until
+	s.Locked, s.Until = true, until
 	if err := a.index(e, s, true); err != nil {
 		return err
 	}
@@ -92,8 +79,8 @@ func (a *applier) lockRecord(e *entity, old slot, p, token []byte, until int64) 
 }
 
 // lockWhole locks the long way: decode, then update.
-func (a *applier) lockWhole(e *entity, old slot, p, token []byte, until int64) error {
-	m, err := decodeState(a.seqKey(e, kindMessage, old.sub, old.seq), p)
+func (a *applier) lockWhole(e *entity, old store.Slot, p, token []byte, until int64) error {
+	m, err := store.DecodeMessageState(e.key, old.Sub, old.Seq, p)
 	if err != nil {
 		return err
 	}
@@ -101,87 +88,37 @@ func (a *applier) lockWhole(e *entity, old slot, p, token []byte, until int64) e
 	return a.update(e, old, m)
 }
 
-// appendLocked appends to dst the state record p, as the encoder writes it
-// for a message without a lock, with the lock token and locked-until
-// (non-zero) put where the encoder puts them: fields in number order, and
-// those it does not know last. ok is false if p is not such a record.
-func appendLocked(dst, p, token []byte, until int64) (_ []byte, ok bool) {
-	at := 0
-	for at < len(p) {
-		num, typ, n := protowire.ConsumeTag(p[at:])
-		if n < 0 || num == fieldLockToken || num == fieldLockedUntil {
-			return nil, false
-		}
-		if num > fieldLockedUntil {
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, p[at+n:])
-		if m < 0 {
-			return nil, false
-		}
-		at += n + m
-	}
-	dst = append(dst, p[:at]...)
-	dst = protowire.AppendBytes(protowire.AppendTag(dst, fieldLockToken, protowire.BytesType), token)
-	dst = protowire.AppendVarint(protowire.AppendTag(dst, fieldLockedUntil, protowire.VarintType), uint64(until))
-	return append(dst, p[at:]...), true
-}
-
-// singleDelete deletes a record written once since it was last deleted:
-// a body record (written when its message is added or moves, deleted when
-// it goes or moves) or an index entry (set when a message enters a slot,
-// deleted when it leaves it; update takes the old entries out before it
-// puts the new ones in). Pebble drops such a delete together with the
-// write it meets, at the first flush or compaction that holds both,
-// instead of carrying a tombstone down the levels: a lock's index entry
-// and its delete mostly share a memtable and never reach a table. A
-// BacklogCycle benchmark compacted 37% fewer bytes per message received.
-// A record written twice without a delete between would come back after
-// the delete, so state records, which locks and settlements rewrite, are
-// deleted with Delete; pebble reports a single delete that meets no write
-// or two (Machine.misuse), and TestDeterminism checks that it never does.
-func (a *applier) singleDelete(key []byte) error { return a.b.SingleDelete(key, nil) }
-
-// seqKey returns the key of a message's record of the given kind in the
-// applier's key buffer, valid until the next call. The batch copies keys.
-func (a *applier) seqKey(e *entity, kind byte, sub partitionpb.SubQueue, seq uint64) []byte {
-	a.keyBuf = appendSeqKey(a.keyBuf[:0], e.key, kind, sub, seq)
-	return a.keyBuf
-}
-
 // remove deletes the message in slot s.
-func (a *applier) remove(e *entity, s slot) error {
+func (a *applier) remove(e *entity, s store.Slot) error {
 	if err := a.unslot(e, s); err != nil {
 		return err
 	}
-	if len(s.blob) > 0 {
+	if len(s.Blob) > 0 {
 		var err error
-		if s.blobEntity != 0 {
-			err = a.releaseSharedBlob(e.key, s.blobEntity, s.blob, 1, true)
+		if s.BlobEntity != 0 {
+			err = a.b.ReleaseSharedBlob(e.key, s.BlobEntity, s.Blob, 1, true)
 		} else {
-			err = a.dropBlob(e, s.blob)
+			err = a.dropBlob(e, s.Blob)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if s.inLog {
+	if s.InLog {
 		return nil // no body record (logbodies.go)
 	}
-	return a.singleDelete(a.seqKey(e, kindBody, s.sub, s.seq))
+	return a.b.DeleteBody(e.key, s.Sub, s.Seq)
 }
 
 // unslot deletes the state record of the message in slot s and takes it
 // out of the indexes and counters.
-func (a *applier) unslot(e *entity, s slot) error {
+func (a *applier) unslot(e *entity, s store.Slot) error {
 	if err := a.index(e, s, false); err != nil {
 		return err
 	}
-	key := a.seqKey(e, kindMessage, s.sub, s.seq)
-	if err := a.b.Delete(key, nil); err != nil {
+	if err := a.b.DeleteState(e.key, s); err != nil {
 		return err
 	}
-	a.lockedStates.deleted(key)
 	e.n.add(s, -1)
 	a.dirty[e.key] = true
 	return nil
@@ -191,10 +128,10 @@ func (a *applier) unslot(e *entity, s slot) error {
 // When m has moved (to another sub-queue, or to a new sequence number) its
 // body record moves with it, unread (a body in the Raft log is named by
 // the state record, which moves anyway).
-func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) error {
-	if old.sub != m.SubQueue || old.seq != m.SequenceNumber {
-		if !old.inLog {
-			if err := a.moveBody(e, old, m.SubQueue, m.SequenceNumber); err != nil {
+func (a *applier) update(e *entity, old store.Slot, m *partitionpb.StoredMessage) error {
+	if old.Sub != m.SubQueue || old.Seq != m.SequenceNumber {
+		if !old.InLog {
+			if err := a.b.MoveBody(e.key, old.Sub, old.Seq, m.SubQueue, m.SequenceNumber); err != nil {
 				return err
 			}
 		}
@@ -210,88 +147,64 @@ func (a *applier) update(e *entity, old slot, m *partitionpb.StoredMessage) erro
 	return a.putState(e, m)
 }
 
-// moveBody moves the body record of the message in slot old to its new
-// place, sealed for its new key.
-func (a *applier) moveBody(e *entity, old slot, sub partitionpb.SubQueue, seq uint64) error {
-	from := bodyKey(e.key, old.sub, old.seq)
-	p, found, err := get(a.b, from)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, old.seq, e.key)
-	}
-	to := bodyKey(e.key, sub, seq)
-	if err := a.b.Set(to, seal(to, p), nil); err != nil {
-		return err
-	}
-	return a.singleDelete(from)
-}
-
 // withBody reads the sections of m, which is about to be returned in a
 // result, when this replica answers the batch (see Batch.proposer).
 func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 	if !a.bodies {
 		return nil
 	}
-	return readBody(a.b, a.logs, e.key, m)
+	return readBody(a.b.ReadView(), a.logs, e.key, m)
 }
 
 // index sets (or deletes) the index entries of a message in slot s.
-func (a *applier) index(e *entity, s slot, set bool) error {
-	var keys [][]byte
+func (a *applier) index(e *entity, s store.Slot, set bool) error {
 	session := e.inSession(s)
 	var dAvail, dHeld, dParked int64
-	if s.available() {
+	if s.Available() {
 		if set {
-			a.woken[wakeKey{e.key, s.sub}] = true
+			a.woken[wakeKey{e.key, s.Sub}] = true
 		}
 		if session {
-			keys = append(keys, sessionStreamKey(e.key, kindSessionMsg, s.sub, s.session, s.seq))
+			if err := a.b.SetSessionEntry(e.key, store.KindSessionMsg, s.Sub, s.Session, s.Seq, set); err != nil {
+				return err
+			}
 			dAvail = 1
 		} else if e.indexedAvailable(s) {
-			keys = append(keys, availableKey(e.key, s.sub, s.seq))
 			if set {
-				e.availHead[s.sub] = min(e.availHead[s.sub], s.seq)
+				e.availHead[s.Sub] = min(e.availHead[s.Sub], s.Seq)
+			}
+			if err := a.b.SetAvailable(e.key, s.Sub, s.Seq, set); err != nil {
+				return err
 			}
 		}
 	}
-	if s.locked {
+	if s.Locked {
 		a.locks[e.key] = true
-		if err := a.markLock(e, s, set); err != nil {
+		if err := a.b.MarkLock(&e.locks, e.key, s, set); err != nil {
 			return err
 		}
 		if session {
-			keys = append(keys, sessionStreamKey(e.key, kindSessionHeld, s.sub, s.session, s.seq))
+			if err := a.b.SetSessionEntry(e.key, store.KindSessionHeld, s.Sub, s.Session, s.Seq, set); err != nil {
+				return err
+			}
 			dHeld = 1
 		}
 	}
-	if session && !s.available() && !s.locked {
-		keys = append(keys, sessionStreamKey(e.key, kindSessionParked, s.sub, s.session, s.seq))
+	if session && !s.Available() && !s.Locked {
+		if err := a.b.SetSessionEntry(e.key, store.KindSessionParked, s.Sub, s.Session, s.Seq, set); err != nil {
+			return err
+		}
 		dParked = 1
 	}
-	if s.state == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
-		keys = append(keys, scheduledKey(e.key, s.at, s.seq))
+	if s.State == partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 		a.scheds[e.key] = true
-		if set {
-			e.sched.lower(keys[len(keys)-1])
+		if err := a.b.SetDue(&e.sched, s.At, s.Seq, set); err != nil {
+			return err
 		}
 	}
-	if s.expiring() && !session {
-		keys = append(keys, expiryKey(e.key, s.exp, s.seq))
+	if s.Expiring() && !session {
 		a.exps[e.key] = true
-		if set {
-			e.exp.lower(keys[len(keys)-1])
-		}
-	}
-	for _, k := range keys {
-		var err error
-		if set {
-			err = setSealed(a.b, k, nil)
-		} else {
-			err = a.singleDelete(k)
-		}
-		if err != nil {
+		if err := a.b.SetDue(&e.exp, s.Exp, s.Seq, set); err != nil {
 			return err
 		}
 	}
@@ -299,7 +212,7 @@ func (a *applier) index(e *entity, s slot, set bool) error {
 		if !set {
 			dAvail, dHeld, dParked = -dAvail, -dHeld, -dParked
 		}
-		return a.countSessionMessage(e, s.session, s.seq, dAvail, dHeld, dParked)
+		return a.countSessionMessage(e, s.Session, s.Seq, dAvail, dHeld, dParked)
 	}
 	return nil
 }
@@ -329,112 +242,43 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 	}
 }
 
-// messageCursor reads the messages of one sub-queue in ascending sequence
-// order, from a state iterator and (when bodies are wanted) a body
-// iterator, each moved forward by seeks: a pass over an index or a list of
-// tokens in sequence order costs one iterator step per message instead of
-// a point read through every level of the store.
+// messageCursor is a store.Cursor whose bodies come from wherever they
+// are: a body record, the Raft log (logbodies.go) or a staged blob
+// (blobs.go).
 type messageCursor struct {
-	k      ekey
-	state0 []byte // prefix of the sub-queue's state records
-	body0  []byte // prefix of its body records
-	states *pebble.Iterator
-	bodies *pebble.Iterator // nil: no bodies are read
-	logs   *logReader       // bodies kept in the Raft log, if any
-	r      pebble.Reader    // where blobs are read (blobs.go)
-	key    []byte
+	store.Cursor
+	k    ekey
+	logs *logReader   // bodies kept in the Raft log, if any
+	r    store.Reader // where blobs are read
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c := &messageCursor{k: e.key, state0: subPrefix(e.key, kindMessage, sub), body0: subPrefix(e.key, kindBody, sub), logs: a.logs, r: a.b}
-	var err error
-	if c.states, err = a.b.NewIter(&pebble.IterOptions{
-		LowerBound: messageKey(e.key, sub, from),
-		UpperBound: prefixEnd(c.state0),
-	}); err != nil {
-		return nil, fmt.Errorf("partition: iterator: %w", err)
-	}
-	if bodies {
-		if c.bodies, err = a.b.NewIter(&pebble.IterOptions{
-			LowerBound: bodyKey(e.key, sub, from),
-			UpperBound: prefixEnd(c.body0),
-		}); err != nil {
-			return nil, closeIter(c.states, fmt.Errorf("partition: iterator: %w", err))
-		}
+	c := &messageCursor{k: e.key, logs: a.logs, r: a.b.ReadView()}
+	if err := a.b.OpenCursor(&c.Cursor, e.key, sub, from, bodies); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// seek positions it at key and returns its unsealed value, or nil if the
-// key is absent. Callers seek forward: pebble then tries the next few keys
-// of each level before it searches (TrySeekUsingNext), and a seek to where
-// the iterator already stands costs nothing. Stepping with Next first, as
-// an earlier version did, lost that for the seek after it: completing
-// every other message of a lock went from 71-85k to 60-63k msgs/s
-// (BenchmarkSettleScattered).
-func (c *messageCursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
-	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
-		if err := it.Error(); err != nil {
-			return nil, fmt.Errorf("partition: read %x: %w", key, err)
-		}
-		return nil, nil
-	}
-	return iterValue(it)
-}
-
-// lookup reads the state record of seq; nil if there is none.
-func (c *messageCursor) lookup(seq uint64) (*partitionpb.StoredMessage, error) {
-	p, err := c.record(seq)
-	if err != nil || p == nil {
-		return nil, err
-	}
-	return decodeState(c.key, p)
-}
-
-// record returns the unsealed state record of seq, valid until the cursor
-// moves, with its key in c.key; nil if there is none.
-func (c *messageCursor) record(seq uint64) ([]byte, error) {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
-	return c.seek(c.states, c.key)
-}
-
-// seekState positions the state iterator at the first message with a
-// sequence number of seq or more.
-func (c *messageCursor) seekState(seq uint64) bool {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
-	return c.states.SeekGE(c.key)
-}
-
 // body fills in m's sections, if the cursor reads bodies.
 func (c *messageCursor) body(m *partitionpb.StoredMessage) error {
-	if c.bodies == nil {
+	if !c.ReadsBodies() {
 		return nil
 	}
 	if m.BodyIndex != 0 {
 		return c.logs.sections(m)
 	}
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
-	p, err := c.seek(c.bodies, c.key)
-	if err == nil && p == nil {
-		err = fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, m.SequenceNumber, c.k)
-	}
-	if err != nil {
-		return err
-	}
-	if err := mergeBody(c.key, p, m); err != nil || len(m.BodyBlob) == 0 {
+	if err := c.Body(m); err != nil || len(m.BodyBlob) == 0 {
 		return err
 	}
 	return readBlob(c.r, c.k, m)
 }
 
-// close closes the iterators and returns the first of err and their errors;
-// a nil cursor (one never made) returns err.
+// close closes the cursor and returns the first of err and its errors; a
+// nil cursor (one never made) returns err.
 func (c *messageCursor) close(err error) error {
 	if c == nil {
 		return err
 	}
-	if c.bodies != nil {
-		err = closeIter(c.bodies, err)
-	}
-	return closeIter(c.states, err)
+	return c.Close(err)
 }

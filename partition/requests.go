@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -131,21 +130,18 @@ func (a *applier) lockOnce(c *partitionpb.Command, l lockTarget, done *partition
 // replace; a point read costs the apply path more than the rest of a
 // request's bookkeeping, so it reads once.
 func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64, err error) {
-	if a.reqFilter.absent(id, *a.reqFloor) {
+	if a.reqFilter.Absent(id, *a.reqFloor) {
 		return nil, nil, nil
 	}
-	p, found, err := get(a.b, requestKey(id))
+	at, p, found, err := a.b.RequestResult(id)
 	if err != nil || !found {
 		return nil, nil, err
 	}
-	if len(p) < 8 {
-		return nil, nil, fmt.Errorf("%w: request %x: record of %d bytes", ErrCorrupt, id, len(p))
-	}
-	if at := timeFromBits(binary.BigEndian.Uint64(p)); a.now-at >= requestWindowMs {
+	if a.now-at >= requestWindowMs {
 		return nil, &at, nil // expired, not yet pruned: new again
 	}
 	r = new(partitionpb.Result)
-	if err := proto.Unmarshal(p[8:], r); err != nil {
+	if err := proto.Unmarshal(p, r); err != nil {
 		return nil, nil, fmt.Errorf("%w: request %x: %v", ErrCorrupt, id, err)
 	}
 	return r, nil, nil
@@ -154,39 +150,19 @@ func (a *applier) requestResult(id []byte) (r *partitionpb.Result, stale *int64,
 // recordRequest stores the result r of request id, applied now, in place
 // of the expired result applied at stale, if there is one.
 func (a *applier) recordRequest(id []byte, r *partitionpb.Result, stale *int64) error {
-	k := requestKey(id)
-	if stale != nil {
-		if err := a.singleDelete(requestTimeKey(*stale, id)); err != nil {
-			return err
-		}
-		if err := a.singleDelete(k); err != nil {
-			return err
-		}
-	}
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+marshal.Size(r)), timeBits(a.now))
-	v, err := marshal.MarshalAppend(v, r)
-	if err != nil {
-		return fmt.Errorf("partition: request %x: %w", id, err)
-	}
-	if err := setSealed(a.b, k, v); err != nil {
-		return err
-	}
-	tk := requestTimeKey(a.now, id)
-	if err := setSealed(a.b, tk, nil); err != nil {
+	if err := a.b.PutRequestResult(id, a.now, stale, r); err != nil {
 		return err
 	}
 	*a.reqFloor = min(*a.reqFloor, a.now)
-	a.reqFilter.add(id, a.now)
+	a.reqFilter.Add(id, a.now)
 	return nil
 }
 
 // pruneRequests deletes up to budget results older than the window,
-// oldest first (pruneByTime).
+// oldest first (store.Batch.PruneRequests).
 func (a *applier) pruneRequests(budget int) error {
 	if a.now < math.MinInt64+requestWindowMs {
 		return nil
 	}
-	// Single deletes: recordRequest deletes an expired result before it
-	// writes the id's new one, so each is written once between deletes.
-	return a.pruneByTime([]byte{prefixReqTime}, a.now-requestWindowMs, a.reqFloor, budget, a.singleDelete, requestKey)
+	return a.b.PruneRequests(a.now-requestWindowMs, a.reqFloor, budget)
 }

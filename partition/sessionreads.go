@@ -1,11 +1,9 @@
 package partition
 
 import (
-	"encoding/binary"
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -20,7 +18,7 @@ func (m *Machine) sessionEntity(entityID uint64, partition uint32) (*entity, err
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	e, ok := m.entities[ekey{entityID, partition}]
+	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d/%d", ErrEntityNotFound, entityID, partition)
 	}
@@ -43,14 +41,14 @@ func (m *Machine) SessionState(entityID uint64, partition uint32, sid string, to
 	if err := checkSessionID(sid); err != nil {
 		return nil, err
 	}
-	r, err := readSession(m.db, e.key, sid)
+	r, err := store.ReadSession(m.db, e.key, sid)
 	if err != nil {
 		return nil, err
 	}
-	if !r.lockedBy(token, nowMs) {
+	if !r.LockedBy(token, nowMs) {
 		return nil, fmt.Errorf("%w: session %q of %s", ErrSessionLockLost, sid, e.cfg.Name)
 	}
-	return r.state, nil
+	return r.State, nil
 }
 
 // ListSessions returns the ids of the sessions that have messages
@@ -64,7 +62,7 @@ func (m *Machine) ListSessions(entityID uint64, partition uint32, skip, top uint
 	if err != nil {
 		return nil, err
 	}
-	return listSessions(m.db, e.key, int(skip), int(min(top, MaxListSessions)), updatedSinceMs)
+	return store.ListSessions(m.db, e.key, int(skip), int(min(top, MaxListSessions)), updatedSinceMs)
 }
 
 // SessionReady reports whether the entity partition has a session with
@@ -76,7 +74,7 @@ func (m *Machine) SessionReady(entityID uint64, partition uint32) bool {
 	if err != nil {
 		return false
 	}
-	_, _, ok, err := firstReadySession(m.db, e)
+	_, _, ok, err := e.ready.FirstReady(m.db, e.key)
 	if err != nil {
 		m.log.Error("partition: session ready", "entity", e.key, "err", err)
 	}
@@ -92,12 +90,12 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 	if err != nil {
 		return false
 	}
-	r, err := readSession(m.db, e.key, sid)
+	r, err := store.ReadSession(m.db, e.key, sid)
 	if err != nil {
 		m.log.Error("partition: session available", "entity", e.key, "err", err)
 		return false
 	}
-	return r.avail > 0
+	return r.Avail > 0
 }
 
 // PeekSession is Peek restricted to one session's messages (a session
@@ -108,7 +106,7 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 // the entity partition's messages.
 func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
 	m.mu.RLock()
-	e, ok := m.entities[ekey{entityID, partition}]
+	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	indexed := ok && e.cfg.RequiresSession
 	m.mu.RUnlock()
 	if !indexed {
@@ -130,63 +128,27 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 	if want == 0 {
 		return nil, nil
 	}
-	var its []*pebble.Iterator
-	defer func() {
-		for _, it := range its {
-			it.Close()
-		}
-	}()
-	for _, kind := range []byte{kindSessionMsg, kindSessionHeld, kindSessionParked} {
-		prefix := sessionStreamPrefix(e.key, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sessionID)
-		it, err := m.db.NewIter(&pebble.IterOptions{
-			LowerBound: binary.BigEndian.AppendUint64(prefix, from),
-			UpperBound: prefixEnd(prefix),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("partition: iterator: %w", err)
-		}
-		its = append(its, it)
-		it.First()
+	scan, err := store.ScanSession(m.db, e.key, sessionID, from)
+	if err != nil {
+		return nil, err
 	}
+	defer scan.Close()
 	var out []*partitionpb.StoredMessage
 	var size int64
 	for len(out) < want && size < MaxPeekBytes {
-		// The entry of the lowest sequence number among the three.
-		var next *pebble.Iterator
-		var seq uint64
-		for _, it := range its {
-			if !it.Valid() {
-				if err := it.Error(); err != nil {
-					return nil, fmt.Errorf("partition: iterator: %w", err)
-				}
-				continue
-			}
-			key := it.Key()
-			if len(key) < 8 {
-				return nil, fmt.Errorf("%w: session key %x", ErrCorrupt, key)
-			}
-			if s := binary.BigEndian.Uint64(key[len(key)-8:]); next == nil || s < seq {
-				next, seq = it, s
-			}
+		seq, ok, err := scan.Next()
+		if err != nil {
+			return nil, err
 		}
-		if next == nil {
+		if !ok {
 			break
 		}
-		if _, err := iterValue(next); err != nil {
-			return nil, err
-		}
-		next.Next()
-		key := messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
-		p, found, err := get(m.db, key)
+		msg, err := store.ReadState(m.db, e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 		if err != nil {
 			return nil, err
 		}
-		if !found {
+		if msg == nil {
 			return nil, fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, sessionID, seq)
-		}
-		msg, err := decodeState(key, p)
-		if err != nil {
-			return nil, err
 		}
 		if msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
 			continue

@@ -3,6 +3,7 @@ package partition
 import (
 	"fmt"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -43,15 +44,15 @@ func (a *applier) sessionEntity(id uint64, part uint32) (*entity, error) {
 
 // heldSession returns the record of a session that token locks now, or
 // ErrSessionLockLost.
-func (a *applier) heldSession(e *entity, sid string, token []byte) (*sessionRecord, error) {
+func (a *applier) heldSession(e *entity, sid string, token []byte) (*store.Session, error) {
 	if err := checkSessionID(sid); err != nil {
 		return nil, err
 	}
-	r, err := a.session(e, sid)
+	r, err := a.b.Session(e.key, sid)
 	if err != nil {
 		return nil, err
 	}
-	if !r.lockedBy(token, a.now) {
+	if !r.LockedBy(token, a.now) {
 		return nil, fmt.Errorf("%w: session %q of %s", ErrSessionLockLost, sid, e.cfg.Name)
 	}
 	return r, nil
@@ -68,28 +69,26 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 	sid := c.SessionId
 	if c.Next {
 		var ok bool
-		var head []byte
-		sid, head, ok, err = firstReadySession(a.b, e)
+		sid, ok, err = a.b.NextReady(&e.ready, e.key)
 		if err != nil {
 			return nil, err
 		}
-		e.readyFloor = head // nothing is below it; the accept deletes at it
 		if !ok {
 			return okResult(), nil // none available
 		}
 	} else if err := checkSessionID(sid); err != nil {
 		return nil, err
 	}
-	r, err := a.session(e, sid)
+	r, err := a.b.Session(e.key, sid)
 	if err != nil {
 		return nil, err
 	}
-	if r.lockedBy(c.Token, a.now) {
+	if r.LockedBy(c.Token, a.now) {
 		// A repeated request, whose first answer was lost: it has it.
-		return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{r.until}}, nil
+		return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{r.Until}}, nil
 	}
-	if r.locked() {
-		if r.until > a.now {
+	if r.Locked() {
+		if r.Until > a.now {
 			return nil, fmt.Errorf("%w: session %q of %s is locked by another receiver", ErrSessionLocked, sid, e.cfg.Name)
 		}
 		// Run out but not yet ended by ExpireSessionLocks: end it now,
@@ -97,18 +96,18 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 		if err := a.endSessionLock(e, sid, true); err != nil {
 			return nil, err
 		}
-		if r, err = a.session(e, sid); err != nil {
+		if r, err = a.b.Session(e.key, sid); err != nil {
 			return nil, err
 		}
 	}
 	until := a.now + e.cfg.LockDurationMs
-	if err := a.setReady(e, sid, r, false, 0); err != nil {
+	if err := a.b.SetReady(&e.ready, e.key, sid, r, false, 0); err != nil {
 		return nil, err
 	}
 	if err := a.setSessionLock(e, sid, r, c.Token, until); err != nil {
 		return nil, err
 	}
-	if err := a.putSession(e, sid, r); err != nil {
+	if err := a.b.PutSession(e.key, sid, r); err != nil {
 		return nil, err
 	}
 	return &partitionpb.Result{SessionId: sid, LockedUntilMs: []int64{until}}, nil
@@ -118,7 +117,7 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 // to the session's stream, counting a delivery when countDeliveries (the
 // lock ran out) and not when the receiver gave the session back.
 func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) error {
-	held, err := sessionSeqs(a.b, e.key, kindSessionHeld, sid, 0)
+	held, err := a.b.SessionSeqs(e.key, store.KindSessionHeld, sid, 0)
 	if err != nil {
 		return err
 	}
@@ -127,8 +126,8 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 		if err != nil {
 			return err
 		}
-		old := slotOf(m)
-		if !old.locked {
+		old := store.SlotOf(m)
+		if !old.Locked {
 			return fmt.Errorf("%w: %s: message %d is held by session %q but not locked", ErrCorrupt, e.key, seq, sid)
 		}
 		unlock(m)
@@ -139,27 +138,27 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 			return err
 		}
 	}
-	r, err := a.session(e, sid)
+	r, err := a.b.Session(e.key, sid)
 	if err != nil {
 		return err
 	}
 	if err := a.setSessionLock(e, sid, r, nil, 0); err != nil {
 		return err
 	}
-	if r.avail > 0 {
-		head, err := sessionSeqs(a.b, e.key, kindSessionMsg, sid, 1)
+	if r.Avail > 0 {
+		head, err := a.b.SessionSeqs(e.key, store.KindSessionMsg, sid, 1)
 		if err != nil {
 			return err
 		}
 		if len(head) != 1 {
-			return fmt.Errorf("%w: %s: session %q counts %d available but has none", ErrCorrupt, e.key, sid, r.avail)
+			return fmt.Errorf("%w: %s: session %q counts %d available but has none", ErrCorrupt, e.key, sid, r.Avail)
 		}
-		if err := a.setReady(e, sid, r, true, head[0]); err != nil {
+		if err := a.b.SetReady(&e.ready, e.key, sid, r, true, head[0]); err != nil {
 			return err
 		}
 	}
 	a.woken[wakeKey{e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN}] = true // an accept-next may take it
-	return a.putSession(e, sid, r)
+	return a.b.PutSession(e.key, sid, r)
 }
 
 func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionpb.Result, error) {
@@ -172,7 +171,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		return nil, err
 	}
 	until := a.now + e.cfg.LockDurationMs
-	held, err := sessionSeqs(a.b, e.key, kindSessionHeld, c.SessionId, 0)
+	held, err := a.b.SessionSeqs(e.key, store.KindSessionHeld, c.SessionId, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +180,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		if err != nil {
 			return nil, err
 		}
-		old := slotOf(m)
+		old := store.SlotOf(m)
 		m.LockedUntilMs = until
 		if err := a.update(e, old, m); err != nil {
 			return nil, err
@@ -190,7 +189,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 	if err := a.setSessionLock(e, c.SessionId, r, c.Token, until); err != nil {
 		return nil, err
 	}
-	if err := a.putSession(e, c.SessionId, r); err != nil {
+	if err := a.b.PutSession(e.key, c.SessionId, r); err != nil {
 		return nil, err
 	}
 	return &partitionpb.Result{SessionId: c.SessionId, LockedUntilMs: []int64{until}}, nil
@@ -208,12 +207,12 @@ func (a *applier) setSessionState(c *partitionpb.SetSessionState) (*partitionpb.
 	if err != nil {
 		return nil, err
 	}
-	r.state = nil
+	r.State = nil
 	if len(c.State) > 0 {
-		r.state = c.State
+		r.State = c.State
 	}
-	r.updated = a.now
-	return okResult(), a.putSession(e, c.SessionId, r)
+	r.Updated = a.now
+	return okResult(), a.b.PutSession(e.key, c.SessionId, r)
 }
 
 func (a *applier) releaseSession(c *partitionpb.ReleaseSession) (*partitionpb.Result, error) {
@@ -236,7 +235,7 @@ func (a *applier) expireSessionLocks() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		sids, err := a.dueSessionLocks(e, budget)
+		sids, err := a.b.DueSessionLocks(&e.slock, a.now, budget)
 		if err != nil {
 			return nil, err
 		}
@@ -267,10 +266,10 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	}
 	want := int(min(c.MaxCount, uint32(a.lim.LockCount)))
 	res := okResult()
-	if want == 0 || r.avail == 0 {
+	if want == 0 || r.Avail == 0 {
 		return res, nil
 	}
-	seqs, err := sessionSeqs(a.b, e.key, kindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
+	seqs, err := a.b.SessionSeqs(e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
 	if err != nil {
 		return nil, err
 	}
@@ -285,23 +284,23 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			if !expiring && (count >= want || taken >= a.lim.LockBytes) {
 				return nil
 			}
-			p, err := cur.record(seq)
+			p, err := cur.Record(seq)
 			if err != nil {
 				return err
 			}
 			if p == nil {
 				return fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, c.SessionId, seq)
 			}
-			old, _, err := stateSlot(p)
+			old, _, err := store.StateSlot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.key, err)
+				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.Key(), err)
 			}
-			if !old.available() {
+			if !old.Available() {
 				return fmt.Errorf("%w: %s: message %d is in session %q's stream but not available", ErrCorrupt, e.key, seq, c.SessionId)
 			}
-			if old.expired(a.now) || expiring {
+			if old.Expired(a.now) || expiring {
 				expiring = true
-				m, err := decodeState(cur.key, p)
+				m, err := store.DecodeState(cur.Key(), p)
 				if err != nil {
 					return err
 				}
@@ -311,12 +310,12 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 				continue
 			}
 			count++
-			taken += old.size
+			taken += old.Size
 			// As Lock does: only the answering replica decodes what it
 			// hands out; the others lock the record as it is.
 			var m *partitionpb.StoredMessage
 			if a.bodies {
-				if m, err = decodeState(cur.key, p); err != nil {
+				if m, err = store.DecodeState(cur.Key(), p); err != nil {
 					return err
 				}
 				if err := cur.body(m); err != nil {
@@ -335,9 +334,9 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			}
 			token := lockToken(seq, c.TokenSeed)
 			if m != nil {
-				m.LockToken, m.LockedUntilMs = token, r.until
+				m.LockToken, m.LockedUntilMs = token, r.Until
 			}
-			if err := a.lockRecord(e, old, p, token, r.until); err != nil {
+			if err := a.lockRecord(e, old, p, token, r.Until); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -22,36 +23,36 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	k := ekey{id, part}
+	k := ekey{ID: id, Part: part}
 	wantAvail, wantHeld, wantParked := map[string][]uint64{}, map[string][]uint64{}, map[string][]uint64{}
 	for _, msg := range msgs {
-		s := slotOf(msg)
+		s := store.SlotOf(msg)
 		switch {
-		case s.available():
-			wantAvail[s.session] = append(wantAvail[s.session], s.seq)
-		case s.locked:
-			wantHeld[s.session] = append(wantHeld[s.session], s.seq)
+		case s.Available():
+			wantAvail[s.Session] = append(wantAvail[s.Session], s.Seq)
+		case s.Locked:
+			wantHeld[s.Session] = append(wantHeld[s.Session], s.Seq)
 		default:
-			wantParked[s.session] = append(wantParked[s.session], s.seq)
+			wantParked[s.Session] = append(wantParked[s.Session], s.Seq)
 		}
 	}
-	sids, err := listSessions(m.db, k, 0, 1<<30, 0)
+	sids, err := store.ListSessions(m.db, k, 0, 1<<30, 0)
 	if err != nil {
 		return err
 	}
-	ready, err := prefixIter(m.db, kindPrefix(k, kindSessionReady))
+	ready, err := store.PrefixIter(m.db, store.KindPrefix(k, store.KindSessionReady))
 	if err != nil {
 		return err
 	}
 	readyN := 0
 	for valid := ready.First(); valid; valid = ready.Next() {
-		if e := m.entities[k]; readyN == 0 && e != nil && bytes.Compare(ready.Key(), e.readyFloor) < 0 {
-			closeIter(ready, nil)
-			return fmt.Errorf("ready entry %x below the scans' floor %x", ready.Key(), e.readyFloor)
+		if e := m.entities[k]; readyN == 0 && e != nil && bytes.Compare(ready.Key(), e.ready.Floor()) < 0 {
+			store.CloseIter(ready, nil)
+			return fmt.Errorf("ready entry %x below the scans' floor %x", ready.Key(), e.ready.Floor())
 		}
 		readyN++
 	}
-	if err := closeIter(ready, ready.Error()); err != nil {
+	if err := store.CloseIter(ready, ready.Error()); err != nil {
 		return err
 	}
 	for sid := range wantAvail {
@@ -71,19 +72,19 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 	}
 	offered := 0
 	for _, sid := range sids {
-		r, err := readSession(m.db, k, sid)
+		r, err := store.ReadSession(m.db, k, sid)
 		if err != nil {
 			return err
 		}
-		avail, err := sessionSeqs(m.db, k, kindSessionMsg, sid, 0)
+		avail, err := store.SessionSeqs(m.db, k, store.KindSessionMsg, sid, 0)
 		if err != nil {
 			return err
 		}
-		held, err := sessionSeqs(m.db, k, kindSessionHeld, sid, 0)
+		held, err := store.SessionSeqs(m.db, k, store.KindSessionHeld, sid, 0)
 		if err != nil {
 			return err
 		}
-		parked, err := sessionSeqs(m.db, k, kindSessionParked, sid, 0)
+		parked, err := store.SessionSeqs(m.db, k, store.KindSessionParked, sid, 0)
 		if err != nil {
 			return err
 		}
@@ -94,14 +95,14 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 			return fmt.Errorf("session %q: held %v, locked messages %v", sid, held, wantHeld[sid])
 		case !slices.Equal(parked, wantParked[sid]):
 			return fmt.Errorf("session %q: parked %v, deferred and scheduled messages %v", sid, parked, wantParked[sid])
-		case r.avail != int64(len(avail)) || r.held != int64(len(held)) || r.parked != int64(len(parked)):
-			return fmt.Errorf("session %q: record counts %d/%d/%d, indexes %d/%d/%d", sid, r.avail, r.held, r.parked, len(avail), len(held), len(parked))
-		case r.ready != (r.avail > 0 && !r.locked()):
-			return fmt.Errorf("session %q: ready %v with %d available, locked %v", sid, r.ready, r.avail, r.locked())
-		case len(held) > 0 && !r.locked():
+		case r.Avail != int64(len(avail)) || r.Held != int64(len(held)) || r.Parked != int64(len(parked)):
+			return fmt.Errorf("session %q: record counts %d/%d/%d, indexes %d/%d/%d", sid, r.Avail, r.Held, r.Parked, len(avail), len(held), len(parked))
+		case r.Ready != (r.Avail > 0 && !r.Locked()):
+			return fmt.Errorf("session %q: ready %v with %d available, locked %v", sid, r.Ready, r.Avail, r.Locked())
+		case len(held) > 0 && !r.Locked():
 			return fmt.Errorf("session %q: %d held messages without a lock", sid, len(held))
 		}
-		if r.ready {
+		if r.Ready {
 			offered++
 		}
 	}
@@ -109,20 +110,4 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 		return fmt.Errorf("%d sessions offered, %d ready entries", offered, readyN)
 	}
 	return nil
-}
-
-// DecodeSessionRecord decodes a session record's payload and encodes it
-// again (FuzzSessionRecord).
-func DecodeSessionRecord(p []byte) (again []byte, err error) {
-	r, err := decodeSessionRecord([]byte("key"), p)
-	if err != nil {
-		return nil, err
-	}
-	return r.encode(), nil
-}
-
-// SessionRecordBytes is the payload of a session record (for fuzz seeds).
-func SessionRecordBytes(token []byte, until, avail, held, parked int64, readySeq uint64, updated int64, state []byte) []byte {
-	r := &sessionRecord{token: token, until: until, avail: avail, held: held, parked: parked, ready: readySeq != 0, readySeq: readySeq, updated: updated, state: state}
-	return r.encode()
 }

@@ -480,32 +480,6 @@ func TestSessionTTL(t *testing.T) {
 	}
 }
 
-// FuzzSessionRecord: a session record decodes without panicking, or is
-// refused as corrupt; one that decodes encodes back to a record that
-// decodes to the same.
-func FuzzSessionRecord(f *testing.F) {
-	f.Add(partition.SessionRecordBytes(nil, 0, 0, 0, 0, 0, 0, nil))
-	f.Add(partition.SessionRecordBytes(pt.SessionToken(3), 1234, 5, 2, 0, 0, 0, []byte("state")))
-	f.Add(partition.SessionRecordBytes(nil, 0, 7, 0, 0, 99, 0, nil))
-	f.Add(partition.SessionRecordBytes(pt.SessionToken(4), 99, 1, 1, 3, 7, 1700000000000, []byte("v2")))
-	f.Add(partition.SessionRecordBytes(nil, 0, 0, 0, 2, 0, 0, nil))
-	f.Add([]byte{1})
-	f.Add([]byte{2, 0})
-	f.Fuzz(func(t *testing.T, p []byte) {
-		again, err := partition.DecodeSessionRecord(p)
-		if err != nil {
-			if !errors.Is(err, partition.ErrCorrupt) {
-				t.Fatalf("not a corruption: %v", err)
-			}
-			return
-		}
-		twice, err := partition.DecodeSessionRecord(again)
-		if err != nil || !bytes.Equal(again, twice) {
-			t.Fatalf("re-encoded record %x decodes to %x, %v", again, twice, err)
-		}
-	})
-}
-
 // TestSessionAcceptRequestID: an accept-next repeated under its request id
 // (its answer was lost) gets the session it locked, not another; one that
 // locked nothing recorded nothing, so its repeat may lock one.

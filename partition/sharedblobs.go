@@ -1,9 +1,6 @@
 package partition
 
 import (
-	"encoding/binary"
-	"fmt"
-
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -19,8 +16,8 @@ import (
 // copies of one message, one per matching rule), so that deleting a
 // subscription gives its references back without reading its messages.
 //
-//	0x02 topic eid(8) part(4) 0x1e blob(16)               copies naming the blob(8)
-//	0x02 sub eid(8) part(4) 0x1f topic eid(8) blob(16)    copies of this subscription naming it(8)
+// The counts are the store's (store/blobs.go: ShareBlob, UseSharedBlob,
+// ReleaseSharedBlob, kinds 0x1e and 0x1f).
 //
 // Invariants:
 //   - a shared blob's chunks exist while its count does, and the count is
@@ -30,157 +27,43 @@ import (
 //     (its subscriptions' partitions, deleted by their own commands, may
 //     still hold copies), and deletes everything else it holds.
 
-func blobRefsKey(owner ekey, blob []byte) []byte {
-	return append(kindPrefix(owner, kindBlobRefs), blob...)
-}
-
-func blobUseKey(k ekey, owner uint64, blob []byte) []byte {
-	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindBlobUse), owner)
-	return append(b, blob...)
-}
-
-// addCount adds delta to the count at key (absent: 0) and returns the new
-// count; a count of 0 is deleted.
-func (a *applier) addCount(key []byte, delta int64) (uint64, error) {
-	p, found, err := get(a.b, key)
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	if found {
-		if len(p) != 8 {
-			return 0, fmt.Errorf("%w: count %x of %d bytes", ErrCorrupt, key, len(p))
-		}
-		n = binary.BigEndian.Uint64(p)
-	}
-	if delta < 0 && n < uint64(-delta) {
-		return 0, fmt.Errorf("%w: count %x of %d less %d", ErrCorrupt, key, n, -delta)
-	}
-	n = uint64(int64(n) + delta)
-	if n == 0 {
-		return 0, a.b.Delete(key, nil)
-	}
-	return n, a.b.Set(key, seal(key, binary.BigEndian.AppendUint64(nil, n)), nil)
-}
-
 // shareBlob hands the staged blob of message nm, sent to topic partition
 // t, to its copies (refs of them; addCopy made them name it), or deletes
 // it when there are none.
 func (a *applier) shareBlob(t *entity, nm *partitionpb.NewMessage, refs int) error {
-	if refs == 0 {
-		return a.dropBlob(t, nm.StagedBody)
-	}
-	if err := a.b.Delete(stagedKey(t.key, nm.StagedBody), nil); err != nil {
-		return err
-	}
-	_, err := a.addCount(blobRefsKey(t.key, nm.StagedBody), int64(refs))
-	return err
+	return a.b.ShareBlob(t.key, nm.StagedBody, refs)
 }
 
 // useSharedBlob makes copy m of subscription partition s name the staged
 // blob of nm, sent to topic partition t.
 func (a *applier) useSharedBlob(s, t *entity, nm *partitionpb.NewMessage, m *partitionpb.StoredMessage) error {
 	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = nm.StagedBody, nm.StagedLength, nm.StagedCrc
-	m.BodyBlobEntity = t.key.id
-	_, err := a.addCount(blobUseKey(s.key, t.key.id, nm.StagedBody), 1)
-	return err
-}
-
-// releaseSharedBlob gives back n references of entity partition e to the
-// blob of topic owner (same partition index), deleting the blob when they
-// were the last. use says whether to count them off e's own count too (a
-// deleted entity's go with it).
-func (a *applier) releaseSharedBlob(e ekey, owner uint64, blob []byte, n int64, use bool) error {
-	if use {
-		if _, err := a.addCount(blobUseKey(e, owner, blob), -n); err != nil {
-			return err
-		}
-	}
-	ok := ekey{owner, e.part}
-	left, err := a.addCount(blobRefsKey(ok, blob), -n)
-	if err != nil || left > 0 {
-		return err
-	}
-	p := blobPrefix(ok, blob)
-	return a.b.DeleteRange(p, prefixEnd(p), nil)
-}
-
-// releaseAllSharedBlobs gives back every reference entity partition e
-// holds to shared blobs, before e is deleted.
-func (a *applier) releaseAllSharedBlobs(e ekey) error {
-	type use struct {
-		owner uint64
-		blob  []byte
-		n     uint64
-	}
-	prefix := kindPrefix(e, kindBlobUse)
-	it, err := prefixIter(a.b, prefix)
-	if err != nil {
-		return err
-	}
-	var uses []use
-	for valid := it.First(); valid; valid = it.Next() {
-		v, err := iterValue(it)
-		if err != nil {
-			return closeIter(it, err)
-		}
-		rest := it.Key()[len(prefix):]
-		if len(rest) != 8+BlobIDBytes || len(v) != 8 {
-			return closeIter(it, fmt.Errorf("%w: shared blob use %x", ErrCorrupt, it.Key()))
-		}
-		uses = append(uses, use{binary.BigEndian.Uint64(rest), append([]byte(nil), rest[8:]...), binary.BigEndian.Uint64(v)})
-	}
-	if err := closeIter(it, it.Error()); err != nil {
-		return err
-	}
-	for _, u := range uses {
-		if err := a.releaseSharedBlob(e, u.owner, u.blob, int64(u.n), false); err != nil {
-			return err
-		}
-	}
-	return nil
+	m.BodyBlobEntity = t.key.ID
+	return a.b.UseSharedBlob(s.key, t.key.ID, nm.StagedBody)
 }
 
 // deleteEntityData deletes everything entity partition e holds but the
 // shared blobs its subscriptions' copies may still name, and gives back
 // the references it holds to others'.
 func (a *applier) deleteEntityData(e *entity) error {
-	if err := a.releaseAllSharedBlobs(e.key); err != nil {
+	if err := a.b.ReleaseAllSharedBlobs(e.key); err != nil {
 		return err
 	}
-	p := dataPrefix(e.key)
 	if !isTopic(e.cfg) {
-		return a.b.DeleteRange(p, prefixEnd(p), nil)
+		return a.b.DeleteEntityData(e.key, false)
 	}
 	// Blobs staged and not taken over go; the shared ones (and only they
-	// are left under kindBlob then) stay with their counts.
+	// are left under store.KindBlob then) stay with their counts.
 	if err := a.dropAllStaged(e); err != nil {
 		return err
 	}
-	for _, r := range [][2][]byte{
-		{p, kindPrefix(e.key, kindBlob)},
-		{kindPrefix(e.key, kindBlob+1), kindPrefix(e.key, kindBlobRefs)},
-		{kindPrefix(e.key, kindBlobRefs+1), prefixEnd(p)},
-	} {
-		if err := a.b.DeleteRange(r[0], r[1], nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return a.b.DeleteEntityData(e.key, true)
 }
 
 // dropAllStaged deletes the blobs of e that no message took over.
 func (a *applier) dropAllStaged(e *entity) error {
-	prefix := kindPrefix(e.key, kindStaged)
-	it, err := prefixIter(a.b, prefix)
+	blobs, err := a.b.StagedBlobs(e.key)
 	if err != nil {
-		return err
-	}
-	var blobs [][]byte
-	for valid := it.First(); valid; valid = it.Next() {
-		blobs = append(blobs, append([]byte(nil), it.Key()[len(prefix):]...))
-	}
-	if err := closeIter(it, it.Error()); err != nil {
 		return err
 	}
 	for _, b := range blobs {

@@ -1,35 +1,13 @@
 package partition
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
-)
-
-// A snapshot stream is the store, key by key in order:
-//
-//	magic    "qbsnap" 0x00 0x01
-//	record*  uvarint(len key) uvarint(len value) key value crc32c(all before, of this record)
-//	trailer  0x00 applied(8) records(8) crc32c(the trailer before it)
-//
-// Values are the stored (sealed) values, so Restore checks each twice: the
-// record's checksum covers the transfer, the value's own the store. Keys are
-// never empty, so a zero key length starts the trailer.
-var snapshotMagic = []byte("qbsnap\x00\x01")
-
-const (
-	maxSnapshotKey   = 1 << 10
-	maxSnapshotValue = 1 << 30
-	restoreBatch     = 4 << 20 // bytes per store batch while restoring
+	"github.com/quorumbus/quorumbus/partition/store"
 )
 
 // Snapshot is a point-in-time view of the store, taken after a flush.
@@ -38,7 +16,7 @@ type Snapshot struct {
 	applied uint64
 
 	mu   sync.Mutex // held while streaming
-	snap *pebble.Snapshot
+	snap *store.Snapshot
 }
 
 // Snapshot moves the bodies still in the Raft log into the store
@@ -105,61 +83,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if s.snap == nil {
 		return 0, fmt.Errorf("%w: snapshot released", ErrClosed)
 	}
-	cw := &countWriter{w: w}
-	bw := bufio.NewWriterSize(cw, 256<<10)
-	bw.Write(snapshotMagic) // errors surface at Flush
-	it, err := s.snap.NewIter(nil)
-	if err != nil {
-		return 0, fmt.Errorf("partition: snapshot iterator: %w", err)
-	}
-	var records uint64
-	var hdr []byte
-	for valid := it.First(); valid; valid = it.Next() {
-		k := it.Key()
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return cw.n, closeIter(it, fmt.Errorf("partition: snapshot read %x: %w", k, err))
-		}
-		if _, err := unseal(k, v); err != nil {
-			return cw.n, closeIter(it, err)
-		}
-		hdr = binary.AppendUvarint(hdr[:0], uint64(len(k)))
-		hdr = binary.AppendUvarint(hdr, uint64(len(v)))
-		crc := crc32.Update(crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, k), castagnoli, v)
-		bw.Write(hdr)
-		bw.Write(k)
-		bw.Write(v)
-		if _, err := bw.Write(binary.BigEndian.AppendUint32(hdr[:0], crc)); err != nil {
-			return cw.n, closeIter(it, fmt.Errorf("partition: write snapshot: %w", err))
-		}
-		records++
-	}
-	if err := closeIter(it, it.Error()); err != nil {
-		return cw.n, err
-	}
-	bw.Write(trailer(s.applied, records))
-	if err := bw.Flush(); err != nil {
-		return cw.n, fmt.Errorf("partition: write snapshot: %w", err)
-	}
-	return cw.n, nil
-}
-
-func trailer(applied, records uint64) []byte {
-	t := []byte{0}
-	t = binary.BigEndian.AppendUint64(t, applied)
-	t = binary.BigEndian.AppendUint64(t, records)
-	return binary.BigEndian.AppendUint32(t, crc32.Checksum(t, castagnoli))
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return store.WriteSnapshot(s.snap, s.applied, w)
 }
 
 // Restore replaces all state with a snapshot's. It loads the stream into a
@@ -220,191 +144,6 @@ func (m *Machine) Restore(r io.Reader) error {
 }
 
 // loadSnapshot writes the stream into a new store at path and flushes it.
-func (m *Machine) loadSnapshot(path string, r io.Reader) (err error) {
-	sr, err := newSnapshotReader(r)
-	if err != nil {
-		return err
-	}
-	db, err := m.openPebble(path)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := db.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("partition: restore: close: %w", cerr)
-		}
-	}()
-	b := db.NewBatch()
-	defer func() { b.Close() }()
-	for {
-		k, v, more, err := sr.next()
-		if err != nil {
-			return err
-		}
-		if !more {
-			break
-		}
-		if err := b.Set(k, v, nil); err != nil {
-			return fmt.Errorf("partition: restore: %w", err)
-		}
-		if b.Len() >= restoreBatch {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return fmt.Errorf("partition: restore: %w", err)
-			}
-			b.Close()
-			b = db.NewBatch()
-		}
-	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("partition: restore: %w", err)
-	}
-	if err := checkFormat(db); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
-	}
-	stored, err := readApplied(db)
-	if err != nil {
-		return err
-	}
-	if stored != sr.applied {
-		return fmt.Errorf("%w: store applied index %d, trailer %d", ErrBadSnapshot, stored, sr.applied)
-	}
-	if err := db.Flush(); err != nil {
-		return fmt.Errorf("partition: restore: flush: %w", err)
-	}
-	return nil
-}
-
-// snapshotReader decodes a snapshot stream and checks all it can without
-// a store: checksums of records and values, key order, the trailer. Every
-// error it returns is ErrBadSnapshot.
-type snapshotReader struct {
-	br      *bufio.Reader
-	records uint64
-	prev    []byte
-	buf     bytes.Buffer
-	applied uint64 // from the trailer, once next said there is no more
-}
-
-func newSnapshotReader(r io.Reader) (*snapshotReader, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	magic := make([]byte, len(snapshotMagic))
-	if _, err := io.ReadFull(br, magic); err != nil || !bytes.Equal(magic, snapshotMagic) {
-		return nil, fmt.Errorf("%w: not a snapshot (magic %x)", ErrBadSnapshot, magic)
-	}
-	return &snapshotReader{br: br}, nil
-}
-
-// next returns the next record, which stays valid until the next call, or
-// more == false after a good trailer at the end of the stream.
-func (s *snapshotReader) next() (k, v []byte, more bool, err error) {
-	rec := recordReader{r: s.br}
-	klen := rec.uvarint()
-	if rec.err == nil && klen == 0 {
-		return nil, nil, false, s.trailer()
-	}
-	vlen := rec.uvarint()
-	if rec.err == nil && (klen > maxSnapshotKey || vlen > maxSnapshotValue) {
-		return nil, nil, false, fmt.Errorf("%w: record %d: key of %d bytes, value of %d", ErrBadSnapshot, s.records, klen, vlen)
-	}
-	kv := rec.read(&s.buf, klen+vlen)
-	crc := rec.crc
-	var sum [crcLen]byte
-	if rec.err == nil {
-		_, err := io.ReadFull(s.br, sum[:])
-		rec.err = noEOF(err)
-	}
-	if rec.err != nil {
-		return nil, nil, false, fmt.Errorf("%w: record %d: %v", ErrBadSnapshot, s.records, rec.err)
-	}
-	if binary.BigEndian.Uint32(sum[:]) != crc {
-		return nil, nil, false, fmt.Errorf("%w: record %d: %w", ErrBadSnapshot, s.records, ErrCorrupt)
-	}
-	k, v = kv[:klen], kv[klen:]
-	if _, err := unseal(k, v); err != nil {
-		return nil, nil, false, fmt.Errorf("%w: record %d: %w", ErrBadSnapshot, s.records, err)
-	}
-	if s.records > 0 && bytes.Compare(s.prev, k) >= 0 {
-		return nil, nil, false, fmt.Errorf("%w: record %d: keys out of order", ErrBadSnapshot, s.records)
-	}
-	s.prev = append(s.prev[:0], k...)
-	s.records++
-	return k, v, true, nil
-}
-
-// trailer reads and checks the trailer after its first byte.
-func (s *snapshotReader) trailer() error {
-	t := make([]byte, 8+8+crcLen)
-	if _, err := io.ReadFull(s.br, t); err != nil {
-		return fmt.Errorf("%w: trailer: %v", ErrBadSnapshot, err)
-	}
-	applied, n := binary.BigEndian.Uint64(t), binary.BigEndian.Uint64(t[8:])
-	if !bytes.Equal(trailer(applied, n), append([]byte{0}, t...)) {
-		return fmt.Errorf("%w: trailer: %w", ErrBadSnapshot, ErrCorrupt)
-	}
-	if n != s.records {
-		return fmt.Errorf("%w: %d records, the trailer says %d", ErrBadSnapshot, s.records, n)
-	}
-	if _, err := s.br.ReadByte(); err != io.EOF {
-		return fmt.Errorf("%w: data after the trailer", ErrBadSnapshot)
-	}
-	s.applied = applied
-	return nil
-}
-
-// recordReader reads one record, keeping its running checksum and the
-// first error.
-type recordReader struct {
-	r   *bufio.Reader
-	crc uint32
-	err error
-}
-
-var errTooLong = errors.New("varint too long")
-
-func (rr *recordReader) uvarint() uint64 {
-	if rr.err != nil {
-		return 0
-	}
-	var b [binary.MaxVarintLen64]byte
-	for i := range b {
-		c, err := rr.r.ReadByte()
-		if err != nil {
-			rr.err = noEOF(err)
-			return 0
-		}
-		b[i] = c
-		if c < 0x80 {
-			rr.crc = crc32.Update(rr.crc, castagnoli, b[:i+1])
-			v, n := binary.Uvarint(b[:i+1])
-			if n <= 0 {
-				rr.err = errTooLong
-				return 0
-			}
-			return v
-		}
-	}
-	rr.err = errTooLong
-	return 0
-}
-
-// read reads n bytes into buf, which grows with what actually arrives (a
-// corrupt length must not allocate what it claims), and returns them.
-func (rr *recordReader) read(buf *bytes.Buffer, n uint64) []byte {
-	buf.Reset()
-	if rr.err != nil {
-		return nil
-	}
-	if _, err := io.CopyN(buf, rr.r, int64(n)); err != nil {
-		rr.err = noEOF(err)
-		return nil
-	}
-	rr.crc = crc32.Update(rr.crc, castagnoli, buf.Bytes())
-	return buf.Bytes()
-}
-
-func noEOF(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
+func (m *Machine) loadSnapshot(path string, r io.Reader) error {
+	return store.LoadSnapshot(func() (*store.DB, error) { return m.openEmpty(path) }, r)
 }

@@ -1,14 +1,11 @@
 package partition
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -16,45 +13,9 @@ import (
 // messages and the duplicate-detection index. Every time they compare is
 // the batch's now_ms.
 
-// errStop ends a scan early without failing.
-var errStop = errors.New("stop")
-
-// scanDue calls f, in index order, for the entries of e's index x (whose
-// keys are kindPrefix, at(8), seq(8)) with a time <= now, until f returns
-// errStop or the entries run out. Writes by f do not disturb the scan.
-func (a *applier) scanDue(e *entity, x *timeIndex, kind byte, f func(at int64, seq uint64) error) error {
-	if x.floorTime() > a.now {
-		return nil
-	}
-	upper := x.end()
-	if a.now < math.MaxInt64 {
-		upper = binary.BigEndian.AppendUint64(append([]byte(nil), x.prefix...), timeBits(a.now+1))
-	}
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: x.floor, UpperBound: upper})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		if _, err := iterValue(it); err != nil {
-			return closeIter(it, err)
-		}
-		at, seq, ok := parseTimeSeqKey(it.Key(), kind)
-		if !ok {
-			return closeIter(it, fmt.Errorf("%w: index key %x", ErrCorrupt, it.Key()))
-		}
-		if err := f(at, seq); err != nil {
-			if errors.Is(err, errStop) {
-				break
-			}
-			return closeIter(it, err)
-		}
-	}
-	return closeIter(it, it.Error())
-}
-
 // mainMessage reads a message of e's main sub-queue that an index names.
 func (a *applier) mainMessage(e *entity, seq uint64) (*partitionpb.StoredMessage, error) {
-	m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+	m, err := a.b.State(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -85,28 +46,28 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		err := a.scanDue(e, &e.sched, kindScheduled, func(at int64, seq uint64) error {
+		err := a.b.Due(&e.sched, a.now, func(at int64, seq uint64) (bool, error) {
 			if count >= a.lim.Activated || count > 0 && bytes >= a.lim.ActivateBytes {
-				return errStop
+				return false, nil
 			}
 			m, err := a.mainMessage(e, seq)
 			if err != nil {
-				return err
+				return false, err
 			}
-			old := slotOf(m)
-			if old.state != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED || old.at != at {
-				return fmt.Errorf("%w: %s: message %d is indexed scheduled at %d but is not", ErrCorrupt, k, seq, at)
+			old := store.SlotOf(m)
+			if old.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED || old.At != at {
+				return false, fmt.Errorf("%w: %s: message %d is indexed scheduled at %d but is not", ErrCorrupt, k, seq, at)
 			}
 			m.SequenceNumber = e.nextSequence()
 			m.EnqueuedTimeMs = a.now
 			m.State = partitionpb.MessageState_MESSAGE_STATE_ACTIVE
 			m.ExpiresAtMs = expiresAt(a.now, m.TtlMs)
 			if err := a.update(e, old, m); err != nil {
-				return err
+				return false, err
 			}
 			count++
-			bytes += old.size
-			return nil
+			bytes += old.Size
+			return true, nil
 		})
 		if err != nil {
 			return nil, err
@@ -126,20 +87,20 @@ func (a *applier) expireMessages() (*partitionpb.Result, error) {
 			break
 		}
 		e := a.entities[k]
-		err := a.scanDue(e, &e.exp, kindExpiry, func(at int64, seq uint64) error {
+		err := a.b.Due(&e.exp, a.now, func(at int64, seq uint64) (bool, error) {
 			if budget == 0 {
-				return errStop
+				return false, nil
 			}
 			m, err := a.mainMessage(e, seq)
 			if err != nil {
-				return err
+				return false, err
 			}
-			old := slotOf(m)
-			if !old.expiring() || old.exp != at {
-				return fmt.Errorf("%w: %s: message %d is indexed expiring at %d but is not", ErrCorrupt, k, seq, at)
+			old := store.SlotOf(m)
+			if !old.Expiring() || old.Exp != at {
+				return false, fmt.Errorf("%w: %s: message %d is indexed expiring at %d but is not", ErrCorrupt, k, seq, at)
 			}
 			budget--
-			return a.expire(e, old, m)
+			return true, a.expire(e, old, m)
 		})
 		if err != nil {
 			return nil, err
@@ -149,7 +110,7 @@ func (a *applier) expireMessages() (*partitionpb.Result, error) {
 }
 
 // expire ends an expired message that sat in slot old.
-func (a *applier) expire(e *entity, old slot, m *partitionpb.StoredMessage) error {
+func (a *applier) expire(e *entity, old store.Slot, m *partitionpb.StoredMessage) error {
 	if e.cfg.DeadLetteringOnExpiration {
 		deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
 		return a.update(e, old, m)
@@ -188,21 +149,21 @@ func (a *applier) cancelScheduled(c *partitionpb.CancelScheduled) (*partitionpb.
 	if isTopic(e.cfg) {
 		// The copies are in the subscriptions, under their own sequence
 		// numbers (topicsched.go).
-		seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return partitionpb.PartitionOfSequence(seq) != e.key.part })
+		seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return partitionpb.PartitionOfSequence(seq) != e.key.Part })
 		return okResult(), a.cancelTopicScheduled(e, seqs)
 	}
 	for _, seq := range seqs {
-		if partitionpb.PartitionOfSequence(seq) != e.key.part {
+		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := getState(a.b, messageKey(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq))
+		m, err := a.b.State(e.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 		if err != nil {
 			return nil, err
 		}
 		if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 			continue
 		}
-		if err := a.remove(e, slotOf(m)); err != nil {
+		if err := a.remove(e, store.SlotOf(m)); err != nil {
 			return nil, err
 		}
 	}
@@ -242,14 +203,14 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		if err != nil {
 			return nil, err
 		}
-		until = s.until
+		until = s.Until
 	}
 	r := okResult()
 	for _, seq := range seqs {
-		if partitionpb.PartitionOfSequence(seq) != e.key.part {
+		if partitionpb.PartitionOfSequence(seq) != e.key.Part {
 			continue
 		}
-		m, err := getState(a.b, messageKey(e.key, c.SubQueue, seq))
+		m, err := a.b.State(e.key, c.SubQueue, seq)
 		if err != nil {
 			return nil, err
 		}
@@ -258,7 +219,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 			session && m.SessionId != c.SessionId {
 			continue
 		}
-		old := slotOf(m)
+		old := store.SlotOf(m)
 		if c.ReceiveAndDelete {
 			if err = a.withBody(e, m); err == nil { // before the body goes
 				err = a.remove(e, old)
@@ -298,32 +259,21 @@ type dedupEntry struct {
 
 // dedupEntry returns the dedup entry of id, or nil.
 func (a *applier) dedupEntry(e *entity, id string) (*dedupEntry, error) {
-	p, found, err := get(a.b, dedupKey(e.key, id))
+	s, found, err := a.b.Dedup(e.key, id)
 	if err != nil || !found {
 		return nil, err
 	}
-	if len(p) != 16 {
-		return nil, fmt.Errorf("%w: %s: dedup entry of %d bytes", ErrCorrupt, e.key, len(p))
-	}
-	return &dedupEntry{at: timeFromBits(binary.BigEndian.Uint64(p)), seq: binary.BigEndian.Uint64(p[8:]), ok: true}, nil
+	return &dedupEntry{at: s.At, seq: s.Seq, ok: true}, nil
 }
 
 // recordDedup records id as accepted now with sequence number seq,
 // replacing old (a stale entry) if old.ok.
 func (a *applier) recordDedup(e *entity, id string, seq uint64, old *dedupEntry) error {
+	var replaced *store.Stamp
 	if old.ok {
-		if err := a.b.Delete(dedupTimeKey(e.key, old.at, id), nil); err != nil {
-			return err
-		}
+		replaced = &store.Stamp{At: old.at, Seq: old.seq}
 	}
-	v := binary.BigEndian.AppendUint64(nil, timeBits(a.now))
-	v = binary.BigEndian.AppendUint64(v, seq)
-	k := dedupKey(e.key, id)
-	if err := a.b.Set(k, seal(k, v), nil); err != nil {
-		return err
-	}
-	tk := dedupTimeKey(e.key, a.now, id)
-	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+	if err := a.b.PutDedup(e.key, id, store.Stamp{At: a.now, Seq: seq}, replaced); err != nil {
 		return err
 	}
 	e.dedupFloor = min(e.dedupFloor, a.now)
@@ -331,61 +281,11 @@ func (a *applier) recordDedup(e *entity, id string, seq uint64, old *dedupEntry)
 }
 
 // pruneDedup deletes up to budget dedup entries older than the entity's
-// window, oldest first (pruneByTime).
+// window, oldest first.
 func (a *applier) pruneDedup(e *entity, budget int) error {
 	window := e.cfg.DuplicateDetectionWindowMs
 	if window <= 0 || a.now < math.MinInt64+window {
 		return nil
 	}
-	prefix := kindPrefix(e.key, kindDedupTime)
-	// Plain deletes: recordDedup overwrites the record of an id seen again
-	// after its window, so it is not written once between deletes.
-	del := func(key []byte) error { return a.b.Delete(key, nil) }
-	return a.pruneByTime(prefix, a.now-window, &e.dedupFloor, budget, del, func(id []byte) []byte {
-		return dedupKey(e.key, string(id))
-	})
-}
-
-// pruneByTime deletes, oldest first, up to budget entries of a time index
-// (keys: prefix, a time, an id) at or before cutoff, each with the record
-// recordKey names for its id, by del. *floor is the time below which the index
-// holds nothing: the scan starts there and is skipped while floor is past
-// cutoff, and afterwards floor is the oldest entry left (or past every
-// time, when none is), so that the entries that follow skip the scan until
-// that entry falls out of the window. A scan per entry over an empty
-// range, with an iterator over every level of the store, cost 4% of the
-// dev cluster's CPU under load.
-func (a *applier) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget int, del func([]byte) error, recordKey func(id []byte) []byte) error {
-	if *floor > cutoff {
-		return nil
-	}
-	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), timeBits(*floor))
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
-	}
-	next := int64(math.MaxInt64) // unless an entry is left
-	for valid := it.First(); valid; valid = it.Next() {
-		key := it.Key()
-		if len(key) < len(prefix)+8 {
-			return closeIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
-		}
-		at := timeFromBits(binary.BigEndian.Uint64(key[len(prefix):]))
-		if at > cutoff || budget == 0 {
-			next = at
-			break
-		}
-		budget--
-		if err := del(recordKey(key[len(prefix)+8:])); err != nil {
-			return closeIter(it, err)
-		}
-		if err := del(append([]byte(nil), key...)); err != nil {
-			return closeIter(it, err)
-		}
-	}
-	if err := closeIter(it, it.Error()); err != nil {
-		return err
-	}
-	*floor = next
-	return nil
+	return a.b.PruneDedup(e.key, a.now-window, &e.dedupFloor, budget)
 }

@@ -1,6 +1,9 @@
 package partition
 
-import "github.com/quorumbus/quorumbus/proto/partitionpb"
+import (
+	"github.com/quorumbus/quorumbus/partition/store"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+)
 
 // The leader's clock: the machine reads no clock of its own; the commands
 // that act on time (lock and message expiry, scheduled activation, session
@@ -48,14 +51,14 @@ func (m *Machine) NextLockExpiry() (ms int64, ok bool) {
 		return 0, false
 	}
 	for _, e := range m.entities {
-		if e.minLockStale {
-			if err := e.loadMinLock(m.db); err != nil {
+		if e.locks.Stale {
+			if err := e.locks.Load(m.db); err != nil {
 				m.fail(err)
 				return 0, false
 			}
 		}
-		if e.hasLock && (!ok || e.minLock < ms) {
-			ms, ok = e.minLock, true
+		if until, has := e.locks.Min(); has && (!ok || until < ms) {
+			ms, ok = until, true
 		}
 	}
 	return ms, ok
@@ -65,7 +68,7 @@ func (m *Machine) NextLockExpiry() (ms int64, ok bool) {
 // scheduled message in the group; ok is false when none is scheduled. The
 // leader proposes ActivateScheduled once its clock passes it.
 func (m *Machine) NextScheduledDue() (ms int64, ok bool) {
-	return m.earliest(func(e *entity) *timeIndex { return &e.sched })
+	return m.earliest(func(e *entity) *store.TimeIndex { return &e.sched })
 }
 
 // NextMessageExpiry returns the earliest expires_at_ms of any message that
@@ -73,25 +76,25 @@ func (m *Machine) NextScheduledDue() (ms int64, ok bool) {
 // ok is false when there is none. The leader proposes ExpireMessages once
 // its clock passes it.
 func (m *Machine) NextMessageExpiry() (ms int64, ok bool) {
-	return m.earliest(func(e *entity) *timeIndex { return &e.exp })
+	return m.earliest(func(e *entity) *store.TimeIndex { return &e.exp })
 }
 
 // NextSessionLockExpiry returns the earliest end of any session lock in
 // the group; ok is false when no session is locked. The leader proposes
 // ExpireSessionLocks once its clock passes it.
 func (m *Machine) NextSessionLockExpiry() (ms int64, ok bool) {
-	return m.earliest(func(e *entity) *timeIndex { return &e.slock })
+	return m.earliest(func(e *entity) *store.TimeIndex { return &e.slock })
 }
 
-func (m *Machine) earliest(index func(*entity) *timeIndex) (ms int64, ok bool) {
+func (m *Machine) earliest(index func(*entity) *store.TimeIndex) (ms int64, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.usable() != nil {
 		return 0, false
 	}
 	for _, e := range m.entities {
-		if x := index(e); x.has && (!ok || x.min < ms) {
-			ms, ok = x.min, true
+		if at, has := index(e).Min(); has && (!ok || at < ms) {
+			ms, ok = at, true
 		}
 	}
 	return ms, ok

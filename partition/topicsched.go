@@ -1,9 +1,7 @@
 package partition
 
 import (
-	"encoding/binary"
-	"fmt"
-
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
@@ -26,65 +24,19 @@ import (
 // (pruneTopicScheduled), and a cancel that finds one removes nothing
 // (the copies' old numbers name no message).
 
-func topicSchedKey(k ekey, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(kindPrefix(k, kindTopicSched), seq)
-}
-
-func topicSchedTimeKey(k ekey, at int64, seq uint64) []byte {
-	b := binary.BigEndian.AppendUint64(kindPrefix(k, kindTopicSchedTime), timeBits(at))
-	return binary.BigEndian.AppendUint64(b, seq)
-}
-
-// scheduledCopy is a copy of a scheduled topic message.
-type scheduledCopy struct {
-	sub uint64 // the subscription's entity id
-	seq uint64 // the copy's sequence number in it
-}
-
 // recordTopicScheduled remembers where the copies of the message the topic
 // numbered seq, due at at, went.
-func (a *applier) recordTopicScheduled(t *entity, seq uint64, at int64, copies []scheduledCopy) error {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+16*len(copies)), timeBits(at))
-	for _, c := range copies {
-		v = binary.BigEndian.AppendUint64(v, c.sub)
-		v = binary.BigEndian.AppendUint64(v, c.seq)
-	}
-	k := topicSchedKey(t.key, seq)
-	if err := a.b.Set(k, seal(k, v), nil); err != nil {
-		return err
-	}
-	tk := topicSchedTimeKey(t.key, at, seq)
-	if err := a.b.Set(tk, seal(tk, nil), nil); err != nil {
+func (a *applier) recordTopicScheduled(t *entity, seq uint64, at int64, copies []store.ScheduledCopy) error {
+	if err := a.b.PutTopicScheduled(t.key, seq, at, copies); err != nil {
 		return err
 	}
 	t.topicSchedFloor = min(t.topicSchedFloor, at)
 	return nil
 }
 
-// topicScheduled reads the record of the topic message seq: its due time
-// and copies; found is false when there is none.
-func (a *applier) topicScheduled(t *entity, seq uint64) (at int64, copies []scheduledCopy, found bool, err error) {
-	p, found, err := get(a.b, topicSchedKey(t.key, seq))
-	if err != nil || !found {
-		return 0, nil, false, err
-	}
-	if len(p) < 8 || (len(p)-8)%16 != 0 {
-		return 0, nil, false, fmt.Errorf("%w: %s: scheduled topic message %d: record of %d bytes", ErrCorrupt, t.key, seq, len(p))
-	}
-	at = timeFromBits(binary.BigEndian.Uint64(p))
-	for q := p[8:]; len(q) > 0; q = q[16:] {
-		copies = append(copies, scheduledCopy{sub: binary.BigEndian.Uint64(q), seq: binary.BigEndian.Uint64(q[8:])})
-	}
-	return at, copies, true, nil
-}
-
 // pruneTopicScheduled deletes up to budget records whose time has come.
 func (a *applier) pruneTopicScheduled(t *entity, budget int) error {
-	prefix := kindPrefix(t.key, kindTopicSchedTime)
-	del := func(key []byte) error { return a.b.Delete(key, nil) }
-	return a.pruneByTime(prefix, a.now, &t.topicSchedFloor, budget, del, func(id []byte) []byte {
-		return append(kindPrefix(t.key, kindTopicSched), id...)
-	})
+	return a.b.PruneTopicScheduled(t.key, a.now, &t.topicSchedFloor, budget)
 }
 
 // cancelTopicScheduled cancels the messages scheduled on topic partition
@@ -93,7 +45,7 @@ func (a *applier) pruneTopicScheduled(t *entity, budget int) error {
 // Numbers that name no record are ignored, as a queue ignores them.
 func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 	for _, seq := range seqs {
-		at, copies, found, err := a.topicScheduled(t, seq)
+		at, copies, found, err := a.b.TopicScheduled(t.key, seq)
 		if err != nil || !found {
 			if err != nil {
 				return err
@@ -101,25 +53,22 @@ func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 			continue
 		}
 		for _, c := range copies {
-			s, ok := a.entities[ekey{c.sub, t.key.part}]
+			s, ok := a.entities[ekey{ID: c.Sub, Part: t.key.Part}]
 			if !ok {
 				continue // the subscription was deleted, and its copies with it
 			}
-			m, err := getState(a.b, messageKey(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.seq))
+			m, err := a.b.State(s.key, partitionpb.SubQueue_SUB_QUEUE_MAIN, c.Seq)
 			if err != nil {
 				return err
 			}
 			if m == nil || m.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED {
 				continue // activated under a new number, or gone
 			}
-			if err := a.remove(s, slotOf(m)); err != nil {
+			if err := a.remove(s, store.SlotOf(m)); err != nil {
 				return err
 			}
 		}
-		if err := a.b.Delete(topicSchedKey(t.key, seq), nil); err != nil {
-			return err
-		}
-		if err := a.b.Delete(topicSchedTimeKey(t.key, at, seq), nil); err != nil {
+		if err := a.b.DeleteTopicScheduled(t.key, seq, at); err != nil {
 			return err
 		}
 	}

@@ -114,6 +114,22 @@ var rules = []rule{
 		reason:  "placement/sas parses, signs and validates tokens from what it is given; front-ends, gateways and the CLI share it, so it must pull in nothing of the cluster",
 	},
 	{
+		// partition/store falls under "partition is pure" too.
+		name: "the partition store is under the rules",
+		pkgs: []string{our("partition/store/...")},
+		forbid: []string{
+			our("partition"), our("partition/rules/..."), our("partition/filter/..."),
+			our("partition/partitiontest/..."),
+		},
+		reason: "partition/store keeps records, indexes and their keys; what a message may do is partition's, which calls the store and not the other way",
+	},
+	{
+		name:   "the partition rules reach storage through its store",
+		pkgs:   []string{our("partition")},
+		direct: []string{"github.com/cockroachdb/pebble/..."},
+		reason: "partition's rules speak the store's API (partition/store: records, indexes, the db, snapshots); only the store knows the storage engine, so the rules build no key and walk no iterator",
+	},
+	{
 		// partition/filter falls under "partition is pure" too; this rule
 		// is stricter.
 		name:    "the filter language is pure",

@@ -1,8 +1,10 @@
-package partition
+package store
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+)
 
-// lockedStates keeps the state records of locked messages in memory, as
+// LockedStates keeps the state records of locked messages in memory, as
 // they were written, for the settlements and renewals that look them up
 // by lock token.
 //
@@ -13,9 +15,9 @@ import "encoding/binary"
 // state records were written then, so the applier keeps what it wrote.
 //
 // It is a cache of the store, never a source: every write of a state
-// record goes through putState (which keeps the new record when the
+// record goes through Batch.PutState (which keeps the new record when the
 // message is locked and forgets it otherwise) and every delete through
-// unslot, and what rewrites records wholesale (an entity deleted, bodies
+// Batch.DeleteState, and what rewrites records wholesale (an entity deleted, bodies
 // moved out of the log before a snapshot, a load) clears it. A record it
 // does not hold is read from the store, so replicas with and without it
 // answer the same. It is bounded: past maxLockedStates, locks are read
@@ -33,7 +35,7 @@ import "encoding/binary"
 // slot and the other is read from the store when asked for. Two records of
 // one number (in two entities, or a sub-queue and its dead-letter queue)
 // share a slot the same way.
-type lockedStates struct {
+type LockedStates struct {
 	slots []lockedState // len is a power of two; slot of seq: seq & (len-1)
 }
 
@@ -43,10 +45,10 @@ type lockedState struct {
 	p    []byte // unsealed state record; its array is reused
 }
 
-// stateKey is a state record's key (keys.go).
+// stateKey is a state record's key (store/doc.go).
 type stateKey [stateKeyLen]byte
 
-const stateKeyLen = kindPrefixLen + 1 + 8
+const stateKeyLen = KindPrefixLen + 1 + 8
 
 // toStateKey returns key as a stateKey and the sequence number it names.
 func toStateKey(key []byte) (k stateKey, seq uint64, ok bool) {
@@ -68,10 +70,10 @@ const (
 	minLockedStates = 1 << 8
 )
 
-func newLockedStates() *lockedStates { return &lockedStates{} }
+func NewLockedStates() *LockedStates { return &LockedStates{} }
 
 // slot returns the slot of seq, which holds seq's record if any.
-func (c *lockedStates) slot(seq uint64) *lockedState {
+func (c *LockedStates) slot(seq uint64) *lockedState {
 	if len(c.slots) == 0 {
 		return nil
 	}
@@ -80,7 +82,7 @@ func (c *lockedStates) slot(seq uint64) *lockedState {
 
 // wrote notes that key now holds the state record p of a message, locked
 // or not. p is copied.
-func (c *lockedStates) wrote(key, p []byte, locked bool) {
+func (c *LockedStates) wrote(key, p []byte, locked bool) {
 	k, seq, ok := toStateKey(key)
 	if c == nil || !ok {
 		return
@@ -101,7 +103,7 @@ func (c *lockedStates) wrote(key, p []byte, locked bool) {
 }
 
 // grow doubles the table, moving every live record to its new slot.
-func (c *lockedStates) grow() {
+func (c *LockedStates) grow() {
 	old := c.slots
 	c.slots = make([]lockedState, 2*len(old))
 	for i := range old {
@@ -112,7 +114,7 @@ func (c *lockedStates) grow() {
 }
 
 // deleted notes that key's state record is gone.
-func (c *lockedStates) deleted(key []byte) {
+func (c *LockedStates) deleted(key []byte) {
 	k, seq, ok := toStateKey(key)
 	if c != nil && ok {
 		c.forget(k, seq)
@@ -121,7 +123,7 @@ func (c *lockedStates) deleted(key []byte) {
 
 // forget drops the record of k (number seq), if kept; its slot keeps the
 // buffer for the next record.
-func (c *lockedStates) forget(k stateKey, seq uint64) {
+func (c *LockedStates) forget(k stateKey, seq uint64) {
 	if s := c.slot(seq); s != nil && s.live && s.key == k {
 		s.live = false
 	}
@@ -129,7 +131,7 @@ func (c *lockedStates) forget(k stateKey, seq uint64) {
 
 // get returns the state record under key, if kept. It is valid until the
 // next write to the cache.
-func (c *lockedStates) get(key []byte) ([]byte, bool) {
+func (c *LockedStates) get(key []byte) ([]byte, bool) {
 	k, seq, ok := toStateKey(key)
 	if c == nil || !ok {
 		return nil, false
@@ -140,8 +142,8 @@ func (c *lockedStates) get(key []byte) ([]byte, bool) {
 	return nil, false
 }
 
-// reset forgets every record, keeping the table.
-func (c *lockedStates) reset() {
+// Reset forgets every record, keeping the table.
+func (c *LockedStates) Reset() {
 	if c != nil {
 		for i := range c.slots {
 			c.slots[i].live = false

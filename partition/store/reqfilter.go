@@ -1,17 +1,14 @@
-package partition
+package store
 
 import (
-	"encoding/binary"
 	"hash/maphash"
 	"math"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
-// requestFilter spares most request ids a read of the store.
+// RequestFilter spares most request ids a read of the store.
 //
 // Every send and settle carries a request id, and applying one first looks
-// the id up (requestResult). The id is nearly always new, and a miss read
+// the id up (partition's requestResult). The id is nearly always new, and a miss read
 // the memtables and, in every level, an index and a data block of the
 // table whose range held the random id: 4.6-6.1% of the dev cluster's CPU
 // while receiving. The filter holds every id recorded since the machine
@@ -21,16 +18,16 @@ import (
 // It answers "absent" only when that is certain:
 //   - records written before the machine opened (or restored a snapshot)
 //     are not in it, so it answers nothing until the store's oldest
-//     request record is younger than the youngest of those (reqFloor,
+//     request record is younger than the youngest of those (partition's reqFloor,
 //     which pruning keeps, against preOpen);
 //   - a generation is dropped only once every record it covers has been
 //     pruned from the store, not merely expired: an expired record that
-//     is still there must be found, so that recordRequest replaces it.
+//     is still there must be found, so that PutRequestResult replaces it.
 //
 // A false positive costs the read it would have cost anyway. The filter
 // is this replica's own: results and writes are the same with or without
 // it.
-type requestFilter struct {
+type RequestFilter struct {
 	seed    maphash.Seed
 	preOpen int64 // youngest request record at open; MinInt64 if none
 	gens    []*requestGen
@@ -50,29 +47,26 @@ const (
 	genProbes = 5       // about 0.14% false positives when full
 )
 
-// newRequestFilter starts a filter for the store r as it is now.
-func newRequestFilter(r pebble.Reader) (*requestFilter, error) {
-	f := &requestFilter{seed: maphash.MakeSeed(), preOpen: math.MinInt64}
-	it, err := prefixIter(r, []byte{prefixReqTime})
+// NewRequestFilter starts a filter for the store r as it is now.
+func NewRequestFilter(r Reader) (*RequestFilter, error) {
+	f := &RequestFilter{seed: maphash.MakeSeed(), preOpen: math.MinInt64}
+	at, found, err := LatestRequest(r)
 	if err != nil {
 		return nil, err
 	}
-	if it.Last() {
-		if len(it.Key()) < 9 {
-			return nil, closeIter(it, ErrCorrupt)
-		}
-		f.preOpen = timeFromBits(binary.BigEndian.Uint64(it.Key()[1:9]))
+	if found {
+		f.preOpen = at
 	}
-	return f, closeIter(it, it.Error())
+	return f, nil
 }
 
-func (f *requestFilter) probes(id []byte) (h1, h2 uint32) {
+func (f *RequestFilter) probes(id []byte) (h1, h2 uint32) {
 	h := maphash.Bytes(f.seed, id)
 	return uint32(h), uint32(h>>32) | 1
 }
 
-// add notes id, recorded at time at.
-func (f *requestFilter) add(id []byte, at int64) {
+// Add notes id, recorded at time at.
+func (f *RequestFilter) Add(id []byte, at int64) {
 	if len(f.gens) == 0 || f.gens[len(f.gens)-1].n == genIDs {
 		f.gens = append(f.gens, &requestGen{last: math.MinInt64})
 	}
@@ -86,10 +80,10 @@ func (f *requestFilter) add(id []byte, at int64) {
 	g.last = max(g.last, at)
 }
 
-// absent reports whether id is certainly not recorded in the store, whose
+// Absent reports whether id is certainly not recorded in the store, whose
 // oldest request record is no older than floor. It also drops the
 // generations whose records are all gone.
-func (f *requestFilter) absent(id []byte, floor int64) bool {
+func (f *RequestFilter) Absent(id []byte, floor int64) bool {
 	if floor <= f.preOpen {
 		return false // records from before the filter may remain
 	}

@@ -1,4 +1,4 @@
-package partition
+package store
 
 import (
 	"bytes"
@@ -26,9 +26,9 @@ import (
 // deleted) is committed as written: reordering would move writes across
 // the deletion's place in the batch.
 
-// sortedCommit holds what commitSorted reuses from one Apply to the next.
-type sortedCommit struct {
-	db      *pebble.DB // out's; a Restore replaces the machine's
+// SortedCommit holds what Commit reuses from one Apply to the next.
+type SortedCommit struct {
+	db      *DB // out's; a Restore replaces the machine's
 	out     *pebble.Batch
 	entries []batchEntry
 	buckets []bucket
@@ -49,14 +49,14 @@ type bucket struct {
 }
 
 // bucketPrefix covers the data prefix, entity id, partition and record
-// kind (keys.go); shorter keys are their own prefix.
+// kind (store/doc.go); shorter keys are their own prefix.
 const bucketPrefix = 14
 
-// commitSorted commits the writes of b, in key order, through a batch of
+// Commit commits the writes of b, in key order, through a batch of
 // its own; b is left as it was.
-func (s *sortedCommit) commitSorted(db *pebble.DB, b *pebble.Batch) error {
+func (s *SortedCommit) Commit(db *DB, b *Batch) error {
 	s.entries = s.entries[:0]
-	for r := b.Reader(); ; {
+	for r := b.pb.Reader(); ; {
 		kind, key, value, ok, err := r.Next()
 		if err != nil {
 			return fmt.Errorf("read batch: %w", err)
@@ -65,16 +65,16 @@ func (s *sortedCommit) commitSorted(db *pebble.DB, b *pebble.Batch) error {
 			break
 		}
 		if kind == pebble.InternalKeyKindRangeDelete {
-			return b.Commit(pebble.NoSync)
+			return b.pb.Commit(pebble.NoSync)
 		}
 		s.entries = append(s.entries, batchEntry{kind, key, value})
 	}
-	if n := int(b.Count()); n != len(s.entries) {
+	if n := int(b.pb.Count()); n != len(s.entries) {
 		return fmt.Errorf("read batch: %d entries of %d", len(s.entries), n)
 	}
 	s.sortEntries()
 	if s.db != db {
-		s.db, s.out = db, db.NewBatch()
+		s.db, s.out = db, db.pb.NewBatch()
 	}
 	out := s.out
 	defer out.Reset()
@@ -102,7 +102,7 @@ func (s *sortedCommit) commitSorted(db *pebble.DB, b *pebble.Batch) error {
 // writes to one key in batch order. It buckets by record kind first: an
 // applier writes few kinds, and within a kind mostly in ascending order,
 // so most buckets need no sort at all.
-func (s *sortedCommit) sortEntries() {
+func (s *SortedCommit) sortEntries() {
 	for i := range s.buckets {
 		s.buckets[i].entries = s.buckets[i].entries[:0]
 	}

@@ -1,4 +1,4 @@
-package partition
+package store
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
-// TestBodyEncoding: setBody writes what protobuf writes for a StoredMessage
+// TestBodyEncoding: SetBody writes what protobuf writes for a StoredMessage
 // holding only the sections, for every mix of present and empty sections,
 // sealed for its key.
 func TestBodyEncoding(t *testing.T) {
@@ -39,10 +39,10 @@ func TestBodyEncoding(t *testing.T) {
 		}
 		key := []byte{byte(mask)}
 		b := db.NewIndexedBatch()
-		if err := setBody(b, key, m); err != nil {
+		if err := SetBody(b, key, m); err != nil {
 			t.Fatal(err)
 		}
-		payload, found, err := get(b, key) // unsealed: checksum verified
+		payload, found, err := Get(b, key) // unsealed: checksum verified
 		if err != nil || !found {
 			t.Fatalf("mask %d: %v, found %v", mask, err, found)
 		}
@@ -61,23 +61,23 @@ func TestBodyEncoding(t *testing.T) {
 	}
 }
 
-// TestStateEncoding: setState writes exactly what protobuf writes for a
+// TestStateEncoding: SetState writes exactly what protobuf writes for a
 // StoredMessage without sections, whatever its fields hold (zero, negative,
 // empty elements, unknown fields from a newer version), and it knows every
 // field of StoredMessage but the sections.
 func TestStateEncoding(t *testing.T) {
 	known := map[protowire.Number]bool{fieldHeader: true, fieldAnnotations: true, fieldBare: true}
-	for _, n := range stateFields {
+	for _, n := range StateFields {
 		known[n] = true
 	}
 	fields := (&partitionpb.StoredMessage{}).ProtoReflect().Descriptor().Fields()
 	for i := range fields.Len() {
 		if n := fields.Get(i).Number(); !known[n] {
-			t.Fatalf("StoredMessage field %d (%s) is unknown to setState", n, fields.Get(i).Name())
+			t.Fatalf("StoredMessage field %d (%s) is unknown to SetState", n, fields.Get(i).Name())
 		}
 	}
 	if len(known) != fields.Len() {
-		t.Fatalf("setState knows %d fields, StoredMessage has %d", len(known), fields.Len())
+		t.Fatalf("SetState knows %d fields, StoredMessage has %d", len(known), fields.Len())
 	}
 
 	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
@@ -132,10 +132,10 @@ func TestStateEncoding(t *testing.T) {
 		}
 		key := binary.BigEndian.AppendUint64(nil, uint64(i))
 		b := db.NewIndexedBatch()
-		if err := setState(b, key, m); err != nil {
+		if err := SetState(b, key, m); err != nil {
 			t.Fatal(err)
 		}
-		payload, found, err := get(b, key)
+		payload, found, err := Get(b, key)
 		if err != nil || !found {
 			t.Fatalf("message %d: %v, found %v", i, err, found)
 		}
@@ -166,58 +166,16 @@ func checkAppendLocked(t *testing.T, m *partitionpb.StoredMessage) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := appendLocked([]byte("prefix"), unlocked, m.LockToken, m.LockedUntilMs)
+	got, ok := AppendLocked([]byte("prefix"), unlocked, m.LockToken, m.LockedUntilMs)
 	if !ok || !bytes.Equal(got, append([]byte("prefix"), want...)) {
-		t.Fatalf("appendLocked of\n%x\n= %x (%v), protobuf\n%x", unlocked, got, ok, want)
+		t.Fatalf("AppendLocked of\n%x\n= %x (%v), protobuf\n%x", unlocked, got, ok, want)
 	}
-	if _, ok := appendLocked(nil, want, m.LockToken, m.LockedUntilMs); ok {
-		t.Fatalf("appendLocked took a record with a lock: %x", want)
-	}
-}
-
-// TestSortEntries: commitSorted's order is by key, and writes to one key
-// keep their batch order, whatever the mix of buckets and orders.
-func TestSortEntries(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	var s sortedCommit
-	for round := range 200 {
-		s.entries = s.entries[:0]
-		for i := range rng.IntN(300) {
-			var key []byte
-			switch rng.IntN(4) {
-			case 0: // a short key of its own
-				key = []byte{byte(rng.IntN(3))}
-			default:
-				k := ekey{uint64(rng.IntN(2)), uint32(rng.IntN(2))}
-				key = appendSeqKey(nil, k, byte(1+rng.IntN(4)), partitionpb.SubQueue(rng.IntN(2)), uint64(rng.IntN(20)))
-			}
-			s.entries = append(s.entries, batchEntry{key: key, value: binary.BigEndian.AppendUint64(nil, uint64(i))})
-		}
-		s.sortEntries()
-		if len(s.order) != len(s.entries) {
-			t.Fatalf("round %d: %d in order, %d entries", round, len(s.order), len(s.entries))
-		}
-		seen := make([]bool, len(s.entries))
-		for k, i := range s.order {
-			if seen[i] {
-				t.Fatalf("round %d: entry %d twice", round, i)
-			}
-			seen[i] = true
-			if k == 0 {
-				continue
-			}
-			prev, cur := s.entries[s.order[k-1]], s.entries[i]
-			switch c := bytes.Compare(prev.key, cur.key); {
-			case c > 0:
-				t.Fatalf("round %d: %x before %x", round, prev.key, cur.key)
-			case c == 0 && bytes.Compare(prev.value, cur.value) > 0:
-				t.Fatalf("round %d: writes to %x out of batch order", round, cur.key)
-			}
-		}
+	if _, ok := AppendLocked(nil, want, m.LockToken, m.LockedUntilMs); ok {
+		t.Fatalf("AppendLocked took a record with a lock: %x", want)
 	}
 }
 
-// stateSeeds are encodings a state decoder meets: records as setState
+// stateSeeds are encodings a state decoder meets: records as SetState
 // writes them, and what protobuf also accepts (fields out of order or
 // repeated, a known number with another wire type, unknown fields).
 func stateSeeds() [][]byte {
@@ -239,15 +197,15 @@ func stateSeeds() [][]byte {
 	return [][]byte{nil, full, odd, full[:len(full)-1]}
 }
 
-// checkStateDecoding compares unmarshalState with protobuf's decoder on p:
+// checkStateDecoding compares UnmarshalState with protobuf's decoder on p:
 // the same message, unknown fields included, whenever protobuf accepts it.
 func checkStateDecoding(t *testing.T, p []byte) {
 	want := new(partitionpb.StoredMessage)
 	wantErr := proto.Unmarshal(p, want)
 	got := new(partitionpb.StoredMessage)
-	err := unmarshalState(p, got)
+	err := UnmarshalState(p, got)
 	if wantErr != nil {
-		return // protobuf refuses it (bad UTF-8 too, which setState never writes)
+		return // protobuf refuses it (bad UTF-8 too, which SetState never writes)
 	}
 	if err != nil {
 		t.Fatalf("%x: %v; protobuf decodes %v", p, err, want)
@@ -255,22 +213,22 @@ func checkStateDecoding(t *testing.T, p []byte) {
 	if !proto.Equal(got, want) || !bytes.Equal(got.ProtoReflect().GetUnknown(), want.ProtoReflect().GetUnknown()) {
 		t.Fatalf("%x: decoded\n%v\nprotobuf\n%v", p, got, want)
 	}
-	s, token, err := stateSlot(p)
-	if err != nil || !sameSlot(s, slotOf(got)) || !bytes.Equal(token, got.LockToken) {
-		t.Fatalf("%x: stateSlot %+v token %x (%v), the message's %+v token %x", p, s, token, err, slotOf(got), got.LockToken)
+	s, token, err := StateSlot(p)
+	if err != nil || !sameSlot(s, SlotOf(got)) || !bytes.Equal(token, got.LockToken) {
+		t.Fatalf("%x: StateSlot %+v token %x (%v), the message's %+v token %x", p, s, token, err, SlotOf(got), got.LockToken)
 	}
 }
 
-func sameSlot(a, b slot) bool {
-	return bytes.Equal(a.blob, b.blob) && reflect.DeepEqual(withoutBlob(a), withoutBlob(b))
+func sameSlot(a, b Slot) bool {
+	return bytes.Equal(a.Blob, b.Blob) && reflect.DeepEqual(withoutBlob(a), withoutBlob(b))
 }
 
-func withoutBlob(s slot) slot {
-	s.blob = nil
+func withoutBlob(s Slot) Slot {
+	s.Blob = nil
 	return s
 }
 
-// TestStateDecoding: unmarshalState decodes what protobuf decodes, for the
+// TestStateDecoding: UnmarshalState decodes what protobuf decodes, for the
 // seeds and for every record TestStateEncoding's generator makes.
 func TestStateDecoding(t *testing.T) {
 	for _, p := range stateSeeds() {
@@ -314,7 +272,7 @@ func BenchmarkDecodeState(b *testing.B) {
 	}
 	b.Run("hand", func(b *testing.B) {
 		for b.Loop() {
-			if err := unmarshalState(p, new(partitionpb.StoredMessage)); err != nil {
+			if err := UnmarshalState(p, new(partitionpb.StoredMessage)); err != nil {
 				b.Fatal(err)
 			}
 		}

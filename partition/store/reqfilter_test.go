@@ -1,4 +1,4 @@
-package partition
+package store
 
 import (
 	"encoding/binary"
@@ -22,10 +22,10 @@ func TestRequestFilter(t *testing.T) {
 	}
 	defer db.Close()
 	// A record from before the filter, applied at 500.
-	if err := db.Set(requestTimeKey(500, filterID(-1)), nil, nil); err != nil {
+	if err := db.Set(RequestTimeKey(500, filterID(-1)), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	f, err := newRequestFilter(db)
+	f, err := NewRequestFilter(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,26 +33,26 @@ func TestRequestFilter(t *testing.T) {
 		t.Fatalf("preOpen %d, want 500", f.preOpen)
 	}
 	for _, floor := range []int64{math.MinInt64, 400, 500} {
-		if f.absent(filterID(-1), floor) || f.absent(filterID(7), floor) {
+		if f.Absent(filterID(-1), floor) || f.Absent(filterID(7), floor) {
 			t.Fatalf("absent with the store's oldest record at %d, at or before one from before the filter", floor)
 		}
 	}
 	// Ids recorded at 1000-1999, in several generations.
 	const n = 3 * genIDs
 	for i := range n {
-		f.add(filterID(i), 1000+int64(i)*1000/n)
+		f.Add(filterID(i), 1000+int64(i)*1000/n)
 	}
 	if len(f.gens) != 3 {
 		t.Fatalf("%d generations, want 3", len(f.gens))
 	}
 	for i := range n {
-		if f.absent(filterID(i), 1000) {
+		if f.Absent(filterID(i), 1000) {
 			t.Fatalf("id %d recorded, but absent", i)
 		}
 	}
 	miss := 0
 	for i := n; i < 2*n; i++ {
-		if !f.absent(filterID(i), 1000) {
+		if !f.Absent(filterID(i), 1000) {
 			miss++
 		}
 	}
@@ -61,17 +61,17 @@ func TestRequestFilter(t *testing.T) {
 	}
 	// Pruned up to 1500: the first generation (1000-1333) goes, the ids of
 	// the others stay present.
-	f.absent(filterID(0), 1500)
+	f.Absent(filterID(0), 1500)
 	if len(f.gens) != 2 {
 		t.Fatalf("%d generations after pruning to 1500, want 2", len(f.gens))
 	}
 	for i := genIDs; i < n; i++ {
-		if f.absent(filterID(i), 1500) {
+		if f.Absent(filterID(i), 1500) {
 			t.Fatalf("id %d recorded in a kept generation, but absent", i)
 		}
 	}
 	// Nothing left in the store.
-	if !f.absent(filterID(n-1), math.MaxInt64) || len(f.gens) != 0 {
+	if !f.Absent(filterID(n-1), math.MaxInt64) || len(f.gens) != 0 {
 		t.Fatalf("with no records left, %d generations remain", len(f.gens))
 	}
 }

@@ -1,4 +1,4 @@
-package partition
+package store
 
 import (
 	"testing"
@@ -11,10 +11,10 @@ import (
 // write takes it; the other then misses, and nothing a write of one does
 // removes the other's record.
 func TestLockedStatesShareNumbers(t *testing.T) {
-	c := newLockedStates()
-	a := appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
-	b := appendSeqKey(nil, ekey{2, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
-	d := appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, 7)
+	c := NewLockedStates()
+	a := AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
+	b := AppendSeqKey(nil, EntityKey{ID: 2, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
+	d := AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, 7)
 	want := func(key []byte, p string) {
 		t.Helper()
 		got, ok := c.get(key)
@@ -48,9 +48,9 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 // slot from the one there, which then misses. Records moved by a doubling
 // are still found, and forgotten ones are not.
 func TestLockedStatesGrowAndEvict(t *testing.T) {
-	c := newLockedStates()
+	c := NewLockedStates()
 	key := func(seq uint64) []byte {
-		return appendSeqKey(nil, ekey{1, 0}, kindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+		return AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
 	}
 	rec := func(seq uint64) []byte { return []byte{byte(seq), byte(seq >> 8), byte(seq >> 16)} }
 	check := func(seq uint64, want bool) {
@@ -79,6 +79,6 @@ func TestLockedStatesGrowAndEvict(t *testing.T) {
 	check(start+maxLockedStates+5, true)
 	check(start+5, false) // its slot was taken
 	check(start+6, true)
-	c.reset()
+	c.Reset()
 	check(start+6, false)
 }
