@@ -10,6 +10,9 @@
 #   scripts/ab-dev.sh OLD_REV [NEW_REV] [ROUNDS] [COUNT]
 #
 # NEW_REV defaults to the work tree as it is (uncommitted changes too).
+# Like for like across revisions: a binary that knows -plain-cluster runs
+# its cluster plane in plain text, as revisions from before mutual TLS
+# did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:?usage: scripts/ab-dev.sh OLD_REV [NEW_REV] [ROUNDS] [COUNT]}
@@ -51,12 +54,28 @@ stolen() { # stolen CMD...: runs CMD, then prints the cores stolen while it ran
 round() { # round NAME BINARY
 	local bin=$2 url=amqp://127.0.0.1:5692
 	rm -rf "$tmp/data"
+	local extra=()
+	if "$bin" dev -h 2>&1 | grep -q -- -plain-cluster; then
+		extra+=(-plain-cluster)
+	fi
+	if "$bin" dev -h 2>&1 | grep -q -- -amqps-addr; then
+		extra+=(-amqps-addr "") # no AMQPS listener (older revisions had none)
+	fi
 	"$bin" dev --data "$tmp/data" --amqp-addr 127.0.0.1:5692 --http-addr 127.0.0.1:5392 \
-		--node-port 7321 --log-level warn >"$tmp/dev.log" 2>&1 &
+		--node-port 7321 --log-level warn "${extra[@]}" >"$tmp/dev.log" 2>&1 &
 	dev=$!
-	for _ in $(seq 150); do curl -sf 127.0.0.1:5392/readyz >/dev/null && break; sleep 0.2; done
-	"$bin" queue create bench -placement 127.0.0.1:7321 -cluster-tls-dir "$tmp/data/cluster-tls" >/dev/null
-	"$bin" queue create sync -placement 127.0.0.1:7321 -cluster-tls-dir "$tmp/data/cluster-tls" >/dev/null
+	local ready=
+	for _ in $(seq 150); do
+		curl -sf 127.0.0.1:5392/readyz >/dev/null && { ready=1; break; }
+		sleep 0.2
+	done
+	if [ -z "$ready" ]; then
+		echo "$1: the dev cluster was not ready in 30 s; its log:" >&2
+		cat "$tmp/dev.log" >&2
+		exit 1
+	fi
+	"$bin" queue create bench -placement 127.0.0.1:7321 >/dev/null
+	"$bin" queue create sync -placement 127.0.0.1:7321 >/dev/null
 	printf '%s send:    ' "$1"
 	stolen sh -c "'$bin' bench -url $url -queue bench -mode send -conns 2 -links 2 -window 1024 -count $count |
 		awk '/msgs\\/s/ { printf \"%s \", \$0 }'"
