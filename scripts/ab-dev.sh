@@ -42,23 +42,17 @@ build() { # build REV OUT: OUT is the quorumbus binary of REV (the work tree whe
 build "$old" "$tmp/old.bin"
 build "$new" "$tmp/new.bin"
 
-stolen() { # stolen CMD...: runs CMD, then prints the cores stolen while it ran
-	local s0 t0 s1 t1
-	s0=$(awk '/^cpu /{print $9}' /proc/stat); t0=$(date +%s%N)
-	"$@"
-	s1=$(awk '/^cpu /{print $9}' /proc/stat); t1=$(date +%s%N)
-	awk -v s="$((s1 - s0))" -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" \
-		'BEGIN { printf "  (%.2f cores stolen)\n", s / hz / (t / 1e9) }'
-}
+. scripts/stolen.sh
 
 round() { # round NAME BINARY
 	local bin=$2 url=amqp://127.0.0.1:5692
 	rm -rf "$tmp/data"
-	local extra=()
-	if "$bin" dev -h 2>&1 | grep -q -- -plain-cluster; then
+	local extra=() flags
+	flags=$("$bin" dev -h 2>&1 || true)
+	if grep -q -- -plain-cluster <<<"$flags"; then
 		extra+=(-plain-cluster)
 	fi
-	if "$bin" dev -h 2>&1 | grep -q -- -amqps-addr; then
+	if grep -q -- -amqps-addr <<<"$flags"; then
 		extra+=(-amqps-addr "") # no AMQPS listener (older revisions had none)
 	fi
 	"$bin" dev --data "$tmp/data" --amqp-addr 127.0.0.1:5692 --http-addr 127.0.0.1:5392 \

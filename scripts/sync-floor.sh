@@ -17,15 +17,7 @@ trap '[ -n "$dev" ] && kill $dev 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' E
 go build -o "$tmp/quorumbus" ./cmd/quorumbus
 go test -c -o "$tmp/node.test" ./node/
 
-# stolen CMD...: runs CMD, then prints the cores stolen while it ran.
-stolen() {
-	local s0 t0 s1 t1
-	s0=$(awk '/^cpu /{print $9}' /proc/stat); t0=$(date +%s%N)
-	"$@"
-	s1=$(awk '/^cpu /{print $9}' /proc/stat); t1=$(date +%s%N)
-	awk -v s="$((s1 - s0))" -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" \
-		'BEGIN { printf "  (%.2f cores stolen)\n", s / hz / (t / 1e9) }'
-}
+. scripts/stolen.sh
 
 floor() {
 	"$tmp/node.test" -test.run '^$' -test.bench 'FloorRaftSync$' -test.benchtime 8000x |
