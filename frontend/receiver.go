@@ -123,7 +123,7 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 	if m := l.Attach().SndSettleMode; m != nil && *m == amqp.SenderSettleSettled {
 		r.rad = true
 	}
-	sr, isSession, err := sessionFilter(l.Attach(), c.srv.cfg.SessionAcceptWait, time.Now())
+	sr, isSession, err := sessionFilter(l.Attach(), acceptWaitOf(e, c.srv.cfg.SessionAcceptWait), time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -213,6 +213,16 @@ func sessionFilter(a *amqp.Attach, defaultWait time.Duration, now time.Time) (re
 	return req, true, nil
 }
 
+// acceptWaitOf is how long an accept-next of e without a client timeout
+// waits: the entity's own wait (QueueProperties.session_accept_wait_ms)
+// where it is shorter than the front-end's.
+func acceptWaitOf(e *placementpb.Entity, frontend time.Duration) time.Duration {
+	if ms := e.GetProperties().SessionAcceptWaitMs; ms != nil {
+		return min(frontend, time.Duration(*ms)*time.Millisecond)
+	}
+	return frontend
+}
+
 // acceptWait is how long an accept-next whose client gives up after t
 // (com.microsoft:timeout) waits before it answers that none is there: a
 // second less, or half of t when t is shorter than two seconds.

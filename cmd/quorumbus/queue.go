@@ -43,6 +43,7 @@ func queueCmd(args []string) error {
 	fs.BoolVar(&d.RequiresDuplicateDetection, "duplicate-detection", false, "RequiresDuplicateDetection")
 	fs.BoolVar(&d.RequiresSession, "requires-session", false, "RequiresSession: every message needs a SessionId, and receivers take one session at a time")
 	fs.DurationVar(&d.DuplicateDetectionHistoryTimeWindow, "duplicate-detection-window", 0, "DuplicateDetectionHistoryTimeWindow (default 10m)")
+	fs.DurationVar(&d.SessionAcceptWait, "session-accept-wait", 0, sessionAcceptWaitPropertyUsage)
 	fs.Func("partitions", "PartitionCount (0: not partitioned)", uint32Flag(&d.PartitionCount))
 	fs.Int64Var(&d.MaxMessageSizeInKilobytes, "max-message-size-kb", 0, "MaxMessageSizeInKilobytes (default 256)")
 	fs.Int64Var(&d.MaxSizeInMegabytes, "max-size-mb", 0, "MaxSizeInMegabytes: sends fail with quota exceeded beyond it (default 1024)")

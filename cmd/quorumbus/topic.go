@@ -236,6 +236,7 @@ func subscriptionCmd(args []string) error {
 	fs.BoolVar(&d.DeadLetteringOnMessageExpiration, "dead-letter-on-expiration", false, "DeadLetteringOnMessageExpiration")
 	dlFilter := fs.Bool("dead-letter-on-filter-exceptions", true, "DeadLetteringOnFilterEvaluationExceptions: dead-letter a copy whose rule cannot be evaluated")
 	fs.BoolVar(&d.RequiresSession, "requires-session", false, "RequiresSession")
+	fs.DurationVar(&d.SessionAcceptWait, "session-accept-wait", 0, sessionAcceptWaitPropertyUsage)
 	fs.StringVar(&d.ForwardTo, "forward-to", "", "ForwardTo")
 	fs.StringVar(&d.ForwardDeadLetteredMessagesTo, "forward-dead-lettered-to", "", "ForwardDeadLetteredMessagesTo")
 	rf := addRuleFlags(fs, "$Default")

@@ -80,6 +80,7 @@ func CheckKindProperties(kind pb.EntityKind, p *pb.QueueProperties) error {
 		flag(p.ForwardTo != "", "ForwardTo")
 		flag(p.ForwardDeadLetteredMessagesTo != "", "ForwardDeadLetteredMessagesTo")
 		flag(p.GetDeadLetteringOnFilterEvaluationExceptions(), "DeadLetteringOnFilterEvaluationExceptions")
+		flag(p.SessionAcceptWaitMs != nil, "SessionAcceptWait")
 	case pb.EntityKind_ENTITY_KIND_SUBSCRIPTION:
 		flag(p.RequiresDuplicateDetection, "RequiresDuplicateDetection")
 		flag(p.DuplicateDetectionWindowMs != 0 && p.DuplicateDetectionWindowMs != DefaultDuplicateWindowMs, "DuplicateDetectionHistoryTimeWindow")

@@ -36,6 +36,11 @@ const (
 	// A partitioned entity takes messages, and batches, of at most 1 MB
 	// (Service Bus: partitioned entities, seed 000).
 	MaxPartitionedMessageSizeKB = 1024
+	// session_accept_wait_ms, when set: at least 100 ms (a shorter wait
+	// is a refusal before the request can reach the leader), at most the
+	// minute Azure waits without one.
+	MinSessionAcceptWaitMs = 100
+	MaxSessionAcceptWaitMs = 60_000
 )
 
 // Key is the form of a name under which the catalog looks it up: names are
@@ -134,6 +139,9 @@ func Normalize(p *pb.QueueProperties) (*pb.QueueProperties, error) {
 		return nil, invalid("a partitioned entity takes messages of at most %d KB, not %d", MaxPartitionedMessageSizeKB, out.MaxMessageSizeInKilobytes)
 	}
 
+	if w := out.SessionAcceptWaitMs; w != nil && (*w < MinSessionAcceptWaitMs || *w > MaxSessionAcceptWaitMs) {
+		return nil, invalid("session accept wait %d ms is outside %d ms to %d ms", *w, MinSessionAcceptWaitMs, MaxSessionAcceptWaitMs)
+	}
 	for _, fwd := range []string{out.ForwardTo, out.ForwardDeadLetteredMessagesTo} {
 		if fwd == "" {
 			continue
@@ -169,6 +177,10 @@ func mergeUpdate(cur, upd *pb.QueueProperties) (*pb.QueueProperties, error) {
 	p := proto.Clone(upd).(*pb.QueueProperties)
 	if p.DeadLetteringOnFilterEvaluationExceptions == nil {
 		p.DeadLetteringOnFilterEvaluationExceptions = cur.DeadLetteringOnFilterEvaluationExceptions
+	}
+	if p.SessionAcceptWaitMs == nil {
+		// The admin API does not know it (placement.proto).
+		p.SessionAcceptWaitMs = cur.SessionAcceptWaitMs
 	}
 	if !p.RequiresSession {
 		p.RequiresSession = cur.RequiresSession

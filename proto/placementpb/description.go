@@ -29,6 +29,9 @@ type QueueDescription struct {
 	ForwardTo                     string
 	ForwardDeadLetteredMessagesTo string
 	UserMetadata                  string
+	// SessionAcceptWait is quorumbus's own (QueueProperties'
+	// session_accept_wait_ms): 0 leaves it unset.
+	SessionAcceptWait time.Duration
 }
 
 // Properties returns the catalog's properties of a queue so described.
@@ -52,7 +55,19 @@ func (d QueueDescription) Properties() *QueueProperties {
 		ForwardTo:                        d.ForwardTo,
 		ForwardDeadLetteredMessagesTo:    d.ForwardDeadLetteredMessagesTo,
 		UserMetadata:                     d.UserMetadata,
+		SessionAcceptWaitMs:              acceptWaitMs(d.SessionAcceptWait),
 	}
+}
+
+// acceptWaitMs is a SessionAcceptWait as the catalog keeps it: nil when
+// not given. A wait that rounds to 0 ms stays given, for the catalog to
+// refuse.
+func acceptWaitMs(d time.Duration) *int64 {
+	if d == 0 {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
 }
 
 // Describe is the inverse of Properties: the description of a queue with
@@ -75,6 +90,7 @@ func Describe(p *QueueProperties) QueueDescription {
 		ForwardTo:                           p.GetForwardTo(),
 		ForwardDeadLetteredMessagesTo:       p.GetForwardDeadLetteredMessagesTo(),
 		UserMetadata:                        p.GetUserMetadata(),
+		SessionAcceptWait:                   ms(p.GetSessionAcceptWaitMs()),
 	}
 	if d.DefaultMessageTimeToLive == 0 {
 		d.DefaultMessageTimeToLive = Forever

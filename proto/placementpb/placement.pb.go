@@ -204,8 +204,16 @@ type QueueProperties struct {
 	// Azure's default; the catalog stores it set. (Numbers from 31 up:
 	// fields other work adds meanwhile take the low ones.)
 	DeadLetteringOnFilterEvaluationExceptions *bool `protobuf:"varint,31,opt,name=dead_lettering_on_filter_evaluation_exceptions,json=deadLetteringOnFilterEvaluationExceptions,proto3,oneof" json:"dead_lettering_on_filter_evaluation_exceptions,omitempty"`
-	unknownFields                             protoimpl.UnknownFields
-	sizeCache                                 protoimpl.SizeCache
+	// Queues and subscriptions that require sessions: how long an
+	// accept-next whose client sends no com.microsoft:timeout waits for a
+	// session before it answers that none is there, at most the front-end's
+	// default (a minute, as Azure). A quorumbus extension for tests and
+	// impatient applications: Azure's entity schema has no such property,
+	// so the admin API neither shows nor changes it (an update that leaves
+	// it unset keeps it). Unset: the front-end's default.
+	SessionAcceptWaitMs *int64 `protobuf:"varint,32,opt,name=session_accept_wait_ms,json=sessionAcceptWaitMs,proto3,oneof" json:"session_accept_wait_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *QueueProperties) Reset() {
@@ -341,6 +349,13 @@ func (x *QueueProperties) GetDeadLetteringOnFilterEvaluationExceptions() bool {
 		return *x.DeadLetteringOnFilterEvaluationExceptions
 	}
 	return false
+}
+
+func (x *QueueProperties) GetSessionAcceptWaitMs() int64 {
+	if x != nil && x.SessionAcceptWaitMs != nil {
+		return *x.SessionAcceptWaitMs
+	}
+	return 0
 }
 
 // Rule is one rule of a subscription: a filter that decides whether a
@@ -3904,7 +3919,7 @@ var File_placementpb_placement_proto protoreflect.FileDescriptor
 
 const file_placementpb_placement_proto_rawDesc = "" +
 	"\n" +
-	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\x96\a\n" +
+	"\x1bplacementpb/placement.proto\x12\x16quorumbus.placement.v1\"\xeb\a\n" +
 	"\x0fQueueProperties\x12(\n" +
 	"\x10lock_duration_ms\x18\x01 \x01(\x03R\x0elockDurationMs\x12,\n" +
 	"\x12max_delivery_count\x18\x02 \x01(\rR\x10maxDeliveryCount\x123\n" +
@@ -3922,8 +3937,10 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"!forward_dead_lettered_messages_to\x18\f \x01(\tR\x1dforwardDeadLetteredMessagesTo\x12/\n" +
 	"\x13enable_partitioning\x18\r \x01(\bR\x12enablePartitioning\x12#\n" +
 	"\ruser_metadata\x18\x0e \x01(\tR\fuserMetadata\x12f\n" +
-	".dead_lettering_on_filter_evaluation_exceptions\x18\x1f \x01(\bH\x00R)deadLetteringOnFilterEvaluationExceptions\x88\x01\x01B1\n" +
-	"/_dead_lettering_on_filter_evaluation_exceptions\"\xef\x02\n" +
+	".dead_lettering_on_filter_evaluation_exceptions\x18\x1f \x01(\bH\x00R)deadLetteringOnFilterEvaluationExceptions\x88\x01\x01\x128\n" +
+	"\x16session_accept_wait_ms\x18  \x01(\x03H\x01R\x13sessionAcceptWaitMs\x88\x01\x01B1\n" +
+	"/_dead_lettering_on_filter_evaluation_exceptionsB\x19\n" +
+	"\x17_session_accept_wait_ms\"\xef\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12B\n" +
 	"\n" +

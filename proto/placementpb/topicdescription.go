@@ -62,6 +62,7 @@ type SubscriptionDescription struct {
 	ForwardTo                                 string
 	ForwardDeadLetteredMessagesTo             string
 	UserMetadata                              string
+	SessionAcceptWait                         time.Duration // as QueueDescription's
 }
 
 // Properties returns the catalog's properties of a subscription so
@@ -77,6 +78,7 @@ func (d SubscriptionDescription) Properties() *QueueProperties {
 		ForwardTo:                                 d.ForwardTo,
 		ForwardDeadLetteredMessagesTo:             d.ForwardDeadLetteredMessagesTo,
 		UserMetadata:                              d.UserMetadata,
+		SessionAcceptWaitMs:                       acceptWaitMs(d.SessionAcceptWait),
 	}
 }
 
@@ -229,6 +231,7 @@ func SubscriptionDescriptionOf(p *QueueProperties) SubscriptionDescription {
 		ForwardTo:                        p.GetForwardTo(),
 		ForwardDeadLetteredMessagesTo:    p.GetForwardDeadLetteredMessagesTo(),
 		UserMetadata:                     p.GetUserMetadata(),
+		SessionAcceptWait:                time.Duration(p.GetSessionAcceptWaitMs()) * time.Millisecond,
 	}
 	if p.DeadLetteringOnFilterEvaluationExceptions != nil {
 		v := *p.DeadLetteringOnFilterEvaluationExceptions

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -243,5 +244,38 @@ func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 	}
 	if slices.Sort(listed); !slices.Equal(listed, []string{"warm", ok128}) {
 		t.Fatalf("listed %q: the refused session must not be there", listed)
+	}
+}
+
+// TestDevSessionAcceptWaitOfTheEntity: an entity's own accept-next wait
+// (quorumbus's SessionAcceptWait) shortens the front-end's minute for a
+// client that names no timeout; another entity keeps the minute.
+func TestDevSessionAcceptWaitOfTheEntity(t *testing.T) {
+	t.Parallel()
+	c := startTestDev(t, cluster.QueueSpec{Name: "impatient", Props: &placementpb.QueueProperties{RequiresSession: true, SessionAcceptWaitMs: proto.Int64(1_000)}})
+	e, err := c.Router.Entity("impatient")
+	if err != nil || e.GetProperties().GetSessionAcceptWaitMs() != 1_000 {
+		t.Fatalf("the routing table's entity: %v, %v; want a wait of 1,000 ms", e, err)
+	}
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snd, _ := client.NewSender("impatient", nil)
+	sendSession(t, ctx, snd, "warm", "w") // the partition has applied the queue
+	r, err := client.AcceptNextSessionForQueue(ctx, "impatient", nil)
+	if err != nil || r.SessionID() != "warm" {
+		t.Fatalf("accept next: %v", err)
+	}
+	receiveN(t, ctx, r, 1)
+
+	start := time.Now() // no deadline: the SDK sends no com.microsoft:timeout
+	_, err = client.AcceptNextSessionForQueue(context.Background(), "impatient", nil)
+	took := time.Since(start)
+	var sbErr *azservicebus.Error
+	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeTimeout {
+		t.Fatalf("accept next with none available: %v, want a timeout", err)
+	}
+	if took < 900*time.Millisecond || took > 20*time.Second {
+		t.Fatalf("answered after %v, want about the entity's second", took)
 	}
 }

@@ -65,6 +65,10 @@ type emulatorSubscriptionProperties struct {
 	ForwardDeadLetteredMessagesTo             string
 	ForwardTo                                 string
 	RequiresSession                           bool
+	// SessionAcceptWait is quorumbus's own (the emulator has none): how
+	// long an accept-next without a client timeout waits, an ISO 8601
+	// duration at most PT1M.
+	SessionAcceptWait string
 }
 
 type emulatorRuleProperties struct {
@@ -104,6 +108,7 @@ type emulatorQueueProperties struct {
 	MaxSizeInMegabytes                  int64
 	MaxMessageSizeInKilobytes           int64
 	PartitionCount                      uint32
+	SessionAcceptWait                   string // as the subscription's
 }
 
 // QueueSpec is one entity to create: a queue, or what Kind says. A
@@ -198,6 +203,7 @@ func (p emulatorSubscriptionProperties) toProto() (*placementpb.QueueProperties,
 	err := parseDurations(
 		durationField{p.LockDuration, &d.LockDuration, "LockDuration"},
 		durationField{p.DefaultMessageTimeToLive, &d.DefaultMessageTimeToLive, "DefaultMessageTimeToLive"},
+		durationField{p.SessionAcceptWait, &d.SessionAcceptWait, "SessionAcceptWait"},
 	)
 	if err != nil {
 		return nil, err
@@ -256,23 +262,14 @@ func (p emulatorQueueProperties) toProto() (*placementpb.QueueProperties, error)
 		ForwardTo:                        p.ForwardTo,
 		ForwardDeadLetteredMessagesTo:    p.ForwardDeadLetteredMessagesTo,
 	}
-	for _, f := range []struct {
-		text string
-		dst  *time.Duration
-		name string
-	}{
-		{p.LockDuration, &d.LockDuration, "LockDuration"},
-		{p.DefaultMessageTimeToLive, &d.DefaultMessageTimeToLive, "DefaultMessageTimeToLive"},
-		{p.DuplicateDetectionHistoryTimeWindow, &d.DuplicateDetectionHistoryTimeWindow, "DuplicateDetectionHistoryTimeWindow"},
-	} {
-		if f.text == "" {
-			continue
-		}
-		v, err := placementpb.ParseISODuration(f.text)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.name, err)
-		}
-		*f.dst = v
+	err := parseDurations(
+		durationField{p.LockDuration, &d.LockDuration, "LockDuration"},
+		durationField{p.DefaultMessageTimeToLive, &d.DefaultMessageTimeToLive, "DefaultMessageTimeToLive"},
+		durationField{p.DuplicateDetectionHistoryTimeWindow, &d.DuplicateDetectionHistoryTimeWindow, "DuplicateDetectionHistoryTimeWindow"},
+		durationField{p.SessionAcceptWait, &d.SessionAcceptWait, "SessionAcceptWait"},
+	)
+	if err != nil {
+		return nil, err
 	}
 	return d.Properties(), nil
 }

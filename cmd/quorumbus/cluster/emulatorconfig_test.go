@@ -17,7 +17,7 @@ func TestLoadEmulatorConfig(t *testing.T) {
 		{"Name": "queue.1", "Properties": {"DeadLetteringOnMessageExpiration": true, "DefaultMessageTimeToLive": "PT1H",
 		 "DuplicateDetectionHistoryTimeWindow": "PT20S", "LockDuration": "PT30S", "MaxDeliveryCount": 3,
 		 "RequiresDuplicateDetection": true, "RequiresSession": false}},
-		{"Name": "queue.2"}]}], "Logging": {"Type": "File"}}}`), 0o644)
+		{"Name": "queue.2", "Properties": {"RequiresSession": true, "SessionAcceptWait": "PT2.5S"}}]}], "Logging": {"Type": "File"}}}`), 0o644)
 	qs, err := LoadEmulatorConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +29,9 @@ func TestLoadEmulatorConfig(t *testing.T) {
 	if p.LockDurationMs != 30000 || p.DefaultMessageTtlMs != 3600000 || p.DuplicateDetectionWindowMs != 20000 ||
 		p.MaxDeliveryCount != 3 || !p.DeadLetteringOnMessageExpiration || !p.RequiresDuplicateDetection {
 		t.Fatalf("properties %+v", p)
+	}
+	if p := qs[1].Props; !p.RequiresSession || p.GetSessionAcceptWaitMs() != 2_500 || qs[0].Props.SessionAcceptWaitMs != nil {
+		t.Fatalf("queue.2's SessionAcceptWait (quorumbus's own): %+v", p)
 	}
 	os.WriteFile(path, []byte(`{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"LockDuration": "1 minute"}}]}]}}`), 0o644)
 	if _, err := LoadEmulatorConfig(path); err == nil {
@@ -54,7 +57,7 @@ const emulatorTopics = `{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", 
           "SqlFilter": {"SqlExpression": "sys.MessageId = '123456' AND userProp1 = @v", "Parameters": {"@v": "value1"}},
           "Action": {"SqlExpression": "SET sys.To = 'Entity'"}}}
      ]},
-    {"Name": "subscription.2", "Properties": {"RequiresSession": true}}
+    {"Name": "subscription.2", "Properties": {"RequiresSession": true, "SessionAcceptWait": "PT5S"}}
   ]}]}]}}`
 
 func TestLoadEmulatorConfigTopics(t *testing.T) {
@@ -78,7 +81,7 @@ func TestLoadEmulatorConfigTopics(t *testing.T) {
 	if p := specs[1].Props; p.LockDurationMs != 60_000 || p.MaxDeliveryCount != 3 || p.DefaultMessageTtlMs != 3_600_000 {
 		t.Errorf("subscription properties %v", p)
 	}
-	if !specs[2].Props.RequiresSession || len(specs[2].Rules) != 0 {
+	if !specs[2].Props.RequiresSession || specs[2].Props.GetSessionAcceptWaitMs() != 5_000 || len(specs[2].Rules) != 0 {
 		t.Errorf("subscription.2: %v, rules %v", specs[2].Props, specs[2].Rules)
 	}
 	rules := specs[1].Rules
