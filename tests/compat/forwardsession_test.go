@@ -68,10 +68,18 @@ func TestDevSDKForwardFromSessions(t *testing.T) {
 				}
 			}
 		}
-		r.Close(ctx)
 		if len(got) != per {
-			t.Fatalf("sdest session %s: %d messages %v, want %d", sid, len(got), got, per)
+			// What the session holds, for the next reader of this failure:
+			// locked (held under the session), available or missing.
+			var held []string
+			if peeked, err := r.PeekMessages(ctx, 2*per, nil); err == nil {
+				for _, m := range peeked {
+					held = append(held, fmt.Sprintf("%s(seq %d, deliveries %d, state %v)", m.Body, *m.SequenceNumber, m.DeliveryCount, m.State))
+				}
+			}
+			t.Fatalf("sdest session %s: %d messages %v, want %d; the session still holds %v", sid, len(got), got, per, held)
 		}
+		r.Close(ctx)
 		for i, b := range got {
 			if want := fmt.Sprintf("%s%02d", sid, i); b != want {
 				t.Fatalf("sdest session %s: %v, not in send order", sid, got)
