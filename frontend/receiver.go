@@ -565,6 +565,13 @@ func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl
 		res, err := r.c.srv.cfg.Backend.Settle(ctx, r.entity, s)
 		cancel()
 		if err != nil {
+			if d == partitionpb.Disposition_DISPOSITION_RELEASE {
+				// The client is not waiting for this answer (the SDKs
+				// release what arrived after a receive returned), and the
+				// messages stay locked until their lock, or their
+				// session's, ends.
+				r.c.log.Warn("release failed: the messages stay locked until their lock ends", "entity", r.entity.Name, "partition", p, "messages", len(ts), "err", err)
+			}
 			return errFailure(err), false
 		}
 		if f, failed := resultFailure(res.GetCode()); failed {
