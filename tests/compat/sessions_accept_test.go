@@ -164,14 +164,7 @@ func TestDevSessionAcceptWaitAndLimits(t *testing.T) {
 		}
 	}
 	client := devClient(t, c)
-	snd, _ := client.NewSender("sq", nil)
-	sendSession(t, ctx, snd, "warm", "w") // the partition has applied the queue
-
-	r, err := client.AcceptNextSessionForQueue(ctx, "sq", nil)
-	if err != nil || r.SessionID() != "warm" {
-		t.Fatalf("accept next: %v", err)
-	}
-	receiveN(t, ctx, r, 1)
+	snd, r := warmSessions(t, ctx, client, "sq")
 	// No deadline on the context: the SDK sends no com.microsoft:timeout.
 	start := time.Now()
 	_, err = client.AcceptNextSessionForQueue(context.Background(), "sq", nil)
@@ -260,13 +253,7 @@ func TestDevSessionAcceptWaitOfTheEntity(t *testing.T) {
 	client := devClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	snd, _ := client.NewSender("impatient", nil)
-	sendSession(t, ctx, snd, "warm", "w") // the partition has applied the queue
-	r, err := client.AcceptNextSessionForQueue(ctx, "impatient", nil)
-	if err != nil || r.SessionID() != "warm" {
-		t.Fatalf("accept next: %v", err)
-	}
-	receiveN(t, ctx, r, 1)
+	warmSessions(t, ctx, client, "impatient")
 
 	start := time.Now() // no deadline: the SDK sends no com.microsoft:timeout
 	_, err = client.AcceptNextSessionForQueue(context.Background(), "impatient", nil)
@@ -278,4 +265,23 @@ func TestDevSessionAcceptWaitOfTheEntity(t *testing.T) {
 	if took < 900*time.Millisecond || took > 20*time.Second {
 		t.Fatalf("answered after %v, want about the entity's second", took)
 	}
+}
+
+// warmSessions sends a message of session "warm" to queue, which then
+// has reached its partition, accepts that session next and takes the
+// message (peek-locked, not settled), so that no other session is
+// available; it returns the sender and the receiver of "warm".
+func warmSessions(t *testing.T, ctx context.Context, client *azservicebus.Client, queue string) (*azservicebus.Sender, *azservicebus.SessionReceiver) {
+	t.Helper()
+	snd, err := client.NewSender(queue, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendSession(t, ctx, snd, "warm", "w")
+	r, err := client.AcceptNextSessionForQueue(ctx, queue, nil)
+	if err != nil || r.SessionID() != "warm" {
+		t.Fatalf("accept next: %v", err)
+	}
+	receiveN(t, ctx, r, 1)
+	return snd, r
 }
