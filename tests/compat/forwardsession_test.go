@@ -74,7 +74,7 @@ func TestDevSDKForwardFromSessions(t *testing.T) {
 			var held []string
 			if peeked, err := r.PeekMessages(ctx, 2*per, nil); err == nil {
 				for _, m := range peeked {
-					held = append(held, fmt.Sprintf("%s(seq %d, deliveries %d, state %v)", m.Body, *m.SequenceNumber, m.DeliveryCount, m.State))
+					held = append(held, fmt.Sprintf("%s(seq %d, deliveries %d, state %v, locked until %v)", m.Body, *m.SequenceNumber, m.DeliveryCount, m.State, m.LockedUntil))
 				}
 			}
 			t.Fatalf("sdest session %s: %d messages %v, want %d; the session still holds %v", sid, len(got), got, per, held)
