@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,6 +45,8 @@ const topicBenchFilter = "region = 'emea' AND priority >= 2 AND sys.Label LIKE '
 // QUORUMBUS_BENCH_TOPIC_MESSAGES sets N (default 50,000),
 // QUORUMBUS_BENCH_TOPIC_SUBSCRIPTIONS the subscriptions (default 10);
 // QUORUMBUS_BENCH_VERBOSE=1 shows the load tool's progress lines;
+// It also reports the process's CPU (cluster and client) per message sent
+// and per delivery, medians over the iterations.
 // QUORUMBUS_BENCH_PROFILE=dir writes dir/<phase>.pprof, a CPU profile of
 // each phase of the first iteration (the cluster's and the client's: they
 // share the process). Not with -cpuprofile.
@@ -82,7 +85,13 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 	// QUORUMBUS_BENCH_PROFILE=dir writes a CPU profile of the whole
 	// process (cluster and client) per phase of the first iteration.
 	profiles := os.Getenv("QUORUMBUS_BENCH_PROFILE")
-	phase := func(name string, args ...string) loadtool.Figures {
+	// cpu[name] is each iteration's process CPU (cluster and client)
+	// per message of that phase, in µs: the cost a send or a delivery
+	// has whatever else the machine runs.
+	cpu := map[string][]float64{}
+	phase := func(name string, messages int, args ...string) loadtool.Figures {
+		before := processCPU()
+		defer func() { cpu[name] = append(cpu[name], float64((processCPU()-before).Microseconds())/float64(messages)) }()
 		if profiles != "" {
 			f, err := os.Create(filepath.Join(profiles, name+".pprof"))
 			if err != nil {
@@ -100,16 +109,16 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 		return f
 	}
 	plainSend := func() float64 {
-		return phase("plain-send", "-queue", "plain", "-mode", "send", "-count", strconv.Itoa(n)).SendRate()
+		return phase("plain-send", n, "-queue", "plain", "-mode", "send", "-count", strconv.Itoa(n)).SendRate()
 	}
 	plainReceive := func() float64 {
-		return phase("plain-receive", "-queue", "plain", "-mode", "receive", "-count", strconv.Itoa(n)).ReceiveRate()
+		return phase("plain-receive", n, "-queue", "plain", "-mode", "receive", "-count", strconv.Itoa(n)).ReceiveRate()
 	}
 	topicSend := func() float64 {
-		return phase("topic-send", "-queue", "t", "-mode", "send", "-count", strconv.Itoa(n)).SendRate()
+		return phase("topic-send", n, "-queue", "t", "-mode", "send", "-count", strconv.Itoa(n)).SendRate()
 	}
 	topicDrain := func() float64 {
-		return phase("topic-drain", "-queue", strings.Join(subs, ","), "-mode", "receive", "-credit", "400",
+		return phase("topic-drain", n*nsubs, "-queue", strings.Join(subs, ","), "-mode", "receive", "-credit", "400",
 			"-count", strconv.Itoa(n*nsubs)).ReceiveRate()
 	}
 
@@ -156,6 +165,19 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 	b.ReportMetric(median(pr), "plain-receive/s")
 	b.ReportMetric(median(td), "topic-deliveries/s")
 	b.ReportMetric(median(td)/median(pr), "receive-ratio")
+	b.ReportMetric(median(cpu["plain-send"]), "plain-send-cpu-µs")
+	b.ReportMetric(median(cpu["topic-send"]), "topic-send-cpu-µs")
+	b.ReportMetric(median(cpu["plain-receive"]), "plain-receive-cpu-µs")
+	b.ReportMetric(median(cpu["topic-drain"]), "topic-delivery-cpu-µs")
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(v []float64) float64 {
