@@ -33,23 +33,25 @@ const (
 // startFeatures starts the workloads of duplicate detection, scheduled
 // messages, lock renewal, sessions, topics and settlements (abandon,
 // dead-letter, defer) beside the queue's, at
-// rates that together stay well under the queue's.
-func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64) []workload.Runner {
+// rates that together stay well under the queue's, each times scale (the
+// soak's are lower: profile.featureScale).
+func startFeatures(c *cluster.Cluster, rec *history.Recorder, seed uint64, scale float64) []workload.Runner {
 	ctx := context.Background()
+	rate := func(r float64) float64 { return r * scale }
 	common := workload.Common{Dial: c.DialAMQP, Rec: rec, OpTimeout: 10 * time.Second}
 	return []workload.Runner{
 		workload.StartDedup(ctx, workload.DedupConfig{Common: common, Queue: dedupQueue, Window: dedupWindow,
-			Senders: 2, Receivers: 2, SendRate: 20, Seed: seed}),
+			Senders: 2, Receivers: 2, SendRate: rate(20), Seed: seed}),
 		workload.StartScheduled(ctx, workload.ScheduledConfig{Common: common, Queue: schedQueue,
-			Senders: 1, Receivers: 2, SendRate: 10, MaxDelay: 5 * time.Second, Seed: seed}),
+			Senders: 1, Receivers: 2, SendRate: rate(10), MaxDelay: 5 * time.Second, Seed: seed}),
 		workload.StartRenew(ctx, workload.RenewConfig{Common: common, Queue: renewQueue, Lock: renewLock,
-			Senders: 1, Receivers: 4, SendRate: 1, Seed: seed}),
+			Senders: 1, Receivers: 4, SendRate: rate(1), Seed: seed}),
 		workload.StartSessions(ctx, workload.SessionConfig{Common: common, Queue: sessionQueue, Sessions: 6,
-			Senders: 2, Receivers: 3, SendRate: 20, Seed: seed}),
+			Senders: 2, Receivers: 3, SendRate: rate(20), Seed: seed}),
 		workload.StartTopic(ctx, workload.TopicConfig{Common: common, Topic: topicName,
-			Senders: 1, ReceiversPerSub: 1, SendRate: 15, Seed: seed}),
+			Senders: 1, ReceiversPerSub: 1, SendRate: rate(15), Seed: seed}),
 		workload.StartSettle(ctx, workload.SettleConfig{Common: common, Queue: settleQueue,
-			Senders: 1, Receivers: 2, DeadLetterReceivers: 1, SendRate: 10, Seed: seed}),
+			Senders: 1, Receivers: 2, DeadLetterReceivers: 1, SendRate: rate(10), Seed: seed}),
 	}
 }
 

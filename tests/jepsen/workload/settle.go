@@ -109,15 +109,28 @@ type deferredSeq struct {
 	added  time.Time
 }
 
-// forgetAfter is how long a number whose receives found nothing is kept:
-// a defer of unknown outcome may still be applied for a while after its
-// client gave up.
+// forgetAfter is how long a number whose receives found nothing is kept
+// after it was added or last received in doubt: a defer of unknown
+// outcome may still be applied for a while after its client gave up, and
+// a receive by number that timed out may have locked the message, which
+// then answers not-found until the lock (the queue's, 10 s) runs out.
+// A soak once forgot a number 10 s after such a receive and left its
+// message deferred for good.
 const forgetAfter = 30 * time.Second
 
 func (d *deferred) add(seq int64) {
 	d.mu.Lock()
 	d.seqs[seq] = &deferredSeq{added: time.Now()}
 	d.mu.Unlock()
+}
+
+// inDoubt restarts seq's forgetAfter: a receive of it may have locked it.
+func (d *deferred) inDoubt(seq int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.seqs[seq]; e != nil {
+		e.added = time.Now()
+	}
 }
 
 // one returns a sequence number to take back, if any.
@@ -254,6 +267,7 @@ func (s *stream) deferredReceiver(ctx context.Context, p int, queue string, d *d
 				// The management links are in doubt; the number stays to
 				// be tried again on new ones (a lock this receive may
 				// have taken runs out and leaves the message deferred).
+				d.inDoubt(seq)
 				m = nil
 				l.close()
 				l = nil
