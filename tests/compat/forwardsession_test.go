@@ -1,10 +1,8 @@
 package compat
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -73,22 +71,13 @@ func TestDevSDKForwardFromSessions(t *testing.T) {
 		if len(got) != per {
 			// What the session holds, for the next reader of this failure:
 			// locked (held under the session), available or missing.
-			var held []string
-			if peeked, err := r.PeekMessages(ctx, 2*per, nil); err == nil {
-				for _, m := range peeked {
-					held = append(held, fmt.Sprintf("%s(seq %d, deliveries %d, state %v, locked until %v)", m.Body, *m.SequenceNumber, m.DeliveryCount, m.State, m.LockedUntil))
-				}
-			}
-			t.Fatalf("sdest session %s: %d messages %v, want %d; the session still holds %v", sid, len(got), got, per, held)
+			t.Fatalf("sdest session %s: %d messages %v, want %d; the session still holds %v", sid, len(got), got, per, sessionHolds(ctx, r, 2*per))
 		}
 		r.Close(ctx)
 		// The forwarder keeps the session's order in the sequence numbers
 		// it gives sdest; the order of arrival here can differ where the
 		// SDK released a message (TestSDKReleaserOnASession).
-		slices.SortFunc(received, func(a, b *azservicebus.ReceivedMessage) int {
-			return cmp.Compare(*a.SequenceNumber, *b.SequenceNumber)
-		})
-		for i, m := range received {
+		for i, m := range bySequence(received) {
 			if want := fmt.Sprintf("%s%02d", sid, i); string(m.Body) != want {
 				t.Fatalf("sdest session %s: received %v, %s at %d in sequence order, want %s", sid, got, m.Body, i, want)
 			}
@@ -109,11 +98,8 @@ func TestDevSDKForwardFromSessions(t *testing.T) {
 	// that order: when a ReceiveMessages call times out, the Go SDK
 	// releases the messages that were already on their way, and the next
 	// call may get later messages before the released ones come back.
-	slices.SortFunc(got, func(a, b *azservicebus.ReceivedMessage) int {
-		return cmp.Compare(*a.SequenceNumber, *b.SequenceNumber)
-	})
 	next := map[string]int{}
-	for _, m := range got {
+	for _, m := range bySequence(got) {
 		sid := ""
 		if m.SessionID != nil {
 			sid = *m.SessionID

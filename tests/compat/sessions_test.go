@@ -1,6 +1,7 @@
 package compat
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -622,4 +623,27 @@ func TestDevSessionsDeferredListAndPeek(t *testing.T) {
 	if ids := list(&later); len(ids) != 0 {
 		t.Fatalf("sessions whose state changed in the future: %q", ids)
 	}
+}
+
+// bySequence returns msgs sorted by sequence number: the order the broker
+// gave them, whatever order the SDK handed them over in (a message its
+// releaser gave back arrives after later ones).
+func bySequence(msgs []*azservicebus.ReceivedMessage) []*azservicebus.ReceivedMessage {
+	out := slices.Clone(msgs)
+	slices.SortFunc(out, func(a, b *azservicebus.ReceivedMessage) int {
+		return cmp.Compare(*a.SequenceNumber, *b.SequenceNumber)
+	})
+	return out
+}
+
+// sessionHolds describes what a session receiver's session still holds,
+// by peek, for a failure message.
+func sessionHolds(ctx context.Context, r *azservicebus.SessionReceiver, max int) []string {
+	var held []string
+	if peeked, err := r.PeekMessages(ctx, max, nil); err == nil {
+		for _, m := range peeked {
+			held = append(held, fmt.Sprintf("%s(seq %d, deliveries %d, state %v, locked until %v)", m.Body, *m.SequenceNumber, m.DeliveryCount, m.State, m.LockedUntil))
+		}
+	}
+	return held
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,8 +89,10 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 	// has whatever else the machine runs.
 	cpu := map[string][]float64{}
 	phase := func(name string, messages int, args ...string) loadtool.Figures {
-		before := processCPU()
-		defer func() { cpu[name] = append(cpu[name], float64((processCPU()-before).Microseconds())/float64(messages)) }()
+		before := loadtool.SelfCPU()
+		defer func() {
+			cpu[name] = append(cpu[name], float64((loadtool.SelfCPU()-before).Microseconds())/float64(messages))
+		}()
 		if profiles != "" {
 			f, err := os.Create(filepath.Join(profiles, name+".pprof"))
 			if err != nil {
@@ -169,15 +170,6 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 	b.ReportMetric(median(cpu["topic-send"]), "topic-send-cpu-µs")
 	b.ReportMetric(median(cpu["plain-receive"]), "plain-receive-cpu-µs")
 	b.ReportMetric(median(cpu["topic-drain"]), "topic-delivery-cpu-µs")
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(v []float64) float64 {

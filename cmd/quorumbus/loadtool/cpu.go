@@ -29,6 +29,16 @@ type cpuMeter struct {
 // architecture Go supports.
 const clockTick = 10 * time.Millisecond
 
+// SelfCPU is the CPU time (user and system) this process has used; 0 if
+// the kernel will not say.
+func SelfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func startCPUMeter(serverPid int) *cpuMeter {
 	m := &cpuMeter{serverPid: serverPid}
 	m.self, m.server, m.busy, m.steal = m.read()
@@ -36,10 +46,7 @@ func startCPUMeter(serverPid int) *cpuMeter {
 }
 
 func (m *cpuMeter) read() (self, server, busy, steal time.Duration) {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	self = SelfCPU()
 	server = -1
 	if m.serverPid > 0 {
 		server = processCPU(m.serverPid)
