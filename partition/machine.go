@@ -76,7 +76,7 @@ type Machine struct {
 	snaps  map[*Snapshot]struct{}
 
 	commit       store.SortedCommit   // Apply's, under mu
-	batchBytes   int                  // Apply's, under mu: the size of the last batch (batchSize)
+	batchBytes   store.BatchSize      // Apply's, under mu: the sizes of the last batch (maxBatchHint)
 	reqFloor     int64                // Apply's, under mu: no request result is older
 	reqFilter    *store.RequestFilter // Apply's, under mu: ids recorded since load (store/reqfilter.go)
 	lockedStates *store.LockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
@@ -296,7 +296,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	}
 	a := m.newApplier()
 	defer func() {
-		m.batchBytes = min(a.b.Size(), maxBatchHint)
+		m.batchBytes = a.b.Size().Capped(maxBatchHint)
 		a.b.Close()
 	}()
 	results, applied, err := m.stage(a, entries)

@@ -456,7 +456,11 @@ func (a *applier) expireLocks() (*partitionpb.Result, error) {
 			// Raise the floor past the locks ended since it was read, so
 			// that the scan does not step over them (on a follower, no one
 			// asked for the earliest lock since).
-			if err := e.locks.Load(a.b.ReadView()); err != nil {
+			r, err := a.b.ReadView()
+			if err != nil {
+				return nil, err
+			}
+			if err := e.locks.Load(r); err != nil {
 				return nil, err
 			}
 			a.locks[k] = true // the store's view moves on with this batch

@@ -13,7 +13,8 @@ import (
 // counters in step. Messages read from the store carry no sections unless
 // withBody added them; only add writes sections.
 
-// add stores a new message, sections and all.
+// add stores a new message, sections and all, under a sequence number
+// its sub-queue has not used (its state record is a new one: PutNewState).
 func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
@@ -21,7 +22,10 @@ func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
 			return err
 		}
 	}
-	return a.putState(e, m)
+	if err := a.b.PutNewState(e.key, m); err != nil {
+		return err
+	}
+	return a.indexed(e, m)
 }
 
 // putState writes the state record of m, which the caller has taken out of
@@ -30,6 +34,12 @@ func (a *applier) putState(e *entity, m *partitionpb.StoredMessage) error {
 	if err := a.b.PutState(e.key, m); err != nil {
 		return err
 	}
+	return a.indexed(e, m)
+}
+
+// indexed puts m, whose state record was just written, into its entity's
+// indexes and counters.
+func (a *applier) indexed(e *entity, m *partitionpb.StoredMessage) error {
 	s := store.SlotOf(m)
 	if err := a.index(e, s, true); err != nil {
 		return err
@@ -153,7 +163,11 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 	if !a.bodies {
 		return nil
 	}
-	return readBody(a.b.ReadView(), a.logs, e.key, m)
+	r, err := a.b.ReadView()
+	if err != nil {
+		return err
+	}
+	return readBody(r, a.logs, e.key, m)
 }
 
 // index sets (or deletes) the index entries of a message in slot s.
@@ -253,7 +267,11 @@ type messageCursor struct {
 }
 
 func (a *applier) newMessageCursor(e *entity, sub partitionpb.SubQueue, from uint64, bodies bool) (*messageCursor, error) {
-	c := &messageCursor{k: e.key, logs: a.logs, r: a.b.ReadView()}
+	r, err := a.b.ReadView()
+	if err != nil {
+		return nil, err
+	}
+	c := &messageCursor{k: e.key, logs: a.logs, r: r}
 	if err := a.b.OpenCursor(&c.Cursor, e.key, sub, from, bodies); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 	var commit SortedCommit
 	apply := func(applied uint64, f func(b *Batch)) {
 		t.Helper()
-		b := NewBatch(db, 0, cache)
+		b := NewBatch(db, BatchSize{}, cache)
 		defer b.Close()
 		f(&b)
 		if err := b.FlushGrants(); err != nil {
@@ -75,7 +76,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 	m := &partitionpb.StoredMessage{SequenceNumber: 5, SubQueue: main, MessageId: "m5", Bare: []byte("body five")}
 	apply(1, func(b *Batch) {
 		check(b.PutBody(k, m))
-		check(b.PutState(k, m))
+		check(b.PutNewState(k, m))
 		check(b.SetAvailable(k, main, 5, true))
 	})
 	if got := available(); !slices.Equal(got, []uint64{5}) {
@@ -117,7 +118,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 		t.Fatalf("available %v after the lock, want none", got)
 	}
 	want := &partitionpb.StoredMessage{SequenceNumber: 5, SubQueue: main, MessageId: "m5", LockToken: token, LockedUntilMs: until}
-	reader := NewBatch(db, 0, cache)
+	reader := NewBatch(db, BatchSize{}, cache)
 	key, cached, ok := reader.CachedLocked(k, main, 5)
 	if !ok {
 		t.Fatalf("the cache of locked states does not hold %x", key)
@@ -180,5 +181,111 @@ func TestBatchMessageLifecycle(t *testing.T) {
 	}
 	if got := available(); len(got) != 0 {
 		t.Fatalf("available %v after the remove", got)
+	}
+}
+
+// TestBatchNewStateRecords holds the invariant on Batch's fresh records:
+// a new message's state record, written unindexed, is what every read of
+// the batch sees, what a later rewrite or delete in the same batch
+// replaces, and what the commit stores, also when the batch holds a range
+// deletion.
+func TestBatchNewStateRecords(t *testing.T) {
+	pb, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &DB{pb: pb}
+	defer db.Close()
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(CheckFormat(db))
+	main := partitionpb.SubQueue_SUB_QUEUE_MAIN
+	a, gone := EntityKey{ID: 7, Part: 1}, EntityKey{ID: 8, Part: 0}
+	msg := func(seq uint64, id string) *partitionpb.StoredMessage {
+		return &partitionpb.StoredMessage{SequenceNumber: seq, SubQueue: main, MessageId: id}
+	}
+	var commit SortedCommit
+	var applied uint64
+	apply := func(f func(b *Batch)) {
+		t.Helper()
+		b := NewBatch(db, BatchSize{}, NewLockedStates())
+		defer b.Close()
+		f(&b)
+		applied++
+		check(b.PutApplied(applied))
+		check(commit.Commit(db, &b))
+	}
+	stored := func(k EntityKey, seq uint64) string {
+		t.Helper()
+		st, err := ReadState(db, k, main, seq)
+		check(err)
+		if st == nil {
+			return "none"
+		}
+		return st.MessageId
+	}
+
+	apply(func(b *Batch) {
+		for seq := uint64(1); seq <= 4; seq++ {
+			check(b.PutNewState(a, msg(seq, fmt.Sprint("m", seq))))
+		}
+		// Read in the batch: by key and in order.
+		st, err := b.State(a, main, 2)
+		check(err)
+		if st == nil || st.MessageId != "m2" {
+			t.Fatalf("the batch reads %v for a new record, want m2", st)
+		}
+		check(b.PutNewState(a, msg(5, "m5")))
+		c, err := b.Cursor(a, main, 1, false)
+		check(err)
+		var seen []uint64
+		for ok := c.SeekState(1); ok; ok = c.Next() {
+			_, p, err := c.State()
+			check(err)
+			s, _, err := StateSlot(p)
+			check(err)
+			seen = append(seen, s.Seq)
+		}
+		check(c.Close(nil))
+		if !slices.Equal(seen, []uint64{1, 2, 3, 4, 5}) {
+			t.Fatalf("a cursor in the batch reads %v, want 1..5", seen)
+		}
+		// Rewritten and deleted after being written new: the later write wins.
+		check(b.PutNewState(a, msg(6, "m6")))
+		check(b.PutState(a, msg(6, "m6 again")))
+		check(b.PutNewState(a, msg(7, "m7")))
+		check(b.DeleteState(a, SlotOf(msg(7, "m7"))))
+		check(b.PutNewState(a, msg(8, "m8")))
+	})
+	for seq, want := range map[uint64]string{1: "m1", 2: "m2", 5: "m5", 6: "m6 again", 7: "none", 8: "m8"} {
+		if got := stored(a, seq); got != want {
+			t.Fatalf("message %d stored as %s, want %s", seq, got, want)
+		}
+	}
+
+	// A range deletion commits the batch as written, new records last.
+	apply(func(b *Batch) { check(b.PutNewState(gone, msg(1, "doomed"))) })
+	apply(func(b *Batch) {
+		check(b.PutNewState(gone, msg(2, "doomed too")))
+		check(b.PutNewState(a, msg(9, "before")))
+		check(b.DeleteEntityData(gone, false))
+		check(b.PutNewState(gone, msg(1, "reborn")))
+		check(b.PutNewState(a, msg(10, "after")))
+	})
+	for _, c := range []struct {
+		k    EntityKey
+		seq  uint64
+		want string
+	}{{gone, 1, "reborn"}, {gone, 2, "none"}, {a, 9, "before"}, {a, 10, "after"}} {
+		if got := stored(c.k, c.seq); got != c.want {
+			t.Fatalf("%v message %d stored as %s, want %s", c.k, c.seq, got, c.want)
+		}
+	}
+	if got, err := ReadApplied(db); err != nil || got != applied {
+		t.Fatalf("applied %d (%v), want %d", got, err, applied)
 	}
 }

@@ -53,24 +53,23 @@ type bucket struct {
 const bucketPrefix = 14
 
 // Commit commits the writes of b, in key order, through a batch of
-// its own; b is left as it was.
+// its own; b is left as it was. The new messages' state records (fresh)
+// come after the indexed batch's writes (the invariant on Batch).
 func (s *SortedCommit) Commit(db *DB, b *Batch) error {
 	s.entries = s.entries[:0]
-	for r := b.pb.Reader(); ; {
-		kind, key, value, ok, err := r.Next()
-		if err != nil {
-			return fmt.Errorf("read batch: %w", err)
-		}
-		if !ok {
-			break
-		}
-		if kind == pebble.InternalKeyKindRangeDelete {
-			return b.pb.Commit(pebble.NoSync)
-		}
-		s.entries = append(s.entries, batchEntry{kind, key, value})
+	whole, err := s.read(b.pb)
+	if err == nil && !whole && b.fresh != nil {
+		whole, err = s.read(b.fresh)
 	}
-	if n := int(b.pb.Count()); n != len(s.entries) {
-		return fmt.Errorf("read batch: %d entries of %d", len(s.entries), n)
+	if err != nil {
+		return err
+	}
+	if whole {
+		// A range deletion: committed as written, fresh last.
+		if err := b.settle(); err != nil {
+			return err
+		}
+		return b.pb.Commit(pebble.NoSync)
 	}
 	s.sortEntries()
 	if s.db != db {
@@ -96,6 +95,29 @@ func (s *SortedCommit) Commit(db *DB, b *Batch) error {
 		}
 	}
 	return out.Commit(pebble.NoSync)
+}
+
+// read appends the writes of pb to s.entries; whole is true when pb holds
+// a range deletion (the batch is then committed as written).
+func (s *SortedCommit) read(pb *pebble.Batch) (whole bool, err error) {
+	n := len(s.entries)
+	for r := pb.Reader(); ; {
+		kind, key, value, ok, err := r.Next()
+		if err != nil {
+			return false, fmt.Errorf("read batch: %w", err)
+		}
+		if !ok {
+			break
+		}
+		if kind == pebble.InternalKeyKindRangeDelete {
+			return true, nil
+		}
+		s.entries = append(s.entries, batchEntry{kind, key, value})
+	}
+	if c := int(pb.Count()); c != len(s.entries)-n {
+		return false, fmt.Errorf("read batch: %d entries of %d", len(s.entries)-n, c)
+	}
+	return false, nil
 }
 
 // sortEntries puts into s.order the entries' indexes sorted by key,

@@ -21,7 +21,7 @@ import (
 //   - pebble: the encoded records written in key order into a plain
 //     pebble batch: what any store of one record per copy pays;
 //   - store: the same copies through the store's API as the applier
-//     writes them (PutState into the indexed batch, SortedCommit).
+//     writes them (PutNewState, SortedCommit).
 //
 // cpu-ns/record is the process's CPU (user + system, from getrusage)
 // over the records written, so pebble's flushes and compactions, which
@@ -82,13 +82,13 @@ func benchCopies(b *testing.B, raw bool) {
 			}
 			out.Reset()
 		} else {
-			batch := NewBatch(db, 0, cached)
+			batch := NewBatch(db, BatchSize{}, cached)
 			// As publish writes them: message by message, a copy per
 			// subscription.
 			for i := range uint64(floorMessages) {
 				for sub := range uint64(floorSubs) {
 					m.SequenceNumber = next + i
-					if err := batch.PutState(EntityKey{ID: 2 + sub, Part: 0}, m); err != nil {
+					if err := batch.PutNewState(EntityKey{ID: 2 + sub, Part: 0}, m); err != nil {
 						b.Fatal(err)
 					}
 				}

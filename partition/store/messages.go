@@ -28,10 +28,27 @@ func (b *Batch) PutBody(k EntityKey, m *partitionpb.StoredMessage) error {
 // PutState writes m's state record: m without its sections (which it
 // leaves in m). The cache of locked states keeps it while m is locked.
 func (b *Batch) PutState(k EntityKey, m *partitionpb.StoredMessage) error {
+	if err := b.settle(); err != nil {
+		return err
+	}
+	return b.putState(b.pb, k, m)
+}
+
+// PutNewState writes the state record of m, a message added in this
+// Apply under a sequence number its sub-queue has not used, where
+// nothing reads it until the batch is read (Batch's fresh records).
+func (b *Batch) PutNewState(k EntityKey, m *partitionpb.StoredMessage) error {
+	if b.fresh == nil {
+		b.fresh = b.db.NewBatchWithSize(b.freshSize)
+	}
+	return b.putState(b.fresh, k, m)
+}
+
+func (b *Batch) putState(to *pebble.Batch, k EntityKey, m *partitionpb.StoredMessage) error {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
 	key := b.seqKey(k, KindMessage, m.SubQueue, m.SequenceNumber)
-	p, err := SetRecord(b.pb, key, m, false)
+	p, err := SetRecord(to, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
 		return err
@@ -57,6 +74,9 @@ func (b *Batch) LockedRecord(p, token []byte, until int64) (v []byte, ok bool) {
 // PutLocked writes v, a record LockedRecord made, as the state record of
 // the message in slot s (which is now locked).
 func (b *Batch) PutLocked(k EntityKey, s Slot, v []byte) error {
+	if err := b.settle(); err != nil {
+		return err
+	}
 	key := b.seqKey(k, KindMessage, s.Sub, s.Seq)
 	if err := SetSealed(b.pb, key, v); err != nil {
 		return err
@@ -68,6 +88,9 @@ func (b *Batch) PutLocked(k EntityKey, s Slot, v []byte) error {
 // DeleteState deletes the state record of the message in slot s. State
 // records are rewritten, so this is a Delete, not a single delete.
 func (b *Batch) DeleteState(k EntityKey, s Slot) error {
+	if err := b.settle(); err != nil {
+		return err
+	}
 	key := b.seqKey(k, KindMessage, s.Sub, s.Seq)
 	if err := b.pb.Delete(key, nil); err != nil {
 		return err
@@ -103,6 +126,9 @@ func (b *Batch) MoveBody(k EntityKey, fromSub partitionpb.SubQueue, fromSeq uint
 // State reads the state record of message seq of sub-queue sub; nil if
 // there is none.
 func (b *Batch) State(k EntityKey, sub partitionpb.SubQueue, seq uint64) (*partitionpb.StoredMessage, error) {
+	if err := b.settle(); err != nil {
+		return nil, err
+	}
 	return GetState(b.pb, MessageKey(k, sub, seq))
 }
 
@@ -122,12 +148,18 @@ func (b *Batch) forgetLocked() { b.locked.Reset() }
 // Cursor reads sub-queue sub of entity partition k as this batch holds
 // it, from sequence number from on (NewCursor).
 func (b *Batch) Cursor(k EntityKey, sub partitionpb.SubQueue, from uint64, bodies bool) (*Cursor, error) {
+	if err := b.settle(); err != nil {
+		return nil, err
+	}
 	return NewCursor(b.pb, k, sub, from, bodies)
 }
 
 // OpenCursor opens c, a Cursor the caller keeps in a struct of its own
 // (one allocation fewer per command), over the batch as Cursor does.
 func (b *Batch) OpenCursor(c *Cursor, k EntityKey, sub partitionpb.SubQueue, from uint64, bodies bool) error {
+	if err := b.settle(); err != nil {
+		return err
+	}
 	return c.open(b.pb, k, sub, from, bodies)
 }
 
