@@ -214,7 +214,7 @@ func CursorLookups(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue,
 	if !ok {
 		return nil, fmt.Errorf("%d/%d: no such entity", id, part)
 	}
-	a := &applier{lim: m.limits, entities: m.entities, b: store.NewBatch(m.db, store.BatchSize{}, nil)}
+	a := &applier{lim: m.limits, entities: m.entities, b: store.NewBatch(m.db, 0, nil)}
 	defer a.b.Close()
 	c, err := a.newMessageCursor(e, sub, 0, true)
 	if err != nil {

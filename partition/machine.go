@@ -76,7 +76,7 @@ type Machine struct {
 	snaps  map[*Snapshot]struct{}
 
 	commit       store.SortedCommit   // Apply's, under mu
-	batchBytes   store.BatchSize      // Apply's, under mu: the sizes of the last batch (maxBatchHint)
+	batchBytes   int                  // Apply's, under mu: the size of the last batch (maxBatchHint)
 	reqFloor     int64                // Apply's, under mu: no request result is older
 	reqFilter    *store.RequestFilter // Apply's, under mu: ids recorded since load (store/reqfilter.go)
 	lockedStates *store.LockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
@@ -296,7 +296,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	}
 	a := m.newApplier()
 	defer func() {
-		m.batchBytes = a.b.Size().Capped(maxBatchHint)
+		m.batchBytes = min(a.b.Size(), maxBatchHint)
 		a.b.Close()
 	}()
 	results, applied, err := m.stage(a, entries)
@@ -319,11 +319,12 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 // maxBatchHint bounds the buffer an Apply's batch starts with.
 //
 // A batch grows by doubling, copying what it holds each time, from the
-// pooled buffer pebble hands out (it keeps none above 1 MiB). A topic's
-// fan-out writes a state record per copy: an Apply of a few entries of 64
-// messages to ten subscriptions writes megabytes, copied again at every
-// doubling. So an Apply starts with a buffer the size of the last one's
-// batch: applies of one group run alike, one after another.
+// pooled buffer pebble hands out (it keeps none above 1 MiB). An Apply of
+// a few entries of 64 large messages writes megabytes, copied again at
+// every doubling. So an Apply starts with a buffer the size of the last
+// one's batch: applies of one group run alike, one after another. (New
+// messages' state records, a topic's copies among them, go to a buffer
+// the machine's SortedCommit keeps: store.Batch.PutNewState.)
 const maxBatchHint = 16 << 20
 
 // newApplier starts an Apply's batch over the machine's state.
@@ -331,7 +332,7 @@ func (m *Machine) newApplier() *applier {
 	return &applier{
 		lim:          m.limits,
 		entities:     m.entities,
-		b:            store.NewBatch(m.db, m.batchBytes, m.lockedStates),
+		b:            m.commit.NewBatch(m.db, m.batchBytes, m.lockedStates),
 		dirty:        make(map[ekey]bool),
 		locks:        make(map[ekey]bool),
 		scheds:       make(map[ekey]bool),

@@ -34,7 +34,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 	var commit SortedCommit
 	apply := func(applied uint64, f func(b *Batch)) {
 		t.Helper()
-		b := NewBatch(db, BatchSize{}, cache)
+		b := NewBatch(db, 0, cache)
 		defer b.Close()
 		f(&b)
 		if err := b.FlushGrants(); err != nil {
@@ -118,7 +118,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 		t.Fatalf("available %v after the lock, want none", got)
 	}
 	want := &partitionpb.StoredMessage{SequenceNumber: 5, SubQueue: main, MessageId: "m5", LockToken: token, LockedUntilMs: until}
-	reader := NewBatch(db, BatchSize{}, cache)
+	reader := NewBatch(db, 0, cache)
 	key, cached, ok := reader.CachedLocked(k, main, 5)
 	if !ok {
 		t.Fatalf("the cache of locked states does not hold %x", key)
@@ -188,8 +188,13 @@ func TestBatchMessageLifecycle(t *testing.T) {
 // a new message's state record, written unindexed, is what every read of
 // the batch sees, what a later rewrite or delete in the same batch
 // replaces, and what the commit stores, also when the batch holds a range
-// deletion.
+// deletion; with a buffer of its own or a SortedCommit's, reused.
 func TestBatchNewStateRecords(t *testing.T) {
+	t.Run("own", func(t *testing.T) { testNewStateRecords(t, false) })
+	t.Run("commit's", func(t *testing.T) { testNewStateRecords(t, true) })
+}
+
+func testNewStateRecords(t *testing.T, borrowed bool) {
 	pb, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +217,7 @@ func TestBatchNewStateRecords(t *testing.T) {
 	var applied uint64
 	apply := func(f func(b *Batch)) {
 		t.Helper()
-		b := NewBatch(db, BatchSize{}, NewLockedStates())
+		b := NewBatch(db, 0, NewLockedStates())
 		defer b.Close()
 		f(&b)
 		applied++

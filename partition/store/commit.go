@@ -28,11 +28,12 @@ import (
 
 // SortedCommit holds what Commit reuses from one Apply to the next.
 type SortedCommit struct {
-	db      *DB // out's; a Restore replaces the machine's
-	out     *pebble.Batch
-	entries []batchEntry
-	buckets []bucket
-	order   []int
+	db        *DB           // out's and unindexed's; a Restore replaces the machine's
+	out       *pebble.Batch // what Commit commits
+	unindexed *pebble.Batch // lent to the Batch that NewBatch starts
+	entries   []batchEntry
+	buckets   []bucket
+	order     []int
 }
 
 // batchEntry is one write of a batch; key and value alias the batch.
@@ -52,29 +53,54 @@ type bucket struct {
 // kind (store/doc.go); shorter keys are their own prefix.
 const bucketPrefix = 14
 
+// retainedBatchBytes is how much of its buffers a SortedCommit keeps from
+// one Apply to the next. Pebble keeps at most 1 MiB of a batch it resets,
+// and a topic's fan-out writes several: its batches grew from nothing by
+// doubling, copy after copy, at every Apply (5 % of the dev cluster's CPU
+// when sending to a topic). partition's maxBatchHint bounds the rest.
+const retainedBatchBytes = 16 << 20
+
+// NewBatch starts a batch of db's as the package's NewBatch does, whose
+// new messages' state records go into a buffer that s keeps from one
+// Apply to the next. One Batch at a time: it is to be committed (or
+// closed) before the next is started.
+func (s *SortedCommit) NewBatch(db *DB, size int, locked *LockedStates) Batch {
+	s.use(db)
+	b := NewBatch(db, size, locked)
+	b.unindexed, b.borrowed = s.unindexed, true
+	return b
+}
+
+// use makes s's batches db's.
+func (s *SortedCommit) use(db *DB) {
+	if s.db == db {
+		return
+	}
+	retain := pebble.WithMaxRetainedSizeBytes(retainedBatchBytes)
+	s.db, s.out, s.unindexed = db, db.pb.NewBatch(retain), db.pb.NewBatch(retain)
+}
+
 // Commit commits the writes of b, in key order, through a batch of
-// its own; b is left as it was. The new messages' state records (fresh)
-// come after the indexed batch's writes (the invariant on Batch).
+// its own. The new messages' state records (unindexed) come after the
+// indexed batch's writes (the invariant on Batch).
 func (s *SortedCommit) Commit(db *DB, b *Batch) error {
 	s.entries = s.entries[:0]
 	whole, err := s.read(b.pb)
-	if err == nil && !whole && b.fresh != nil {
-		whole, err = s.read(b.fresh)
+	if err == nil && !whole && b.unindexed != nil {
+		whole, err = s.read(b.unindexed)
 	}
 	if err != nil {
 		return err
 	}
 	if whole {
-		// A range deletion: committed as written, fresh last.
+		// A range deletion: committed as written, unindexed last.
 		if err := b.settle(); err != nil {
 			return err
 		}
 		return b.pb.Commit(pebble.NoSync)
 	}
 	s.sortEntries()
-	if s.db != db {
-		s.db, s.out = db, db.pb.NewBatch()
-	}
+	s.use(db)
 	out := s.out
 	defer out.Reset()
 	for _, i := range s.order {

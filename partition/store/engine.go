@@ -24,19 +24,20 @@ type Reader = pebble.Reader
 // key and walk no iterator.
 //
 // The state records of messages added in the Apply (PutNewState) go into
-// fresh, a batch without an index, until something reads or rewrites a
-// state record: indexing a record cost as much as encoding it, and a
+// a batch without an index (unindexed) until something reads or rewrites
+// a state record: indexing a record cost as much as encoding it, and a
 // send to a topic adds one per copy that nothing reads before the commit
-// (the available index, which Lock reads, stays in pb). Invariant: fresh
-// holds only records written after every write of pb to the same keys,
-// so committing pb's writes and then fresh's leaves what writing them in
-// order would. Every read of state records, every other write of one and
-// every range deletion therefore first moves fresh into pb (settle).
+// (Lock finds new messages through the state records, after settling).
+// Invariant: unindexed holds only records written after every write of pb
+// to the same keys, so committing pb's writes and then unindexed's leaves
+// what writing them in order would. Every read of state records, every
+// other write of one, every range deletion and ReadView therefore first
+// move unindexed into pb (settle).
 type Batch struct {
 	pb        *pebble.Batch
-	db        *pebble.DB    // pb's, for fresh
-	fresh     *pebble.Batch // new messages' state records, unindexed; nil until the first
-	freshSize int           // the room fresh starts with
+	unindexed *pebble.Batch // new messages' state records; nil until the first
+	db        *pebble.DB    // pb's, for unindexed
+	borrowed  bool          // unindexed is a SortedCommit's, reused: not closed with b
 
 	grants       map[grantKey]*grant // lock grants read or changed
 	lastGrantKey grantKey            // the key and grant that grant() returned
@@ -50,24 +51,13 @@ type Batch struct {
 	recBuf []byte        // PutLockedState's buffer
 }
 
-// BatchSize is the room a Batch starts with: an Apply starts with the
-// last one's sizes (partition's maxBatchHint).
-type BatchSize struct {
-	Indexed int // the indexed batch's bytes
-	Fresh   int // the new messages' state records' bytes
-}
-
-// Capped is s with each size at most max.
-func (s BatchSize) Capped(max int) BatchSize {
-	return BatchSize{Indexed: min(s.Indexed, max), Fresh: min(s.Fresh, max)}
-}
-
-// NewBatch starts a batch of db's, with room for size, that keeps
+// NewBatch starts a batch of db's, with room for size bytes, that keeps
 // the state records of the messages it locks in locked (nil: none kept).
 // It is a value, to be kept in the caller's struct (an Apply's applier)
 // and used through a pointer to it: one allocation fewer per Apply.
-func NewBatch(db *DB, size BatchSize, locked *LockedStates) Batch {
-	return Batch{pb: db.pb.NewIndexedBatchWithSize(size.Indexed), db: db.pb, freshSize: size.Fresh, locked: locked}
+// (SortedCommit.NewBatch starts one that reuses the commit's buffers.)
+func NewBatch(db *DB, size int, locked *LockedStates) Batch {
+	return Batch{pb: db.pb.NewIndexedBatchWithSize(size), db: db.pb, locked: locked}
 }
 
 // ReadView is the batch as a reader: the store as the batch's writes
@@ -82,29 +72,28 @@ func (b *Batch) ReadView() (Reader, error) {
 // settle moves the new messages' state records into the indexed batch,
 // where reads see them (the invariant on Batch).
 func (b *Batch) settle() error {
-	if b.fresh == nil || b.fresh.Empty() {
+	if b.unindexed == nil || b.unindexed.Empty() {
 		return nil
 	}
-	if err := b.pb.Apply(b.fresh, nil); err != nil {
+	if err := b.pb.Apply(b.unindexed, nil); err != nil {
 		return fmt.Errorf("store: settle the new state records: %w", err)
 	}
-	b.fresh.Reset()
+	b.unindexed.Reset()
 	return nil
 }
 
-// Size is the size of the batch's writes, in bytes.
-func (b *Batch) Size() BatchSize {
-	s := BatchSize{Indexed: len(b.pb.Repr())}
-	if b.fresh != nil {
-		s.Fresh = len(b.fresh.Repr())
-	}
-	return s
-}
+// Size is the size of the batch's writes, in bytes, the new messages'
+// state records apart.
+func (b *Batch) Size() int { return len(b.pb.Repr()) }
 
 // Close releases the batch (committed or not).
 func (b *Batch) Close() error {
-	if b.fresh != nil {
-		b.fresh.Close()
+	if b.unindexed != nil {
+		if b.borrowed {
+			b.unindexed.Reset()
+		} else {
+			b.unindexed.Close()
+		}
 	}
 	return b.pb.Close()
 }

@@ -82,7 +82,7 @@ func benchCopies(b *testing.B, raw bool) {
 			}
 			out.Reset()
 		} else {
-			batch := NewBatch(db, BatchSize{}, cached)
+			batch := commit.NewBatch(db, 0, cached)
 			// As publish writes them: message by message, a copy per
 			// subscription.
 			for i := range uint64(floorMessages) {

@@ -36,12 +36,12 @@ func (b *Batch) PutState(k EntityKey, m *partitionpb.StoredMessage) error {
 
 // PutNewState writes the state record of m, a message added in this
 // Apply under a sequence number its sub-queue has not used, where
-// nothing reads it until the batch is read (Batch's fresh records).
+// nothing reads it until the batch is read (Batch's unindexed records).
 func (b *Batch) PutNewState(k EntityKey, m *partitionpb.StoredMessage) error {
-	if b.fresh == nil {
-		b.fresh = b.db.NewBatchWithSize(b.freshSize)
+	if b.unindexed == nil {
+		b.unindexed = b.db.NewBatch()
 	}
-	return b.putState(b.fresh, k, m)
+	return b.putState(b.unindexed, k, m)
 }
 
 func (b *Batch) putState(to *pebble.Batch, k EntityKey, m *partitionpb.StoredMessage) error {
