@@ -343,3 +343,57 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkDrainSubscriptions drains a topic's ten subscriptions at once,
+// as ten receivers do: 64 copies locked in each, then the ten settled,
+// over a backlog sent to the topic beforehand (every subscription's rule
+// matches every message). The copies of one message have the same
+// sequence number in every subscription, so the settlements find their
+// records in the machine's cache of locked states only if it keeps the
+// subscriptions apart (store.LockedStates).
+func BenchmarkDrainSubscriptions(b *testing.B) {
+	const subs = 10
+	m := benchMachine(b)
+	var log pt.Log
+	do := func(now int64, c *partitionpb.Command) *partitionpb.Result {
+		return apply(b, m, log.Entry(b, now, c))[0]
+	}
+	do(0, pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC}))
+	for i := range uint64(subs) {
+		do(0, pt.Upsert(&partitionpb.EntityConfig{EntityId: 2 + i, Name: "t/Subscriptions/s", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+			TopicId: 1, Rules: []*placementpb.Rule{{Name: "r", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "1 = 1"}}}}}))
+	}
+	fill := func(n int) {
+		for range n {
+			do(1000, pt.Enqueue(1, 0, benchMessages()...))
+		}
+	}
+	fill(16)
+	b.ResetTimer()
+	cpu := processCPU()
+	n := 0
+	for b.Loop() {
+		if n++; n%16 == 0 {
+			b.StopTimer()
+			filling := processCPU()
+			fill(16)
+			cpu += processCPU() - filling
+			b.StartTimer()
+		}
+		var locked [subs]*partitionpb.Result
+		for i := range uint64(subs) {
+			locked[i] = do(2000, pt.Lock(2+i, 0, pt.Main, benchBatch, uint64(n)))
+			if len(locked[i].Messages) != benchBatch {
+				b.Fatalf("locked %d", len(locked[i].Messages))
+			}
+		}
+		for i := range uint64(subs) {
+			if r := do(2000, pt.Settle(2+i, 0, pt.Main, partitionpb.Disposition_DISPOSITION_COMPLETE, pt.Tokens(locked[i])...)); r.Code != partitionpb.ResultCode_RESULT_OK {
+				b.Fatal(r.Code)
+			}
+		}
+	}
+	deliveries := float64(b.N * subs * benchBatch)
+	b.ReportMetric(deliveries/b.Elapsed().Seconds(), "deliveries/s")
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/deliveries, "cpu-µs/delivery")
+}

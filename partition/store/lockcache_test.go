@@ -6,11 +6,11 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
-// TestLockedStatesShareNumbers: two records of one sequence number (two
-// entities, or a queue and its dead-letter queue) share an entry. The later
-// write takes it; the other then misses, and nothing a write of one does
-// removes the other's record.
-func TestLockedStatesShareNumbers(t *testing.T) {
+// TestLockedStatesKeepEntitiesApart: records of one sequence number in
+// several entities or sub-queues (a topic's subscriptions number the
+// copies of a message alike) are all kept, and a write of one leaves the
+// others' records alone.
+func TestLockedStatesKeepEntitiesApart(t *testing.T) {
 	c := NewLockedStates()
 	a := AppendSeqKey(nil, EntityKey{ID: 1, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
 	b := AppendSeqKey(nil, EntityKey{ID: 2, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, 7)
@@ -26,14 +26,15 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 	want(a, "a1")
 	want(b, "")
 	c.wrote(b, []byte("b1"), true)
-	want(a, "")
+	want(a, "a1")
 	want(b, "b1")
 	c.wrote(a, []byte("a2"), false) // a unlocked: b's record stays
 	c.deleted(d)
+	want(a, "")
 	want(b, "b1")
 	c.wrote(d, []byte("d1"), true)
 	want(d, "d1")
-	want(b, "")
+	want(b, "b1")
 	c.deleted(d)
 	want(d, "")
 	c.wrote(a, []byte("a3"), true)
@@ -41,6 +42,30 @@ func TestLockedStatesShareNumbers(t *testing.T) {
 	want(a, "a4")
 	c.wrote([]byte("short"), []byte("x"), true) // not a state key: not kept
 	want([]byte("short"), "")
+
+	// Ten subscriptions' runs of the same numbers, locked at once, as a
+	// drain of a topic's ten subscriptions holds them: all kept.
+	const subs, run = 10, 1600
+	key := func(sub, seq uint64) []byte {
+		return AppendSeqKey(nil, EntityKey{ID: 100 + sub, Part: 0}, KindMessage, partitionpb.SubQueue_SUB_QUEUE_MAIN, seq)
+	}
+	c = NewLockedStates()
+	for seq := uint64(1); seq <= run; seq++ {
+		for sub := range uint64(subs) {
+			c.wrote(key(sub, seq), []byte{byte(sub)}, true)
+		}
+	}
+	missed := 0
+	for seq := uint64(1); seq <= run; seq++ {
+		for sub := range uint64(subs) {
+			if got, ok := c.get(key(sub, seq)); !ok || got[0] != byte(sub) {
+				missed++
+			}
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d of %d locked copies not kept in %d slots", missed, subs*run, len(c.slots))
+	}
 }
 
 // TestLockedStatesGrowAndEvict: the table doubles rather than displace a
