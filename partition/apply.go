@@ -523,7 +523,7 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		if m.TtlMs > 0 && from <= math.MaxInt64-m.TtlMs {
 			m.ExpiresAtMs = from + m.TtlMs
 		}
-		if err := a.add(e, m); err != nil {
+		if err := a.add(e, m, false); err != nil {
 			return nil, err
 		}
 		if seen != nil {

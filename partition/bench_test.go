@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/partition"
 	pt "github.com/quorumbus/quorumbus/partition/partitiontest"
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -283,6 +284,10 @@ func BenchmarkApplyPublish(b *testing.B) {
 }
 
 func benchPublish(b *testing.B, inLog bool, perApply int) {
+	// The copies as the product writes them, not checked twice (export_test.go).
+	verify := store.VerifyCopies
+	store.VerifyCopies = false
+	b.Cleanup(func() { store.VerifyCopies = verify })
 	m := benchMachine(b)
 	var fl *fakeLog
 	if inLog {

@@ -16,6 +16,10 @@ import (
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
+// Every copy written from the one before it is checked against its full
+// encoding in partition's tests (the copies' shapes, fanout.go).
+func init() { store.VerifyCopies = true }
+
 // WithoutLockedStates makes m read the state records of locked messages
 // from the store, as a replica did before lockcache.go, until its next
 // load (a Restore).

@@ -291,8 +291,9 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		// A scheduled message's copies are recorded for a cancel by the
 		// topic's number (topicsched.go); format 7 on (codec.go).
 		var sched []store.ScheduledCopy
+		var prev copyShape
 		for _, cp := range plans[i] {
-			m, err := a.addCopy(t, cp, nm, i, scratch)
+			m, err := a.addCopy(t, cp, nm, i, scratch, &prev)
 			if err != nil {
 				return nil, err
 			}
@@ -332,12 +333,22 @@ func (a *applier) dropStagedOf(t *entity, nm *partitionpb.NewMessage) error {
 	return a.dropStaged(&partitionpb.Enqueue{EntityId: t.key.ID, Partition: t.key.Part, Messages: []*partitionpb.NewMessage{nm}})
 }
 
+// copyShape is what tells a copy's state record from the one of the
+// copy of the same message added before it, besides its sequence number.
+type copyShape struct {
+	plain        bool // no rule action changed it, and it is not dead-lettered
+	ttl, expires int64
+}
+
 // addCopy adds message i of the Enqueue being applied to a subscription,
-// built in m (which it resets) and returned.
+// built in m (which it resets) and returned. prev is the shape of the copy
+// of message i added before, if any, and becomes this one's: a copy of
+// the same shape as the one before it reuses its record's encoding
+// (store.Batch.PutNewCopy; partition's tests have the store check it).
 // Its time to live is the message's, else the topic's default (the
 // front-end's ttl_ms), capped by the subscription's default, as Service
 // Bus takes the smaller.
-func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int, m *partitionpb.StoredMessage) (*partitionpb.StoredMessage, error) {
+func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int, m *partitionpb.StoredMessage, prev *copyShape) (*partitionpb.StoredMessage, error) {
 	s := cp.sub
 	m.Reset() // m is the caller's, reused copy after copy
 	m.SequenceNumber = s.nextSequence()
@@ -373,7 +384,10 @@ func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i 
 			m.ExpiresAtMs = from + m.TtlMs
 		}
 	}
-	return m, a.add(s, m)
+	shape := copyShape{plain: cp.set == nil && len(cp.removed) == 0 && cp.dead == "", ttl: m.TtlMs, expires: m.ExpiresAtMs}
+	like := shape.plain && *prev == shape
+	*prev = shape
+	return m, a.add(s, m, like)
 }
 
 // mergeActions is what a copy's rule action changed (set, removed) on top

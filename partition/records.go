@@ -15,14 +15,20 @@ import (
 
 // add stores a new message, sections and all, under a sequence number
 // its sub-queue has not used (its state record is a new one: PutNewState).
-func (a *applier) add(e *entity, m *partitionpb.StoredMessage) error {
+// When like is true, m differs from the message added last in its
+// sequence number alone, and its record is that one's (PutNewCopy).
+func (a *applier) add(e *entity, m *partitionpb.StoredMessage, like bool) error {
 	m.Size = messageSize(m)
 	if m.BodyIndex == 0 {
 		if err := a.b.PutBody(e.key, m); err != nil {
 			return err
 		}
 	}
-	if err := a.b.PutNewState(e.key, m); err != nil {
+	put := a.b.PutNewState
+	if like {
+		put = a.b.PutNewCopy
+	}
+	if err := put(e.key, m); err != nil {
 		return err
 	}
 	return a.indexed(e, m)

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
@@ -41,7 +44,77 @@ func (b *Batch) PutNewState(k EntityKey, m *partitionpb.StoredMessage) error {
 	if b.unindexed == nil {
 		b.unindexed = b.db.NewBatch()
 	}
-	return b.putState(b.unindexed, k, m)
+	if err := b.putState(b.unindexed, k, m); err != nil {
+		return err
+	}
+	// Keep what follows the sequence number (field 1, first) for
+	// PutNewCopy; the record lies in the batch's buffer, which a settle
+	// clears.
+	p := b.lastState
+	b.lastTail = append(b.lastTail[:0], p[seqFieldLen(m.SequenceNumber):]...)
+	b.haveTail = true
+	return nil
+}
+
+// PutNewCopy writes the state record of m as PutNewState does, from the
+// encoding of the record PutNewState wrote last: the caller vouches that m
+// differs from that message in its sequence number alone (the copies of
+// one topic message in subscriptions whose rules changed nothing of it;
+// ten records encoded were a tenth of a topic send's apply). The key is
+// m's own.
+func (b *Batch) PutNewCopy(k EntityKey, m *partitionpb.StoredMessage) error {
+	if !b.haveTail {
+		return fmt.Errorf("store: a copy of message %d with no record written before it", m.SequenceNumber)
+	}
+	key := b.seqKey(k, KindMessage, m.SubQueue, m.SequenceNumber)
+	head := seqFieldLen(m.SequenceNumber)
+	n := head + len(b.lastTail)
+	op := b.unindexed.SetDeferred(len(key), n+CRCLen)
+	copy(op.Key, key)
+	v := op.Value[:0]
+	if head > 0 {
+		v = protowire.AppendVarint(protowire.AppendTag(v, 1, protowire.VarintType), m.SequenceNumber)
+	}
+	v = append(v, b.lastTail...)
+	binary.BigEndian.PutUint32(op.Value[n:], Checksum(key, op.Value[:n]))
+	if VerifyCopies {
+		if err := verifyCopy(key, v, m); err != nil {
+			return err
+		}
+	}
+	if err := op.Finish(); err != nil {
+		return err
+	}
+	b.locked.wrote(key, v, false)
+	return nil
+}
+
+// VerifyCopies makes PutNewCopy encode every copy in full as well and fail
+// when the two differ: tests set it, so that a field that tells copies
+// apart and that the caller does not check for shows up as an error.
+var VerifyCopies = false
+
+func verifyCopy(key, v []byte, m *partitionpb.StoredMessage) error {
+	h, an, bare := m.Header, m.Annotations, m.Bare
+	m.Header, m.Annotations, m.Bare = nil, nil, nil
+	var e recordEncoder
+	e.message(m, false)
+	e.out = make([]byte, 0, e.n)
+	e.message(m, false)
+	m.Header, m.Annotations, m.Bare = h, an, bare
+	if !bytes.Equal(e.out, v) {
+		return fmt.Errorf("%w: copy %x written as %x, encoded %x: it differs from the message before in more than its sequence number", ErrCorrupt, key, v, e.out)
+	}
+	return nil
+}
+
+// seqFieldLen is the length of a state record's first field, the sequence
+// number (none when it is 0: zero fields are left out).
+func seqFieldLen(seq uint64) int {
+	if seq == 0 {
+		return 0
+	}
+	return protowire.SizeTag(1) + protowire.SizeVarint(seq)
 }
 
 func (b *Batch) putState(to *pebble.Batch, k EntityKey, m *partitionpb.StoredMessage) error {
@@ -53,6 +126,7 @@ func (b *Batch) putState(to *pebble.Batch, k EntityKey, m *partitionpb.StoredMes
 	if err != nil {
 		return err
 	}
+	b.lastState = p
 	b.locked.wrote(key, p, len(m.LockToken) > 0)
 	return nil
 }
