@@ -1,12 +1,14 @@
 package partition
 
 import (
+	"math"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 	"github.com/quorumbus/quorumbus/proto/wire"
 )
 
@@ -156,10 +158,8 @@ func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 		case f.Num == 11 && varint:
 			m.StagedCrc = uint32(f.V) // as proto truncates a uint32
 		case f.Num == 12 && f.Typ == protowire.BytesType:
-			// A send to a topic: the view its rules read, small, decoded
-			// (and copied) by proto as a whole.
-			m.FilterView = new(partitionpb.FilterView)
-			if proto.Unmarshal(f.B, m.FilterView) != nil {
+			// A send to a topic: the view its rules read.
+			if m.FilterView, ok = aliasFilterView(f.B); !ok {
 				return nil, false
 			}
 		case f.Num == 40 && f.Typ == protowire.BytesType:
@@ -172,4 +172,123 @@ func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 		}
 	}
 	return m, true
+}
+
+// aliasFilterView decodes a FilterView by hand: every replica decodes one
+// per message sent to a topic, and proto.Unmarshal's reflective walk of
+// its map was an eighth of a topic send's apply (ApplyPublish). It gives
+// up on what proto would merge or keep (a field twice, a key twice, an
+// unknown field, a value with two kinds).
+func aliasFilterView(p []byte) (*partitionpb.FilterView, bool) {
+	v := new(partitionpb.FilterView)
+	var seen wire.Set
+	for len(p) > 0 {
+		f, rest, ok := wire.Next(p)
+		if !ok || f.Typ != protowire.BytesType {
+			return nil, false
+		}
+		p = rest
+		if f.Num == 7 {
+			k, rv, ok := aliasProperty(f.B)
+			if !ok {
+				return nil, false
+			}
+			if v.Properties == nil {
+				v.Properties = make(map[string]*placementpb.RuleValue)
+			}
+			if _, twice := v.Properties[k]; twice {
+				return nil, false
+			}
+			v.Properties[k] = rv
+			continue
+		}
+		if !seen.First(f.Num) || !utf8.Valid(f.B) {
+			return nil, false
+		}
+		switch f.Num {
+		case 1:
+			v.CorrelationId = string(f.B)
+		case 2:
+			v.To = string(f.B)
+		case 3:
+			v.ReplyTo = string(f.B)
+		case 4:
+			v.Subject = string(f.B)
+		case 5:
+			v.ContentType = string(f.B)
+		case 6:
+			v.ReplyToSessionId = string(f.B)
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// aliasProperty decodes one entry of FilterView.properties: its key (1)
+// and its value (2), a RuleValue of exactly one kind.
+func aliasProperty(p []byte) (string, *placementpb.RuleValue, bool) {
+	var key string
+	var val []byte
+	var seen wire.Set
+	for len(p) > 0 {
+		f, rest, ok := wire.Next(p)
+		if !ok || f.Typ != protowire.BytesType || !seen.First(f.Num) {
+			return "", nil, false
+		}
+		p = rest
+		switch {
+		case f.Num == 1 && utf8.Valid(f.B):
+			key = string(f.B)
+		case f.Num == 2:
+			val = f.B
+		default:
+			return "", nil, false
+		}
+	}
+	if val == nil {
+		return "", nil, false
+	}
+	num, typ, n := protowire.ConsumeTag(val)
+	if n < 0 {
+		return "", nil, false
+	}
+	val = val[n:]
+	rv := new(placementpb.RuleValue)
+	switch {
+	case num == 1 && typ == protowire.BytesType:
+		b, n := protowire.ConsumeBytes(val)
+		if n < 0 || !utf8.Valid(b) {
+			return "", nil, false
+		}
+		rv.Value, val = &placementpb.RuleValue_StringValue{StringValue: string(b)}, val[n:]
+	case num == 3 && typ == protowire.Fixed64Type:
+		x, n := protowire.ConsumeFixed64(val)
+		if n < 0 {
+			return "", nil, false
+		}
+		rv.Value, val = &placementpb.RuleValue_DoubleValue{DoubleValue: math.Float64frombits(x)}, val[n:]
+	case typ == protowire.VarintType && num >= 2 && num <= 6 && num != 3:
+		x, n := protowire.ConsumeVarint(val)
+		if n < 0 {
+			return "", nil, false
+		}
+		val = val[n:]
+		switch num {
+		case 2:
+			rv.Value = &placementpb.RuleValue_LongValue{LongValue: int64(x)}
+		case 4:
+			rv.Value = &placementpb.RuleValue_BoolValue{BoolValue: x != 0}
+		case 5:
+			rv.Value = &placementpb.RuleValue_TimestampMs{TimestampMs: int64(x)}
+		case 6:
+			rv.Value = &placementpb.RuleValue_DurationMs{DurationMs: int64(x)}
+		}
+	default:
+		return "", nil, false
+	}
+	if len(val) > 0 {
+		return "", nil, false // a second kind, or a field proto keeps unknown
+	}
+	return key, rv, true
 }

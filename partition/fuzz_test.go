@@ -48,6 +48,22 @@ func seedBatches() []*partitionpb.Batch {
 			Forwarded: &partitionpb.ForwardOrigin{EntityId: 7, SequenceNumber: 9, Hops: 2, ModifiedProperties: [][]byte{{0xc1}},
 				ActionSet: &partitionpb.FilterView{To: "x"}},
 		})}},
+		// A send to a topic whose view has every kind of value.
+		{NowMs: 8000, Commands: []*partitionpb.Command{pt.Enqueue(10, 0, &partitionpb.NewMessage{
+			MessageId: "v", Bare: []byte{5},
+			FilterView: &partitionpb.FilterView{CorrelationId: "c", To: "t", ReplyTo: "r", Subject: "s", ContentType: "ct", ReplyToSessionId: "rs",
+				Properties: map[string]*placementpb.RuleValue{
+					"s": {Value: &placementpb.RuleValue_StringValue{StringValue: "red"}},
+					"e": {Value: &placementpb.RuleValue_StringValue{}},
+					"l": {Value: &placementpb.RuleValue_LongValue{LongValue: -3}},
+					"d": {Value: &placementpb.RuleValue_DoubleValue{DoubleValue: 2.5}},
+					"b": {Value: &placementpb.RuleValue_BoolValue{BoolValue: true}},
+					"f": {Value: &placementpb.RuleValue_BoolValue{}},
+					"t": {Value: &placementpb.RuleValue_TimestampMs{TimestampMs: 1 << 41}},
+					"u": {Value: &placementpb.RuleValue_DurationMs{DurationMs: 60000}},
+					"":  {Value: &placementpb.RuleValue_LongValue{}},
+				}},
+		})}},
 		{NowMs: 1 << 40, Commands: []*partitionpb.Command{pt.Lock(1, 0, dlq, 5, 7), pt.ReceiveAndDelete(1, 0, main, 1)}},
 		{Commands: []*partitionpb.Command{
 			pt.SettleCmd(&partitionpb.Settle{EntityId: 1, Disposition: deadLetter, LockTokens: [][]byte{make([]byte, 16)},
