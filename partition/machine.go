@@ -296,7 +296,7 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	}
 	a := m.newApplier()
 	defer func() {
-		m.batchBytes = min(a.b.Size(), maxBatchHint)
+		m.batchBytes = min(batchHint(a.b.Size()), maxBatchHint)
 		a.b.Close()
 	}()
 	results, applied, err := m.stage(a, entries)
@@ -326,6 +326,13 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 // messages' state records, a topic's copies among them, go to a buffer
 // the machine's SortedCommit keeps: store.Batch.PutNewState.)
 const maxBatchHint = 16 << 20
+
+// batchHint is the room the next Apply's batch starts with after one of
+// size bytes: a quarter more. A batch of the same shape a little larger
+// than the last (a larger applied index, a longer message id) outgrew the
+// exact size with its last write and doubled, copying all of it: 9 % of
+// the state machine's CPU in BenchmarkDrainSubscriptions, from PutApplied.
+func batchHint(size int) int { return size + size/4 + 1024 }
 
 // newApplier starts an Apply's batch over the machine's state.
 func (m *Machine) newApplier() *applier {
