@@ -352,16 +352,26 @@ func processCPU() time.Duration {
 // BenchmarkDrainSubscriptions drains a topic's ten subscriptions at once,
 // as ten receivers do: 64 copies locked in each, then the ten settled,
 // over a backlog sent to the topic beforehand (every subscription's rule
-// matches every message). The copies of one message have the same
-// sequence number in every subscription, so the settlements find their
-// records in the machine's cache of locked states only if it keeps the
-// subscriptions apart (store.LockedStates).
+// matches every message), bodies in the Raft log as on a storage node.
+// The copies of one message have the same sequence number in every
+// subscription, so the settlements find their records in the machine's
+// cache of locked states only if it keeps the subscriptions apart
+// (store.LockedStates).
 func BenchmarkDrainSubscriptions(b *testing.B) {
 	const subs = 10
-	m := benchMachine(b)
+	fl := newFakeLog()
+	opts := pt.Options()
+	opts.Log = fl.read
+	m, err := partition.Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
 	var log pt.Log
 	do := func(now int64, c *partitionpb.Command) *partitionpb.Result {
-		return apply(b, m, log.Entry(b, now, c))[0]
+		e := log.Entry(b, now, c)
+		fl.add(e)
+		return apply(b, m, e)[0]
 	}
 	do(0, pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC}))
 	for i := range uint64(subs) {
