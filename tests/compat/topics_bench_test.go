@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/loadtool"
+	"github.com/quorumbus/quorumbus/partition/store"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -50,6 +51,9 @@ const topicBenchFilter = "region = 'emea' AND priority >= 2 AND sys.Label LIKE '
 // each phase of the first iteration (the cluster's and the client's: they
 // share the process). Not with -cpuprofile.
 func BenchmarkTopicAgainstPlain(b *testing.B) {
+	verify := store.VerifyCopies // off: the copies as the product writes them (verify_test.go)
+	store.VerifyCopies = false
+	b.Cleanup(func() { store.VerifyCopies = verify })
 	n := envInt("QUORUMBUS_BENCH_TOPIC_MESSAGES", 50_000)
 	nsubs := envInt("QUORUMBUS_BENCH_TOPIC_SUBSCRIPTIONS", 10)
 	specs := []cluster.QueueSpec{
