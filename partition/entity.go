@@ -111,6 +111,17 @@ func (e *entity) nextSequence() uint64 {
 	return seq
 }
 
+// indexEmpty reports whether sub-queue q has no entry in the available
+// index, without reading it: the main queue's entries all lie in
+// [availHead, fresh), so none when availHead has reached fresh (Lock moves
+// it there when a scan of the index ran out; a message indexed below it
+// moves it back, applier.index). A queue consumed in order then opens no
+// iterator over the index at each Lock: 2 % of the dev cluster's CPU
+// draining a topic's ten subscriptions, in Lock and Machine.Available.
+func (e *entity) indexEmpty(q partitionpb.SubQueue) bool {
+	return q == partitionpb.SubQueue_SUB_QUEUE_MAIN && e.availHead[q] >= e.fresh
+}
+
 // indexedAvailable reports whether an available message in slot s has an
 // entry in the available index: all do but the fresh ones (entity.fresh).
 func (e *entity) indexedAvailable(s store.Slot) bool {

@@ -521,10 +521,13 @@ func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.Sub
 	if !ok || m.usable() != nil || !validSubQueue(q) {
 		return false
 	}
-	scan, err := store.ScanAvailable(m.db, k, q, e.availHead[q])
-	if err != nil {
-		m.log.Error("partition: available", "entity", k, "err", err)
-		return false
+	var scan store.AvailableScan // the zero scan: nothing indexed
+	if !e.indexEmpty(q) {
+		var err error
+		if scan, err = store.ScanAvailable(m.db, k, q, e.availHead[q]); err != nil {
+			m.log.Error("partition: available", "entity", k, "err", err)
+			return false
+		}
 	}
 	_, found, err := scan.Next()
 	if err = scan.Close(err); err != nil {

@@ -42,9 +42,12 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	// index, whose entries are all below entity.fresh, then, in the main
 	// queue, the fresh messages, which have no index entries.
 	head := e.availHead[c.SubQueue]
-	avail, err := a.b.Available(e.key, c.SubQueue, head)
-	if err != nil {
-		return nil, err
+	var avail store.AvailableScan // the zero scan: nothing indexed
+	if !e.indexEmpty(c.SubQueue) {
+		var err error
+		if avail, err = a.b.Available(e.key, c.SubQueue, head); err != nil {
+			return nil, err
+		}
 	}
 	main := c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
 	from := head
@@ -56,6 +59,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		return nil, avail.Close(err)
 	}
 	next, passed, count, taken := head, 0, 0, int64(0)
+	indexDone := false // the scan ran out: nothing is indexed from head on
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
 	// take hands out (or drops, when expired) the available message in
 	// slot old whose state record under key is p. Only a replica that
@@ -117,6 +121,7 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 				return err
 			}
 			if !ok {
+				indexDone = true
 				break
 			}
 			p, err := cur.Record(seq)
@@ -168,6 +173,11 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		return nil, err
 	}
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
+		if main && indexDone {
+			// Nothing indexed is left: the main queue's entries lie
+			// below fresh, which this Lock may have moved up.
+			next = max(next, e.fresh)
+		}
 		e.availHead[c.SubQueue] = next
 	}
 	a.dirty[e.key] = true // fresh may have moved

@@ -238,7 +238,8 @@ func (b *Batch) OpenCursor(c *Cursor, k EntityKey, sub partitionpb.SubQueue, fro
 }
 
 // AvailableScan walks the available index of one sub-queue in sequence
-// order: the messages Lock hands out first.
+// order: the messages Lock hands out first. Its zero value is a scan of
+// an empty index, for a caller that knows there is nothing to scan.
 type AvailableScan struct {
 	it    *pebble.Iterator
 	valid bool
@@ -269,6 +270,9 @@ func ScanAvailable(r pebble.Reader, k EntityKey, sub partitionpb.SubQueue, head 
 // Next returns the next available message's sequence number; ok is false
 // at the end.
 func (s *AvailableScan) Next() (seq uint64, ok bool, err error) {
+	if s.it == nil {
+		return 0, false, nil
+	}
 	if s.first {
 		s.valid, s.first = s.it.First(), false
 	} else if s.valid {
@@ -288,4 +292,9 @@ func (s *AvailableScan) Next() (seq uint64, ok bool, err error) {
 }
 
 // Close closes the scan and returns the first of err and its error.
-func (s *AvailableScan) Close(err error) error { return CloseIter(s.it, err) }
+func (s *AvailableScan) Close(err error) error {
+	if s.it == nil {
+		return err
+	}
+	return CloseIter(s.it, err)
+}
