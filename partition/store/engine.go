@@ -46,12 +46,11 @@ type Batch struct {
 	sessionRecs  map[sessionRef]*Session // session records read or changed (sessions.go)
 	sessionDirty map[sessionRef]bool     // those changed since the last flush
 
-	locked    *LockedStates // the machine's: state records of locked messages (lockcache.go)
-	keyBuf    []byte        // seqKey's buffer
-	recBuf    []byte        // PutLockedState's buffer
-	lastState []byte        // the state record putState wrote last, in its batch
-	lastTail  []byte        // PutNewState's last record after its sequence number (PutNewCopy)
-	haveTail  bool          // lastTail is this batch's
+	locked   *LockedStates // the machine's: state records of locked messages (lockcache.go)
+	keyBuf   []byte        // seqKey's buffer
+	recBuf   []byte        // PutLockedState's buffer
+	lastTail []byte        // PutNewState's last record after its sequence number (PutNewCopy)
+	haveTail bool          // lastTail is this batch's
 }
 
 // NewBatch starts a batch of db's, with room for size bytes, that keeps

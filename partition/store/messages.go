@@ -34,7 +34,8 @@ func (b *Batch) PutState(k EntityKey, m *partitionpb.StoredMessage) error {
 	if err := b.settle(); err != nil {
 		return err
 	}
-	return b.putState(b.pb, k, m)
+	_, err := b.putState(b.pb, k, m)
+	return err
 }
 
 // PutNewState writes the state record of m, a message added in this
@@ -44,13 +45,13 @@ func (b *Batch) PutNewState(k EntityKey, m *partitionpb.StoredMessage) error {
 	if b.unindexed == nil {
 		b.unindexed = b.db.NewBatch()
 	}
-	if err := b.putState(b.unindexed, k, m); err != nil {
+	p, err := b.putState(b.unindexed, k, m)
+	if err != nil {
 		return err
 	}
 	// Keep what follows the sequence number (field 1, first) for
 	// PutNewCopy; the record lies in the batch's buffer, which a settle
 	// clears.
-	p := b.lastState
 	b.lastTail = append(b.lastTail[:0], p[seqFieldLen(m.SequenceNumber):]...)
 	b.haveTail = true
 	return nil
@@ -117,18 +118,19 @@ func seqFieldLen(seq uint64) int {
 	return protowire.SizeTag(1) + protowire.SizeVarint(seq)
 }
 
-func (b *Batch) putState(to *pebble.Batch, k EntityKey, m *partitionpb.StoredMessage) error {
+// putState writes m's state record into to and returns it (unsealed, in
+// to's buffer).
+func (b *Batch) putState(to *pebble.Batch, k EntityKey, m *partitionpb.StoredMessage) ([]byte, error) {
 	h, an, bare := m.Header, m.Annotations, m.Bare
 	m.Header, m.Annotations, m.Bare = nil, nil, nil
 	key := b.seqKey(k, KindMessage, m.SubQueue, m.SequenceNumber)
 	p, err := SetRecord(to, key, m, false)
 	m.Header, m.Annotations, m.Bare = h, an, bare
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b.lastState = p
 	b.locked.wrote(key, p, len(m.LockToken) > 0)
-	return nil
+	return p, nil
 }
 
 // LockedRecord returns p, the state record of an available message,
