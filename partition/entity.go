@@ -87,9 +87,9 @@ type entity struct {
 func newEntity(k ekey) *entity {
 	return &entity{
 		key: k, next: 1, locks: store.NewLockIndex(k), ready: store.NewReadyIndex(k),
-		sched:      store.NewTimeIndex(k, store.KindScheduled),
-		exp:        store.NewTimeIndex(k, store.KindExpiry),
-		slock:      store.NewTimeIndex(k, store.KindSessionLock),
+		sched:      store.NewScheduledIndex(k),
+		exp:        store.NewExpiryIndex(k),
+		slock:      store.NewSessionLockIndex(k),
 		dedupFloor: math.MinInt64,
 
 		forwardFloor:    math.MinInt64,

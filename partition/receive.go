@@ -62,11 +62,11 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	indexDone := false // the scan ran out: nothing is indexed from head on
 	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
 	// take hands out (or drops, when expired) the available message in
-	// slot old whose state record under key is p. Only a replica that
-	// answers the batch decodes the messages it hands out, for its result
-	// (see lockRecord).
-	take := func(key, p []byte, old store.Slot) error {
-		whole := func() (*partitionpb.StoredMessage, error) { return store.DecodeState(key, p) }
+	// slot old whose state record, where cur stands, is p. Only a replica
+	// that answers the batch decodes the messages it hands out, for its
+	// result (see lockRecord).
+	take := func(p []byte, old store.Slot) error {
+		whole := func() (*partitionpb.StoredMessage, error) { return cur.Decode(p) }
 		switch {
 		case main && old.Expired(a.now):
 			passed++
@@ -131,14 +131,14 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 			if p == nil {
 				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
 			}
-			s, _, err := store.StateSlot(p)
+			s, _, err := cur.Slot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.Key(), err)
+				return err
 			}
 			if !s.Available() || !e.indexedAvailable(s) {
 				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
 			}
-			if err := take(cur.Key(), p, s); err != nil {
+			if err := take(p, s); err != nil {
 				return err
 			}
 			next = seq + 1 // every entry passed is gone
@@ -149,16 +149,16 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		// The fresh messages: every one passed is no longer fresh, so
 		// fresh moves past it once it has been handled (as fresh).
 		for valid := cur.SeekState(e.fresh); valid && more(); valid = cur.Next() {
-			key, p, err := cur.State()
+			p, err := cur.State()
 			if err != nil {
 				return err
 			}
-			s, _, err := store.StateSlot(p)
+			s, _, err := cur.Slot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
+				return err
 			}
 			if s.Available() {
-				err = take(key, p, s)
+				err = take(p, s)
 			} else {
 				passed++ // scheduled: it will come back with a new number
 			}
@@ -323,17 +323,17 @@ func (a *applier) lockedMessages(e *entity, sub partitionpb.SubQueue, tokens [][
 // records come back in its order, absent ones with found false.
 func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64, whole bool) ([]lockedRecord, error) {
 	out := make([]lockedRecord, len(seqs))
-	decode := func(key, p []byte) (lockedRecord, error) {
+	decode := func(seq uint64, p []byte) (lockedRecord, error) {
 		if whole {
-			m, err := store.DecodeState(key, p)
-			if err != nil {
-				return lockedRecord{}, err
+			m := new(partitionpb.StoredMessage)
+			if err := store.UnmarshalState(p, m); err != nil {
+				return lockedRecord{}, fmt.Errorf("%w: %s %s message %d: %v", ErrCorrupt, e.key, sub, seq, err)
 			}
 			return newLockedRecord(store.SlotOf(m), m.LockToken, m), nil
 		}
 		s, token, err := store.StateSlot(p)
 		if err != nil {
-			return lockedRecord{}, fmt.Errorf("%w: message %x: %v", ErrCorrupt, key, err)
+			return lockedRecord{}, fmt.Errorf("%w: %s %s message %d: %v", ErrCorrupt, e.key, sub, seq, err)
 		}
 		return newLockedRecord(s, token, nil), nil
 	}
@@ -343,7 +343,7 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 			out[i] = out[i-1]
 			continue
 		}
-		key, p, ok := a.b.CachedLocked(e.key, sub, seq)
+		p, ok := a.b.CachedLocked(e.key, sub, seq)
 		if !ok {
 			if cur == nil {
 				var err error
@@ -358,9 +358,8 @@ func (a *applier) readLocked(e *entity, sub partitionpb.SubQueue, seqs []uint64,
 			if p == nil {
 				continue
 			}
-			key = cur.Key()
 		}
-		r, err := decode(key, p)
+		r, err := decode(seq, p)
 		if err != nil {
 			return nil, cur.close(err)
 		}

@@ -185,7 +185,7 @@ func (a *applier) index(e *entity, s store.Slot, set bool) error {
 			a.woken[wakeKey{e.key, s.Sub}] = true
 		}
 		if session {
-			if err := a.b.SetSessionEntry(e.key, store.KindSessionMsg, s.Sub, s.Session, s.Seq, set); err != nil {
+			if err := a.b.SetSessionEntry(e.key, store.SessionStream, s.Sub, s.Session, s.Seq, set); err != nil {
 				return err
 			}
 			dAvail = 1
@@ -204,14 +204,14 @@ func (a *applier) index(e *entity, s store.Slot, set bool) error {
 			return err
 		}
 		if session {
-			if err := a.b.SetSessionEntry(e.key, store.KindSessionHeld, s.Sub, s.Session, s.Seq, set); err != nil {
+			if err := a.b.SetSessionEntry(e.key, store.SessionHeld, s.Sub, s.Session, s.Seq, set); err != nil {
 				return err
 			}
 			dHeld = 1
 		}
 	}
 	if session && !s.Available() && !s.Locked {
-		if err := a.b.SetSessionEntry(e.key, store.KindSessionParked, s.Sub, s.Session, s.Seq, set); err != nil {
+		if err := a.b.SetSessionEntry(e.key, store.SessionParked, s.Sub, s.Session, s.Seq, set); err != nil {
 			return err
 		}
 		dParked = 1

@@ -117,7 +117,7 @@ func (a *applier) acceptSession(c *partitionpb.AcceptSession) (*partitionpb.Resu
 // to the session's stream, counting a delivery when countDeliveries (the
 // lock ran out) and not when the receiver gave the session back.
 func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) error {
-	held, err := a.b.SessionSeqs(e.key, store.KindSessionHeld, sid, 0)
+	held, err := a.b.SessionSeqs(e.key, store.SessionHeld, sid, 0)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (a *applier) endSessionLock(e *entity, sid string, countDeliveries bool) er
 		return err
 	}
 	if r.Avail > 0 {
-		head, err := a.b.SessionSeqs(e.key, store.KindSessionMsg, sid, 1)
+		head, err := a.b.SessionSeqs(e.key, store.SessionStream, sid, 1)
 		if err != nil {
 			return err
 		}
@@ -171,7 +171,7 @@ func (a *applier) renewSessionLock(c *partitionpb.RenewSessionLock) (*partitionp
 		return nil, err
 	}
 	until := a.now + e.cfg.LockDurationMs
-	held, err := a.b.SessionSeqs(e.key, store.KindSessionHeld, c.SessionId, 0)
+	held, err := a.b.SessionSeqs(e.key, store.SessionHeld, c.SessionId, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 	if want == 0 || r.Avail == 0 {
 		return res, nil
 	}
-	seqs, err := a.b.SessionSeqs(e.key, store.KindSessionMsg, c.SessionId, want+a.lim.ExpiredPerLock)
+	seqs, err := a.b.SessionSeqs(e.key, store.SessionStream, c.SessionId, want+a.lim.ExpiredPerLock)
 	if err != nil {
 		return nil, err
 	}
@@ -291,16 +291,16 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			if p == nil {
 				return fmt.Errorf("%w: %s: session %q names message %d, which is not there", ErrCorrupt, e.key, c.SessionId, seq)
 			}
-			old, _, err := store.StateSlot(p)
+			old, _, err := cur.Slot(p)
 			if err != nil {
-				return fmt.Errorf("%w: message %x: %v", ErrCorrupt, cur.Key(), err)
+				return err
 			}
 			if !old.Available() {
 				return fmt.Errorf("%w: %s: message %d is in session %q's stream but not available", ErrCorrupt, e.key, seq, c.SessionId)
 			}
 			if old.Expired(a.now) || expiring {
 				expiring = true
-				m, err := store.DecodeState(cur.Key(), p)
+				m, err := cur.Decode(p)
 				if err != nil {
 					return err
 				}
@@ -315,7 +315,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			// hands out; the others lock the record as it is.
 			var m *partitionpb.StoredMessage
 			if a.bodies {
-				if m, err = store.DecodeState(cur.Key(), p); err != nil {
+				if m, err = cur.Decode(p); err != nil {
 					return err
 				}
 				if err := cur.body(m); err != nil {

@@ -76,15 +76,15 @@ func CheckSessions(m *Machine, id uint64, part uint32) error {
 		if err != nil {
 			return err
 		}
-		avail, err := store.SessionSeqs(m.db, k, store.KindSessionMsg, sid, 0)
+		avail, err := store.SessionSeqs(m.db, k, store.SessionStream, sid, 0)
 		if err != nil {
 			return err
 		}
-		held, err := store.SessionSeqs(m.db, k, store.KindSessionHeld, sid, 0)
+		held, err := store.SessionSeqs(m.db, k, store.SessionHeld, sid, 0)
 		if err != nil {
 			return err
 		}
-		parked, err := store.SessionSeqs(m.db, k, store.KindSessionParked, sid, 0)
+		parked, err := store.SessionSeqs(m.db, k, store.SessionParked, sid, 0)
 		if err != nil {
 			return err
 		}

@@ -119,11 +119,12 @@ func TestBatchMessageLifecycle(t *testing.T) {
 	}
 	want := &partitionpb.StoredMessage{SequenceNumber: 5, SubQueue: main, MessageId: "m5", LockToken: token, LockedUntilMs: until}
 	reader := NewBatch(db, 0, cache)
-	key, cached, ok := reader.CachedLocked(k, main, 5)
+	key := MessageKey(k, main, 5)
+	cached, ok := reader.CachedLocked(k, main, 5)
 	if !ok {
 		t.Fatalf("the cache of locked states does not hold %x", key)
 	}
-	key, cached = bytes.Clone(key), bytes.Clone(cached)
+	cached = bytes.Clone(cached)
 	check(reader.Close())
 	stored, found, err := Get(db, key)
 	check(err)
@@ -172,7 +173,7 @@ func TestBatchMessageLifecycle(t *testing.T) {
 		check(b.SetAvailable(k, main, 5, false))
 		check(b.DeleteState(k, SlotOf(m)))
 		check(b.DeleteBody(k, main, 5))
-		if _, _, ok := b.CachedLocked(k, main, 5); ok {
+		if _, ok := b.CachedLocked(k, main, 5); ok {
 			t.Fatalf("the cache holds a deleted record")
 		}
 	})
@@ -249,7 +250,7 @@ func testNewStateRecords(t *testing.T, borrowed bool) {
 		check(err)
 		var seen []uint64
 		for ok := c.SeekState(1); ok; ok = c.Next() {
-			_, p, err := c.State()
+			p, err := c.State()
 			check(err)
 			s, _, err := StateSlot(p)
 			check(err)

@@ -21,7 +21,10 @@ type Cursor struct {
 	body0  []byte // prefix of its body records
 	states *pebble.Iterator
 	bodies *pebble.Iterator // nil: no bodies are read
-	key    []byte
+	// key is the key of the record the cursor last stood at: in buf, or
+	// the state iterator's own (State), which must not be written to.
+	key []byte
+	buf []byte
 }
 
 // NewCursor reads the messages of sub-queue sub of entity partition k in
@@ -83,14 +86,16 @@ func (c *Cursor) Lookup(seq uint64) (*partitionpb.StoredMessage, error) {
 // Record returns the unsealed state record of seq, valid until the cursor
 // moves, with its key in Key(); nil if there is none.
 func (c *Cursor) Record(seq uint64) ([]byte, error) {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	c.key = binary.BigEndian.AppendUint64(append(c.buf[:0], c.state0...), seq)
+	c.buf = c.key
 	return c.seek(c.states, c.key)
 }
 
 // SeekState positions the state iterator at the first message with a
 // sequence number of seq or more.
 func (c *Cursor) SeekState(seq uint64) bool {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.state0...), seq)
+	c.key = binary.BigEndian.AppendUint64(append(c.buf[:0], c.state0...), seq)
+	c.buf = c.key
 	return c.states.SeekGE(c.key)
 }
 
@@ -101,7 +106,8 @@ func (c *Cursor) ReadsBodies() bool { return c.bodies != nil }
 // Raft log, m.BodyIndex == 0); the cursor must read bodies. A staged
 // bare message (m.BodyBlob) is the caller's to read.
 func (c *Cursor) Body(m *partitionpb.StoredMessage) error {
-	c.key = binary.BigEndian.AppendUint64(append(c.key[:0], c.body0...), m.SequenceNumber)
+	c.key = binary.BigEndian.AppendUint64(append(c.buf[:0], c.body0...), m.SequenceNumber)
+	c.buf = c.key
 	p, err := c.seek(c.bodies, c.key)
 	if err == nil && p == nil {
 		err = fmt.Errorf("%w: message %d of %s has no body", ErrCorrupt, m.SequenceNumber, c.k)
@@ -112,18 +118,28 @@ func (c *Cursor) Body(m *partitionpb.StoredMessage) error {
 	return MergeBody(c.key, p, m)
 }
 
-// Key is the key of the record Record last looked up, valid until the
-// cursor moves.
-func (c *Cursor) Key() []byte { return c.key }
+// Slot decodes the slot of p, the state record the cursor stands at
+// (after Record, or State), and its lock token.
+func (c *Cursor) Slot(p []byte) (Slot, []byte, error) {
+	s, token, err := StateSlot(p)
+	if err != nil {
+		return s, nil, fmt.Errorf("%w: message %x: %v", ErrCorrupt, c.key, err)
+	}
+	return s, token, nil
+}
+
+// Decode decodes p, the state record the cursor stands at (after Record,
+// or State), whole.
+func (c *Cursor) Decode(p []byte) (*partitionpb.StoredMessage, error) { return DecodeState(c.key, p) }
 
 // Next moves the state iterator to the next message.
 func (c *Cursor) Next() bool { return c.states.Next() }
 
 // State returns the unsealed state record the state iterator stands at
-// (after SeekState or Next), valid until it moves, and its key.
-func (c *Cursor) State() (key, p []byte, err error) {
-	p, err = IterValue(c.states)
-	return c.states.Key(), p, err
+// (after SeekState or Next), valid until it moves.
+func (c *Cursor) State() ([]byte, error) {
+	c.key = c.states.Key()
+	return IterValue(c.states)
 }
 
 // Error is the state iterator's error.

@@ -39,10 +39,20 @@ func (b *Batch) SetAvailable(k EntityKey, sub partitionpb.SubQueue, seq uint64, 
 	return b.setEntry(AvailableKey(k, sub, seq), set)
 }
 
-// SetSessionEntry sets (or deletes) the entry of message seq in one of
-// session sid's sets: its stream (KindSessionMsg: available), its held
-// messages (KindSessionHeld: locked under the session lock) or its parked
-// ones (KindSessionParked: deferred or scheduled).
-func (b *Batch) SetSessionEntry(k EntityKey, kind byte, sub partitionpb.SubQueue, sid string, seq uint64, set bool) error {
-	return b.setEntry(SessionStreamKey(k, kind, sub, sid, seq), set)
+// SessionList names one of a session's lists of messages.
+type SessionList byte
+
+const (
+	// SessionStream is a session's available messages, in order.
+	SessionStream = SessionList(KindSessionMsg)
+	// SessionHeld is a session's messages locked under its session lock.
+	SessionHeld = SessionList(KindSessionHeld)
+	// SessionParked is a session's deferred or scheduled messages.
+	SessionParked = SessionList(KindSessionParked)
+)
+
+// SetSessionEntry sets (or deletes) the entry of message seq in list l of
+// session sid.
+func (b *Batch) SetSessionEntry(k EntityKey, l SessionList, sub partitionpb.SubQueue, sid string, seq uint64, set bool) error {
+	return b.setEntry(SessionStreamKey(k, byte(l), sub, sid, seq), set)
 }

@@ -209,12 +209,10 @@ func (b *Batch) State(k EntityKey, sub partitionpb.SubQueue, seq uint64) (*parti
 }
 
 // CachedLocked returns the state record of locked message seq of
-// sub-queue sub and its key, if the cache of locked states holds it;
-// both are valid until the next write.
-func (b *Batch) CachedLocked(k EntityKey, sub partitionpb.SubQueue, seq uint64) (key, p []byte, ok bool) {
-	key = b.seqKey(k, KindMessage, sub, seq)
-	p, ok = b.locked.get(key)
-	return key, p, ok
+// sub-queue sub, if the cache of locked states holds it; it is valid
+// until the next write.
+func (b *Batch) CachedLocked(k EntityKey, sub partitionpb.SubQueue, seq uint64) (p []byte, ok bool) {
+	return b.locked.get(b.seqKey(k, KindMessage, sub, seq))
 }
 
 // forgetLocked clears the cache of locked states: records were rewritten

@@ -229,11 +229,10 @@ func (b *Batch) SetReady(x *ReadyIndex, k EntityKey, sid string, r *Session, rea
 	return b.pb.Set(key, Seal(key, nil), nil)
 }
 
-// SessionSeqs returns the sequence numbers of a session's entries of kind
-// KindSessionMsg (its stream, in order) or KindSessionHeld, at most max
-// (0: all).
-func SessionSeqs(r pebble.Reader, k EntityKey, kind byte, sid string, max int) ([]uint64, error) {
-	it, err := PrefixIter(r, SessionStreamPrefix(k, kind, partitionpb.SubQueue_SUB_QUEUE_MAIN, sid))
+// SessionSeqs returns the sequence numbers in list l of a session (in
+// order), at most max (0: all).
+func SessionSeqs(r pebble.Reader, k EntityKey, l SessionList, sid string, max int) ([]uint64, error) {
+	it, err := PrefixIter(r, SessionStreamPrefix(k, byte(l), partitionpb.SubQueue_SUB_QUEUE_MAIN, sid))
 	if err != nil {
 		return nil, err
 	}
@@ -252,8 +251,8 @@ func SessionSeqs(r pebble.Reader, k EntityKey, kind byte, sid string, max int) (
 }
 
 // SessionSeqs is SessionSeqs over the batch.
-func (b *Batch) SessionSeqs(k EntityKey, kind byte, sid string, max int) ([]uint64, error) {
-	return SessionSeqs(b.pb, k, kind, sid, max)
+func (b *Batch) SessionSeqs(k EntityKey, l SessionList, sid string, max int) ([]uint64, error) {
+	return SessionSeqs(b.pb, k, l, sid, max)
 }
 
 // ReadyIndex follows the index of an entity partition's ready sessions

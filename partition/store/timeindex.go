@@ -25,9 +25,19 @@ type TimeIndex struct {
 	has    bool
 }
 
-// NewTimeIndex is entity partition k's index of the given kind, before
-// Load.
-func NewTimeIndex(k EntityKey, kind byte) TimeIndex {
+// NewScheduledIndex is entity partition k's index of scheduled messages
+// by activation time, before Load.
+func NewScheduledIndex(k EntityKey) TimeIndex { return newTimeIndex(k, KindScheduled) }
+
+// NewExpiryIndex is entity partition k's index of messages by expiry
+// time, before Load.
+func NewExpiryIndex(k EntityKey) TimeIndex { return newTimeIndex(k, KindExpiry) }
+
+// NewSessionLockIndex is entity partition k's index of session locks by
+// expiry time, before Load.
+func NewSessionLockIndex(k EntityKey) TimeIndex { return newTimeIndex(k, KindSessionLock) }
+
+func newTimeIndex(k EntityKey, kind byte) TimeIndex {
 	p := KindPrefix(k, kind)
 	return TimeIndex{prefix: p, floor: p}
 }
