@@ -137,13 +137,14 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 	if err := a.pruneRequests(requestPrune + requests); err != nil {
 		return nil, err
 	}
-	var spans [][]span
-	if a.logs != nil {
-		if spans = enqueueSpans(e.Data); len(spans) != len(batch.Commands) {
-			spans = nil // stored whole
-		}
-		a.entry, a.data = e.Index, e.Data
+	// Where each message lies in the entry: what the copies name while
+	// their bodies are in the log, and what names a topic message's
+	// shared body (bodyBlobID) either way.
+	spans := enqueueSpans(e.Data)
+	if len(spans) != len(batch.Commands) {
+		spans = nil // stored whole
 	}
+	a.entry, a.data = e.Index, e.Data
 	results := make([]*partitionpb.Result, len(batch.Commands))
 	for i, c := range batch.Commands {
 		a.spans = nil
@@ -434,6 +435,9 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 	if err := checkForwarded(e, c); err != nil {
 		return nil, err
 	}
+	if len(a.spans) != len(c.Messages) {
+		a.spans = nil // the walk and the decoder disagree: store bodies whole
+	}
 	if isTopic(e.cfg) {
 		return a.publish(e, c)
 	}
@@ -444,9 +448,6 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		return nil, err
 	}
 	r := &partitionpb.Result{SequenceNumbers: make([]uint64, 0, len(c.Messages))}
-	if len(a.spans) != len(c.Messages) {
-		a.spans = nil // the walk and the decoder disagree: store bodies whole
-	}
 	for i, nm := range c.Messages {
 		var origin []byte
 		var took *forwardEntry
@@ -507,11 +508,18 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 			m.TtlMs = e.cfg.DefaultTtlMs
 		}
 		withOrigin(m, nm.Forwarded)
-		if len(nm.StagedBody) > 0 {
+		switch blob := a.sharedBodyID(nm, i); {
+		case len(nm.StagedBody) > 0:
 			if err := a.takeBlob(e, nm, m); err != nil {
 				return nil, err
 			}
-		} else {
+		case blob != nil && isSubscription(e.cfg):
+			// Sent to the subscription itself (a re-drive): kept as its
+			// topic's copies are, since a snapshot cannot tell them apart.
+			if err := a.shareBody(e, m, blob, 1); err != nil {
+				return nil, err
+			}
+		default:
 			a.keepInLog(m, i)
 		}
 		// A scheduled message's time to live starts when it is due.

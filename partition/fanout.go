@@ -68,6 +68,12 @@ func isTopic(cfg *partitionpb.EntityConfig) bool {
 	return cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_TOPIC
 }
 
+// isSubscription says whether cfg is a subscription's, which holds
+// copies of its topic's messages.
+func isSubscription(cfg *partitionpb.EntityConfig) bool {
+	return cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION && cfg.GetTopicId() != 0
+}
+
 // subscriptionIndex maps each topic partition of the group to the
 // subscription partitions that receive its sends, ordered by entity id:
 // the order copies are made in, the same on every replica. It is built by
@@ -311,6 +317,10 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 			if err := a.shareBlob(t, nm, len(plans[i])); err != nil {
 				return nil, err
 			}
+		} else if blob := a.sharedBodyID(nm, i); blob != nil && len(plans[i]) > 0 {
+			if err := a.b.ShareBody(t.key, blob, nm.Bare, len(plans[i])); err != nil {
+				return nil, err
+			}
 		}
 		if seen != nil {
 			if err := a.recordDedup(t, nm.MessageId, seq, seen); err != nil {
@@ -325,6 +335,19 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		r.SequenceNumbers = append(r.SequenceNumbers, seq)
 	}
 	return r, nil
+}
+
+// sharedBodyID is the name of the blob that keeps the bare message of
+// message i of the Enqueue being applied to a topic once for its copies,
+// when the machine keeps no bodies in the Raft log; nil when the copies
+// keep it otherwise: in the log (keepInLog), staged, whole in each copy
+// (an entry that did not walk, as keepInLog stores those), or not at all
+// (no bare message). See bodyBlobID.
+func (a *applier) sharedBodyID(nm *partitionpb.NewMessage, i int) []byte {
+	if a.logs != nil || i >= len(a.spans) || len(nm.StagedBody) > 0 || len(nm.Bare) == 0 {
+		return nil
+	}
+	return bodyBlobID(a.entry, a.spans[i])
 }
 
 // dropStagedOf deletes the staged blob of nm, a message not taken (a
@@ -364,11 +387,16 @@ func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i 
 	}
 	withOrigin(m, nm.Forwarded)
 	m.ActionSet, m.ActionRemoved = mergeActions(m.ActionSet, m.ActionRemoved, cp.set, cp.removed)
-	if len(nm.StagedBody) > 0 {
+	switch blob := a.sharedBodyID(nm, i); {
+	case len(nm.StagedBody) > 0:
 		if err := a.useSharedBlob(s, t, nm, m); err != nil {
 			return nil, err
 		}
-	} else {
+	case blob != nil:
+		if err := a.shareBody(s, m, blob, 0); err != nil {
+			return nil, err
+		}
+	default:
 		a.keepInLog(m, i)
 	}
 	if cp.dead != "" {

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"sync"
@@ -122,6 +123,48 @@ func (a *applier) keepInLog(m *partitionpb.StoredMessage, i int) {
 		a.crcOf, a.crc = crcKey{a.entry, s}, crc32.Checksum(a.data[s.off:s.off+s.n], castagnoli)
 	}
 	m.BodyCrc = a.crc
+}
+
+// A topic message's bare message is kept once for all its copies. While
+// it is in the Raft log the copies name the same bytes of the entry
+// (keepInLog); when they leave it (inlineBodies), or when the machine
+// does not keep bodies in the log (addCopy), the bare message becomes a
+// blob of the topic partition that every copy names and counts, as a
+// staged one (sharedblobs.go), and each copy keeps only its header and
+// annotations in a body record of its own. The blob's name comes from
+// where the message lies in its entry, so that every replica writes the
+// same records whichever way it kept the body, and a snapshot of either
+// is the same.
+
+// bodyBlobID is the name of the shared blob of the message at s of entry
+// index: store.BlobIDBytes long, as a staged blob's (random) name is.
+func bodyBlobID(index uint64, s span) []byte {
+	id := binary.BigEndian.AppendUint64(make([]byte, 0, store.BlobIDBytes), index)
+	id = binary.BigEndian.AppendUint32(id, s.off)
+	return binary.BigEndian.AppendUint32(id, s.n)
+}
+
+// nameSharedBody makes m, a copy of a message sent to topic, name the
+// shared blob blob that keeps bare, its bare message.
+func nameSharedBody(m *partitionpb.StoredMessage, topic uint64, blob, bare []byte) {
+	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc = blob, uint64(len(bare)), crc32.Checksum(bare, castagnoli)
+	m.BodyBlobEntity = topic
+}
+
+// shareBody makes m, a message of subscription partition s, name the
+// shared blob blob of its topic partition that keeps its bare message,
+// and counts it. With refs > 0 it also writes the blob, for refs
+// messages (a topic's send writes it once for all its copies instead).
+func (a *applier) shareBody(s *entity, m *partitionpb.StoredMessage, blob []byte, refs int) error {
+	topic := s.cfg.GetTopicId()
+	nameSharedBody(m, topic, blob, m.Bare)
+	if refs > 0 {
+		if err := a.b.ShareBody(ekey{ID: topic, Part: s.key.Part}, blob, m.Bare, refs); err != nil {
+			return err
+		}
+	}
+	m.Bare = nil
+	return a.b.UseSharedBlob(s.key, topic, blob)
 }
 
 // crcKey names the bytes of an entry whose checksum the applier kept.
@@ -289,15 +332,25 @@ func (m *Machine) inlineBodies() error {
 	for k := range m.entities {
 		keys = append(keys, k)
 	}
-	moved, err := store.RewriteMessages(m.db, keys, store.BatchBytes, func(_ ekey, st *partitionpb.StoredMessage) (bool, error) {
+	moved, err := store.RewriteMessages(m.db, keys, store.BatchBytes, func(k ekey, st *partitionpb.StoredMessage) (store.Rewrite, error) {
 		if st.BodyIndex == 0 {
-			return false, nil
+			return store.Rewrite{}, nil
 		}
 		if err := m.logs.sections(st); err != nil {
-			return false, err
+			return store.Rewrite{}, err
+		}
+		rw := store.Rewrite{Move: true}
+		if e := m.entities[k]; e != nil && isSubscription(e.cfg) && len(st.Bare) > 0 {
+			// A topic's copy: its bare message is kept once for every
+			// copy, in the topic partition, as addCopy keeps it when
+			// the body is not in the log.
+			blob := bodyBlobID(st.BodyIndex, span{st.BodyOffset, st.BodyLength})
+			topic := e.cfg.GetTopicId()
+			nameSharedBody(st, topic, blob, st.Bare)
+			rw.Shared = &store.SharedBlob{Owner: ekey{ID: topic, Part: k.Part}, Blob: blob}
 		}
 		dropLogRef(st)
-		return true, nil
+		return rw, nil
 	})
 	if err != nil {
 		return err

@@ -199,6 +199,19 @@ func (b *Batch) ShareBlob(t EntityKey, blob []byte, refs int) error {
 	return err
 }
 
+// ShareBody keeps bare, the bare message of a message sent to topic
+// partition t, once for its refs copies, as blob blob of t (one chunk),
+// counted as ShareBlob counts a staged blob; each copy counts itself with
+// UseSharedBlob. RewriteMessages writes the same records when copies'
+// bodies leave the Raft log.
+func (b *Batch) ShareBody(t EntityKey, blob, bare []byte, refs int) error {
+	if err := b.PutChunk(t, blob, 0, bare); err != nil {
+		return err
+	}
+	_, err := b.addCount(BlobRefsKey(t, blob), int64(refs))
+	return err
+}
+
 // UseSharedBlob counts one more copy of subscription partition s naming
 // the blob of topic (same partition index).
 func (b *Batch) UseSharedBlob(s EntityKey, topic uint64, blob []byte) error {

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -95,17 +96,39 @@ func (s *SessionScan) Close() {
 	}
 }
 
+// A Rewrite is what RewriteMessages does with a message: nothing, or write
+// it back (Move), with its bare message in a shared blob (Shared) when
+// that is set.
+type Rewrite struct {
+	Move   bool
+	Shared *SharedBlob
+}
+
+// SharedBlob names a blob of topic partition Owner that copies of one
+// message share (ShareBody).
+type SharedBlob struct {
+	Owner EntityKey
+	Blob  []byte
+}
+
 // RewriteMessages calls f with the state of every message of the given
-// entity partitions in db; when f returns true, having filled in the
+// entity partitions in db; when f says to move it, having filled in the
 // message's sections, the message is written back as two records: its
-// body record from its sections, and its state. The writes are committed
-// in batches of about batchBytes. It returns how many it rewrote.
-// (Moving bodies kept in the Raft log into the store before a snapshot.)
-func RewriteMessages(d *DB, keys []EntityKey, batchBytes int, f func(k EntityKey, m *partitionpb.StoredMessage) (bool, error)) (int, error) {
+// body record from its sections, and its state. A message whose bare
+// message goes to a shared blob (which m names already: BodyBlob and the
+// fields after it) keeps only its header and annotations in its body
+// record; the blob is written the first time the pass meets it, and
+// counted as ShareBody and UseSharedBlob count it, once per message. The
+// writes are committed in batches of about batchBytes. It returns how many
+// it rewrote. (Moving bodies kept in the Raft log into the store before a
+// snapshot.)
+func RewriteMessages(d *DB, keys []EntityKey, batchBytes int, f func(k EntityKey, m *partitionpb.StoredMessage) (Rewrite, error)) (int, error) {
 	db := d.pb
 	b := db.NewBatch()
 	defer func() { b.Close() }()
 	moved := 0
+	written := map[string]bool{} // shared blobs written in this pass
+	counts := map[string]int64{} // count keys: references added in this pass
 	for _, k := range keys {
 		prefix := KindPrefix(k, KindMessage)
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: PrefixEnd(prefix)})
@@ -117,12 +140,23 @@ func RewriteMessages(d *DB, keys []EntityKey, batchBytes int, f func(k EntityKey
 			if err != nil {
 				return moved, CloseIter(it, err)
 			}
-			rewrite, err := f(k, st)
+			rw, err := f(k, st)
 			if err != nil {
 				return moved, CloseIter(it, err)
 			}
-			if !rewrite {
+			if !rw.Move {
 				continue
+			}
+			if s := rw.Shared; s != nil {
+				if chunk := BlobChunkKey(s.Owner, s.Blob, 0); !written[string(chunk)] {
+					written[string(chunk)] = true
+					if err := SetSealed(b, chunk, st.Bare); err != nil {
+						return moved, CloseIter(it, err)
+					}
+				}
+				counts[string(BlobRefsKey(s.Owner, s.Blob))]++
+				counts[string(BlobUseKey(k, s.Owner.ID, s.Blob))]++
+				st.Bare = nil
 			}
 			if err := SetBody(b, BodyKey(k, st.SubQueue, st.SequenceNumber), st); err != nil {
 				return moved, CloseIter(it, err)
@@ -147,5 +181,30 @@ func RewriteMessages(d *DB, keys []EntityKey, batchBytes int, f func(k EntityKey
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return moved, fmt.Errorf("partition: write: %w", err)
 	}
-	return moved, nil
+	return moved, addCounts(db, counts)
+}
+
+// addCounts adds the given references to the counts in db (in key order,
+// as the store writes nothing in map order).
+func addCounts(db *pebble.DB, counts map[string]int64) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b := db.NewIndexedBatch()
+	defer b.Close()
+	cb := &Batch{pb: b}
+	for _, k := range keys {
+		if _, err := cb.addCount([]byte(k), counts[k]); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("partition: write: %w", err)
+	}
+	return nil
 }
