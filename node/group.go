@@ -78,6 +78,8 @@ type group struct {
 	stable  *raftboltdb.BoltStore
 	prop    *proposer
 
+	opened time.Time // when the group was opened on this node
+
 	notifyCh chan bool     // raft.Config.NotifyCh
 	locksCh  chan struct{} // a batch was applied: look at the next due times again
 
@@ -150,6 +152,7 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		node:     n,
 		dir:      dir,
 		log:      n.log.With("group", id),
+		opened:   time.Now(),
 		notifyCh: make(chan bool, 1),
 		locksCh:  make(chan struct{}, 1),
 		failed:   make(chan struct{}),

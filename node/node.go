@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
@@ -433,6 +434,12 @@ type GroupStatus struct {
 	Err error
 	// CommitIndex is the last index the replica knows committed.
 	CommitIndex uint64
+	// LeaderlessSince is, on a replica that knows no leader, since when:
+	// its last contact with a leader (Raft's LastContact: an
+	// AppendEntries, a snapshot, a vote granted, or its own step down),
+	// or when the group was opened here if later. Zero while it leads or
+	// knows its leader.
+	LeaderlessSince time.Time
 	// Followers is the leader's view of its followers (voters and
 	// learners), in configuration order; empty on a follower.
 	Followers []FollowerProgress
@@ -466,20 +473,28 @@ func (n *Node) Group(id uint64) (GroupStatus, error) {
 	if state == raft.Leader {
 		followers = g.followers(commit)
 	}
+	var leaderless time.Time
+	if state != raft.Leader && lid == "" {
+		leaderless = g.raft.LastContact()
+		if g.opened.After(leaderless) {
+			leaderless = g.opened
+		}
+	}
 	return GroupStatus{
-		CommitIndex:   commit,
-		Followers:     followers,
-		SnapshotIndex: snap,
-		ID:            id,
-		State:         state,
-		Leader:        Peer{ID: string(lid), Addr: string(addr)},
-		Serving:       state == raft.Leader && g.leadership() != nil,
-		Term:          g.raft.CurrentTerm(),
-		AppliedIndex:  g.machine.AppliedIndex(),
-		LastIndex:     g.raft.LastIndex(),
-		Entries:       g.entries.Load(),
-		Requests:      g.requests.Load(),
-		Err:           g.failure(),
+		CommitIndex:     commit,
+		Followers:       followers,
+		SnapshotIndex:   snap,
+		ID:              id,
+		State:           state,
+		Leader:          Peer{ID: string(lid), Addr: string(addr)},
+		LeaderlessSince: leaderless,
+		Serving:         state == raft.Leader && g.leadership() != nil,
+		Term:            g.raft.CurrentTerm(),
+		AppliedIndex:    g.machine.AppliedIndex(),
+		LastIndex:       g.raft.LastIndex(),
+		Entries:         g.entries.Load(),
+		Requests:        g.requests.Load(),
+		Err:             g.failure(),
 	}, nil
 }
 

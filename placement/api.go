@@ -270,7 +270,10 @@ func (s *Service) verifyLeader(ctx context.Context) error {
 }
 
 // ReportGroups records which node leads which partition groups, and
-// whether they have a quorum. Reports that match the catalog cost nothing.
+// whether they have a quorum; a replica's report that it has known no
+// leader for long records its group without quorum, unless the group was
+// heard serving since (health.go). Reports that match the catalog cost
+// nothing.
 func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest) (*pb.ReportGroupsResponse, error) {
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ReportGroups); handled {
 		return resp, err
@@ -284,7 +287,15 @@ func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest)
 	changed := &pb.ReportGroupsRequest{NodeId: req.NodeId}
 	s.fsm.Read(func(st *catalog.State) {
 		for _, r := range req.Groups {
-			if g := st.Group(r.GroupId); g != nil && (g.LeaderId != r.LeaderId || g.HasQuorum != r.HasQuorum) {
+			g := st.Group(r.GroupId)
+			switch {
+			case g == nil:
+			case r.LeaderId == "" && !r.HasQuorum:
+				lost := now.Add(-time.Duration(r.LeaderlessMs) * time.Millisecond)
+				if g.HasQuorum && !s.health.servedAfter(g.Id, lost) {
+					changed.Groups = append(changed.Groups, &pb.GroupReport{GroupId: g.Id})
+				}
+			case g.LeaderId != r.LeaderId || g.HasQuorum != r.HasQuorum:
 				changed.Groups = append(changed.Groups, r)
 			}
 		}

@@ -102,7 +102,7 @@ type Config struct {
 	// created).
 	MaxMoves int
 	// GoneAfter is how long a storage node may be dead before its
-	// replicas are re-created on other nodes. Default 10 min.
+	// replicas are re-created on other nodes. Default DefaultGoneAfter.
 	GoneAfter time.Duration
 	// LeaderBalanceDelay is how long a new meta leader waits before it
 	// hands group leaderships over to spread them (moves.go). Default
@@ -121,6 +121,9 @@ type Config struct {
 	// Logger receives the service's logs; the caller names the node in it.
 	Logger *slog.Logger
 }
+
+// DefaultGoneAfter is Config.GoneAfter's default.
+const DefaultGoneAfter = 10 * time.Minute
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
 var ErrInvalidConfig = errors.New("placement: invalid config")
@@ -151,7 +154,7 @@ func (c Config) withDefaults() Config {
 		c.MaxMoves = 2
 	}
 	if c.GoneAfter == 0 {
-		c.GoneAfter = 10 * time.Minute
+		c.GoneAfter = DefaultGoneAfter
 	}
 	if c.LeaderBalanceDelay == 0 {
 		c.LeaderBalanceDelay = 10 * time.Second

@@ -12,18 +12,30 @@ import (
 // Group health and Degraded entities.
 //
 // A storage node reports, every second, the groups it leads and whether
-// each can serve (it leads with a quorum behind it). A group that lost its
-// quorum has no leader, so nobody reports it: its silence is the signal.
-// The meta leader notes when it last heard a serving report of each group
+// each can serve (it leads with a quorum behind it), and the groups it
+// holds a replica of that have known no leader for two election timeouts
+// (node/agent). A group that lost its quorum has no leader, so no leader
+// reports it; its surviving replicas say so, and the meta leader records
+// it without quorum at once, unless it heard the group serving since that
+// replica lost its leader (the replica is the one cut off). Every entity
+// with a partition in such a group reads Degraded (catalog.State marks the
+// copies it hands out); the first serving report afterwards records the
+// group healthy again, and the entity Active.
+//
+// When no replica survives to report, silence is the signal: the meta
+// leader notes when it last heard a serving report of each group
 // (groupHealth, in memory), and its control loop records a group silent
-// for Config.GroupSilence as without quorum. Every entity with a partition
-// in such a group reads Degraded (catalog.State marks the copies it hands
-// out); the first serving report afterwards records the group healthy
-// again, and the entity Active.
+// for Config.GroupSilence as without quorum.
 //
 // The times are the leader's own, never in the catalog: a new leader
 // starts every group's clock at its first round, which gives each group a
-// whole GroupSilence to be heard from before it is judged.
+// whole GroupSilence to be heard from before it is judged silent. A
+// replica's report of no leader needs no clock of the leader's: a new
+// leader takes it at once, which is what keeps a group that lost its
+// quorum together with the meta leader Degraded within 5 s (election,
+// two of the group's election timeouts, a report). A replica cut off from
+// a serving leader that reports to a new meta leader before that leader
+// does makes the group read Degraded until the leader's next report.
 
 // groupHealth is when the meta leader last heard each group report itself
 // serving.
@@ -48,6 +60,15 @@ func (h *groupHealth) serving(group uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.heard[group] = now
+}
+
+// servedAfter reports whether the group was heard serving after t in this
+// leadership.
+func (h *groupHealth) servedAfter(group uint64, t time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	heard, ok := h.heard[group] // reset cleared those of earlier leaderships
+	return ok && heard.After(t)
 }
 
 // silentSince returns when the group was last heard serving, or the start

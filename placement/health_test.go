@@ -93,3 +93,48 @@ func routes(t *testing.T, m *placementtest.Member) *pb.RoutingTable {
 	}
 	return table
 }
+
+// A replica's report that its group has known no leader for a while
+// records the group without quorum at once, long before its silence would
+// (GroupSilence is a minute here), unless the group was heard serving
+// since that replica lost its leader: then the replica is the one cut
+// off, and the report says nothing of the group. The next serving report
+// records the group healthy again.
+func TestLeaderlessReportDegradesAtOnce(t *testing.T) {
+	c := placementtest.Start(t, placementtest.Options{Groups: 2, GroupSilence: time.Minute})
+	leader := c.Leader(t)
+	waitGroups(t, leader, 2)
+	a := createRetrying(t, leader, &pb.CreateEntityRequest{Name: "a"})
+	ga := a.PartitionGroups[0]
+	ctx := t.Context()
+	report := func(r *pb.GroupReport) {
+		t.Helper()
+		if _, err := leader.Client.ReportGroups(ctx, &pb.ReportGroupsRequest{NodeId: "m2", Groups: []*pb.GroupReport{r}}); err != nil {
+			t.Fatalf("report %v: %v", r, err)
+		}
+	}
+	degraded := func() bool {
+		e, err := leader.Client.GetEntity(ctx, &pb.GetEntityRequest{Name: "a"})
+		if err != nil {
+			t.Fatalf("get a: %v", err)
+		}
+		return e.Degraded
+	}
+	report(&pb.GroupReport{GroupId: ga, LeaderId: "m1", HasQuorum: true})
+	placementtest.Eventually(t, 5*time.Second, "a active", func() bool { return !degraded() })
+
+	// Heard serving a moment ago, after the replica lost its leader a
+	// second ago: a replica cut off from a serving leader.
+	report(&pb.GroupReport{GroupId: ga, LeaderlessMs: 1000})
+	if degraded() {
+		t.Fatal("a degraded by a leaderless report although its group was heard serving since")
+	}
+
+	// Not heard serving since the replica lost its leader.
+	time.Sleep(100 * time.Millisecond)
+	report(&pb.GroupReport{GroupId: ga, LeaderlessMs: 50})
+	placementtest.Eventually(t, 5*time.Second, "a degraded by the leaderless report", degraded)
+
+	report(&pb.GroupReport{GroupId: ga, LeaderId: "m1", HasQuorum: true})
+	placementtest.Eventually(t, 5*time.Second, "a active again", func() bool { return !degraded() })
+}

@@ -25,6 +25,13 @@ import (
 
 const wait = 20 * time.Second
 
+// catchUpWait bounds how long a member restarted from its disk may take to
+// serve what it missed. The leader learns it is back only at its next
+// attempt at it, and hashicorp/raft backs off up to 10.24 s between
+// attempts at a follower that failed (more than one attempt may fail while
+// the member restarts), so wait's 20 s was sometimes not enough.
+const catchUpWait = 45 * time.Second
+
 // watcher follows one member's WatchRoutes stream.
 type watcher struct {
 	mu      sync.Mutex
@@ -260,8 +267,8 @@ func TestMetaGroupFailover(t *testing.T) {
 	w := watchRetrying(t, leader)
 	start := time.Now()
 	for !w.has(acked) {
-		if time.Since(start) > wait {
-			t.Fatalf("the restarted member did not catch up in %v: %s; its raft: %v", wait, w.state(), leader.Service.RaftStats())
+		if time.Since(start) > catchUpWait {
+			t.Fatalf("the restarted member did not catch up in %v: %s; its raft: %v", catchUpWait, w.state(), leader.Service.RaftStats())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -20,14 +21,21 @@ import (
 
 // TestPartitionedQueueWithAGroupDown runs five `quorumbus node` processes
 // with five partition groups of three replicas and a front-end, and a queue
-// of five partitions, one in each group. It kills -9 two nodes, which takes
-// the quorum of at least one group, while the meta group (all five nodes)
-// keeps its own. Then:
-//   - the queue reads Degraded in the catalog;
+// of five partitions, one in each group. It kills -9 two nodes, the meta
+// leader and another replica of one of its groups, which takes the quorum
+// of at least one group, while the meta group (all five nodes) keeps its
+// own and elects another leader. Then:
+//   - the queue reads Degraded in the catalog within 5 s of the kill, as
+//     issue 24 requires, although the meta leader that watched the
+//     group's health died with it;
 //   - unkeyed sends go on, each accepted at its first attempt (go-amqp does
 //     not retry): the front-end passes over the partitions without quorum;
-//   - once the two nodes restart, the queue reads Active again;
+//   - once the two nodes restart, the queue reads Active again within 10 s
+//     of their start;
 //   - every acknowledged message is received.
+//
+// The two bounds are the issue's requirements, so they are checked,
+// against the rule that tests do not assert timings.
 func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -61,7 +69,44 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, []cluster.QueueSpec{{Name: "pq", Props: props}}, quiet); err != nil {
 		t.Fatal(err)
 	}
-	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[0], nil) // n1 stays up
+	// The victims: the meta leader and another replica of a group it
+	// holds a replica of. The group loses its quorum with them.
+	leader := metaLeader(t, ctx, grpcAddrs)
+	first, closeFirst, err := cluster.DialPlacement(grpcAddrs[leader], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFirst()
+	stream, err := first.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victims := []int{leader}
+	for _, g := range table.Groups {
+		if !slices.ContainsFunc(g.Replicas, func(r *placementpb.Replica) bool { return r.NodeId == fmt.Sprintf("n%d", leader+1) }) {
+			continue
+		}
+		for _, r := range g.Replicas {
+			i, _ := strconv.Atoi(strings.TrimPrefix(r.NodeId, "n"))
+			if i-1 != leader {
+				victims = append(victims, i-1)
+				break
+			}
+		}
+		break
+	}
+	if len(victims) != 2 {
+		t.Fatalf("no group with n%d, the meta leader, among its replicas: %v", leader+1, table.Groups)
+	}
+	keeper := 0 // a node that stays up, to ask placement through
+	for slices.Contains(victims, keeper) {
+		keeper++
+	}
+	placement, closePlacement, err := cluster.DialPlacement(grpcAddrs[keeper], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,34 +126,6 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 	e := entity()
 	if got := slices.Compact(slices.Sorted(slices.Values(e.PartitionGroups))); len(got) != 5 {
 		t.Fatalf("5 partitions on groups %v, want one per group", e.PartitionGroups)
-	}
-
-	// Two nodes that share a group, neither of them n1: the group loses
-	// its quorum with them.
-	stream, err := placement.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	table, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var victims []int
-	for _, g := range table.Groups {
-		var idx []int
-		for _, r := range g.Replicas {
-			i, _ := strconv.Atoi(strings.TrimPrefix(r.NodeId, "n"))
-			if i != 1 {
-				idx = append(idx, i-1)
-			}
-		}
-		if len(idx) >= 2 {
-			victims = idx[:2]
-			break
-		}
-	}
-	if victims == nil {
-		t.Fatalf("no group without n1 among two of its replicas: %v", table.Groups)
 	}
 
 	conn := dialUntil(t, ctx, amqpAddr)
@@ -132,26 +149,30 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 			sent[body] = true
 		}
 	}
-	placementWait := func(what string, want bool) time.Duration {
-		start := time.Now()
+	// placementWait waits until pq reads degraded (or not) and returns
+	// how long that took since start; it checks that it took no longer
+	// than bound, but waits up to a minute to say how long it did take.
+	placementWait := func(what string, want bool, start time.Time, bound time.Duration) time.Duration {
 		for entity().Degraded != want {
 			if ctx.Err() != nil || time.Since(start) > time.Minute {
 				t.Fatalf("pq never became %s", what)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		return time.Since(start)
+		took := time.Since(start)
+		if took > bound {
+			t.Errorf("pq became %s after %v, more than %v", what, took.Round(time.Millisecond), bound)
+		}
+		return took
 	}
-	placementWait("active", false)
+	placementWait("active", false, time.Now(), time.Minute)
 	send(10, "before")
 
 	for _, i := range victims {
 		procs[i].kill9()
 	}
-	killed := time.Now()
-	took := placementWait("degraded", true)
-	t.Logf("killed n%d and n%d: degraded after %v", victims[0]+1, victims[1]+1, time.Since(killed).Round(time.Millisecond))
-	_ = took
+	took := placementWait("degraded", true, time.Now(), 5*time.Second)
+	t.Logf("killed n%d (the meta leader) and n%d: degraded after %v", victims[0]+1, victims[1]+1, took.Round(time.Millisecond))
 	// Every group with both victims among its replicas has lost its
 	// quorum; the catalog records each once it has been silent (its
 	// leader may have been a survivor, which steps down only when its
@@ -190,12 +211,12 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 	time.Sleep(time.Second) // the front-end's routing table follows the catalog
 	send(30, "degraded")
 
+	restarted := time.Now()
 	for _, i := range victims {
 		procs[i] = startProcess(t, bin, nodeArgs(i)...)
 	}
-	restarted := time.Now()
-	placementWait("active again", false)
-	t.Logf("restarted: active after %v", time.Since(restarted).Round(time.Millisecond))
+	took = placementWait("active again", false, restarted, 10*time.Second)
+	t.Logf("restarted: active after %v", took.Round(time.Millisecond))
 
 	rcv, err := sess.NewReceiver(ctx, "pq", &goamqp.ReceiverOptions{Credit: 100, SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()})
 	if err != nil {
@@ -217,5 +238,30 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 			t.Fatalf("received %q, never sent", body)
 		}
 		got[body] = true
+	}
+}
+
+// metaLeader returns the index of the node whose placement member leads
+// the meta group: the one that takes a (empty) report marked as forwarded
+// already, which a follower refuses rather than forwarding it again.
+func metaLeader(t *testing.T, ctx context.Context, addrs []string) int {
+	t.Helper()
+	fctx := metadata.AppendToOutgoingContext(ctx, "x-quorumbus-placement-forwarded", "test")
+	for {
+		for i, addr := range addrs {
+			c, closeC, err := cluster.DialPlacement(addr, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.ReportGroups(fctx, &placementpb.ReportGroupsRequest{NodeId: "test"})
+			closeC()
+			if err == nil {
+				return i
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no meta leader")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

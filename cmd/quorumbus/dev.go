@@ -12,6 +12,7 @@ import (
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/adminhttp"
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/sas"
 )
 
@@ -30,6 +31,7 @@ func devCmd(args []string) error {
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
 	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
+	fs.DurationVar(&o.GoneAfter, "gone-after", placement.DefaultGoneAfter, goneAfterUsage)
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
@@ -97,5 +99,7 @@ func devCmd(args []string) error {
 		return fmt.Errorf("the AMQP listener on %s stopped: %w", dev.AMQPAddr, dev.AMQP.Err())
 	}
 }
+
+const goneAfterUsage = "how long a storage node may stay dead (as gossip sees it) before placement re-creates its replicas on other nodes from the surviving ones, and replaces it as a meta-group voter; shorter re-replicates sooner, but also copies groups off a node that was only restarting"
 
 const maxConnectionsUsage = "AMQP connections served at once; past it a client is refused with amqp:resource-limit-exceeded (0: 5000, negative: no limit)"

@@ -35,6 +35,17 @@ func TestGrowAndDrainUnderLoad(t *testing.T) {
 	scaleRun(t, scalePlan{nodes: 5, groups: 3, queues: map[string]uint32{"grow": 3}, grow: 5, drain: []int{5}})
 }
 
+// TestDeadNodeReplaced starts four `quorumbus node` processes with
+// -gone-after 5s and a front-end, sends and receives continuously on a
+// queue of three partitions, and kill -9s the fourth node once it holds
+// its share of the replicas. Five seconds after gossip finds it dead, the
+// meta leader re-creates its replicas on the three others from the
+// surviving replicas, until no group lists it. No send or receive may
+// fail meanwhile, and every acknowledged message must be received.
+func TestDeadNodeReplaced(t *testing.T) {
+	scaleRun(t, scalePlan{nodes: 4, groups: 3, queues: map[string]uint32{"dead": 3}, grow: 4, kill: []int{4}, goneAfter: 5 * time.Second})
+}
+
 // TestScaleSevenAndBack is `make scale`: three nodes grown to seven and
 // drained back to three, one node at a time, with two queues of 16
 // partitions under load, reporting how long moves took and the longest
@@ -49,11 +60,14 @@ func TestScaleSevenAndBack(t *testing.T) {
 
 // scalePlan: start 3 of nodes, create groups and the queues (name →
 // partitions), start the others up to grow, then drain the listed nodes
-// (1-based) one after another, stopping each once it is empty.
+// (1-based) one after another, stopping each once it is empty; then kill
+// -9 the nodes of kill one after another, each once the replicas it held
+// are re-created elsewhere (with goneAfter, the nodes' -gone-after).
 type scalePlan struct {
 	nodes, groups, grow int
 	queues              map[string]uint32
-	drain               []int
+	drain, kill         []int
+	goneAfter           time.Duration
 	timeout             time.Duration
 }
 
@@ -79,6 +93,9 @@ func scaleRun(t *testing.T, plan scalePlan) {
 			"-http-addr", httpAddrs[i], "-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
 		if i < 3 {
 			args = append(args, "-bootstrap", strings.Join(boot, ","))
+		}
+		if plan.goneAfter != 0 {
+			args = append(args, "-gone-after", plan.goneAfter.String())
 		}
 		return args
 	}
@@ -220,8 +237,8 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	var moveTimes []time.Duration
 	movingSince := map[uint64]time.Time{}
 	// settled waits until no group is moving, the usable nodes hold as
-	// many replicas as each other, give or take one, and the drained ones
-	// none.
+	// many replicas as each other, give or take one, and the drained (or
+	// dead) ones none.
 	settled := func(what string, usable, drained []string) {
 		start := time.Now()
 		for {
@@ -313,6 +330,13 @@ func scaleRun(t *testing.T, plan scalePlan) {
 		if len(plan.drain) > 1 {
 			procs[n-1].signal(syscall.SIGTERM) // drained: it may go
 		}
+	}
+	for _, n := range plan.kill {
+		id := fmt.Sprintf("n%d", n)
+		procs[n-1].kill9()
+		usable = slices.DeleteFunc(usable, func(u string) bool { return u == id })
+		drained = append(drained, id)
+		settled(id+" dead and its replicas re-created", usable, drained)
 	}
 
 	// Leaderships spread too: no node leads two groups more than another.

@@ -22,6 +22,7 @@ import (
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
+	"github.com/quorumbus/quorumbus/placement"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/placement/sas"
 )
@@ -47,6 +48,7 @@ func nodeCmd(args []string) error {
 	kubeAccountDir := fs.String("kubernetes-account-dir", defaultServiceAccountDir, "directory holding the pod's service account token and ca.crt, for -zone-from-kubernetes-node")
 	groups := fs.Int("groups", 3, "partition groups the cluster creates")
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
+	goneAfter := fs.Duration("gone-after", placement.DefaultGoneAfter, goneAfterUsage)
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
 	walSegmentMB := fs.Int("wal-segment-mb", node.DefaultWALSegmentBytes>>20, "size of each Raft log segment, in MiB; each partition group preallocates one, idle or not")
 	diskReserveMB := fs.Int64("disk-reserve-mb", 0, "free disk below which sends are refused (resource-limit-exceeded) while settles go on, in MiB; 0: two segments and 64 MiB, negative: off")
@@ -135,7 +137,7 @@ func nodeCmd(args []string) error {
 	}
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
-		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
+		Members: ml, Groups: *groups, Replicas: *replicas, GoneAfter: *goneAfter, CacheMB: *cacheMB,
 		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Creds: ctls.Creds(), Logger: log,
 	})
 	if err != nil {

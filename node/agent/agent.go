@@ -2,8 +2,8 @@
 // table: it watches the table that placement publishes, opens every
 // partition group the table places on the node and removes the groups
 // moved off it, and reports every second which groups the node leads and
-// whether they serve, so that the table's leader hints and group health
-// stay fresh.
+// whether they serve, and which of its groups have been without a leader
+// for long, so that the table's leader hints and group health stay fresh.
 //
 // It talks to placement only through PlacementService (proto/placementpb),
 // so node and placement still meet only through proto/ and cmd/
@@ -44,6 +44,10 @@ var _ Node = (*node.Node)(nil)
 // Defaults of Config.
 const (
 	DefaultReportInterval = time.Second
+	// DefaultLeaderlessAfter is twice the node's default election
+	// timeout: a replica whose leader died has seen an election that
+	// could succeed, and most that split their vote, by then.
+	DefaultLeaderlessAfter = 2 * node.DefaultElectionTimeout
 	// watchBackoff and maxWatchBackoff pace the retries of a routing-table
 	// stream that could not be opened or ended.
 	watchBackoff    = 100 * time.Millisecond
@@ -68,7 +72,13 @@ type Config struct {
 	// ReportInterval is how often the agent reports the groups the node
 	// leads; 0: DefaultReportInterval.
 	ReportInterval time.Duration
-	Logger         *slog.Logger
+	// LeaderlessAfter is how long a replica on the node must have known
+	// no leader of its group before the agent reports the group without
+	// one, so that placement marks it without quorum at once rather than
+	// after its silence (placement's GroupSilence, counted again from
+	// the start by a new meta leader); 0: DefaultLeaderlessAfter.
+	LeaderlessAfter time.Duration
+	Logger          *slog.Logger
 }
 
 // Validate reports what is missing from the config.
@@ -78,6 +88,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReportInterval < 0 {
 		return errors.New("agent: negative report interval")
+	}
+	if c.LeaderlessAfter < 0 {
+		return errors.New("agent: negative leaderless threshold")
 	}
 	return nil
 }
@@ -108,6 +121,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = DefaultReportInterval
+	}
+	if cfg.LeaderlessAfter == 0 {
+		cfg.LeaderlessAfter = DefaultLeaderlessAfter
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -275,8 +291,9 @@ func (a *Agent) apply(t *placementpb.RoutingTable) {
 }
 
 // report tells placement, every ReportInterval, which groups this node
-// leads and whether each serves, through its own member or, when that
-// fails, another.
+// leads and whether each serves, and which of its replicas have known no
+// leader for LeaderlessAfter, through its own member or, when that fails,
+// another.
 func (a *Agent) report(ctx context.Context) {
 	n := a.cfg.Node
 	t := time.NewTicker(a.cfg.ReportInterval)
@@ -289,12 +306,16 @@ func (a *Agent) report(ctx context.Context) {
 		case <-t.C:
 		}
 		req := &placementpb.ReportGroupsRequest{NodeId: n.ID()}
+		now := time.Now()
 		for _, id := range n.Groups() {
 			st, err := n.Group(id)
-			if err != nil || st.State != raft.Leader {
-				continue
+			switch {
+			case err != nil:
+			case st.State == raft.Leader:
+				req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderId: n.ID(), HasQuorum: st.Serving})
+			case st.Err == nil && st.State != raft.Shutdown && !st.LeaderlessSince.IsZero() && now.Sub(st.LeaderlessSince) >= a.cfg.LeaderlessAfter:
+				req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderlessMs: uint64(now.Sub(st.LeaderlessSince).Milliseconds())})
 			}
-			req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderId: n.ID(), HasQuorum: st.Serving})
 		}
 		client, _, err := a.pc.client(attempt)
 		if err == nil {

@@ -253,3 +253,37 @@ func TestAgentTakesChanges(t *testing.T) {
 		return err == nil && slices.Equal(mine, []uint64{2}) && !slices.Contains(n.Groups(), 1)
 	})
 }
+
+// TestAgentReportsLeaderlessGroups: a replica of a group that has no
+// leader (here a group of two voters whose other voter never answers) is
+// reported without one once it has known none for LeaderlessAfter, and
+// never sooner, so that placement can mark the group without quorum
+// without waiting for its silence; a group the node leads is reported as
+// before.
+func TestAgentReportsLeaderlessGroups(t *testing.T) {
+	const after = 300 * time.Millisecond
+	own := newFakePlacement()
+	n := startNode(t, own)
+	startAgent(t, agent.Config{Node: n, LeaderlessAfter: after})
+	own.tables <- table(1, n, group(1, "n1"), group(2, "n1", "n9"))
+
+	leaderless := func() *placementpb.GroupReport {
+		own.mu.Lock()
+		defer own.mu.Unlock()
+		for _, req := range own.reports {
+			for _, g := range req.Groups {
+				if g.GroupId == 2 {
+					return g
+				}
+			}
+		}
+		return nil
+	}
+	nodetest.WaitFor(t, "group 1 reported serving and group 2 without a leader", func() bool {
+		return own.reported("n1", 1) && leaderless() != nil
+	})
+	g := leaderless()
+	if g.LeaderId != "" || g.HasQuorum || time.Duration(g.LeaderlessMs)*time.Millisecond < after {
+		t.Fatalf("group 2's first report %v: want no leader, no quorum, leaderless for %v at least", g, after)
+	}
+}

@@ -2402,11 +2402,18 @@ func (x *WatchRoutesRequest) GetCatalogBornMs() uint64 {
 	return 0
 }
 
+// A report of a group's leader (leader_id: the reporting node; has_quorum:
+// whether it serves), or of a replica that has known no leader of the
+// group for longer than its threshold (leader_id empty, has_quorum false,
+// leaderless_ms set). The meta leader takes the latter only if it heard no
+// serving report of the group since that replica lost its leader: a
+// replica cut off from a leader that serves says nothing of the group.
 type GroupReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	LeaderId      string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	HasQuorum     bool                   `protobuf:"varint,3,opt,name=has_quorum,json=hasQuorum,proto3" json:"has_quorum,omitempty"`
+	LeaderlessMs  uint64                 `protobuf:"varint,4,opt,name=leaderless_ms,json=leaderlessMs,proto3" json:"leaderless_ms,omitempty"` // how long the reporting replica has known no leader
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2460,6 +2467,13 @@ func (x *GroupReport) GetHasQuorum() bool {
 		return x.HasQuorum
 	}
 	return false
+}
+
+func (x *GroupReport) GetLeaderlessMs() uint64 {
+	if x != nil {
+		return x.LeaderlessMs
+	}
+	return 0
 }
 
 type ReportGroupsRequest struct {
@@ -4108,12 +4122,13 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x12WatchRoutesRequest\x12#\n" +
 	"\rafter_version\x18\x01 \x01(\x04R\fafterVersion\x12\x18\n" +
 	"\achanges\x18\x02 \x01(\bR\achanges\x12&\n" +
-	"\x0fcatalog_born_ms\x18\x03 \x01(\x04R\rcatalogBornMs\"d\n" +
+	"\x0fcatalog_born_ms\x18\x03 \x01(\x04R\rcatalogBornMs\"\x89\x01\n" +
 	"\vGroupReport\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"has_quorum\x18\x03 \x01(\bR\thasQuorum\"k\n" +
+	"has_quorum\x18\x03 \x01(\bR\thasQuorum\x12#\n" +
+	"\rleaderless_ms\x18\x04 \x01(\x04R\fleaderlessMs\"k\n" +
 	"\x13ReportGroupsRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
 	"\x06groups\x18\x02 \x03(\v2#.quorumbus.placement.v1.GroupReportR\x06groups\"\x16\n" +

@@ -73,7 +73,9 @@ type DevOptions struct {
 	NodePort int // gRPC port of the first node, the others follow; 0 picks free ports
 	Groups   int
 	CacheMB  int64
-	LogLevel string
+	// GoneAfter is StorageOptions.GoneAfter of every node.
+	GoneAfter time.Duration
+	LogLevel  string
 	// LeaderSyncFirst: leaders fsync before they replicate
 	// (node.Config.LeaderSyncFirst).
 	LeaderSyncFirst bool
@@ -185,6 +187,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 			Members:         StaticMembers(members),
 			Groups:          o.Groups,
 			Replicas:        min(o.Nodes, 3),
+			GoneAfter:       o.GoneAfter,
 			CacheMB:         o.CacheMB,
 			LeaderSyncFirst: o.LeaderSyncFirst,
 			Creds:           creds[ids[i]],

@@ -39,7 +39,10 @@ type StorageOptions struct {
 	Members       placement.Members
 	Groups        int
 	Replicas      int
-	CacheMB       int64 // block cache of each group's store
+	// GoneAfter is how long a node may be dead before its replicas are
+	// re-created on others (placement.Config.GoneAfter); 0: its default.
+	GoneAfter time.Duration
+	CacheMB   int64 // block cache of each group's store
 	// LeaderSyncFirst: leaders fsync before they replicate
 	// (node.Config.LeaderSyncFirst).
 	LeaderSyncFirst bool
@@ -90,6 +93,7 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		Members:           o.Members,
 		Groups:            o.Groups,
 		ReplicationFactor: o.Replicas,
+		GoneAfter:         o.GoneAfter,
 		Logger:            o.Logger,
 	})
 	if err != nil {

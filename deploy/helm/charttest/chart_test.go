@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -31,7 +32,7 @@ var valueSets = []struct {
 }{
 	{"defaults", ``},
 	{"five nodes", `
-storage: {replicas: 5, bootstrapReplicas: 5, groupReplicas: 5, groups: 8, pdb: {maxUnavailable: 2}}`},
+storage: {replicas: 5, bootstrapReplicas: 5, groupReplicas: 5, groups: 8, goneAfter: 1h30m, pdb: {maxUnavailable: 2}}`},
 	{"five nodes, three bootstrap", `
 storage: {replicas: 5}`},
 	{"tls from a secret", `
@@ -129,6 +130,7 @@ type effective struct {
 	gossipSecret                                      string
 	sas                                               string
 	clusterDomain, zonePodLabel, zoneNodeLabel        string
+	goneAfter                                         string
 	frontendReplicas                                  int
 }
 
@@ -182,6 +184,7 @@ func effectiveValues(t *testing.T, values map[string]any) effective {
 		hpa: get("frontend.autoscaling.enabled").(bool), sas: get("sas.existingSecret").(string),
 		clusterDomain: get("clusterDomain").(string), zonePodLabel: get("storage.zone.podLabel").(string),
 		zoneNodeLabel:    get("storage.zone.nodeLabel").(string),
+		goneAfter:        get("storage.goneAfter").(string),
 		frontendReplicas: num("frontend.replicas"),
 		clusterTLS:       get("clusterTLS.enabled").(bool), gossipSecret: get("gossip.keySecret").(string),
 		clusterSecrets: map[string]string{"node": get("clusterTLS.secrets.node").(string),
@@ -497,6 +500,11 @@ func checkStorage(t *testing.T, objs []Object, v effective) {
 	if got := argValue(c.Args, "-replicas"); got != fmt.Sprint(v.groupReplicas) {
 		t.Errorf("-replicas=%s, want %d", got, v.groupReplicas)
 	}
+	if got := argValue(c.Args, "-gone-after"); got != v.goneAfter {
+		t.Errorf("-gone-after=%s, want %s", got, v.goneAfter)
+	} else if _, err := time.ParseDuration(got); err != nil {
+		t.Errorf("-gone-after=%s: %v", got, err)
+	}
 	if !strings.HasPrefix(argValue(c.Args, "-data"), c.VolumeMounts[0].MountPath+"/") || c.VolumeMounts[0].Name != sts.Spec.VolumeClaimTemplates[0].Name {
 		t.Errorf("-data=%s is not on the volume claim (%s at %s)", argValue(c.Args, "-data"), c.VolumeMounts[0].Name, c.VolumeMounts[0].MountPath)
 	}
@@ -656,6 +664,8 @@ func TestRefusedValues(t *testing.T) {
 		{"pdb past quorum", `storage: {pdb: {maxUnavailable: 2}}`, "maxUnavailable"},
 		{"bootstrap past replicas", `storage: {replicas: 3, bootstrapReplicas: 5, groupReplicas: 3}`, "bootstrapReplicas"},
 		{"group replicas past nodes", `storage: {replicas: 3, groupReplicas: 5}`, "groupReplicas"},
+		{"gone-after not a duration", `storage: {goneAfter: ten minutes}`, "goneAfter"},
+		{"gone-after without a unit", `storage: {goneAfter: 600}`, "goneAfter"},
 		{"tls without a certificate", `tls: {enabled: true}`, "tls.secretName"},
 		{"one cluster tls secret for every role", `clusterTLS: {enabled: true, secretName: qb-cluster-tls}`, "clusterTLS.secrets"},
 		{"cluster tls secrets of some roles", `clusterTLS: {secrets: {node: a, frontend: b}}
