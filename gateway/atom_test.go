@@ -10,7 +10,7 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// The body the Go admin client sent for CreateQueue (shared/wire/admin.log).
+// The body the Go admin client sent for CreateQueue, captured on the wire.
 const capturedCreate = `<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><RequiresSession>true</RequiresSession><MaxDeliveryCount>5</MaxDeliveryCount><AuthorizationRules></AuthorizationRules></QueueDescription></content></entry>`
 
 func queueEntry(props string) string {

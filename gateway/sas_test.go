@@ -29,7 +29,7 @@ func validator(t *testing.T, rs ...sas.Rule) RulesValidator {
 }
 
 func TestParseTokenOfTheSDK(t *testing.T) {
-	// Captured from azservicebus/admin v1.11.0 (shared/wire/admin.log).
+	// Captured on the wire from azservicebus/admin v1.11.0.
 	const captured = "SharedAccessSignature sr=https%3a%2f%2flocalhost%3a5300%2fq%3fapi-version%3d2024-05&sig=GBFxkCu%2F7lcQK6fzmVDpNgMVjJs%2F7VEiltSCImEl3Gg%3D&se=1795244525&skn=RootManageSharedAccessKey"
 	tok, err := ParseToken(captured)
 	if err != nil {

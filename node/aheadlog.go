@@ -113,8 +113,7 @@ type aheadLog struct {
 // walOptions are how a group's raft-wal log is opened.
 type walOptions struct {
 	segmentBytes int
-	track        bool        // remember unsynced writes (simulated machine crashes)
-	faults       *diskFaults // nil: the real disk only
+	host         host // nil: the real machine
 }
 
 // openAheadLog opens raft-wal in dir with deferrable fsyncs and starts its
@@ -123,9 +122,11 @@ type walOptions struct {
 // its metadata store (and the bolt file's lock) and its segment files open
 // on the way out.
 func openAheadLog(dir string, logger hclog.Logger, fail func(error), o walOptions) (*aheadLog, error) {
-	fs := newSyncFS()
-	fs.track = o.track
-	fs.faults = o.faults
+	host := o.host
+	if host == nil {
+		host = realHost{}
+	}
+	fs := newSyncFS(host)
 	fs.opening = true
 	if err := waitUnlocked(filepath.Join(dir, metadb.FileName)); err != nil {
 		return nil, err
@@ -263,21 +264,8 @@ func (l *aheadLog) syncLoop() {
 		gen := l.truncations
 		l.durMu.Unlock()
 		w := l.written.Load()
-		l.fs.mu.Lock()
-		hold, holding := l.fs.hold, l.fs.holding
-		l.fs.mu.Unlock()
-		if hold != nil {
-			if holding != nil {
-				select {
-				case holding <- struct{}{}:
-				default:
-				}
-			}
-			select {
-			case <-hold:
-			case <-l.stop:
-				return
-			}
+		if !l.fs.host.awaitSync(l, l.stop) {
+			return
 		}
 		start := time.Now()
 		err := l.fs.syncDirty()

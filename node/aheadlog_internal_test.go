@@ -15,12 +15,19 @@ import (
 func openTestAheadLog(t *testing.T, dir string) *aheadLog {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := openAheadLog(dir, newHCLogger(quiet, "wal"), func(err error) { t.Errorf("sync failed: %v", err) }, walOptions{track: true})
+	l, err := openAheadLog(dir, newHCLogger(quiet, "wal"), func(err error) { t.Errorf("sync failed: %v", err) }, walOptions{host: &simHost{track: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.log = quiet
 	return l
+}
+
+// holdSync stops l's syncer before its next fsync until hold is closed;
+// it then sends on holding, if not nil and free. l must be on a
+// simHost.
+func holdSync(l *aheadLog, hold, holding chan struct{}) {
+	l.fs.host.(*simHost).holdSync(l, hold, holding)
 }
 
 func entries(term uint64, from, to uint64) []*raft.Log {
@@ -64,7 +71,7 @@ func TestAheadLogDurableIndex(t *testing.T) {
 
 	l.setVoters(2, 3)
 	hold := make(chan struct{})
-	l.fs.setHold(hold, nil)
+	holdSync(l, hold, nil)
 	if err := l.StoreLogs(entries(2, 5, 6)); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +111,7 @@ func TestAheadLogMachineCrash(t *testing.T) {
 	if err := l.waitDurable(context.Background(), 5); err != nil {
 		t.Fatal(err)
 	}
-	l.fs.setHold(make(chan struct{}), nil)
+	holdSync(l, make(chan struct{}), nil)
 	if err := l.StoreLogs(entries(1, 6, 9)); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +132,7 @@ func TestAheadLogMachineCrash(t *testing.T) {
 // deferred segment write is synced.
 func TestBarrierMeta(t *testing.T) {
 	dir := t.TempDir()
-	fs := newSyncFS()
+	fs := newSyncFS(realHost{})
 	f, err := fs.Create(dir, "seg", 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +176,7 @@ var errDiskGone = errors.New("test: disk gone")
 func TestAheadLogSyncFailure(t *testing.T) {
 	failed := make(chan error, 1)
 	quiet := slog.New(slog.DiscardHandler)
-	l, err := openAheadLog(t.TempDir(), newHCLogger(quiet, "wal"), func(err error) { failed <- err }, walOptions{})
+	l, err := openAheadLog(t.TempDir(), newHCLogger(quiet, "wal"), func(err error) { failed <- err }, walOptions{host: &simHost{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +185,7 @@ func TestAheadLogSyncFailure(t *testing.T) {
 	l.leads = func() bool { return true }
 	l.setVoters(1, 3)
 	hold := make(chan struct{})
-	l.fs.setHold(hold, nil)
+	holdSync(l, hold, nil)
 	if err := l.StoreLogs(entries(1, 1, 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +219,7 @@ func (f slowFile) Sync() error {
 // that fsync.
 func TestBarrierWaitsForSyncInProgress(t *testing.T) {
 	dir := t.TempDir()
-	fs := newSyncFS()
+	fs := newSyncFS(realHost{})
 	slow := slowFile{started: make(chan struct{}), release: make(chan struct{})}
 	fs.dirty[&syncFile{WritableFile: slow, fs: fs}] = struct{}{}
 	syncing := make(chan error, 1)
@@ -260,7 +267,7 @@ func TestAheadLogTailCut(t *testing.T) {
 
 	// A sync pass that has read the written index (5) and not yet synced.
 	hold, holding := make(chan struct{}), make(chan struct{}, 1)
-	l.fs.setHold(hold, holding)
+	holdSync(l, hold, holding)
 	if err := l.StoreLogs(entries(1, 3, 5)); err != nil {
 		t.Fatal(err)
 	}

@@ -258,7 +258,12 @@ func TestMachineCrashesKeepAcknowledged(t *testing.T) {
 		t.Skip("crashes five leaders")
 	}
 	c := startSimulated(t)
-	lostBefore := node.LostWrites()
+	var lost int64
+	crash := func(n *node.Node) error {
+		err := node.CrashMachine(n)
+		lost += node.LostWrites(n)
+		return err
+	}
 	sn := startSenders(t, c.cl, "c", 16)
 	acks := sn.count
 	for round := range 5 {
@@ -269,7 +274,7 @@ func TestMachineCrashesKeepAcknowledged(t *testing.T) {
 		release := node.HoldLogSync(c.Node(l), group)
 		applied := groupOn(t, c.Cluster, l).AppliedIndex
 		c.WaitFor("entries to commit past the leader's fsync", func() bool { return groupOn(t, c.Cluster, l).AppliedIndex > applied })
-		c.KillWith(l, node.CrashMachine)
+		c.KillWith(l, crash)
 		release()
 		c.reboot(l)
 		next := c.Leader(group)
@@ -280,7 +285,7 @@ func TestMachineCrashesKeepAcknowledged(t *testing.T) {
 		t.Logf("round %d: crashed n%d's machine; n%d leads; %d acknowledged", round, l, next, acks())
 	}
 	c.acked = sn.finish()
-	t.Logf("the crashes took away %d log writes not yet fsynced", node.LostWrites()-lostBefore)
+	t.Logf("the crashes took away %d log writes not yet fsynced", lost)
 	c.converged(t, c.Leader(group))
 	c.drain(t)
 }

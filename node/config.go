@@ -145,17 +145,10 @@ type Config struct {
 	// cut (nodetest.Net).
 	PeerDialOptions []grpc.DialOption
 
-	// Tests simulate machine crashes (export_test.go): bootID stands for
-	// the kernel's boot id, and with simulatedMachine the logs remember
-	// what is not yet fsynced so that a crash can lose it.
-	bootID           string
-	simulatedMachine bool
-	// clockOffset is added to the wall clock this node stamps commands
-	// and reads expiries with (wallMs): the chaos suite skews one node's
-	// clock through it (chaos.go, build tag chaostest). Zero otherwise.
-	clockOffset time.Duration
-	// disk, when set, can make the disk look full (tests).
-	disk *diskFaults
+	// host is the machine the node runs on (host.go): nil, the real
+	// one. Only the package's tests (export_test.go) and the chaos
+	// suite's build (chaos.go) simulate one.
+	host host
 }
 
 func (c *Config) setDefaults() {
@@ -197,6 +190,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.host == nil {
+		c.host = realHost{}
 	}
 }
 

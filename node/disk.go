@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,7 +112,7 @@ func (n *Node) checkSpace() error {
 }
 
 func (n *Node) free() (uint64, error) {
-	if d := n.cfg.disk; d != nil && d.full.Load() {
+	if n.cfg.host.diskFull() {
 		return 0, nil
 	}
 	return freeBytes(n.cfg.DataDir)
@@ -137,13 +136,6 @@ func (n *Node) checkOpenSpace() error {
 		return fmt.Errorf("%w: a group needs %d bytes free in %s to open", ErrNoSpace, n.minOpenBytes(), n.cfg.DataDir)
 	}
 	return nil
-}
-
-// diskFaults makes a node's disk look full to its raft-wal logs and to
-// its free-space checks (tests, export_test.go). Everything else writes
-// on.
-type diskFaults struct {
-	full atomic.Bool
 }
 
 // errFull is what a write on a full disk fails with.

@@ -107,10 +107,10 @@ func TestDataDirInUse(t *testing.T) {
 // lock forever.
 func TestWALOpenFailureReleasesLocks(t *testing.T) {
 	dir := t.TempDir()
-	faults := &diskFaults{}
+	faults := &simHost{} // its disk can look full
 	faults.full.Store(true)
 	open := func() (*aheadLog, error) {
-		return openAheadLog(dir, newHCLogger(quietLog, "wal"), func(err error) {}, walOptions{segmentBytes: 64 << 10, faults: faults})
+		return openAheadLog(dir, newHCLogger(quietLog, "wal"), func(err error) {}, walOptions{segmentBytes: 64 << 10, host: faults})
 	}
 	if l, err := open(); err == nil {
 		l.Close()
@@ -204,8 +204,8 @@ func TestWALSegmentSize(t *testing.T) {
 // the disk is full, and once space returns it is reopened by the node and
 // takes sends again, with every acknowledged message still there.
 func TestDiskFull(t *testing.T) {
-	faults := &diskFaults{}
-	n, s := soloNode(t, Config{WALSegmentBytes: 64 << 10, disk: faults})
+	faults := &simHost{} // its disk can look full
+	n, s := soloNode(t, Config{WALSegmentBytes: 64 << 10, host: faults})
 	ctx := context.Background()
 	if err := n.EnsureGroup(1, []Peer{{ID: "solo", Addr: n.Addr()}}); err != nil {
 		t.Fatal(err)
@@ -299,8 +299,8 @@ func TestDiskFull(t *testing.T) {
 // and opens its groups once space returns.
 func TestDiskFullAtStart(t *testing.T) {
 	dir := t.TempDir()
-	faults := &diskFaults{}
-	n, _ := soloNode(t, Config{DataDir: dir, WALSegmentBytes: 64 << 10, disk: faults})
+	faults := &simHost{} // its disk can look full
+	n, _ := soloNode(t, Config{DataDir: dir, WALSegmentBytes: 64 << 10, host: faults})
 	if err := n.EnsureGroup(1, []Peer{{ID: "solo", Addr: n.Addr()}}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestDiskFullAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	faults.full.Store(true)
-	n, _ = soloNode(t, Config{DataDir: dir, WALSegmentBytes: 64 << 10, disk: faults})
+	n, _ = soloNode(t, Config{DataDir: dir, WALSegmentBytes: 64 << 10, host: faults})
 	if err := n.OpenFailures()[1]; !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("group 1 on a full disk at start: %v", err)
 	}

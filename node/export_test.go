@@ -1,6 +1,8 @@
 package node
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -8,12 +10,89 @@ import (
 
 // Hooks for the package's external tests.
 
+// simHost is the machine of the package's tests (Config.host): a
+// boot id of its own, a skewed clock, a disk that can look full, logs
+// whose unsynced writes a crash loses, syncers held on request.
+type simHost struct {
+	boot      string        // "": the kernel's
+	offset    time.Duration // added to the wall clock
+	track     bool          // logs remember unsynced writes (CrashMachine loses them)
+	full      atomic.Bool   // the disk looks full
+	lostCount atomic.Int64  // writes crashes took away
+
+	mu    sync.Mutex
+	holds map[*aheadLog]syncHold
+}
+
+// syncHold stops a log's syncer before it fsyncs until hold is closed;
+// the syncer then sends on holding, if not nil and free.
+type syncHold struct{ hold, holding chan struct{} }
+
+var _ host = (*simHost)(nil)
+
+func (m *simHost) now() time.Time { return time.Now().Add(m.offset) }
+
+func (m *simHost) bootID() string {
+	if m.boot == "" {
+		return readBootID()
+	}
+	return m.boot
+}
+
+func (m *simHost) diskFull() bool       { return m.full.Load() }
+func (m *simHost) tracksUnsynced() bool { return m.track }
+func (m *simHost) lost(writes int64)    { m.lostCount.Add(writes) }
+
+func (m *simHost) awaitSync(l *aheadLog, stop <-chan struct{}) bool {
+	m.mu.Lock()
+	h := m.holds[l]
+	m.mu.Unlock()
+	if h.hold == nil {
+		return true
+	}
+	if h.holding != nil {
+		select {
+		case h.holding <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-h.hold:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// holdSync stops l's syncer before its next fsync until hold is closed; it
+// then sends on holding, if not nil and free.
+func (m *simHost) holdSync(l *aheadLog, hold, holding chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.holds == nil {
+		m.holds = map[*aheadLog]syncHold{}
+	}
+	m.holds[l] = syncHold{hold, holding}
+}
+
+// simulated returns the simulated machine a node built from cfg runs on,
+// giving cfg one if it has none yet.
+func simulated(cfg *Config) *simHost {
+	if m, ok := cfg.host.(*simHost); ok {
+		return m
+	}
+	m := &simHost{}
+	cfg.host = m
+	return m
+}
+
 // SimulateMachine makes a node built from cfg behave as if it ran on its
 // own machine with the given boot id, and lets CrashMachine lose what its
 // logs have not fsynced.
 func SimulateMachine(cfg *Config, bootID string) {
-	cfg.bootID = bootID
-	cfg.simulatedMachine = true
+	m := simulated(cfg)
+	m.boot = bootID
+	m.track = true
 }
 
 // CrashMachine stops n as a crash of its machine would: every group's log
@@ -34,13 +113,18 @@ func HoldLogSync(n *Node, id uint64) (release func()) {
 	g := n.groups[id]
 	n.mu.RUnlock()
 	h := make(chan struct{})
-	g.ahead.fs.setHold(h, nil)
+	n.cfg.host.(*simHost).holdSync(g.ahead, h, nil)
 	return func() { close(h) }
 }
 
-// LostWrites is how many log writes simulated machine crashes have taken
-// away so far in this process.
-func LostWrites() int64 { return lostWrites.Load() }
+// LostWrites is how many log writes crashes of n's simulated machine
+// (CrashMachine) have taken away.
+func LostWrites(n *Node) int64 {
+	if m, ok := n.cfg.host.(*simHost); ok {
+		return m.lostCount.Load()
+	}
+	return 0
+}
 
 // LogBytes returns the size of the largest entry in group id's log on n
 // and of all of them, reading the log from its first index to its last.
@@ -78,4 +162,4 @@ const RaceOn = raceOn
 
 // SkewClock makes a node built from cfg read its wall clock offset by d
 // (as node.ChaosSkewClock does in the chaos suite's build).
-func SkewClock(cfg *Config, d time.Duration) { cfg.clockOffset = d }
+func SkewClock(cfg *Config, d time.Duration) { simulated(cfg).offset = d }

@@ -260,18 +260,13 @@ func (p *proposer) apply(batch []*proposal) {
 		// the message bodies its results carry.
 		Proposer: g.node.cfg.ID,
 	}
-	// Commands that may move a due time of the leader's clock loop (a
-	// lock, a scheduled message, a message with a time to live).
+	// Whether a command may move a due time of the leader's clock loop
+	// (runClock) is partition's to say.
 	timed := false
 	for _, pr := range batch {
 		b.Commands = append(b.Commands, pr.cmds...)
 		for _, c := range pr.cmds {
-			switch c.Op.(type) {
-			case *partitionpb.Command_Lock, *partitionpb.Command_RenewLocks, *partitionpb.Command_UpsertEntity,
-				*partitionpb.Command_Enqueue, *partitionpb.Command_Settle, *partitionpb.Command_LockBySequence,
-				*partitionpb.Command_AcceptSession, *partitionpb.Command_RenewSessionLock, *partitionpb.Command_ReleaseSession:
-				timed = true
-			}
+			timed = timed || partition.RearmsTimers(c)
 		}
 	}
 	start := time.Now()

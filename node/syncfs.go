@@ -29,16 +29,10 @@ type syncFS struct {
 	// dirty, before it goes on.
 	syncMu sync.Mutex
 
-	// Tests simulate a machine crash (abandon): with track set, each
-	// file remembers what was written to it since its last fsync, and
-	// hold, when not nil, stops the syncer before it fsyncs until it is
-	// closed; the syncer then sends on holding, if set and free.
-	track   bool
-	hold    chan struct{}
-	holding chan struct{}
-
-	// faults, when set, can make Create fail as on a full disk (tests).
-	faults *diskFaults
+	// host is the machine the log is on (host.go): a simulated one
+	// can look full to Create, and can have each file remember what was
+	// written to it since its last fsync, for a crash (abandon) to lose.
+	host host
 
 	// opening is set while raft-wal opens the log: every file it opens
 	// is recorded in opened, for the caller to close if the open fails,
@@ -52,12 +46,8 @@ type syncFS struct {
 	createErr atomic.Pointer[error]
 }
 
-// lostWrites counts the writes simulated machine crashes took away
-// (tests).
-var lostWrites atomic.Int64
-
-func newSyncFS() *syncFS {
-	return &syncFS{FS: walfs.New(), dirty: make(map[*syncFile]struct{})}
+func newSyncFS(host host) *syncFS {
+	return &syncFS{FS: walfs.New(), dirty: make(map[*syncFile]struct{}), host: host}
 }
 
 // Create creates a segment file. raft-wal's Create leaves the file behind
@@ -65,7 +55,7 @@ func newSyncFS() *syncFS {
 // same segment, when the log is reopened, would then fail for good on the
 // file that exists: so a failed Create removes the file it made.
 func (s *syncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
-	if s.faults != nil && s.faults.full.Load() {
+	if s.host.diskFull() {
 		err := errFull("create", filepath.Join(dir, name))
 		s.createErr.Store(&err)
 		return nil, err
@@ -121,15 +111,6 @@ func (s *syncFS) endOpen() []io.Closer {
 	return files
 }
 
-// setHold stops the syncer before its next fsync until hold is closed;
-// it then sends on holding, if not nil and free (tests, and the chaos
-// suite's simulated machine crash).
-func (s *syncFS) setHold(hold, holding chan struct{}) {
-	s.mu.Lock()
-	s.hold, s.holding = hold, holding
-	s.mu.Unlock()
-}
-
 // syncDirty fsyncs every file whose Sync was deferred.
 // The fsyncs run without mu held: a deferred Sync, which the leader's raft
 // loop makes with each write, must not wait for the one in progress.
@@ -159,10 +140,17 @@ func (s *syncFS) syncDirty() error {
 // abandon forgets which files await an fsync, as a crash would. If lose
 // is set it also leaves the files as a machine crash would: what was
 // written since a file's last fsync is zeroed again (raft-wal writes only
-// into the zeroed space it preallocated; track must be set).
+// into the zeroed space it preallocated; the host must track unsynced
+// writes), and the host is told how many writes were lost.
 func (s *syncFS) abandon(lose bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var lost int64
+	defer func() {
+		if lost > 0 {
+			s.host.lost(lost)
+		}
+	}()
 	for f := range s.dirty {
 		if !lose {
 			delete(s.dirty, f)
@@ -172,7 +160,7 @@ func (s *syncFS) abandon(lose bool) error {
 			if _, err := f.WritableFile.WriteAt(make([]byte, r[1]), r[0]); err != nil {
 				return err
 			}
-			lostWrites.Add(1)
+			lost++
 		}
 		f.unsynced = nil
 		delete(s.dirty, f)
@@ -184,11 +172,11 @@ type syncFile struct {
 	types.WritableFile
 	fs *syncFS
 
-	unsynced [][2]int64 // offset and length of writes since the last fsync (track only)
+	unsynced [][2]int64 // offset and length of writes since the last fsync (host.tracksUnsynced only)
 }
 
 func (f *syncFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.fs.track {
+	if f.fs.host.tracksUnsynced() {
 		f.fs.mu.Lock()
 		f.unsynced = append(f.unsynced, [2]int64{off, int64(len(p))})
 		f.fs.mu.Unlock()
@@ -206,9 +194,10 @@ func (f *syncFile) Sync() error {
 	return f.sync()
 }
 
-// sync fsyncs the file and forgets the writes it made durable (track).
+// sync fsyncs the file and forgets the writes it made durable
+// (host.tracksUnsynced).
 func (f *syncFile) sync() error {
-	if !f.fs.track {
+	if !f.fs.host.tracksUnsynced() {
 		return f.WritableFile.Sync()
 	}
 	f.fs.mu.Lock()

@@ -74,10 +74,7 @@ func (l *aheadLog) withholding(lastLogTerm uint64) error {
 // the page cache holds of its log; under another boot it remembers the
 // marked term for withholdIfLost.
 func (g *group) openAheadLog(dir string, hlog *hclogger) (*aheadLog, error) {
-	boot := g.node.cfg.bootID
-	if boot == "" {
-		boot = readBootID()
-	}
+	boot := g.node.cfg.host.bootID()
 	mark, err := loadAheadMark(g.stable)
 	if err != nil {
 		return nil, err
@@ -93,8 +90,7 @@ func (g *group) openAheadLog(dir string, hlog *hclogger) (*aheadLog, error) {
 	}
 	l, err := openAheadLog(dir, hlog.Named("wal"), g.fail, walOptions{
 		segmentBytes: g.node.cfg.WALSegmentBytes,
-		track:        g.node.cfg.simulatedMachine,
-		faults:       g.node.cfg.disk,
+		host:         g.node.cfg.host,
 	})
 	if err != nil {
 		return nil, err

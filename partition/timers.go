@@ -36,6 +36,23 @@ func (m *Machine) Timers() []Timer {
 	}
 }
 
+// RearmsTimers reports whether applying c may create a due time of a
+// Timer or move one (a lock, a scheduled message, a message with a time to
+// live, a session lock), so that the leader, once c is applied, reads the
+// timers' Next again instead of sleeping until the due time it knew. The
+// timers' own commands are not among them: the leader reads Next again
+// after proposing those anyway. A command that adds a due time is added
+// here alone.
+func RearmsTimers(c *partitionpb.Command) bool {
+	switch c.GetOp().(type) {
+	case *partitionpb.Command_Lock, *partitionpb.Command_RenewLocks, *partitionpb.Command_UpsertEntity,
+		*partitionpb.Command_Enqueue, *partitionpb.Command_Settle, *partitionpb.Command_LockBySequence,
+		*partitionpb.Command_AcceptSession, *partitionpb.Command_RenewSessionLock, *partitionpb.Command_ReleaseSession:
+		return true
+	}
+	return false
+}
+
 // NextLockExpiry returns the earliest locked_until_ms of any lock in the
 // group; ok is false when nothing is locked. The leader proposes
 // ExpireLocks once its clock passes it.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumbus/quorumbus/placement/catalog"
@@ -25,7 +24,7 @@ func TestTableEncoderAcrossChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res := fsm.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(catalog.Result); res.Err != nil {
+		if res := fsm.ApplyEntry(index, data); res.Err != nil {
 			t.Fatalf("%v: %v", cmd, res.Err)
 		}
 	}

@@ -168,7 +168,7 @@ func (s *Service) start() error {
 			s.log.Info("bootstrapped the meta group", "voters", len(conf.Servers))
 		}
 	}
-	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, s.cfg.Transport)
+	r, err := raft.NewRaft(rc, raftFSM{s.fsm}, logs, store, snaps, s.cfg.Transport)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("placement: starting raft: %w", err)

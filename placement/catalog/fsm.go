@@ -6,15 +6,16 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// FSM is the catalog as a hashicorp/raft state machine. Apply results are
-// Result values. It is safe for concurrent use: reads (Read, Table,
-// Changed) run alongside Raft's applies.
+// FSM is the catalog as the replicated state machine of the meta group:
+// the committed commands of its log in (ApplyEntries), snapshots out
+// (Snapshot, Restore). It knows nothing of Raft; placement adapts it to
+// hashicorp/raft. It is safe for concurrent use: reads (Read, Table,
+// Changed) run alongside the applies.
 //
 // When an entry cannot be applied (another format, undecodable bytes, an op
 // this version does not know) the FSM stops: it keeps the catalog as it was,
@@ -33,31 +34,32 @@ type FSM struct {
 	table atomic.Pointer[pb.RoutingTable]
 }
 
-var (
-	_ raft.FSM         = (*FSM)(nil)
-	_ raft.BatchingFSM = (*FSM)(nil)
-)
-
 // NewFSM returns a state machine holding an empty catalog.
 func NewFSM() *FSM {
 	return &FSM{state: New(), stopped: make(chan struct{}), changed: make(chan struct{})}
 }
 
-// Apply applies one committed entry.
-func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+// Entry is a committed command of the meta group's log: its index and
+// its bytes (Encode).
+type Entry struct {
+	Index uint64
+	Data  []byte
+}
 
-// ApplyBatch applies committed entries in order under one lock, and wakes
-// the watchers once.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
-	out := make([]any, len(logs))
+// ApplyEntry applies one committed command.
+func (f *FSM) ApplyEntry(index uint64, data []byte) Result {
+	return f.ApplyEntries([]Entry{{Index: index, Data: data}})[0]
+}
+
+// ApplyEntries applies committed commands in order under one lock, and
+// wakes the watchers once.
+func (f *FSM) ApplyEntries(entries []Entry) []Result {
+	out := make([]Result, len(entries))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before := f.state.Modified()
-	for i, l := range logs {
-		if l.Type != raft.LogCommand {
-			continue // configuration entries: Raft keeps the membership itself
-		}
-		out[i] = f.applyLocked(l)
+	for i, e := range entries {
+		out[i] = f.applyLocked(e)
 	}
 	if f.state.Modified() != before {
 		close(f.changed)
@@ -66,19 +68,19 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	return out
 }
 
-func (f *FSM) applyLocked(l *raft.Log) Result {
+func (f *FSM) applyLocked(e Entry) Result {
 	if f.err != nil {
-		return Result{Index: l.Index, Err: f.err}
+		return Result{Index: e.Index, Err: f.err}
 	}
-	cmd, err := Decode(l.Data)
+	cmd, err := Decode(e.Data)
 	var res Result
 	if err == nil {
-		res, err = f.state.Apply(l.Index, cmd)
+		res, err = f.state.Apply(e.Index, cmd)
 	}
 	if err != nil {
-		f.err = fmt.Errorf("%w: entry %d: %w", ErrStopped, l.Index, err)
+		f.err = fmt.Errorf("%w: entry %d: %w", ErrStopped, e.Index, err)
 		close(f.stopped)
-		return Result{Index: l.Index, Err: f.err}
+		return Result{Index: e.Index, Err: f.err}
 	}
 	return res
 }
@@ -150,23 +152,23 @@ func (f *FSM) Err() error {
 func (f *FSM) Stopped() <-chan struct{} { return f.stopped }
 
 // Snapshot captures the catalog: a message that shares the entity records
-// (never changed in place) and holds copies of the rest, so that Persist,
+// (never changed in place) and holds copies of the rest, so that WriteTo,
 // which Raft runs apart from the applies, encodes it without the lock.
 // Encoded under the lock, a snapshot of 10,000 entities held every apply
 // back for about 40 ms.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+func (f *FSM) Snapshot() (*Snapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.err != nil {
 		return nil, f.err
 	}
-	return snapshot{f.state.Snapshot()}, nil
+	return &Snapshot{f.state.Snapshot()}, nil
 }
 
-// Restore replaces the catalog with the one in a snapshot.
-func (f *FSM) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
+// Restore replaces the catalog with the one in a snapshot that
+// Snapshot.WriteTo wrote.
+func (f *FSM) Restore(r io.Reader) error {
+	data, err := io.ReadAll(r)
 	if err != nil {
 		return fmt.Errorf("catalog: reading snapshot: %w", err)
 	}
@@ -210,19 +212,18 @@ func DecodeSnapshot(data []byte) (*pb.CatalogSnapshot, error) {
 	return snap, nil
 }
 
-type snapshot struct{ snap *pb.CatalogSnapshot }
+// Snapshot is the catalog as FSM.Snapshot captured it.
+type Snapshot struct{ snap *pb.CatalogSnapshot }
 
-func (s snapshot) Persist(sink raft.SnapshotSink) error {
+// WriteTo writes the snapshot as EncodeSnapshot encodes it, in one Write.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	data, err := EncodeSnapshot(s.snap)
 	if err != nil {
-		sink.Cancel()
-		return fmt.Errorf("catalog: encoding snapshot: %w", err)
+		return 0, fmt.Errorf("catalog: encoding snapshot: %w", err)
 	}
-	if _, err := sink.Write(data); err != nil {
-		sink.Cancel()
-		return fmt.Errorf("catalog: writing snapshot: %w", err)
+	n, err := w.Write(data)
+	if err != nil {
+		return int64(n), fmt.Errorf("catalog: writing snapshot: %w", err)
 	}
-	return sink.Close()
+	return int64(n), nil
 }
-
-func (snapshot) Release() {}

@@ -3,16 +3,15 @@ package catalog
 import (
 	"bytes"
 	"errors"
-	"io"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// fsmDriver feeds encoded commands to an FSM as Raft would.
+// fsmDriver feeds encoded commands to an FSM as the meta group's log
+// would.
 type fsmDriver struct {
 	t     *testing.T
 	f     *FSM
@@ -22,11 +21,7 @@ type fsmDriver struct {
 func (d *fsmDriver) entry(data []byte) Result {
 	d.t.Helper()
 	d.index++
-	res, ok := d.f.Apply(&raft.Log{Index: d.index, Type: raft.LogCommand, Data: data}).(Result)
-	if !ok {
-		d.t.Fatalf("entry %d: result is not a Result", d.index)
-	}
-	return res
+	return d.f.ApplyEntry(d.index, data)
 }
 
 func (d *fsmDriver) apply(cmd *pb.CatalogCommand) Result {
@@ -57,30 +52,20 @@ func populated(t *testing.T) *fsmDriver {
 	return d
 }
 
-type memSink struct {
-	bytes.Buffer
-	canceled bool
-}
-
-func (s *memSink) ID() string    { return "mem" }
-func (s *memSink) Cancel() error { s.canceled = true; return nil }
-func (s *memSink) Close() error  { return nil }
-
 func TestFSMSnapshotRestore(t *testing.T) {
 	d := populated(t)
 	snap, err := d.f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil || sink.canceled {
-		t.Fatalf("persist: %v canceled=%v", err, sink.canceled)
+	var sink bytes.Buffer
+	if _, err := snap.WriteTo(&sink); err != nil {
+		t.Fatalf("write: %v", err)
 	}
-	snap.Release()
 
 	restored := NewFSM()
 	changed := restored.Changed()
-	if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := restored.Restore(bytes.NewReader(sink.Bytes())); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -118,7 +103,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	}
 }
 
-// TestFSMSnapshotPersistsWhatWasTaken: Persist encodes the snapshot after
+// TestFSMSnapshotPersistsWhatWasTaken: WriteTo encodes the snapshot after
 // Snapshot returned, while applies go on; what it writes is the catalog
 // as of Snapshot, whatever changed since (records replaced, removed,
 // groups, nodes, tasks and rules changed).
@@ -143,9 +128,9 @@ func TestFSMSnapshotPersistsWhatWasTaken(t *testing.T) {
 			t.Fatalf("%v: %v", cmd, res.Err)
 		}
 	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil || sink.canceled {
-		t.Fatalf("persist: %v canceled=%v", err, sink.canceled)
+	var sink bytes.Buffer
+	if _, err := snap.WriteTo(&sink); err != nil {
+		t.Fatalf("write: %v", err)
 	}
 	got, err := DecodeSnapshot(sink.Bytes())
 	if err != nil {
@@ -169,12 +154,12 @@ func TestFSMRestoreRejectsBadSnapshots(t *testing.T) {
 	for name, s := range map[string]*pb.CatalogSnapshot{"duplicate name": dupName, "id counter behind": reused, "unknown group": unknownGroup} {
 		data, _ := EncodeSnapshot(s)
 		f := NewFSM()
-		if err := f.Restore(io.NopCloser(bytes.NewReader(data))); !errors.Is(err, ErrCorrupt) {
+		if err := f.Restore(bytes.NewReader(data)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: Restore = %v, want %v", name, err, ErrCorrupt)
 		}
 	}
 	f := NewFSM()
-	if err := f.Restore(io.NopCloser(bytes.NewReader([]byte{9, 1, 2}))); !errors.Is(err, ErrUnknownFormat) {
+	if err := f.Restore(bytes.NewReader([]byte{9, 1, 2})); !errors.Is(err, ErrUnknownFormat) {
 		t.Errorf("format 9: %v", err)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// Limits of one namespace (MISSION.md). They are constants, not settings:
-// every member of the meta group must apply the same rules.
+// Limits of one namespace: at most 10,000 entities and 100 partitioned
+// ones, as in Service Bus; a partitioned entity has 16 partitions unless
+// created with another count. They are constants, not settings: every
+// member of the meta group must apply the same rules.
 const (
 	MaxEntities            = 10_000
 	MaxPartitionedEntities = 100

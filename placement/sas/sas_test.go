@@ -15,7 +15,9 @@ import (
 var now = time.Unix(1795240000, 0)
 
 // The signature the Go SDK sent for this audience, key and expiry, as
-// captured on the wire (shared/wire/minimal.log, sdk-compat §3.3).
+// captured on the wire: HMAC-SHA256 with the key's UTF-8 bytes (not
+// base64-decoded) over the escaped, lowercased audience, a newline and
+// the expiry in Unix seconds.
 func TestSignatureMatchesTheGoSDKCapture(t *testing.T) {
 	tok := Sign("RootManageSharedAccessKey", "SAS_KEY_VALUE", "amqp://localhost/q", time.Unix(1795244313, 0))
 	parsed, err := Parse(tok)

@@ -145,6 +145,16 @@ var rules = []rule{
 		reason: "the gateway serves the management API from PlacementService and the partitions' Stats, which cmd wires in (routing.Router); it shares nothing with the AMQP front-end",
 	},
 	{
+		name: "the catalog is pure",
+		pkgs: []string{our("placement/catalog/...")},
+		forbid: []string{
+			"github.com/hashicorp/raft/...",
+			our("placement"), our("node/..."), our("frontend/..."), our("gateway/..."), our("cmd/..."),
+		},
+		direct: []string{"google.golang.org/grpc/...", "net/...", "time", "math/rand/...", "crypto/rand"},
+		reason: "the catalog is the meta group's state machine: every member must apply the same commands alike, with the time they carry, so it reads no clock, no randomness and no network, and knows nothing of Raft; placement adapts it (fsm.go)",
+	},
+	{
 		name:    "the placement planner is pure",
 		pkgs:    []string{our("placement/planner/...")},
 		stdOnly: true,
@@ -510,6 +520,16 @@ func TestCheck(t *testing.T) {
 				{ImportPath: P("proto/partitionpb"), Imports: []string{"google.golang.org/grpc"}},
 			},
 			want: []string{P("partition") + " -> net", P("partition") + " -> time", P("partition") + " -> google.golang.org/grpc"},
+		},
+		{
+			name: "the catalog imports raft and reads the clock",
+			graph: []pkg{
+				{ImportPath: P("placement/catalog"), Imports: []string{"github.com/hashicorp/raft", "time", P("proto/placementpb")}, Deps: []string{"github.com/hashicorp/raft", "time", P("proto/placementpb"), "google.golang.org/grpc", "net"}},
+				{ImportPath: P("proto/placementpb"), Imports: []string{"google.golang.org/grpc"}, Deps: []string{"google.golang.org/grpc", "net"}},
+				{ImportPath: "github.com/hashicorp/raft", Imports: []string{"net", "time"}},
+			},
+			// grpc and net come in through placementpb's stubs: allowed.
+			want: []string{P("placement/catalog") + " -> github.com/hashicorp/raft", P("placement/catalog") + " -> time"},
 		},
 		{
 			name: "AMQP engine imports a third-party module and our frontend",

@@ -60,7 +60,7 @@ func armChaos(cfg *node.Config, log *slog.Logger) (func(*node.Node), error) {
 			err := node.ChaosCrashMachine(n, crashHold)
 			// Written straight to stderr: the process exits next, and
 			// the suite reads the count from the log.
-			fmt.Fprintf(os.Stderr, "chaos: machine crash: %d unsynced log writes lost (err %v)\n", node.ChaosLostWrites(), err)
+			fmt.Fprintf(os.Stderr, "chaos: machine crash: %d unsynced log writes lost (err %v)\n", node.ChaosLostWrites(n), err)
 			os.Exit(crashExit)
 		}()
 	}, nil

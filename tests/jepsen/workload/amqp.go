@@ -42,7 +42,9 @@ func dialLink(ctx context.Context, dial func(ctx context.Context) (net.Conn, err
 }
 
 // mgmt is a request/response pair of links on an entity's $management
-// node, as the SDKs open them (docs: sdk-compat §7.1).
+// node, as the SDKs open them: a sender to <entity>/$management and a
+// receiver from it whose target is the reply-to address the requests
+// name, settled on arrival.
 type mgmt struct {
 	snd  *amqp.Sender
 	rcv  *amqp.Receiver
