@@ -1,0 +1,295 @@
+package frontend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// partBackend is one partitioned queue, "pq", whose partitions keep their
+// messages apart and number them as the partition groups do (the
+// partition in the top 16 bits), and can be told to fail, to hold their
+// peeks, or never to run dry.
+type partBackend struct {
+	mu      sync.Mutex
+	e       *placementpb.Entity
+	msgs    [][]*partitionpb.StoredMessage // by partition, in sequence order
+	next    []uint64                       // the next counter of each partition
+	changed chan struct{}
+	// down partitions fail every call with ErrUnavailable; stale keeps
+	// Serving reporting them well, as the catalog does for a few seconds.
+	down  map[uint32]bool
+	stale bool
+	// endless partitions make messages for every receive.
+	endless map[uint32]bool
+	// peekHold holds a partition's peeks until the channel closes or the
+	// call is cancelled; peeked records the partitions a peek reached.
+	peekHold map[uint32]chan struct{}
+	peeked   []uint32
+}
+
+func newPartBackend(partitions int) *partBackend {
+	groups := make([]uint64, partitions)
+	for i := range groups {
+		groups[i] = uint64(i + 1)
+	}
+	return &partBackend{
+		e:       &placementpb.Entity{Id: 1, Name: "pq", PartitionGroups: groups, Properties: &placementpb.QueueProperties{}},
+		msgs:    make([][]*partitionpb.StoredMessage, partitions),
+		next:    make([]uint64, partitions),
+		changed: make(chan struct{}),
+		down:    map[uint32]bool{}, endless: map[uint32]bool{}, peekHold: map[uint32]chan struct{}{},
+	}
+}
+
+// dataBody is a bare message of one data section.
+func dataBody(s string) []byte {
+	return append([]byte{0x00, 0x53, 0x75, 0xa0, byte(len(s))}, s...)
+}
+
+func (b *partBackend) Entity(name string) (*placementpb.Entity, error) {
+	if strings.EqualFold(name, b.e.Name) {
+		return b.e, nil
+	}
+	return nil, frontend.ErrEntityNotFound
+}
+
+// add stores a message in partition p; b.mu is held.
+func (b *partBackend) add(p uint32, m *partitionpb.StoredMessage) uint64 {
+	b.next[p]++
+	m.SequenceNumber = partitionpb.SequenceNumber(p, b.next[p])
+	m.EnqueuedTimeMs = time.Now().UnixMilli()
+	b.msgs[p] = append(b.msgs[p], m)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	return m.SequenceNumber
+}
+
+// put stores a message with body in partition p.
+func (b *partBackend) put(p uint32, body string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.add(p, &partitionpb.StoredMessage{Bare: dataBody(body)})
+}
+
+// stored returns how many messages each partition holds.
+func (b *partBackend) stored() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := make([]int, len(b.msgs))
+	for p, ms := range b.msgs {
+		n[p] = len(ms)
+	}
+	return n
+}
+
+func (b *partBackend) isDown(p uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.down[p]
+}
+
+func (b *partBackend) Send(_ context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.down[p] {
+		return nil, fmt.Errorf("%w: partition %d has no leader", frontend.ErrUnavailable, p)
+	}
+	res := &partitionpb.Result{}
+	for _, m := range msgs {
+		seq := b.add(p, &partitionpb.StoredMessage{MessageId: m.MessageId, Header: m.Header, Annotations: m.Annotations, Bare: m.Bare})
+		res.SequenceNumbers = append(res.SequenceNumbers, seq)
+	}
+	return res, nil
+}
+
+func (b *partBackend) Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
+	p := req.Partition
+	deadline := time.NewTimer(time.Duration(req.WaitMs) * time.Millisecond)
+	defer deadline.Stop()
+	for {
+		b.mu.Lock()
+		if b.down[p] {
+			b.mu.Unlock()
+			return nil, frontend.ErrUnavailable
+		}
+		if b.endless[p] {
+			for range req.MaxCount {
+				b.add(p, &partitionpb.StoredMessage{Bare: dataBody(fmt.Sprint("endless-", b.next[p]+1))})
+			}
+		}
+		res := &partitionpb.Result{}
+		now := time.Now()
+		for _, m := range b.msgs[p] {
+			if len(res.Messages) == int(req.MaxCount) {
+				break
+			}
+			if len(m.LockToken) > 0 && m.LockedUntilMs > now.UnixMilli() {
+				continue
+			}
+			m.LockToken = partitionpb.LockToken(m.SequenceNumber, []byte("12345678"))
+			m.LockedUntilMs = now.Add(time.Minute).UnixMilli()
+			res.Messages = append(res.Messages, m)
+		}
+		available := len(res.Messages) > 0 || (req.MaxCount == 0 && len(b.msgs[p]) > 0)
+		changed := b.changed
+		b.mu.Unlock()
+		if available || req.WaitMs == 0 {
+			return res, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return res, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (b *partBackend) Settle(_ context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range s.LockTokens {
+		p := partitionpb.PartitionOfToken(t)
+		i := -1
+		for j, m := range b.msgs[p] {
+			if string(m.LockToken) == string(t) {
+				i = j
+			}
+		}
+		if i < 0 {
+			return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_LOCK_LOST}, nil
+		}
+		if s.Disposition == partitionpb.Disposition_DISPOSITION_COMPLETE {
+			b.msgs[p] = append(b.msgs[p][:i], b.msgs[p][i+1:]...)
+		} else {
+			b.msgs[p][i].LockToken = nil
+		}
+	}
+	return &partitionpb.Result{}, nil
+}
+
+func (b *partBackend) RenewLocks(context.Context, *placementpb.Entity, *partitionpb.RenewLocks) (*partitionpb.Result, error) {
+	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
+}
+
+func (b *partBackend) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+	p := req.Partition
+	b.mu.Lock()
+	b.peeked = append(b.peeked, p)
+	hold := b.peekHold[p]
+	b.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.down[p] {
+		return nil, frontend.ErrUnavailable
+	}
+	var out []*partitionpb.StoredMessage
+	for _, m := range b.msgs[p] {
+		if m.SequenceNumber >= req.FromSequenceNumber && len(out) < int(req.MaxCount) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func (b *partBackend) CancelScheduled(context.Context, *placementpb.Entity, *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
+	return &partitionpb.Result{}, nil
+}
+
+func (b *partBackend) ReceiveDeferred(context.Context, *placementpb.Entity, *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
+	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
+}
+
+func (b *partBackend) Serving(_ *placementpb.Entity, p uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stale || !b.down[p]
+}
+
+// keyFor returns a partition key of partition p of n.
+func keyFor(p, n uint32) string {
+	for i := 0; ; i++ {
+		if k := fmt.Sprint("key-", i); partitionpb.PartitionForKey(k, n) == p {
+			return k
+		}
+	}
+}
+
+// TestSendToAPartitionWithoutLeader: a keyed message whose partition
+// cannot take it fails with com.microsoft:timeout, which the SDKs retry
+// (the key names that partition, so no other will do); an unkeyed one
+// passes over the partition that the catalog reports without a quorum and
+// succeeds on another; and while the catalog still reports it well, the
+// Go SDK's retry of an unkeyed send that failed there lands on the next.
+func TestSendToAPartitionWithoutLeader(t *testing.T) {
+	const parts, down = 4, 2
+	b := newPartBackend(parts)
+	b.down[down] = true
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snd := amqpSender(t, ctx, addr, "pq")
+
+	keyed := goamqp.NewMessage([]byte("keyed"))
+	keyed.Annotations = goamqp.Annotations{"x-opt-partition-key": keyFor(down, parts)}
+	err := snd.Send(ctx, keyed, nil)
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+		t.Fatalf("keyed send to partition %d without a leader: %v, want com.microsoft:timeout", down, err)
+	}
+	const unkeyed = 12
+	for i := range unkeyed {
+		if err := snd.Send(ctx, goamqp.NewMessage([]byte(fmt.Sprint("unkeyed-", i))), nil); err != nil {
+			t.Fatalf("unkeyed send %d: %v", i, err)
+		}
+	}
+	n := b.stored()
+	if n[down] != 0 || n[0]+n[1]+n[3] != unkeyed {
+		t.Fatalf("stored per partition %v: want the %d unkeyed messages outside partition %d", n, unkeyed, down)
+	}
+
+	// The catalog has not noticed yet: the first try may fail there, the
+	// SDK retries com.microsoft:timeout, and the retry goes elsewhere.
+	b.mu.Lock()
+	b.stale = true
+	b.mu.Unlock()
+	client, err := azservicebus.NewClientFromConnectionString(
+		fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;", addr),
+		&azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	sender, err := client.NewSender("pq", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range parts {
+		if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte(fmt.Sprint("sdk-", i))}, nil); err != nil {
+			t.Fatalf("SDK unkeyed send %d with partition %d down and reported well: %v", i, down, err)
+		}
+	}
+	if n := b.stored(); n[down] != 0 || n[0]+n[1]+n[3] != unkeyed+parts {
+		t.Fatalf("stored per partition %v", n)
+	}
+}
