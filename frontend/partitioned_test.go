@@ -13,6 +13,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -292,4 +293,55 @@ func TestSendToAPartitionWithoutLeader(t *testing.T) {
 	if n := b.stored(); n[down] != 0 || n[0]+n[1]+n[3] != unkeyed+parts {
 		t.Fatalf("stored per partition %v", n)
 	}
+}
+
+// TestReceiveCreditSpread: a partition that never runs dry does not keep
+// a receiver's credit from the others. Partition 0 has messages for every
+// receive, partition 5 one message; with a credit of 10 over 16
+// partitions, partition 5's message arrives within two passes, that is
+// before 20 of partition 0's.
+func TestReceiveCreditSpread(t *testing.T) {
+	b := newPartBackend(16)
+	b.endless[0] = true
+	b.put(5, "lonely")
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rcv := amqpReceiver(t, ctx, addr, "pq", 10)
+	for busy := 0; ; busy++ {
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rcv.AcceptMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if string(m.GetData()) == "lonely" {
+			t.Logf("partition 5's message came after %d of partition 0's", busy)
+			return
+		}
+		if busy == 20 {
+			t.Fatalf("%d messages of partition 0 delivered and still not partition 5's", busy)
+		}
+	}
+}
+
+// amqpReceiver attaches a go-amqp peek-lock receiver of the given credit
+// to queue on a new connection that closes when the test ends.
+func amqpReceiver(t *testing.T, ctx context.Context, addr, queue string, credit int32) *goamqp.Receiver {
+	t.Helper()
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := s.NewReceiver(ctx, queue, &goamqp.ReceiverOptions{Credit: credit, SettlementMode: goamqp.ReceiverSettleModeFirst.Ptr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rcv
 }
