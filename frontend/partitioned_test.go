@@ -38,6 +38,9 @@ type partBackend struct {
 	// call is cancelled; peeked records the partitions a peek reached.
 	peekHold map[uint32]chan struct{}
 	peeked   []uint32
+	// peekAnswered, when set, is called with b.mu held as a partition
+	// answers a peek.
+	peekAnswered func(p uint32)
 }
 
 func newPartBackend(partitions int) *partBackend {
@@ -93,12 +96,6 @@ func (b *partBackend) stored() []int {
 		n[p] = len(ms)
 	}
 	return n
-}
-
-func (b *partBackend) isDown(p uint32) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.down[p]
 }
 
 func (b *partBackend) Send(_ context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
@@ -209,6 +206,9 @@ func (b *partBackend) Peek(ctx context.Context, e *placementpb.Entity, req *part
 		if m.SequenceNumber >= req.FromSequenceNumber && len(out) < int(req.MaxCount) {
 			out = append(out, m)
 		}
+	}
+	if b.peekAnswered != nil {
+		b.peekAnswered(p)
 	}
 	return out, nil
 }
@@ -344,4 +344,98 @@ func amqpReceiver(t *testing.T, ctx context.Context, addr, queue string, credit 
 		t.Fatal(err)
 	}
 	return rcv
+}
+
+// TestPeekPartitioned: a peek of a partitioned entity asks the partitions
+// at once and answers with one partition's messages. A partition that
+// does not answer is passed over for one that did (here partition 0,
+// held, and partition 3); a lower partition that answers after a higher
+// one is still the one that answers, so that a client paging on from the
+// last number it saw walks every partition's messages, each once; a peek
+// from a number of partition 7 asks no partition below it; and a peek of
+// partitions all empty is empty.
+func TestPeekPartitioned(t *testing.T) {
+	const parts = 8
+	b := newPartBackend(parts)
+	for _, p := range []uint32{0, 3, 6} {
+		for i := range 3 {
+			b.put(p, fmt.Sprintf("p%d-%d", p, i))
+		}
+	}
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(t, addr)
+	peek := func(rcv *azservicebus.Receiver, from int64, count int) []string {
+		t.Helper()
+		var opts *azservicebus.PeekMessagesOptions
+		if from >= 0 {
+			opts = &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from}
+		}
+		msgs, err := rcv.PeekMessages(ctx, count, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bodies []string
+		for _, m := range msgs {
+			bodies = append(bodies, string(m.Body))
+		}
+		return bodies
+	}
+	rcv, err := client.NewReceiverForQueue("pq", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Partition 0 does not answer: partition 3 does.
+	held := make(chan struct{})
+	b.mu.Lock()
+	b.peekHold[0] = held
+	b.mu.Unlock()
+	if got := fmt.Sprint(peek(rcv, 1, 10)); got != "[p3-0 p3-1 p3-2]" {
+		t.Fatalf("peek with partition 0 silent: %s, want partition 3's messages", got)
+	}
+
+	// Partition 0 answers, after partition 3 did: it is the page.
+	b.mu.Lock()
+	b.peekHold[0] = make(chan struct{})
+	b.peekAnswered = func(p uint32) {
+		if p == 3 {
+			if h := b.peekHold[0]; h != nil {
+				close(h)
+				b.peekHold[0] = nil
+			}
+		}
+	}
+	b.mu.Unlock()
+	// Paging as the SDK does, two at a time from the last number + 1.
+	var pages []string
+	for {
+		page := peek(rcv, -1, 2)
+		if len(page) == 0 {
+			break
+		}
+		pages = append(pages, fmt.Sprint(page))
+		if len(pages) > 10 {
+			t.Fatalf("paging does not end: %v", pages)
+		}
+	}
+	if got, want := strings.Join(pages, " "), "[p0-0 p0-1] [p0-2] [p3-0 p3-1] [p3-2] [p6-0 p6-1] [p6-2]"; got != want {
+		t.Fatalf("pages %s, want %s", got, want)
+	}
+
+	// From a number of partition 7: only 7 is asked, and it is empty.
+	b.mu.Lock()
+	b.peeked = nil
+	b.mu.Unlock()
+	if got := peek(rcv, int64(partitionpb.SequenceNumber(7, 1)), 10); len(got) != 0 {
+		t.Fatalf("peek from partition 7: %v, want nothing", got)
+	}
+	b.mu.Lock()
+	peeked := fmt.Sprint(b.peeked)
+	b.mu.Unlock()
+	if peeked != "[7]" {
+		t.Fatalf("a peek from partition 7 asked partitions %s", peeked)
+	}
+	close(held)
 }

@@ -102,7 +102,8 @@ func TestDevSDKPartitionedIdleReceiver(t *testing.T) {
 // complete, abandon, defer, dead-letter) messages received through the
 // first and receives the deferred one by its sequence number; and a
 // PartitionKey that is not the SessionId is refused with an error the SDK
-// does not retry, storing nothing.
+// does not retry, storing nothing. A client paging with PeekMessages sees
+// every message once, a partition's at a time.
 func TestDevSDKPartitionedQueue(t *testing.T) {
 	t.Parallel()
 	const queue, parts = "pq", 16
@@ -347,6 +348,61 @@ func TestDevSDKPartitionedQueue(t *testing.T) {
 		}
 		if len(peeked) != 0 {
 			t.Fatalf("%d messages in the queue after the refusal (first %q)", len(peeked), peeked[0].Body)
+		}
+	})
+
+	t.Run("peek", func(t *testing.T) {
+		// Three messages in each of five partitions; the SDK pages on
+		// from the last number it saw. Each page is one partition's, and
+		// the pages walk every partition once (docs/design-notes.md).
+		want := map[string]bool{}
+		for _, p := range []uint32{1, 4, 7, 10, 13} {
+			key := ""
+			for i := 0; key == "" || partitionpb.PartitionForKey(key, parts) != p; i++ {
+				key = fmt.Sprint("peek-", i)
+			}
+			for i := range 3 {
+				body := fmt.Sprintf("p%d-%d", p, i)
+				want[body] = true
+				if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte(body), PartitionKey: &key}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		browser, err := client.NewReceiverForQueue(queue, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		last := -1
+		for pages := 0; ; pages++ {
+			if pages > 20 {
+				t.Fatalf("paging does not end after %d pages", pages)
+			}
+			page, err := browser.PeekMessages(ctx, 2, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			p := int(partitionOf(page[0]))
+			if p < last {
+				t.Fatalf("a page of partition %d after one of partition %d", p, last)
+			}
+			last = p
+			for _, m := range page {
+				if int(partitionOf(m)) != p {
+					t.Fatalf("a page over partitions %d and %d", p, partitionOf(m))
+				}
+				if seen[string(m.Body)] {
+					t.Fatalf("%s peeked twice", m.Body)
+				}
+				seen[string(m.Body)] = true
+			}
+		}
+		if len(seen) != len(want) {
+			t.Fatalf("paging saw %d of the %d messages: %v", len(seen), len(want), seen)
 		}
 	})
 }
