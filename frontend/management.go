@@ -388,10 +388,15 @@ func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ par
 // maxPeek bounds one peek request.
 const maxPeek = 1000
 
+// peekLowerWait is how long a peek of a partitioned entity waits, once a
+// partition answered with messages, for the lower partitions it asked
+// that have not answered yet (docs/design-notes.md).
+const peekLowerWait = 2 * time.Second
+
 // peekMessages: from-sequence-number, message-count → 200 {messages: list
-// of {message: bin}}, or 204 when there is none. Partitions are read in
-// the order of the partition bits of the sequence numbers, so a client
-// that continues from the last number it saw walks them all.
+// of {message: bin}}, or 204 when there is none. A page holds the
+// messages of one partition: a session's, or on a partitioned entity
+// those of the partition peekPartitions chooses.
 func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	from, err := intField(body, "from-sequence-number", 0, math.MaxInt64)
 	if err != nil {
@@ -405,7 +410,6 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 	}
 	count = min(count, maxPeek)
 	partitions := uint32(max(len(e.PartitionGroups), 1))
-	first := partitionpb.PartitionOfSequence(uint64(from))
 	// A session receiver peeks its session: one partition holds it.
 	var sid string
 	if q == partitionpb.SubQueue_SUB_QUEUE_MAIN {
@@ -416,22 +420,24 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 		if sid = id; lock != nil {
 			sid = lock.id
 		}
-		if sid != "" {
-			first = partitionpb.PartitionForKey(sid, partitions)
-			partitions = first + 1
-		}
 	}
 	var found []*partitionpb.StoredMessage
-	for p := first; p < partitions && len(found) < int(count); p++ {
-		start := max(uint64(from), partitionpb.SequenceNumber(p, 0))
-		msgs, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{
-			Partition: p, SubQueue: q, FromSequenceNumber: start, MaxCount: uint32(int(count) - len(found)), SessionId: sid,
+	switch {
+	case sid != "":
+		p := partitionpb.PartitionForKey(sid, partitions)
+		found, err = c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{
+			Partition: p, SubQueue: q, FromSequenceNumber: max(uint64(from), partitionpb.SequenceNumber(p, 0)), MaxCount: uint32(count), SessionId: sid,
 		})
-		if err != nil {
-			req.fail(errFailure(err), "")
-			return
+	case partitions == 1:
+		if partitionpb.PartitionOfSequence(uint64(from)) == 0 {
+			found, err = c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{SubQueue: q, FromSequenceNumber: uint64(from), MaxCount: uint32(count)})
 		}
-		found = append(found, msgs...)
+	default:
+		found, err = c.peekPartitions(ctx, e, q, uint64(from), uint32(count), partitions)
+	}
+	if err != nil {
+		req.fail(errFailure(err), "")
+		return
 	}
 	if len(found) == 0 {
 		// Go does not read the body of a 204; the JavaScript SDK reads
@@ -449,6 +455,101 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 		list = append(list, amqp.Map{{Key: "message", Value: payload}})
 	}
 	req.respond(200, "OK", amqp.Map{{Key: "messages", Value: list}})
+}
+
+// peekPartitions peeks a partitioned entity, as Azure does, at every
+// partition that may hold numbers from `from` on at once (the partition
+// `from` names and those above it), and answers with the messages of one
+// partition: the lowest that has any among those that answered, waiting
+// for a lower one that has not answered yet at most peekLowerWait after
+// the first answer with messages, then passing over it. The partitions
+// are first asked for one message each, so that a large count is read
+// from the chosen partition only. Lowest rather than first: a client
+// pages on from the last number it saw, so a page from a higher partition
+// would skip for good what the partitions below it hold; this way a
+// client paging until an empty answer sees every partition's messages,
+// unless one was slower than peekLowerWait to answer. It returns nothing
+// when every partition answered without messages, and the first failure
+// when none had messages and some failed (an empty answer would end the
+// client's paging).
+func (c *conn) peekPartitions(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, from uint64, count, partitions uint32) ([]*partitionpb.StoredMessage, error) {
+	first := partitionpb.PartitionOfSequence(from)
+	if first >= partitions {
+		return nil, nil
+	}
+	start := func(p uint32) uint64 { return max(from, partitionpb.SequenceNumber(p, 0)) }
+	type answer struct {
+		msgs []*partitionpb.StoredMessage
+		err  error
+		done bool
+	}
+	probes, cancel := context.WithCancel(ctx)
+	defer cancel() // the partitions still to answer are not waited for
+	type reply struct {
+		p uint32
+		answer
+	}
+	replies := make(chan reply, partitions-first)
+	for p := first; p < partitions; p++ {
+		go func() {
+			msgs, err := c.srv.cfg.Backend.Peek(probes, e, &partitionpb.PeekRequest{Partition: p, SubQueue: q, FromSequenceNumber: start(p), MaxCount: 1})
+			replies <- reply{p, answer{msgs, err, true}}
+		}()
+	}
+	answers := make([]answer, partitions-first) // by partition - first
+	best := -1                                  // the lowest index with messages
+	var failed error
+	var lowerWait <-chan time.Time
+	decided := func() bool {
+		if best < 0 {
+			return false
+		}
+		for _, a := range answers[:best] {
+			if !a.done {
+				return false
+			}
+		}
+		return true
+	}
+wait:
+	for left := len(answers); left > 0 && !decided(); left-- {
+		select {
+		case r := <-replies:
+			i := int(r.p - first)
+			answers[i] = r.answer
+			switch {
+			case r.err != nil:
+				if failed == nil {
+					failed = r.err
+				}
+			case len(r.msgs) > 0 && (best < 0 || i < best):
+				best = i
+				if lowerWait == nil {
+					t := time.NewTimer(peekLowerWait)
+					defer t.Stop()
+					lowerWait = t.C
+				}
+			}
+		case <-lowerWait:
+			break wait
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if best < 0 {
+		return nil, failed
+	}
+	cancel()
+	page := answers[best].msgs
+	if count > 1 {
+		p := first + uint32(best)
+		// The chosen partition's page; should it fail or find the
+		// message gone since, the one message it answered is the page.
+		if more, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{Partition: p, SubQueue: q, FromSequenceNumber: start(p), MaxCount: count}); err == nil && len(more) > 0 {
+			page = more
+		}
+	}
+	return page, nil
 }
 
 // receiveBySequence: sequence-numbers, receiver-settle-mode (1 peek-lock,

@@ -35,7 +35,7 @@ type receiver struct {
 	settles   chan settleReq
 	mu        sync.Mutex
 	tokens    map[uint32][]byte // delivery id -> lock token, until settled
-	nextStart uint32            // partition to poll first, rotating
+	nextStart uint32            // partition to poll first, rotating every pass
 	// held are receive-and-delete messages taken from a partition (and so
 	// deleted there) that the link had no credit for: the peer lowered its
 	// credit while they were fetched. They go out first when credit
@@ -239,15 +239,7 @@ func (r *receiver) pump() {
 				return
 			}
 		}
-		got := 0
-		// One pass over the partitions without waiting, then a long-poll of
-		// one partition (rotating) when nothing was there.
-		for i := uint32(0); i < partitions && credit > 0 && len(r.held) == 0; i++ {
-			p := base + (r.nextStart+i)%partitions
-			n := r.fetch(p, credit, 0)
-			got += n
-			credit -= uint32(n)
-		}
+		got := r.pass(base, partitions, credit)
 		if r.ctx.Err() != nil {
 			return
 		}
@@ -258,7 +250,6 @@ func (r *receiver) pump() {
 			r.link.Drain()
 			continue
 		}
-		r.nextStart++
 		if partitions > 1 {
 			// Wait on every partition at once and take from whichever
 			// has a message first, in the pass above.
@@ -276,6 +267,41 @@ func (r *receiver) pump() {
 			}
 		}
 	}
+}
+
+// pass takes what credit allows from the partitions without waiting and
+// returns how many messages it delivered. Each partition first takes at
+// most its share of the credit (ceil(credit/partitions)), from a start
+// that moves on every pass; the credit left then goes to the partitions
+// that filled their share, in the same order. A partition that always has
+// messages thus takes no more than its share while another has some: when
+// it took all the credit, the others' messages waited as long as it had
+// any (a receiver of credit 10 with partition 0 never empty got nothing
+// of partition 5). The caller long-polls when a pass found nothing.
+func (r *receiver) pass(base, partitions, credit uint32) int {
+	start := r.nextStart
+	r.nextStart++
+	share := (credit + partitions - 1) / partitions
+	got := 0
+	var more []uint32 // the partitions that filled their share
+	for i := uint32(0); i < partitions && credit > 0 && len(r.held) == 0; i++ {
+		p := base + (start+i)%partitions
+		n := r.fetch(p, min(share, credit), 0)
+		got += n
+		credit -= uint32(n)
+		if uint32(n) == share {
+			more = append(more, p)
+		}
+	}
+	for _, p := range more {
+		if credit == 0 || len(r.held) > 0 || r.ctx.Err() != nil {
+			break
+		}
+		n := r.fetch(p, credit, 0)
+		got += n
+		credit -= uint32(n)
+	}
+	return got
 }
 
 // awaitAnyPartition long-polls every partition of the entity with

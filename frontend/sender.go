@@ -110,7 +110,10 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 	}
 	p, err := s.batchPartition(msgs)
 	if err != nil {
-		s.reject(l, d, failBadField, err.Error())
+		// not-allowed, which every SDK takes as final: the Go SDK
+		// retries a condition it does not know (invalid-field among
+		// them) after reconnecting, and a resend is refused the same.
+		s.reject(l, d, failInvalid, err.Error())
 		return
 	}
 	select {

@@ -143,9 +143,10 @@ func amqpSender(t *testing.T, ctx context.Context, addr, queue string) *goamqp.S
 }
 
 // TestPartitionKeyRules: a message whose PartitionKey is not its
-// SessionId is refused with invalid-field and nothing is stored, as is a
-// batch whose keyed messages belong to different partitions; the same
-// key twice, or unkeyed messages beside a keyed one, are accepted.
+// SessionId is refused with not-allowed (which the SDKs do not retry) and
+// nothing is stored, as is a batch whose keyed messages belong to
+// different partitions; the same key twice, or unkeyed messages beside a
+// keyed one, are accepted.
 func TestPartitionKeyRules(t *testing.T) {
 	b := newMemBackend("pq")
 	b.entities["pq"].PartitionGroups = []uint64{1, 2, 3, 4}
@@ -163,8 +164,8 @@ func TestPartitionKeyRules(t *testing.T) {
 	}
 	err := snd.Send(ctx, keyed("a", "b"), nil)
 	var amqpErr *goamqp.Error
-	if !errors.As(err, &amqpErr) || amqpErr.Condition != goamqp.ErrCondInvalidField {
-		t.Fatalf("PartitionKey a, SessionId b: %v, want %s", err, goamqp.ErrCondInvalidField)
+	if !errors.As(err, &amqpErr) || amqpErr.Condition != goamqp.ErrCondNotAllowed {
+		t.Fatalf("PartitionKey a, SessionId b: %v, want %s", err, goamqp.ErrCondNotAllowed)
 	}
 	if got := b.left("pq"); got != 0 {
 		t.Fatalf("%d messages stored after the refusal", got)
@@ -197,8 +198,8 @@ func TestPartitionKeyRules(t *testing.T) {
 		return &goamqp.Message{Format: 0x80013700, Data: data}
 	}
 	err = snd.Send(ctx, batch(keyed("a", ""), keyed(other, "")), nil)
-	if !errors.As(err, &amqpErr) || amqpErr.Condition != goamqp.ErrCondInvalidField {
-		t.Fatalf("a batch over two partitions: %v, want %s", err, goamqp.ErrCondInvalidField)
+	if !errors.As(err, &amqpErr) || amqpErr.Condition != goamqp.ErrCondNotAllowed {
+		t.Fatalf("a batch over two partitions: %v, want %s", err, goamqp.ErrCondNotAllowed)
 	}
 	if err := snd.Send(ctx, batch(keyed("a", ""), goamqp.NewMessage([]byte("unkeyed"))), nil); err != nil {
 		t.Fatalf("a keyed and an unkeyed message in one batch: %v", err)

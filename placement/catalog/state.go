@@ -318,7 +318,8 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyEntities, MaxEntities)
 	}
 	if countsAsPartitioned(c.Kind, props.PartitionCount) && s.partitioned >= MaxPartitionedEntities {
-		return nil, fmt.Errorf("%w: the namespace holds %d, the limit", ErrTooManyPartitioned, MaxPartitionedEntities)
+		// Service Bus's words, which the management API answers with 403.
+		return nil, fmt.Errorf("%w: SubCode=40300. The maximum number of resources of type EnablePartitioning == true has been reached or exceeded. Actual: %d, Max allowed: %d", ErrTooManyPartitioned, s.partitioned, MaxPartitionedEntities)
 	}
 
 	e := &pb.Entity{
