@@ -66,6 +66,13 @@ type Config struct {
 	// that would put more messages in flight to the partitions than this
 	// is refused with server-busy. Zero or negative: no bound.
 	MaxPendingSends int
+	// AllowNoSASL serves peers that skip the SASL layer (an AMQP header
+	// first) as SASL ANONYMOUS ones: they get nothing until they put a
+	// token on $cbs, within ClaimTimeout. The JavaScript SDK connects so
+	// when its connection string carries a SharedAccessSignature (it
+	// sends SASL only with a key name), and Service Bus serves it. Off:
+	// such peers are refused.
+	AllowNoSASL bool
 	// SessionAcceptWait is how long an accept-next session receiver waits
 	// for a session when the client names no com.microsoft:timeout.
 	// Default DefaultSessionAcceptWait.
@@ -133,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		// each link announces its entity's own limit.
 		MaxMessageSize:      100 << 20,
 		SASL:                saslLogin{rules: cfg.Rules, log: cfg.Logger.Debug},
-		RequireSASL:         true,
+		RequireSASL:         !cfg.AllowNoSASL,
 		Logger:              cfg.Logger,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnPartialBytes: cfg.MaxConnPartialBytes,

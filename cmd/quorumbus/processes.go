@@ -187,6 +187,7 @@ func frontendCmd(args []string) error {
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
 	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send that would put more messages than this in flight to the partitions is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
+	allowNoSASL := fs.Bool("allow-no-sasl", false, "serve AMQP peers that skip the SASL layer as anonymous ones (they need a token on $cbs), as Service Bus does: the JavaScript SDK connects so with a SharedAccessSignature connection string (docs/security.md)")
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
 	memberID := fs.String("id", "", "this front-end's name in the gossip, unique among its members (default frontend-<host name>)")
 	join := fs.String("join", "", "comma-separated gossip addresses of storage nodes: the front-end joins their gossip as a front-end, so that each front-end counts the live ones and enforces its share of -throttle-credits (docs/security.md). Empty: no gossip, -frontends is the count")
@@ -245,7 +246,7 @@ func frontendCmd(args []string) error {
 		share = cluster.FrontendShare(ml)
 	}
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
-		ThrottleCredits: *throttleCredits, ThrottleShare: share, MaxPendingSends: *maxPending, SessionAcceptWait: *acceptWait})
+		ThrottleCredits: *throttleCredits, ThrottleShare: share, MaxPendingSends: *maxPending, SessionAcceptWait: *acceptWait, AllowNoSASL: *allowNoSASL})
 	if err != nil {
 		return err
 	}
