@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	goamqp "github.com/Azure/go-amqp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -289,5 +292,128 @@ func TestSDKBusyPartitionLeader(t *testing.T) {
 	}
 	if got := srv.Throttled()["q"]; got != 2 {
 		t.Fatalf("throttled counter %d, want the raw refusal and the SDK's first try", got)
+	}
+}
+
+// peekBackend answers peeks with the messages a memBackend holds.
+type peekBackend struct{ *memBackend }
+
+func (b peekBackend) Peek(_ context.Context, e *placementpb.Entity, r *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*partitionpb.StoredMessage
+	for _, m := range b.msgs[e.Id] {
+		if m.SequenceNumber >= r.FromSequenceNumber && len(out) < int(r.MaxCount) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// throttledMetric scrapes the front-end's Prometheus collector for
+// quorumbus_throttled_requests_total of entity.
+func throttledMetric(t *testing.T, srv *frontend.Server, entity string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(srv.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "quorumbus_throttled_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "entity" && l.GetValue() == entity {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestSDKManagementThrottled: past the credits, $management operations
+// answer 503 with server-busy's words, which the Go SDK retries with its
+// default policy: concurrent peeks and schedules of ten messages (ten
+// credits each, the whole second's budget) all succeed in the end, and
+// the throttled counter, scraped as Prometheus does, moves for the entity.
+func TestSDKManagementThrottled(t *testing.T) {
+	b := peekBackend{newMemBackend("q")}
+	srv, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := sdkClient(t, addr)
+	sender, err := c.NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := sender.NewMessageBatch(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := batch.AddMessage(&azservicebus.Message{Body: []byte(fmt.Sprint("m", i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The raw refusal: what the SDK sees and retries.
+	conn := claimConn(t, ctx, addr, sas.DevKeyName, sas.DevKey, "q")
+	status, desc := int32(0), ""
+	for i := 0; i < 20 && status != 503; i++ {
+		status, desc = mgmtCall(t, ctx, conn, "q/$management", "com.microsoft:peek-message",
+			map[string]any{"from-sequence-number": int64(1), "message-count": int32(10)})
+	}
+	if status != 503 || !contains(desc, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again.") {
+		t.Fatalf("a peek past the credits: %d %q, want 503 in Azure's words", status, desc)
+	}
+
+	rcv, err := c.NewReceiverForQueue("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const each = 2
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*each)
+	for range each {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			msgs, err := rcv.PeekMessages(ctx, 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr(int64(1))})
+			if err == nil && len(msgs) != 10 {
+				err = fmt.Errorf("peeked %d messages, want 10", len(msgs))
+			}
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			msgs := make([]*azservicebus.Message, 10)
+			for i := range msgs {
+				msgs[i] = &azservicebus.Message{Body: []byte("later")}
+			}
+			_, err := sender.ScheduleMessages(ctx, msgs, time.Now().Add(time.Hour), nil)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a throttled $management operation was not retried to success: %v", err)
+		}
+	}
+	if got := b.left("q"); got != 10+each*10 {
+		t.Fatalf("q holds %d messages, want the 10 sent and %d scheduled once each", got, each*10)
+	}
+	if got := throttledMetric(t, srv, "q"); got < 2 {
+		t.Fatalf("quorumbus_throttled_requests_total{entity=\"q\"} = %v, want the raw refusal and the SDK's", got)
 	}
 }
