@@ -55,9 +55,9 @@ type Config struct {
 	MaxConnPartialBytes int64
 	MaxPartialBytes     int64
 	// ThrottleCredits is the namespace's credit budget a second
-	// (throttle.go): a message sent or received costs 1, a $management
-	// operation 10. Zero or negative: no throttling. Service Bus Standard
-	// gives 1000.
+	// (throttle.go): a message sent, received, peeked or scheduled costs
+	// 1, a rule operation 10. Zero or negative: no throttling. Service
+	// Bus Standard gives 1000.
 	ThrottleCredits int64
 	// ThrottleShare returns how many live front-ends share the budget;
 	// nil: this one alone.

@@ -28,10 +28,6 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		return
 	}
 	req.counts = c.srv.counters.entity(e.Name)
-	if !c.srv.throttle.take(e.Name, managementCost) {
-		req.fail(failBusy, "")
-		return
-	}
 	body, ok := req.msg.Value.(amqp.Map)
 	if !ok {
 		// Service Bus answers a body that is not a map with 400; taking it
@@ -73,6 +69,16 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		op = c.enumerateRules
 	default:
 		req.fail(failNotImpl, "$management operation "+req.operation)
+		return
+	}
+	messages := 0
+	if req.operation == "com.microsoft:schedule-message" {
+		v, _ := body.Get("messages")
+		list, _ := v.([]any)
+		messages = len(list)
+	}
+	if !c.srv.throttle.take(e.Name, c.srv.managementCost(e, req.operation, messages)) {
+		req.fail(failBusy, "")
 		return
 	}
 	go func() {
@@ -433,6 +439,7 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 		}
 		found = append(found, msgs...)
 	}
+	c.srv.throttle.charge(int64(len(found))) // 1 a message peeked
 	if len(found) == 0 {
 		// Go does not read the body of a 204; the JavaScript SDK reads
 		// its messages field all the same.
@@ -501,6 +508,7 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 		if res.GetCode() == partitionpb.ResultCode_RESULT_INVALID {
 			continue // none of this partition's numbers is a deferred message
 		}
+		c.srv.throttle.charge(int64(len(res.Messages))) // 1 a message received
 		if f, failed := resultFailure(res.GetCode()); failed {
 			req.fail(f, res.GetDescription())
 			return

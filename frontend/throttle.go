@@ -12,9 +12,9 @@ import (
 )
 
 // Credit-based throttling, as Service Bus Standard does it (seed 003): the
-// namespace has a budget of credits a second; a message sent or received
-// costs 1, a $management operation 10, and a message sent to a topic 1
-// more per filter it is evaluated against; the budget refills each second. A
+// namespace has a budget of credits a second; a message sent, received,
+// peeked or scheduled costs 1, a rule operation 10 (managementCost), and
+// a message sent to a topic 1 more per filter it is evaluated against; the budget refills each second. A
 // throttled send or management operation fails with server-busy, which
 // the SDKs retry with their backoff (nothing was stored); a throttled
 // receiver waits for the next second instead.
@@ -47,9 +47,29 @@ func (s *Server) sendCost(e *placementpb.Entity, n int) int64 {
 
 const (
 	condServerBusy amqp.Symbol = "com.microsoft:server-busy"
-	// managementCost is what a $management operation costs.
-	managementCost = 10
+	// ruleOperationCost is what a management operation proper costs
+	// (seed 003: create, read, update, delete of entities and filters).
+	ruleOperationCost = 10
 )
+
+// managementCost is what a $management operation on e costs before it
+// runs (seed 003: data operations 1 a message, management operations 10):
+// a schedule what sending its messages does; settling, renewing a lock,
+// cancelling a schedule and the session operations 1; the rule
+// operations 10. Peek and receive-by-sequence-number cost nothing up
+// front, only credits left, and are charged 1 a message they return once
+// they know (as a receive is).
+func (s *Server) managementCost(e *placementpb.Entity, op string, messages int) int64 {
+	switch op {
+	case "com.microsoft:peek-message", "com.microsoft:receive-by-sequence-number":
+		return 0
+	case "com.microsoft:schedule-message":
+		return s.sendCost(e, max(messages, 1))
+	case "com.microsoft:add-rule", "com.microsoft:remove-rule", "com.microsoft:enumerate-rules":
+		return ruleOperationCost
+	}
+	return 1
+}
 
 var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
 

@@ -417,3 +417,111 @@ func TestSDKManagementThrottled(t *testing.T) {
 		t.Fatalf("quorumbus_throttled_requests_total{entity=\"q\"} = %v, want the raw refusal and the SDK's", got)
 	}
 }
+
+// freshSecond sleeps into a second after the next, when a budget spent or
+// owed has been refilled in full.
+func freshSecond() {
+	next := time.Unix(time.Now().Unix()+2, 0)
+	time.Sleep(time.Until(next) + 10*time.Millisecond)
+}
+
+// TestSDKManagementCosts: $management operations cost what seed 003 says
+// on a budget of 20 credits a second: peeks, schedules and settlements of
+// one message cost 1 (fifteen pass in a row, which a flat 10 would
+// refuse at the third), a peek pays for every message it returned, and
+// rule operations cost 10.
+func TestSDKManagementCosts(t *testing.T) {
+	b := peekBackend{newMemBackend("q")}
+	_, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, ThrottleCredits: 20})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sender, err := sdkClient(t, addr).NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := sender.NewMessageBatch(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := batch.AddMessage(&azservicebus.Message{Body: []byte(fmt.Sprint("m", i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn := claimConn(t, ctx, addr, sas.DevKeyName, sas.DevKey, "q")
+	call := func(op string, body map[string]any) int32 {
+		status, _ := mgmtCall(t, ctx, conn, "q/$management", op, body)
+		return status
+	}
+	peek := func(n int32) int32 {
+		return call("com.microsoft:peek-message", map[string]any{"from-sequence-number": int64(1), "message-count": n})
+	}
+	scheduled := func() map[string]any {
+		return map[string]any{"messages": []any{map[string]any{"message-id": "s", "message": mustEncode(t, "later")}}}
+	}
+
+	for _, tc := range []struct {
+		name string
+		op   func() int32
+	}{
+		{"a peek of one message", func() int32 { return peek(1) }},
+		{"a schedule of one message", func() int32 { return call("com.microsoft:schedule-message", scheduled()) }},
+		{"a settlement", func() int32 {
+			return call("com.microsoft:update-disposition", map[string]any{"lock-tokens": []goamqp.UUID{{1}}, "disposition-status": "completed"})
+		}},
+	} {
+		freshSecond()
+		for i := range 15 {
+			if status := tc.op(); status == 503 {
+				t.Fatalf("%s, number %d in a second of 20 credits: throttled", tc.name, i+1)
+			}
+		}
+	}
+
+	// What a peek returned is paid for: after 20 messages the second's
+	// credits are gone. Rule operations cost 10: a third is refused.
+	for _, tc := range []struct {
+		name  string
+		spend func() int32
+		then  func() int32
+	}{
+		{"a peek after one of 20 messages", func() int32 { return peek(20) }, func() int32 { return peek(1) }},
+		{"a third rule operation", func() int32 {
+			if s := call("com.microsoft:enumerate-rules", map[string]any{}); s == 503 {
+				return s
+			}
+			return call("com.microsoft:enumerate-rules", map[string]any{})
+		}, func() int32 { return call("com.microsoft:enumerate-rules", map[string]any{}) }},
+	} {
+		for attempt := 0; ; attempt++ {
+			freshSecond()
+			start := time.Now().Unix()
+			spent := tc.spend()
+			status := tc.then()
+			if time.Now().Unix() != start {
+				if attempt == 5 {
+					t.Fatalf("%s: never ran within one second", tc.name)
+				}
+				continue // a new second's credits came in between
+			}
+			if spent == 503 || status != 503 {
+				t.Fatalf("%s: spending answered %d, then %d; want the spending to pass and then 503", tc.name, spent, status)
+			}
+			break
+		}
+	}
+}
+
+// mustEncode is an AMQP message with a string body, encoded as the
+// schedule-message operation carries it.
+func mustEncode(t *testing.T, body string) []byte {
+	t.Helper()
+	b, err := goamqp.NewMessage([]byte(body)).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
