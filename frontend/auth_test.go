@@ -735,3 +735,45 @@ func TestManagementOperationRights(t *testing.T) {
 		t.Fatalf("q holds %d messages, want the 1 scheduled (memBackend keeps cancelled ones)", n)
 	}
 }
+
+// TestSDKExpiredTokenEndsReceiver: a Go SDK receiver whose connection
+// string carries a SAS token (which the SDK cannot renew) receives until
+// the token expires, then its link is detached and the SDK, putting the
+// expired token again, ends with unauthorized.
+func TestSDKExpiredTokenEndsReceiver(t *testing.T) {
+	b := newMemBackend("q")
+	addr := startAuthFrontend(t, b, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := sendOne(ctx, keyClient(t, addr, sas.DevKeyName, sas.DevKey), "q"); err != nil {
+		t.Fatal(err)
+	}
+	expiry := time.Now().Add(3 * time.Second).Truncate(time.Second) // se is in whole seconds
+	token := sas.Sign("listener", "listen-key", "sb://"+addr+"/q", expiry)
+	rcv, err := sasClient(t, addr, token).NewReceiverForQueue("q", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close(ctx)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive before the token expired: %d messages, %v", len(msgs), err)
+	}
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = rcv.ReceiveMessages(rctx, 1, nil)
+		rcancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the receiver still works long after its token expired")
+		}
+	}
+	if !isUnauthorized(err) {
+		t.Fatalf("the receiver after its token expired: %v, want unauthorized", err)
+	}
+	if time.Now().Before(expiry) {
+		t.Fatalf("the receiver failed before its token expired: %v", err)
+	}
+}

@@ -236,3 +236,22 @@ func TestJSSDKAuthorization(t *testing.T) {
 		t.Fatalf("the other queue holds %q, want nothing", got)
 	}
 }
+
+// TestJSSDKTokenExpiry: a JavaScript SDK receiver with a SAS token in its
+// connection string (which it cannot renew) receives until the token
+// expires, about 3 s, then ends with UnauthorizedAccess (expiry.mjs).
+func TestJSSDKTokenExpiry(t *testing.T) {
+	t.Parallel()
+	dir := requireJS(t)
+	c := startTestDev(t, cluster.QueueSpec{Name: "jsexpiry", Props: &placementpb.QueueProperties{}})
+	putRules(t, c, sas.Rule{Name: "js-listen", Entity: "jsexpiry", Rights: sas.Listen, PrimaryKey: "js-listen-key"})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "expiry.mjs", c.AMQPAddr, "jsexpiry", "js-listen:js-listen-key", sas.DevKeyName+":"+sas.DevKey)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+}
