@@ -63,8 +63,9 @@ type Config struct {
 	// nil: this one alone.
 	ThrottleShare func() int
 	// MaxPendingSends is resource-based throttling (throttle.go): a send
-	// that would put more messages in flight to the partitions than this
-	// is refused with server-busy. Zero or negative: no bound.
+	// or schedule that would make the messages pending (queued by links,
+	// in flight to the partitions) more than this is refused with
+	// server-busy. Zero or negative: no bound.
 	MaxPendingSends int
 	// AllowNoSASL serves peers that skip the SASL layer (an AMQP header
 	// first) as SASL ANONYMOUS ones: they get nothing until they put a
@@ -165,6 +166,11 @@ func (s *Server) Stats() amqp.Stats { return s.amqp.Stats() }
 // and management operations refused with server-busy, receives made to
 // wait).
 func (s *Server) Throttled() map[string]uint64 { return s.throttle.counts() }
+
+// PendingSends is the front-end's pending work that MaxPendingSends
+// bounds: messages links have queued or sent to partitions, and scheduled
+// ones, not yet stored or refused.
+func (s *Server) PendingSends() int64 { return s.throttle.pending.Load() }
 
 // Shutdown closes every connection and waits for them or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ctx) }

@@ -357,6 +357,15 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 		}
 		msgs, parts = append(msgs, nm), append(parts, p)
 	}
+	// Scheduled messages are pending work as sent ones are
+	// (MaxPendingSends), until stored or refused.
+	th := c.srv.throttle
+	if !th.admit(e.Name, len(msgs)) {
+		req.fail(failBusy, "")
+		return
+	}
+	held := len(msgs)
+	defer func() { th.inFlight(-held) }()
 	seqs := make([]int64, 0, len(list))
 	for i, nm := range msgs {
 		p := parts[i]
@@ -364,6 +373,11 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 			p = s.unkeyedPartition()
 		}
 		res, err := c.srv.cfg.Backend.Send(ctx, e, p, []*partitionpb.NewMessage{nm})
+		th.inFlight(-1)
+		held--
+		if err != nil && errFailure(err).cond == condServerBusy {
+			th.refused(e.Name)
+		}
 		if answered(req, res, err) {
 			return
 		}

@@ -74,9 +74,12 @@ func (s *Server) managementCost(e *placementpb.Entity, op string, messages int) 
 var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
 
 // Resource-based throttling, as Service Bus Premium does it (no credits):
-// a send is refused with the same server-busy when the front-end's
-// pending work, the messages of partition requests it has in flight, would
-// pass Config.MaxPendingSends. Partition leaders that fall behind (a long
+// a send or a schedule is refused with the same server-busy when the
+// front-end's pending work would pass Config.MaxPendingSends: the
+// messages links have queued for their workers and partition requests
+// have in flight, from when a link queues them (or a schedule is
+// admitted) until they are stored or refused, or their link or
+// connection ends. Partition leaders that fall behind (a long
 // proposal queue, slow disks) keep requests in flight longer, so the
 // bound is reached when the partitions, not the clients, are the limit.
 // A request larger than the bound passes when nothing else is in flight.
@@ -91,8 +94,8 @@ var failBusy = failure{condServerBusy, 503, true, "The request was terminated be
 type throttle struct {
 	budget     int64        // credits a second for the whole namespace; 0: no credits
 	share      func() int   // live front-ends sharing it
-	maxPending int64        // bound of messages in flight to partitions; 0: none
-	pending    atomic.Int64 // messages in flight to partitions
+	maxPending int64        // bound of pending; 0: none
+	pending    atomic.Int64 // messages queued by links or in flight to partitions
 
 	mu        sync.Mutex
 	second    int64 // the Unix second left was last refilled in
@@ -111,17 +114,24 @@ func newThrottle(budget int64, share func() int, maxPending int) *throttle {
 	return &throttle{budget: budget, share: share, maxPending: int64(maxPending), throttled: map[string]uint64{}}
 }
 
-// admit reports whether n more messages may go in flight to partitions
-// for entity under the pending bound; a refusal is counted against it.
+// admit reserves n messages of pending work for entity under the pending
+// bound and reports whether it may go ahead; a refusal is counted against
+// the entity. What it admitted is given back with inFlight(-n) once
+// sent, refused or dropped. Without a bound it only counts.
 func (t *throttle) admit(entity string, n int) bool {
-	if t == nil || t.maxPending == 0 {
+	if t == nil {
 		return true
 	}
-	if p := t.pending.Load(); p > 0 && p+int64(n) > t.maxPending {
-		t.refused(entity)
-		return false
+	for {
+		p := t.pending.Load()
+		if t.maxPending > 0 && p > 0 && p+int64(n) > t.maxPending {
+			t.refused(entity)
+			return false
+		}
+		if t.pending.CompareAndSwap(p, p+int64(n)) {
+			return true
+		}
 	}
-	return true
 }
 
 // refused counts a request for entity refused as server-busy outside the
@@ -135,7 +145,8 @@ func (t *throttle) refused(entity string) {
 	}
 }
 
-// inFlight adds n (negative: removes) messages in flight to partitions.
+// inFlight adds n (negative: gives back) messages of pending work without
+// checking the bound: pre-settled sends, which are never refused.
 func (t *throttle) inFlight(n int) {
 	if t != nil {
 		t.pending.Add(int64(n))

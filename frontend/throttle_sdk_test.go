@@ -525,3 +525,94 @@ func mustEncode(t *testing.T, body string) []byte {
 	}
 	return b
 }
+
+// countedBackend is a heldBackend that also counts the requests it holds.
+type countedBackend struct {
+	heldBackend
+	requests *atomic.Int64
+}
+
+func (b countedBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.requests.Add(1)
+	return b.heldBackend.Send(ctx, e, p, msgs)
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPendingSendsCountQueued: the pending work MaxPendingSends bounds
+// counts a link's messages from when they are queued, not only once they
+// are in flight to a partition: with every request slot of a link held
+// by the partition, twelve more messages wait in the link's queue and
+// count, so a send on another link and a schedule over $management are
+// refused; when the link (or its
+// connection) ends, what it queued is given back, and once the partition
+// answers the pending work is back at 0.
+func TestPendingSendsCountQueued(t *testing.T) {
+	for _, end := range []string{"detach", "connection close"} {
+		t.Run(end, func(t *testing.T) {
+			mem := newMemBackend("q")
+			b := countedBackend{heldBackend{mem, make(chan struct{}), new(atomic.Int64)}, new(atomic.Int64)}
+			srv, addr := serveFrontend(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond, MaxPendingSends: 20})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			s, err := conn.NewSession(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snd, err := s.NewSender(ctx, "q", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent := func() {
+				go snd.Send(ctx, goamqp.NewMessage([]byte("x")), nil) // ends with the link
+			}
+			// Eight requests, the link's slots, held by the partition.
+			for i := range 8 {
+				sent()
+				waitFor(t, ctx, fmt.Sprintf("request %d reaches the partition", i+1), func() bool { return b.requests.Load() == int64(i+1) })
+			}
+			for range 12 {
+				sent()
+			}
+			waitFor(t, ctx, "20 messages pending", func() bool { return srv.PendingSends() == 20 })
+			if got := b.arrived.Load(); got != 8 {
+				t.Fatalf("%d messages reached the partition, want the 8 held", got)
+			}
+			other := amqpSender(t, ctx, addr, "q")
+			if err := other.Send(ctx, goamqp.NewMessage([]byte("refused")), nil); !isCond(err, "com.microsoft:server-busy") {
+				t.Fatalf("a send past 20 pending (8 in flight, 12 queued): %v, want server-busy", err)
+			}
+			mgmt := claimConn(t, ctx, addr, sas.DevKeyName, sas.DevKey, "q")
+			schedule := map[string]any{"messages": []any{map[string]any{"message-id": "s", "message": mustEncode(t, "later")}}}
+			if status, desc := mgmtCall(t, ctx, mgmt, "q/$management", "com.microsoft:schedule-message", schedule); status != 503 {
+				t.Fatalf("a schedule past 20 pending: %d %q, want 503", status, desc)
+			}
+			if end == "detach" {
+				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+				snd.Close(cctx)
+				ccancel()
+			} else {
+				conn.Close()
+			}
+			waitFor(t, ctx, "the queued messages given back after the "+end, func() bool { return srv.PendingSends() == 8 })
+			close(b.release)
+			waitFor(t, ctx, "no pending work once the partition answered", func() bool { return srv.PendingSends() == 0 })
+			if got := srv.Throttled()["q"]; got != 2 {
+				t.Fatalf("throttled counter %d, want the send's and the schedule's refusals", got)
+			}
+		})
+	}
+}

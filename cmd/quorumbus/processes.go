@@ -50,6 +50,7 @@ func nodeCmd(args []string) error {
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
 	walSegmentMB := fs.Int("wal-segment-mb", node.DefaultWALSegmentBytes>>20, "size of each Raft log segment, in MiB; each partition group preallocates one, idle or not")
 	diskReserveMB := fs.Int64("disk-reserve-mb", 0, "free disk below which sends are refused (resource-limit-exceeded) while settles go on, in MiB; 0: two segments and 64 MiB, negative: off")
+	maxQueuedSendMB := fs.Int64("max-queued-send-mb", node.DefaultMaxQueuedSendBytes>>20, "requests a partition group's leader holds for its proposer, in MiB, past which it refuses sends with server-busy (which the SDKs retry) instead of queueing them without limit; settles still queue (docs/security.md). 0: the default, negative: no bound")
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	rulesPath := fs.String("sas-rules", "", sasRulesNodeUsage)
@@ -136,7 +137,7 @@ func nodeCmd(args []string) error {
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
 		Members: ml, Groups: *groups, Replicas: *replicas, CacheMB: *cacheMB,
-		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Creds: ctls.Creds(), Logger: log,
+		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, MaxQueuedSendMB: *maxQueuedSendMB, Creds: ctls.Creds(), Logger: log,
 	})
 	if err != nil {
 		return err
