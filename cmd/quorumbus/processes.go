@@ -186,7 +186,7 @@ func frontendCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
-	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send that would put more messages than this in flight to the partitions is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
+	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send or schedule that would make more messages than this pending (queued by links or in flight to the partitions) is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
 	allowNoSASL := fs.Bool("allow-no-sasl", false, "serve AMQP peers that skip the SASL layer as anonymous ones (they need a token on $cbs), as Service Bus does: the JavaScript SDK connects so with a SharedAccessSignature connection string (docs/security.md)")
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
