@@ -176,7 +176,7 @@ func frontendCmd(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener (plain); empty: none")
 	amqpsAddr := fs.String("amqps-addr", "", "AMQP over TLS listener (the SDKs dial 5671), with -tls-cert and -tls-key; empty: none")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes (cert-manager rotations)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes (cert-manager rotations); with -plain-cluster also of the HTTPS side of the admin listener (-http-addr), which then serves HTTPS and HTTP")
 	tlsKey := fs.String("tls-key", "", "PEM key of -tls-cert, re-read with it")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
@@ -261,6 +261,14 @@ func frontendCmd(args []string) error {
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	admin.TLS, admin.TLSOnly = ctls.HTTPS(), ctls != nil
+	if ctls == nil && (*tlsCert != "" || *tlsKey != "") {
+		// A plain cluster plane: the admin listener serves HTTPS with the
+		// AMQPS certificate, and plain HTTP still, for probes that do not
+		// speak TLS (as dev mode's listener does).
+		if admin.TLS, err = cluster.ServerTLS(*tlsCert, *tlsKey, log); err != nil {
+			return fmt.Errorf("-tls-cert: %w", err)
+		}
+	}
 	hs := adminhttp.New(admin)
 	var listeners []*cluster.AMQPListener
 	var addrs []string
