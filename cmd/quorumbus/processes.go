@@ -367,7 +367,7 @@ const sessionAcceptWaitUsage = "how long an accept-next session receiver waits f
 
 const sessionAcceptWaitPropertyUsage = "quorumbus's own: how long an accept-next of this entity waits for a session when its client names no com.microsoft:timeout, 100ms to 1m (default: the front-end's -session-accept-wait, a minute)"
 
-const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10, a message sent to a topic 1 more per filter of its subscriptions; past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
+const throttleCreditsUsage = "credits a second of the namespace: a message sent, received, peeked or scheduled costs 1, a rule operation 10, a message sent to a topic 1 more per filter of its subscriptions (docs/security.md); past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"
