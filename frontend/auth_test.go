@@ -621,3 +621,159 @@ func isCond(err error, want goamqp.ErrCond) bool {
 	cond, _ := amqpCondition(err)
 	return cond == want
 }
+
+// mgmtCall sends one $management request on a new link pair to path
+// (<entity>/$management) and returns the answer's status and description.
+func mgmtCall(t *testing.T, ctx context.Context, conn *goamqp.Conn, path, op string, body map[string]any) (int32, string) {
+	t.Helper()
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	snd, err := s.NewSender(ctx, path, nil)
+	if err != nil {
+		t.Fatalf("attach %s: %v", path, err)
+	}
+	const replyTo = "mgmt-reply"
+	rcv, err := s.NewReceiver(ctx, path, &goamqp.ReceiverOptions{TargetAddress: replyTo, Credit: 10})
+	if err != nil {
+		t.Fatalf("attach the reply link of %s: %v", path, err)
+	}
+	reply := replyTo
+	err = snd.Send(ctx, &goamqp.Message{
+		Properties:            &goamqp.MessageProperties{MessageID: "req-1", ReplyTo: &reply},
+		ApplicationProperties: map[string]any{"operation": op},
+		Value:                 body,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rcv.Receive(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _ := resp.ApplicationProperties["status-code"].(int32)
+	desc, _ := resp.ApplicationProperties["status-description"].(string)
+	return status, desc
+}
+
+// claimConn is an ANONYMOUS connection holding rule's claim on queue.
+func claimConn(t *testing.T, ctx context.Context, addr, rule, key, queue string) *goamqp.Conn {
+	t.Helper()
+	conn := rawConn(t, ctx, addr)
+	aud := "amqp://" + addr + "/" + queue
+	if status, desc := putToken(t, ctx, conn, aud, sas.Sign(rule, key, aud, time.Now().Add(time.Hour))); status != 202 {
+		t.Fatalf("put-token of %s: %d %s", rule, status, desc)
+	}
+	return conn
+}
+
+// TestManagementOperationRights: each $management operation checks its
+// own right, as Azure does, on a link pair any claim on the path opens:
+// rule operations need Manage, schedule and cancel Send, session
+// operations Listen. Refusals answer 401 in Azure's words.
+func TestManagementOperationRights(t *testing.T) {
+	b := newMemBackend("q")
+	addr := startAuthFrontend(t, b, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	refused := func(conn *goamqp.Conn, op string, body map[string]any, right string) {
+		t.Helper()
+		status, desc := mgmtCall(t, ctx, conn, "q/$management", op, body)
+		want := fmt.Sprintf("'%s' claim(s) are required to perform this operation. Resource: 'sb://%s/q/$management'.", right, hostOf(addr))
+		if status != 401 || !strings.Contains(desc, want) {
+			t.Fatalf("%s: %d %q, want 401 with %q", op, status, desc, want)
+		}
+	}
+
+	// Listen and Send on q (rule qonly) are not Manage.
+	both := claimConn(t, ctx, addr, "qonly", "q-key", "q")
+	refused(both, "com.microsoft:add-rule", map[string]any{"rule-name": "r", "rule-description": map[string]any{}}, "Manage")
+	refused(both, "com.microsoft:remove-rule", map[string]any{"rule-name": "$Default"}, "Manage")
+
+	// A Send rule schedules and cancels through the SDK.
+	sendClient := keyClient(t, addr, "sender", "send-key")
+	snd, err := sendClient.NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := snd.ScheduleMessages(ctx, []*azservicebus.Message{{Body: []byte("later")}}, time.Now().Add(time.Hour), nil)
+	if err != nil || len(seqs) != 1 {
+		t.Fatalf("schedule with a Send rule: %v, %v", seqs, err)
+	}
+	if err := snd.CancelScheduledMessages(ctx, seqs, nil); err != nil {
+		t.Fatalf("cancel with a Send rule: %v", err)
+	}
+
+	// A Listen rule may not: the SDK is refused, and on a link pair its
+	// claim opens, so is each operation.
+	lsnd, err := keyClient(t, addr, "listener", "listen-key").NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lsnd.ScheduleMessages(ctx, []*azservicebus.Message{{Body: []byte("x")}}, time.Now().Add(time.Hour), nil); !isUnauthorized(err) {
+		t.Fatalf("schedule with a Listen rule: %v, want unauthorized", err)
+	}
+	if err := lsnd.CancelScheduledMessages(ctx, []int64{1}, nil); !isUnauthorized(err) {
+		t.Fatalf("cancel with a Listen rule: %v, want unauthorized", err)
+	}
+	listener := claimConn(t, ctx, addr, "listener", "listen-key", "q")
+	refused(listener, "com.microsoft:schedule-message", map[string]any{"messages": []any{}}, "Send")
+	refused(listener, "com.microsoft:cancel-scheduled-message", map[string]any{"sequence-numbers": []int64{1}}, "Send")
+
+	// A Send rule may not work with sessions.
+	if _, err := sendClient.AcceptSessionForQueue(ctx, "q", "s1", nil); !isUnauthorized(err) {
+		t.Fatalf("accept a session with a Send rule: %v, want unauthorized", err)
+	}
+	sender := claimConn(t, ctx, addr, "sender", "send-key", "q")
+	for _, op := range []string{"com.microsoft:get-message-sessions", "com.microsoft:get-session-state",
+		"com.microsoft:set-session-state", "com.microsoft:renew-session-lock"} {
+		refused(sender, op, map[string]any{"session-id": "s1"}, "Listen")
+	}
+	if n := b.left("q"); n != 1 {
+		t.Fatalf("q holds %d messages, want the 1 scheduled (memBackend keeps cancelled ones)", n)
+	}
+}
+
+// TestSDKExpiredTokenEndsReceiver: a Go SDK receiver whose connection
+// string carries a SAS token (which the SDK cannot renew) receives until
+// the token expires, then its link is detached and the SDK, putting the
+// expired token again, ends with unauthorized.
+func TestSDKExpiredTokenEndsReceiver(t *testing.T) {
+	b := newMemBackend("q")
+	addr := startAuthFrontend(t, b, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := sendOne(ctx, keyClient(t, addr, sas.DevKeyName, sas.DevKey), "q"); err != nil {
+		t.Fatal(err)
+	}
+	expiry := time.Now().Add(3 * time.Second).Truncate(time.Second) // se is in whole seconds
+	token := sas.Sign("listener", "listen-key", "sb://"+addr+"/q", expiry)
+	rcv, err := sasClient(t, addr, token).NewReceiverForQueue("q", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close(ctx)
+	msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive before the token expired: %d messages, %v", len(msgs), err)
+	}
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = rcv.ReceiveMessages(rctx, 1, nil)
+		rcancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the receiver still works long after its token expired")
+		}
+	}
+	if !isUnauthorized(err) {
+		t.Fatalf("the receiver after its token expired: %v, want unauthorized", err)
+	}
+	if time.Now().Before(expiry) {
+		t.Fatalf("the receiver failed before its token expired: %v", err)
+	}
+}

@@ -55,17 +55,25 @@ type Config struct {
 	MaxConnPartialBytes int64
 	MaxPartialBytes     int64
 	// ThrottleCredits is the namespace's credit budget a second
-	// (throttle.go): a message sent or received costs 1, a $management
-	// operation 10. Zero or negative: no throttling. Service Bus Standard
-	// gives 1000.
+	// (throttle.go): a message sent, received, peeked or scheduled costs
+	// 1, a rule operation 10. Zero or negative: no throttling. Service
+	// Bus Standard gives 1000.
 	ThrottleCredits int64
 	// ThrottleShare returns how many live front-ends share the budget;
 	// nil: this one alone.
 	ThrottleShare func() int
 	// MaxPendingSends is resource-based throttling (throttle.go): a send
-	// that would put more messages in flight to the partitions than this
-	// is refused with server-busy. Zero or negative: no bound.
+	// or schedule that would make the messages pending (queued by links,
+	// in flight to the partitions) more than this is refused with
+	// server-busy. Zero or negative: no bound.
 	MaxPendingSends int
+	// AllowNoSASL serves peers that skip the SASL layer (an AMQP header
+	// first) as SASL ANONYMOUS ones: they get nothing until they put a
+	// token on $cbs, within ClaimTimeout. The JavaScript SDK connects so
+	// when its connection string carries a SharedAccessSignature (it
+	// sends SASL only with a key name), and Service Bus serves it. Off:
+	// such peers are refused.
+	AllowNoSASL bool
 	// SessionAcceptWait is how long an accept-next session receiver waits
 	// for a session when the client names no com.microsoft:timeout.
 	// Default DefaultSessionAcceptWait.
@@ -133,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 		// each link announces its entity's own limit.
 		MaxMessageSize:      100 << 20,
 		SASL:                saslLogin{rules: cfg.Rules, log: cfg.Logger.Debug},
-		RequireSASL:         true,
+		RequireSASL:         !cfg.AllowNoSASL,
 		Logger:              cfg.Logger,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnPartialBytes: cfg.MaxConnPartialBytes,
@@ -158,6 +166,11 @@ func (s *Server) Stats() amqp.Stats { return s.amqp.Stats() }
 // and management operations refused with server-busy, receives made to
 // wait).
 func (s *Server) Throttled() map[string]uint64 { return s.throttle.counts() }
+
+// PendingSends is the front-end's pending work that MaxPendingSends
+// bounds: messages links have queued or sent to partitions, and scheduled
+// ones, not yet stored or refused.
+func (s *Server) PendingSends() int64 { return s.throttle.pending.Load() }
 
 // Shutdown closes every connection and waits for them or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error { return s.amqp.Shutdown(ctx) }

@@ -28,10 +28,6 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		return
 	}
 	req.counts = c.srv.counters.entity(e.Name)
-	if !c.srv.throttle.take(e.Name, managementCost) {
-		req.fail(failBusy, "")
-		return
-	}
 	body, ok := req.msg.Value.(amqp.Map)
 	if !ok {
 		// Service Bus answers a body that is not a map with 400; taking it
@@ -73,6 +69,16 @@ func (c *conn) serveManagement(entityPath string, req *rpcRequest) {
 		op = c.enumerateRules
 	default:
 		req.fail(failNotImpl, "$management operation "+req.operation)
+		return
+	}
+	messages := 0
+	if req.operation == "com.microsoft:schedule-message" {
+		v, _ := body.Get("messages")
+		list, _ := v.([]any)
+		messages = len(list)
+	}
+	if !c.srv.throttle.take(e.Name, c.srv.managementCost(e, req.operation, messages)) {
+		req.fail(failBusy, "")
 		return
 	}
 	go func() {
@@ -351,6 +357,15 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 		}
 		msgs, parts = append(msgs, nm), append(parts, p)
 	}
+	// Scheduled messages are pending work as sent ones are
+	// (MaxPendingSends), until stored or refused.
+	th := c.srv.throttle
+	if !th.admit(e.Name, len(msgs)) {
+		req.fail(failBusy, "")
+		return
+	}
+	held := len(msgs)
+	defer func() { th.inFlight(-held) }()
 	seqs := make([]int64, 0, len(list))
 	for i, nm := range msgs {
 		p := parts[i]
@@ -358,6 +373,11 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 			p = s.unkeyedPartition()
 		}
 		res, err := c.srv.cfg.Backend.Send(ctx, e, p, []*partitionpb.NewMessage{nm})
+		th.inFlight(-1)
+		held--
+		if err != nil && errFailure(err).cond == condServerBusy {
+			th.refused(e.Name)
+		}
 		if answered(req, res, err) {
 			return
 		}
@@ -439,6 +459,7 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 		req.fail(errFailure(err), "")
 		return
 	}
+	c.srv.throttle.charge(int64(len(found))) // 1 a message peeked
 	if len(found) == 0 {
 		// Go does not read the body of a 204; the JavaScript SDK reads
 		// its messages field all the same.
@@ -602,6 +623,7 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 		if res.GetCode() == partitionpb.ResultCode_RESULT_INVALID {
 			continue // none of this partition's numbers is a deferred message
 		}
+		c.srv.throttle.charge(int64(len(res.Messages))) // 1 a message received
 		if f, failed := resultFailure(res.GetCode()); failed {
 			req.fail(f, res.GetDescription())
 			return

@@ -100,25 +100,50 @@ func (s *sender) Message(l *amqp.Link, d *amqp.Delivery) {
 		return
 	}
 	cost := s.c.srv.sendCost(s.entity, len(msgs))
+	th := s.c.srv.throttle
 	if d.Settled {
 		// Fire-and-forget: refusing it would lose it unseen, so it is
 		// paid for and passes.
-		s.c.srv.throttle.charge(cost)
-	} else if !s.c.srv.throttle.take(s.entity.Name, cost) || !s.c.srv.throttle.admit(s.entity.Name, len(msgs)) {
+		th.charge(cost)
+		th.inFlight(len(msgs))
+	} else if !th.take(s.entity.Name, cost) || !th.admit(s.entity.Name, len(msgs)) {
 		s.reject(l, d, failBusy, "")
 		return
 	}
+	// From here the messages are pending work (MaxPendingSends) until
+	// send gives them back, or dropQueued when the link ends first.
 	p, err := s.batchPartition(msgs)
 	if err != nil {
 		// not-allowed, which every SDK takes as final: the Go SDK
 		// retries a condition it does not know (invalid-field among
 		// them) after reconnecting, and a resend is refused the same.
+		th.inFlight(-len(msgs))
 		s.reject(l, d, failInvalid, err.Error())
 		return
 	}
 	select {
 	case s.queue <- pendingSend{link: l, id: d.ID, settled: d.Settled, partition: p, msgs: msgs, bytes: bytes}:
 	case <-s.done:
+		th.inFlight(-len(msgs))
+	}
+}
+
+// dropQueued gives back the pending work of what the link queued and its
+// worker will not send, once the link ended (detached, or its session or
+// connection ended).
+func (s *sender) dropQueued(taken ...pendingSend) {
+	n := 0
+	for _, p := range taken {
+		n += len(p.msgs)
+	}
+	for {
+		select {
+		case p := <-s.queue:
+			n += len(p.msgs)
+		default:
+			s.c.srv.throttle.inFlight(-n)
+			return
+		}
 	}
 }
 
@@ -217,6 +242,7 @@ func (s *sender) run() {
 		select {
 		case first = <-s.queue:
 		case <-s.done:
+			s.dropQueued()
 			return
 		}
 		// Wait for a free slot before packing: what arrives while every
@@ -224,6 +250,7 @@ func (s *sender) run() {
 		select {
 		case slots <- struct{}{}:
 		case <-s.done:
+			s.dropQueued(first)
 			return
 		}
 		unkeyed, picked := uint32(0), false
@@ -271,9 +298,8 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 		bytes += it.bytes
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout+time.Duration(bytes>>20)*time.Second)
-	s.c.srv.throttle.inFlight(len(msgs))
 	res, err := s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
-	s.c.srv.throttle.inFlight(-len(msgs))
+	s.c.srv.throttle.inFlight(-len(msgs)) // admitted in Message
 	cancel()
 	var state amqp.DeliveryState = amqp.Accepted{}
 	var f failure

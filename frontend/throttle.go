@@ -12,9 +12,9 @@ import (
 )
 
 // Credit-based throttling, as Service Bus Standard does it (seed 003): the
-// namespace has a budget of credits a second; a message sent or received
-// costs 1, a $management operation 10, and a message sent to a topic 1
-// more per filter it is evaluated against; the budget refills each second. A
+// namespace has a budget of credits a second; a message sent, received,
+// peeked or scheduled costs 1, a rule operation 10 (managementCost), and
+// a message sent to a topic 1 more per filter it is evaluated against; the budget refills each second. A
 // throttled send or management operation fails with server-busy, which
 // the SDKs retry with their backoff (nothing was stored); a throttled
 // receiver waits for the next second instead.
@@ -47,16 +47,39 @@ func (s *Server) sendCost(e *placementpb.Entity, n int) int64 {
 
 const (
 	condServerBusy amqp.Symbol = "com.microsoft:server-busy"
-	// managementCost is what a $management operation costs.
-	managementCost = 10
+	// ruleOperationCost is what a management operation proper costs
+	// (seed 003: create, read, update, delete of entities and filters).
+	ruleOperationCost = 10
 )
+
+// managementCost is what a $management operation on e costs before it
+// runs (seed 003: data operations 1 a message, management operations 10):
+// a schedule what sending its messages does; settling, renewing a lock,
+// cancelling a schedule and the session operations 1; the rule
+// operations 10. Peek and receive-by-sequence-number cost nothing up
+// front, only credits left, and are charged 1 a message they return once
+// they know (as a receive is).
+func (s *Server) managementCost(e *placementpb.Entity, op string, messages int) int64 {
+	switch op {
+	case "com.microsoft:peek-message", "com.microsoft:receive-by-sequence-number":
+		return 0
+	case "com.microsoft:schedule-message":
+		return s.sendCost(e, max(messages, 1))
+	case "com.microsoft:add-rule", "com.microsoft:remove-rule", "com.microsoft:enumerate-rules":
+		return ruleOperationCost
+	}
+	return 1
+}
 
 var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
 
 // Resource-based throttling, as Service Bus Premium does it (no credits):
-// a send is refused with the same server-busy when the front-end's
-// pending work, the messages of partition requests it has in flight, would
-// pass Config.MaxPendingSends. Partition leaders that fall behind (a long
+// a send or a schedule is refused with the same server-busy when the
+// front-end's pending work would pass Config.MaxPendingSends: the
+// messages links have queued for their workers and partition requests
+// have in flight, from when a link queues them (or a schedule is
+// admitted) until they are stored or refused, or their link or
+// connection ends. Partition leaders that fall behind (a long
 // proposal queue, slow disks) keep requests in flight longer, so the
 // bound is reached when the partitions, not the clients, are the limit.
 // A request larger than the bound passes when nothing else is in flight.
@@ -71,8 +94,8 @@ var failBusy = failure{condServerBusy, 503, true, "The request was terminated be
 type throttle struct {
 	budget     int64        // credits a second for the whole namespace; 0: no credits
 	share      func() int   // live front-ends sharing it
-	maxPending int64        // bound of messages in flight to partitions; 0: none
-	pending    atomic.Int64 // messages in flight to partitions
+	maxPending int64        // bound of pending; 0: none
+	pending    atomic.Int64 // messages queued by links or in flight to partitions
 
 	mu        sync.Mutex
 	second    int64 // the Unix second left was last refilled in
@@ -91,17 +114,24 @@ func newThrottle(budget int64, share func() int, maxPending int) *throttle {
 	return &throttle{budget: budget, share: share, maxPending: int64(maxPending), throttled: map[string]uint64{}}
 }
 
-// admit reports whether n more messages may go in flight to partitions
-// for entity under the pending bound; a refusal is counted against it.
+// admit reserves n messages of pending work for entity under the pending
+// bound and reports whether it may go ahead; a refusal is counted against
+// the entity. What it admitted is given back with inFlight(-n) once
+// sent, refused or dropped. Without a bound it only counts.
 func (t *throttle) admit(entity string, n int) bool {
-	if t == nil || t.maxPending == 0 {
+	if t == nil {
 		return true
 	}
-	if p := t.pending.Load(); p > 0 && p+int64(n) > t.maxPending {
-		t.refused(entity)
-		return false
+	for {
+		p := t.pending.Load()
+		if t.maxPending > 0 && p > 0 && p+int64(n) > t.maxPending {
+			t.refused(entity)
+			return false
+		}
+		if t.pending.CompareAndSwap(p, p+int64(n)) {
+			return true
+		}
 	}
-	return true
 }
 
 // refused counts a request for entity refused as server-busy outside the
@@ -115,7 +145,8 @@ func (t *throttle) refused(entity string) {
 	}
 }
 
-// inFlight adds n (negative: removes) messages in flight to partitions.
+// inFlight adds n (negative: gives back) messages of pending work without
+// checking the bound: pre-settled sends, which are never refused.
 func (t *throttle) inFlight(n int) {
 	if t != nil {
 		t.pending.Add(int64(n))

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
 // The throttle reads the time package's clock, which testing/synctest
@@ -112,3 +114,48 @@ func TestThrottleWait(t *testing.T) {
 		}
 	})
 }
+
+// TestManagementCosts: what each $management operation costs up front
+// (seed 003: data operations 1 a message, management operations 10).
+// Peeks and receives by sequence number pay afterwards, 1 a message
+// returned (TestSDKManagementCosts).
+func TestManagementCosts(t *testing.T) {
+	s := &Server{cfg: Config{Backend: topicFilters{filters: 3}}}
+	queue := &placementpb.Entity{Name: "q", Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE}
+	topic := &placementpb.Entity{Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC}
+	for _, tc := range []struct {
+		e        *placementpb.Entity
+		op       string
+		messages int
+		want     int64
+	}{
+		{queue, "com.microsoft:peek-message", 0, 0},
+		{queue, "com.microsoft:receive-by-sequence-number", 0, 0},
+		{queue, "com.microsoft:schedule-message", 1, 1},
+		{queue, "com.microsoft:schedule-message", 7, 7},
+		{topic, "com.microsoft:schedule-message", 2, 2 + 2*3}, // and the filters each is evaluated against
+		{queue, "com.microsoft:cancel-scheduled-message", 0, 1},
+		{queue, "com.microsoft:update-disposition", 0, 1},
+		{queue, "com.microsoft:renew-lock", 0, 1},
+		{queue, "com.microsoft:renew-session-lock", 0, 1},
+		{queue, "com.microsoft:get-session-state", 0, 1},
+		{queue, "com.microsoft:set-session-state", 0, 1},
+		{queue, "com.microsoft:get-message-sessions", 0, 1},
+		{topic, "com.microsoft:add-rule", 0, 10},
+		{topic, "com.microsoft:remove-rule", 0, 10},
+		{topic, "com.microsoft:enumerate-rules", 0, 10},
+	} {
+		if got := s.managementCost(tc.e, tc.op, tc.messages); got != tc.want {
+			t.Errorf("%s of %d messages on %s costs %d, want %d", tc.op, tc.messages, tc.e.Name, got, tc.want)
+		}
+	}
+}
+
+// topicFilters is a Backend (its other methods unused) whose topics
+// have a number of filters.
+type topicFilters struct {
+	Backend
+	filters int
+}
+
+func (f topicFilters) Filters(string) int { return f.filters }

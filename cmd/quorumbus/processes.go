@@ -52,6 +52,7 @@ func nodeCmd(args []string) error {
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
 	walSegmentMB := fs.Int("wal-segment-mb", node.DefaultWALSegmentBytes>>20, "size of each Raft log segment, in MiB; each partition group preallocates one, idle or not")
 	diskReserveMB := fs.Int64("disk-reserve-mb", 0, "free disk below which sends are refused (resource-limit-exceeded) while settles go on, in MiB; 0: two segments and 64 MiB, negative: off")
+	maxQueuedSendMB := fs.Int64("max-queued-send-mb", node.DefaultMaxQueuedSendBytes>>20, "requests a partition group's leader holds for its proposer, in MiB, past which it refuses sends with server-busy (which the SDKs retry) instead of queueing them without limit; settles still queue (docs/security.md). 0: the default, negative: no bound")
 	cacheMB := fs.Int64("cache-mb", 64, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	rulesPath := fs.String("sas-rules", "", sasRulesNodeUsage)
@@ -138,7 +139,7 @@ func nodeCmd(args []string) error {
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
 		Members: ml, Groups: *groups, Replicas: *replicas, GoneAfter: *goneAfter, CacheMB: *cacheMB,
-		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, Creds: ctls.Creds(), Logger: log,
+		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, MaxQueuedSendMB: *maxQueuedSendMB, Creds: ctls.Creds(), Logger: log,
 	})
 	if err != nil {
 		return err
@@ -177,7 +178,7 @@ func frontendCmd(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 	amqpAddr := fs.String("amqp-addr", "127.0.0.1:5672", "AMQP listener (plain); empty: none")
 	amqpsAddr := fs.String("amqps-addr", "", "AMQP over TLS listener (the SDKs dial 5671), with -tls-cert and -tls-key; empty: none")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes (cert-manager rotations)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) of the AMQPS listener, re-read when it changes (cert-manager rotations); with -plain-cluster also of the HTTPS side of the admin listener (-http-addr), which then serves HTTPS and HTTP")
 	tlsKey := fs.String("tls-key", "", "PEM key of -tls-cert, re-read with it")
 	var admin adminhttp.Config
 	admin.RegisterFlags(fs, "127.0.0.1:5300")
@@ -187,8 +188,9 @@ func frontendCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
 	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
-	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send that would put more messages than this in flight to the partitions is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
+	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send or schedule that would make more messages than this pending (queued by links or in flight to the partitions) is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
+	allowNoSASL := fs.Bool("allow-no-sasl", false, "serve AMQP peers that skip the SASL layer as anonymous ones (they need a token on $cbs), as Service Bus does: the JavaScript SDK connects so with a SharedAccessSignature connection string (docs/security.md)")
 	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
 	memberID := fs.String("id", "", "this front-end's name in the gossip, unique among its members (default frontend-<host name>)")
 	join := fs.String("join", "", "comma-separated gossip addresses of storage nodes: the front-end joins their gossip as a front-end, so that each front-end counts the live ones and enforces its share of -throttle-credits (docs/security.md). Empty: no gossip, -frontends is the count")
@@ -247,7 +249,7 @@ func frontendCmd(args []string) error {
 		share = cluster.FrontendShare(ml)
 	}
 	srv, err := frontend.New(frontend.Config{Backend: router, Rules: router, Logger: log, MaxConnections: *maxConns,
-		ThrottleCredits: *throttleCredits, ThrottleShare: share, MaxPendingSends: *maxPending, SessionAcceptWait: *acceptWait})
+		ThrottleCredits: *throttleCredits, ThrottleShare: share, MaxPendingSends: *maxPending, SessionAcceptWait: *acceptWait, AllowNoSASL: *allowNoSASL})
 	if err != nil {
 		return err
 	}
@@ -261,6 +263,14 @@ func frontendCmd(args []string) error {
 	admin.Logger, admin.Probes = log, cluster.FrontendProbes(router)
 	admin.Handlers = map[string]http.Handler{"/metrics": metrics}
 	admin.TLS, admin.TLSOnly = ctls.HTTPS(), ctls != nil
+	if ctls == nil && (*tlsCert != "" || *tlsKey != "") {
+		// A plain cluster plane: the admin listener serves HTTPS with the
+		// AMQPS certificate, and plain HTTP still, for probes that do not
+		// speak TLS (as dev mode's listener does).
+		if admin.TLS, err = cluster.ServerTLS(*tlsCert, *tlsKey, log); err != nil {
+			return fmt.Errorf("-tls-cert: %w", err)
+		}
+	}
 	hs := adminhttp.New(admin)
 	var listeners []*cluster.AMQPListener
 	var addrs []string
@@ -359,7 +369,7 @@ const sessionAcceptWaitUsage = "how long an accept-next session receiver waits f
 
 const sessionAcceptWaitPropertyUsage = "quorumbus's own: how long an accept-next of this entity waits for a session when its client names no com.microsoft:timeout, 100ms to 1m (default: the front-end's -session-accept-wait, a minute)"
 
-const throttleCreditsUsage = "credits a second of the namespace: a message sent or received costs 1, a $management operation 10, a message sent to a topic 1 more per filter of its subscriptions; past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
+const throttleCreditsUsage = "credits a second of the namespace: a message sent, received, peeked or scheduled costs 1, a rule operation 10, a message sent to a topic 1 more per filter of its subscriptions (docs/security.md); past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"

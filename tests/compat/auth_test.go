@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,12 +200,15 @@ func requireJS(t *testing.T) string {
 
 // TestJSSDKAuthorization: the JavaScript SDK (its own token format:
 // sb:// audiences, upper-case escapes) against catalog rules: a wrong key
-// and a Listen rule cannot send, a Send rule cannot peek or receive, and
-// only the two allowed sends reach the queue.
+// and a Listen rule cannot send, a Send rule cannot peek or receive, a
+// Send rule of one queue and a SAS token (SharedAccessSignature= in the
+// connection string) signed for it are refused on another queue, and
+// only the allowed sends reach the queue; the other queue stays empty.
 func TestJSSDKAuthorization(t *testing.T) {
 	t.Parallel()
 	dir := requireJS(t)
-	c := startTestDev(t, cluster.QueueSpec{Name: "jsauth", Props: &placementpb.QueueProperties{}})
+	c := startTestDev(t, cluster.QueueSpec{Name: "jsauth", Props: &placementpb.QueueProperties{}},
+		cluster.QueueSpec{Name: "jsauth-other", Props: &placementpb.QueueProperties{}})
 	putRules(t, c,
 		sas.Rule{Name: "js-listen", Rights: sas.Listen, PrimaryKey: "js+listen/key="},
 		sas.Rule{Name: "js-send", Entity: "jsauth", Rights: sas.Send, PrimaryKey: "js-send-key"},
@@ -212,7 +216,7 @@ func TestJSSDKAuthorization(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "auth.mjs", c.AMQPAddr, "jsauth",
-		"js-listen:js+listen/key=", "js-send:js-send-key", sas.DevKeyName+":"+sas.DevKey)
+		"js-listen:js+listen/key=", "js-send:js-send-key", sas.DevKeyName+":"+sas.DevKey, "jsauth-other")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
@@ -220,7 +224,71 @@ func TestJSSDKAuthorization(t *testing.T) {
 		t.Fatalf("the JavaScript SDK script failed: %v", err)
 	}
 	// The JS SDK sends a string body as JSON in a data section.
-	if got := drain(t, ctx, c, "jsauth"); len(got) != 1 || strings.Trim(got[0], `"`) != "from-sender" {
-		t.Fatalf("the queue holds %q, want only the Send rule's message (the root's was completed)", got)
+	got := drain(t, ctx, c, "jsauth")
+	for i := range got {
+		got[i] = strings.Trim(got[i], `"`)
+	}
+	slices.Sort(got)
+	if want := []string{"from-sender", "from-token"}; !slices.Equal(got, want) {
+		t.Fatalf("the queue holds %q, want only %q (the root's was completed)", got, want)
+	}
+	if got := drain(t, ctx, c, "jsauth-other"); len(got) != 0 {
+		t.Fatalf("the other queue holds %q, want nothing", got)
+	}
+}
+
+// TestJSSDKTokenExpiry: a JavaScript SDK receiver with a SAS token in its
+// connection string (which it cannot renew) receives until the token
+// expires, about 3 s, then ends with UnauthorizedAccess (expiry.mjs).
+func TestJSSDKTokenExpiry(t *testing.T) {
+	t.Parallel()
+	dir := requireJS(t)
+	c := startTestDev(t, cluster.QueueSpec{Name: "jsexpiry", Props: &placementpb.QueueProperties{}})
+	putRules(t, c, sas.Rule{Name: "js-listen", Entity: "jsexpiry", Rights: sas.Listen, PrimaryKey: "js-listen-key"})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "expiry.mjs", c.AMQPAddr, "jsexpiry", "js-listen:js-listen-key", sas.DevKeyName+":"+sas.DevKey)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+}
+
+// TestJSSDKThrottledBurst: a dev cluster at 10 credits a second; 20
+// concurrent sends of the JavaScript SDK with its default retry policy
+// (throttle.mjs) all succeed, the throttled ones after the SDK retried
+// server-busy, each message lands exactly once, and the throttled
+// counter moved.
+func TestJSSDKThrottledBurst(t *testing.T) {
+	t.Parallel()
+	dir := requireJS(t)
+	c := startTestDevWith(t, func(o *cluster.DevOptions) { o.ThrottleCredits = 10 },
+		cluster.QueueSpec{Name: "jsthrottle", Props: &placementpb.QueueProperties{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const sends = 20
+	cmd := exec.CommandContext(ctx, "node", "throttle.mjs", c.AMQPAddr, "jsthrottle", sas.DevKeyName+":"+sas.DevKey, fmt.Sprint(sends))
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript SDK script failed: %v", err)
+	}
+	if got := c.Frontend.Throttled()["jsthrottle"]; got == 0 {
+		t.Fatal("the throttled counter did not move")
+	}
+	seen := map[string]int{}
+	for _, body := range drain(t, ctx, c, "jsthrottle") {
+		seen[strings.Trim(body, `"`)]++
+	}
+	for i := range sends {
+		if n := seen[fmt.Sprint("m", i)]; n != 1 {
+			t.Errorf("m%d arrived %d times, want once", i, n)
+		}
+	}
+	if len(seen) != sends {
+		t.Errorf("the queue held %d distinct messages, want %d: %v", len(seen), sends, seen)
 	}
 }

@@ -33,8 +33,15 @@ import (
 
 func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 	t.Helper()
+	return startTestDevWith(t, nil, queues...)
+}
+
+// startTestDevWith is startTestDev with options changed by opts (nil:
+// none).
+func startTestDevWith(t *testing.T, opts func(*cluster.DevOptions), queues ...cluster.QueueSpec) *cluster.Dev {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := cluster.StartDev(ctx, cluster.DevOptions{
+	o := cluster.DevOptions{
 		DataDir:          t.TempDir(),
 		AMQPAddr:         "127.0.0.1:0",
 		Nodes:            3,
@@ -42,7 +49,11 @@ func startTestDev(t *testing.T, queues ...cluster.QueueSpec) *cluster.Dev {
 		CacheMB:          16,
 		LogLevel:         "error",
 		FrontendOverGRPC: true,
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	c, err := cluster.StartDev(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -53,7 +53,19 @@ type StorageOptions struct {
 	// and DiskReserveBytes in MiB; 0 takes the node's defaults.
 	WALSegmentMB  int
 	DiskReserveMB int64
-	Logger        *slog.Logger
+	// MaxQueuedSendMB is node.Config.MaxQueuedSendBytes in MiB: the
+	// requests a partition leader holds for its proposer before it
+	// refuses sends as busy. 0 takes the node's default, negative turns
+	// the bound off.
+	MaxQueuedSendMB int64
+	Logger          *slog.Logger
+}
+
+// nodeConfig is the node's part of o.
+func (o StorageOptions) nodeConfig() node.Config {
+	return node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
+		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
+		MaxQueuedSendBytes: o.MaxQueuedSendMB << 20, Creds: o.Creds, Logger: o.Logger}
 }
 
 // shutdownTimeout bounds Storage.Close: a process asked to stop stops,
@@ -73,9 +85,7 @@ type Storage struct {
 }
 
 func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
-	cfg := node.Config{ID: o.ID, DataDir: filepath.Join(o.DataDir, "node"), Listener: o.Listener, AdvertiseAddr: o.AdvertiseAddr, CacheBytes: o.CacheMB << 20,
-		LeaderSyncFirst: o.LeaderSyncFirst, WALSegmentBytes: o.WALSegmentMB << 20, DiskReserveBytes: o.DiskReserveMB << 20,
-		Creds: o.Creds, Logger: o.Logger}
+	cfg := o.nodeConfig()
 	chaosStarted, err := armChaos(&cfg, o.Logger) // nothing unless built with -tags chaostest (chaos.go)
 	if err != nil {
 		return nil, err

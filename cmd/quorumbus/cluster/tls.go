@@ -16,10 +16,7 @@ import (
 // AMQP engine's idle timeout: a peer that sends garbage or nothing holds
 // one connection for that long at most.
 func ListenTLS(addr, certFile, keyFile string, log *slog.Logger) (net.Listener, error) {
-	if certFile == "" || keyFile == "" {
-		return nil, errors.New("a TLS listener needs both a certificate and a key file")
-	}
-	r, err := certs.NewReloader(certFile, keyFile, log)
+	cfg, err := ServerTLS(certFile, keyFile, log)
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +24,21 @@ func ListenTLS(addr, certFile, keyFile string, log *slog.Logger) (net.Listener, 
 	if err != nil {
 		return nil, err
 	}
-	return tls.NewListener(ln, r.TLSConfig()), nil
+	return tls.NewListener(ln, cfg), nil
+}
+
+// ServerTLS is the configuration of a server that presents the
+// certificate and key in the files, re-read when they change
+// (certs.Reloader).
+func ServerTLS(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("a TLS listener needs both a certificate and a key file")
+	}
+	r, err := certs.NewReloader(certFile, keyFile, log)
+	if err != nil {
+		return nil, err
+	}
+	return r.TLSConfig(), nil
 }
 
 // extraHosts are the names, besides localhost and loopback, a dev
