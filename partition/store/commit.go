@@ -16,10 +16,10 @@ import (
 // order its commands need: a message's body, then its state record, then
 // the next message's body; a state record, then a lock index entry. Every
 // insert then lands far from the last and searches the skiplist from the
-// top. Inserted in key order, each lands next to the last: a pebble
-// benchmark of 512-entry batches into a 32 MiB memtable measured 467 ns an
-// entry interleaved and 241 ns sorted, and the memtable inserts were a
-// fifth of the store's work under a backlog (BenchmarkBacklogCycle).
+// top. Inserted in key order, each lands next to the last, and the
+// memtable inserts are a good part of the store's work under a backlog
+// (partition's BenchmarkBacklogCycle; the commit that introduced the sort
+// has the measurements).
 //
 // The order of writes to one key is kept (the sort is stable), so the
 // result is the same store. A batch with a range deletion (an entity
@@ -55,9 +55,9 @@ const bucketPrefix = 14
 
 // retainedBatchBytes is how much of its buffers a SortedCommit keeps from
 // one Apply to the next. Pebble keeps at most 1 MiB of a batch it resets,
-// and a topic's fan-out writes several: its batches grew from nothing by
-// doubling, copy after copy, at every Apply (5 % of the dev cluster's CPU
-// when sending to a topic). partition's maxBatchHint bounds the rest.
+// and a topic's fan-out writes several: its batches would grow from
+// nothing by doubling, copy after copy, at every Apply. partition's
+// maxBatchHint bounds the rest.
 const retainedBatchBytes = 16 << 20
 
 // NewBatch starts a batch of db's as the package's NewBatch does, whose

@@ -61,9 +61,8 @@ func (c *Cursor) open(r pebble.Reader, k EntityKey, sub partitionpb.SubQueue, fr
 // key is absent. Callers seek forward: pebble then tries the next few keys
 // of each level before it searches (TrySeekUsingNext), and a seek to where
 // the iterator already stands costs nothing. Stepping with Next first, as
-// an earlier version did, lost that for the seek after it: completing
-// every other message of a lock went from 71-85k to 60-63k msgs/s
-// (BenchmarkSettleScattered).
+// an earlier version did, lost that for the seek after it, and settling
+// scattered messages slowed down (partition's BenchmarkSettleScattered).
 func (c *Cursor) seek(it *pebble.Iterator, key []byte) ([]byte, error) {
 	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {

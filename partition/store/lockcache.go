@@ -9,8 +9,8 @@ import (
 // by lock token.
 //
 // A settle finds its messages by sequence number with forward seeks of a
-// store iterator, and each seek positions every level of the store: 7% of
-// the dev cluster's CPU while receiving and completing, on every replica.
+// store iterator, and each seek positions every level of the store, for
+// every message settled, on every replica.
 // The messages a client settles were locked moments before, and their
 // state records were written then, so the applier keeps what it wrote.
 //
@@ -29,15 +29,15 @@ import (
 // runs of consecutive numbers, so a run falls into distinct slots, and a
 // slot's buffer is reused by the next record that lands there, so keeping
 // a record allocates nothing once the table is warm. (A map keyed by the
-// number, before, cost the dev cluster 5% of its CPU while receiving in
-// hashing and probing, and an allocation per lock.) The offset keeps apart
-// the runs of entities that number alike: a topic's subscriptions give
-// the copies of one message the same numbers, and without it their locked
-// copies took each other's slots, so that a drain of ten subscriptions read
-// nearly every settled record back from the store's tables. The table
-// starts small and doubles when a record would displace a live one, up to
-// maxLockedStates slots; past that the later record takes the slot and
-// the other is read from the store when asked for.
+// number, before, cost hashing and probing, and an allocation per lock.)
+// The offset keeps apart the runs of entities that number alike: a
+// topic's subscriptions give the copies of one message the same numbers,
+// and without it their locked copies took each other's slots, so that a
+// drain of ten subscriptions read nearly every settled record back from
+// the store's tables. The table starts small and doubles when a record
+// would displace a live one, up to maxLockedStates slots; past that the
+// later record takes the slot and the other is read from the store when
+// asked for.
 type LockedStates struct {
 	slots []lockedState // len is a power of two; slot of seq: seq & (len-1)
 }

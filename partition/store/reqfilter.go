@@ -10,8 +10,8 @@ import (
 // Every send and settle carries a request id, and applying one first looks
 // the id up (partition's requestResult). The id is nearly always new, and a miss read
 // the memtables and, in every level, an index and a data block of the
-// table whose range held the random id: 4.6-6.1% of the dev cluster's CPU
-// while receiving. The filter holds every id recorded since the machine
+// table whose range held the random id, for every command on every
+// replica. The filter holds every id recorded since the machine
 // opened, in Bloom filters, so that an id it has not seen is known to be
 // absent without a read.
 //

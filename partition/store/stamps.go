@@ -174,8 +174,8 @@ func (b *Batch) singleDelete(key []byte) error { return b.pb.SingleDelete(key, n
 // cutoff, and afterwards floor is the oldest entry left (or past every
 // time, when none is), so that the entries that follow skip the scan until
 // that entry falls out of the window. A scan per entry over an empty
-// range, with an iterator over every level of the store, cost 4% of the
-// dev cluster's CPU under load.
+// range would position an iterator over every level of the store each
+// time.
 func (b *Batch) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget int, del func([]byte) error, recordKey func(id []byte) []byte) error {
 	if *floor > cutoff {
 		return nil
