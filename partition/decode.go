@@ -17,9 +17,9 @@ import (
 // proto.Unmarshal copies every bytes field. Every replica decodes every
 // entry it applies, and an entry of sends is nearly all bodies, which the
 // apply path only measures and points at (bodies stay in the Raft log,
-// logbodies.go) or writes into a store batch, which copies them anyway: a
-// profile of 300,000 sends on the dev cluster spent a tenth of its CPU in
-// that decode, most of it copying bodies and collecting them again.
+// logbodies.go) or writes into a store batch, which copies them anyway:
+// the decode's copies of the bodies, and collecting them again, were a
+// large share of what a send costs in profiles of the dev cluster.
 //
 // aliasBatch decodes the shape EncodeBatch writes and lets the sections of
 // each NewMessage point into the entry. It handles Enqueue commands itself
@@ -176,7 +176,8 @@ func aliasNewMessage(p []byte) (*partitionpb.NewMessage, bool) {
 
 // aliasFilterView decodes a FilterView by hand: every replica decodes one
 // per message sent to a topic, and proto.Unmarshal's reflective walk of
-// its map was an eighth of a topic send's apply (ApplyPublish). It gives
+// its map was a large part of a topic send's apply
+// (BenchmarkApplyPublish). It gives
 // up on what proto would merge or keep (a field twice, a key twice, an
 // unknown field, a value with two kinds).
 func aliasFilterView(p []byte) (*partitionpb.FilterView, bool) {

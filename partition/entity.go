@@ -116,8 +116,8 @@ func (e *entity) nextSequence() uint64 {
 // [availHead, fresh), so none when availHead has reached fresh (Lock moves
 // it there when a scan of the index ran out; a message indexed below it
 // moves it back, applier.index). A queue consumed in order then opens no
-// iterator over the index at each Lock: 2 % of the dev cluster's CPU
-// draining a topic's ten subscriptions, in Lock and Machine.Available.
+// iterator over the index at each Lock or Machine.Available, a cost that
+// draining many subscriptions at once would pay for each of them.
 func (e *entity) indexEmpty(q partitionpb.SubQueue) bool {
 	return q == partitionpb.SubQueue_SUB_QUEUE_MAIN && e.availHead[q] >= e.fresh
 }

@@ -22,8 +22,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 //
 // Every replica writes each message body to its Raft log before the entry
 // commits. Writing it into the store as well (memtable, then a blob file at
-// flush) wrote every body twice on every replica: a third of the dev
-// cluster's CPU per message sent went to the second copy. With
+// flush) wrote every body twice on every replica, and the second copy was
+// a large share of the CPU a send costs (the commit that introduced this
+// has the measurements). With
 // Options.Log, a message's state record instead names the entry and the
 // bytes in it that carry the message (StoredMessage.body_index and the
 // fields after it), and readers take the sections from there.
@@ -287,10 +288,9 @@ func (l *logReader) sections(m *partitionpb.StoredMessage) error {
 // newMessageSections returns the header, annotations and bare message of
 // an encoded NewMessage, pointing into p: entries read from the log are
 // never written to, so a body a Lock returns need not be copied out of its
-// entry (the copy and the decoder's allocations were 2% of the dev
-// cluster's CPU when receiving). ok is false for what only protobuf's
-// decoder can judge: a section field of another wire type, or a wire type
-// the walker does not take.
+// entry, nor decoded with protobuf's allocations. ok is false for what
+// only protobuf's decoder can judge: a section field of another wire type,
+// or a wire type the walker does not take.
 func newMessageSections(p []byte) (header, annotations, bare []byte, ok bool) {
 	for len(p) > 0 {
 		f, rest, ok := wire.Next(p)

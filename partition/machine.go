@@ -329,9 +329,9 @@ const maxBatchHint = 16 << 20
 
 // batchHint is the room the next Apply's batch starts with after one of
 // size bytes: a quarter more. A batch of the same shape a little larger
-// than the last (a larger applied index, a longer message id) outgrew the
-// exact size with its last write and doubled, copying all of it: 9 % of
-// the state machine's CPU in BenchmarkDrainSubscriptions, from PutApplied.
+// than the last (a larger applied index, a longer message id) would
+// outgrow the exact size with its last write (PutApplied) and double,
+// copying all of it (BenchmarkDrainSubscriptions shows the cost).
 func batchHint(size int) int { return size + size/4 + 1024 }
 
 // newApplier starts an Apply's batch over the machine's state.

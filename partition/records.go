@@ -64,9 +64,9 @@ func (a *applier) indexed(e *entity, m *partitionpb.StoredMessage) error {
 // message, byte for byte (store.AppendLocked), so every replica writes the same
 // bytes whichever way it locks. A replica that does not answer the batch
 // (its Lock results carry no messages) therefore never decodes the
-// messages it locks: a Lock's decode and encode of each message were a
-// seventh of the dev cluster's CPU when receiving, two thirds of it on
-// replicas whose results nobody reads. An available message has no lock
+// messages it locks: decoding and encoding each message locked was a
+// large share of the CPU a receive costs, most of it on the replicas
+// whose results nobody reads. An available message has no lock
 // fields (unlock clears both, and the encoder leaves zero fields out); one
 // that has is locked the long way.
 func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until int64) error {

@@ -104,9 +104,9 @@ func lockOf(c *partitionpb.Command) (lockTarget, bool) {
 //
 // The record is the same on every replica: what the Lock handed out
 // (the numbers and the token seed; a repeat reads locked-until from the
-// messages), not the answer, which only the answering replica fills with messages. A
-// message each in the record cost 5% of the dev cluster's CPU to marshal
-// when receiving. A Lock that locked nothing records nothing: the node
+// messages), not the answer, which only the answering replica fills with messages:
+// recording the messages would marshal each one again, on every replica,
+// for every receive. A Lock that locked nothing records nothing: the node
 // proposes a waiting receive's Lock again under the same id when
 // messages arrive.
 func (a *applier) lockOnce(c *partitionpb.Command, l lockTarget, done *partitionpb.Result, stale *int64) (*partitionpb.Result, error) {
