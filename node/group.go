@@ -269,13 +269,14 @@ func (n *Node) raftConfig(g *group, hlog *hclogger) *raft.Config {
 	c.HeartbeatTimeout = n.cfg.ElectionTimeout
 	c.ElectionTimeout = n.cfg.ElectionTimeout
 	// The lease is the whole election timeout, not raft's half: a leader
-	// pushing entries of tens of MB through a loaded machine went 0.5-0.9
-	// s without its followers' answers and stepped down, in three of four
-	// runs of 50 MB sends on the dev cluster; with the whole timeout, in
-	// none of three. The lease only decides when a leader that hears no
-	// quorum gives up: reads confirm leadership first (VerifyLeader),
-	// writes need a quorum anyway, and the followers elect another no
-	// sooner than an election timeout either.
+	// pushing entries of tens of MB through a loaded machine can go more
+	// than half an election timeout without its followers' answers, and
+	// with raft's half it stepped down under large sends on the dev
+	// cluster (the commit that set it has the runs). The lease only
+	// decides when a leader that hears no quorum gives up: reads confirm
+	// leadership first (VerifyLeader), writes need a quorum anyway, and
+	// the followers elect another no sooner than an election timeout
+	// either.
 	c.LeaderLeaseTimeout = n.cfg.ElectionTimeout
 	c.MaxAppendEntries = maxAppendEntries
 	// Let raft's leader loop take several of our in-flight proposals in

@@ -12,9 +12,9 @@ import (
 // Codec is gRPC's protobuf codec on the shared pool. gRPC's own codec
 // takes its buffers from gRPC's default pool whatever the server or dial
 // options say, so each request and Raft entry was marshalled into a buffer
-// cleared first (3% of the dev cluster's CPU under load), and each message
-// that arrived in more than one piece was copied into another. The wire
-// format and the name are the same as gRPC's.
+// cleared first, and each message that arrived in more than one piece was
+// copied into another. The wire format and the name are the same as
+// gRPC's.
 type Codec struct{}
 
 var _ encoding.CodecV2 = Codec{}

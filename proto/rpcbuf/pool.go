@@ -4,9 +4,9 @@
 //
 // gRPC's default pool zeroes each buffer it hands out, over the buffer's
 // whole capacity, and has no tier above 1 MiB. Raft AppendEntries and
-// partition requests carry hundreds of KiB of message bodies, so a profile
-// of the dev cluster under load spent 6% of its CPU clearing buffers that
-// the codec overwrote at once. This pool hands buffers out as they are:
+// partition requests carry hundreds of KiB of message bodies, so clearing
+// buffers that the codec overwrites at once shows in profiles of the
+// cluster under load. This pool hands buffers out as they are:
 // gRPC writes every byte of a buffer it takes before reading it.
 package rpcbuf
 
@@ -81,9 +81,8 @@ func (p *Pool) Put(b *[]byte) {
 // gRPC starts a stream at a 64 KiB window and grows it by estimating the
 // link's bandwidth-delay product; a Raft entry or a send request of a few
 // hundred KiB then waits for window updates on its way. Fixed windows large
-// enough for several such messages take those round trips out: sends at
-// 256 in flight went from 18,100-19,400 to 21,600-21,700 msgs/s on the dev
-// cluster (alternated runs).
+// enough for several such messages take those round trips out (the commit
+// that introduced them has the measurements).
 const (
 	streamWindow = 8 << 20
 	connWindow   = 32 << 20

@@ -16,9 +16,9 @@ import (
 // leader sees it (raft.replication.appendEntries.rpc.<peer>), the time
 // from dispatch to commit (raft.commitTime) and the FSM's apply
 // (raft.fsm.applyBatch). Without a sink they are thrown away. With one,
-// every sample takes the sink's lock (about 1% of the dev cluster's CPU
-// under load), so it is opt-in: a measuring tool, not a metrics system
-// (the HTTP gateway brings Prometheus metrics).
+// every sample, several per commit of every group, takes the sink's lock,
+// so it is opt-in: a measuring tool, not a metrics system (the HTTP
+// gateway brings Prometheus metrics).
 
 // raftMetricsInterval is the window /debug/raft-metrics summarizes: the
 // last complete one.

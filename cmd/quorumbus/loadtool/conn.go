@@ -19,11 +19,10 @@ import (
 //
 // go-amqp writes every frame with a write of its own from one goroutine,
 // so a pipelined sender costs one system call per message, and so does
-// every disposition of a receiver: a third of the load tool's CPU, taken
-// from the same two cores as the broker it measures. The SDKs that buffer
-// their writes (rhea in the JavaScript SDK, the .NET SDK's AMQP library)
-// put many frames in one TCP segment too; the broker sees the same frames
-// either way.
+// every disposition of a receiver: CPU taken from the cores the broker it
+// measures runs on. The SDKs that buffer their writes (rhea in the
+// JavaScript SDK, the .NET SDK's AMQP library) put many frames in one TCP
+// segment too; the broker sees the same frames either way.
 //
 // Write copies the bytes into a pending buffer and returns; a flusher
 // goroutine writes what is pending, one write per round. A write error is

@@ -48,10 +48,10 @@ type benchConfig struct {
 
 // benchGCPercent is the load tool's default GC percent. Its live heap is a
 // few megabytes (the messages in flight), so at Go's default of 100 it
-// collects several times a second under load: a twelfth of its CPU when
-// receiving and completing, on the cores the server being measured
-// shares. At 400 the heap stays small and the client costs the machine
-// about 8% less per message received (alternated runs; the commit that set it has them).
+// collects several times a second under load, on the cores the server
+// being measured shares. At 400 the heap stays small and the client takes
+// less of the machine per message received (the commit that set it has
+// the measurements).
 const benchGCPercent = 400
 
 // benchFlags defines the flags of a run on fs, writing them into c.
