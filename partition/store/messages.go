@@ -60,9 +60,9 @@ func (b *Batch) PutNewState(k EntityKey, m *partitionpb.StoredMessage) error {
 // PutNewCopy writes the state record of m as PutNewState does, from the
 // encoding of the record PutNewState wrote last: the caller vouches that m
 // differs from that message in its sequence number alone (the copies of
-// one topic message in subscriptions whose rules changed nothing of it;
-// ten records encoded were a tenth of a topic send's apply). The key is
-// m's own.
+// one topic message in subscriptions whose rules changed nothing of it,
+// which a topic send would otherwise encode once per subscription). The
+// key is m's own.
 func (b *Batch) PutNewCopy(k EntityKey, m *partitionpb.StoredMessage) error {
 	if !b.haveTail {
 		return fmt.Errorf("store: a copy of message %d with no record written before it", m.SequenceNumber)
