@@ -25,33 +25,18 @@ import (
 // replicated, and the next entry carries them all. The batch size follows
 // the load by itself.
 //
-// How the limits were chosen (this 2-core box,
-// 3 replicas, fsync on, 1 KiB messages):
-//   - maxInFlight 4: raft-wal gave ~100k msgs/s at p99 ~10 ms with 64 msgs
-//     per entry and 8 entries in flight, and hardly more with 64 in flight
-//     at ten times the latency. hashicorp/raft writes and replicates the
-//     entries it finds queued together (BatchApplyCh, MaxAppendEntries), so
-//     a few entries in flight already overlap one entry's fsync with the
-//     next one's batching. BenchmarkSendPipelined (256 senders of one
-//     1 KiB message each, 3 runs per setting on a box shared with other
-//     heavy jobs, load 5-7 on 2 cores) packed 30, 18 and 10 requests per
-//     entry with 4, 8 and 16 in flight, and gave 2.5-6.5k, 4.6-6.1k and
-//     4.9-7.8k msgs/s at p50 24-34, 27-43 and 26-38 ms: no setting won
-//     beyond the noise there. The dev cluster driven by the load tool did
-//     decide it: 4 beat 8 in each of nine alternated pairs (sends on one
-//     link 38-42k against 32k msgs/s, on two connections 37-46k against
-//     34-40k, receives 31-34k against 26-28k), at 2-7 µs less server CPU
-//     a message; a lone request still goes out at once. 2, 3 and 6 were
-//     not told apart from 4 through the noise.
-//   - maxBatchBytes 512 KiB: a stock raft group alone peaked at 256
-//     msgs of 1 KiB per entry and fell above (0.5-1 MiB entries), but in
-//     the dev cluster 512 KiB beat 256 KiB in eight of ten alternated
-//     pairs of sends on two links (37-53k against 38-47k msgs/s) and tied
-//     on receives (two pairs of four each way). Entries average under
-//     256 KiB either way, so the limit bites on only some of them;
-//     why 512 KiB still wins is not understood yet. The
-//     limit is a target: the request that crosses it still joins the
-//     batch.
+// Why these limits (the commits that set them have the measurements):
+//   - maxInFlight 4: hashicorp/raft writes and replicates the entries it
+//     finds queued together (BatchApplyCh, MaxAppendEntries), so a few
+//     entries in flight already overlap one entry's fsync with the next
+//     one's batching; more in flight only makes entries smaller and costs
+//     server CPU per message. In the dev cluster 4 beat 8 in alternated
+//     runs of sends and receives, and 2, 3 and 6 did not differ from 4
+//     beyond the noise; a lone request still goes out at once.
+//   - maxBatchBytes 512 KiB: the dev cluster sent faster with it than with
+//     256 KiB and received alike, though entries average under 256 KiB
+//     either way (why it still wins is not understood yet). The limit is a
+//     target: the request that crosses it still joins the batch.
 //   - maxBatchRequests 1024: bounds the waiters one entry wakes and the
 //     work of one apply when requests are tiny (settles of one token).
 //   - maxRequestBytes 4 MiB: one request larger than this is refused; a

@@ -61,8 +61,8 @@ func (s *State) touchGroupEntities(id uint64) {
 // endCommand records what the command at index changed, if it changed the
 // routing table. Past 2*MaxRouteChanges changes it forgets all but the
 // latest MaxRouteChanges at once: a copy of the log every MaxRouteChanges
-// commands, where trimming one at each command copied it at each (3% of
-// all CPU while creating 10,000 queues).
+// commands, where trimming one at each command copied it at each (a
+// visible share of the CPU while creating many entities).
 func (l *changeLog) endCommand(index uint64, routes bool) {
 	entities, rules := l.entities, l.rules
 	l.entities, l.rules = nil, false
