@@ -276,6 +276,9 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 		return
 	}
 	req, err := DecodeSubscription(fields)
+	if err == nil {
+		err = g.authorizeForwards(q.r, req.desc.ForwardTo, req.desc.ForwardDeadLetteredMessagesTo)
+	}
 	if err != nil {
 		g.fail(q, err)
 		return
