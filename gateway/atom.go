@@ -41,8 +41,11 @@ func atomTime(t time.Time) string {
 // entryOut is one entity in an answer: the ATOM envelope around its
 // description.
 type entryOut struct {
-	XMLName   xml.Name   `xml:"entry"`
-	NS        string     `xml:"xmlns,attr"`
+	XMLName xml.Name `xml:"entry"`
+	// NS is the ATOM namespace, declared on an entry answered alone; an
+	// entry of a feed inherits the feed's, as Service Bus writes its
+	// feeds (inFeed).
+	NS        string     `xml:"xmlns,attr,omitempty"`
 	ID        string     `xml:"id"`
 	Title     titleOut   `xml:"title"`
 	Published string     `xml:"published,omitempty"`

@@ -178,7 +178,11 @@ func isXMLChar(r rune) bool {
 // The documents, in the order of their types' fields.
 
 func (e *entryOut) writeAtom(x *xmlWriter) {
-	x.start("entry", "xmlns", e.NS)
+	if e.NS != "" {
+		x.start("entry", "xmlns", e.NS)
+	} else {
+		x.start("entry")
+	}
 	x.elem("id", e.ID)
 	e.Title.writeAtom(x, "title")
 	x.elemOmit("published", e.Published)

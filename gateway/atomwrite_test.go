@@ -160,7 +160,7 @@ func TestAtomWriterMatchesEncodingXML(t *testing.T) {
 	add("namespace info", entryOut{NS: atomNS, ID: "i", Content: contentOut{Type: "application/xml", Body: nsInfo}})
 	feed := &feedOut{NS: atomNS, Title: titleOut{Type: "text", Text: "Queues"}, ID: q.selfLink("$Resources/Queues"), Updated: "u",
 		Links:   []linkOut{{Rel: "self", Href: "h" + awkward}, {Rel: "next", Href: "n"}},
-		Entries: []entryOut{g.entry(q, queue, describeQueue(queue, counts)), g.entry(q, plain, describeQueue(plain, nil))}}
+		Entries: inFeed([]entryOut{g.entry(q, queue, describeQueue(queue, counts)), g.entry(q, plain, describeQueue(plain, nil))})}
 	docs["feed"] = struct {
 		write func(*xmlWriter)
 		ref   any

@@ -14,6 +14,7 @@ var httpErrors = []struct {
 	err  error
 	code int
 }{
+	{ErrForwardAuth, http.StatusUnauthorized},
 	{ErrBadXML, http.StatusBadRequest},
 	{ErrBadProperty, http.StatusBadRequest},
 	{ErrNotImplemented, http.StatusNotImplemented},

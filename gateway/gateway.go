@@ -234,6 +234,60 @@ func (g *Gateway) authorizeToken(header, host, path string) error {
 	return nil
 }
 
+// The headers in which the admin clients send a token for the target of
+// a forwarding entity, as Service Bus names them.
+const (
+	forwardAuthHeader    = "ServiceBusSupplementaryAuthorization"
+	dlqForwardAuthHeader = "ServiceBusDlqSupplementaryAuthorization"
+)
+
+// authorizeForwards checks, as Service Bus does, that a description that
+// forwards (to forwardTo, or its dead letters to dlqTo; "" for none)
+// comes with a token in the supplementary authorization header that
+// grants Send on the target: the Manage right on the entity is not the
+// right to send into another. An update checks it again, as the clients
+// send the header with every PUT that carries the property.
+func (g *Gateway) authorizeForwards(r *http.Request, forwardTo, dlqTo string) error {
+	for _, f := range []struct{ property, target, header string }{
+		{"ForwardTo", forwardTo, forwardAuthHeader},
+		{"ForwardDeadLetteredMessagesTo", dlqTo, dlqForwardAuthHeader},
+	} {
+		if f.target == "" {
+			continue
+		}
+		header := r.Header.Get(f.header)
+		if header == "" {
+			return fmt.Errorf("%w: %s %q: no %s header", ErrForwardAuth, f.property, f.target, f.header)
+		}
+		if err := g.authorizeTarget(header, r.Host, f.target); err != nil {
+			return fmt.Errorf("%w: %s %q: %s: %w", ErrForwardAuth, f.property, f.target, f.header, err)
+		}
+	}
+	return nil
+}
+
+// authorizeTarget checks a supplementary authorization token for the
+// Send right on the entity path target.
+func (g *Gateway) authorizeTarget(header, host, target string) error {
+	t, err := ParseToken(header)
+	if err != nil {
+		return err
+	}
+	var rights Rights
+	if v, ok := g.cfg.Validator.(TargetValidator); ok {
+		rights, err = v.ValidateTarget(t, host, target, g.cfg.Now())
+	} else if rights, err = g.cfg.Validator.Validate(t, g.cfg.Now()); err == nil && !t.Covers(host, target) {
+		err = fmt.Errorf("%w: token for %q, target %s/%s", ErrAudience, t.Resource, host, target)
+	}
+	if err != nil {
+		return err
+	}
+	if rights&RightSend == 0 {
+		return errors.New("gateway: the token's rule has no Send right")
+	}
+	return nil
+}
+
 func (g *Gateway) namespaceInfo(q request) {
 	started := atomTime(g.cfg.Started)
 	writeEntry(q.w, http.StatusOK, entryOut{
@@ -324,6 +378,9 @@ func (g *Gateway) putEntity(q request, name string) {
 		return
 	}
 	req, err := DecodeQueue(fields)
+	if err == nil {
+		err = g.authorizeForwards(q.r, req.desc.ForwardTo, req.desc.ForwardDeadLetteredMessagesTo)
+	}
 	if err != nil {
 		g.fail(q, err)
 		return

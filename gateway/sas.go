@@ -20,6 +20,10 @@ var (
 	ErrBadSignature = errors.New("gateway: SharedAccessSignature does not match a key")
 	ErrAudience     = errors.New("gateway: SharedAccessSignature is for another resource")
 	ErrNoManage     = errors.New("gateway: the Manage right is required for this operation")
+	// ErrForwardAuth: a description that forwards (ForwardTo,
+	// ForwardDeadLetteredMessagesTo) without a supplementary
+	// authorization header that grants Send on its target.
+	ErrForwardAuth = errors.New("gateway: forwarding needs a SharedAccessSignature with the Send right on its target")
 )
 
 // Rights are the claims a SAS rule grants (Service Bus's AccessRights).
@@ -137,6 +141,17 @@ type ValidatorFunc func(t Token, now time.Time) (Rights, error)
 // Validate calls f.
 func (f ValidatorFunc) Validate(t Token, now time.Time) (Rights, error) { return f(t, now) }
 
+// A TargetValidator is a Validator that also checks the token of a
+// supplementary authorization header, whose audience need not be a URL
+// (the admin clients sign an entity name or the namespace's host):
+// the rights it grants on the entity path target in the namespace
+// served at host, or an error wrapping ErrAudience when it does not
+// reach target. Without one, such a token must name a URL that covers
+// target, as an Authorization header's must.
+type TargetValidator interface {
+	ValidateTarget(t Token, host, target string, now time.Time) (Rights, error)
+}
+
 // RuleSource gives the namespace's SAS rules as they stand
 // (frontend/routing.Router keeps them from the catalog, with the seed
 // rules the process was given).
@@ -159,6 +174,26 @@ func (v RulesValidator) Validate(t Token, now time.Time) (Rights, error) {
 	if err != nil {
 		return 0, fmt.Errorf("gateway: token refused: %w", err)
 	}
+	return rights(claim), nil
+}
+
+var _ TargetValidator = RulesValidator{}
+
+// ValidateTarget implements TargetValidator with
+// placement/sas.Ruleset.ValidateRelative.
+func (v RulesValidator) ValidateTarget(t Token, host, target string, now time.Time) (Rights, error) {
+	claim, err := v.Rules.Ruleset().ValidateRelative(t.Raw, host, now)
+	if err != nil {
+		return 0, fmt.Errorf("gateway: token refused: %w", err)
+	}
+	if !claim.Covers(target) {
+		return 0, fmt.Errorf("%w: token for %q, target %q", ErrAudience, t.Resource, target)
+	}
+	return rights(claim), nil
+}
+
+// rights are a claim's rights in the gateway's terms.
+func rights(claim sas.Claim) Rights {
 	var r Rights
 	for _, m := range []struct {
 		sas  sas.Rights
@@ -168,5 +203,5 @@ func (v RulesValidator) Validate(t Token, now time.Time) (Rights, error) {
 			r |= m.ours
 		}
 	}
-	return r, nil
+	return r
 }

@@ -178,6 +178,18 @@ func page(es []*placementpb.Entity, top int) ([]*placementpb.Entity, bool) {
 	return es, false
 }
 
+// inFeed makes entries those of a feed: they inherit its namespace
+// rather than declare it each, as Service Bus's feeds do. The Go admin
+// client's decoding costs about 12 ns a byte and 0.3-0.6 µs an element
+// and each declaration it meets (BenchmarkGoAdminListDecode), which is what a
+// list of the namespace waits on.
+func inFeed(entries []entryOut) []entryOut {
+	for i := range entries {
+		entries[i].NS = ""
+	}
+	return entries
+}
+
 // writeFeed answers a page of a list, with a next link (by which the
 // JavaScript client pages) when more follow.
 func (g *Gateway) writeFeed(q request, title, path string, skip, top int, more bool, entries []entryOut) {
@@ -187,7 +199,7 @@ func (g *Gateway) writeFeed(q request, title, path string, skip, top int, more b
 		ID:      q.selfLink(path),
 		Updated: atomTime(g.cfg.Now()),
 		Links:   []linkOut{{Rel: "self", Href: q.selfLink(path)}},
-		Entries: entries,
+		Entries: inFeed(entries),
 	}
 	if more {
 		next := q.base + "/" + path + "?" + url.Values{
@@ -276,6 +288,9 @@ func (g *Gateway) putSubscription(q request, name, title string) {
 		return
 	}
 	req, err := DecodeSubscription(fields)
+	if err == nil {
+		err = g.authorizeForwards(q.r, req.desc.ForwardTo, req.desc.ForwardDeadLetteredMessagesTo)
+	}
 	if err != nil {
 		g.fail(q, err)
 		return

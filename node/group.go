@@ -77,6 +77,7 @@ type group struct {
 	raftRef atomic.Pointer[raft.Raft] // raft for the log's goroutines, which start before it
 	stable  *raftboltdb.BoltStore
 	prop    *proposer
+	snaps   *sizedSnapshots // its newest snapshot's size, for the metrics
 
 	opened time.Time // when the group was opened on this node
 
@@ -204,10 +205,12 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 	cached := newLogCache(logs, int(n.cfg.LogCacheBytes), logCacheEntries)
 	g.cache = cached
 
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir(dir), retainSnapshots, hlog.Named("snapshots"))
+	files, err := raft.NewFileSnapshotStoreWithLogger(raftDir(dir), retainSnapshots, hlog.Named("snapshots"))
 	if err != nil {
 		return nil, fmt.Errorf("node: group %d: snapshot store: %w", id, err)
 	}
+	snaps := newSizedSnapshots(files)
+	g.snaps = snaps
 
 	g.machine, err = n.openMachine(stateDir(dir), cached)
 	if err != nil {

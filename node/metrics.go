@@ -1,8 +1,10 @@
 package node
 
 import (
+	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -100,6 +102,7 @@ var (
 	descAppliedIndex = prometheus.NewDesc("quorumbus_raft_applied_index", "Last index the state machine applied.", groupLabels, nil)
 	descSnapIndex    = prometheus.NewDesc("quorumbus_raft_snapshot_index", "Last index of the newest snapshot.", groupLabels, nil)
 	descLogEntries   = prometheus.NewDesc("quorumbus_raft_entries_since_snapshot", "Raft log entries after the newest snapshot (what a restart replays).", groupLabels, nil)
+	descSnapBytes    = prometheus.NewDesc("quorumbus_raft_snapshot_bytes", "Size of the replica's newest snapshot (0 before its first).", groupLabels, nil)
 	descLogBytes     = prometheus.NewDesc("quorumbus_raft_log_bytes_since_snapshot", "Bytes of entry data written to the Raft log since the last snapshot (a snapshot is taken once it passes the node's threshold).", groupLabels, nil)
 	descInFlight     = prometheus.NewDesc("quorumbus_raft_proposals_in_flight", "Raft entries this leader proposed that have not been answered.", groupLabels, nil)
 	descQueued       = prometheus.NewDesc("quorumbus_raft_requests_queued", "Client requests waiting for the proposer to pack them into an entry.", groupLabels, nil)
@@ -153,6 +156,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			if g.cache != nil {
 				gauge(descLogBytes, float64(g.cache.appended.Load()))
 			}
+			if g.snaps != nil {
+				gauge(descSnapBytes, float64(g.snaps.latest.Load()))
+			}
 		}
 		gauge(descCommitIndex, float64(st.CommitIndex))
 		for _, f := range st.Followers {
@@ -172,4 +178,55 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// sizedSnapshots is a group's snapshot store that remembers the size of
+// its newest snapshot for quorumbus_raft_snapshot_bytes, so that a
+// scrape reads no directory: the size is read from the store once when
+// the group opens, then counted as each snapshot is written (taken here,
+// or installed from the leader) and closed.
+type sizedSnapshots struct {
+	raft.SnapshotStore
+	latest atomic.Int64
+}
+
+func newSizedSnapshots(s raft.SnapshotStore) *sizedSnapshots {
+	z := &sizedSnapshots{SnapshotStore: s}
+	if list, err := s.List(); err == nil && len(list) > 0 {
+		z.latest.Store(list[0].Size)
+	}
+	return z
+}
+
+// Create implements raft.SnapshotStore.
+func (z *sizedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration, configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := z.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	return &sizedSink{SnapshotSink: sink, store: z}, nil
+}
+
+// sizedSink counts what is written to a snapshot; a snapshot closed
+// whole becomes the newest, one cancelled changes nothing.
+type sizedSink struct {
+	raft.SnapshotSink
+	store *sizedSnapshots
+	n     int64
+}
+
+var _ io.Writer = (*sizedSink)(nil)
+
+func (k *sizedSink) Write(p []byte) (int, error) {
+	n, err := k.SnapshotSink.Write(p)
+	k.n += int64(n)
+	return n, err
+}
+
+func (k *sizedSink) Close() error {
+	if err := k.SnapshotSink.Close(); err != nil {
+		return err
+	}
+	k.store.latest.Store(k.n)
+	return nil
 }

@@ -2,13 +2,19 @@ package node_test
 
 import (
 	"fmt"
+	"io"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/node/nodetest"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 // TestReplicationLag cuts a follower off while the leader commits more,
@@ -102,4 +108,58 @@ func labelOf(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestSnapshotBytes: quorumbus_raft_snapshot_bytes is 0 before a
+// replica's first snapshot, then the size of its newest snapshot as the
+// snapshot store records it (so it grows with what the snapshot holds),
+// and after a restart the size read back from the store.
+func TestSnapshotBytes(t *testing.T) {
+	c := nodetest.Start(t, nodetest.Options{Groups: []uint64{group}, Configure: func(_ int, cfg *node.Config) {
+		cfg.SnapshotThreshold = 32
+		cfg.SnapshotInterval = 50 * time.Millisecond
+	}})
+	cl := c.Client(group)
+	// newest is what the snapshot store on disk says of node i's newest
+	// snapshot (0 for none).
+	newest := func(i int) int64 {
+		snaps, err := raft.NewFileSnapshotStore(filepath.Join(c.Dir(i), "groups", fmt.Sprint(group), "raft"), 2, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := snaps.List()
+		if err != nil || len(list) == 0 {
+			return 0
+		}
+		return list[0].Size
+	}
+	for i := range c.Len() {
+		if got := gaugeOf(t, c.Node(i).Collector(), "quorumbus_raft_snapshot_bytes", ""); got != 0 || newest(i) != 0 {
+			t.Fatalf("node %d: snapshot_bytes %v before any snapshot (store: %d)", i, got, newest(i))
+		}
+	}
+	upsertEntity(t, cl, 60_000)
+	const n, size = 100, 2 << 10
+	for i := range n {
+		msg := &partitionpb.NewMessage{MessageId: fmt.Sprint(i), Bare: make([]byte, size)}
+		if _, err := cl.Send(ctxFor(t), &partitionpb.SendRequest{EntityId: entity, Messages: []*partitionpb.NewMessage{msg}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range c.Len() {
+		c.WaitFor(fmt.Sprintf("node %d's snapshot to hold a quarter of the %d messages at least, and the gauge to say its size", i, n), func() bool {
+			got := gaugeOf(t, c.Node(i).Collector(), "quorumbus_raft_snapshot_bytes", "")
+			return got >= n/4*size && int64(got) == newest(i)
+		})
+	}
+	before := gaugeOf(t, c.Node(0).Collector(), "quorumbus_raft_snapshot_bytes", "")
+	c.Kill(0)
+	c.Restart(0)
+	c.WaitFor("node 0's group to open again", func() bool {
+		_, err := c.Node(0).Group(group)
+		return err == nil
+	})
+	if got := gaugeOf(t, c.Node(0).Collector(), "quorumbus_raft_snapshot_bytes", ""); got != float64(newest(0)) || got < before {
+		t.Errorf("after a restart: snapshot_bytes %v, the store's newest %d, %v before", got, newest(0), before)
+	}
 }

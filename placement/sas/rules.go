@@ -185,6 +185,12 @@ func (rs *Ruleset) Validate(token, namespace string, now time.Time) (Claim, erro
 	if namespace != "" && !strings.EqualFold(stripPort(host), stripPort(namespace)) {
 		return Claim{}, fmt.Errorf("%w: the audience names host %q", ErrNamespace, truncate(host))
 	}
+	return rs.claim(t, path, now)
+}
+
+// claim finds the rule named by the token's skn whose scope covers path
+// (the entity path the audience names) and whose key signed the token.
+func (rs *Ruleset) claim(t *Token, path string, now time.Time) (Claim, error) {
 	var candidates []Rule
 	if rs != nil {
 		candidates = rs.byName[strings.ToLower(t.KeyName)]

@@ -413,7 +413,7 @@ func TestJSAdminClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), sas.DevKeyName, sas.DevKey)
-	cmd := exec.CommandContext(ctx, "node", "admin.mjs", conn)
+	cmd := exec.CommandContext(ctx, "node", "admin.mjs", conn, cluster.ConnectionString(c.AMQPAddr))
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+c.AdminCert)
 	out, err := cmd.CombinedOutput()

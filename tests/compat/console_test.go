@@ -266,3 +266,66 @@ func waitRoutable(t *testing.T, c *cluster.Dev, queue string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestConsoleResendOne: the console's "resend" of one dead-lettered
+// message (a re-drive naming its sequence number) moves that message
+// and no other back to its queue, where the SDK receives it; resending
+// it again, or a number that names nothing, moves nothing. On a plain
+// and a partitioned queue (where the number names the partition).
+func TestConsoleResendOne(t *testing.T) {
+	t.Parallel()
+	c := startAdminDev(t)
+	ac := adminClient(t, c, sas.DevKeyName, sas.DevKey)
+	client := devClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cc := newConsoleClient(t, c)
+	var e map[string]any
+	if code := cc.post("signin", map[string]string{"keyName": sas.DevKeyName, "key": sas.DevKey}, &e); code != http.StatusOK {
+		t.Fatalf("sign-in: %d %v", code, e)
+	}
+	for _, tc := range []struct {
+		name        string
+		partitioned bool
+	}{{"one", false}, {"many", true}} {
+		if _, err := ac.CreateQueue(ctx, tc.name, &admin.CreateQueueOptions{Properties: &admin.QueueProperties{EnablePartitioning: to.Ptr(tc.partitioned)}}); err != nil {
+			t.Fatal(err)
+		}
+		waitRoutable(t, c, tc.name)
+		deadLetterAll(t, ctx, client, tc.name, 6)
+		var msgs []struct {
+			SequenceNumber uint64 `json:"sequenceNumber"`
+			Body           string `json:"body"`
+		}
+		if code := cc.get("messages?dlq=1&name="+tc.name, &msgs); code != http.StatusOK || len(msgs) != 6 {
+			t.Fatalf("%s: peek of the dead-letter queue: %d, %d messages", tc.name, code, len(msgs))
+		}
+		pick := msgs[3]
+		var moved map[string]int
+		if code := cc.post("redrive", map[string]any{"name": tc.name, "sequence": []uint64{pick.SequenceNumber}}, &moved); code != http.StatusOK || moved["moved"] != 1 {
+			t.Fatalf("%s: resend of %d: %d %v", tc.name, pick.SequenceNumber, code, moved)
+		}
+		if got := receiveCompleted(t, ctx, client, tc.name, 1); len(got) != 1 || got[0] != pick.Body {
+			t.Fatalf("%s: received %v after resending %q", tc.name, got, pick.Body)
+		}
+		if a, d := runtimeCounts(t, ctx, ac, tc.name); a != 0 || d != 5 {
+			t.Fatalf("%s: after resending one: active %d, dead-lettered %d; want 0 and 5", tc.name, a, d)
+		}
+		for _, seq := range []uint64{pick.SequenceNumber, pick.SequenceNumber + 1<<40} {
+			if code := cc.post("redrive", map[string]any{"name": tc.name, "sequence": []uint64{seq}}, &moved); code != http.StatusOK || moved["moved"] != 0 {
+				t.Errorf("%s: resend of %d, moved already or never there: %d %v", tc.name, seq, code, moved)
+			}
+		}
+		var left []struct {
+			SequenceNumber uint64 `json:"sequenceNumber"`
+		}
+		if code := cc.get("messages?dlq=1&name="+tc.name, &left); code != http.StatusOK || len(left) != 5 {
+			t.Fatalf("%s: the dead-letter queue after: %d, %d messages", tc.name, code, len(left))
+		}
+		for _, m := range left {
+			if m.SequenceNumber == pick.SequenceNumber {
+				t.Errorf("%s: %d is still dead-lettered", tc.name, m.SequenceNumber)
+			}
+		}
+	}
+}

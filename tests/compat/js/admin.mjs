@@ -1,15 +1,17 @@
 // Drives quorumbus's management API with the official JavaScript admin
 // client (ServiceBusAdministrationClient, ATOM over HTTPS): create, get,
 // update, runtime properties, list in pages, exists, delete, namespace
-// properties, and the errors Azure gives. Usage:
+// properties, runtime counts after sends, schedules and a dead-letter by
+// the SDK's ServiceBusClient, forwarding (its supplementary authorization
+// header), and the errors Azure gives. Usage:
 //
-//   NODE_EXTRA_CA_CERTS=<admin-cert.pem> node admin.mjs "<connection string>"
+//   NODE_EXTRA_CA_CERTS=<admin-cert.pem> node admin.mjs "<admin connection string>" "<AMQP connection string>"
 //
 // Exits 0 when every step behaved as Azure Service Bus documents, 1 with
 // "FAIL <step>: <reason>" otherwise. A timer ends it.
-import { ServiceBusAdministrationClient } from "@azure/service-bus";
+import { ServiceBusAdministrationClient, ServiceBusClient } from "@azure/service-bus";
 
-const [connectionString] = process.argv.slice(2);
+const [connectionString, amqpConnectionString] = process.argv.slice(2);
 const deadline = setTimeout(() => fail("timeout", "did not finish within 100 s"), 100_000);
 
 function fail(step, reason) {
@@ -77,6 +79,51 @@ try {
 
   const ns = await admin.getNamespaceProperties();
   check("namespace", ns.name === "quorumbus" && ns.messagingSku === "Standard", JSON.stringify(ns));
+
+  // Runtime counts after real traffic: 4 sent, 2 scheduled an hour
+  // ahead, 1 of the 4 dead-lettered.
+  await admin.createQueue("jscount");
+  const client = new ServiceBusClient(amqpConnectionString, { retryOptions: { maxRetries: 2, timeoutInMs: 20_000 } });
+  const sender = client.createSender("jscount");
+  await sender.sendMessages([1, 2, 3, 4].map((n) => ({ body: `m${n}` })));
+  await sender.scheduleMessages([{ body: "s1" }, { body: "s2" }], new Date(Date.now() + 3_600_000));
+  const receiver = client.createReceiver("jscount", { receiveMode: "peekLock" });
+  let [poison] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 5000 });
+  for (let i = 0; !poison && i < 5; i++) [poison] = await receiver.receiveMessages(1, { maxWaitTimeInMs: 2000 });
+  check("receive one to dead-letter", poison !== undefined, "no message");
+  await receiver.deadLetterMessage(poison, { deadLetterReason: "Poison" });
+  await client.close();
+  let counts;
+  for (let i = 0; i < 50; i++) {
+    counts = await admin.getQueueRuntimeProperties("jscount");
+    if (counts.activeMessageCount === 3 && counts.deadLetterMessageCount === 1 && counts.scheduledMessageCount === 2) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  check("runtime counts after sends", counts.activeMessageCount === 3 && counts.deadLetterMessageCount === 1 &&
+    counts.scheduledMessageCount === 2 && counts.totalMessageCount === 6 && counts.transferMessageCount === 0 &&
+    counts.sizeInBytes > 0 && counts.accessedAt > counts.createdAt, JSON.stringify(counts));
+  const listed = [];
+  for await (const q of admin.listQueuesRuntimeProperties()) if (q.name === "jscount") listed.push(q);
+  check("listed runtime counts", listed.length === 1 && listed[0].activeMessageCount === 3 &&
+    listed[0].deadLetterMessageCount === 1 && listed[0].scheduledMessageCount === 2, JSON.stringify(listed));
+
+  // Forwarding: the client sends a token for the namespace's host in
+  // ServiceBusSupplementaryAuthorization (and the DLQ one), which the
+  // gateway requires.
+  const fwd = await admin.createQueue("jsfwd", { forwardTo: "jscount", forwardDeadLetteredMessagesTo: "jscount" });
+  check("create with forwardTo", fwd.forwardTo?.endsWith("jscount") && fwd.forwardDeadLetteredMessagesTo?.endsWith("jscount"),
+    JSON.stringify(fwd));
+  fwd.maxDeliveryCount = 3;
+  const fwdUpdated = await admin.updateQueue(fwd);
+  check("update with forwardTo", fwdUpdated.maxDeliveryCount === 3 && fwdUpdated.forwardTo?.endsWith("jscount"),
+    JSON.stringify(fwdUpdated));
+
+  // A wrong key is 401, which the client does not retry.
+  const wrongKey = connectionString.replace(/SharedAccessKey=[^;]*/, "SharedAccessKey=wrong");
+  const stranger = new ServiceBusAdministrationClient(wrongKey, { retryOptions: { maxRetries: 0 } });
+  check("wrong key is 401", (await status(() => stranger.getQueueRuntimeProperties("jscount"))) === 401, "not 401");
+  check("wrong key cannot create", (await status(() => stranger.createQueue("jsintruder"))) === 401 &&
+    !(await admin.queueExists("jsintruder")), "created");
 
 } catch (err) {
   fail("unexpected error", err?.stack ?? String(err));
