@@ -22,7 +22,7 @@ type Backend interface {
 	Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error)
 	RenewLocks(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewLocks) (*partitionpb.Result, error)
 	// Peek reads messages from a sequence number on, without locking them.
-	Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error)
+	Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.Message, error)
 	CancelScheduled(ctx context.Context, e *placementpb.Entity, c *partitionpb.CancelScheduled) (*partitionpb.Result, error)
 	// ReceiveDeferred locks (or takes) deferred messages by sequence number.
 	ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error)

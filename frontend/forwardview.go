@@ -26,7 +26,7 @@ import (
 // nm is changed in place; its old bare message is not written to.
 func ForTopic(nm *partitionpb.NewMessage) error {
 	if o := nm.GetForwarded(); o != nil && (o.ActionSet != nil || len(o.ActionRemoved) > 0 || len(o.ModifiedProperties) > 0 || o.DeadLetterSource != "") {
-		m := &partitionpb.StoredMessage{Bare: nm.Bare, ActionSet: o.ActionSet, ActionRemoved: o.ActionRemoved, ModifiedProperties: o.ModifiedProperties,
+		m := &partitionpb.Message{Bare: nm.Bare, ActionSet: o.ActionSet, ActionRemoved: o.ActionRemoved, ModifiedProperties: o.ModifiedProperties,
 			DeadLetterReason: o.DeadLetterReason, DeadLetterDescription: o.DeadLetterDescription, DeadLetterSource: o.DeadLetterSource}
 		bare, err := appendRewrittenBare(nil, m)
 		if err != nil {

@@ -31,7 +31,7 @@ func FuzzIncoming(f *testing.F) {
 		if err != nil {
 			return
 		}
-		stored := &partitionpb.StoredMessage{SequenceNumber: 1, Header: nm.Header, Annotations: nm.Annotations, Bare: nm.Bare}
+		stored := &partitionpb.Message{SequenceNumber: 1, Header: nm.Header, Annotations: nm.Annotations, Bare: nm.Bare}
 		out, err := outgoing(nil, stored, true)
 		if err != nil {
 			t.Fatalf("incoming accepted % x but it cannot be delivered: %v", payload, err)

@@ -441,7 +441,7 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 			sid = lock.id
 		}
 	}
-	var found []*partitionpb.StoredMessage
+	var found []*partitionpb.Message
 	switch {
 	case sid != "":
 		p := partitionpb.PartitionForKey(sid, partitions)
@@ -493,14 +493,14 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 // when every partition answered without messages, and the first failure
 // when none had messages and some failed (an empty answer would end the
 // client's paging).
-func (c *conn) peekPartitions(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, from uint64, count, partitions uint32) ([]*partitionpb.StoredMessage, error) {
+func (c *conn) peekPartitions(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, from uint64, count, partitions uint32) ([]*partitionpb.Message, error) {
 	first := partitionpb.PartitionOfSequence(from)
 	if first >= partitions {
 		return nil, nil
 	}
 	start := func(p uint32) uint64 { return max(from, partitionpb.SequenceNumber(p, 0)) }
 	type answer struct {
-		msgs []*partitionpb.StoredMessage
+		msgs []*partitionpb.Message
 		err  error
 		done bool
 	}

@@ -190,7 +190,7 @@ func messageIDString(id any) string {
 
 // outgoing appends to dst a stored message rendered for delivery: the
 // broker's header and annotations around the sender's bare message.
-func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, error) {
+func outgoing(dst []byte, m *partitionpb.Message, locked bool) ([]byte, error) {
 	var pre amqp.Message
 	if len(m.Header) > 0 {
 		if err := pre.Decode(m.Header); err != nil {
@@ -243,7 +243,7 @@ func outgoing(dst []byte, m *partitionpb.StoredMessage, locked bool) ([]byte, er
 // DeadLetterReason and DeadLetterErrorDescription (always strings: the SDK
 // type-asserts them). Only that section is re-encoded; the others keep the
 // sender's bytes.
-func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, error) {
+func appendRewrittenBare(out []byte, m *partitionpb.Message) ([]byte, error) {
 	bare, err := withActionProperties(m.Bare, m.ActionSet)
 	if err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ func appendRewrittenBare(out []byte, m *partitionpb.StoredMessage) ([]byte, erro
 // deadLettered reports whether m carries a dead-letter reason: it is in a
 // dead-letter queue, or was auto-forwarded from one (DeadLetterSource is
 // set only then, as on Service Bus).
-func deadLettered(m *partitionpb.StoredMessage) bool {
+func deadLettered(m *partitionpb.Message) bool {
 	return m.SubQueue == partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER || m.DeadLetterSource != ""
 }
 

@@ -56,8 +56,8 @@ func BenchmarkOutgoing(b *testing.B) {
 		b.Fatal(err)
 	}
 	now := time.Now().UnixMilli()
-	stored := func() *partitionpb.StoredMessage {
-		return &partitionpb.StoredMessage{
+	stored := func() *partitionpb.Message {
+		return &partitionpb.Message{
 			SequenceNumber: 42, EnqueuedTimeMs: now, LockedUntilMs: now + 60_000, DeliveryCount: 1,
 			LockToken: bytes.Repeat([]byte{7}, 16),
 			Header:    nm.Header, Annotations: nm.Annotations, Bare: nm.Bare,
@@ -67,7 +67,7 @@ func BenchmarkOutgoing(b *testing.B) {
 	dead.SubQueue, dead.DeadLetterReason, dead.DeadLetterDescription = partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER, "reason", "description"
 	for _, bc := range []struct {
 		name string
-		m    *partitionpb.StoredMessage
+		m    *partitionpb.Message
 	}{{"peek-lock", stored()}, {"dead-letter", dead}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var buf []byte

@@ -25,8 +25,8 @@ import (
 type partBackend struct {
 	mu      sync.Mutex
 	e       *placementpb.Entity
-	msgs    [][]*partitionpb.StoredMessage // by partition, in sequence order
-	next    []uint64                       // the next counter of each partition
+	msgs    [][]*partitionpb.Message // by partition, in sequence order
+	next    []uint64                 // the next counter of each partition
 	changed chan struct{}
 	// down partitions fail every call with ErrUnavailable; stale keeps
 	// Serving reporting them well, as the catalog does for a few seconds.
@@ -50,7 +50,7 @@ func newPartBackend(partitions int) *partBackend {
 	}
 	return &partBackend{
 		e:       &placementpb.Entity{Id: 1, Name: "pq", PartitionGroups: groups, Properties: &placementpb.QueueProperties{}},
-		msgs:    make([][]*partitionpb.StoredMessage, partitions),
+		msgs:    make([][]*partitionpb.Message, partitions),
 		next:    make([]uint64, partitions),
 		changed: make(chan struct{}),
 		down:    map[uint32]bool{}, endless: map[uint32]bool{}, peekHold: map[uint32]chan struct{}{},
@@ -70,7 +70,7 @@ func (b *partBackend) Entity(name string) (*placementpb.Entity, error) {
 }
 
 // add stores a message in partition p; b.mu is held.
-func (b *partBackend) add(p uint32, m *partitionpb.StoredMessage) uint64 {
+func (b *partBackend) add(p uint32, m *partitionpb.Message) uint64 {
 	b.next[p]++
 	m.SequenceNumber = partitionpb.SequenceNumber(p, b.next[p])
 	m.EnqueuedTimeMs = time.Now().UnixMilli()
@@ -84,7 +84,7 @@ func (b *partBackend) add(p uint32, m *partitionpb.StoredMessage) uint64 {
 func (b *partBackend) put(p uint32, body string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.add(p, &partitionpb.StoredMessage{Bare: dataBody(body)})
+	b.add(p, &partitionpb.Message{Bare: dataBody(body)})
 }
 
 // stored returns how many messages each partition holds.
@@ -106,7 +106,7 @@ func (b *partBackend) Send(_ context.Context, e *placementpb.Entity, p uint32, m
 	}
 	res := &partitionpb.Result{}
 	for _, m := range msgs {
-		seq := b.add(p, &partitionpb.StoredMessage{MessageId: m.MessageId, Header: m.Header, Annotations: m.Annotations, Bare: m.Bare})
+		seq := b.add(p, &partitionpb.Message{MessageId: m.MessageId, Header: m.Header, Annotations: m.Annotations, Bare: m.Bare})
 		res.SequenceNumbers = append(res.SequenceNumbers, seq)
 	}
 	return res, nil
@@ -124,7 +124,7 @@ func (b *partBackend) Receive(ctx context.Context, e *placementpb.Entity, req *p
 		}
 		if b.endless[p] {
 			for range req.MaxCount {
-				b.add(p, &partitionpb.StoredMessage{Bare: dataBody(fmt.Sprint("endless-", b.next[p]+1))})
+				b.add(p, &partitionpb.Message{Bare: dataBody(fmt.Sprint("endless-", b.next[p]+1))})
 			}
 		}
 		res := &partitionpb.Result{}
@@ -183,7 +183,7 @@ func (b *partBackend) RenewLocks(context.Context, *placementpb.Entity, *partitio
 	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
 }
 
-func (b *partBackend) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+func (b *partBackend) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.Message, error) {
 	p := req.Partition
 	b.mu.Lock()
 	b.peeked = append(b.peeked, p)
@@ -201,7 +201,7 @@ func (b *partBackend) Peek(ctx context.Context, e *placementpb.Entity, req *part
 	if b.down[p] {
 		return nil, frontend.ErrUnavailable
 	}
-	var out []*partitionpb.StoredMessage
+	var out []*partitionpb.Message
 	for _, m := range b.msgs[p] {
 		if m.SequenceNumber >= req.FromSequenceNumber && len(out) < int(req.MaxCount) {
 			out = append(out, m)

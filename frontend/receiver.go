@@ -40,7 +40,7 @@ type receiver struct {
 	// deleted there) that the link had no credit for: the peer lowered its
 	// credit while they were fetched. They go out first when credit
 	// returns. Only the pump touches them.
-	held []*partitionpb.StoredMessage
+	held []*partitionpb.Message
 	// buf and tag are the pump's buffers for rendering a delivery, which
 	// Link.Send copies: a message's payload was an allocation of its size.
 	buf []byte
@@ -405,7 +405,7 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 
 // deliver sends up to max of msgs on the link and returns those it could
 // not send, in order: the link ran out of credit or closed.
-func (r *receiver) deliver(msgs []*partitionpb.StoredMessage, max uint32) []*partitionpb.StoredMessage {
+func (r *receiver) deliver(msgs []*partitionpb.Message, max uint32) []*partitionpb.Message {
 	sent := uint32(0)
 	for i, m := range msgs {
 		if sent == max || r.ctx.Err() != nil {

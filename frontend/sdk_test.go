@@ -26,14 +26,14 @@ import (
 type memBackend struct {
 	mu       sync.Mutex
 	entities map[string]*placementpb.Entity
-	msgs     map[uint64][]*partitionpb.StoredMessage // by entity id, in sequence order
+	msgs     map[uint64][]*partitionpb.Message // by entity id, in sequence order
 	seq      map[uint64]uint64
 	changed  chan struct{}
 	now      func() time.Time
 }
 
 func newMemBackend(queues ...string) *memBackend {
-	b := &memBackend{entities: map[string]*placementpb.Entity{}, msgs: map[uint64][]*partitionpb.StoredMessage{}, seq: map[uint64]uint64{}, changed: make(chan struct{}), now: time.Now}
+	b := &memBackend{entities: map[string]*placementpb.Entity{}, msgs: map[uint64][]*partitionpb.Message{}, seq: map[uint64]uint64{}, changed: make(chan struct{}), now: time.Now}
 	for i, q := range queues {
 		b.entities[strings.ToLower(q)] = &placementpb.Entity{Id: uint64(i + 1), Name: q, PartitionGroups: []uint64{1}, Properties: &placementpb.QueueProperties{}}
 	}
@@ -55,7 +55,7 @@ func (b *memBackend) Send(_ context.Context, e *placementpb.Entity, _ uint32, ms
 	res := &partitionpb.Result{}
 	for _, m := range msgs {
 		b.seq[e.Id]++
-		b.msgs[e.Id] = append(b.msgs[e.Id], &partitionpb.StoredMessage{
+		b.msgs[e.Id] = append(b.msgs[e.Id], &partitionpb.Message{
 			SequenceNumber: b.seq[e.Id], EnqueuedTimeMs: b.now().UnixMilli(), MessageId: m.MessageId,
 			Header: m.Header, Annotations: m.Annotations, Bare: m.Bare,
 		})
@@ -140,7 +140,7 @@ func (b *memBackend) RenewLocks(context.Context, *placementpb.Entity, *partition
 	return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_INVALID}, nil
 }
 
-func (b *memBackend) Peek(context.Context, *placementpb.Entity, *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+func (b *memBackend) Peek(context.Context, *placementpb.Entity, *partitionpb.PeekRequest) ([]*partitionpb.Message, error) {
 	return nil, nil
 }
 

@@ -298,10 +298,10 @@ func TestSDKBusyPartitionLeader(t *testing.T) {
 // peekBackend answers peeks with the messages a memBackend holds.
 type peekBackend struct{ *memBackend }
 
-func (b peekBackend) Peek(_ context.Context, e *placementpb.Entity, r *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
+func (b peekBackend) Peek(_ context.Context, e *placementpb.Entity, r *partitionpb.PeekRequest) ([]*partitionpb.Message, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []*partitionpb.StoredMessage
+	var out []*partitionpb.Message
 	for _, m := range b.msgs[e.Id] {
 		if m.SequenceNumber >= r.FromSequenceNumber && len(out) < int(r.MaxCount) {
 			out = append(out, m)

@@ -125,7 +125,7 @@ func FuzzMessageView(f *testing.F) {
 	f.Add([]byte{0x00, 0x53, 0x77, 0xa1, 0x01, 'x'})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, bare []byte) {
-		out := messageOf(&partitionpb.StoredMessage{SequenceNumber: 1, Bare: bare})
+		out := messageOf(&partitionpb.Message{SequenceNumber: 1, Bare: bare})
 		if _, err := json.Marshal(out); err != nil {
 			t.Fatalf("the console could not send what it shows of a message: %v", err)
 		}

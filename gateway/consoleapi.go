@@ -221,12 +221,12 @@ func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, er
 	return out, nil
 }
 
-func messageOf(m *partitionpb.StoredMessage) messageJSON {
+func messageOf(m *partitionpb.Message) messageJSON {
 	out := messageJSON{
 		SequenceNumber: m.SequenceNumber, Partition: partitionpb.PartitionOfSequence(m.SequenceNumber),
 		EnqueuedTime:  time.UnixMilli(m.EnqueuedTimeMs).UTC().Format(time.RFC3339Nano),
 		State:         strings.ToLower(strings.TrimPrefix(m.State.String(), "MESSAGE_STATE_")),
-		DeliveryCount: m.DeliveryCount, MessageID: m.MessageId, SessionID: m.SessionId, Size: m.Size,
+		DeliveryCount: m.DeliveryCount, MessageID: m.MessageId, SessionID: m.SessionId, Size: int64(len(m.Header) + len(m.Annotations) + len(m.Bare)),
 		DeadLetterReason: m.DeadLetterReason, DeadLetterDesc: m.DeadLetterDescription, DeadLetterSource: m.DeadLetterSource,
 	}
 	var am amqp.Message

@@ -17,7 +17,7 @@ import (
 // group's leader (frontend/routing.Router implements it). Purge and
 // Redrive propose one bounded command each; the loops below make many.
 type Messages interface {
-	Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error)
+	Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.Message, error)
 	Purge(ctx context.Context, e *placementpb.Entity, p *partitionpb.Purge) (*partitionpb.Result, error)
 	Redrive(ctx context.Context, e *placementpb.Entity, r *partitionpb.Redrive) (*partitionpb.Result, error)
 }

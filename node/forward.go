@@ -273,7 +273,7 @@ func (g *group) forward(ctx context.Context, target ForwardTarget, s partition.F
 	// source. Dead-lettered messages move on whatever their hops: the
 	// catalog refuses loops, so a dead-letter chain ends.
 	var over [][]byte
-	var send []*partitionpb.StoredMessage
+	var send []*partitionpb.Message
 	for _, m := range res.Messages {
 		if s.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN && m.ForwardHops >= partition.MaxForwardHops {
 			over = append(over, m.LockToken)
@@ -297,7 +297,7 @@ func (g *group) forward(ctx context.Context, target ForwardTarget, s partition.F
 	// whose send failed gets nothing more of this batch, so that its
 	// messages stay in order at the source too.
 	parts := uint32(max(len(dest.GetPartitionGroups()), 1))
-	byPart := map[uint32][]*partitionpb.StoredMessage{}
+	byPart := map[uint32][]*partitionpb.Message{}
 	var order []uint32
 	for _, m := range send {
 		p := forwardPartition(s, m, dest, parts)
@@ -336,7 +336,7 @@ func (g *group) forward(ctx context.Context, target ForwardTarget, s partition.F
 	return len(done) + len(over), err
 }
 
-func tokensOf(ms []*partitionpb.StoredMessage) [][]byte {
+func tokensOf(ms []*partitionpb.Message) [][]byte {
 	out := make([][]byte, len(ms))
 	for i, m := range ms {
 		out[i] = m.LockToken
@@ -346,7 +346,7 @@ func tokensOf(ms []*partitionpb.StoredMessage) [][]byte {
 
 // splitBytes splits off the first messages up to forwardBytes (at least
 // one).
-func splitBytes(ms []*partitionpb.StoredMessage) (chunk, rest []*partitionpb.StoredMessage) {
+func splitBytes(ms []*partitionpb.Message) (chunk, rest []*partitionpb.Message) {
 	size := 0
 	for i, m := range ms {
 		size += len(m.Header) + len(m.Annotations) + len(m.Bare)
@@ -362,7 +362,7 @@ func splitBytes(ms []*partitionpb.StoredMessage) (chunk, rest []*partitionpb.Sto
 // when the destination detects duplicates), else by its origin, so that a
 // message sent again goes where it went before, where its origin is
 // remembered.
-func forwardPartition(s partition.ForwardSource, m *partitionpb.StoredMessage, dest *placementpb.Entity, n uint32) uint32 {
+func forwardPartition(s partition.ForwardSource, m *partitionpb.Message, dest *placementpb.Entity, n uint32) uint32 {
 	switch {
 	case m.SessionId != "":
 		return partitionpb.PartitionForKey(m.SessionId, n)
@@ -385,7 +385,7 @@ func forwardPartition(s partition.ForwardSource, m *partitionpb.StoredMessage, d
 }
 
 // forwardedMessages turns locked messages into sends with their origin.
-func forwardedMessages(s partition.ForwardSource, ms []*partitionpb.StoredMessage) []*partitionpb.NewMessage {
+func forwardedMessages(s partition.ForwardSource, ms []*partitionpb.Message) []*partitionpb.NewMessage {
 	out := make([]*partitionpb.NewMessage, len(ms))
 	for i, m := range ms {
 		o := &partitionpb.ForwardOrigin{

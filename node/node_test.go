@@ -54,7 +54,7 @@ func send(ctx context.Context, c partitionpb.PartitionServiceClient, body string
 	return resp.Result.SequenceNumbers[0], nil
 }
 
-func receive(t testing.TB, c partitionpb.PartitionServiceClient, max uint32, andDelete bool, waitMs int64) []*partitionpb.StoredMessage {
+func receive(t testing.TB, c partitionpb.PartitionServiceClient, max uint32, andDelete bool, waitMs int64) []*partitionpb.Message {
 	t.Helper()
 	resp, err := c.Receive(ctxFor(t), &partitionpb.ReceiveRequest{EntityId: entity, MaxCount: max, ReceiveAndDelete: andDelete, WaitMs: waitMs})
 	if err != nil {
@@ -66,7 +66,7 @@ func receive(t testing.TB, c partitionpb.PartitionServiceClient, max uint32, and
 	return resp.Result.Messages
 }
 
-func settle(t testing.TB, c partitionpb.PartitionServiceClient, d partitionpb.Disposition, msgs ...*partitionpb.StoredMessage) *partitionpb.Result {
+func settle(t testing.TB, c partitionpb.PartitionServiceClient, d partitionpb.Disposition, msgs ...*partitionpb.Message) *partitionpb.Result {
 	t.Helper()
 	var tokens [][]byte
 	for _, m := range msgs {
@@ -264,7 +264,7 @@ func TestAbandonAndReceiveAndDelete(t *testing.T) {
 		t.Fatalf("received %v from an empty queue", msgs)
 	}
 	// A waiting Receive returns the message sent while it waits.
-	got := make(chan []*partitionpb.StoredMessage, 1)
+	got := make(chan []*partitionpb.Message, 1)
 	go func() {
 		resp, err := cl.Receive(ctx, &partitionpb.ReceiveRequest{EntityId: entity, MaxCount: 1, ReceiveAndDelete: true, WaitMs: 20_000})
 		if err != nil {

@@ -207,7 +207,7 @@ func awaitAvailable(ctx context.Context, g *group, lead context.Context, req *pa
 type reader interface {
 	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
 	GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error)
-	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error)
+	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.Message, error)
 	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
 	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
 	HasEntity(entityID uint64, partition uint32) bool
@@ -323,7 +323,7 @@ func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*part
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	var msgs []*partitionpb.StoredMessage
+	var msgs []*partitionpb.Message
 	if req.SessionId != "" {
 		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, g.node.wallMs(), req.SessionId)
 	} else {

@@ -20,7 +20,7 @@ type sessionReader interface {
 	SessionAvailable(entityID uint64, partition uint32, sessionID string) bool
 	SessionState(entityID uint64, partition uint32, sessionID string, token []byte, nowMs int64) ([]byte, error)
 	ListSessions(entityID uint64, partition uint32, skip, top uint32, updatedSinceMs int64) ([]string, error)
-	PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error)
+	PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.Message, error)
 }
 
 // AcceptSession locks a session for a receiver under a token the leader

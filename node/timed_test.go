@@ -31,7 +31,7 @@ func sendMessages(t testing.TB, c partitionpb.PartitionServiceClient, msgs ...*p
 	return resp.Result.SequenceNumbers
 }
 
-func peek(t testing.TB, c partitionpb.PartitionServiceClient, sub partitionpb.SubQueue, from uint64) []*partitionpb.StoredMessage {
+func peek(t testing.TB, c partitionpb.PartitionServiceClient, sub partitionpb.SubQueue, from uint64) []*partitionpb.Message {
 	t.Helper()
 	resp, err := c.Peek(ctxFor(t), &partitionpb.PeekRequest{EntityId: entity, SubQueue: sub, FromSequenceNumber: from, MaxCount: 100})
 	if err != nil {

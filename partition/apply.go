@@ -157,13 +157,6 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		}
 		results[i] = r
 	}
-	// Where a body lies is this replica's business: results are the same
-	// whichever way it keeps them.
-	for _, r := range results {
-		for _, m := range r.GetMessages() {
-			dropStoreRefs(m)
-		}
-	}
 	return results, nil
 }
 

@@ -372,3 +372,6 @@ func BlobRecords(m *Machine, id uint64, part uint32) (chunks, staged int, err er
 	}
 	return chunks, staged, nil
 }
+
+// HandOut is a stored message as a result carries it.
+func HandOut(m *partitionpb.StoredMessage) *partitionpb.Message { return handOut(m) }

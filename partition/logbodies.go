@@ -174,17 +174,10 @@ type crcKey struct {
 	span  span
 }
 
-// dropLogRef clears where m's body lay in the log: the messages a machine
-// hands out are the same whichever way a replica keeps their bodies.
+// dropLogRef clears where m's body lay in the log, once it is in the
+// store.
 func dropLogRef(m *partitionpb.StoredMessage) {
 	m.BodyIndex, m.BodyOffset, m.BodyLength, m.BodyCrc = 0, 0, 0, 0
-}
-
-// dropStoreRefs clears where m's body is kept (the log, a blob) from a
-// message handed out in a result: clients get the sections themselves.
-func dropStoreRefs(m *partitionpb.StoredMessage) {
-	dropLogRef(m)
-	m.BodyBlob, m.BodyBlobLength, m.BodyBlobCrc, m.BodyBlobEntity = nil, 0, 0, 0
 }
 
 // logReader reads bodies from the Raft log. It keeps the entries it read

@@ -600,11 +600,11 @@ const (
 // active (locked or not), deferred and scheduled ones, without their lock
 // tokens. Messages expired by nowMs, the reader's clock, are left out
 // (ExpireMessages will end them). It locks nothing and changes nothing.
-func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.StoredMessage, error) {
+func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.Message, error) {
 	return m.peek(entityID, partition, q, from, max, nowMs, "")
 }
 
-func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
+func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.Message, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if err := m.usable(); err != nil {
@@ -625,7 +625,7 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	if err != nil {
 		return nil, err
 	}
-	var out []*partitionpb.StoredMessage
+	var out []*partitionpb.Message
 	var size int64
 	for valid := c.First(); valid && len(out) < want && size < MaxPeekBytes; valid = c.Next() {
 		msg, err := c.Message()
@@ -639,9 +639,8 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 		if err := readBody(m.db, m.logs, k, msg); err != nil {
 			return nil, c.Close(err)
 		}
-		dropStoreRefs(msg)
 		unlock(msg)
-		out = append(out, msg)
+		out = append(out, handOut(msg))
 		size += msg.Size
 	}
 	if err := c.Close(c.Error()); err != nil {

@@ -87,10 +87,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 				if err != nil {
 					return err
 				}
-				r.Messages = append(r.Messages, m)
 				if err := cur.body(m); err != nil { // before the body goes
 					return err
 				}
+				r.Messages = append(r.Messages, handOut(m))
 			}
 			return a.remove(e, old)
 		default:
@@ -106,10 +106,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 					return err
 				}
 				m.LockToken, m.LockedUntilMs = token, until
-				r.Messages = append(r.Messages, m)
 				if err := cur.body(m); err != nil {
 					return err
 				}
+				r.Messages = append(r.Messages, handOut(m))
 			}
 			return a.lockRecord(e, old, p, token, until)
 		}
@@ -224,7 +224,7 @@ func (a *applier) relock(l lockTarget, done *partitionpb.Result) (*partitionpb.R
 	}
 	for _, seq := range done.SequenceNumbers {
 		if m := still[seq]; m != nil {
-			r.Messages = append(r.Messages, m)
+			r.Messages = append(r.Messages, handOut(m))
 		}
 	}
 	if len(r.Messages) == 0 && l.bySequence {

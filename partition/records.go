@@ -262,6 +262,38 @@ func countDelivery(e *entity, m *partitionpb.StoredMessage) {
 	}
 }
 
+// handOut is message m as a result carries it: what a front-end renders,
+// and nothing of where the store keeps its body or what it counts it as
+// (the results of every replica are the same whichever way each keeps
+// the body: in the Raft log, a body record or a blob).
+func handOut(m *partitionpb.StoredMessage) *partitionpb.Message {
+	return &partitionpb.Message{
+		SequenceNumber:         m.SequenceNumber,
+		EnqueuedTimeMs:         m.EnqueuedTimeMs,
+		DeliveryCount:          m.DeliveryCount,
+		State:                  m.State,
+		SubQueue:               m.SubQueue,
+		LockToken:              m.LockToken,
+		LockedUntilMs:          m.LockedUntilMs,
+		ExpiresAtMs:            m.ExpiresAtMs,
+		ScheduledEnqueueTimeMs: m.ScheduledEnqueueTimeMs,
+		MessageId:              m.MessageId,
+		SessionId:              m.SessionId,
+		PartitionKey:           m.PartitionKey,
+		Header:                 m.Header,
+		Annotations:            m.Annotations,
+		Bare:                   m.Bare,
+		DeadLetterReason:       m.DeadLetterReason,
+		DeadLetterDescription:  m.DeadLetterDescription,
+		DeadLetterSource:       m.DeadLetterSource,
+		TtlMs:                  m.TtlMs,
+		ModifiedProperties:     m.ModifiedProperties,
+		ActionSet:              m.ActionSet,
+		ActionRemoved:          m.ActionRemoved,
+		ForwardHops:            m.ForwardHops,
+	}
+}
+
 // messageCursor is a store.Cursor whose bodies come from wherever they
 // are: a body record, the Raft log (logbodies.go) or a staged blob
 // (blobs.go).

@@ -104,7 +104,7 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 // session in the main sub-queue) merged in sequence order, so its cost
 // does not grow with the other sessions' messages; elsewhere it filters
 // the entity partition's messages.
-func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.StoredMessage, error) {
+func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.Message, error) {
 	m.mu.RLock()
 	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	indexed := ok && e.cfg.RequiresSession
@@ -133,7 +133,7 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 		return nil, err
 	}
 	defer scan.Close()
-	var out []*partitionpb.StoredMessage
+	var out []*partitionpb.Message
 	var size int64
 	for len(out) < want && size < MaxPeekBytes {
 		seq, ok, err := scan.Next()
@@ -156,9 +156,8 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 		if err := readBody(m.db, m.logs, e.key, msg); err != nil {
 			return nil, err
 		}
-		dropStoreRefs(msg)
 		unlock(msg)
-		out = append(out, msg)
+		out = append(out, handOut(msg))
 		size += msg.Size
 	}
 	return out, nil

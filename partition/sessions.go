@@ -321,9 +321,11 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 				if err := cur.body(m); err != nil {
 					return err
 				}
-				res.Messages = append(res.Messages, m)
 			}
 			if c.ReceiveAndDelete {
+				if m != nil {
+					res.Messages = append(res.Messages, handOut(m))
+				}
 				if err := a.remove(e, old); err != nil {
 					return err
 				}
@@ -335,6 +337,7 @@ func (a *applier) lockSession(e *entity, c *partitionpb.Lock) (*partitionpb.Resu
 			token := lockToken(seq, c.TokenSeed)
 			if m != nil {
 				m.LockToken, m.LockedUntilMs = token, r.Until
+				res.Messages = append(res.Messages, handOut(m))
 			}
 			if err := a.lockRecord(e, old, p, token, r.Until); err != nil {
 				return err

@@ -237,7 +237,7 @@ func (a *applier) lockBySequence(c *partitionpb.LockBySequence) (*partitionpb.Re
 		if err != nil {
 			return nil, err
 		}
-		r.Messages = append(r.Messages, m)
+		r.Messages = append(r.Messages, handOut(m))
 	}
 	if len(r.Messages) == 0 {
 		return nil, fmt.Errorf("%w: no deferred message with sequence numbers %v in %s", ErrMessageNotFound, c.SequenceNumbers, c.SubQueue)

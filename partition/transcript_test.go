@@ -478,7 +478,7 @@ func (tr *transcript) query(f []string) []string {
 		}
 		var out []string
 		for _, msg := range msgs {
-			out = append(out, renderMessage(msg))
+			out = append(out, renderMessage(partition.HandOut(msg)))
 		}
 		return out
 	}
@@ -537,7 +537,7 @@ func renderResult(name string, r *partitionpb.Result) string {
 	return s
 }
 
-func renderMessage(m *partitionpb.StoredMessage) string {
+func renderMessage(m *partitionpb.Message) string {
 	s := fmt.Sprintf("%s %s dc=%d enq=%d", seqString(m.SequenceNumber), m.Bare, m.DeliveryCount, m.EnqueuedTimeMs)
 	switch m.State {
 	case partitionpb.MessageState_MESSAGE_STATE_DEFERRED:

@@ -436,8 +436,8 @@ func (r *Router) RenewLocks(ctx context.Context, e *placementpb.Entity, rl *part
 }
 
 // Peek implements frontend.Backend.
-func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.StoredMessage, error) {
-	var msgs []*partitionpb.StoredMessage
+func (r *Router) Peek(ctx context.Context, e *placementpb.Entity, req *partitionpb.PeekRequest) ([]*partitionpb.Message, error) {
+	var msgs []*partitionpb.Message
 	err := r.call(ctx, e, req.Partition, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		rq := proto.Clone(req).(*partitionpb.PeekRequest)
 		rq.GroupId, rq.EntityId = group, e.Id

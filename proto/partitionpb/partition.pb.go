@@ -825,6 +825,231 @@ func (x *StoredMessage) GetForwardHops() uint32 {
 	return 0
 }
 
+// A message as a partition hands it out (Lock, Peek and the like): its
+// bare message whole, and what front-ends render around it. Its fields
+// have the numbers of the same fields of StoredMessage, the record the
+// store keeps, which adds where the body is kept and the message's size:
+// those are the store's business and never leave the partition.
+type Message struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	SequenceNumber         uint64                 `protobuf:"varint,1,opt,name=sequence_number,json=sequenceNumber,proto3" json:"sequence_number,omitempty"`
+	EnqueuedTimeMs         int64                  `protobuf:"varint,2,opt,name=enqueued_time_ms,json=enqueuedTimeMs,proto3" json:"enqueued_time_ms,omitempty"`
+	DeliveryCount          uint32                 `protobuf:"varint,3,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	State                  MessageState           `protobuf:"varint,4,opt,name=state,proto3,enum=quorumbus.partition.v1.MessageState" json:"state,omitempty"`
+	SubQueue               SubQueue               `protobuf:"varint,5,opt,name=sub_queue,json=subQueue,proto3,enum=quorumbus.partition.v1.SubQueue" json:"sub_queue,omitempty"`
+	LockToken              []byte                 `protobuf:"bytes,6,opt,name=lock_token,json=lockToken,proto3" json:"lock_token,omitempty"`
+	LockedUntilMs          int64                  `protobuf:"varint,7,opt,name=locked_until_ms,json=lockedUntilMs,proto3" json:"locked_until_ms,omitempty"`
+	ExpiresAtMs            int64                  `protobuf:"varint,8,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	ScheduledEnqueueTimeMs int64                  `protobuf:"varint,9,opt,name=scheduled_enqueue_time_ms,json=scheduledEnqueueTimeMs,proto3" json:"scheduled_enqueue_time_ms,omitempty"`
+	MessageId              string                 `protobuf:"bytes,10,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	SessionId              string                 `protobuf:"bytes,11,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	PartitionKey           string                 `protobuf:"bytes,12,opt,name=partition_key,json=partitionKey,proto3" json:"partition_key,omitempty"`
+	Header                 []byte                 `protobuf:"bytes,13,opt,name=header,proto3" json:"header,omitempty"`
+	Annotations            []byte                 `protobuf:"bytes,14,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	Bare                   []byte                 `protobuf:"bytes,15,opt,name=bare,proto3" json:"bare,omitempty"`
+	DeadLetterReason       string                 `protobuf:"bytes,16,opt,name=dead_letter_reason,json=deadLetterReason,proto3" json:"dead_letter_reason,omitempty"`
+	DeadLetterDescription  string                 `protobuf:"bytes,17,opt,name=dead_letter_description,json=deadLetterDescription,proto3" json:"dead_letter_description,omitempty"`
+	DeadLetterSource       string                 `protobuf:"bytes,18,opt,name=dead_letter_source,json=deadLetterSource,proto3" json:"dead_letter_source,omitempty"`
+	TtlMs                  int64                  `protobuf:"varint,19,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	ModifiedProperties     [][]byte               `protobuf:"bytes,20,rep,name=modified_properties,json=modifiedProperties,proto3" json:"modified_properties,omitempty"`
+	ActionSet              *FilterView            `protobuf:"bytes,29,opt,name=action_set,json=actionSet,proto3" json:"action_set,omitempty"`
+	ActionRemoved          []string               `protobuf:"bytes,30,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
+	ForwardHops            uint32                 `protobuf:"varint,40,opt,name=forward_hops,json=forwardHops,proto3" json:"forward_hops,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *Message) Reset() {
+	*x = Message{}
+	mi := &file_partitionpb_partition_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Message) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Message) ProtoMessage() {}
+
+func (x *Message) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Message.ProtoReflect.Descriptor instead.
+func (*Message) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Message) GetSequenceNumber() uint64 {
+	if x != nil {
+		return x.SequenceNumber
+	}
+	return 0
+}
+
+func (x *Message) GetEnqueuedTimeMs() int64 {
+	if x != nil {
+		return x.EnqueuedTimeMs
+	}
+	return 0
+}
+
+func (x *Message) GetDeliveryCount() uint32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *Message) GetState() MessageState {
+	if x != nil {
+		return x.State
+	}
+	return MessageState_MESSAGE_STATE_ACTIVE
+}
+
+func (x *Message) GetSubQueue() SubQueue {
+	if x != nil {
+		return x.SubQueue
+	}
+	return SubQueue_SUB_QUEUE_MAIN
+}
+
+func (x *Message) GetLockToken() []byte {
+	if x != nil {
+		return x.LockToken
+	}
+	return nil
+}
+
+func (x *Message) GetLockedUntilMs() int64 {
+	if x != nil {
+		return x.LockedUntilMs
+	}
+	return 0
+}
+
+func (x *Message) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
+func (x *Message) GetScheduledEnqueueTimeMs() int64 {
+	if x != nil {
+		return x.ScheduledEnqueueTimeMs
+	}
+	return 0
+}
+
+func (x *Message) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *Message) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Message) GetPartitionKey() string {
+	if x != nil {
+		return x.PartitionKey
+	}
+	return ""
+}
+
+func (x *Message) GetHeader() []byte {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *Message) GetAnnotations() []byte {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *Message) GetBare() []byte {
+	if x != nil {
+		return x.Bare
+	}
+	return nil
+}
+
+func (x *Message) GetDeadLetterReason() string {
+	if x != nil {
+		return x.DeadLetterReason
+	}
+	return ""
+}
+
+func (x *Message) GetDeadLetterDescription() string {
+	if x != nil {
+		return x.DeadLetterDescription
+	}
+	return ""
+}
+
+func (x *Message) GetDeadLetterSource() string {
+	if x != nil {
+		return x.DeadLetterSource
+	}
+	return ""
+}
+
+func (x *Message) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *Message) GetModifiedProperties() [][]byte {
+	if x != nil {
+		return x.ModifiedProperties
+	}
+	return nil
+}
+
+func (x *Message) GetActionSet() *FilterView {
+	if x != nil {
+		return x.ActionSet
+	}
+	return nil
+}
+
+func (x *Message) GetActionRemoved() []string {
+	if x != nil {
+		return x.ActionRemoved
+	}
+	return nil
+}
+
+func (x *Message) GetForwardHops() uint32 {
+	if x != nil {
+		return x.ForwardHops
+	}
+	return 0
+}
+
 type Batch struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NowMs    int64                  `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
@@ -839,7 +1064,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_partitionpb_partition_proto_msgTypes[2]
+	mi := &file_partitionpb_partition_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1076,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[2]
+	mi := &file_partitionpb_partition_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1089,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{2}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Batch) GetNowMs() int64 {
@@ -937,7 +1162,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_partitionpb_partition_proto_msgTypes[3]
+	mi := &file_partitionpb_partition_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1174,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[3]
+	mi := &file_partitionpb_partition_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1187,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{3}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -1278,7 +1503,7 @@ type UpsertEntity struct {
 
 func (x *UpsertEntity) Reset() {
 	*x = UpsertEntity{}
-	mi := &file_partitionpb_partition_proto_msgTypes[4]
+	mi := &file_partitionpb_partition_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1515,7 @@ func (x *UpsertEntity) String() string {
 func (*UpsertEntity) ProtoMessage() {}
 
 func (x *UpsertEntity) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[4]
+	mi := &file_partitionpb_partition_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1528,7 @@ func (x *UpsertEntity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntity.ProtoReflect.Descriptor instead.
 func (*UpsertEntity) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{4}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpsertEntity) GetConfig() *EntityConfig {
@@ -1329,7 +1554,7 @@ type DeleteEntity struct {
 
 func (x *DeleteEntity) Reset() {
 	*x = DeleteEntity{}
-	mi := &file_partitionpb_partition_proto_msgTypes[5]
+	mi := &file_partitionpb_partition_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1566,7 @@ func (x *DeleteEntity) String() string {
 func (*DeleteEntity) ProtoMessage() {}
 
 func (x *DeleteEntity) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[5]
+	mi := &file_partitionpb_partition_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1579,7 @@ func (x *DeleteEntity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntity.ProtoReflect.Descriptor instead.
 func (*DeleteEntity) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{5}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteEntity) GetEntityId() uint64 {
@@ -1391,7 +1616,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_partitionpb_partition_proto_msgTypes[6]
+	mi := &file_partitionpb_partition_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1628,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[6]
+	mi := &file_partitionpb_partition_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1641,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{6}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Enqueue) GetEntityId() uint64 {
@@ -1473,7 +1698,7 @@ type NewMessage struct {
 
 func (x *NewMessage) Reset() {
 	*x = NewMessage{}
-	mi := &file_partitionpb_partition_proto_msgTypes[7]
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1710,7 @@ func (x *NewMessage) String() string {
 func (*NewMessage) ProtoMessage() {}
 
 func (x *NewMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[7]
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1723,7 @@ func (x *NewMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewMessage.ProtoReflect.Descriptor instead.
 func (*NewMessage) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{7}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NewMessage) GetMessageId() string {
@@ -1613,7 +1838,7 @@ type ForwardOrigin struct {
 
 func (x *ForwardOrigin) Reset() {
 	*x = ForwardOrigin{}
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1850,7 @@ func (x *ForwardOrigin) String() string {
 func (*ForwardOrigin) ProtoMessage() {}
 
 func (x *ForwardOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1863,7 @@ func (x *ForwardOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardOrigin.ProtoReflect.Descriptor instead.
 func (*ForwardOrigin) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ForwardOrigin) GetEntityId() uint64 {
@@ -1736,7 +1961,7 @@ type FilterView struct {
 
 func (x *FilterView) Reset() {
 	*x = FilterView{}
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1973,7 @@ func (x *FilterView) String() string {
 func (*FilterView) ProtoMessage() {}
 
 func (x *FilterView) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1986,7 @@ func (x *FilterView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilterView.ProtoReflect.Descriptor instead.
 func (*FilterView) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FilterView) GetCorrelationId() string {
@@ -1831,7 +2056,7 @@ type StageBody struct {
 
 func (x *StageBody) Reset() {
 	*x = StageBody{}
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2068,7 @@ func (x *StageBody) String() string {
 func (*StageBody) ProtoMessage() {}
 
 func (x *StageBody) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2081,7 @@ func (x *StageBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageBody.ProtoReflect.Descriptor instead.
 func (*StageBody) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StageBody) GetEntityId() uint64 {
@@ -1921,7 +2146,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2158,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2171,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Lock) GetEntityId() uint64 {
@@ -2021,7 +2246,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2258,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2271,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Settle) GetEntityId() uint64 {
@@ -2117,7 +2342,7 @@ type RenewLocks struct {
 
 func (x *RenewLocks) Reset() {
 	*x = RenewLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2354,7 @@ func (x *RenewLocks) String() string {
 func (*RenewLocks) ProtoMessage() {}
 
 func (x *RenewLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2367,7 @@ func (x *RenewLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocks.ProtoReflect.Descriptor instead.
 func (*RenewLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewLocks) GetEntityId() uint64 {
@@ -2184,7 +2409,7 @@ type ExpireLocks struct {
 
 func (x *ExpireLocks) Reset() {
 	*x = ExpireLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2421,7 @@ func (x *ExpireLocks) String() string {
 func (*ExpireLocks) ProtoMessage() {}
 
 func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2434,7 @@ func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireLocks.ProtoReflect.Descriptor instead.
 func (*ExpireLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
 }
 
 // ActivateScheduled turns the scheduled messages whose
@@ -2225,7 +2450,7 @@ type ActivateScheduled struct {
 
 func (x *ActivateScheduled) Reset() {
 	*x = ActivateScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2462,7 @@ func (x *ActivateScheduled) String() string {
 func (*ActivateScheduled) ProtoMessage() {}
 
 func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2475,7 @@ func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateScheduled.ProtoReflect.Descriptor instead.
 func (*ActivateScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
 }
 
 // CancelScheduled deletes scheduled messages by the sequence numbers Enqueue
@@ -2267,7 +2492,7 @@ type CancelScheduled struct {
 
 func (x *CancelScheduled) Reset() {
 	*x = CancelScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2504,7 @@ func (x *CancelScheduled) String() string {
 func (*CancelScheduled) ProtoMessage() {}
 
 func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2517,7 @@ func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduled.ProtoReflect.Descriptor instead.
 func (*CancelScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelScheduled) GetEntityId() uint64 {
@@ -2341,7 +2566,7 @@ type LockBySequence struct {
 
 func (x *LockBySequence) Reset() {
 	*x = LockBySequence{}
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2578,7 @@ func (x *LockBySequence) String() string {
 func (*LockBySequence) ProtoMessage() {}
 
 func (x *LockBySequence) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2591,7 @@ func (x *LockBySequence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBySequence.ProtoReflect.Descriptor instead.
 func (*LockBySequence) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockBySequence) GetEntityId() uint64 {
@@ -2446,7 +2671,7 @@ type AcceptSession struct {
 
 func (x *AcceptSession) Reset() {
 	*x = AcceptSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2458,7 +2683,7 @@ func (x *AcceptSession) String() string {
 func (*AcceptSession) ProtoMessage() {}
 
 func (x *AcceptSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2696,7 @@ func (x *AcceptSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSession.ProtoReflect.Descriptor instead.
 func (*AcceptSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AcceptSession) GetEntityId() uint64 {
@@ -2524,7 +2749,7 @@ type RenewSessionLock struct {
 
 func (x *RenewSessionLock) Reset() {
 	*x = RenewSessionLock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2761,7 @@ func (x *RenewSessionLock) String() string {
 func (*RenewSessionLock) ProtoMessage() {}
 
 func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2774,7 @@ func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLock.ProtoReflect.Descriptor instead.
 func (*RenewSessionLock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenewSessionLock) GetEntityId() uint64 {
@@ -2595,7 +2820,7 @@ type SetSessionState struct {
 
 func (x *SetSessionState) Reset() {
 	*x = SetSessionState{}
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2832,7 @@ func (x *SetSessionState) String() string {
 func (*SetSessionState) ProtoMessage() {}
 
 func (x *SetSessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2845,7 @@ func (x *SetSessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionState.ProtoReflect.Descriptor instead.
 func (*SetSessionState) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetSessionState) GetEntityId() uint64 {
@@ -2673,7 +2898,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2910,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2923,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseSession) GetEntityId() uint64 {
@@ -2741,7 +2966,7 @@ type ExpireSessionLocks struct {
 
 func (x *ExpireSessionLocks) Reset() {
 	*x = ExpireSessionLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2978,7 @@ func (x *ExpireSessionLocks) String() string {
 func (*ExpireSessionLocks) ProtoMessage() {}
 
 func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2991,7 @@ func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessionLocks.ProtoReflect.Descriptor instead.
 func (*ExpireSessionLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
 }
 
 // ExpireMessages removes the unlocked messages of main sub-queues whose
@@ -2783,7 +3008,7 @@ type ExpireMessages struct {
 
 func (x *ExpireMessages) Reset() {
 	*x = ExpireMessages{}
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +3020,7 @@ func (x *ExpireMessages) String() string {
 func (*ExpireMessages) ProtoMessage() {}
 
 func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +3033,7 @@ func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireMessages.ProtoReflect.Descriptor instead.
 func (*ExpireMessages) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
 }
 
 // Purge deletes messages of one sub-queue, in sequence order from
@@ -2834,7 +3059,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +3071,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +3084,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Purge) GetEntityId() uint64 {
@@ -2931,7 +3156,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3168,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3181,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Redrive) GetEntityId() uint64 {
@@ -2997,7 +3222,7 @@ type RedriveCandidate struct {
 
 func (x *RedriveCandidate) Reset() {
 	*x = RedriveCandidate{}
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3234,7 @@ func (x *RedriveCandidate) String() string {
 func (*RedriveCandidate) ProtoMessage() {}
 
 func (x *RedriveCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3247,7 @@ func (x *RedriveCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCandidate.ProtoReflect.Descriptor instead.
 func (*RedriveCandidate) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RedriveCandidate) GetSequenceNumber() uint64 {
@@ -3044,7 +3269,7 @@ type Result struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Code        ResultCode             `protobuf:"varint,1,opt,name=code,proto3,enum=quorumbus.partition.v1.ResultCode" json:"code,omitempty"`
 	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	Messages    []*StoredMessage       `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"` // Lock: the messages taken
+	Messages    []*Message             `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"` // Lock: the messages taken
 	// Enqueue: the assigned numbers, one per message; for a duplicate dropped
 	// by duplicate detection, the number of the message it duplicates.
 	SequenceNumbers []uint64 `protobuf:"varint,4,rep,packed,name=sequence_numbers,json=sequenceNumbers,proto3" json:"sequence_numbers,omitempty"`
@@ -3064,7 +3289,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3301,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3314,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Result) GetCode() ResultCode {
@@ -3106,7 +3331,7 @@ func (x *Result) GetDescription() string {
 	return ""
 }
 
-func (x *Result) GetMessages() []*StoredMessage {
+func (x *Result) GetMessages() []*Message {
 	if x != nil {
 		return x.Messages
 	}
@@ -3166,7 +3391,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3403,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3416,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaderHint) GetGroupId() uint64 {
@@ -3225,7 +3450,7 @@ type UpsertEntityRequest struct {
 
 func (x *UpsertEntityRequest) Reset() {
 	*x = UpsertEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3462,7 @@ func (x *UpsertEntityRequest) String() string {
 func (*UpsertEntityRequest) ProtoMessage() {}
 
 func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3475,7 @@ func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpsertEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpsertEntityRequest) GetGroupId() uint64 {
@@ -3275,7 +3500,7 @@ type UpsertEntityResponse struct {
 
 func (x *UpsertEntityResponse) Reset() {
 	*x = UpsertEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3512,7 @@ func (x *UpsertEntityResponse) String() string {
 func (*UpsertEntityResponse) ProtoMessage() {}
 
 func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3525,7 @@ func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityResponse.ProtoReflect.Descriptor instead.
 func (*UpsertEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
 }
 
 type DeleteEntityRequest struct {
@@ -3315,7 +3540,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3552,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3565,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteEntityRequest) GetGroupId() uint64 {
@@ -3379,7 +3604,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3616,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3629,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
 }
 
 type SendRequest struct {
@@ -3420,7 +3645,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3657,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3670,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SendRequest) GetGroupId() uint64 {
@@ -3492,7 +3717,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3729,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3742,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SendResponse) GetResult() *Result {
@@ -3556,7 +3781,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3793,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3806,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReceiveRequest) GetGroupId() uint64 {
@@ -3670,7 +3895,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +3907,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +3920,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReceiveResponse) GetResult() *Result {
@@ -3716,7 +3941,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3953,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3966,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SettleRequest) GetGroupId() uint64 {
@@ -3774,7 +3999,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +4011,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +4024,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -3819,7 +4044,7 @@ type RenewLocksRequest struct {
 
 func (x *RenewLocksRequest) Reset() {
 	*x = RenewLocksRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +4056,7 @@ func (x *RenewLocksRequest) String() string {
 func (*RenewLocksRequest) ProtoMessage() {}
 
 func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +4069,7 @@ func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksRequest.ProtoReflect.Descriptor instead.
 func (*RenewLocksRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RenewLocksRequest) GetGroupId() uint64 {
@@ -3870,7 +4095,7 @@ type RenewLocksResponse struct {
 
 func (x *RenewLocksResponse) Reset() {
 	*x = RenewLocksResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3882,7 +4107,7 @@ func (x *RenewLocksResponse) String() string {
 func (*RenewLocksResponse) ProtoMessage() {}
 
 func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3895,7 +4120,7 @@ func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksResponse.ProtoReflect.Descriptor instead.
 func (*RenewLocksResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RenewLocksResponse) GetResult() *Result {
@@ -3922,7 +4147,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4159,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4172,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DigestRequest) GetGroupId() uint64 {
@@ -3968,7 +4193,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3980,7 +4205,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3993,7 +4218,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -4028,7 +4253,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4265,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4278,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -4093,7 +4318,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4105,7 +4330,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4343,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -4176,7 +4401,7 @@ type GroupStatsRequest struct {
 
 func (x *GroupStatsRequest) Reset() {
 	*x = GroupStatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4413,7 @@ func (x *GroupStatsRequest) String() string {
 func (*GroupStatsRequest) ProtoMessage() {}
 
 func (x *GroupStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4426,7 @@ func (x *GroupStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatsRequest.ProtoReflect.Descriptor instead.
 func (*GroupStatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GroupStatsRequest) GetGroupId() uint64 {
@@ -4228,7 +4453,7 @@ type EntityPartitionRef struct {
 
 func (x *EntityPartitionRef) Reset() {
 	*x = EntityPartitionRef{}
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4240,7 +4465,7 @@ func (x *EntityPartitionRef) String() string {
 func (*EntityPartitionRef) ProtoMessage() {}
 
 func (x *EntityPartitionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4253,7 +4478,7 @@ func (x *EntityPartitionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntityPartitionRef.ProtoReflect.Descriptor instead.
 func (*EntityPartitionRef) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EntityPartitionRef) GetEntityId() uint64 {
@@ -4279,7 +4504,7 @@ type GroupStatsResponse struct {
 
 func (x *GroupStatsResponse) Reset() {
 	*x = GroupStatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4291,7 +4516,7 @@ func (x *GroupStatsResponse) String() string {
 func (*GroupStatsResponse) ProtoMessage() {}
 
 func (x *GroupStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4304,7 +4529,7 @@ func (x *GroupStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatsResponse.ProtoReflect.Descriptor instead.
 func (*GroupStatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GroupStatsResponse) GetEntities() []*EntityPartitionStats {
@@ -4325,7 +4550,7 @@ type EntityPartitionStats struct {
 
 func (x *EntityPartitionStats) Reset() {
 	*x = EntityPartitionStats{}
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4337,7 +4562,7 @@ func (x *EntityPartitionStats) String() string {
 func (*EntityPartitionStats) ProtoMessage() {}
 
 func (x *EntityPartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4350,7 +4575,7 @@ func (x *EntityPartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntityPartitionStats.ProtoReflect.Descriptor instead.
 func (*EntityPartitionStats) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EntityPartitionStats) GetEntityId() uint64 {
@@ -4396,7 +4621,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4633,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4646,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -4475,14 +4700,14 @@ func (x *PeekRequest) GetSessionId() string {
 
 type PeekResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*StoredMessage       `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4494,7 +4719,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4507,10 +4732,10 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
 }
 
-func (x *PeekResponse) GetMessages() []*StoredMessage {
+func (x *PeekResponse) GetMessages() []*Message {
 	if x != nil {
 		return x.Messages
 	}
@@ -4527,7 +4752,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4764,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4777,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -4578,7 +4803,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4590,7 +4815,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4603,7 +4828,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -4634,7 +4859,7 @@ type ReceiveDeferredRequest struct {
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4646,7 +4871,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4659,7 +4884,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -4734,7 +4959,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4746,7 +4971,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4759,7 +4984,7 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
@@ -4807,7 +5032,7 @@ type AcceptSessionRequest struct {
 
 func (x *AcceptSessionRequest) Reset() {
 	*x = AcceptSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5044,7 @@ func (x *AcceptSessionRequest) String() string {
 func (*AcceptSessionRequest) ProtoMessage() {}
 
 func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5057,7 @@ func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
 func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AcceptSessionRequest) GetGroupId() uint64 {
@@ -4916,7 +5141,7 @@ type AcceptSessionResponse struct {
 
 func (x *AcceptSessionResponse) Reset() {
 	*x = AcceptSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4928,7 +5153,7 @@ func (x *AcceptSessionResponse) String() string {
 func (*AcceptSessionResponse) ProtoMessage() {}
 
 func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4941,7 +5166,7 @@ func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
 func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AcceptSessionResponse) GetResult() *Result {
@@ -4980,7 +5205,7 @@ type RenewSessionLockRequest struct {
 
 func (x *RenewSessionLockRequest) Reset() {
 	*x = RenewSessionLockRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[57]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4992,7 +5217,7 @@ func (x *RenewSessionLockRequest) String() string {
 func (*RenewSessionLockRequest) ProtoMessage() {}
 
 func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[57]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5005,7 +5230,7 @@ func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RenewSessionLockRequest) GetGroupId() uint64 {
@@ -5038,7 +5263,7 @@ type RenewSessionLockResponse struct {
 
 func (x *RenewSessionLockResponse) Reset() {
 	*x = RenewSessionLockResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[58]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5275,7 @@ func (x *RenewSessionLockResponse) String() string {
 func (*RenewSessionLockResponse) ProtoMessage() {}
 
 func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[58]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5288,7 @@ func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RenewSessionLockResponse) GetResult() *Result {
@@ -5088,7 +5313,7 @@ type SetSessionStateRequest struct {
 
 func (x *SetSessionStateRequest) Reset() {
 	*x = SetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[59]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5325,7 @@ func (x *SetSessionStateRequest) String() string {
 func (*SetSessionStateRequest) ProtoMessage() {}
 
 func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[59]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5338,7 @@ func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetSessionStateRequest) GetGroupId() uint64 {
@@ -5146,7 +5371,7 @@ type SetSessionStateResponse struct {
 
 func (x *SetSessionStateResponse) Reset() {
 	*x = SetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[60]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5158,7 +5383,7 @@ func (x *SetSessionStateResponse) String() string {
 func (*SetSessionStateResponse) ProtoMessage() {}
 
 func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[60]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5171,7 +5396,7 @@ func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SetSessionStateResponse) GetResult() *Result {
@@ -5196,7 +5421,7 @@ type GetSessionStateRequest struct {
 
 func (x *GetSessionStateRequest) Reset() {
 	*x = GetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[61]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5433,7 @@ func (x *GetSessionStateRequest) String() string {
 func (*GetSessionStateRequest) ProtoMessage() {}
 
 func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[61]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5446,7 @@ func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetSessionStateRequest) GetGroupId() uint64 {
@@ -5269,7 +5494,7 @@ type GetSessionStateResponse struct {
 
 func (x *GetSessionStateResponse) Reset() {
 	*x = GetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[62]
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5281,7 +5506,7 @@ func (x *GetSessionStateResponse) String() string {
 func (*GetSessionStateResponse) ProtoMessage() {}
 
 func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[62]
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5294,7 +5519,7 @@ func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetSessionStateResponse) GetResult() *Result {
@@ -5326,7 +5551,7 @@ type ReleaseSessionRequest struct {
 
 func (x *ReleaseSessionRequest) Reset() {
 	*x = ReleaseSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5338,7 +5563,7 @@ func (x *ReleaseSessionRequest) String() string {
 func (*ReleaseSessionRequest) ProtoMessage() {}
 
 func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5351,7 +5576,7 @@ func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReleaseSessionRequest) GetGroupId() uint64 {
@@ -5384,7 +5609,7 @@ type ReleaseSessionResponse struct {
 
 func (x *ReleaseSessionResponse) Reset() {
 	*x = ReleaseSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5396,7 +5621,7 @@ func (x *ReleaseSessionResponse) String() string {
 func (*ReleaseSessionResponse) ProtoMessage() {}
 
 func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5409,7 +5634,7 @@ func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReleaseSessionResponse) GetResult() *Result {
@@ -5438,7 +5663,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5450,7 +5675,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5463,7 +5688,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListSessionsRequest) GetGroupId() uint64 {
@@ -5517,7 +5742,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	mi := &file_partitionpb_partition_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5529,7 +5754,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	mi := &file_partitionpb_partition_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5542,7 +5767,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListSessionsResponse) GetSessionIds() []string {
@@ -5562,7 +5787,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[67]
+	mi := &file_partitionpb_partition_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5574,7 +5799,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[67]
+	mi := &file_partitionpb_partition_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5587,7 +5812,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{67}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PurgeRequest) GetGroupId() uint64 {
@@ -5613,7 +5838,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[68]
+	mi := &file_partitionpb_partition_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5625,7 +5850,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[68]
+	mi := &file_partitionpb_partition_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5638,7 +5863,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{68}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PurgeResponse) GetResult() *Result {
@@ -5658,7 +5883,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[69]
+	mi := &file_partitionpb_partition_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5670,7 +5895,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[69]
+	mi := &file_partitionpb_partition_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5683,7 +5908,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{69}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RedriveRequest) GetGroupId() uint64 {
@@ -5709,7 +5934,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[70]
+	mi := &file_partitionpb_partition_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5721,7 +5946,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[70]
+	mi := &file_partitionpb_partition_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5734,7 +5959,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{70}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RedriveResponse) GetResult() *Result {
@@ -5808,6 +6033,35 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x10body_blob_length\x18\x1b \x01(\x04R\x0ebodyBlobLength\x12\"\n" +
 	"\rbody_blob_crc\x18\x1c \x01(\rR\vbodyBlobCrc\x12(\n" +
 	"\x10body_blob_entity\x18) \x01(\x04R\x0ebodyBlobEntity\x12A\n" +
+	"\n" +
+	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
+	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
+	"\fforward_hops\x18( \x01(\rR\vforwardHops\"\xbe\a\n" +
+	"\aMessage\x12'\n" +
+	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
+	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
+	"\x0edelivery_count\x18\x03 \x01(\rR\rdeliveryCount\x12:\n" +
+	"\x05state\x18\x04 \x01(\x0e2$.quorumbus.partition.v1.MessageStateR\x05state\x12=\n" +
+	"\tsub_queue\x18\x05 \x01(\x0e2 .quorumbus.partition.v1.SubQueueR\bsubQueue\x12\x1d\n" +
+	"\n" +
+	"lock_token\x18\x06 \x01(\fR\tlockToken\x12&\n" +
+	"\x0flocked_until_ms\x18\a \x01(\x03R\rlockedUntilMs\x12\"\n" +
+	"\rexpires_at_ms\x18\b \x01(\x03R\vexpiresAtMs\x129\n" +
+	"\x19scheduled_enqueue_time_ms\x18\t \x01(\x03R\x16scheduledEnqueueTimeMs\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\n" +
+	" \x01(\tR\tmessageId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\v \x01(\tR\tsessionId\x12#\n" +
+	"\rpartition_key\x18\f \x01(\tR\fpartitionKey\x12\x16\n" +
+	"\x06header\x18\r \x01(\fR\x06header\x12 \n" +
+	"\vannotations\x18\x0e \x01(\fR\vannotations\x12\x12\n" +
+	"\x04bare\x18\x0f \x01(\fR\x04bare\x12,\n" +
+	"\x12dead_letter_reason\x18\x10 \x01(\tR\x10deadLetterReason\x126\n" +
+	"\x17dead_letter_description\x18\x11 \x01(\tR\x15deadLetterDescription\x12,\n" +
+	"\x12dead_letter_source\x18\x12 \x01(\tR\x10deadLetterSource\x12\x15\n" +
+	"\x06ttl_ms\x18\x13 \x01(\x03R\x05ttlMs\x12/\n" +
+	"\x13modified_properties\x18\x14 \x03(\fR\x12modifiedProperties\x12A\n" +
 	"\n" +
 	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
 	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
@@ -5997,11 +6251,11 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"sql_filter\x18\x04 \x01(\tR\tsqlFilter\"s\n" +
 	"\x10RedriveCandidate\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x126\n" +
-	"\x04view\x18\x02 \x01(\v2\".quorumbus.partition.v1.FilterViewR\x04view\"\xfc\x02\n" +
+	"\x04view\x18\x02 \x01(\v2\".quorumbus.partition.v1.FilterViewR\x04view\"\xf6\x02\n" +
 	"\x06Result\x126\n" +
 	"\x04code\x18\x01 \x01(\x0e2\".quorumbus.partition.v1.ResultCodeR\x04code\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\x12A\n" +
-	"\bmessages\x18\x03 \x03(\v2%.quorumbus.partition.v1.StoredMessageR\bmessages\x12)\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12;\n" +
+	"\bmessages\x18\x03 \x03(\v2\x1f.quorumbus.partition.v1.MessageR\bmessages\x12)\n" +
 	"\x10sequence_numbers\x18\x04 \x03(\x04R\x0fsequenceNumbers\x12&\n" +
 	"\x0flocked_until_ms\x18\x05 \x03(\x03R\rlockedUntilMs\x12\x1d\n" +
 	"\n" +
@@ -6102,9 +6356,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x14from_sequence_number\x18\x05 \x01(\x04R\x12fromSequenceNumber\x12\x1b\n" +
 	"\tmax_count\x18\x06 \x01(\rR\bmaxCount\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"Q\n" +
-	"\fPeekResponse\x12A\n" +
-	"\bmessages\x18\x01 \x03(\v2%.quorumbus.partition.v1.StoredMessageR\bmessages\"t\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\"K\n" +
+	"\fPeekResponse\x12;\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1f.quorumbus.partition.v1.MessageR\bmessages\"t\n" +
 	"\x16CancelScheduledRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12?\n" +
 	"\x06cancel\x18\x02 \x01(\v2'.quorumbus.partition.v1.CancelScheduledR\x06cancel\"Q\n" +
@@ -6258,7 +6512,7 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_partitionpb_partition_proto_goTypes = []any{
 	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
 	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
@@ -6267,199 +6521,203 @@ var file_partitionpb_partition_proto_goTypes = []any{
 	(ResultCode)(0),                  // 4: quorumbus.partition.v1.ResultCode
 	(*EntityConfig)(nil),             // 5: quorumbus.partition.v1.EntityConfig
 	(*StoredMessage)(nil),            // 6: quorumbus.partition.v1.StoredMessage
-	(*Batch)(nil),                    // 7: quorumbus.partition.v1.Batch
-	(*Command)(nil),                  // 8: quorumbus.partition.v1.Command
-	(*UpsertEntity)(nil),             // 9: quorumbus.partition.v1.UpsertEntity
-	(*DeleteEntity)(nil),             // 10: quorumbus.partition.v1.DeleteEntity
-	(*Enqueue)(nil),                  // 11: quorumbus.partition.v1.Enqueue
-	(*NewMessage)(nil),               // 12: quorumbus.partition.v1.NewMessage
-	(*ForwardOrigin)(nil),            // 13: quorumbus.partition.v1.ForwardOrigin
-	(*FilterView)(nil),               // 14: quorumbus.partition.v1.FilterView
-	(*StageBody)(nil),                // 15: quorumbus.partition.v1.StageBody
-	(*Lock)(nil),                     // 16: quorumbus.partition.v1.Lock
-	(*Settle)(nil),                   // 17: quorumbus.partition.v1.Settle
-	(*RenewLocks)(nil),               // 18: quorumbus.partition.v1.RenewLocks
-	(*ExpireLocks)(nil),              // 19: quorumbus.partition.v1.ExpireLocks
-	(*ActivateScheduled)(nil),        // 20: quorumbus.partition.v1.ActivateScheduled
-	(*CancelScheduled)(nil),          // 21: quorumbus.partition.v1.CancelScheduled
-	(*LockBySequence)(nil),           // 22: quorumbus.partition.v1.LockBySequence
-	(*AcceptSession)(nil),            // 23: quorumbus.partition.v1.AcceptSession
-	(*RenewSessionLock)(nil),         // 24: quorumbus.partition.v1.RenewSessionLock
-	(*SetSessionState)(nil),          // 25: quorumbus.partition.v1.SetSessionState
-	(*ReleaseSession)(nil),           // 26: quorumbus.partition.v1.ReleaseSession
-	(*ExpireSessionLocks)(nil),       // 27: quorumbus.partition.v1.ExpireSessionLocks
-	(*ExpireMessages)(nil),           // 28: quorumbus.partition.v1.ExpireMessages
-	(*Purge)(nil),                    // 29: quorumbus.partition.v1.Purge
-	(*Redrive)(nil),                  // 30: quorumbus.partition.v1.Redrive
-	(*RedriveCandidate)(nil),         // 31: quorumbus.partition.v1.RedriveCandidate
-	(*Result)(nil),                   // 32: quorumbus.partition.v1.Result
-	(*LeaderHint)(nil),               // 33: quorumbus.partition.v1.LeaderHint
-	(*UpsertEntityRequest)(nil),      // 34: quorumbus.partition.v1.UpsertEntityRequest
-	(*UpsertEntityResponse)(nil),     // 35: quorumbus.partition.v1.UpsertEntityResponse
-	(*DeleteEntityRequest)(nil),      // 36: quorumbus.partition.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil),     // 37: quorumbus.partition.v1.DeleteEntityResponse
-	(*SendRequest)(nil),              // 38: quorumbus.partition.v1.SendRequest
-	(*SendResponse)(nil),             // 39: quorumbus.partition.v1.SendResponse
-	(*ReceiveRequest)(nil),           // 40: quorumbus.partition.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),          // 41: quorumbus.partition.v1.ReceiveResponse
-	(*SettleRequest)(nil),            // 42: quorumbus.partition.v1.SettleRequest
-	(*SettleResponse)(nil),           // 43: quorumbus.partition.v1.SettleResponse
-	(*RenewLocksRequest)(nil),        // 44: quorumbus.partition.v1.RenewLocksRequest
-	(*RenewLocksResponse)(nil),       // 45: quorumbus.partition.v1.RenewLocksResponse
-	(*DigestRequest)(nil),            // 46: quorumbus.partition.v1.DigestRequest
-	(*DigestResponse)(nil),           // 47: quorumbus.partition.v1.DigestResponse
-	(*StatsRequest)(nil),             // 48: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),            // 49: quorumbus.partition.v1.StatsResponse
-	(*GroupStatsRequest)(nil),        // 50: quorumbus.partition.v1.GroupStatsRequest
-	(*EntityPartitionRef)(nil),       // 51: quorumbus.partition.v1.EntityPartitionRef
-	(*GroupStatsResponse)(nil),       // 52: quorumbus.partition.v1.GroupStatsResponse
-	(*EntityPartitionStats)(nil),     // 53: quorumbus.partition.v1.EntityPartitionStats
-	(*PeekRequest)(nil),              // 54: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),             // 55: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),   // 56: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil),  // 57: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),   // 58: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil),  // 59: quorumbus.partition.v1.ReceiveDeferredResponse
-	(*AcceptSessionRequest)(nil),     // 60: quorumbus.partition.v1.AcceptSessionRequest
-	(*AcceptSessionResponse)(nil),    // 61: quorumbus.partition.v1.AcceptSessionResponse
-	(*RenewSessionLockRequest)(nil),  // 62: quorumbus.partition.v1.RenewSessionLockRequest
-	(*RenewSessionLockResponse)(nil), // 63: quorumbus.partition.v1.RenewSessionLockResponse
-	(*SetSessionStateRequest)(nil),   // 64: quorumbus.partition.v1.SetSessionStateRequest
-	(*SetSessionStateResponse)(nil),  // 65: quorumbus.partition.v1.SetSessionStateResponse
-	(*GetSessionStateRequest)(nil),   // 66: quorumbus.partition.v1.GetSessionStateRequest
-	(*GetSessionStateResponse)(nil),  // 67: quorumbus.partition.v1.GetSessionStateResponse
-	(*ReleaseSessionRequest)(nil),    // 68: quorumbus.partition.v1.ReleaseSessionRequest
-	(*ReleaseSessionResponse)(nil),   // 69: quorumbus.partition.v1.ReleaseSessionResponse
-	(*ListSessionsRequest)(nil),      // 70: quorumbus.partition.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 71: quorumbus.partition.v1.ListSessionsResponse
-	(*PurgeRequest)(nil),             // 72: quorumbus.partition.v1.PurgeRequest
-	(*PurgeResponse)(nil),            // 73: quorumbus.partition.v1.PurgeResponse
-	(*RedriveRequest)(nil),           // 74: quorumbus.partition.v1.RedriveRequest
-	(*RedriveResponse)(nil),          // 75: quorumbus.partition.v1.RedriveResponse
-	nil,                              // 76: quorumbus.partition.v1.FilterView.PropertiesEntry
-	(placementpb.EntityKind)(0),      // 77: quorumbus.placement.v1.EntityKind
-	(*placementpb.Rule)(nil),         // 78: quorumbus.placement.v1.Rule
-	(*placementpb.RuleValue)(nil),    // 79: quorumbus.placement.v1.RuleValue
+	(*Message)(nil),                  // 7: quorumbus.partition.v1.Message
+	(*Batch)(nil),                    // 8: quorumbus.partition.v1.Batch
+	(*Command)(nil),                  // 9: quorumbus.partition.v1.Command
+	(*UpsertEntity)(nil),             // 10: quorumbus.partition.v1.UpsertEntity
+	(*DeleteEntity)(nil),             // 11: quorumbus.partition.v1.DeleteEntity
+	(*Enqueue)(nil),                  // 12: quorumbus.partition.v1.Enqueue
+	(*NewMessage)(nil),               // 13: quorumbus.partition.v1.NewMessage
+	(*ForwardOrigin)(nil),            // 14: quorumbus.partition.v1.ForwardOrigin
+	(*FilterView)(nil),               // 15: quorumbus.partition.v1.FilterView
+	(*StageBody)(nil),                // 16: quorumbus.partition.v1.StageBody
+	(*Lock)(nil),                     // 17: quorumbus.partition.v1.Lock
+	(*Settle)(nil),                   // 18: quorumbus.partition.v1.Settle
+	(*RenewLocks)(nil),               // 19: quorumbus.partition.v1.RenewLocks
+	(*ExpireLocks)(nil),              // 20: quorumbus.partition.v1.ExpireLocks
+	(*ActivateScheduled)(nil),        // 21: quorumbus.partition.v1.ActivateScheduled
+	(*CancelScheduled)(nil),          // 22: quorumbus.partition.v1.CancelScheduled
+	(*LockBySequence)(nil),           // 23: quorumbus.partition.v1.LockBySequence
+	(*AcceptSession)(nil),            // 24: quorumbus.partition.v1.AcceptSession
+	(*RenewSessionLock)(nil),         // 25: quorumbus.partition.v1.RenewSessionLock
+	(*SetSessionState)(nil),          // 26: quorumbus.partition.v1.SetSessionState
+	(*ReleaseSession)(nil),           // 27: quorumbus.partition.v1.ReleaseSession
+	(*ExpireSessionLocks)(nil),       // 28: quorumbus.partition.v1.ExpireSessionLocks
+	(*ExpireMessages)(nil),           // 29: quorumbus.partition.v1.ExpireMessages
+	(*Purge)(nil),                    // 30: quorumbus.partition.v1.Purge
+	(*Redrive)(nil),                  // 31: quorumbus.partition.v1.Redrive
+	(*RedriveCandidate)(nil),         // 32: quorumbus.partition.v1.RedriveCandidate
+	(*Result)(nil),                   // 33: quorumbus.partition.v1.Result
+	(*LeaderHint)(nil),               // 34: quorumbus.partition.v1.LeaderHint
+	(*UpsertEntityRequest)(nil),      // 35: quorumbus.partition.v1.UpsertEntityRequest
+	(*UpsertEntityResponse)(nil),     // 36: quorumbus.partition.v1.UpsertEntityResponse
+	(*DeleteEntityRequest)(nil),      // 37: quorumbus.partition.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),     // 38: quorumbus.partition.v1.DeleteEntityResponse
+	(*SendRequest)(nil),              // 39: quorumbus.partition.v1.SendRequest
+	(*SendResponse)(nil),             // 40: quorumbus.partition.v1.SendResponse
+	(*ReceiveRequest)(nil),           // 41: quorumbus.partition.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),          // 42: quorumbus.partition.v1.ReceiveResponse
+	(*SettleRequest)(nil),            // 43: quorumbus.partition.v1.SettleRequest
+	(*SettleResponse)(nil),           // 44: quorumbus.partition.v1.SettleResponse
+	(*RenewLocksRequest)(nil),        // 45: quorumbus.partition.v1.RenewLocksRequest
+	(*RenewLocksResponse)(nil),       // 46: quorumbus.partition.v1.RenewLocksResponse
+	(*DigestRequest)(nil),            // 47: quorumbus.partition.v1.DigestRequest
+	(*DigestResponse)(nil),           // 48: quorumbus.partition.v1.DigestResponse
+	(*StatsRequest)(nil),             // 49: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),            // 50: quorumbus.partition.v1.StatsResponse
+	(*GroupStatsRequest)(nil),        // 51: quorumbus.partition.v1.GroupStatsRequest
+	(*EntityPartitionRef)(nil),       // 52: quorumbus.partition.v1.EntityPartitionRef
+	(*GroupStatsResponse)(nil),       // 53: quorumbus.partition.v1.GroupStatsResponse
+	(*EntityPartitionStats)(nil),     // 54: quorumbus.partition.v1.EntityPartitionStats
+	(*PeekRequest)(nil),              // 55: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 56: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 57: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 58: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 59: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 60: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 61: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 62: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 63: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 64: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 65: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 66: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 67: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 68: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 69: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 70: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 71: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 72: quorumbus.partition.v1.ListSessionsResponse
+	(*PurgeRequest)(nil),             // 73: quorumbus.partition.v1.PurgeRequest
+	(*PurgeResponse)(nil),            // 74: quorumbus.partition.v1.PurgeResponse
+	(*RedriveRequest)(nil),           // 75: quorumbus.partition.v1.RedriveRequest
+	(*RedriveResponse)(nil),          // 76: quorumbus.partition.v1.RedriveResponse
+	nil,                              // 77: quorumbus.partition.v1.FilterView.PropertiesEntry
+	(placementpb.EntityKind)(0),      // 78: quorumbus.placement.v1.EntityKind
+	(*placementpb.Rule)(nil),         // 79: quorumbus.placement.v1.Rule
+	(*placementpb.RuleValue)(nil),    // 80: quorumbus.placement.v1.RuleValue
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
-	77, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
-	78, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
+	78, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
+	79, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
 	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	14, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
-	8,  // 5: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
-	9,  // 6: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
-	10, // 7: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
-	11, // 8: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
-	16, // 9: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
-	17, // 10: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
-	18, // 11: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
-	19, // 12: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
-	20, // 13: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
-	21, // 14: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
-	22, // 15: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
-	28, // 16: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
-	15, // 17: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
-	23, // 18: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
-	24, // 19: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
-	25, // 20: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
-	26, // 21: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
-	27, // 22: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
-	29, // 23: quorumbus.partition.v1.Command.purge:type_name -> quorumbus.partition.v1.Purge
-	30, // 24: quorumbus.partition.v1.Command.redrive:type_name -> quorumbus.partition.v1.Redrive
-	5,  // 25: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 26: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	14, // 27: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
-	13, // 28: quorumbus.partition.v1.NewMessage.forwarded:type_name -> quorumbus.partition.v1.ForwardOrigin
-	1,  // 29: quorumbus.partition.v1.ForwardOrigin.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	14, // 30: quorumbus.partition.v1.ForwardOrigin.action_set:type_name -> quorumbus.partition.v1.FilterView
-	76, // 31: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
-	1,  // 32: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 33: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 34: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 35: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 36: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 37: quorumbus.partition.v1.Purge.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	31, // 38: quorumbus.partition.v1.Redrive.candidates:type_name -> quorumbus.partition.v1.RedriveCandidate
-	14, // 39: quorumbus.partition.v1.RedriveCandidate.view:type_name -> quorumbus.partition.v1.FilterView
-	4,  // 40: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	6,  // 41: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	5,  // 42: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	12, // 43: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	32, // 44: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 45: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	32, // 46: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	17, // 47: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	32, // 48: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	18, // 49: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	32, // 50: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	51, // 51: quorumbus.partition.v1.GroupStatsRequest.entities:type_name -> quorumbus.partition.v1.EntityPartitionRef
-	53, // 52: quorumbus.partition.v1.GroupStatsResponse.entities:type_name -> quorumbus.partition.v1.EntityPartitionStats
-	49, // 53: quorumbus.partition.v1.EntityPartitionStats.stats:type_name -> quorumbus.partition.v1.StatsResponse
-	1,  // 54: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	6,  // 55: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.StoredMessage
-	21, // 56: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	32, // 57: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 58: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	32, // 59: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	32, // 60: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	24, // 61: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
-	32, // 62: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
-	25, // 63: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
-	32, // 64: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	32, // 65: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	26, // 66: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
-	32, // 67: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	29, // 68: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
-	32, // 69: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
-	30, // 70: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
-	32, // 71: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
-	79, // 72: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	34, // 73: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	36, // 74: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	38, // 75: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	40, // 76: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	42, // 77: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	44, // 78: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	48, // 79: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	50, // 80: quorumbus.partition.v1.PartitionService.GroupStats:input_type -> quorumbus.partition.v1.GroupStatsRequest
-	54, // 81: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	56, // 82: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	58, // 83: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	60, // 84: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	62, // 85: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	64, // 86: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	66, // 87: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	68, // 88: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	70, // 89: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	46, // 90: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
-	72, // 91: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
-	74, // 92: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
-	35, // 93: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	37, // 94: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	39, // 95: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	41, // 96: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	43, // 97: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	45, // 98: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	49, // 99: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	52, // 100: quorumbus.partition.v1.PartitionService.GroupStats:output_type -> quorumbus.partition.v1.GroupStatsResponse
-	55, // 101: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	57, // 102: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	59, // 103: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	61, // 104: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	63, // 105: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	65, // 106: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	67, // 107: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	69, // 108: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	71, // 109: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	47, // 110: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
-	73, // 111: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
-	75, // 112: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
-	93, // [93:113] is the sub-list for method output_type
-	73, // [73:93] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	15, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
+	2,  // 5: quorumbus.partition.v1.Message.state:type_name -> quorumbus.partition.v1.MessageState
+	1,  // 6: quorumbus.partition.v1.Message.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	15, // 7: quorumbus.partition.v1.Message.action_set:type_name -> quorumbus.partition.v1.FilterView
+	9,  // 8: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
+	10, // 9: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
+	11, // 10: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
+	12, // 11: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
+	17, // 12: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
+	18, // 13: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
+	19, // 14: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
+	20, // 15: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
+	21, // 16: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
+	22, // 17: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
+	23, // 18: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
+	29, // 19: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	16, // 20: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
+	24, // 21: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
+	25, // 22: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
+	26, // 23: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
+	27, // 24: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
+	28, // 25: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
+	30, // 26: quorumbus.partition.v1.Command.purge:type_name -> quorumbus.partition.v1.Purge
+	31, // 27: quorumbus.partition.v1.Command.redrive:type_name -> quorumbus.partition.v1.Redrive
+	5,  // 28: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	13, // 29: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	15, // 30: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
+	14, // 31: quorumbus.partition.v1.NewMessage.forwarded:type_name -> quorumbus.partition.v1.ForwardOrigin
+	1,  // 32: quorumbus.partition.v1.ForwardOrigin.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	15, // 33: quorumbus.partition.v1.ForwardOrigin.action_set:type_name -> quorumbus.partition.v1.FilterView
+	77, // 34: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	1,  // 35: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 36: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 37: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 38: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 39: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 40: quorumbus.partition.v1.Purge.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	32, // 41: quorumbus.partition.v1.Redrive.candidates:type_name -> quorumbus.partition.v1.RedriveCandidate
+	15, // 42: quorumbus.partition.v1.RedriveCandidate.view:type_name -> quorumbus.partition.v1.FilterView
+	4,  // 43: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	7,  // 44: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.Message
+	5,  // 45: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	13, // 46: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	33, // 47: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 48: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	33, // 49: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	18, // 50: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	33, // 51: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	19, // 52: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	33, // 53: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	52, // 54: quorumbus.partition.v1.GroupStatsRequest.entities:type_name -> quorumbus.partition.v1.EntityPartitionRef
+	54, // 55: quorumbus.partition.v1.GroupStatsResponse.entities:type_name -> quorumbus.partition.v1.EntityPartitionStats
+	50, // 56: quorumbus.partition.v1.EntityPartitionStats.stats:type_name -> quorumbus.partition.v1.StatsResponse
+	1,  // 57: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	7,  // 58: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.Message
+	22, // 59: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	33, // 60: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 61: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	33, // 62: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	33, // 63: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	25, // 64: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	33, // 65: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	26, // 66: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	33, // 67: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	33, // 68: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	27, // 69: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	33, // 70: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	30, // 71: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
+	33, // 72: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
+	31, // 73: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
+	33, // 74: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
+	80, // 75: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	35, // 76: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	37, // 77: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	39, // 78: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	41, // 79: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	43, // 80: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	45, // 81: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	49, // 82: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	51, // 83: quorumbus.partition.v1.PartitionService.GroupStats:input_type -> quorumbus.partition.v1.GroupStatsRequest
+	55, // 84: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	57, // 85: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	59, // 86: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	61, // 87: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	63, // 88: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	65, // 89: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	67, // 90: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	69, // 91: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	71, // 92: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	47, // 93: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
+	73, // 94: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
+	75, // 95: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
+	36, // 96: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	38, // 97: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	40, // 98: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	42, // 99: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	44, // 100: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	46, // 101: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	50, // 102: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	53, // 103: quorumbus.partition.v1.PartitionService.GroupStats:output_type -> quorumbus.partition.v1.GroupStatsResponse
+	56, // 104: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	58, // 105: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	60, // 106: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	62, // 107: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	64, // 108: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	66, // 109: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	68, // 110: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	70, // 111: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	72, // 112: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	48, // 113: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
+	74, // 114: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
+	76, // 115: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
+	96, // [96:116] is the sub-list for method output_type
+	76, // [76:96] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -6467,7 +6725,7 @@ func file_partitionpb_partition_proto_init() {
 	if File_partitionpb_partition_proto != nil {
 		return
 	}
-	file_partitionpb_partition_proto_msgTypes[3].OneofWrappers = []any{
+	file_partitionpb_partition_proto_msgTypes[4].OneofWrappers = []any{
 		(*Command_UpsertEntity)(nil),
 		(*Command_DeleteEntity)(nil),
 		(*Command_Enqueue)(nil),
@@ -6494,7 +6752,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   72,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
