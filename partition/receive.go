@@ -30,10 +30,10 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		}
 		return a.lockSession(e, c)
 	}
-	want := int(min(c.MaxCount, uint32(a.lim.LockCount)))
-	r := okResult()
-	if want == 0 {
-		return r, nil
+	l := lockPass{a: a, e: e, c: c, r: okResult(), want: int(min(c.MaxCount, uint32(a.lim.LockCount))),
+		main: c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN}
+	if l.want == 0 {
+		return l.r, nil
 	}
 	// The iterators see the batch as it is now; the writes below do not
 	// disturb them. They start at the head: everything before is gone. The
@@ -44,136 +44,26 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 	head := e.availHead[c.SubQueue]
 	var avail store.AvailableScan // the zero scan: nothing indexed
 	if !e.indexEmpty(c.SubQueue) {
-		var err error
 		if avail, err = a.b.Available(e.key, c.SubQueue, head); err != nil {
 			return nil, err
 		}
 	}
-	main := c.SubQueue == partitionpb.SubQueue_SUB_QUEUE_MAIN
 	from := head
-	if main {
+	if l.main {
 		from = min(head, e.fresh)
 	}
-	cur, err := a.newMessageCursor(e, c.SubQueue, from, a.bodies)
-	if err != nil {
+	if l.cur, err = a.newMessageCursor(e, c.SubQueue, from, a.bodies); err != nil {
 		return nil, avail.Close(err)
 	}
-	next, passed, count, taken := head, 0, 0, int64(0)
-	indexDone := false // the scan ran out: nothing is indexed from head on
-	more := func() bool { return count < want && taken < a.lim.LockBytes && passed < a.lim.ExpiredPerLock }
-	// take hands out (or drops, when expired) the available message in
-	// slot old whose state record, where cur stands, is p. Only a replica
-	// that answers the batch decodes the messages it hands out, for its
-	// result (see lockRecord).
-	take := func(p []byte, old store.Slot) error {
-		whole := func() (*partitionpb.StoredMessage, error) { return cur.Decode(p) }
-		switch {
-		case main && old.Expired(a.now):
-			passed++
-			if e.cfg.DeadLetteringOnExpiration {
-				m, err := whole()
-				if err != nil {
-					return err
-				}
-				deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
-				return a.update(e, old, m)
-			}
-			return a.remove(e, old)
-		case c.ReceiveAndDelete:
-			count++
-			taken += old.Size
-			if a.bodies {
-				m, err := whole()
-				if err != nil {
-					return err
-				}
-				if err := cur.body(m); err != nil { // before the body goes
-					return err
-				}
-				r.Messages = append(r.Messages, handOut(m))
-			}
-			return a.remove(e, old)
-		default:
-			count++
-			taken += old.Size
-			token, until := lockToken(old.Seq, c.TokenSeed), a.now+e.cfg.LockDurationMs
-			if a.recordLocks {
-				a.handedOut = append(a.handedOut, old.Seq)
-			}
-			if a.bodies {
-				m, err := whole()
-				if err != nil {
-					return err
-				}
-				m.LockToken, m.LockedUntilMs = token, until
-				if err := cur.body(m); err != nil {
-					return err
-				}
-				r.Messages = append(r.Messages, handOut(m))
-			}
-			return a.lockRecord(e, old, p, token, until)
-		}
+	next, indexDone, err := l.indexed(&avail, head)
+	if err == nil && l.main {
+		err = l.fresh()
 	}
-	err = func() error {
-		for more() {
-			seq, ok, err := avail.Next()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				indexDone = true
-				break
-			}
-			p, err := cur.Record(seq)
-			if err != nil {
-				return err
-			}
-			if p == nil {
-				return fmt.Errorf("%w: %s has no message %d", ErrCorrupt, e.key, seq)
-			}
-			s, _, err := cur.Slot(p)
-			if err != nil {
-				return err
-			}
-			if !s.Available() || !e.indexedAvailable(s) {
-				return fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, e.key, seq)
-			}
-			if err := take(p, s); err != nil {
-				return err
-			}
-			next = seq + 1 // every entry passed is gone
-		}
-		if !main {
-			return nil
-		}
-		// The fresh messages: every one passed is no longer fresh, so
-		// fresh moves past it once it has been handled (as fresh).
-		for valid := cur.SeekState(e.fresh); valid && more(); valid = cur.Next() {
-			p, err := cur.State()
-			if err != nil {
-				return err
-			}
-			s, _, err := cur.Slot(p)
-			if err != nil {
-				return err
-			}
-			if s.Available() {
-				err = take(p, s)
-			} else {
-				passed++ // scheduled: it will come back with a new number
-			}
-			if err != nil {
-				return err
-			}
-			e.fresh = s.Seq + 1
-		}
-		return cur.Error()
-	}()
-	if err := avail.Close(cur.close(err)); err != nil {
+	if err := avail.Close(l.cur.close(err)); err != nil {
 		return nil, err
 	}
 	if e.availHead[c.SubQueue] == head { // unless a write went below it
-		if main && indexDone {
+		if l.main && indexDone {
 			// Nothing indexed is left: the main queue's entries lie
 			// below fresh, which this Lock may have moved up.
 			next = max(next, e.fresh)
@@ -181,7 +71,129 @@ func (a *applier) lock(c *partitionpb.Lock) (*partitionpb.Result, error) {
 		e.availHead[c.SubQueue] = next
 	}
 	a.dirty[e.key] = true // fresh may have moved
-	return r, nil
+	return l.r, nil
+}
+
+// lockPass is one Lock's walk over a sub-queue: the messages it took or
+// passed, against the command's and the machine's limits.
+type lockPass struct {
+	a    *applier
+	e    *entity
+	c    *partitionpb.Lock
+	cur  *messageCursor
+	r    *partitionpb.Result
+	main bool // the main queue: it has fresh messages, and expiry applies
+	want int
+
+	count, passed int // messages taken, and expired or scheduled ones passed
+	taken         int64
+}
+
+func (l *lockPass) more() bool {
+	return l.count < l.want && l.taken < l.a.lim.LockBytes && l.passed < l.a.lim.ExpiredPerLock
+}
+
+// indexed takes messages from the available index from head on, and
+// returns where the index's head now is and whether the scan ran out
+// (nothing is indexed from head on).
+func (l *lockPass) indexed(avail *store.AvailableScan, head uint64) (next uint64, done bool, err error) {
+	next = head
+	for l.more() {
+		seq, ok, err := avail.Next()
+		if err != nil || !ok {
+			return next, err == nil, err
+		}
+		p, err := l.cur.Record(seq)
+		if err != nil {
+			return next, false, err
+		}
+		if p == nil {
+			return next, false, fmt.Errorf("%w: %s has no message %d", ErrCorrupt, l.e.key, seq)
+		}
+		s, _, err := l.cur.Slot(p)
+		if err != nil {
+			return next, false, err
+		}
+		if !s.Available() || !l.e.indexedAvailable(s) {
+			return next, false, fmt.Errorf("%w: %s: message %d is indexed available but is not", ErrCorrupt, l.e.key, seq)
+		}
+		if err := l.take(p, s); err != nil {
+			return next, false, err
+		}
+		next = seq + 1 // every entry passed is gone
+	}
+	return next, false, nil
+}
+
+// fresh takes the main queue's fresh messages: every one passed is no
+// longer fresh, so fresh moves past it once it has been handled (as
+// fresh).
+func (l *lockPass) fresh() error {
+	for valid := l.cur.SeekState(l.e.fresh); valid && l.more(); valid = l.cur.Next() {
+		p, err := l.cur.State()
+		if err != nil {
+			return err
+		}
+		s, _, err := l.cur.Slot(p)
+		if err != nil {
+			return err
+		}
+		if s.Available() {
+			err = l.take(p, s)
+		} else {
+			l.passed++ // scheduled: it will come back with a new number
+		}
+		if err != nil {
+			return err
+		}
+		l.e.fresh = s.Seq + 1
+	}
+	return l.cur.Error()
+}
+
+// take hands out (or drops, when expired) the available message in slot
+// old whose state record, where the cursor stands, is p. Only a replica
+// that answers the batch decodes the messages it hands out, for its result
+// (see lockRecord).
+func (l *lockPass) take(p []byte, old store.Slot) error {
+	a, e := l.a, l.e
+	if l.main && old.Expired(a.now) {
+		l.passed++
+		if !e.cfg.DeadLetteringOnExpiration {
+			return a.remove(e, old)
+		}
+		m, err := l.cur.Decode(p)
+		if err != nil {
+			return err
+		}
+		deadLetter(e, m, ReasonTTLExpired, "The message expired and was dead lettered.")
+		return a.update(e, old, m)
+	}
+	l.count++
+	l.taken += old.Size
+	var token []byte
+	var until int64
+	if !l.c.ReceiveAndDelete {
+		token, until = lockToken(old.Seq, l.c.TokenSeed), a.now+e.cfg.LockDurationMs
+		if a.recordLocks {
+			a.handedOut = append(a.handedOut, old.Seq)
+		}
+	}
+	if a.bodies {
+		m, err := l.cur.Decode(p)
+		if err != nil {
+			return err
+		}
+		m.LockToken, m.LockedUntilMs = token, until
+		if err := l.cur.body(m); err != nil { // before a receive-and-delete's body goes
+			return err
+		}
+		l.r.Messages = append(l.r.Messages, handOut(m))
+	}
+	if l.c.ReceiveAndDelete {
+		return a.remove(e, old)
+	}
+	return a.lockRecord(e, old, p, token, until)
 }
 
 // relock answers a repeated peek-lock Lock or LockBySequence (lockOnce)
