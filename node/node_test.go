@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,8 +42,12 @@ func upsertEntity(t testing.TB, c partitionpb.PartitionServiceClient, lockMs int
 	}
 }
 
+// send sends one message under a request id of its own, as front-ends
+// do: the client retries an attempt that timed out (a loaded machine), and
+// the id makes the partition answer a retry of an applied send with its
+// first result instead of storing the message twice.
 func send(ctx context.Context, c partitionpb.PartitionServiceClient, body string) (uint64, error) {
-	resp, err := c.Send(ctx, &partitionpb.SendRequest{EntityId: entity, Messages: []*partitionpb.NewMessage{
+	resp, err := c.Send(ctx, &partitionpb.SendRequest{EntityId: entity, RequestId: []byte(rand.Text()), Messages: []*partitionpb.NewMessage{
 		{MessageId: body, Bare: []byte(body)},
 	}})
 	if err != nil {
