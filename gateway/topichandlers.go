@@ -40,6 +40,13 @@ func (g *Gateway) topicFiguresOf(ctx context.Context, e *placementpb.Entity) top
 		g.log.Warn("listing a topic's subscriptions", "topic", e.GetName(), "err", err)
 		return fig
 	}
+	fig.addSubscriptions(subs)
+	return fig
+}
+
+// addSubscriptions sets the figures a topic's subscriptions give: how
+// many, and their filters by kind.
+func (fig *topicFigures) addSubscriptions(subs []*placementpb.Entity) {
 	fig.haveSubscriptions = true
 	fig.subscriptions = len(subs)
 	for _, s := range subs {
@@ -52,7 +59,45 @@ func (g *Gateway) topicFiguresOf(ctx context.Context, e *placementpb.Entity) top
 			}
 		}
 	}
-	return fig
+}
+
+// subscriptionFigures sets the subscription figures of a page of topics
+// from their subscriptions, asked of the catalog in one call naming the
+// page's topics (ListEntities with topics), which reads each from its
+// name index: a page costs its own topics' subscriptions, not every
+// subscription of the namespace. A catalog member that predates topics
+// answers every subscription; those of other topics are left out here.
+// When the call fails, the page is answered without the figures.
+func (g *Gateway) subscriptionFigures(ctx context.Context, topics []*placementpb.Entity, figs []topicFigures) {
+	if len(topics) == 0 {
+		return
+	}
+	names := make([]string, len(topics))
+	byTopic := make(map[string]int, len(topics))
+	for i, t := range topics {
+		names[i] = t.GetName()
+		byTopic[strings.ToLower(t.GetName())] = i
+	}
+	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topics: names})
+	if err != nil {
+		g.log.Warn("listing the subscriptions of a page of topics", "topics", len(topics), "err", err)
+		return
+	}
+	subs := make([][]*placementpb.Entity, len(topics))
+	for _, s := range resp.GetEntities() {
+		// <topic>/Subscriptions/<name>: a topic's name may hold '/', a
+		// subscription's may not.
+		cut := strings.LastIndex(s.GetName(), "/Subscriptions/")
+		if cut < 0 {
+			continue
+		}
+		if i, ok := byTopic[strings.ToLower(s.GetName()[:cut])]; ok {
+			subs[i] = append(subs[i], s)
+		}
+	}
+	for i := range topics {
+		figs[i].addSubscriptions(subs[i])
+	}
 }
 
 // subscriptionsOf lists a topic's subscriptions, ordered by name: the
@@ -134,33 +179,8 @@ func (g *Gateway) listTopics(q request) {
 		return
 	}
 	es, more := page(resp.GetEntities(), top)
-	// The subscriptions are listed once for the page, not per topic.
-	subs, subsErr := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION})
-	if subsErr != nil {
-		g.log.Warn("listing subscriptions for a topic list", "err", subsErr)
-	}
 	figs := make([]topicFigures, len(es))
-	byTopic := map[string]int{}
-	for i, e := range es {
-		byTopic[strings.ToLower(e.GetName())] = i
-		figs[i].haveSubscriptions = subsErr == nil
-	}
-	for _, s := range subs.GetEntities() {
-		topic, _, ok := strings.Cut(s.GetName(), "/")
-		i, listed := byTopic[strings.ToLower(topic)]
-		if !ok || !listed {
-			continue
-		}
-		figs[i].subscriptions++
-		for _, r := range s.GetRules() {
-			switch r.GetFilter().(type) {
-			case *placementpb.Rule_SqlFilter:
-				figs[i].sql++
-			case *placementpb.Rule_CorrelationFilter:
-				figs[i].correlation++
-			}
-		}
-	}
+	g.subscriptionFigures(ctx, es, figs)
 	g.forEachCounted(ctx, es, func(i int, c *Counts) { figs[i].counts = c })
 	entries := make([]entryOut, len(es))
 	for i, e := range es {

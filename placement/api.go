@@ -228,8 +228,11 @@ func (s *Service) GetEntity(ctx context.Context, req *pb.GetEntityRequest) (*pb.
 // ListEntities lists the entities of one kind by name, like GetEntity on
 // the leader, or one topic's subscriptions. top 0 means all.
 func (s *Service) ListEntities(ctx context.Context, req *pb.ListEntitiesRequest) (*pb.ListEntitiesResponse, error) {
-	if req.Topic != "" && req.Kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
+	if (req.Topic != "" || len(req.Topics) > 0) && req.Kind != pb.EntityKind_ENTITY_KIND_SUBSCRIPTION {
 		return nil, toStatus(fmt.Errorf("%w: a topic names subscriptions to list, not %v", ErrInvalidRequest, req.Kind))
+	}
+	if len(req.Topics) > 0 && (req.Topic != "" || req.Skip != 0 || req.Top != 0) {
+		return nil, toStatus(fmt.Errorf("%w: topics list whole topics' subscriptions, without topic, skip or top", ErrInvalidRequest))
 	}
 	if resp, handled, err := forward(ctx, s, req, pb.PlacementServiceClient.ListEntities); handled {
 		return resp, err
@@ -243,6 +246,13 @@ func (s *Service) ListEntities(ctx context.Context, req *pb.ListEntitiesRequest)
 	resp := &pb.ListEntitiesResponse{}
 	found := true
 	s.fsm.Read(func(st *catalog.State) {
+		if len(req.Topics) > 0 {
+			for _, t := range req.Topics {
+				subs, _ := st.Subscriptions(t, 0, 0)
+				resp.Entities = append(resp.Entities, subs...)
+			}
+			return
+		}
 		if req.Topic == "" {
 			resp.Entities = st.Entities(req.Kind, int(req.Skip), int(req.Top))
 			return

@@ -153,6 +153,36 @@ func TestTopicsSubscriptionsRules(t *testing.T) {
 		}
 	}
 
+	// The subscriptions of several topics at once (a page of topics), in
+	// the order of the topics named; a name that is no topic gives none.
+	var several *pb.ListEntitiesResponse
+	if _, err := retry(t, func(ctx context.Context) (err error) {
+		several, err = m.Client.ListEntities(ctx, &pb.ListEntitiesRequest{Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topics: []string{"nope", "Orders"}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range several.Entities {
+		names = append(names, e.Name)
+	}
+	if strings.Join(names, " ") != "orders/Subscriptions/all orders/Subscriptions/red" {
+		t.Errorf("subscriptions of nope and Orders: %v", names)
+	}
+	for _, bad := range []*pb.ListEntitiesRequest{
+		{Kind: pb.EntityKind_ENTITY_KIND_QUEUE, Topics: []string{"orders"}},
+		{Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topics: []string{"orders"}, Top: 1},
+		{Kind: pb.EntityKind_ENTITY_KIND_SUBSCRIPTION, Topics: []string{"orders"}, Topic: "orders"},
+	} {
+		_, err := retry(t, func(ctx context.Context) error {
+			_, err := m.Client.ListEntities(ctx, bad)
+			return err
+		})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("ListEntities %v: %v, want InvalidArgument", bad, err)
+		}
+	}
+
 	// Deleting the topic deletes its subscriptions.
 	if _, err := retry(t, func(ctx context.Context) error {
 		_, err := m.Client.DeleteEntity(ctx, &pb.DeleteEntityRequest{Name: "orders"})

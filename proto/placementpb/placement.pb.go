@@ -2224,7 +2224,13 @@ type ListEntitiesRequest struct {
 	// topic, with kind SUBSCRIPTION: only that topic's subscriptions, read
 	// from the catalog's name index (NOT_FOUND when no topic has the name).
 	// Empty: every entity of the kind.
-	Topic         string `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
+	Topic string `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
+	// topics, with kind SUBSCRIPTION and no topic, skip or top: the
+	// subscriptions of each of these topics, topic by topic in the order
+	// given, each read from the name index; a name that is no topic gives
+	// none (a page of topics asks for its own). A member that predates the
+	// field answers every subscription: callers keep only their topics'.
+	Topics        []string `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2285,6 +2291,13 @@ func (x *ListEntitiesRequest) GetTopic() string {
 		return x.Topic
 	}
 	return ""
+}
+
+func (x *ListEntitiesRequest) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
 }
 
 type ListEntitiesResponse struct {
@@ -4111,12 +4124,13 @@ const file_placementpb_placement_proto_rawDesc = "" +
 	"\x12RemoveRuleResponse\"\x16\n" +
 	"\x14DeleteEntityResponse\"&\n" +
 	"\x10GetEntityRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x89\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa1\x01\n" +
 	"\x13ListEntitiesRequest\x126\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\".quorumbus.placement.v1.EntityKindR\x04kind\x12\x12\n" +
 	"\x04skip\x18\x02 \x01(\rR\x04skip\x12\x10\n" +
 	"\x03top\x18\x03 \x01(\rR\x03top\x12\x14\n" +
-	"\x05topic\x18\x04 \x01(\tR\x05topic\"R\n" +
+	"\x05topic\x18\x04 \x01(\tR\x05topic\x12\x16\n" +
+	"\x06topics\x18\x05 \x03(\tR\x06topics\"R\n" +
 	"\x14ListEntitiesResponse\x12:\n" +
 	"\bentities\x18\x01 \x03(\v2\x1e.quorumbus.placement.v1.EntityR\bentities\"{\n" +
 	"\x12WatchRoutesRequest\x12#\n" +
