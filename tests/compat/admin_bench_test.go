@@ -189,3 +189,68 @@ func watchMetaLeader(ctx context.Context, c *cluster.Dev) func() string {
 		return fmt.Sprintf("meta leader changes so far %d, longest without one %v", changes, gap.Round(time.Millisecond))
 	}
 }
+
+// BenchmarkAdminListTopics reads the first page of topics (100) with
+// their runtime properties through the Go admin client: 100 topics of 2
+// subscriptions each, beside QUORUMBUS_BENCH_SUBSCRIPTIONS (default
+// 2,000) subscriptions of topics that sort after them, 200 a topic.
+func BenchmarkAdminListTopics(b *testing.B) {
+	big := 2000
+	if v := os.Getenv("QUORUMBUS_BENCH_SUBSCRIPTIONS"); v != "" {
+		big, _ = strconv.Atoi(v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := startAdminDev(b)
+	var specs []cluster.QueueSpec
+	topic, sub := placementpb.EntityKind_ENTITY_KIND_TOPIC, placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION
+	for i := range 100 {
+		name := fmt.Sprintf("t%03d", i)
+		specs = append(specs, cluster.QueueSpec{Name: name, Kind: topic, Props: &placementpb.QueueProperties{}})
+	}
+	for i := range (big + 199) / 200 {
+		specs = append(specs, cluster.QueueSpec{Name: fmt.Sprintf("z%03d", i), Kind: topic, Props: &placementpb.QueueProperties{}})
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, specs, quiet); err != nil {
+		b.Fatal(err)
+	}
+	specs = specs[:0]
+	for i := range 100 {
+		for j := range 2 {
+			specs = append(specs, cluster.QueueSpec{Name: fmt.Sprintf("t%03d/Subscriptions/s%d", i, j), Kind: sub, Props: &placementpb.QueueProperties{}})
+		}
+	}
+	for j := range big {
+		specs = append(specs, cluster.QueueSpec{Name: fmt.Sprintf("z%03d/Subscriptions/s%03d", j/200, j%200), Kind: sub, Props: &placementpb.QueueProperties{}})
+	}
+	const creators = 32
+	errs := make(chan error, creators)
+	for i := range creators {
+		go func() {
+			var mine []cluster.QueueSpec
+			for j := i; j < len(specs); j += creators {
+				mine = append(mine, specs[j])
+			}
+			errs <- cluster.CreateQueues(ctx, c.NodeAddrs, c.Creds, mine, quiet)
+		}()
+	}
+	for range creators {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	ac := adminClient(b, c, sas.DevKeyName, sas.DevKey)
+	b.Run("first-page", func(b *testing.B) {
+		for range b.N {
+			p := ac.NewListTopicsRuntimePropertiesPager(&admin.ListTopicsRuntimePropertiesOptions{MaxPageSize: 100})
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n := len(page.TopicRuntimeProperties); n != 100 || page.TopicRuntimeProperties[7].SubscriptionCount != 2 {
+				b.Fatalf("%d topics, %+v", n, page.TopicRuntimeProperties[7])
+			}
+		}
+	})
+}
