@@ -49,6 +49,7 @@ RACE_SKIPPED = ^(TestDeterminism|TestSessionDeterminism|TestSessionCompleteAroun
 # by byte (ten times slower), and that run here without it.
 RACE_SKIPPED_NODE = ^(TestDiskFullTmpfs|TestLogBoundedInBytes)$$
 RACE_SKIPPED_COMPAT = ^TestDevLargestSendsSurviveRestart$$
+RACE_SKIPPED_CMD = ^TestGatewayMemoryFlat$$
 
 test: vet fmt-check ## Vet, check formatting, run all tests with -race (CI adds fuzz-smoke, chaos, deploy-test)
 	@/usr/bin/python3 -c 'import proton' >/dev/null 2>&1 || \
@@ -57,6 +58,7 @@ test: vet fmt-check ## Vet, check formatting, run all tests with -race (CI adds 
 	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED)' ./partition/
 	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED_NODE)' ./node/
 	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED_COMPAT)' ./tests/compat/
+	$(GO) test -count=1 -timeout 5m -run '$(RACE_SKIPPED_CMD)' ./cmd/quorumbus/
 
 # Every fuzz target for 5,000 executions: a smoke test of each (the
 # committed corpus is already replayed by the plain tests). Its own step
