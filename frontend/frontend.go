@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/placement/credits"
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -166,6 +167,11 @@ func (s *Server) Stats() amqp.Stats { return s.amqp.Stats() }
 // and management operations refused with server-busy, receives made to
 // wait).
 func (s *Server) Throttled() map[string]uint64 { return s.throttle.counts() }
+
+// Credits is the front-end's share of the namespace's credits, for a
+// process that serves the admin API beside it to spend from (dev mode's
+// gateway): one budget, and its throttled requests counted in Throttled.
+func (s *Server) Credits() *credits.Bucket { return s.throttle.credits }
 
 // PendingSends is the front-end's pending work that MaxPendingSends
 // bounds: messages links have queued or sent to partitions, and scheduled

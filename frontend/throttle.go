@@ -2,16 +2,16 @@ package frontend
 
 import (
 	"context"
-	"maps"
-	"sync"
+	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/quorumbus/quorumbus/frontend/amqp"
+	"github.com/quorumbus/quorumbus/placement/credits"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// Credit-based throttling, as Service Bus Standard does it (seed 003): the
+// Credit-based throttling, as Service Bus Standard does it (seed 003;
+// the budget itself is placement/credits, shared with the gateway): the
 // namespace has a budget of credits a second; a message sent, received,
 // peeked or scheduled costs 1, a rule operation 10 (managementCost), and
 // a message sent to a topic 1 more per filter it is evaluated against; the budget refills each second. A
@@ -49,7 +49,7 @@ const (
 	condServerBusy amqp.Symbol = "com.microsoft:server-busy"
 	// ruleOperationCost is what a management operation proper costs
 	// (seed 003: create, read, update, delete of entities and filters).
-	ruleOperationCost = 10
+	ruleOperationCost = credits.Management
 )
 
 // managementCost is what a $management operation on e costs before it
@@ -71,7 +71,8 @@ func (s *Server) managementCost(e *placementpb.Entity, op string, messages int) 
 	return 1
 }
 
-var failBusy = failure{condServerBusy, 503, true, "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again"}
+// failBusy's words are Service Bus's; describe adds the full stop.
+var failBusy = failure{condServerBusy, 503, true, strings.TrimSuffix(credits.ThrottledText, ".")}
 
 // Resource-based throttling, as Service Bus Premium does it (no credits):
 // a send or a schedule is refused with the same server-busy when the
@@ -89,29 +90,20 @@ var failBusy = failure{condServerBusy, 503, true, "The request was terminated be
 // router reports that as ErrServerBusy, and the client gets the same
 // server-busy, with credits or without.
 
-// throttle is a namespace's credit budget and this front-end's bound of
-// pending sends. A nil throttle never throttles.
+// throttle is this front-end's share of the namespace's credits
+// (placement/credits) and its bound of pending sends. A nil throttle
+// never throttles.
 type throttle struct {
-	budget     int64        // credits a second for the whole namespace; 0: no credits
-	share      func() int   // live front-ends sharing it
+	credits    *credits.Bucket
 	maxPending int64        // bound of pending; 0: none
 	pending    atomic.Int64 // messages queued by links or in flight to partitions
-
-	mu        sync.Mutex
-	second    int64 // the Unix second left was last refilled in
-	left      int64 // may go below zero: a batch larger than what is left passes once and is paid back
-	throttled map[string]uint64
 }
 
 // newThrottle returns a throttle even when it has neither credits nor a
 // bound: it still counts the sends that partition leaders refused as
 // busy (refused).
 func newThrottle(budget int64, share func() int, maxPending int) *throttle {
-	budget, maxPending = max(budget, 0), max(maxPending, 0)
-	if share == nil {
-		share = func() int { return 1 }
-	}
-	return &throttle{budget: budget, share: share, maxPending: int64(maxPending), throttled: map[string]uint64{}}
+	return &throttle{credits: credits.New(credits.Config{Budget: budget, Share: share}), maxPending: int64(max(maxPending, 0))}
 }
 
 // admit reserves n messages of pending work for entity under the pending
@@ -139,9 +131,7 @@ func (t *throttle) admit(entity string, n int) bool {
 // queue was full (ErrServerBusy).
 func (t *throttle) refused(entity string) {
 	if t != nil {
-		t.mu.Lock()
-		t.throttled[entity]++
-		t.mu.Unlock()
+		t.credits.Count(entity)
 	}
 }
 
@@ -153,83 +143,26 @@ func (t *throttle) inFlight(n int) {
 	}
 }
 
-// perSecond is this front-end's share of the budget, at least 1.
-func (t *throttle) perSecond() int64 {
-	return max(t.budget/int64(max(t.share(), 1)), 1)
-}
-
-// refillLocked adds a second's share for every second passed, up to one
-// second's worth: credits do not pile up while the namespace is idle.
-func (t *throttle) refillLocked() {
-	now := time.Now().Unix()
-	if now == t.second {
-		return
-	}
-	per := t.perSecond()
-	elapsed := now - t.second
-	if t.second == 0 || elapsed > 1<<20 {
-		elapsed = 1 << 20
-	}
-	t.left = min(t.left+elapsed*per, per)
-	t.second = now
-}
-
 // take spends cost credits for an operation on entity and reports whether
 // it may go ahead; a refusal is counted against the entity.
 func (t *throttle) take(entity string, cost int64) bool {
-	if t == nil || t.budget == 0 {
-		return true
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.refillLocked()
-	if t.left <= 0 {
-		t.throttled[entity]++
-		return false
-	}
-	t.left -= cost
-	return true
+	return t == nil || t.credits.Take(entity, cost)
 }
 
 // charge spends credits already used (messages a receive returned).
 func (t *throttle) charge(cost int64) {
-	if t == nil || t.budget == 0 || cost == 0 {
-		return
+	if t != nil {
+		t.credits.Charge(cost)
 	}
-	t.mu.Lock()
-	t.refillLocked()
-	t.left -= cost
-	t.mu.Unlock()
 }
 
 // wait blocks until credits are left (counting the wait once against
 // entity) or ctx ends.
 func (t *throttle) wait(ctx context.Context, entity string) error {
-	if t == nil || t.budget == 0 {
+	if t == nil {
 		return nil
 	}
-	counted := false
-	for {
-		t.mu.Lock()
-		t.refillLocked()
-		ok := t.left > 0
-		if !ok && !counted {
-			t.throttled[entity]++
-			counted = true
-		}
-		next := time.Unix(t.second+1, 0)
-		t.mu.Unlock()
-		if ok {
-			return nil
-		}
-		timer := time.NewTimer(time.Until(next))
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		}
-	}
+	return t.credits.Wait(ctx, entity)
 }
 
 // counts returns the throttled requests per entity.
@@ -237,7 +170,5 @@ func (t *throttle) counts() map[string]uint64 {
 	if t == nil {
 		return map[string]uint64{}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return maps.Clone(t.throttled)
+	return t.credits.Throttled()
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumbus/quorumbus/placement/credits"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -58,6 +59,9 @@ type Config struct {
 	Logger   *slog.Logger
 	// Now is the clock tokens expire by. Default time.Now.
 	Now func() time.Time
+	// Credits are the namespace's credits the admin API spends, 10 a
+	// request (throttle.go); nil: no throttling.
+	Credits *credits.Bucket
 }
 
 // Validate reports a missing required part.
@@ -156,6 +160,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := g.authorize(r); err != nil {
 		g.log.Debug("admin request refused", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	if !g.admit(q) {
 		return
 	}
 	path := strings.Trim(r.URL.Path, "/")

@@ -36,7 +36,7 @@ func devCmd(args []string) error {
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
 	fs.IntVar(&o.MaxConnections, "max-connections", 0, maxConnectionsUsage)
 	fs.DurationVar(&o.SessionAcceptWait, "session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
-	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; off by default in dev mode, which benchmarks drive")
+	fs.Int64Var(&o.ThrottleCredits, "throttle-credits", 0, throttleCreditsUsage+"; the admin API spends the same credits, 10 a request; off by default in dev mode, which benchmarks drive")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	memLimit := memoryLimitFlag(fs)
 	fs.BoolVar(&o.PlainCluster, "plain-cluster", false, "gRPC between the parts in plain text; by default it is mutual TLS with a cluster CA and certificates dev mode makes under -data/cluster-tls")

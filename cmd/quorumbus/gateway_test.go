@@ -50,8 +50,9 @@ func TestGatewayProcess(t *testing.T) {
 		sas.Rule{Name: "Reader", Rights: sas.Listen, PrimaryKey: key}); err != nil {
 		t.Fatal(err)
 	}
+	// 50 credits a second: five admin requests.
 	startProcess(t, bin, "gateway", "-plain-cluster", "-http-addr", httpAddr, "-placement", strings.Join(grpcAddrs, ","),
-		"-sas-rules", rules, "-log-level", "error")
+		"-sas-rules", rules, "-log-level", "error", "-throttle-credits", "50")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -130,5 +131,38 @@ func TestGatewayProcess(t *testing.T) {
 	}
 	if _, err := reader.GetQueue(ctx, "gw", nil); !errors.As(err, &re) || re.StatusCode != http.StatusUnauthorized || !strings.Contains(err.Error(), "Manage") {
 		t.Fatalf("GetQueue with a Listen rule: %v, want 401 naming Manage", err)
+	}
+
+	// Past its credits the gateway answers 503, which the client's
+	// default retry policy retries to success (up to fifteen requests
+	// fit: adminthrottle_test.go in tests/compat tells why; twelve make
+	// some wait however the seconds fall), and its /metrics counts the
+	// throttled requests.
+	sdk, err := admin.NewClientFromConnectionString(
+		fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=Admin;SharedAccessKey=%s", httpAddr, key),
+		&admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: insecure}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 12)
+	for range 12 {
+		go func() {
+			_, err := sdk.GetQueue(ctx, "gw", nil)
+			errs <- err
+		}()
+	}
+	for range 12 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a throttled GetQueue was not retried to success: %v", err)
+		}
+	}
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `quorumbus_throttled_requests_total{entity="gw"}`) {
+		t.Fatalf("/metrics counts no throttled request of gw:\n%s", metrics)
 	}
 }

@@ -241,7 +241,7 @@ func frontendCmd(args []string) error {
 	n := *frontends
 	share := func() int { return n }
 	if *join != "" {
-		ml, err := joinAsFrontend(ctx, *memberID, *gossipAddr, *gossipAdvertise, *join, *gossipKeyFile, log)
+		ml, err := joinGossip(ctx, membership.RoleFrontend, *memberID, *gossipAddr, *gossipAdvertise, *join, *gossipKeyFile, log)
 		if err != nil {
 			return err
 		}
@@ -333,16 +333,16 @@ func frontendCmd(args []string) error {
 	return srv.Shutdown(sctx)
 }
 
-// joinAsFrontend joins the storage nodes' gossip as a front-end, which
-// nodes ignore (they place replicas on storage members only) and other
-// front-ends count (cluster.FrontendShare).
-func joinAsFrontend(ctx context.Context, id, bind, advertise, join, keyFile string, log *slog.Logger) (*membership.Memberlist, error) {
+// joinGossip joins the storage nodes' gossip as a front-end or a gateway,
+// which nodes ignore (they place replicas on storage members only) and
+// the others of its role count (cluster.FrontendShare, GatewayShare).
+func joinGossip(ctx context.Context, role membership.Role, id, bind, advertise, join, keyFile string, log *slog.Logger) (*membership.Memberlist, error) {
 	if id == "" {
 		host, err := os.Hostname()
 		if err != nil {
 			return nil, fmt.Errorf("-id: %w", err)
 		}
-		id = "frontend-" + host
+		id = string(role) + "-" + host
 	}
 	var keys [][]byte
 	if keyFile != "" {
@@ -351,7 +351,7 @@ func joinAsFrontend(ctx context.Context, id, bind, advertise, join, keyFile stri
 			return nil, err
 		}
 	}
-	ml, err := membership.New(membership.Config{NodeID: id, Role: membership.RoleFrontend, BindAddr: bind, AdvertiseAddr: advertise,
+	ml, err := membership.New(membership.Config{NodeID: id, Role: role, BindAddr: bind, AdvertiseAddr: advertise,
 		Seeds: splitList(join), Network: "local", Keys: keys, Logger: log})
 	if err != nil {
 		return nil, err
@@ -370,6 +370,8 @@ const sessionAcceptWaitUsage = "how long an accept-next session receiver waits f
 const sessionAcceptWaitPropertyUsage = "quorumbus's own: how long an accept-next of this entity waits for a session when its client names no com.microsoft:timeout, 100ms to 1m (default: the front-end's -session-accept-wait, a minute)"
 
 const throttleCreditsUsage = "credits a second of the namespace: a message sent, received, peeked or scheduled costs 1, a rule operation 10, a message sent to a topic 1 more per filter of its subscriptions (docs/security.md); past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
+
+const gatewayThrottleCreditsUsage = "credits a second of the namespace for the admin API: every request (create, read, update, delete, a page of a list) costs 10 (docs/security.md); past them requests answer 503 server-busy, which the admin clients retry (0 or less: no credits). The front-ends' -throttle-credits are theirs apart"
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"

@@ -34,7 +34,8 @@ type rule struct {
 	except []string // covered by pkgs, but not by this rule
 	forbid []string // imports the covered packages must not have
 	// permit are imports that forbid would match but this rule allows
-	// (placement/sas is shared by front-ends and gateways).
+	// (placement/sas and placement/credits are shared by front-ends and
+	// gateways).
 	permit []string
 	// direct are forbidden as direct imports only: what the covered code
 	// itself must not use, though a library it builds on may (pebble
@@ -79,8 +80,8 @@ var rules = []rule{
 		name:   "frontends and gateways are stateless",
 		pkgs:   []string{our("frontend/..."), our("gateway/...")},
 		forbid: []string{our("partition/..."), our("node/..."), our("placement/...")},
-		permit: []string{our("placement/sas")},
-		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/ (placement/sas, the pure SAS rules and tokens, they share)",
+		permit: []string{our("placement/sas"), our("placement/credits")},
+		reason: "front-ends and gateways reach storage and the catalog only through the gRPC services in proto/ (placement/sas, the pure SAS rules and tokens, and placement/credits, the namespace's credit budget, they share)",
 	},
 	{
 		name:    "certificates are standalone",
@@ -112,6 +113,13 @@ var rules = []rule{
 		stdOnly: true,
 		direct:  []string{"net", "net/http/...", "os/...", "log/..."},
 		reason:  "placement/sas parses, signs and validates tokens from what it is given; front-ends, gateways and the CLI share it, so it must pull in nothing of the cluster",
+	},
+	{
+		name:    "credits are pure",
+		pkgs:    []string{our("placement/credits/...")},
+		stdOnly: true,
+		direct:  []string{"net/...", "os/...", "log/...", "math/rand/...", "crypto/rand"},
+		reason:  "placement/credits counts a namespace's credits by the clock it is given; front-ends and gateways share it, so it must pull in nothing of the cluster or the network",
 	},
 	{
 		// partition/store falls under "partition is pure" too.
@@ -547,6 +555,15 @@ func TestCheck(t *testing.T) {
 				{ImportPath: P("gateway"), Imports: []string{P("partition")}},
 			},
 			want: []string{P("frontend/routing") + " -> " + P("placement/catalog"), P("gateway") + " -> " + P("partition")},
+		},
+		{
+			name: "front-ends and gateways share the credits, which reach for the network",
+			graph: []pkg{
+				{ImportPath: P("frontend"), Imports: []string{P("placement/credits"), P("placement/sas")}},
+				{ImportPath: P("gateway"), Imports: []string{P("placement/credits")}},
+				{ImportPath: P("placement/credits"), Imports: []string{"time", "sync", "net"}},
+			},
+			want: []string{P("placement/credits") + " -> net"},
 		},
 		{
 			name: "placement and node import each other",

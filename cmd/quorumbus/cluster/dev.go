@@ -84,7 +84,8 @@ type DevOptions struct {
 	RaftMetrics bool
 	// MaxConnections is frontend.Config.MaxConnections.
 	MaxConnections int
-	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off).
+	// ThrottleCredits is frontend.Config.ThrottleCredits (0: off); the
+	// admin API (the gateway) spends the same credits, 10 a request.
 	ThrottleCredits int64
 	// SessionAcceptWait is frontend.Config.SessionAcceptWait (0: its
 	// default).
@@ -248,10 +249,12 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	c.closers = append(c.closers, closePlacement)
 	// The admin API checks tokens against the same rules as the
-	// front-end: the emulator's, and whatever rules the catalog holds.
+	// front-end: the emulator's, and whatever rules the catalog holds. It
+	// spends the front-end's credits: one process, one namespace budget,
+	// whose throttled requests the front-end's collector reports.
 	if c.Gateway, err = gateway.New(gateway.Config{
 		Catalog: placementClient, Stats: c.Router, Messages: c.Router, Topology: c.Router, Logger: log.With("part", "gateway"),
-		Validator: gateway.RulesValidator{Rules: c.Router},
+		Validator: gateway.RulesValidator{Rules: c.Router}, Credits: c.Frontend.Credits(),
 	}); err != nil {
 		return nil, err
 	}

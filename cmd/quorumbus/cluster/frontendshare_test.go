@@ -10,7 +10,8 @@ import (
 
 // TestFrontendShare: front-ends that join the storage nodes' gossip count
 // each other (not the nodes) as members come and go, so each enforces
-// the budget divided by the live front-ends.
+// the budget divided by the live front-ends; gateways likewise count
+// gateways.
 func TestFrontendShare(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -46,5 +47,12 @@ func TestFrontendShare(t *testing.T) {
 	gw := start("gateway", membership.RoleGateway, node.Addr())
 	defer gw.Close()
 	b.Close()
+	waitShare(share, 1)
+	// Gateways count gateways, not front-ends.
+	gws := GatewayShare(gw)
+	waitShare(gws, 1)
+	gw2 := start("gateway-2", membership.RoleGateway, node.Addr())
+	defer gw2.Close()
+	waitShare(gws, 2)
 	waitShare(share, 1)
 }
