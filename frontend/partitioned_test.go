@@ -41,6 +41,9 @@ type partBackend struct {
 	// peekAnswered, when set, is called with b.mu held as a partition
 	// answers a peek.
 	peekAnswered func(p uint32)
+	// receiving, when set, is called (b.mu not held) as a receive that
+	// takes messages reaches partition p.
+	receiving func(p uint32)
 }
 
 func newPartBackend(partitions int) *partBackend {
@@ -114,6 +117,9 @@ func (b *partBackend) Send(_ context.Context, e *placementpb.Entity, p uint32, m
 
 func (b *partBackend) Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
 	p := req.Partition
+	if b.receiving != nil && req.MaxCount > 0 {
+		b.receiving(p)
+	}
 	deadline := time.NewTimer(time.Duration(req.WaitMs) * time.Millisecond)
 	defer deadline.Stop()
 	for {
@@ -323,6 +329,57 @@ func TestReceiveCreditSpread(t *testing.T) {
 		if busy == 20 {
 			t.Fatalf("%d messages of partition 0 delivered and still not partition 5's", busy)
 		}
+	}
+}
+
+// TestReceiveAsksPartitionsAtOnce: a receiver's pass asks the partitions
+// at once, so that receives reaching one group together share its Raft
+// entry. Each partition here holds its receive until every partition has
+// been asked (or 2 s passed): asked one after another, none of the four
+// saw the others.
+func TestReceiveAsksPartitionsAtOnce(t *testing.T) {
+	const parts = 4
+	b := newPartBackend(parts)
+	for p := range uint32(parts) {
+		b.put(p, fmt.Sprint("m", p))
+	}
+	var mu sync.Mutex
+	waiting := 0 // receives held now
+	all := make(chan struct{})
+	together := false
+	b.receiving = func(p uint32) {
+		mu.Lock()
+		waiting++
+		if waiting == parts && !together {
+			together = true
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(2 * time.Second):
+		}
+		mu.Lock()
+		waiting--
+		mu.Unlock()
+	}
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rcv := amqpReceiver(t, ctx, addr, "pq", parts)
+	for range parts {
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rcv.AcceptMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !together {
+		t.Fatal("the partitions were asked one after another, not at once")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -278,19 +279,33 @@ func (r *receiver) pump() {
 // it took all the credit, the others' messages waited as long as it had
 // any (a receiver of credit 10 with partition 0 never empty got nothing
 // of partition 5). The caller long-polls when a pass found nothing.
+//
+// The first round asks the partitions at once: asked one after another,
+// each partition's small receive was a Raft entry of its own, where
+// receives that reach a group together share one (group commit).
 func (r *receiver) pass(base, partitions, credit uint32) int {
 	start := r.nextStart
 	r.nextStart++
 	share := (credit + partitions - 1) / partitions
+	asks := make([]uint32, 0, partitions)
+	shares := make([]uint32, 0, partitions)
+	for i, left := uint32(0), credit; i < partitions && left > 0; i++ {
+		n := min(share, left)
+		asks, shares = append(asks, base+(start+i)%partitions), append(shares, n)
+		left -= n
+	}
+	results := r.receiveAll(asks, shares)
 	got := 0
 	var more []uint32 // the partitions that filled their share
-	for i := uint32(0); i < partitions && credit > 0 && len(r.held) == 0; i++ {
-		p := base + (start+i)%partitions
-		n := r.fetch(p, min(share, credit), 0)
+	for i, res := range results {
+		if res == nil {
+			continue
+		}
+		n := r.hand(res, shares[i])
 		got += n
 		credit -= uint32(n)
-		if uint32(n) == share {
-			more = append(more, p)
+		if uint32(n) == shares[i] {
+			more = append(more, asks[i])
 		}
 	}
 	for _, p := range more {
@@ -350,9 +365,39 @@ func (r *receiver) awaitAnyPartition(partitions uint32) {
 	cancel()
 }
 
+// receiveAll takes up to shares[i] messages of each partition asks[i],
+// the partitions at once, and returns their results (nil: nothing to
+// hand out).
+func (r *receiver) receiveAll(asks, shares []uint32) []*partitionpb.Result {
+	results := make([]*partitionpb.Result, len(asks))
+	if len(asks) == 1 {
+		results[0] = r.receive(asks[0], shares[0], 0)
+		return results
+	}
+	var wg sync.WaitGroup
+	for i := range asks {
+		wg.Go(func() { results[i] = r.receive(asks[i], shares[i], 0) })
+	}
+	wg.Wait()
+	return results
+}
+
 // fetch takes up to max messages of one partition and sends them. It
 // returns how many were delivered.
 func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
+	res := r.receive(partition, max, wait)
+	if res == nil {
+		return 0
+	}
+	return r.hand(res, max)
+}
+
+// receive takes up to max messages of one partition, waiting for one up to
+// wait. It returns nil when there is nothing to hand out: the receive
+// failed (after a pause, so that a partition without a leader is not
+// asked in a spin), or the session's lock was lost. It may run beside
+// other receives of the link; hand, which delivers, may not.
+func (r *receiver) receive(partition, max uint32, wait time.Duration) *partitionpb.Result {
 	req := &partitionpb.ReceiveRequest{
 		Partition:        partition,
 		SubQueue:         r.subQueue,
@@ -361,7 +406,7 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 		WaitMs:           wait.Milliseconds(),
 	}
 	if err := r.c.srv.throttle.wait(r.ctx, r.entity.Name); err != nil {
-		return 0
+		return nil
 	}
 	if r.session != nil {
 		req.SessionId, req.SessionToken = r.session.id, r.session.token
@@ -375,16 +420,23 @@ func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
 			r.c.log.Debug("receive failed", "entity", r.entity.Name, "partition", partition, "err", err)
 			time.Sleep(100 * time.Millisecond) // do not spin on a partition without a leader
 		}
-		return 0
+		return nil
 	}
 	if res.GetCode() == partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST && r.session != nil {
 		r.sessionLost(res.GetDescription())
-		return 0
+		return nil
 	}
 	if _, failed := resultFailure(res.GetCode()); failed {
 		time.Sleep(100 * time.Millisecond)
-		return 0
+		return nil
 	}
+	return res
+}
+
+// hand sends the messages of res, taken for up to max of the link's
+// credit, and returns how many were delivered; what the link could not
+// take is held (receive-and-delete) or given back.
+func (r *receiver) hand(res *partitionpb.Result, max uint32) int {
 	sent := len(res.Messages)
 	defer func() { r.counts.outgoingMessages.Add(uint64(sent)) }()
 	if rest := r.deliver(res.Messages, max); len(rest) > 0 {
@@ -500,22 +552,30 @@ func (r *receiver) settleBatch(batch []settleReq) {
 		for i, it := range items {
 			tokens[i] = it.token
 		}
-		f, ok := r.settleTokens(d, tokens, nil)
-		if !ok && len(items) > 1 {
-			// One lost lock fails the whole command: settle one by one so
-			// the others still succeed.
-			for _, it := range items {
+		out := r.settlePartitions(d, tokens, nil)
+		perPartition := map[uint32]int{}
+		for _, it := range items {
+			perPartition[partitionpb.PartitionOfToken(it.token)]++
+		}
+		done := items[:0:0]
+		for _, it := range items {
+			p := partitionpb.PartitionOfToken(it.token)
+			if o := out[p]; !o.ok && perPartition[p] > 1 {
+				// One lost lock fails its partition's whole command:
+				// settle those one by one so the others still succeed.
 				r.settleOne(it)
+				continue
 			}
-			continue
+			done = append(done, it)
 		}
 		// In delivery order, so that the engine answers runs of them with
 		// one disposition frame each: a client completing from many
 		// goroutines sends its dispositions a little out of order, and
 		// each frame costs it a read and a dispatch.
-		slices.SortFunc(items, func(a, b settleReq) int { return cmp.Compare(a.id, b.id) })
-		for _, it := range items {
-			r.confirm(it.id, f, ok)
+		slices.SortFunc(done, func(a, b settleReq) int { return cmp.Compare(a.id, b.id) })
+		for _, it := range done {
+			o := out[partitionpb.PartitionOfToken(it.token)]
+			r.confirm(it.id, o.f, o.ok)
 		}
 	}
 }
@@ -574,41 +634,83 @@ func simpleDisposition(state amqp.DeliveryState) (partitionpb.Disposition, bool)
 	return partitionpb.Disposition_DISPOSITION_ABANDON, false
 }
 
-// settleTokens settles tokens of one disposition, grouped by partition.
+// settleOutcome is how a partition's share of a settle ended.
+type settleOutcome struct {
+	f  failure
+	ok bool
+}
+
+// settleTokens settles tokens of one disposition and returns the failure
+// of a partition that failed, or ok when none did.
 func (r *receiver) settleTokens(d partitionpb.Disposition, tokens [][]byte, tmpl *partitionpb.Settle) (failure, bool) {
+	out := r.settlePartitions(d, tokens, tmpl)
+	for _, p := range slices.Sorted(maps.Keys(out)) {
+		if o := out[p]; !o.ok {
+			return o.f, false
+		}
+	}
+	return failure{}, true
+}
+
+// settlePartitions settles tokens of one disposition, one command per
+// partition, the partitions at once (one after another, each was a Raft
+// entry of its own, where commands that reach a group together share
+// one), and returns how each partition's ended.
+func (r *receiver) settlePartitions(d partitionpb.Disposition, tokens [][]byte, tmpl *partitionpb.Settle) map[uint32]settleOutcome {
 	byPartition := map[uint32][][]byte{}
 	for _, t := range tokens {
 		p := partitionpb.PartitionOfToken(t)
 		byPartition[p] = append(byPartition[p], t)
 	}
-	for p, ts := range byPartition {
-		s := &partitionpb.Settle{}
-		if tmpl != nil {
-			s.DeadLetterReason, s.DeadLetterDescription, s.PropertiesToModify = tmpl.DeadLetterReason, tmpl.DeadLetterDescription, tmpl.PropertiesToModify
+	out := make(map[uint32]settleOutcome, len(byPartition))
+	if len(byPartition) == 1 {
+		for p, ts := range byPartition {
+			out[p] = r.settlePartition(d, p, ts, tmpl)
 		}
-		s.Partition, s.SubQueue, s.LockTokens, s.Disposition = p, r.subQueue, ts, d
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		res, err := r.c.srv.cfg.Backend.Settle(ctx, r.entity, s)
-		cancel()
-		if err != nil {
-			if d == partitionpb.Disposition_DISPOSITION_RELEASE {
-				// The client is not waiting for this answer (the SDKs
-				// release what arrived after a receive returned), and the
-				// messages stay locked until their lock, or their
-				// session's, ends.
-				r.c.log.Warn("release failed: the messages stay locked until their lock ends", "entity", r.entity.Name, "partition", p, "messages", len(ts), "err", err)
-			}
-			return errFailure(err), false
-		}
-		if f, failed := resultFailure(res.GetCode()); failed {
-			if f == failLockLost && r.session != nil {
-				// Under a session lock a message's lock is the session's.
-				f = failSessionLockLost
-			}
-			return f, false
-		}
+		return out
 	}
-	return failure{}, true
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for p, ts := range byPartition {
+		wg.Go(func() {
+			o := r.settlePartition(d, p, ts, tmpl)
+			mu.Lock()
+			out[p] = o
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// settlePartition settles tokens of partition p.
+func (r *receiver) settlePartition(d partitionpb.Disposition, p uint32, ts [][]byte, tmpl *partitionpb.Settle) settleOutcome {
+	s := &partitionpb.Settle{}
+	if tmpl != nil {
+		s.DeadLetterReason, s.DeadLetterDescription, s.PropertiesToModify = tmpl.DeadLetterReason, tmpl.DeadLetterDescription, tmpl.PropertiesToModify
+	}
+	s.Partition, s.SubQueue, s.LockTokens, s.Disposition = p, r.subQueue, ts, d
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	res, err := r.c.srv.cfg.Backend.Settle(ctx, r.entity, s)
+	cancel()
+	if err != nil {
+		if d == partitionpb.Disposition_DISPOSITION_RELEASE {
+			// The client is not waiting for this answer (the SDKs
+			// release what arrived after a receive returned), and the
+			// messages stay locked until their lock, or their
+			// session's, ends.
+			r.c.log.Warn("release failed: the messages stay locked until their lock ends", "entity", r.entity.Name, "partition", p, "messages", len(ts), "err", err)
+		}
+		return settleOutcome{f: errFailure(err)}
+	}
+	if f, failed := resultFailure(res.GetCode()); failed {
+		if f == failLockLost && r.session != nil {
+			// Under a session lock a message's lock is the session's.
+			f = failSessionLockLost
+		}
+		return settleOutcome{f: f}
+	}
+	return settleOutcome{ok: true}
 }
 
 // confirm answers the client's disposition: accepted on success (the SDKs
