@@ -127,6 +127,11 @@ func (s *Service) createEntity(ctx context.Context, req *pb.CreateEntityRequest)
 	}
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
+	// A partitioned entity wants a group per partition: create those the
+	// nodes have room for first, so that it spreads over them.
+	if _, err := s.growGroups(ctx, int(props.PartitionCount)); err != nil {
+		s.log.Warn("creating partition groups for a new entity; it goes on the groups there are", "entity", req.Name, "err", err)
+	}
 	var groups []planner.Group
 	s.fsm.Read(func(st *catalog.State) {
 		for id, n := range st.GroupLoads() {

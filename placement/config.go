@@ -58,9 +58,15 @@ type Config struct {
 	Bootstrap []raft.Server
 
 	// Groups is how many partition groups the meta leader creates once
-	// ReplicationFactor storage nodes are alive. Default 3. Raising it later
-	// adds groups; lowering it removes none.
+	// ReplicationFactor storage nodes are alive, whatever the entities.
+	// Default 3. Raising it later adds groups; lowering it removes none.
 	Groups int
+	// MaxReplicasPerNode lets the cluster have more groups than Groups: as
+	// many as its widest entity has partitions, while every usable node
+	// holds at most this many group replicas (planner.WantGroups). The
+	// groups an entity needs are created as it is created, and more as
+	// nodes join. 0: Groups, no more.
+	MaxReplicasPerNode int
 	// ReplicationFactor is the number of replicas of each partition group.
 	// Default 3.
 	ReplicationFactor int
@@ -186,6 +192,8 @@ func (c Config) Validate() error {
 		return bad("Transport is required")
 	case c.Groups < 0:
 		return bad("Groups %d is negative", c.Groups)
+	case c.MaxReplicasPerNode < 0:
+		return bad("MaxReplicasPerNode %d is negative", c.MaxReplicasPerNode)
 	case c.ReplicationFactor < 1:
 		return bad("ReplicationFactor %d is below 1", c.ReplicationFactor)
 	case c.ElectionTimeout < 10*time.Millisecond:

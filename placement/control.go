@@ -13,7 +13,6 @@ import (
 
 	"github.com/quorumbus/quorumbus/placement/catalog"
 	"github.com/quorumbus/quorumbus/placement/membership"
-	"github.com/quorumbus/quorumbus/placement/planner"
 	"github.com/quorumbus/quorumbus/proto/groupcall"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	pb "github.com/quorumbus/quorumbus/proto/placementpb"
@@ -120,51 +119,13 @@ func (s *Service) syncNodes(ctx context.Context) {
 	}
 }
 
-// addGroups creates the partition groups the config asks for and the
-// catalog lacks, once enough storage nodes are alive to hold their
-// replicas.
+// addGroups creates the partition groups the cluster lacks (groups.go):
+// those of Config.Groups once enough nodes are alive, and as nodes join,
+// those the widest entity wants.
 func (s *Service) addGroups(ctx context.Context) {
-	var groups []*pb.Group
-	var nodes []*pb.Node
-	s.fsm.Read(func(st *catalog.State) { groups, nodes = st.Groups(), st.Nodes() })
-	missing := s.cfg.Groups - len(groups)
-	if missing <= 0 {
-		return
-	}
-	replicas := map[string]int{}
-	for _, g := range groups {
-		for _, r := range g.Replicas {
-			replicas[r.NodeId]++
-		}
-	}
-	var alive []planner.Node
-	for _, n := range nodes {
-		if n.Alive {
-			alive = append(alive, planner.Node{ID: n.Id, Zone: n.Zone, Replicas: replicas[n.Id]})
-		}
-	}
-	if len(alive) < s.cfg.ReplicationFactor {
-		return // the next change of the member list brings us back
-	}
-	plan, err := planner.PlaceGroups(alive, s.cfg.ReplicationFactor, missing)
-	if err != nil {
-		s.log.Error("placing partition groups", "err", err)
-		return
-	}
-	cg := &pb.CreateGroups{ExpectedGroups: uint64(len(groups))}
-	for _, ids := range plan {
-		g := &pb.NewGroup{}
-		for _, id := range ids {
-			g.Replicas = append(g.Replicas, &pb.Replica{NodeId: id})
-		}
-		cg.Groups = append(cg.Groups, g)
-	}
-	res, err := s.propose(ctx, &pb.CatalogCommand{Op: &pb.CatalogCommand_CreateGroups{CreateGroups: cg}})
-	if err != nil {
+	if _, err := s.growGroups(ctx, 0); err != nil {
 		s.log.Warn("creating partition groups", "err", err)
-		return
 	}
-	s.log.Info("created partition groups", "ids", res.Groups, "replicas", plan)
 }
 
 // ---------------------------------------------------------------------------

@@ -7,9 +7,11 @@
 //     names unique ignoring case), partition groups and their replicas,
 //     storage nodes, and the partition tasks the leader still owes. Pure:
 //     time and every placement decision arrive in the command.
-//   - planner: pure placement functions. Replicas of new groups on distinct
-//     nodes, spread over zones, then balanced; an entity's partitions over
-//     as many groups as it has partitions, least loaded first.
+//   - planner: pure placement functions. How many groups the cluster
+//     wants (WantGroups); replicas of new groups on distinct nodes, spread
+//     over zones, then balanced, within a cap of replicas per node for the
+//     groups past Config.Groups; an entity's partitions over as many
+//     groups as it has partitions, least loaded first.
 //   - membership: memberlist gossip. Each process announces node id, role
 //     (storage, frontend, gateway), gRPC address and zone.
 //   - Service (this package): one member of the meta group. It runs Raft
@@ -74,8 +76,12 @@
 //
 //  1. registers the live storage members as catalog nodes, and marks the
 //     others not alive;
-//  2. creates the missing partition groups (Config.Groups) once
-//     ReplicationFactor storage nodes are alive. The command names the
+//  2. creates the missing partition groups (groups.go): Config.Groups
+//     once ReplicationFactor storage nodes are usable, then, with
+//     Config.MaxReplicasPerNode, one per partition of the widest entity
+//     while the usable nodes have room. CreateEntity does the same for
+//     the entity it is about to place, before placing it, so that a new
+//     partitioned entity spreads over new groups. The command names the
 //     number of groups it was planned against, so a plan proposed twice
 //     (an old and a new leader) applies once;
 //  3. carries out partition tasks. Creating or updating an entity gives

@@ -50,6 +50,9 @@ type Service struct {
 	// createMu makes entity creation one at a time on the leader, so each
 	// plan sees the partitions of the creations before it.
 	createMu sync.Mutex
+	// groupsMu makes group creation one at a time on the leader: the
+	// control loop and entity creation both grow the groups (groups.go).
+	groupsMu sync.Mutex
 
 	// leaders records the node that last answered as each partition
 	// group's leader; partitionCalls and membershipCalls follow the

@@ -547,6 +547,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no dir", placement.Config{NodeID: "n", Transport: tr}, false},
 		{"no transport", placement.Config{NodeID: "n", DataDir: "d"}, false},
 		{"negative groups", placement.Config{NodeID: "n", DataDir: "d", Transport: tr, Groups: -1}, false},
+		{"negative replicas per node", placement.Config{NodeID: "n", DataDir: "d", Transport: tr, MaxReplicasPerNode: -1}, false},
 		{"negative replication", placement.Config{NodeID: "n", DataDir: "d", Transport: tr, ReplicationFactor: -1}, false},
 		{"tiny election timeout", placement.Config{NodeID: "n", DataDir: "d", Transport: tr, ElectionTimeout: time.Millisecond}, false},
 		{"bootstrap without self", placement.Config{NodeID: "n", DataDir: "d", Transport: tr, Bootstrap: bootstrapOf("x")}, false},

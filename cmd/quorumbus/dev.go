@@ -30,7 +30,8 @@ func devCmd(args []string) error {
 	fs.StringVar(&config, "config", "", "Service Bus emulator Config.json whose queues, topics, subscriptions and rules to create")
 	fs.IntVar(&o.Nodes, "nodes", 3, "storage nodes (each partition group is replicated on all of them, up to 3)")
 	fs.IntVar(&o.NodePort, "node-port", 7101, "gRPC port of the first storage node; the others follow (stable across restarts: Raft remembers them)")
-	fs.IntVar(&o.Groups, "groups", 3, "partition groups")
+	fs.IntVar(&o.Groups, "groups", 3, "partition groups the cluster creates whatever its entities")
+	fs.IntVar(&o.MaxReplicasPerNode, "max-replicas-per-node", cluster.DefaultMaxReplicasPerNode, maxReplicasPerNodeUsage)
 	fs.DurationVar(&o.GoneAfter, "gone-after", placement.DefaultGoneAfter, goneAfterUsage)
 	fs.Int64Var(&o.CacheMB, "cache-mb", 32, "block cache of each partition group's store, in MiB (memtables add up to twice it); bounds memory, not the backlog")
 	fs.BoolVar(&o.LeaderSyncFirst, "leader-sync-first", false, leaderSyncFirstUsage)
@@ -57,7 +58,7 @@ func devCmd(args []string) error {
 		}
 		o.Declare = queues
 	}
-	replicas := o.Groups * min(o.Nodes, 3)
+	replicas := o.Nodes * replicasPerNode(o.Groups, min(o.Nodes, 3), o.Nodes, o.MaxReplicasPerNode)
 	if err := applyMemoryLimit(*memLimit, baseMiB+frontendMiB+storageBudgetMiB(replicas, o.CacheMB), cluster.NewLogger(o.LogLevel)); err != nil {
 		return err
 	}
@@ -99,6 +100,8 @@ func devCmd(args []string) error {
 		return fmt.Errorf("the AMQP listener on %s stopped: %w", dev.AMQPAddr, dev.AMQP.Err())
 	}
 }
+
+const maxReplicasPerNodeUsage = "group replicas a storage node takes for groups beyond -groups: the cluster creates a partition group for each partition of its widest entity (as an entity is created, and as nodes join) while every node has room, spread over zones; 0: -groups only. The default memory limit counts them (docs/operations.md, Memory)"
 
 const goneAfterUsage = "how long a storage node may stay dead (as gossip sees it) before placement re-creates its replicas on other nodes from the surviving ones, and replaces it as a meta-group voter; shorter re-replicates sooner, but also copies groups off a node that was only restarting"
 

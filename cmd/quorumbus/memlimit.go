@@ -42,6 +42,16 @@ func storageBudgetMiB(replicas int, cacheMB int64) int64 {
 	return int64(replicas) * (3*cacheMB + groupMiB)
 }
 
+// replicasPerNode is the most group replicas one of nodes storage nodes
+// is given: its share of the groups of -groups, r replicas each, spread
+// evenly over the nodes; or, when groups follow entities, the
+// -max-replicas-per-node that bounds those placed past -groups. A drain
+// can leave a node more (groups are never removed): the limit is what
+// placement gives, not what a shrunk cluster must hold.
+func replicasPerNode(groups, r, nodes, perNodeCap int) int {
+	return max((groups*r+nodes-1)/nodes, perNodeCap)
+}
+
 // applyMemoryLimit sets the soft memory limit: mb MiB, budgetMiB when mb
 // is 0, none when mb is negative or GOMEMLIMIT is set.
 func applyMemoryLimit(mb, budgetMiB int64, log *slog.Logger) error {

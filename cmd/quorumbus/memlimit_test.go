@@ -34,3 +34,23 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Errorf("storage budget %d MiB", got)
 	}
 }
+
+func TestReplicasPerNode(t *testing.T) {
+	for _, tt := range []struct {
+		name                         string
+		groups, r, nodes, perNodeCap int
+		want                         int
+	}{
+		{"node: every group of -groups", 3, 1, 1, 0, 3},
+		{"node: the cap", 3, 1, 1, 8, 8},
+		{"node: -groups above the cap", 10, 1, 1, 8, 10},
+		{"dev: three nodes, every group on each", 3, 3, 3, 0, 3},
+		{"dev: three nodes, the cap", 3, 3, 3, 8, 8},
+		{"five nodes share -groups' replicas", 5, 3, 5, 0, 3},
+		{"one node", 3, 1, 1, 8, 8},
+	} {
+		if got := replicasPerNode(tt.groups, tt.r, tt.nodes, tt.perNodeCap); got != tt.want {
+			t.Errorf("%s: replicasPerNode(%d, %d, %d, %d) = %d, want %d", tt.name, tt.groups, tt.r, tt.nodes, tt.perNodeCap, got, tt.want)
+		}
+	}
+}

@@ -46,7 +46,8 @@ func nodeCmd(args []string) error {
 	zoneFromNode := fs.String("zone-from-kubernetes-node", "", "on Kubernetes: the Node (spec.nodeName) whose -zone-label gives this node's zone when -zone is empty, read from the API server with the pod's service account")
 	zoneLabel := fs.String("zone-label", "topology.kubernetes.io/zone", "the Kubernetes Node label -zone-from-kubernetes-node reads")
 	kubeAccountDir := fs.String("kubernetes-account-dir", defaultServiceAccountDir, "directory holding the pod's service account token and ca.crt, for -zone-from-kubernetes-node")
-	groups := fs.Int("groups", 3, "partition groups the cluster creates")
+	groups := fs.Int("groups", 3, "partition groups the cluster creates whatever its entities")
+	maxReplicas := fs.Int("max-replicas-per-node", cluster.DefaultMaxReplicasPerNode, maxReplicasPerNodeUsage)
 	replicas := fs.Int("replicas", 3, "replicas per partition group")
 	goneAfter := fs.Duration("gone-after", placement.DefaultGoneAfter, goneAfterUsage)
 	syncFirst := fs.Bool("leader-sync-first", false, leaderSyncFirstUsage)
@@ -106,8 +107,9 @@ func nodeCmd(args []string) error {
 	} else {
 		log.Warn("gossip in clear text and open to any process that reaches it: give -gossip-key-file (docs/security.md)")
 	}
-	// A node hosts at most every group, each once.
-	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(*groups, *cacheMB), log); err != nil {
+	// A node hosts every group of -groups at most, and up to the cap of
+	// the groups that follow entities.
+	if err := applyMemoryLimit(*memLimit, baseMiB+storageBudgetMiB(replicasPerNode(*groups, 1, 1, *maxReplicas), *cacheMB), log); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -138,7 +140,7 @@ func nodeCmd(args []string) error {
 	}
 	s, err := cluster.StartStorage(ctx, cluster.StorageOptions{
 		ID: *id, DataDir: *dataDir, Listener: ln, AdvertiseAddr: addr, Bootstrap: servers,
-		Members: ml, Groups: *groups, Replicas: *replicas, GoneAfter: *goneAfter, CacheMB: *cacheMB,
+		Members: ml, Groups: *groups, MaxReplicasPerNode: *maxReplicas, Replicas: *replicas, GoneAfter: *goneAfter, CacheMB: *cacheMB,
 		LeaderSyncFirst: *syncFirst, WALSegmentMB: *walSegmentMB, DiskReserveMB: *diskReserveMB, MaxQueuedSendMB: *maxQueuedSendMB, Creds: ctls.Creds(), Logger: log,
 	})
 	if err != nil {

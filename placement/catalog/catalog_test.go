@@ -124,6 +124,36 @@ func TestEntityLimits(t *testing.T) {
 	}
 }
 
+// TestWidestEntity: the widest queue or topic is tracked as entities come
+// and go, and rebuilt from a snapshot.
+func TestWidestEntity(t *testing.T) {
+	a := newApplier(t, 3)
+	check := func(s *State, want int) {
+		t.Helper()
+		if got := s.WidestEntity(); got != want {
+			t.Fatalf("WidestEntity = %d, want %d", got, want)
+		}
+	}
+	check(a.s, 1)
+	a.must(create("plain", 0))
+	check(a.s, 1)
+	a.must(create("four", 4))
+	a.must(create("sixteen", 16))
+	a.must(create("sixteen-too", 16))
+	check(a.s, 16)
+	a.must(wrap(&pb.DeleteEntityCommand{Name: "sixteen"}))
+	check(a.s, 16)
+	restored, err := FromSnapshot(a.s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(restored, 16)
+	a.must(wrap(&pb.DeleteEntityCommand{Name: "sixteen-too"}))
+	check(a.s, 4)
+	a.must(wrap(&pb.DeleteEntityCommand{Name: "four"}))
+	check(a.s, 1)
+}
+
 func TestNormalize(t *testing.T) {
 	defaults := &pb.QueueProperties{
 		LockDurationMs: 60_000, MaxDeliveryCount: 10, DuplicateDetectionWindowMs: 600_000,

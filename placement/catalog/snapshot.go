@@ -68,8 +68,9 @@ func FromSnapshot(snap *pb.CatalogSnapshot) (*State, error) {
 		rec.Degraded = false // derived when read (outward), never stored
 		s.entities[e.Id] = rec
 		s.names[Key(e.Name)] = e.Id
-		if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
+		if n := uint32(len(e.PartitionGroups)); countsAsPartitioned(e.Kind, n) {
 			s.partitioned++
+			s.widths[n]++
 		}
 	}
 	for _, r := range snap.AuthorizationRules {

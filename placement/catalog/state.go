@@ -46,7 +46,8 @@ type State struct {
 	loads        map[uint64]int // group id -> entity partitions it holds; derived from entities
 	nodes        map[string]*pb.Node
 	tasks        map[taskKey]*pb.PartitionTask
-	partitioned  int // entities with more than one partition
+	partitioned  int            // entities with more than one partition
+	widths       map[uint32]int // partition count -> partitioned entities with it; derived from entities
 	rules        map[ruleKey]*pb.AuthorizationRule
 	changes      changeLog // the latest changes of the routing table (changes.go)
 }
@@ -63,6 +64,7 @@ func New() *State {
 		loads:        map[uint64]int{},
 		nodes:        map[string]*pb.Node{},
 		tasks:        map[taskKey]*pb.PartitionTask{},
+		widths:       map[uint32]int{},
 		rules:        map[ruleKey]*pb.AuthorizationRule{},
 	}
 }
@@ -343,6 +345,7 @@ func (s *State) createEntity(index uint64, now int64, c *pb.CreateEntityCommand)
 	}
 	if countsAsPartitioned(e.Kind, props.PartitionCount) {
 		s.partitioned++
+		s.widths[props.PartitionCount]++
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_UPSERT, index)
 	return e, nil // the record: Apply hands out a copy (outward)
@@ -410,8 +413,11 @@ func (s *State) remove(index uint64, e *pb.Entity) {
 	if s.dropRules(e.Name) {
 		s.touchRules()
 	}
-	if countsAsPartitioned(e.Kind, uint32(len(e.PartitionGroups))) {
+	if n := uint32(len(e.PartitionGroups)); countsAsPartitioned(e.Kind, n) {
 		s.partitioned--
+		if s.widths[n]--; s.widths[n] == 0 {
+			delete(s.widths, n)
+		}
 	}
 	s.setTasks(e, pb.TaskKind_TASK_KIND_DELETE, index)
 }
@@ -600,6 +606,17 @@ func (s *State) Born() uint64 { return s.born }
 // and go: the leader plans every creation with them, and counting them
 // afresh each time cost a pass over the namespace per creation.
 func (s *State) GroupLoads() map[uint64]int { return maps.Clone(s.loads) }
+
+// WidestEntity is the partition count of the queue or topic with the
+// most partitions, 1 when none is partitioned: as many groups as the
+// meta leader aims for when nodes have room (planner.WantGroups).
+func (s *State) WidestEntity() int {
+	widest := uint32(1)
+	for n := range s.widths {
+		widest = max(widest, n)
+	}
+	return int(widest)
+}
 
 // Table is the routing table: everything but the tasks, as of
 // RoutesVersion. Its entities are the catalog's own records where they

@@ -27,14 +27,19 @@ import (
 
 // Options shape a test cluster; the zero value is three members.
 type Options struct {
-	Members           int           // meta members, default 3; each is also a storage node
-	Groups            int           // passed to placement.Config
-	ReplicationFactor int           // passed to placement.Config
-	ElectionTimeout   time.Duration // default 500ms
-	ControlInterval   time.Duration // default 200ms
-	CreateWait        time.Duration // passed to placement.Config
-	GroupSilence      time.Duration // passed to placement.Config
-	MetaVoters        int           // passed to placement.Config
+	Members            int           // meta members, default 3; each is also a storage node
+	Groups             int           // passed to placement.Config
+	MaxReplicasPerNode int           // passed to placement.Config
+	ReplicationFactor  int           // passed to placement.Config
+	ElectionTimeout    time.Duration // default 500ms
+	ControlInterval    time.Duration // default 200ms
+	CreateWait         time.Duration // passed to placement.Config
+	GroupSilence       time.Duration // passed to placement.Config
+	MetaVoters         int           // passed to placement.Config
+	// Moves serves a GroupMembership on every member that completes
+	// every replica move at once (Partitions.Membership); without it
+	// moves never finish.
+	Moves bool
 	// Logger defaults to discarding; QUORUMBUS_TEST_LOG=1 logs to stderr.
 	Logger *slog.Logger
 }
@@ -132,13 +137,14 @@ func (c *Cluster) start(m *Member, bootstrap []raft.Server) {
 	}
 	m.Addr = lis.Addr().String()
 	svc, err := placement.New(placement.Config{
-		NodeID:            m.ID,
-		DataDir:           m.dataDir,
-		Transport:         m.transport,
-		Bootstrap:         bootstrap,
-		Groups:            c.opts.Groups,
-		ReplicationFactor: c.opts.ReplicationFactor,
-		Members:           placement.MembersFunc(c.liveMembers),
+		NodeID:             m.ID,
+		DataDir:            m.dataDir,
+		Transport:          m.transport,
+		Bootstrap:          bootstrap,
+		Groups:             c.opts.Groups,
+		MaxReplicasPerNode: c.opts.MaxReplicasPerNode,
+		ReplicationFactor:  c.opts.ReplicationFactor,
+		Members:            placement.MembersFunc(c.liveMembers),
 		// The in-memory transports are addressed by member id.
 		MetaAddr:        func(n *pb.Node) raft.ServerAddress { return raft.ServerAddress(n.Id) },
 		MetaVoters:      c.opts.MetaVoters,
@@ -155,6 +161,9 @@ func (c *Cluster) start(m *Member, bootstrap []raft.Server) {
 	m.server = grpc.NewServer(rpcnet.ServerOptions(nil)...)
 	svc.Register(m.server)
 	partitionpb.RegisterPartitionServiceServer(m.server, c.Partitions.Server(m.ID, m.Addr))
+	if c.opts.Moves {
+		partitionpb.RegisterGroupMembershipServer(m.server, c.Partitions.Membership(m.ID))
+	}
 	go m.server.Serve(lis)
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)

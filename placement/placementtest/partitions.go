@@ -171,3 +171,24 @@ func (n *fakeNode) DeleteEntity(_ context.Context, req *partitionpb.DeleteEntity
 	p.calls = append(p.calls, Call{Node: n.id, Op: "delete", Group: req.GroupId, EntityID: req.EntityId, Partition: req.Partition, Version: req.Version})
 	return &partitionpb.DeleteEntityResponse{}, nil
 }
+
+// Membership returns a GroupMembership service of one node that lets
+// every replica move at once: each node answers as every group's leader,
+// with nothing to catch up on, and accepts every change. Cluster registers
+// it with Options.Moves.
+func (p *Partitions) Membership(nodeID string) partitionpb.GroupMembershipServer {
+	return &fakeMembership{id: nodeID}
+}
+
+type fakeMembership struct {
+	partitionpb.UnimplementedGroupMembershipServer
+	id string
+}
+
+func (m *fakeMembership) GroupStatus(context.Context, *partitionpb.GroupStatusRequest) (*partitionpb.GroupStatusResponse, error) {
+	return &partitionpb.GroupStatusResponse{State: "Leader", LeaderId: m.id}, nil
+}
+
+func (m *fakeMembership) ChangeReplica(context.Context, *partitionpb.ChangeReplicaRequest) (*partitionpb.ChangeReplicaResponse, error) {
+	return &partitionpb.ChangeReplicaResponse{}, nil
+}

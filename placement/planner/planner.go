@@ -1,7 +1,8 @@
-// Package planner decides where things go: the replicas of new partition
-// groups on storage nodes, the partitions of a new entity on groups, and
-// the replica moves that drain, replace and rebalance (moves.go), and the
-// leadership transfers that spread leaders (leaders.go).
+// Package planner decides where things go: how many partition groups the
+// cluster wants and their replicas on storage nodes, the partitions of a
+// new entity on groups, the replica moves that drain, replace and
+// rebalance (moves.go), and the leadership transfers that spread leaders
+// (leaders.go).
 // Its functions are pure and deterministic (ties break by id), so the same
 // input always gives the same plan; the meta leader runs them and puts the
 // result in the command it proposes.
@@ -27,6 +28,22 @@ type Node struct {
 	Replicas int // replicas it holds already
 }
 
+// WantGroups is how many partition groups a cluster aims for: floor, or
+// as many as its largest entity has partitions when that is more, but no
+// more than its usable nodes hold at perNodeCap replicas each (usable ×
+// perNodeCap / r groups of r replicas). The floor stands whatever the cap
+// says; perNodeCap 0 means the floor alone. While fewer than r nodes are
+// usable no group can be placed, and the answer is 0.
+func WantGroups(usable, r, perNodeCap, floor, partitions int) int {
+	if r < 1 || usable < r {
+		return 0
+	}
+	if perNodeCap <= 0 {
+		return floor
+	}
+	return max(floor, min(partitions, usable*perNodeCap/r))
+}
+
 // PlaceGroups chooses the replicas of count new groups, r per group, and
 // returns the node ids of each group's replicas.
 //
@@ -36,6 +53,23 @@ type Node struct {
 // and to the lowest id. Zone spread thus wins over balance: with zones of
 // unequal size, the nodes of the small zones carry more replicas.
 func PlaceGroups(nodes []Node, r, count int) ([][]string, error) {
+	return place(nodes, r, count, 0)
+}
+
+// PlaceGroupsWithin places up to count new groups as PlaceGroups does,
+// but within a bound: no node takes a replica once it holds perNodeCap,
+// and no group is spread over fewer zones than the nodes offer (r, or the
+// zones there are if fewer). It stops at the first group it cannot place
+// so and returns those placed before it, which may be none.
+func PlaceGroupsWithin(nodes []Node, r, count, perNodeCap int) ([][]string, error) {
+	if perNodeCap < 1 {
+		return nil, fmt.Errorf("%w: %d replicas per node", ErrInvalid, perNodeCap)
+	}
+	return place(nodes, r, count, perNodeCap)
+}
+
+// place is PlaceGroups, and with perNodeCap > 0 PlaceGroupsWithin.
+func place(nodes []Node, r, count, perNodeCap int) ([][]string, error) {
 	if r < 1 || count < 0 {
 		return nil, fmt.Errorf("%w: replication factor %d, %d groups", ErrInvalid, r, count)
 	}
@@ -53,6 +87,7 @@ func PlaceGroups(nodes []Node, r, count int) ([][]string, error) {
 	for _, n := range ns {
 		zoneLoad[n.Zone] += n.Replicas
 	}
+	spread := min(r, len(zoneLoad)) // the zones a group can use
 
 	plan := make([][]string, 0, count)
 	for range count {
@@ -62,7 +97,7 @@ func PlaceGroups(nodes []Node, r, count int) ([][]string, error) {
 		for range r {
 			best := -1
 			for i, n := range ns {
-				if taken[i] {
+				if taken[i] || perNodeCap > 0 && n.Replicas >= perNodeCap {
 					continue
 				}
 				if best < 0 || cmp.Or(
@@ -73,12 +108,21 @@ func PlaceGroups(nodes []Node, r, count int) ([][]string, error) {
 					best = i // ids ascend, so the first of equals has the lowest id
 				}
 			}
+			if best < 0 {
+				return plan, nil // every node left is full: only with a cap
+			}
 			n := &ns[best]
 			taken[best] = true
 			inGroup[n.Zone]++
 			zoneLoad[n.Zone]++
 			n.Replicas++
 			group = append(group, n.ID)
+		}
+		if perNodeCap > 0 && len(inGroup) < spread {
+			// The nodes with room are in fewer zones than a group
+			// can use: this group, and every later one, would be
+			// narrower than the others.
+			return plan, nil
 		}
 		plan = append(plan, group)
 	}

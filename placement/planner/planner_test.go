@@ -268,3 +268,156 @@ func TestAssignPartitionsKeepsBalance(t *testing.T) {
 		}
 	}
 }
+
+func TestWantGroups(t *testing.T) {
+	tests := []struct {
+		name                                     string
+		usable, r, perNodeCap, floor, partitions int
+		want                                     int
+	}{
+		{"no cap: the floor", 3, 3, 0, 3, 16, 3},
+		{"no entity wider than the floor", 3, 3, 8, 3, 1, 3},
+		{"as many as partitions", 5, 3, 8, 3, 4, 4},
+		{"three nodes hold cap groups", 3, 3, 8, 3, 16, 8},
+		{"five nodes: 5 x 8 / 3", 5, 3, 8, 3, 16, 13},
+		{"six nodes: every partition its group", 6, 3, 8, 3, 16, 16},
+		{"the floor stands above the cap", 3, 3, 2, 5, 16, 5},
+		{"one replica per group", 2, 1, 8, 3, 32, 16},
+		{"too few nodes", 2, 3, 8, 3, 16, 0},
+		{"no nodes", 0, 3, 8, 3, 16, 0},
+		{"replication factor above the nodes", 4, 5, 8, 3, 16, 0},
+		{"replication factor 0", 3, 0, 8, 3, 16, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := WantGroups(tt.usable, tt.r, tt.perNodeCap, tt.floor, tt.partitions); got != tt.want {
+				t.Errorf("WantGroups(%d nodes, r=%d, cap %d, floor %d, %d partitions) = %d, want %d",
+					tt.usable, tt.r, tt.perNodeCap, tt.floor, tt.partitions, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlaceGroupsWithin(t *testing.T) {
+	tests := []struct {
+		name          string
+		nodes         []Node
+		r, count, cap int
+		want          [][]string // nil: only the properties are checked
+		wantLen       int
+		wantCount     map[string]int
+		err           error
+	}{
+		{
+			name:  "room for all",
+			nodes: nodes("n1/-", "n2/-", "n3/-"), r: 3, count: 2, cap: 8,
+			want: [][]string{{"n1", "n2", "n3"}, {"n1", "n2", "n3"}}, wantLen: 2,
+		},
+		{
+			name:  "three nodes with three groups: up to the cap",
+			nodes: nodes("n1/-/3", "n2/-/3", "n3/-/3"), r: 3, count: 13, cap: 8,
+			wantLen:   5,
+			wantCount: map[string]int{"n1": 8, "n2": 8, "n3": 8},
+		},
+		{
+			name:  "five nodes filled up to the cap",
+			nodes: nodes("n1/-/2", "n2/-/2", "n3/-/2", "n4/-/2", "n5/-/1"), r: 3, count: 16, cap: 4,
+			wantLen:   3, // 11 free slots, but a fourth group would need a third node with room
+			wantCount: map[string]int{"n1": 4, "n2": 4, "n3": 4, "n4": 3, "n5": 3},
+		},
+		{
+			name:  "a full node is passed over",
+			nodes: nodes("n1/-/4", "n2/-", "n3/-", "n4/-"), r: 3, count: 1, cap: 4,
+			want: [][]string{{"n2", "n3", "n4"}}, wantLen: 1,
+		},
+		{
+			name:  "fewer nodes with room than replicas",
+			nodes: nodes("n1/-/4", "n2/-/4", "n3/-", "n4/-"), r: 3, count: 2, cap: 4,
+			want: [][]string{}, wantLen: 0,
+		},
+		{
+			name:  "a full zone stops placement rather than narrow a group",
+			nodes: nodes("a1/a", "b1/b", "b2/b", "b3/b"), r: 2, count: 5, cap: 2,
+			want:      [][]string{{"a1", "b1"}, {"b2", "a1"}},
+			wantLen:   2,
+			wantCount: map[string]int{"a1": 2, "b1": 1, "b2": 1, "b3": 0},
+		},
+		{
+			name:  "zones of equal size fill evenly",
+			nodes: nodes("a1/a", "a2/a", "b1/b", "b2/b", "c1/c", "c2/c"), r: 3, count: 10, cap: 2,
+			wantLen:   4,
+			wantCount: map[string]int{"a1": 2, "a2": 2, "b1": 2, "b2": 2, "c1": 2, "c2": 2},
+		},
+		{name: "cap 0", nodes: nodes("n1/-"), r: 1, count: 1, cap: 0, err: ErrInvalid},
+		{name: "not enough nodes", nodes: nodes("n1/a", "n2/b"), r: 3, count: 1, cap: 4, err: ErrNotEnoughNodes},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := PlaceGroupsWithin(tt.nodes, tt.r, tt.count, tt.cap)
+			if tt.err != nil || err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("err = %v, want %v", err, tt.err)
+				}
+				return
+			}
+			checkPlacement(t, tt.nodes, tt.r, tt.wantLen, plan)
+			if tt.want != nil && !slices.EqualFunc(plan, tt.want, slices.Equal) {
+				t.Errorf("plan %v, want %v", plan, tt.want)
+			}
+			counts := replicaCounts(tt.nodes, plan)
+			for id, n := range counts {
+				if n > tt.cap {
+					t.Errorf("node %s holds %d replicas, over the cap of %d", id, n, tt.cap)
+				}
+			}
+			for id, want := range tt.wantCount {
+				if counts[id] != want {
+					t.Errorf("node %s holds %d replicas, want %d (all: %v)", id, counts[id], want, counts)
+				}
+			}
+		})
+	}
+}
+
+// TestPlaceGroupsWithinRandom: on random clusters, with zones of unequal
+// size and replicas already placed, no node passes the cap, every group
+// uses as many zones as it can, and what is placed is a prefix of what
+// PlaceGroups places without the cap whenever the cap never binds.
+func TestPlaceGroupsWithinRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 500 {
+		var ns []Node
+		for z := range 1 + rng.IntN(4) {
+			for i := range 1 + rng.IntN(4) {
+				ns = append(ns, Node{ID: fmt.Sprintf("z%d-n%d", z, i), Zone: fmt.Sprintf("z%d", z), Replicas: rng.IntN(4)})
+			}
+		}
+		r := 1 + rng.IntN(min(len(ns), 5))
+		count, perNodeCap := rng.IntN(20), 1+rng.IntN(8)
+		plan, err := PlaceGroupsWithin(ns, r, count, perNodeCap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(plan) > count {
+			t.Fatalf("%d groups placed, %d asked", len(plan), count)
+		}
+		checkPlacement(t, ns, r, len(plan), plan)
+		before := replicaCounts(ns, nil)
+		for id, n := range replicaCounts(ns, plan) {
+			if n > perNodeCap && n != before[id] {
+				t.Fatalf("node %s: %d replicas, cap %d (had %d)", id, n, perNodeCap, before[id])
+			}
+		}
+		free, _ := PlaceGroups(ns, r, len(plan))
+		if fits := func() bool {
+			for id, n := range replicaCounts(ns, free) {
+				if n > perNodeCap && n != before[id] {
+					return false
+				}
+			}
+			return true
+		}(); fits && !slices.EqualFunc(plan, free, slices.Equal) {
+			t.Fatalf("the cap never bound, yet the plan %v differs from PlaceGroups' %v", plan, free)
+		}
+	}
+}

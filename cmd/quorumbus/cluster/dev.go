@@ -72,7 +72,10 @@ type DevOptions struct {
 	Nodes    int
 	NodePort int // gRPC port of the first node, the others follow; 0 picks free ports
 	Groups   int
-	CacheMB  int64
+	// MaxReplicasPerNode is StorageOptions.MaxReplicasPerNode of every
+	// node (0: Groups only).
+	MaxReplicasPerNode int
+	CacheMB            int64
 	// GoneAfter is StorageOptions.GoneAfter of every node.
 	GoneAfter time.Duration
 	LogLevel  string
@@ -181,18 +184,19 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 	}
 	for i := range o.Nodes {
 		s, err := StartStorage(ctx, StorageOptions{
-			ID:              ids[i],
-			DataDir:         filepath.Join(o.DataDir, ids[i]),
-			Listener:        lns[i],
-			Bootstrap:       servers,
-			Members:         StaticMembers(members),
-			Groups:          o.Groups,
-			Replicas:        min(o.Nodes, 3),
-			GoneAfter:       o.GoneAfter,
-			CacheMB:         o.CacheMB,
-			LeaderSyncFirst: o.LeaderSyncFirst,
-			Creds:           creds[ids[i]],
-			Logger:          log.With("node", ids[i]),
+			ID:                 ids[i],
+			DataDir:            filepath.Join(o.DataDir, ids[i]),
+			Listener:           lns[i],
+			Bootstrap:          servers,
+			Members:            StaticMembers(members),
+			Groups:             o.Groups,
+			MaxReplicasPerNode: o.MaxReplicasPerNode,
+			Replicas:           min(o.Nodes, 3),
+			GoneAfter:          o.GoneAfter,
+			CacheMB:            o.CacheMB,
+			LeaderSyncFirst:    o.LeaderSyncFirst,
+			Creds:              creds[ids[i]],
+			Logger:             log.With("node", ids[i]),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("storage node %s: %w", ids[i], err)

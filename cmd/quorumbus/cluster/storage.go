@@ -26,6 +26,13 @@ import (
 	"github.com/quorumbus/quorumbus/proto/rpcnet"
 )
 
+// DefaultMaxReplicasPerNode is -max-replicas-per-node's default on `node`
+// and `dev`: with three nodes, a queue of 16 partitions gets 8 groups, two
+// partitions each; with six, one each. `dev` runs its nodes in one
+// process, so the cap counts three times in its memory limit, and its
+// groups share one disk.
+const DefaultMaxReplicasPerNode = 8
+
 // StorageOptions describes one storage process: a node, and a member of
 // the placement meta group on the same gRPC port.
 type StorageOptions struct {
@@ -39,6 +46,10 @@ type StorageOptions struct {
 	Members       placement.Members
 	Groups        int
 	Replicas      int
+	// MaxReplicasPerNode is placement.Config.MaxReplicasPerNode: room
+	// for groups beyond Groups, one per partition of the widest entity.
+	// 0: Groups only.
+	MaxReplicasPerNode int
 	// GoneAfter is how long a node may be dead before its replicas are
 	// re-created on others (placement.Config.GoneAfter); 0: its default.
 	GoneAfter time.Duration
@@ -95,16 +106,17 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 		return nil, err
 	}
 	p, err := placement.New(placement.Config{
-		Creds:             o.Creds,
-		NodeID:            o.ID,
-		DataDir:           filepath.Join(o.DataDir, "meta"),
-		Transport:         n.RaftTransport(node.MetaGroup),
-		Bootstrap:         o.Bootstrap,
-		Members:           o.Members,
-		Groups:            o.Groups,
-		ReplicationFactor: o.Replicas,
-		GoneAfter:         o.GoneAfter,
-		Logger:            o.Logger,
+		Creds:              o.Creds,
+		NodeID:             o.ID,
+		DataDir:            filepath.Join(o.DataDir, "meta"),
+		Transport:          n.RaftTransport(node.MetaGroup),
+		Bootstrap:          o.Bootstrap,
+		Members:            o.Members,
+		Groups:             o.Groups,
+		MaxReplicasPerNode: o.MaxReplicasPerNode,
+		ReplicationFactor:  o.Replicas,
+		GoneAfter:          o.GoneAfter,
+		Logger:             o.Logger,
 	})
 	if err != nil {
 		n.Close()

@@ -32,7 +32,7 @@ var valueSets = []struct {
 }{
 	{"defaults", ``},
 	{"five nodes", `
-storage: {replicas: 5, bootstrapReplicas: 5, groupReplicas: 5, groups: 8, goneAfter: 1h30m, pdb: {maxUnavailable: 2}}`},
+storage: {replicas: 5, bootstrapReplicas: 5, groupReplicas: 5, groups: 8, maxReplicasPerNode: 16, goneAfter: 1h30m, pdb: {maxUnavailable: 2}}`},
 	{"five nodes, three bootstrap", `
 storage: {replicas: 5}`},
 	{"tls from a secret", `
@@ -124,6 +124,7 @@ func TestRender(t *testing.T) {
 // after the chart's defaults.
 type effective struct {
 	storageReplicas, bootstrap, groupReplicas, pdbMax int
+	maxReplicasPerNode                                int
 	tls, certManager, gateway, serviceMonitor, hpa    bool
 	clusterTLS                                        bool
 	clusterSecrets                                    map[string]string // by role; empty: generated
@@ -179,7 +180,8 @@ func effectiveValues(t *testing.T, values map[string]any) effective {
 	return effective{
 		storageReplicas: num("storage.replicas"), bootstrap: num("storage.bootstrapReplicas"),
 		groupReplicas: num("storage.groupReplicas"), pdbMax: num("storage.pdb.maxUnavailable"),
-		tls: get("tls.enabled").(bool), certManager: get("tls.certManager.enabled").(bool),
+		maxReplicasPerNode: num("storage.maxReplicasPerNode"),
+		tls:                get("tls.enabled").(bool), certManager: get("tls.certManager.enabled").(bool),
 		gateway: get("gateway.enabled").(bool), serviceMonitor: get("metrics.serviceMonitor.enabled").(bool),
 		hpa: get("frontend.autoscaling.enabled").(bool), sas: get("sas.existingSecret").(string),
 		clusterDomain: get("clusterDomain").(string), zonePodLabel: get("storage.zone.podLabel").(string),
@@ -500,6 +502,9 @@ func checkStorage(t *testing.T, objs []Object, v effective) {
 	if got := argValue(c.Args, "-replicas"); got != fmt.Sprint(v.groupReplicas) {
 		t.Errorf("-replicas=%s, want %d", got, v.groupReplicas)
 	}
+	if got := argValue(c.Args, "-max-replicas-per-node"); got != fmt.Sprint(v.maxReplicasPerNode) {
+		t.Errorf("-max-replicas-per-node=%s, want %d", got, v.maxReplicasPerNode)
+	}
 	if got := argValue(c.Args, "-gone-after"); got != v.goneAfter {
 		t.Errorf("-gone-after=%s, want %s", got, v.goneAfter)
 	} else if _, err := time.ParseDuration(got); err != nil {
@@ -664,6 +669,7 @@ func TestRefusedValues(t *testing.T) {
 		{"pdb past quorum", `storage: {pdb: {maxUnavailable: 2}}`, "maxUnavailable"},
 		{"bootstrap past replicas", `storage: {replicas: 3, bootstrapReplicas: 5, groupReplicas: 3}`, "bootstrapReplicas"},
 		{"group replicas past nodes", `storage: {replicas: 3, groupReplicas: 5}`, "groupReplicas"},
+		{"negative replicas per node", `storage: {maxReplicasPerNode: -1}`, "maxReplicasPerNode"},
 		{"gone-after not a duration", `storage: {goneAfter: ten minutes}`, "goneAfter"},
 		{"gone-after without a unit", `storage: {goneAfter: 600}`, "goneAfter"},
 		{"tls without a certificate", `tls: {enabled: true}`, "tls.secretName"},
