@@ -56,6 +56,8 @@ func startBenchDev(b *testing.B, queues ...cluster.QueueSpec) (*cluster.Dev, *az
 	b.Cleanup(cancel)
 	c, err := cluster.StartDev(ctx, cluster.DevOptions{
 		DataDir: b.TempDir(), AMQPAddr: "127.0.0.1:0", Nodes: 3, Groups: 3, CacheMB: devCacheMB, LogLevel: "error",
+		// What `quorumbus dev` does: a partitioned queue gets groups of its own.
+		MaxReplicasPerNode: cluster.DefaultMaxReplicasPerNode,
 	})
 	if err != nil {
 		b.Fatal(err)
