@@ -31,6 +31,10 @@ const memHost = "sb.test"
 // frame.
 const memConnBuffer = 1 << 20
 
+// memDrain outlasts any call the front-end makes to its Backend (at most
+// a receive's or an accept-next's wait plus sendTimeout).
+const memDrain = 10 * time.Minute
+
 // memFrontend is a front-end on an in-memory listener.
 type memFrontend struct {
 	srv *frontend.Server
@@ -39,8 +43,12 @@ type memFrontend struct {
 
 // serveInMemory starts a front-end of cfg on an in-memory listener, shut
 // down when the test ends. Called inside a synctest bubble, everything it
-// starts belongs to the bubble, and Serve has returned by the time the
-// bubble ends.
+// starts belongs to the bubble. A bubble must end without goroutines
+// left, so the shutdown waits for Serve to return and then lets virtual
+// time run on (memDrain): calls still under way end, such as a
+// partition's late answer to an accept-next that the front-end answered
+// already, and a test that fails half way reports its failure rather
+// than a deadlock. A goroutine that never ends still does.
 func serveInMemory(t *testing.T, cfg frontend.Config) *memFrontend {
 	t.Helper()
 	srv, err := frontend.New(cfg)
@@ -58,6 +66,7 @@ func serveInMemory(t *testing.T, cfg frontend.Config) *memFrontend {
 		defer cancel()
 		srv.Shutdown(ctx)
 		<-served
+		time.Sleep(memDrain)
 	})
 	return &memFrontend{srv: srv, ln: ln}
 }
