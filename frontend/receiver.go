@@ -173,8 +173,16 @@ func (r *receiver) Detached(*amqp.Link, error) {
 	}
 }
 
-// Flow wakes the pump, which reads the credit from the link itself.
-func (r *receiver) Flow(*amqp.Link, uint32, bool) {
+// Flow wakes the pump, which reads the credit from the link itself. A
+// drain that leaves no credit has nothing to use up and is answered at
+// once: the pump, which waits for credit, would never answer it, and
+// go-amqp's DrainCredit asks so (link-credit 0 with drain), waiting
+// until its context ends.
+func (r *receiver) Flow(l *amqp.Link, credit uint32, drain bool) {
+	if drain && credit == 0 {
+		l.Drain()
+		return
+	}
 	select {
 	case r.wake <- struct{}{}:
 	default:
