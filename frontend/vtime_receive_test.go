@@ -1,6 +1,7 @@
 package frontend_test
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -141,4 +142,130 @@ func TestReceiveWaitAndDrainInVirtualTime(t *testing.T) {
 			t.Fatalf("receive once credit returned: %v (answered: %v); want the message at once", r.err, ok)
 		}
 	})
+}
+
+// lostSession is a session backend whose session "s" holds one message.
+// The session's lock is lost lostAfter the client's complete of that
+// message reached the partition, and the complete takes settleTook to
+// answer whatever its context says, as a partition leader that stalls.
+type lostSession struct {
+	*lateSessions
+	lostAfter, settleTook time.Duration
+
+	once   sync.Once
+	lost   chan struct{} // closed lostAfter the complete arrived
+	served bool          // the message was handed out (under mu)
+}
+
+func newLostSession(lostAfter, settleTook time.Duration) *lostSession {
+	return &lostSession{lateSessions: newLateSessions(0, "s"), lostAfter: lostAfter, settleTook: settleTook, lost: make(chan struct{})}
+}
+
+func (b *lostSession) Receive(ctx context.Context, _ *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	first := !b.served && req.MaxCount > 0
+	b.served = b.served || first
+	b.mu.Unlock()
+	if first {
+		m := &partitionpb.Message{
+			SequenceNumber: 1, SessionId: "s", Bare: dataBody("m"),
+			LockToken:     append([]byte{0, 0}, bytes.Repeat([]byte{9}, partitionpb.LockTokenBytes-2)...), // partition 0
+			LockedUntilMs: time.Now().Add(time.Minute).UnixMilli(),
+		}
+		return &partitionpb.Result{Messages: []*partitionpb.Message{m}}, nil
+	}
+	select {
+	case <-b.lost:
+		return &partitionpb.Result{Code: partitionpb.ResultCode_RESULT_SESSION_LOCK_LOST, Description: "the session lock expired"}, nil
+	case <-time.After(time.Duration(req.WaitMs) * time.Millisecond):
+		return &partitionpb.Result{}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (b *lostSession) Settle(context.Context, *placementpb.Entity, *partitionpb.Settle) (*partitionpb.Result, error) {
+	b.once.Do(func() { time.AfterFunc(b.lostAfter, func() { close(b.lost) }) })
+	time.Sleep(b.settleTook)
+	return &partitionpb.Result{}, nil
+}
+
+// TestSessionLostAnswersSettlesFirstInVirtualTime: a session receiver
+// whose lock is lost answers the dispositions still on their way to the
+// partition before it detaches the link with session-lock-lost, so that
+// a complete the partition applied is not failed at the client. It waits
+// for them as long as a partition request may take (the front-end's
+// sendTimeout, 30 s), and no longer: a partition that does not answer
+// does not hold the link.
+func TestSessionLostAnswersSettlesFirstInVirtualTime(t *testing.T) {
+	const (
+		lostAfter   = 5 * time.Second
+		settleBound = 30 * time.Second // frontend's sendTimeout
+	)
+	for _, tc := range []struct {
+		name       string
+		settleTook time.Duration
+		accepted   bool          // the client's complete succeeds
+		detach     time.Duration // after the complete, when the link is detached
+	}{
+		{"settle answers", 10 * time.Second, true, 10 * time.Second},
+		{"settle stalls", 2 * time.Minute, false, lostAfter + settleBound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newLostSession(lostAfter, tc.settleTook)
+				f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t)})
+				ctx := t.Context()
+				s, err := plainConn(t, f).NewSession(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rcv, err := s.NewReceiver(ctx, "sq", &goamqp.ReceiverOptions{
+					Credit:         -1,
+					SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr(),
+					Filters:        []goamqp.LinkFilter{goamqp.NewLinkFilter("com.microsoft:session-filter", 0x137000000C, "s")},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rcv.IssueCredit(2); err != nil {
+					t.Fatal(err)
+				}
+				m, err := rcv.Receive(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				completed := time.Now()
+				accepted := make(chan error, 1)
+				go func() { accepted <- rcv.AcceptMessage(ctx, m) }()
+				ended := receiveAsync(ctx, rcv)
+
+				sleepUntil(completed.Add(tc.detach - time.Millisecond))
+				if r, ok := receivedYet(ended); ok {
+					t.Fatalf("the link ended before %v after the complete: %v", tc.detach, r.err)
+				}
+				select {
+				case err := <-accepted:
+					t.Fatalf("the complete was answered before %v after it was sent: %v", tc.detach, err)
+				default:
+				}
+				sleepUntil(completed.Add(tc.detach))
+				r, ok := receivedYet(ended)
+				if !ok {
+					t.Fatalf("the link is still attached %v after the complete", tc.detach)
+				}
+				if cond, _ := amqpCondition(r.err); cond != "com.microsoft:session-lock-lost" {
+					t.Fatalf("the link ended with %v; want a detach with session-lock-lost", r.err)
+				}
+				select {
+				case err := <-accepted:
+					if (err == nil) != tc.accepted {
+						t.Fatalf("the complete: %v; want success %v", err, tc.accepted)
+					}
+				default:
+					t.Fatal("the complete is not answered when the link was detached")
+				}
+			})
+		})
+	}
 }
