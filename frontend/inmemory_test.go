@@ -104,7 +104,14 @@ func (f *memFrontend) dial(t *testing.T, ctx context.Context, opts *goamqp.ConnO
 // any net.Conn), closed when the test ends.
 func (f *memFrontend) sdkClient(t *testing.T) *azservicebus.Client {
 	t.Helper()
-	cs := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;", memHost)
+	return f.sdkClientOf(t, "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE")
+}
+
+// sdkClientOf is an in-memory SDK client with the credentials of a
+// connection string: a rule's name and key, or a SharedAccessSignature.
+func (f *memFrontend) sdkClientOf(t *testing.T, creds string) *azservicebus.Client {
+	t.Helper()
+	cs := fmt.Sprintf("Endpoint=sb://%s;%s;UseDevelopmentEmulator=true;", memHost, creds)
 	c, err := azservicebus.NewClientFromConnectionString(cs, &azservicebus.ClientOptions{NewWebSocketConn: f.dialNet})
 	if err != nil {
 		t.Fatal(err)

@@ -5,10 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"testing"
 	"time"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/quorumbus/quorumbus/frontend"
 	"github.com/quorumbus/quorumbus/proto/partitionpb"
@@ -81,63 +78,4 @@ func (b *lateSessions) GetSessionState(context.Context, *placementpb.Entity, *pa
 
 func (b *lateSessions) ListSessions(context.Context, *placementpb.Entity, *partitionpb.ListSessionsRequest) ([]string, error) {
 	return nil, errors.New("not used")
-}
-
-// acceptNextWithin runs the Go SDK's accept-next with a budget of 3 s and
-// checks that it fails with the timeout an application looks for (not its
-// context's deadline), within the budget.
-func acceptNextWithin(t *testing.T, client *azservicebus.Client) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	start := time.Now()
-	_, err := client.AcceptNextSessionForQueue(ctx, "sq", nil)
-	took := time.Since(start)
-	var sbErr *azservicebus.Error
-	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeTimeout {
-		t.Fatalf("accept next with none available, after %v: %v; want the service's timeout", took, err)
-	}
-	if took > 3*time.Second {
-		t.Fatalf("accept next answered after %v, past the client's 3 s", took)
-	}
-}
-
-// TestAcceptNextAnswersByItsDeadline: the front-end answers an accept-next
-// that found nothing by its own deadline, not when the partition's leader
-// answers after its wait. That answer comes later under load (0.1-0.2 s
-// at a load of 10-30 on two cores), and with only the margin before the
-// client's timeout left, the Go SDK failed with its context's deadline
-// instead of the timeout (TestDevSessions at load 23-30).
-func TestAcceptNextAnswersByItsDeadline(t *testing.T) {
-	b := newLateSessions(time.Second, "")
-	client := sdkClient(t, startFrontend(t, b))
-	acceptNextWithin(t, client)
-	b.mu.Lock()
-	waits := b.waits
-	b.mu.Unlock()
-	// The SDK sends its time left less a little jitter (at most 30 ms at
-	// 3 s), after its claims and session took theirs.
-	if len(waits) != 1 || waits[0] > 2*time.Second || waits[0] < 1500*time.Millisecond {
-		t.Fatalf("the partition was asked to wait %v; want one wait of 1.5-2 s, a second before the client's 3 s", waits)
-	}
-}
-
-// TestAcceptNextGivesBackALateSession: a session that the partition locked
-// for an accept-next the front-end had already answered (none in time) is
-// released at once, not left locked for nobody until its lock runs out.
-func TestAcceptNextGivesBackALateSession(t *testing.T) {
-	b := newLateSessions(time.Second, "late")
-	client := sdkClient(t, startFrontend(t, b))
-	acceptNextWithin(t, client)
-	select {
-	case r := <-b.released:
-		b.mu.Lock()
-		token := b.token
-		b.mu.Unlock()
-		if r.SessionId != "late" || !bytes.Equal(r.Token, token) {
-			t.Fatalf("released session %q token %x; want late under %x", r.SessionId, r.Token, token)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the session locked after the answer was never released")
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/quorumbus/quorumbus/frontend"
@@ -144,5 +145,49 @@ func TestClaimExpiryInVirtualTime(t *testing.T) {
 			t.Fatal("kept's link is still attached when its renewed token expired")
 		}
 		wantExpiredDetach(t, "kept's link", r)
+	})
+}
+
+// TestSDKExpiredTokenInVirtualTime: a Go SDK receiver whose connection
+// string carries a SAS token, which the SDK cannot renew, receives until
+// the token expires ten minutes on; then its link is detached, and the
+// SDK, putting the expired token again, ends with unauthorized: not
+// before the expiry, and within a second of it.
+func TestSDKExpiredTokenInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newMemBackend("q")
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: authRules(t)})
+		ctx := t.Context()
+		if err := sendOne(ctx, f.sdkClient(t), "q"); err != nil {
+			t.Fatal(err)
+		}
+		expiry := time.Now().Truncate(time.Second).Add(10 * time.Minute)
+		token := sas.Sign("listener", "listen-key", "sb://"+memHost+"/q", expiry)
+		rcv, err := f.sdkClientOf(t, "SharedAccessSignature="+token).NewReceiverForQueue("q", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rcv.Close(ctx)
+		msgs, err := rcv.ReceiveMessages(ctx, 1, nil)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("receive before the token expired: %d messages, %v", len(msgs), err)
+		}
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, 70*time.Second) // not due at the expiry
+			_, err = rcv.ReceiveMessages(rctx, 1, nil)
+			rcancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			if time.Now().After(expiry.Add(time.Hour)) {
+				t.Fatal("the receiver still works an hour after its token expired")
+			}
+		}
+		if !isUnauthorized(err) {
+			t.Fatalf("the receiver after its token expired: %v, want unauthorized", err)
+		}
+		if late := time.Since(expiry); late < 0 || late >= time.Second {
+			t.Fatalf("the receiver failed %v after its token expired: %v; want within a second of it", late, err)
+		}
 	})
 }

@@ -18,11 +18,14 @@ import (
 
 // TestAcceptNextDeadlineInVirtualTime: the Go SDK's accept-next with 3 s
 // left, on a partition whose answer comes a second after the wait it was
-// given (lateSessions). The front-end asks the partition to wait until
-// its own deadline, a second before the client's (acceptWait), answers
-// none at that deadline exactly, so that the SDK fails with the service's
-// timeout and not its context's; and it releases the session that the
-// partition's late answer brings at the instant it comes.
+// given (lateSessions), as a leader's does under load: its timer, then the
+// way back. The front-end asks the partition to wait until its own
+// deadline, a second before the client's (acceptWait), and answers none
+// at that deadline exactly, not when the partition answers: with only the
+// margin before the client's timeout left, the SDK would fail with its
+// context's deadline instead of the service's timeout. The session that
+// the late answer brings is released the instant it comes, not left
+// locked for nobody until its lock runs out.
 func TestAcceptNextDeadlineInVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newLateSessions(time.Second, "late")
