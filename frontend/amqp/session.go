@@ -361,9 +361,9 @@ func (s *Session) onDetach(d *decoder) error {
 // maxSenderRun caps the ids one disposition frame settles for deliveries
 // we sent. go-amqp (v1.7, and so the Go SDK) hands such a frame to the
 // receiving link once for every id it covers, and the link walks the whole
-// range each time: a run of n costs it n*n map lookups. With runs as long
-// as a fetch (hundreds), that was a tenth of the load tool's CPU when
-// receiving; at 16 the lookups cost about what a frame more does.
+// range each time: a run of n costs it n*n map lookups, so a run as long
+// as a fetch (hundreds) costs a receiving client far more than the frames
+// it saves. Around 16 the lookups cost about what one more frame does.
 // Settlements of the peer's transfers (role receiver) go on uncapped: the
 // SDK handles those once per frame.
 const maxSenderRun = 16
