@@ -235,11 +235,10 @@ func acceptWaitOf(e *placementpb.Entity, frontend time.Duration) time.Duration {
 // around it, which takes time whatever t is: the attach's way here after
 // the SDK read its clock, our answer (its timer and goroutines), the way
 // back, the client's detach and end. On an idle machine that is a few
-// milliseconds; under load every step waits for a CPU: at a load of
-// 14-20 on two cores our answer came up to 0.41 s after its deadline and
-// the client's detach and end took 0.54 s more (docs/performance.md). A
-// margin of a tenth (0.3 s at 3 s) failed there. Half of a short t keeps
-// a short wait a wait.
+// milliseconds; under load every step waits for a CPU, and together they
+// took most of a second on the loaded two-core machine, where a margin of
+// a tenth failed (the commit that set it has the runs). Half of a short t
+// keeps a short wait a wait.
 func acceptWait(t time.Duration) time.Duration {
 	return t - min(time.Second, t/2)
 }
@@ -424,8 +423,8 @@ func (r *receiver) acceptNext(sb SessionBackend, partitions uint32, deadline tim
 // whatever the call does: an empty result (none in time) when its answer
 // is not there yet, or when r's link ended. The leader's own answer at
 // the end of its wait comes later than deadline (its timer, the way back
-// over gRPC and through the router): up to 0.15 s at a load of 10-12,
-// which the client's budget does not have. The call is not cancelled,
+// over gRPC and through the router), by more under load, and the client's
+// budget has no room for it. The call is not cancelled,
 // since a cancelled accept may still have locked a session: one that its
 // late answer brings is given back.
 func (r *receiver) acceptWaiting(part uint32, deadline time.Time, call func() (*partitionpb.Result, []byte, error)) (*partitionpb.Result, []byte, error) {
