@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,31 +76,9 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 	drain := func(queue string, count int) []string {
 		return []string{"-queue", queue, "-mode", "receive", "-conns", "1", "-links", "1", "-credit", "1000", "-count", strconv.Itoa(count)}
 	}
-	profiles := os.Getenv("QUORUMBUS_BENCH_PROFILE")
-	// cpu[name] is each iteration's process CPU per message of that
-	// phase, in µs.
-	cpu := map[string][]float64{}
-	phase := func(name string, args []string) loadtool.Figures {
-		before := loadtool.SelfCPU()
-		defer func() {
-			cpu[name] = append(cpu[name], float64((loadtool.SelfCPU()-before).Microseconds())/float64(n))
-		}()
-		if profiles != "" {
-			f, err := os.Create(filepath.Join(profiles, name+".pprof"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
-		}
-		f, err := bench(args...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	}
+	phases := newBenchPhases(b, bench)
+	phase := func(name string, args []string) loadtool.Figures { return phases.run(name, n, args...) }
+	cpu := phases.cpu
 
 	// Warm up both (and wait until the partitions have their config: the
 	// routing table can know an entity before its partitions do).
@@ -144,7 +120,7 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 			partitioned()
 			plain()
 		}
-		profiles = "" // the first iteration's only
+		phases.profiles = "" // the first iteration's only
 		b.Logf("%s first; sends: plain %.0f, %d partitions %.0f msgs/s (%.0f %%); one receiver's receive + complete: plain %.0f, partitioned %.0f msgs/s (%.0f %%); CPU µs/msg: sends %.1f / %.1f, drains %.1f / %.1f",
 			first, ps[i], parts, qs[i], 100*qs[i]/ps[i], pr[i], qr[i], 100*qr[i]/pr[i],
 			cpu["plain-send"][i], cpu["partitioned-send"][i], cpu["plain-drain"][i], cpu["partitioned-drain"][i])

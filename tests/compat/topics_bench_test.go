@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,32 +85,8 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 	}
 	// QUORUMBUS_BENCH_PROFILE=dir writes a CPU profile of the whole
 	// process (cluster and client) per phase of the first iteration.
-	profiles := os.Getenv("QUORUMBUS_BENCH_PROFILE")
-	// cpu[name] is each iteration's process CPU (cluster and client)
-	// per message of that phase, in µs: the cost a send or a delivery
-	// has whatever else the machine runs.
-	cpu := map[string][]float64{}
-	phase := func(name string, messages int, args ...string) loadtool.Figures {
-		before := loadtool.SelfCPU()
-		defer func() {
-			cpu[name] = append(cpu[name], float64((loadtool.SelfCPU()-before).Microseconds())/float64(messages))
-		}()
-		if profiles != "" {
-			f, err := os.Create(filepath.Join(profiles, name+".pprof"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
-		}
-		f, err := bench(args...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	}
+	phases := newBenchPhases(b, bench)
+	phase, cpu := phases.run, phases.cpu
 	plainSend := func() float64 {
 		return phase("plain-send", n, "-queue", "plain", "-mode", "send", "-count", strconv.Itoa(n)).SendRate()
 	}
@@ -160,7 +134,7 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 			ts, td = append(ts, topicSend()), append(td, topicDrain())
 			ps, pr = append(ps, plainSend()), append(pr, plainReceive())
 		}
-		profiles = "" // the first iteration's only
+		phases.profiles = "" // the first iteration's only
 		b.Logf("sends: plain %.0f, topic %.0f msgs/s (%.0f %%); receive + complete: plain %.0f, %d subscriptions %.0f deliveries/s (%.0f %%)",
 			ps[i], ts[i], 100*ts[i]/ps[i], pr[i], nsubs, td[i], 100*td[i]/pr[i])
 	}
