@@ -60,9 +60,10 @@ type Config struct {
 	// 1, a rule operation 10. Zero or negative: no throttling. Service
 	// Bus Standard gives 1000.
 	ThrottleCredits int64
-	// ThrottleShare returns how many live front-ends share the budget;
-	// nil: this one alone.
-	ThrottleShare func() int
+	// ThrottleShare returns the part of the budget this front-end
+	// spends, in (0, 1], among the namespace's live front-ends and
+	// gateways (placement/credits.Spenders); nil: all of it.
+	ThrottleShare func() float64
 	// MaxPendingSends is resource-based throttling (throttle.go): a send
 	// or schedule that would make the messages pending (queued by links,
 	// in flight to the partitions) more than this is refused with

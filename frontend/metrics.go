@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quorumbus/quorumbus/placement/credits"
 )
 
 // The front-end counts, per entity, what Azure Monitor reports to Service
@@ -106,6 +108,7 @@ var (
 			func(c *entityCounters) uint64 { return c.outgoingMessages.Load() }},
 	}
 	descThrottled   = entityDesc("throttled_requests_total", "Requests for the entity refused (sends, $management operations) or made to wait (receives) by throttling.")
+	descCredits     = prometheus.NewDesc("quorumbus_throttle_credits_per_second", credits.PerSecondHelp, nil, nil)
 	descActiveConns = prometheus.NewDesc("quorumbus_active_connections", "AMQP connections open now.", nil, nil)
 	descConnsOpened = prometheus.NewDesc("quorumbus_connections_opened_total", "AMQP connections opened.", nil, nil)
 	descConnsClosed = prometheus.NewDesc("quorumbus_connections_closed_total", "AMQP connections closed.", nil, nil)
@@ -125,6 +128,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.desc
 	}
 	ch <- descThrottled
+	ch <- descCredits
 	ch <- descActiveConns
 	ch <- descConnsOpened
 	ch <- descConnsClosed
@@ -146,6 +150,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for name, n := range c.s.Throttled() {
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, float64(n), name)
 	}
+	ch <- prometheus.MustNewConstMetric(descCredits, prometheus.GaugeValue, float64(c.s.throttle.credits.PerSecond()))
 	ch <- prometheus.MustNewConstMetric(descActiveConns, prometheus.GaugeValue, float64(c.s.amqp.Stats().Conns))
 	ch <- prometheus.MustNewConstMetric(descConnsOpened, prometheus.CounterValue, float64(m.connsOpened.Load()))
 	ch <- prometheus.MustNewConstMetric(descConnsClosed, prometheus.CounterValue, float64(m.connsClosed.Load()))

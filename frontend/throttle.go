@@ -19,11 +19,11 @@ import (
 // the SDKs retry with their backoff (nothing was stored); a throttled
 // receiver waits for the next second instead.
 //
-// Front-ends are stateless and several serve one namespace: each enforces
-// its share, the budget divided by the number of live front-ends it is
-// told of (Config.ThrottleShare). That is exact while the clients spread
-// evenly over the front-ends; one front-end's clients cannot borrow the
-// share of an idle one.
+// Front-ends are stateless and several serve one namespace beside its
+// admin API's gateways: each enforces its share of the one budget
+// (Config.ThrottleShare, placement/credits.Spenders). That is exact while
+// the clients spread evenly over the front-ends; one front-end's clients
+// cannot borrow the share of an idle one.
 
 // FilterCounter is what a Backend may tell of a topic for throttling: how
 // many filters (rules, over all its subscriptions) each message sent to
@@ -102,7 +102,7 @@ type throttle struct {
 // newThrottle returns a throttle even when it has neither credits nor a
 // bound: it still counts the sends that partition leaders refused as
 // busy (refused).
-func newThrottle(budget int64, share func() int, maxPending int) *throttle {
+func newThrottle(budget int64, share func() float64, maxPending int) *throttle {
 	return &throttle{credits: credits.New(credits.Config{Budget: budget, Share: share}), maxPending: int64(max(maxPending, 0))}
 }
 

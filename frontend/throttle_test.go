@@ -23,8 +23,8 @@ import (
 // live front-ends.
 func TestThrottleCredits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fronts := 1
-		th := newThrottle(100, func() int { return fronts }, 0)
+		share := 1.0
+		th := newThrottle(100, func() float64 { return share }, 0)
 
 		for i := range 100 {
 			if !th.take("q", 1) {
@@ -49,7 +49,7 @@ func TestThrottleCredits(t *testing.T) {
 		if th.take("other", 1) {
 			t.Fatal("an idle hour piled credits up")
 		}
-		fronts = 4
+		share = 0.25 // one of 4 front-ends
 		time.Sleep(time.Second)
 		passed := 0
 		for th.take("q", 1) {

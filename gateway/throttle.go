@@ -23,9 +23,10 @@ import (
 // Only requests that passed the token check spend credits; the console
 // (console.go) is not throttled.
 //
-// Config.Credits is the budget: a gateway process's own share (the
-// namespace's credits divided by the live gateways), or in dev mode the
-// front-end's bucket, so that AMQP and the admin API spend one budget.
+// Config.Credits is the budget: a gateway process's own share of the
+// namespace's credits, which it shares with the live front-ends and
+// gateways (placement/credits.Spenders), or in dev mode the front-end's
+// bucket itself: either way AMQP and the admin API spend one budget.
 
 // throttledStatus is what a throttled management request answers: the
 // status Service Bus gives server-busy over HTTP, and one the Go, .NET and
@@ -86,19 +87,26 @@ func (g *Gateway) Throttled() map[string]uint64 { return g.cfg.Credits.Throttled
 var descThrottled = prometheus.NewDesc("quorumbus_throttled_requests_total",
 	"Requests for the entity refused by throttling: admin API requests answered 503 (error code 50009).", []string{"entity"}, nil)
 
+var descCredits = prometheus.NewDesc("quorumbus_throttle_credits_per_second", credits.PerSecondHelp, nil, nil)
+
 // ThrottledCollector returns a Prometheus collector of Throttled, as
 // quorumbus_throttled_requests_total{entity}, the front-end's name for
-// its own. A gateway process registers it; a process whose gateway spends
-// the front-end's bucket does not, since the front-end's collector
-// reports the same counts.
+// its own, and of the credits a second the gateway admits, as
+// quorumbus_throttle_credits_per_second. A gateway process registers it;
+// a process whose gateway spends the front-end's bucket does not, since
+// the front-end's collector reports the same.
 func (g *Gateway) ThrottledCollector() prometheus.Collector { return throttledCollector{g} }
 
 type throttledCollector struct{ g *Gateway }
 
-func (c throttledCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descThrottled }
+func (c throttledCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descThrottled
+	ch <- descCredits
+}
 
 func (c throttledCollector) Collect(ch chan<- prometheus.Metric) {
 	for entity, n := range c.g.Throttled() {
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, float64(n), entity)
 	}
+	ch <- prometheus.MustNewConstMetric(descCredits, prometheus.GaugeValue, float64(c.g.cfg.Credits.PerSecond()))
 }

@@ -34,10 +34,11 @@ func gatewayCmd(args []string) error {
 	namespace := fs.String("namespace", "quorumbus", "namespace name the API reports")
 	rulesPath := fs.String("sas-rules", "", "authorization rules file (JSON, docs/security.md) the gateway trusts besides the catalog's; without it the catalog must hold a rule. Requests need a token of a rule with the Manage right")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	throttleCredits := fs.Int64("throttle-credits", 1000, gatewayThrottleCreditsUsage)
-	gateways := fs.Int("gateways", 1, "gateways serving the namespace's admin API, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
+	throttleCredits := fs.Int64("throttle-credits", 1000, gatewayThrottleCreditsUsage+"; "+sharedCreditsUsage)
+	frontends := fs.Int("frontends", 1, frontendsUsage)
+	gateways := fs.Int("gateways", 1, gatewaysUsage)
 	memberID := fs.String("id", "", "this gateway's name in the gossip, unique among its members (default gateway-<host name>)")
-	join := fs.String("join", "", "comma-separated gossip addresses of storage nodes: the gateway joins their gossip as a gateway, so that each gateway counts the live ones and enforces its share of -throttle-credits (docs/security.md). Empty: no gossip, -gateways is the count")
+	join := fs.String("join", "", fmt.Sprintf(joinSpendersUsage, "gateway"))
 	gossipAddr := fs.String("gossip-addr", "0.0.0.0:7946", "memberlist gossip address (UDP and TCP), with -join")
 	gossipAdvertise := fs.String("gossip-advertise-addr", "", "gossip address other members reach this gateway at (default: memberlist picks one of the bound address's)")
 	gossipKeyFile := fs.String("gossip-key-file", "", "the storage nodes' gossip keys (node -gossip-key-file), with -join")
@@ -86,8 +87,8 @@ func gatewayCmd(args []string) error {
 		return err
 	}
 	defer closeCatalog()
-	n := *gateways
-	share := func() int { return n }
+	static := credits.Spenders{Frontends: *frontends, Gateways: *gateways}
+	share := static.GatewayShare
 	if *join != "" {
 		ml, err := joinGossip(ctx, membership.RoleGateway, *memberID, *gossipAddr, *gossipAdvertise, *join, *gossipKeyFile, log)
 		if err != nil {

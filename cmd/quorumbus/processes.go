@@ -23,6 +23,7 @@ import (
 	"github.com/quorumbus/quorumbus/frontend/routing"
 	"github.com/quorumbus/quorumbus/node"
 	"github.com/quorumbus/quorumbus/placement"
+	"github.com/quorumbus/quorumbus/placement/credits"
 	"github.com/quorumbus/quorumbus/placement/membership"
 	"github.com/quorumbus/quorumbus/placement/sas"
 )
@@ -189,13 +190,14 @@ func frontendCmd(args []string) error {
 	rulesPath := fs.String("sas-rules", "", sasRulesFrontendUsage)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConns := fs.Int("max-connections", 0, maxConnectionsUsage)
-	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage)
+	throttleCredits := fs.Int64("throttle-credits", 1000, throttleCreditsUsage+"; "+sharedCreditsUsage)
 	maxPending := fs.Int("max-pending-sends", 0, "resource-based throttling (Premium's, with -throttle-credits 0): a send or schedule that would make more messages than this pending (queued by links or in flight to the partitions) is refused with server-busy, which the SDKs retry (0: no bound; docs/security.md)")
 	acceptWait := fs.Duration("session-accept-wait", frontend.DefaultSessionAcceptWait, sessionAcceptWaitUsage)
 	allowNoSASL := fs.Bool("allow-no-sasl", false, "serve AMQP peers that skip the SASL layer as anonymous ones (they need a token on $cbs), as Service Bus does: the JavaScript SDK connects so with a SharedAccessSignature connection string (docs/security.md)")
-	frontends := fs.Int("frontends", 1, "front-ends serving the namespace, which share -throttle-credits evenly (docs/security.md); with -join the live count from gossip replaces it")
+	frontends := fs.Int("frontends", 1, frontendsUsage)
+	gateways := fs.Int("gateways", 0, gatewaysUsage)
 	memberID := fs.String("id", "", "this front-end's name in the gossip, unique among its members (default frontend-<host name>)")
-	join := fs.String("join", "", "comma-separated gossip addresses of storage nodes: the front-end joins their gossip as a front-end, so that each front-end counts the live ones and enforces its share of -throttle-credits (docs/security.md). Empty: no gossip, -frontends is the count")
+	join := fs.String("join", "", fmt.Sprintf(joinSpendersUsage, "front-end"))
 	gossipAddr := fs.String("gossip-addr", "0.0.0.0:7946", "memberlist gossip address (UDP and TCP), with -join")
 	gossipAdvertise := fs.String("gossip-advertise-addr", "", "gossip address other members reach this front-end at (default: memberlist picks one of the bound address's)")
 	gossipKeyFile := fs.String("gossip-key-file", "", "the storage nodes' gossip keys (node -gossip-key-file), with -join")
@@ -240,8 +242,8 @@ func frontendCmd(args []string) error {
 	if err := requireRules(ctx, router, *rulesPath, rulesWait); err != nil {
 		return err
 	}
-	n := *frontends
-	share := func() int { return n }
+	static := credits.Spenders{Frontends: *frontends, Gateways: *gateways}
+	share := static.FrontendShare
 	if *join != "" {
 		ml, err := joinGossip(ctx, membership.RoleFrontend, *memberID, *gossipAddr, *gossipAdvertise, *join, *gossipKeyFile, log)
 		if err != nil {
@@ -337,7 +339,8 @@ func frontendCmd(args []string) error {
 
 // joinGossip joins the storage nodes' gossip as a front-end or a gateway,
 // which nodes ignore (they place replicas on storage members only) and
-// the others of its role count (cluster.FrontendShare, GatewayShare).
+// front-ends and gateways count to share the namespace's credits
+// (cluster.LiveSpenders).
 func joinGossip(ctx context.Context, role membership.Role, id, bind, advertise, join, keyFile string, log *slog.Logger) (*membership.Memberlist, error) {
 	if id == "" {
 		host, err := os.Hostname()
@@ -373,7 +376,16 @@ const sessionAcceptWaitPropertyUsage = "quorumbus's own: how long an accept-next
 
 const throttleCreditsUsage = "credits a second of the namespace: a message sent, received, peeked or scheduled costs 1, a rule operation 10, a message sent to a topic 1 more per filter of its subscriptions (docs/security.md); past them sends fail with server-busy, which the SDKs retry (0 or less: no credits)"
 
-const gatewayThrottleCreditsUsage = "credits a second of the namespace for the admin API: every request (create, read, update, delete, a page of a list) costs 10 (docs/security.md); past them requests answer 503 server-busy, which the admin clients retry (0 or less: no credits). The front-ends' -throttle-credits are theirs apart"
+const gatewayThrottleCreditsUsage = "credits a second of the namespace: an admin API request (create, read, update, delete, a page of a list) costs 10, AMQP operations what the front-ends' -throttle-credits says (docs/security.md); past them requests answer 503 server-busy, which the admin clients retry (0 or less: no credits)"
+
+// The namespace's front-ends and gateways spend one budget between them
+// (placement/credits.Spenders); these flags say so on both commands.
+const (
+	sharedCreditsUsage = "one budget for the whole namespace: give every front-end and gateway the same value; each enforces its share (the gateways together a tenth while front-ends are live, the front-ends the rest, evenly), counted with -join or from -frontends and -gateways"
+	frontendsUsage     = "front-ends serving the namespace, without -join: give every front-end and gateway the same -frontends and -gateways, so that their shares of -throttle-credits add up to it (docs/security.md); with -join the live count from gossip replaces it"
+	gatewaysUsage      = "gateways (the admin API) serving the namespace, without -join: give every front-end and gateway the same -frontends and -gateways, so that their shares of -throttle-credits add up to it (docs/security.md); with -join the live count from gossip replaces it"
+	joinSpendersUsage  = "comma-separated gossip addresses of storage nodes: this process joins their gossip as a %s, counts the live front-ends and gateways there and enforces its share of -throttle-credits (docs/security.md); give every front-end and gateway -join. Empty: no gossip, -frontends and -gateways are the counts"
+)
 
 const (
 	sasRulesNodeUsage     = "authorization rules file (JSON, docs/security.md) whose rules to create in the catalog once; rules that exist are left as they are"

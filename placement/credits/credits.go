@@ -3,7 +3,8 @@
 // every operation spends some (Message, Management); past them requests
 // are refused until the next second refills them. The AMQP front-end
 // (frontend/throttle.go) and the admin API's gateway (gateway/throttle.go)
-// spend from a Bucket each, or share one in a process that runs both.
+// spend from a Bucket each, or share one in a process that runs both;
+// separate processes each spend their share of the one budget (Spenders).
 //
 // It reads only the clock it is given, so it is as deterministic as
 // that clock; it knows nothing of the protocols that spend it.
@@ -12,6 +13,7 @@ package credits
 import (
 	"context"
 	"maps"
+	"math"
 	"sync"
 	"time"
 )
@@ -32,6 +34,10 @@ const (
 // 003), which the SDKs retry as server-busy. Callers add a tracking id.
 const ThrottledText = "The request was terminated because the entity is being throttled. Error code: 50009. Please wait 2 seconds and try again."
 
+// PerSecondHelp describes Bucket.PerSecond as the processes that spend
+// credits export it (quorumbus_throttle_credits_per_second).
+const PerSecondHelp = "Credits a second this process admits: its share of the namespace's budget, which it shares with the live front-ends and gateways (0: no credits)."
+
 // MaxCounted bounds the entities whose throttled requests are counted one
 // by one (the namespace's limit of 10,000 entities twice over, for names
 // gone and made anew); past it they are counted as Other.
@@ -47,9 +53,10 @@ type Config struct {
 	// credits, nothing is throttled (throttled requests are still counted
 	// when the caller refuses them for reasons of its own: Count).
 	Budget int64
-	// Share returns how many parts (live front-ends, gateways) share the
-	// budget; this bucket spends Budget/Share a second. Nil: 1.
-	Share func() int
+	// Share returns the part of Budget this bucket spends, in (0, 1]
+	// (Spenders: the shares of all the namespace's front-ends and
+	// gateways add up to 1). Nil: the whole budget.
+	Share func() float64
 	// Now is the clock seconds are counted by. Default time.Now (which
 	// testing/synctest makes virtual).
 	Now func() time.Time
@@ -59,7 +66,7 @@ type Config struct {
 // concurrent use; a nil *Bucket never throttles and counts nothing.
 type Bucket struct {
 	budget int64
-	share  func() int
+	share  func() float64
 	now    func() time.Time
 
 	mu        sync.Mutex
@@ -72,7 +79,7 @@ type Bucket struct {
 func New(cfg Config) *Bucket {
 	b := &Bucket{budget: max(cfg.Budget, 0), share: cfg.Share, now: cfg.Now, throttled: map[string]uint64{}}
 	if b.share == nil {
-		b.share = func() int { return 1 }
+		b.share = func() float64 { return 1 }
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -83,13 +90,17 @@ func New(cfg Config) *Bucket {
 // Limited reports whether the bucket has credits to enforce.
 func (b *Bucket) Limited() bool { return b != nil && b.budget > 0 }
 
-// PerSecond is this bucket's share of the budget, at least 1; 0 without
+// PerSecond is this bucket's share of the budget, rounded down (so that
+// the shares add up to no more than the budget) but at least 1; 0 without
 // credits.
 func (b *Bucket) PerSecond() int64 {
 	if !b.Limited() {
 		return 0
 	}
-	return max(b.budget/int64(max(b.share(), 1)), 1)
+	share := min(b.share(), 1)
+	// The nudge keeps a share such as 0.9 of 1000, which float64 may
+	// make 899.99..., from losing a credit to rounding.
+	return max(int64(math.Floor(float64(b.budget)*share+1e-9)), 1)
 }
 
 // refillLocked adds a second's share for every second passed, up to one

@@ -20,8 +20,8 @@ import (
 // paid back; idle seconds pile nothing up; the share follows Share.
 func TestBucket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		parts := 1
-		b := New(Config{Budget: 100, Share: func() int { return parts }})
+		share := 1.0
+		b := New(Config{Budget: 100, Share: func() float64 { return share }})
 		for i := range 10 {
 			if !b.Take("q", Management) {
 				t.Fatalf("management operation %d of the first 10 refused", i)
@@ -42,7 +42,7 @@ func TestBucket(t *testing.T) {
 		if !b.Take("q", 100) || b.Take("q", Message) {
 			t.Fatal("an idle hour piled credits up")
 		}
-		parts = 4
+		share = 0.25
 		time.Sleep(time.Second)
 		if got := b.PerSecond(); got != 25 {
 			t.Fatalf("a share of 4 spends %d a second, want 25", got)

@@ -53,10 +53,11 @@ metrics: {serviceMonitor: {enabled: true}}`},
 metrics: {serviceMonitor: {enabled: true, labels: {release: prometheus}}}
 sas: {existingSecret: qb-sas}
 frontend: {autoscaling: {enabled: true, minReplicas: 3, maxReplicas: 12, targetMemoryUtilizationPercentage: 80}}`},
-	{"gateway, hard anti-affinity, no zones", `
+	{"gateway, hard anti-affinity, no zones, no-SASL peers, credits", `
+throttleCredits: 2000
 gateway: {enabled: true, replicas: 3}
 storage: {antiAffinity: hard, zone: {nodeLabel: ""}, topologySpread: {enabled: false}}
-frontend: {antiAffinity: none, replicas: 1}`},
+frontend: {antiAffinity: none, replicas: 1, allowNoSasl: true}`},
 	{"zone from a pod label", `
 storage: {zone: {podLabel: topology.kubernetes.io/zone}}`},
 	{"entities, pod ip, private registry", `
@@ -116,6 +117,7 @@ func TestRender(t *testing.T) {
 			checkFrontend(t, objs, eff)
 			checkOptional(t, objs, eff)
 			checkClusterTLS(t, objs, eff)
+			checkCredits(t, objs, eff)
 		})
 	}
 }
@@ -133,6 +135,8 @@ type effective struct {
 	clusterDomain, zonePodLabel, zoneNodeLabel        string
 	goneAfter                                         string
 	frontendReplicas                                  int
+	throttleCredits                                   int
+	allowNoSASL                                       bool
 }
 
 func effectiveValues(t *testing.T, values map[string]any) effective {
@@ -188,7 +192,8 @@ func effectiveValues(t *testing.T, values map[string]any) effective {
 		zoneNodeLabel:    get("storage.zone.nodeLabel").(string),
 		goneAfter:        get("storage.goneAfter").(string),
 		frontendReplicas: num("frontend.replicas"),
-		clusterTLS:       get("clusterTLS.enabled").(bool), gossipSecret: get("gossip.keySecret").(string),
+		throttleCredits:  num("throttleCredits"), allowNoSASL: get("frontend.allowNoSasl").(bool),
+		clusterTLS: get("clusterTLS.enabled").(bool), gossipSecret: get("gossip.keySecret").(string),
 		clusterSecrets: map[string]string{"node": get("clusterTLS.secrets.node").(string),
 			"frontend": get("clusterTLS.secrets.frontend").(string), "gateway": get("clusterTLS.secrets.gateway").(string)},
 	}
@@ -561,14 +566,10 @@ func checkFrontend(t *testing.T, objs []Object, v effective) {
 	if got := argValue(c.Args, "-placement"); got != strings.Join(want, ",") {
 		t.Errorf("-placement=%s\nwant %s", got, strings.Join(want, ","))
 	}
-	// Front-ends count each other in the storage nodes' gossip to share
-	// the namespace's credits.
-	nodeC := sts.Spec.Template.Spec.Containers[0]
-	if got, want := argValue(c.Args, "-join"), argValue(nodeC.Args, "-join"); got == "" || got != want {
-		t.Errorf("front-end -join=%s, want the nodes' %s", got, want)
-	}
-	if argValue(c.Args, "-id") != "$(POD_NAME)" || containerPort(c, "gossip-tcp") != containerPort(nodeC, "gossip-tcp") {
-		t.Errorf("front-end gossip: -id=%s, port %d", argValue(c.Args, "-id"), containerPort(c, "gossip-tcp"))
+	// The JS SDK with a SharedAccessSignature connection string skips
+	// SASL: served only when the value says so.
+	if got := contains(c.Args, "-allow-no-sasl"); got != v.allowNoSASL {
+		t.Errorf("front-end -allow-no-sasl: %v, frontend.allowNoSasl: %v", got, v.allowNoSASL)
 	}
 	amqps := containerPort(c, "amqps") != 0
 	if amqps != v.tls || (argValue(c.Args, "-amqps-addr") != "") != v.tls {

@@ -35,7 +35,8 @@ import (
 // address, and the pods' DNS names mapped to those addresses in an
 // /etc/hosts that only the pods see. The cluster they form must become
 // ready and carry a message from the Go SDK to a queue the chart
-// declared, authenticated with the key of the rule the chart generated.
+// declared, authenticated with the key of the rule the chart generated;
+// the front-end and the gateway must split the release's credits.
 // Then one storage pod is "rescheduled": stopped, and started
 // again on its volume with a new IP that its DNS name now maps to; the
 // cluster must take it back and carry another message. This tests the
@@ -237,6 +238,12 @@ gateway: {enabled: true, replicas: 1}
 		t.Fatalf("GET /orders with a wrong key: %d, want 401", code)
 	}
 
+	// The front-end and the gateway found each other in the storage
+	// nodes' gossip and split the release's one budget of credits: the
+	// gateway a tenth, the front-end the rest, 1,000 in all.
+	waitMetric(ctx, t, strings.TrimSuffix(readyURL(feC, fePod.IP), "/readyz")+"/metrics", "quorumbus_throttle_credits_per_second", "900")
+	waitMetric(ctx, t, gwURL+"/metrics", "quorumbus_throttle_credits_per_second", "100")
+
 	// The Go SDK sends to the declared queue through the front-end's AMQP
 	// port and receives the message back.
 	// The key of the rule the chart generated; the dev key would be refused.
@@ -385,6 +392,33 @@ func waitReady(ctx context.Context, t *testing.T, p *Process, url, line string) 
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%s not ready at %s: %s", p.Name, url, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitMetric waits until the metric without labels that url serves has
+// the value want.
+func waitMetric(ctx context.Context, t *testing.T, url, name, want string) {
+	t.Helper()
+	got := "nothing"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := probeClient.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				if v, ok := strings.CutPrefix(line, name+" "); ok {
+					got = v
+				}
+			}
+			if got == want {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %s is %s, want %s", url, name, got, want)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -354,3 +354,47 @@ authorization rules file every front-end and gateway trusts. tlsArgs takes
     secretName: {{ include "quorumbus.sasSecret" . }}
     defaultMode: 0440
 {{- end -}}
+
+{{/*
+Throttling (docs/security.md): front-ends and gateways spend one budget,
+throttleCredits a second. Each joins the storage nodes' gossip under its
+pod's name, counts the live front-ends and gateways there and enforces
+its share (the gateways together a tenth, the front-ends the rest), so
+the shares of all the release's pods add up to throttleCredits.
+*/}}
+{{- define "quorumbus.creditArgs" -}}
+- -throttle-credits={{ .Values.throttleCredits }}
+- -id=$(POD_NAME)
+- -join={{ include "quorumbus.join" . }}
+- -gossip-addr={{ .Values.listenHost }}:{{ .Values.storage.ports.gossip }}
+- -gossip-advertise-addr=$(POD_IP):{{ .Values.storage.ports.gossip }}
+{{- with .Values.gossip.keySecret }}
+- -gossip-key-file=/etc/quorumbus/gossip/{{ $.Values.gossip.key }}
+{{- end }}
+{{- end -}}
+
+{{- define "quorumbus.gossipPorts" -}}
+- name: gossip-tcp
+  containerPort: {{ .Values.storage.ports.gossip }}
+  protocol: TCP
+- name: gossip-udp
+  containerPort: {{ .Values.storage.ports.gossip }}
+  protocol: UDP
+{{- end -}}
+
+{{- define "quorumbus.gossipMount" -}}
+{{- if .Values.gossip.keySecret -}}
+- name: gossip
+  mountPath: /etc/quorumbus/gossip
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "quorumbus.gossipVolume" -}}
+{{- with .Values.gossip.keySecret -}}
+- name: gossip
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0400
+{{- end -}}
+{{- end -}}
