@@ -48,6 +48,9 @@ type Transport struct {
 	// AppendEntries (heartbeats included) gave it: what the leader knows
 	// of a follower's progress, which hashicorp/raft keeps to itself.
 	lastLogs sync.Map // raft.ServerAddress -> uint64
+	// acks is each follower's latest acknowledgement of this replica's
+	// leadership (confirm.go).
+	acks sync.Map // raft.ServerAddress -> ack
 
 	// ctx is cancelled when the transport closes; every outgoing call
 	// derives from it.
@@ -206,6 +209,7 @@ func (t *Transport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, ar
 	req := appendEntriesRequestToPB(t.group, args)
 	var out *raftpb.AppendEntriesResponse
 	var err error
+	sent := time.Now()
 	if isHeartbeat(args) {
 		out, err = t.heartbeatStream(target).call(t, target, req)
 	} else {
@@ -216,6 +220,7 @@ func (t *Transport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, ar
 	}
 	appendEntriesResponseFromPB(out, resp)
 	t.lastLogs.Store(target, resp.LastLog)
+	t.acknowledge(target, args.Term, sent, resp)
 	return nil
 }
 
@@ -456,6 +461,7 @@ func (p *pipeline) receive() {
 		default:
 			appendEntriesResponseFromPB(out, f.resp)
 			p.t.lastLogs.Store(p.target, f.resp.LastLog)
+			p.t.acknowledge(p.target, f.args.Term, f.start, f.resp)
 		}
 		close(f.done)
 		select {
