@@ -286,11 +286,27 @@ func (s *service) reader(id uint64) (*group, error) {
 	return g, nil
 }
 
-// Stats reads the leader's own state machine once a quorum confirmed its
-// leadership: it has applied every entry of earlier terms, but an entry
-// committed a moment ago may not show yet.
+// counter returns the group if this node may answer a read of counters
+// from its own state machine: it leads, and a quorum confirmed that
+// within the read lease (readlease.go), which is what a list of entities
+// with their counts pays for each page (docs/performance.md): their
+// counts are stale by at most the lease, and only on a deposed leader.
+func (s *service) counter(id uint64) (*group, error) {
+	g, err := s.leader(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.confirmLeadership(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Stats reads the leader's own state machine once its leadership is
+// confirmed (counter): it has applied every entry of earlier terms, but
+// an entry committed a moment ago may not show yet.
 func (s *service) Stats(ctx context.Context, req *partitionpb.StatsRequest) (*partitionpb.StatsResponse, error) {
-	g, err := s.reader(req.GroupId)
+	g, err := s.counter(req.GroupId)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -301,11 +317,10 @@ func (s *service) Stats(ctx context.Context, req *partitionpb.StatsRequest) (*pa
 	return st, nil
 }
 
-// GroupStats reads many entity partitions' counters as Stats reads one:
-// one confirmation of leadership for all of them, which is what a list
-// of thousands of entities waits on (docs/performance.md).
+// GroupStats reads many entity partitions' counters as Stats reads one,
+// under one confirmation of leadership.
 func (s *service) GroupStats(ctx context.Context, req *partitionpb.GroupStatsRequest) (*partitionpb.GroupStatsResponse, error) {
-	g, err := s.reader(req.GroupId)
+	g, err := s.counter(req.GroupId)
 	if err != nil {
 		return nil, toStatus(err)
 	}
