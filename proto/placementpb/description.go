@@ -119,29 +119,30 @@ func FormatISODuration(d time.Duration) string {
 	if d <= 0 {
 		return "PT0S"
 	}
-	var b strings.Builder
-	b.WriteByte('P')
+	// strconv rather than fmt: a list of the namespace writes three
+	// durations an entity.
+	b := make([]byte, 0, 24)
+	b = append(b, 'P')
 	if days := d / (24 * time.Hour); days > 0 {
-		fmt.Fprintf(&b, "%dD", days)
+		b = append(strconv.AppendInt(b, int64(days), 10), 'D')
 		d -= days * 24 * time.Hour
 	}
 	if d == 0 {
-		return b.String()
+		return string(b)
 	}
-	b.WriteByte('T')
+	b = append(b, 'T')
 	if h := d / time.Hour; h > 0 {
-		fmt.Fprintf(&b, "%dH", h)
+		b = append(strconv.AppendInt(b, int64(h), 10), 'H')
 		d -= h * time.Hour
 	}
 	if m := d / time.Minute; m > 0 {
-		fmt.Fprintf(&b, "%dM", m)
+		b = append(strconv.AppendInt(b, int64(m), 10), 'M')
 		d -= m * time.Minute
 	}
 	if d > 0 {
-		b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
-		b.WriteByte('S')
+		b = append(strconv.AppendFloat(b, d.Seconds(), 'f', -1, 64), 'S')
 	}
-	return b.String()
+	return string(b)
 }
 
 // ParseISODuration parses the ISO 8601 durations Service Bus uses:
