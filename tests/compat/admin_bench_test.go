@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/cmd/quorumbus/loadtool"
 	"github.com/quorumbus/quorumbus/placement/sas"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
@@ -73,6 +77,7 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 	b.Logf("created %d queues in %v", n, time.Since(start).Round(time.Millisecond))
 	ac := adminClient(b, c, sas.DevKeyName, sas.DevKey)
 	b.Run("list-runtime", func(b *testing.B) {
+		defer costPerOp(b)()
 		for range b.N {
 			got := 0
 			p := ac.NewListQueuesRuntimePropertiesPager(nil)
@@ -89,6 +94,7 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 		}
 	})
 	b.Run("list-one-page", func(b *testing.B) {
+		defer costPerOp(b)()
 		for range b.N {
 			got := 0
 			p := ac.NewListQueuesPager(&admin.ListQueuesOptions{MaxPageSize: int32(n)})
@@ -109,6 +115,7 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 	// client's encoding/xml decoding (most of list-one-page).
 	b.Run("list-one-page-wire", func(b *testing.B) {
 		u := fmt.Sprintf("http://%s/$Resources/Queues?$top=%d&api-version=2021-05", c.Admin.Addr(), n)
+		defer costPerOp(b)()
 		for range b.N {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 			req.Header.Set("Authorization", signSAS(u, sas.DevKeyName, sas.DevKey, time.Now().Add(time.Hour)))
@@ -125,6 +132,7 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 		}
 	})
 	b.Run("scrape", func(b *testing.B) {
+		defer costPerOp(b)()
 		for range b.N {
 			resp, err := http.Get("http://" + c.Admin.Addr() + "/metrics")
 			if err != nil {
@@ -134,6 +142,33 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 			resp.Body.Close()
 		}
 	})
+}
+
+// costPerOp starts measuring a sub-benchmark: the returned func reports
+// the process's CPU (cluster and client together) per op, which the
+// machine's other load changes less than the wall time, and with
+// QUORUMBUS_BENCH_PROFILE naming a directory writes the sub-benchmark's
+// CPU profile there as <name>.pprof.
+func costPerOp(b *testing.B) func() {
+	var stopProfile func()
+	if dir := os.Getenv("QUORUMBUS_BENCH_PROFILE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+".pprof"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	before := loadtool.SelfCPU()
+	return func() {
+		cpu := loadtool.SelfCPU() - before
+		if stopProfile != nil {
+			stopProfile()
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	}
 }
 
 // watchMetaLeader polls which storage process leads the meta group, every
