@@ -9,11 +9,11 @@ import (
 )
 
 // Runtime counts come from the partitions' own counters, read on each
-// group's leader after a quorum confirmed it leads (one heartbeat round
-// trip). One entity reads its partitions one Stats call each; a list or a
-// scrape reads all the entity partitions a group holds for it with one
-// GroupStats call, so the confirmations it waits for are one per group,
-// not one per entity partition.
+// group's leader once a quorum confirmed it leads, within the node's read
+// lease (docs/design-notes.md "Reads ask a quorum first"). One entity
+// reads its partitions one Stats call each; a list or a scrape reads all
+// the entity partitions a group holds for it with one GroupStats call:
+// one call per group, not one per entity partition.
 
 // counts sums an entity's partition counters, or returns nil (and logs)
 // when a partition does not answer in time: the description is still
