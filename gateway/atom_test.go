@@ -150,3 +150,36 @@ func FuzzDecodeEntry(f *testing.F) {
 		_ = q.desc.Properties()
 	})
 }
+
+// FuzzAtomTime holds the hand-written atomTime to time.RFC3339Nano in
+// UTC, whatever the zone or fraction (years 1678-2262, what nanoseconds
+// since 1970 reach; TestAtomTimeFarYears has the others).
+func FuzzAtomTime(f *testing.F) {
+	for _, ms := range []int64{0, 1, 1_700_000_200_789, 1_700_000_200_000, 1_700_000_200_780, -1} {
+		f.Add(ms*1e6, int64(0))
+	}
+	f.Add(int64(1_700_000_200_123_456_789), int64(3600*5+1800))
+	f.Add(int64(-1), int64(-7200))
+	f.Fuzz(func(t *testing.T, unixNano, zoneSec int64) {
+		tm := time.Unix(0, unixNano).In(time.FixedZone("z", int(zoneSec%(24*3600))))
+		if got, want := atomTime(tm), tm.UTC().Format(time.RFC3339Nano); got != want {
+			t.Fatalf("atomTime(%v) = %q, want %q", tm, got, want)
+		}
+	})
+}
+
+func TestAtomTimeFarYears(t *testing.T) {
+	for _, tm := range []time.Time{
+		time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 3, 1, 0, 0, 0, 500, time.UTC),
+	} {
+		if got, want := atomTime(tm), tm.Format(time.RFC3339Nano); got != want {
+			t.Errorf("atomTime(%v) = %q, want %q", tm, got, want)
+		}
+	}
+	if got := atomTime(time.Time{}); got != zeroTime {
+		t.Errorf("atomTime(zero) = %q, want %q", got, zeroTime)
+	}
+}
