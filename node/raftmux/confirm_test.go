@@ -1,6 +1,7 @@
 package raftmux
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,5 +61,50 @@ func TestLeadershipConfirmedAt(t *testing.T) {
 	// A single voter confirms itself.
 	if got := leader.LeadershipConfirmedAt(7, raft.Configuration{Servers: three.Servers[:1]}, "a", now); !got.Equal(now) {
 		t.Fatalf("a single voter confirmed at %v, want now", got)
+	}
+}
+
+// TestLeadershipConfirmedByRaft: in a live group, the followers' answers
+// to hashicorp/raft's heartbeats and appends keep the leader's
+// confirmation fresh; once the followers are gone it only ages.
+func TestLeadershipConfirmedByRaft(t *testing.T) {
+	hosts := []*host{startHost(t), startHost(t), startHost(t)}
+	var servers []raft.Server
+	for i, h := range hosts {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(fmt.Sprintf("n%d", i)), Address: h.addr})
+	}
+	var members []*member
+	for i, h := range hosts {
+		var boot []raft.Server
+		if i == 0 {
+			boot = servers
+		}
+		members = append(members, startMember(t, h, 1, servers[i].ID, boot))
+	}
+	leader := leaderOf(t, members)
+	for i := range 20 {
+		if err := leader.r.Apply([]byte(fmt.Sprint(i)), 5*time.Second).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := raft.Configuration{Servers: servers}
+	confirmedWithin := func(d time.Duration) bool {
+		now := time.Now()
+		return now.Sub(leader.trans.LeadershipConfirmedAt(leader.r.CurrentTerm(), conf, leader.id, now)) < d
+	}
+	// Heartbeats go every HeartbeatTimeout/10 to /5: 100-200 ms here.
+	waitFor(t, "a confirmation within 300 ms", 5*time.Second, func() bool { return confirmedWithin(300 * time.Millisecond) })
+	if now := time.Now(); !leader.trans.LeadershipConfirmedAt(leader.r.CurrentTerm()+1, conf, leader.id, now).IsZero() {
+		t.Fatal("a later term was confirmed")
+	}
+	for i, h := range hosts {
+		if members[i] != leader {
+			h.srv.Stop()
+		}
+	}
+	stopped := time.Now()
+	time.Sleep(600 * time.Millisecond)
+	if confirmedWithin(time.Since(stopped)) {
+		t.Fatalf("confirmed after the followers stopped %v ago", time.Since(stopped))
 	}
 }

@@ -115,9 +115,10 @@ func startHost(t testing.TB) *host {
 
 // member is one replica of one group.
 type member struct {
-	id  raft.ServerID
-	r   *raft.Raft
-	fsm *countFSM
+	id    raft.ServerID
+	r     *raft.Raft
+	fsm   *countFSM
+	trans *Transport
 }
 
 func testRaftConfig(id raft.ServerID) *raft.Config {
@@ -158,7 +159,7 @@ func startMember(t *testing.T, h *host, group uint64, id raft.ServerID, bootstra
 		}
 	}
 	t.Cleanup(func() { r.Shutdown().Error() })
-	return &member{id: id, r: r, fsm: fsm}
+	return &member{id: id, r: r, fsm: fsm, trans: trans}
 }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
