@@ -288,9 +288,10 @@ func (s *service) reader(id uint64) (*group, error) {
 
 // counter returns the group if this node may answer a read of counters
 // from its own state machine: it leads, and a quorum confirmed that
-// within the read lease (readlease.go), which is what a list of entities
-// with their counts pays for each page (docs/performance.md): their
-// counts are stale by at most the lease, and only on a deposed leader.
+// within the read lease (readlease.go). A list of entities with their
+// counts reads every group once a page (docs/performance.md) and so
+// waits for no heartbeat round; its counts are stale by at most the
+// lease, and only on a deposed leader.
 func (s *service) counter(id uint64) (*group, error) {
 	g, err := s.leader(id)
 	if err != nil {
