@@ -34,8 +34,10 @@ var partitionedBenchIterations int
 // -benchtime 1x -count 3 alternates too). It reports the medians over the
 // iterations: each side's send and drain rates, the ratios (the issue's
 // targets: sends at least the plain queue's, the drain at least 80 % of
-// it) and the process's CPU (cluster and client) per message of each
-// phase, which the machine's other load changes far less than the rates.
+// it), the process's CPU (cluster and client) per message of each phase,
+// which the machine's other load changes far less than the rates, and the
+// drains' Raft entries per 1,000 messages (each written and fsynced by
+// three replicas), which it hardly changes at all.
 //
 //	go test ./tests/compat -run XXX -bench PartitionedAgainstPlain -benchtime 1x -count 3
 //
@@ -76,9 +78,9 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 	drain := func(queue string, count int) []string {
 		return []string{"-queue", queue, "-mode", "receive", "-conns", "1", "-links", "1", "-credit", "1000", "-count", strconv.Itoa(count)}
 	}
-	phases := newBenchPhases(b, bench)
+	phases := newBenchPhases(b, c, bench)
 	phase := func(name string, args []string) loadtool.Figures { return phases.run(name, n, args...) }
-	cpu := phases.cpu
+	cpu, entries := phases.cpu, phases.entries
 
 	// Warm up both (and wait until the partitions have their config: the
 	// routing table can know an entity before its partitions do).
@@ -121,9 +123,10 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 			plain()
 		}
 		phases.profiles = "" // the first iteration's only
-		b.Logf("%s first; sends: plain %.0f, %d partitions %.0f msgs/s (%.0f %%); one receiver's receive + complete: plain %.0f, partitioned %.0f msgs/s (%.0f %%); CPU µs/msg: sends %.1f / %.1f, drains %.1f / %.1f",
+		b.Logf("%s first; sends: plain %.0f, %d partitions %.0f msgs/s (%.0f %%); one receiver's receive + complete: plain %.0f, partitioned %.0f msgs/s (%.0f %%); CPU µs/msg: sends %.1f / %.1f, drains %.1f / %.1f; Raft entries per 1,000 msgs: sends %.0f / %.0f, drains %.0f / %.0f",
 			first, ps[i], parts, qs[i], 100*qs[i]/ps[i], pr[i], qr[i], 100*qr[i]/pr[i],
-			cpu["plain-send"][i], cpu["partitioned-send"][i], cpu["plain-drain"][i], cpu["partitioned-drain"][i])
+			cpu["plain-send"][i], cpu["partitioned-send"][i], cpu["plain-drain"][i], cpu["partitioned-drain"][i],
+			1000*entries["plain-send"][i], 1000*entries["partitioned-send"][i], 1000*entries["plain-drain"][i], 1000*entries["partitioned-drain"][i])
 	}
 	b.ReportMetric(median(ps), "plain-send/s")
 	b.ReportMetric(median(qs), "partitioned-send/s")
@@ -135,4 +138,6 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 	b.ReportMetric(median(cpu["partitioned-send"]), "partitioned-send-cpu-µs")
 	b.ReportMetric(median(cpu["plain-drain"]), "plain-drain-cpu-µs")
 	b.ReportMetric(median(cpu["partitioned-drain"]), "partitioned-drain-cpu-µs")
+	b.ReportMetric(1000*median(entries["plain-drain"]), "plain-drain-entries/1000")
+	b.ReportMetric(1000*median(entries["partitioned-drain"]), "partitioned-drain-entries/1000")
 }

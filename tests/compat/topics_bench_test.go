@@ -85,7 +85,7 @@ func BenchmarkTopicAgainstPlain(b *testing.B) {
 	}
 	// QUORUMBUS_BENCH_PROFILE=dir writes a CPU profile of the whole
 	// process (cluster and client) per phase of the first iteration.
-	phases := newBenchPhases(b, bench)
+	phases := newBenchPhases(b, c, bench)
 	phase, cpu := phases.run, phases.cpu
 	plainSend := func() float64 {
 		return phase("plain-send", n, "-queue", "plain", "-mode", "send", "-count", strconv.Itoa(n)).SendRate()
