@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -380,6 +381,84 @@ func TestReceiveAsksPartitionsAtOnce(t *testing.T) {
 	defer mu.Unlock()
 	if !together {
 		t.Fatal("the partitions were asked one after another, not at once")
+	}
+}
+
+// TestDrainAsksFewPartitions: a receiver draining a partitioned queue
+// whose partitions all hold a backlog gives each pass's credit to as few
+// partitions as it can, in turn, rather than a thin share to each: every
+// ask that finds messages is a Raft entry of the partition's group (its
+// lock, and later its settle). Sixteen partitions of 200 drained with
+// credit given 160 at a time took 320 asks when each pass spread the
+// credit (10 a partition); now the first pass spreads it (nothing is known
+// of the partitions yet) and each later one asks about one partition.
+// Every message arrives once, each partition's in order.
+func TestDrainAsksFewPartitions(t *testing.T) {
+	const parts, each, credit = 16, 200, 160
+	b := newPartBackend(parts)
+	for p := range uint32(parts) {
+		for i := range each {
+			b.put(p, fmt.Sprintf("p%d-%d", p, i))
+		}
+	}
+	var mu sync.Mutex
+	asks := 0
+	b.receiving = func(uint32) {
+		mu.Lock()
+		asks++
+		mu.Unlock()
+	}
+	addr := startFrontend(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(sas.DevKeyName, sas.DevKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Credit -1: the test gives credit itself, one pass's worth at a time.
+	rcv, err := s.NewReceiver(ctx, "pq", &goamqp.ReceiverOptions{Credit: -1, SettlementMode: goamqp.ReceiverSettleModeFirst.Ptr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[uint32]uint64{} // partition -> the last sequence number received
+	for range parts * each / credit {
+		if err := rcv.IssueCredit(credit); err != nil {
+			t.Fatal(err)
+		}
+		for range credit {
+			m, err := rcv.Receive(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := m.Annotations["x-opt-sequence-number"].(int64)
+			p := partitionpb.PartitionOfSequence(uint64(seq))
+			if uint64(seq) <= last[p] {
+				t.Fatalf("partition %d: message %d after %d", p, seq, last[p])
+			}
+			last[p] = uint64(seq)
+			if err := rcv.AcceptMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// 3,200 received, each partition's in rising order: every message
+	// once. The completes go unanswered (settle mode first): wait for them.
+	for n := b.stored(); slices.Max(n) != 0; n = b.stored() {
+		if ctx.Err() != nil {
+			t.Fatalf("left per partition after the drain: %v", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d asks for %d messages", asks, parts*each)
+	if passes := parts * each / credit; asks > parts+4*passes {
+		t.Fatalf("%d asks for %d passes of credit %d over %d partitions of %d: the credit was spread thin", asks, passes, credit, parts, each)
 	}
 }
 

@@ -37,6 +37,9 @@ type receiver struct {
 	mu        sync.Mutex
 	tokens    map[uint32][]byte // delivery id -> lock token, until settled
 	nextStart uint32            // partition to poll first, rotating every pass
+	// backlogged[i] says that partition base+i filled its latest ask in
+	// a pass, so likely has more (pass.go). Only the pump touches it.
+	backlogged []bool
 	// held are receive-and-delete messages taken from a partition (and so
 	// deleted there) that the link had no credit for: the peer lowered its
 	// credit while they were fetched. They go out first when credit
@@ -278,55 +281,6 @@ func (r *receiver) pump() {
 	}
 }
 
-// pass takes what credit allows from the partitions without waiting and
-// returns how many messages it delivered. Each partition first takes at
-// most its share of the credit (ceil(credit/partitions)), from a start
-// that moves on every pass; the credit left then goes to the partitions
-// that filled their share, in the same order. A partition that always has
-// messages thus takes no more than its share while another has some: when
-// it took all the credit, the others' messages waited as long as it had
-// any (a receiver of credit 10 with partition 0 never empty got nothing
-// of partition 5). The caller long-polls when a pass found nothing.
-//
-// The first round asks the partitions at once: asked one after another,
-// each partition's small receive was a Raft entry of its own, where
-// receives that reach a group together share one (group commit).
-func (r *receiver) pass(base, partitions, credit uint32) int {
-	start := r.nextStart
-	r.nextStart++
-	share := (credit + partitions - 1) / partitions
-	asks := make([]uint32, 0, partitions)
-	shares := make([]uint32, 0, partitions)
-	for i, left := uint32(0), credit; i < partitions && left > 0; i++ {
-		n := min(share, left)
-		asks, shares = append(asks, base+(start+i)%partitions), append(shares, n)
-		left -= n
-	}
-	results := r.receiveAll(asks, shares)
-	got := 0
-	var more []uint32 // the partitions that filled their share
-	for i, res := range results {
-		if res == nil {
-			continue
-		}
-		n := r.hand(res, shares[i])
-		got += n
-		credit -= uint32(n)
-		if uint32(n) == shares[i] {
-			more = append(more, asks[i])
-		}
-	}
-	for _, p := range more {
-		if credit == 0 || len(r.held) > 0 || r.ctx.Err() != nil {
-			break
-		}
-		n := r.fetch(p, credit, 0)
-		got += n
-		credit -= uint32(n)
-	}
-	return got
-}
-
 // awaitAnyPartition long-polls every partition of the entity with
 // wait-only receives (max_count 0: they take nothing) and returns when one
 // of them has a message, when the wait is over, or when the client gives
@@ -373,23 +327,6 @@ func (r *receiver) awaitAnyPartition(partitions uint32) {
 	cancel()
 }
 
-// receiveAll takes up to shares[i] messages of each partition asks[i],
-// the partitions at once, and returns their results (nil: nothing to
-// hand out).
-func (r *receiver) receiveAll(asks, shares []uint32) []*partitionpb.Result {
-	results := make([]*partitionpb.Result, len(asks))
-	if len(asks) == 1 {
-		results[0] = r.receive(asks[0], shares[0], 0)
-		return results
-	}
-	var wg sync.WaitGroup
-	for i := range asks {
-		wg.Go(func() { results[i] = r.receive(asks[i], shares[i], 0) })
-	}
-	wg.Wait()
-	return results
-}
-
 // fetch takes up to max messages of one partition and sends them. It
 // returns how many were delivered.
 func (r *receiver) fetch(partition, max uint32, wait time.Duration) int {
@@ -422,6 +359,8 @@ func (r *receiver) receive(partition, max uint32, wait time.Duration) *partition
 	ctx, cancel := context.WithTimeout(r.ctx, wait+sendTimeout)
 	res, err := r.c.srv.cfg.Backend.Receive(ctx, r.entity, req)
 	cancel()
+	if len(res.GetMessages()) > 0 {
+	}
 	r.c.srv.throttle.charge(int64(len(res.GetMessages())))
 	if err != nil {
 		if r.ctx.Err() == nil {
