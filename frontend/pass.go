@@ -11,10 +11,10 @@ import (
 // partition of the entity is backlogged. Every ask that finds messages is
 // a Raft entry of the partition's group (a lock now, a settle of what it
 // took later), fsynced by three replicas, and that cost hardly depends on
-// how many messages the entry carries: a credit spread thin over 16
-// partitions, 20 or so messages each, cost several times a plain queue's
-// CPU per message. One plain-queue pass takes the whole credit at once, so
-// a partitioned pass asks as few partitions as the credit allows.
+// how many messages the entry carries: a credit spread thin over every
+// partition cost a multiple of a plain queue's CPU per message. A plain
+// queue's pass takes the whole credit in one entry, so a partitioned pass
+// asks as few partitions as the credit allows.
 const concentratedAsk = 512
 
 // pass takes what credit allows from the partitions without waiting and
@@ -38,8 +38,8 @@ const concentratedAsk = 512
 //     one after another.
 //
 // A partition that always has messages thus takes no more than its
-// portion while another has some, and every partition is in a first round
-// every partitions passes: when one took all the credit, the others'
+// portion while another has some, and each partition starts a pass once
+// every `partitions` passes: when one took all the credit, the others'
 // messages waited as long as it had any (a receiver of credit 10 with
 // partition 0 never empty got nothing of partition 5). The caller
 // long-polls when a pass found nothing.
@@ -91,10 +91,11 @@ func (r *receiver) pass(base, partitions, credit uint32) int {
 		if credit == 0 || len(r.held) > 0 || r.ctx.Err() != nil {
 			break
 		}
-		n := r.fetch(base+p, credit, 0)
+		ask := credit
+		n := r.fetch(base+p, ask, 0)
 		got += n
 		credit -= uint32(n)
-		r.backlogged[p] = n > 0
+		r.backlogged[p] = uint32(n) == ask
 	}
 	return got
 }
