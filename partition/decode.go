@@ -51,6 +51,13 @@ func aliasBatch(p []byte) (b *partitionpb.Batch, ok bool) {
 			b.Commands = append(b.Commands, c)
 		case f.Num == 3 && f.Typ == protowire.BytesType && seen.First(3) && utf8.Valid(f.B):
 			b.Proposer = string(f.B)
+		case f.Num == 4 && f.Typ == protowire.BytesType:
+			// The leader's plan of a send to a topic (plan.go): small.
+			tp := new(partitionpb.TopicPlan)
+			if proto.Unmarshal(f.B, tp) != nil {
+				return nil, false
+			}
+			b.TopicPlans = append(b.TopicPlans, tp)
 		default:
 			return nil, false
 		}

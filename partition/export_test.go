@@ -375,3 +375,11 @@ func BlobRecords(m *Machine, id uint64, part uint32) (chunks, staged int, err er
 
 // HandOut is a stored message as a result carries it.
 func HandOut(m *partitionpb.StoredMessage) *partitionpb.Message { return handOut(m) }
+
+// PlanCounts says how many Enqueues to topics m applied with the leader's
+// plan taken, and how many with a plan it found stale (plan.go).
+func PlanCounts(m *Machine) (taken, stale uint64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.plans.taken, m.plans.stale
+}

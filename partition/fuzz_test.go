@@ -64,6 +64,10 @@ func seedBatches() []*partitionpb.Batch {
 					"":  {Value: &placementpb.RuleValue_LongValue{}},
 				}},
 		})}},
+		// A send to a topic with the leader's plan (plan.go).
+		{NowMs: 9000, Commands: []*partitionpb.Command{pt.Enqueue(10, 0,
+			&partitionpb.NewMessage{MessageId: "p", Bare: []byte{6}, FilterView: &partitionpb.FilterView{}}, &partitionpb.NewMessage{Bare: []byte{7}})},
+			TopicPlans: []*partitionpb.TopicPlan{{Fingerprint: 1 << 63, NowMs: 9000, Matched: [][]byte{{0x05}, {}}, Evaluate: []uint32{1}}}},
 		{NowMs: 1 << 40, Commands: []*partitionpb.Command{pt.Lock(1, 0, dlq, 5, 7), pt.ReceiveAndDelete(1, 0, main, 1)}},
 		{Commands: []*partitionpb.Command{
 			pt.SettleCmd(&partitionpb.Settle{EntityId: 1, Disposition: deadLetter, LockTokens: [][]byte{make([]byte, 16)},
