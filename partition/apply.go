@@ -118,6 +118,7 @@ type applier struct {
 	// (plansOf), and the index of the command being applied.
 	topicPlans []*partitionpb.TopicPlan
 	cmd        int
+	views      lazyViews // the entry's filter views not decoded yet (decode.go)
 
 	format byte // the format of the entry being applied (codec.go)
 }
@@ -126,7 +127,8 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 	if len(e.Data) == 0 {
 		return nil, nil
 	}
-	batch, err := DecodeBatch(e.Data)
+	a.views = lazyViews{}
+	batch, err := decodeEntry(e.Data, a.views)
 	if err != nil {
 		return nil, err
 	}

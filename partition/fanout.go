@@ -140,8 +140,7 @@ func (a *applier) subscriptionsOf(t *entity) []*entity {
 }
 
 // filterMessage is what rules see of nm.
-func filterMessage(nm *partitionpb.NewMessage, now, ttl int64) *filter.Message {
-	v := nm.GetFilterView()
+func filterMessage(nm *partitionpb.NewMessage, v *partitionpb.FilterView, now, ttl int64) *filter.Message {
 	m := &filter.Message{
 		MessageID:        nm.MessageId,
 		SessionID:        nm.SessionId,
@@ -258,7 +257,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		var fm *filter.Message
 		view := func() *filter.Message {
 			if fm == nil {
-				fm = filterMessage(nm, a.now, ttl)
+				fm = filterMessage(nm, a.viewOf(nm), a.now, ttl)
 			}
 			return fm
 		}

@@ -149,7 +149,7 @@ func (r *topicRoutes) plan(cmd uint32, msgs []*partitionpb.NewMessage, now int64
 		if ttl == 0 {
 			ttl = r.defaultTTL
 		}
-		fm := filterMessage(nm, now, ttl)
+		fm := filterMessage(nm, nm.GetFilterView(), now, ttl)
 		matched := bits[i*n : (i+1)*n : (i+1)*n]
 		if !r.match(fm, matched) {
 			p.Evaluate = append(p.Evaluate, uint32(i))
