@@ -289,3 +289,45 @@ func TestTopicStalePlan(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanWhileApplying plans sends, as the leader's proposers do, while
+// the machine applies rule changes and sends: under the race detector it
+// shows that the planner reads nothing Apply writes.
+func TestPlanWhileApplying(t *testing.T) {
+	m := pt.Open(t)
+	var setup []*partitionpb.Command
+	for _, cfg := range planConfigs() {
+		setup = append(setup, pt.Upsert(cfg))
+	}
+	applyOne(t, m, plannedEntry(t, m, 1, 1000, setup...))
+	done := make(chan struct{})
+	planned := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				planned <- n
+				return
+			default:
+			}
+			b := &partitionpb.Batch{NowMs: 1500, Commands: []*partitionpb.Command{pt.Enqueue(10, 0, planMsgs(1500)...)}}
+			m.PlanTopicSends(b)
+			n += len(b.TopicPlans)
+		}
+	}()
+	for i := range uint64(50) {
+		cfgs := planConfigs()
+		cfgs[1].Rules[0].Filter = &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: fmt.Sprintf("n > %d", i%5)}}
+		now := 2000 + int64(i)
+		applyOne(t, m, plannedEntry(t, m, 2+2*i, now, pt.Upsert(cfgs[1])))
+		applyOne(t, m, plannedEntry(t, m, 3+2*i, now, pt.Enqueue(10, 0, planMsgs(now)...)))
+	}
+	close(done)
+	if n := <-planned; n == 0 {
+		t.Fatal("the planner made no plan")
+	}
+	if taken, _ := partition.PlanCounts(m); taken != 50 {
+		t.Fatalf("%d plans taken, want the 50 made at apply's state", taken)
+	}
+}
