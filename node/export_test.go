@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/quorumbus/quorumbus/partition"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 // Hooks for the package's external tests.
@@ -163,3 +166,38 @@ const RaceOn = raceOn
 // SkewClock makes a node built from cfg read its wall clock offset by d
 // (as node.ChaosSkewClock does in the chaos suite's build).
 func SkewClock(cfg *Config, d time.Duration) { simulated(cfg).offset = d }
+
+// LogBatches decodes the command entries of group id's log on n, from its
+// first index to its last.
+func LogBatches(n *Node, id uint64) ([]*partitionpb.Batch, error) {
+	n.mu.RLock()
+	g := n.groups[id]
+	n.mu.RUnlock()
+	if g == nil {
+		return nil, ErrGroupNotFound
+	}
+	first, err := g.cache.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	last, err := g.cache.LastIndex()
+	if err != nil {
+		return nil, err
+	}
+	var out []*partitionpb.Batch
+	for i := first; i <= last && i > 0; i++ {
+		var l raft.Log
+		if err := g.cache.store.GetLog(i, &l); err != nil {
+			return nil, err
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		b, err := partition.DecodeBatch(l.Data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}

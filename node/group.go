@@ -24,13 +24,20 @@ import (
 // StateMachine is what a group needs of its replicated state; a
 // *partition.Machine is one. Each part is used in one place: Raft drives
 // the replicated part (fsm, below), the leader's clock proposes the
-// timers (runClock), and the service reads the rest (service.go,
-// sessions.go).
+// timers (runClock), its proposer plans the sends to topics (propose.go),
+// and the service reads the rest (service.go, sessions.go).
 type StateMachine interface {
 	replicated
 	Timers() []partition.Timer
+	planner
 	reader
 	sessionReader
+}
+
+// planner evaluates the rules of a batch's sends to topics once, on the
+// leader, so that replicas need not (partition/plan.go).
+type planner interface {
+	PlanTopicSends(b *partitionpb.Batch)
 }
 
 // replicated is what Raft needs of a group's state: apply committed

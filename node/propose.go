@@ -247,12 +247,18 @@ func (p *proposer) apply(batch []*proposal) {
 	}
 	// Whether a command may move a due time of the leader's clock loop
 	// (runClock) is partition's to say.
-	timed := false
+	timed, sends := false, false
 	for _, pr := range batch {
 		b.Commands = append(b.Commands, pr.cmds...)
 		for _, c := range pr.cmds {
 			timed = timed || partition.RearmsTimers(c)
+			sends = sends || c.GetEnqueue() != nil
 		}
+	}
+	if sends {
+		// At the batch's time, set above: the rules of sends to topics
+		// are evaluated here once rather than by every replica.
+		g.machine.PlanTopicSends(b)
 	}
 	start := time.Now()
 	results, err := p.commit(b)

@@ -112,7 +112,13 @@ type applier struct {
 	crcOf crcKey // the bytes keepInLog last took the checksum of
 	crc   uint32
 
-	subs *subscriptionIndex // the machine's (fanout.go)
+	subs  *subscriptionIndex // the machine's (fanout.go)
+	plans *planCounts        // the machine's (plan.go)
+	// The leader's plans of the entry's sends to topics, by command
+	// (plansOf), and the index of the command being applied.
+	topicPlans []*partitionpb.TopicPlan
+	cmd        int
+	views      lazyViews // the entry's filter views not decoded yet (decode.go)
 
 	format byte // the format of the entry being applied (codec.go)
 }
@@ -121,7 +127,8 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 	if len(e.Data) == 0 {
 		return nil, nil
 	}
-	batch, err := DecodeBatch(e.Data)
+	a.views = lazyViews{}
+	batch, err := decodeEntry(e.Data, a.views)
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +152,10 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		spans = nil // stored whole
 	}
 	a.entry, a.data = e.Index, e.Data
+	a.topicPlans = plansOf(batch)
 	results := make([]*partitionpb.Result, len(batch.Commands))
 	for i, c := range batch.Commands {
+		a.cmd = i
 		a.spans = nil
 		if spans != nil {
 			a.spans = spans[i]
@@ -350,7 +359,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 		a.entities[k] = e
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
-	e.rules = rules
+	e.rules, e.rulesSum = rules, rulesSum(cfg)
 	a.subs.stale()
 	a.dirty[k] = true
 	a.wakeEntity(k) // receiving may have been enabled

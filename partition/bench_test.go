@@ -269,21 +269,63 @@ func BenchmarkLockCompleteFollower(b *testing.B) {
 // filter that matches: 640 copies per entry. msgs/s counts messages sent,
 // copies/s the copies made; compare msgs/s with BenchmarkApplyEnqueue's.
 // In "log", bodies stay in the Raft log as on a storage node, and every
-// copy names the same bytes; in "store", each copy writes its body.
+// copy names the same bytes; in "store", each copy writes its body. The
+// entries carry the leader's plan (plan.go), as a node's do; in
+// "log-unplanned" they do not, as an older leader's, and every replica
+// evaluates the rules.
 func BenchmarkApplyPublish(b *testing.B) {
 	for _, inLog := range []bool{false, true} {
 		name := "store"
 		if inLog {
 			name = "log"
 		}
-		b.Run(name, func(b *testing.B) { benchPublish(b, inLog, 1) })
+		b.Run(name, func(b *testing.B) { benchPublish(b, inLog, 1, true) })
 	}
 	// As a storage node applies under load: several entries per Apply
 	// (raft hands the FSM what committed since its last batch).
-	b.Run("log-8-per-apply", func(b *testing.B) { benchPublish(b, true, 8) })
+	b.Run("log-8-per-apply", func(b *testing.B) { benchPublish(b, true, 8, true) })
+	b.Run("log-unplanned", func(b *testing.B) { benchPublish(b, true, 1, false) })
 }
 
-func benchPublish(b *testing.B, inLog bool, perApply int) {
+// publishSetup makes m's topic of ten subscriptions, each with a
+// three-clause SQL filter, and returns a send of benchBatch messages that
+// match every one.
+func publishSetup(b *testing.B, m *partition.Machine, log *pt.Log) *partitionpb.Command {
+	cmds := []*partitionpb.Command{pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC})}
+	for i := range uint64(10) {
+		cmds = append(cmds, pt.Upsert(&partitionpb.EntityConfig{EntityId: 2 + i, Name: "t/Subscriptions/s", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
+			TopicId: 1, Rules: []*placementpb.Rule{{Name: "r", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{
+				Expression: "color = 'red' AND qty > 2 AND sys.Label LIKE 'pa%'"}}}}}))
+	}
+	apply(b, m, log.Entry(b, 0, cmds...))
+	msgs := benchMessages()
+	for _, nm := range msgs {
+		nm.FilterView = &partitionpb.FilterView{Subject: "paint", Properties: map[string]*placementpb.RuleValue{
+			"color": {Value: &placementpb.RuleValue_StringValue{StringValue: "red"}},
+			"qty":   {Value: &placementpb.RuleValue_LongValue{LongValue: 5}},
+		}}
+	}
+	return pt.Enqueue(1, 0, msgs...)
+}
+
+// BenchmarkPlanTopicSends is the leader's share of a send to
+// BenchmarkApplyPublish's topic: evaluating the rules once, as it builds
+// the batch (plan.go).
+func BenchmarkPlanTopicSends(b *testing.B) {
+	m := benchMachine(b)
+	var log pt.Log
+	batch := &partitionpb.Batch{NowMs: 1000, Commands: []*partitionpb.Command{publishSetup(b, m, &log)}}
+	cpu := processCPU()
+	for b.Loop() {
+		m.PlanTopicSends(batch)
+	}
+	if len(batch.TopicPlans) != 1 {
+		b.Fatalf("%d plans, want 1", len(batch.TopicPlans))
+	}
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N*benchBatch), "cpu-µs/msg")
+}
+
+func benchPublish(b *testing.B, inLog bool, perApply int, planned bool) {
 	// The copies as the product writes them, not checked twice (export_test.go).
 	verify := store.VerifyCopies
 	store.VerifyCopies = false
@@ -301,21 +343,16 @@ func benchPublish(b *testing.B, inLog bool, perApply int) {
 		b.Cleanup(func() { m.Close() })
 	}
 	var log pt.Log
-	cmds := []*partitionpb.Command{pt.Upsert(&partitionpb.EntityConfig{EntityId: 1, Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC})}
-	for i := range uint64(10) {
-		cmds = append(cmds, pt.Upsert(&partitionpb.EntityConfig{EntityId: 2 + i, Name: "t/Subscriptions/s", Kind: placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION,
-			TopicId: 1, Rules: []*placementpb.Rule{{Name: "r", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{
-				Expression: "color = 'red' AND qty > 2 AND sys.Label LIKE 'pa%'"}}}}}))
+	batch := &partitionpb.Batch{NowMs: 1000, Commands: []*partitionpb.Command{publishSetup(b, m, &log)}}
+	if planned {
+		m.PlanTopicSends(batch)
 	}
-	apply(b, m, log.Entry(b, 0, cmds...))
-	msgs := benchMessages()
-	for _, nm := range msgs {
-		nm.FilterView = &partitionpb.FilterView{Subject: "paint", Properties: map[string]*placementpb.RuleValue{
-			"color": {Value: &placementpb.RuleValue_StringValue{StringValue: "red"}},
-			"qty":   {Value: &placementpb.RuleValue_LongValue{LongValue: 5}},
-		}}
+	data, err := partition.EncodeBatch(batch)
+	if err != nil {
+		b.Fatal(err)
 	}
-	entry := log.Entry(b, 1000, pt.Enqueue(1, 0, msgs...))
+	log.Last++
+	entry := partition.Entry{Index: log.Last, Data: data}
 	b.SetBytes(int64(perApply * benchBatch * 1024))
 	b.ResetTimer()
 	entries := make([]partition.Entry, perApply)

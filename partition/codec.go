@@ -108,14 +108,21 @@ func EncodeBatch(b *partitionpb.Batch) ([]byte, error) {
 // into data, which the caller must not change while it uses them
 // (decode.go).
 func DecodeBatch(data []byte) (*partitionpb.Batch, error) {
+	return decodeEntry(data, nil)
+}
+
+// decodeEntry is DecodeBatch; with views, it leaves the filter views of
+// sends to topics undecoded (lazyViews), for the few a replica reads.
+func decodeEntry(data []byte, views lazyViews) (*partitionpb.Batch, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
 	if data[0] < FormatV1 || data[0] > LastFormat {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownFormat, data[0])
 	}
-	b, ok := aliasBatch(data[1:])
+	b, ok := aliasBatch(data[1:], views)
 	if !ok {
+		clear(views)
 		b = new(partitionpb.Batch)
 		if err := proto.Unmarshal(data[1:], b); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)

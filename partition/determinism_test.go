@@ -40,6 +40,14 @@ var workloadEntities = []struct {
 		}}},
 }
 
+// altRules are other rules for workloadEntities' subscriptions, which
+// their upserts take now and then.
+var altRules = map[uint64][]*placementpb.Rule{
+	11: {{Name: "$Default", Filter: &placementpb.Rule_TrueFilter{TrueFilter: true}}},
+	12: {{Name: "twos", Filter: &placementpb.Rule_SqlFilter{SqlFilter: &placementpb.SqlFilter{Expression: "sys.MessageId LIKE '2%'"}},
+		Action: &placementpb.SqlRuleAction{Expression: "SET sys.Label = 'two'"}}},
+}
+
 // randomLog drives a machine with a random mix of every command and returns
 // the entries and the machine's results. Tokens for settles come from
 // earlier results, so many are stale.
@@ -168,6 +176,10 @@ func randomLog(t *testing.T, seed uint64, n int) (*pt.Driver, [][]*partitionpb.R
 			default:
 				cfg := proto.Clone(e.cfg).(*partitionpb.EntityConfig)
 				cfg.Version = uint64(rng.IntN(2)) * uint64(d.Now-rng.Int64N(10_000))
+				if alt, ok := altRules[e.id]; ok && rng.IntN(2) == 0 {
+					// The rules change: plans made before are stale.
+					cfg.Rules = alt
+				}
 				cmds = append(cmds, pt.Upsert(cfg))
 			}
 		}
@@ -283,6 +295,17 @@ func TestDeterminism(t *testing.T) {
 				t.Fatal("d never kept a body in the log")
 			}
 
+			// f applies the entries with the plans of a leader
+			// (plan.go) whose state was up to seven entries behind, as
+			// with entries in flight: stale plans among them.
+			f := pt.Open(t)
+			sameResults(t, "f", want, applyPlanned(t, f, entries, rng))
+			if taken, stale := partition.PlanCounts(f); taken == 0 {
+				t.Fatal("f took no plan")
+			} else {
+				t.Logf("f: %d plans taken, %d stale", taken, stale)
+			}
+
 			dir := t.TempDir()
 			c := pt.OpenDir(t, dir)
 			half := len(entries) / 2
@@ -297,7 +320,7 @@ func TestDeterminism(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			for name, m := range map[string]*partition.Machine{"a": a.M, "b": b, "c": c, "d": d, "e": e} {
+			for name, m := range map[string]*partition.Machine{"a": a.M, "b": b, "c": c, "d": d, "e": e, "f": f} {
 				if n := partition.Misuse(m); n > 0 {
 					t.Errorf("%s: %d single deletes met no write or two", name, n)
 				}
@@ -314,6 +337,9 @@ func TestDeterminism(t *testing.T) {
 			}
 			if !bytes.Equal(sa, snapshotBytes(t, d)) {
 				t.Fatal("snapshots of a and d, which kept bodies in the log, differ")
+			}
+			if !bytes.Equal(sa, snapshotBytes(t, f)) {
+				t.Fatal("snapshots of a and f, which took the leader's plans, differ")
 			}
 			t.Logf("%d entries, snapshot of %d bytes", len(entries), len(sa))
 		})
@@ -341,6 +367,38 @@ func applyInRuns(t *testing.T, m *partition.Machine, entries []partition.Entry, 
 		if after != nil {
 			after()
 		}
+	}
+	return got
+}
+
+// applyPlanned applies entries to m one by one, each with the plans a
+// leader makes of its sends to topics from a state 0 to 7 entries behind
+// it (a machine of its own), and returns the results of every entry.
+func applyPlanned(t *testing.T, m *partition.Machine, entries []partition.Entry, rng *rand.Rand) [][]*partitionpb.Result {
+	t.Helper()
+	leader := pt.Open(t)
+	var got [][]*partitionpb.Result
+	next := 0 // the leader's next entry
+	for i, e := range entries {
+		for lag := rng.IntN(8); next < i-lag; next++ {
+			if _, err := leader.Apply(entries[next : next+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := partition.DecodeBatch(e.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leader.PlanTopicSends(b)
+		data, err := partition.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Apply([]partition.Entry{{Index: e.Index, Data: data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res...)
 	}
 	return got
 }

@@ -40,10 +40,12 @@ type ekey = store.EntityKey
 type entity struct {
 	key ekey
 	cfg *partitionpb.EntityConfig // normalized: defaults filled in
-	// rules: a subscription's rules, compiled from cfg (fanout.go).
-	rules []compiledRule
-	next  uint64 // the counter of the next sequence number
-	n     counts
+	// rules: a subscription's rules, compiled from cfg (fanout.go), and
+	// rulesSum, what its topic's fingerprint takes of cfg (plan.go).
+	rules    []compiledRule
+	rulesSum uint64
+	next     uint64 // the counter of the next sequence number
+	n        counts
 	// accessed is the now_ms of the last command that sent to or
 	// received from the entity partition (applier.touch); 0: never.
 	accessed int64
@@ -256,6 +258,6 @@ func parseEntityRecord(k ekey, p []byte) (*entity, error) {
 		// They compiled when the config was applied.
 		return nil, fmt.Errorf("%w: entity %s: rules: %v", ErrCorrupt, k, err)
 	}
-	e.rules = rules
+	e.rules, e.rulesSum = rules, rulesSum(e.cfg)
 	return e, nil
 }

@@ -30,7 +30,24 @@ func WithoutLockedStates(m *Machine) {
 }
 
 // AliasBatch is the fast path of DecodeBatch (decode.go).
-var AliasBatch = aliasBatch
+func AliasBatch(p []byte) (*partitionpb.Batch, bool) { return aliasBatch(p, nil) }
+
+// DecodeLazily decodes data as the apply path does, filter views left in
+// the entry (lazyViews), then reads every view as the applier would. It
+// says how many views were left undecoded.
+func DecodeLazily(data []byte) (*partitionpb.Batch, int, error) {
+	a := &applier{views: lazyViews{}}
+	b, err := decodeEntry(data, a.views)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, c := range b.Commands {
+		for _, nm := range c.GetEnqueue().GetMessages() {
+			a.viewOf(nm)
+		}
+	}
+	return b, len(a.views), nil
+}
 
 // Messages returns the stored messages of a sub-queue in sequence order.
 func Messages(m *Machine, id uint64, part uint32, sub partitionpb.SubQueue) ([]*partitionpb.StoredMessage, error) {
@@ -375,3 +392,11 @@ func BlobRecords(m *Machine, id uint64, part uint32) (chunks, staged int, err er
 
 // HandOut is a stored message as a result carries it.
 func HandOut(m *partitionpb.StoredMessage) *partitionpb.Message { return handOut(m) }
+
+// PlanCounts says how many Enqueues to topics m applied with the leader's
+// plan taken, and how many with a plan it found stale (plan.go).
+func PlanCounts(m *Machine) (taken, stale uint64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.plans.taken, m.plans.stale
+}

@@ -83,42 +83,64 @@ func isSubscription(cfg *partitionpb.EntityConfig) bool {
 type subscriptionIndex struct {
 	built   bool
 	byTopic map[ekey][]*entity // key: the topic's entity id and partition
+	// fingerprints of the topic partitions asked for since the build
+	// (plan.go).
+	fingerprints map[ekey]uint64
+	// changed: made stale since the routes were last published
+	// (Machine.publishRoutes).
+	changed bool
 }
 
 // stale drops the index: the entities changed.
-func (x *subscriptionIndex) stale() { *x = subscriptionIndex{} }
+func (x *subscriptionIndex) stale() { *x = subscriptionIndex{changed: true} }
+
+// build makes the index from the group's entities if it is stale.
+func (x *subscriptionIndex) build(entities map[ekey]*entity) {
+	if x.built {
+		return
+	}
+	byTopic := map[ekey][]*entity{}
+	for k, e := range entities {
+		if isSubscription(e.cfg) {
+			tk := ekey{ID: e.cfg.GetTopicId(), Part: k.Part}
+			byTopic[tk] = append(byTopic[tk], e)
+		}
+	}
+	for _, subs := range byTopic {
+		slices.SortFunc(subs, func(x, y *entity) int {
+			switch {
+			case x.key.ID < y.key.ID:
+				return -1
+			case x.key.ID > y.key.ID:
+				return 1
+			}
+			return 0
+		})
+	}
+	*x = subscriptionIndex{built: true, byTopic: byTopic, fingerprints: map[ekey]uint64{}, changed: x.changed}
+}
+
+// fingerprintOf is topic partition t's fingerprint (plan.go) in the
+// state the index was built from; the index must be built.
+func (x *subscriptionIndex) fingerprintOf(t *entity) uint64 {
+	f, ok := x.fingerprints[t.key]
+	if !ok {
+		f = fingerprint(t, x.byTopic[t.key])
+		x.fingerprints[t.key] = f
+	}
+	return f
+}
 
 // subscriptionsOf lists the subscription partitions that receive the
 // sends to topic partition t (subscriptionIndex). The caller must not
 // change the slice.
 func (a *applier) subscriptionsOf(t *entity) []*entity {
-	if !a.subs.built {
-		byTopic := map[ekey][]*entity{}
-		for k, e := range a.entities {
-			if e.cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_SUBSCRIPTION && e.cfg.GetTopicId() != 0 {
-				tk := ekey{ID: e.cfg.GetTopicId(), Part: k.Part}
-				byTopic[tk] = append(byTopic[tk], e)
-			}
-		}
-		for _, subs := range byTopic {
-			slices.SortFunc(subs, func(x, y *entity) int {
-				switch {
-				case x.key.ID < y.key.ID:
-					return -1
-				case x.key.ID > y.key.ID:
-					return 1
-				}
-				return 0
-			})
-		}
-		*a.subs = subscriptionIndex{built: true, byTopic: byTopic}
-	}
+	a.subs.build(a.entities)
 	return a.subs.byTopic[t.key]
 }
 
 // filterMessage is what rules see of nm.
-func filterMessage(nm *partitionpb.NewMessage, now, ttl int64) *filter.Message {
-	v := nm.GetFilterView()
+func filterMessage(nm *partitionpb.NewMessage, v *partitionpb.FilterView, now, ttl int64) *filter.Message {
 	m := &filter.Message{
 		MessageID:        nm.MessageId,
 		SessionID:        nm.SessionId,
@@ -160,18 +182,25 @@ type copyPlan struct {
 }
 
 // route decides the copies of a message: per subscription, one per
-// matching rule, each changed by its rule's action. ids makes newid()'s
-// source for the actions, once, when the first action runs (most sends
-// meet none).
-func route(subs []*entity, fm *filter.Message, ids func() func() filter.UUID) ([]copyPlan, error) {
+// matching rule, each changed by its rule's action. match says whether the
+// k-th rule matches (counting the rules of every subscription, disabled
+// ones included, as TopicPlan.matched does), on fm when it evaluates the
+// rule. fm gives the message as rules see it, built once when first asked
+// for. ids makes newid()'s source for the actions, once, when the first
+// action runs (most sends meet none).
+func route(subs []*entity, match func(k int, r *compiledRule) (bool, error), fm func() *filter.Message, ids func() func() filter.UUID) []copyPlan {
 	out := make([]copyPlan, 0, len(subs)) // one copy per subscription, the usual case
 	var newID func() filter.UUID
+	k := 0
 	for _, s := range subs {
 		if s.status() == partitionpb.EntityStatus_ENTITY_STATUS_DISABLED {
+			k += len(s.rules)
 			continue // a disabled subscription takes no copies
 		}
-		for _, r := range s.rules {
-			ok, err := r.filter.Match(fm)
+		for j := range s.rules {
+			r := &s.rules[j]
+			ok, err := match(k, r)
+			k++
 			if err != nil {
 				if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
 					out = append(out, copyPlan{sub: s, dead: ReasonFilterEvaluation, desc: fmt.Sprintf("rule %s: %v", r.name, err)})
@@ -186,19 +215,19 @@ func route(subs []*entity, fm *filter.Message, ids func() func() filter.UUID) ([
 				if newID == nil {
 					newID = ids()
 				}
-				after, err := r.action.Apply(fm, newID)
+				after, err := r.action.Apply(fm(), newID)
 				if err != nil {
 					if errors.Is(err, filter.ErrEvaluation) && s.cfg.DeadLetteringOnFilterEvaluationExceptions {
 						out = append(out, copyPlan{sub: s, dead: ReasonFilterEvaluation, desc: fmt.Sprintf("rule %s: action: %v", r.name, err)})
 					}
 					continue
 				}
-				cp.set, cp.removed = actionChanges(fm, after)
+				cp.set, cp.removed = actionChanges(fm(), after)
 			}
 			out = append(out, cp)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // publish applies an Enqueue to topic partition t (enqueue has checked
@@ -206,6 +235,11 @@ func route(subs []*entity, fm *filter.Message, ids func() func() filter.UUID) ([
 // copies, so that a refused send writes nothing.
 func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 	subs := a.subscriptionsOf(t)
+	plan := a.planFor(t, c)
+	rules := 0
+	for _, s := range subs {
+		rules += len(s.rules)
+	}
 	plans := make([][]copyPlan, len(c.Messages))
 	added := map[*entity]int64{}
 	for i, nm := range c.Messages {
@@ -220,10 +254,19 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		if ttl == 0 {
 			ttl = t.cfg.DefaultTtlMs
 		}
-		p, err := route(subs, filterMessage(nm, a.now, ttl), func() func() filter.UUID { return newIDs(t, i) })
-		if err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
+		var fm *filter.Message
+		view := func() *filter.Message {
+			if fm == nil {
+				fm = filterMessage(nm, a.viewOf(nm), a.now, ttl)
+			}
+			return fm
 		}
+		match := func(_ int, r *compiledRule) (bool, error) { return r.filter.Match(view()) }
+		if bits := plannedMatch(plan, i, rules); bits != nil {
+			// The leader's outcome (plan.go): what Match would say here.
+			match = func(k int, _ *compiledRule) (bool, error) { return bits[k/8]&(1<<(k%8)) != 0, nil }
+		}
+		p := route(subs, match, view, func() func() filter.UUID { return newIDs(t, i) })
 		for _, cp := range p {
 			if cp.dead == "" && cp.sub.cfg.RequiresSession {
 				if err := checkSessionID(nm.SessionId); err != nil {

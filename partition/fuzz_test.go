@@ -3,6 +3,7 @@ package partition_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -64,6 +65,10 @@ func seedBatches() []*partitionpb.Batch {
 					"":  {Value: &placementpb.RuleValue_LongValue{}},
 				}},
 		})}},
+		// A send to a topic with the leader's plan (plan.go).
+		{NowMs: 9000, Commands: []*partitionpb.Command{pt.Enqueue(10, 0,
+			&partitionpb.NewMessage{MessageId: "p", Bare: []byte{6}, FilterView: &partitionpb.FilterView{}}, &partitionpb.NewMessage{Bare: []byte{7}})},
+			TopicPlans: []*partitionpb.TopicPlan{{Fingerprint: 1 << 63, NowMs: 9000, Matched: [][]byte{{0x05}, {}}, Evaluate: []uint32{1}}}},
 		{NowMs: 1 << 40, Commands: []*partitionpb.Command{pt.Lock(1, 0, dlq, 5, 7), pt.ReceiveAndDelete(1, 0, main, 1)}},
 		{Commands: []*partitionpb.Command{
 			pt.SettleCmd(&partitionpb.Settle{EntityId: 1, Disposition: deadLetter, LockTokens: [][]byte{make([]byte, 16)},
@@ -107,6 +112,12 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 		}
 		b, err := partition.DecodeBatch(data)
+		// The apply path's decode, views left in the entry until read,
+		// agrees with DecodeBatch.
+		lazy, _, lazyErr := partition.DecodeLazily(data)
+		if (err == nil) != (lazyErr == nil) || err == nil && !proto.Equal(b, lazy) {
+			t.Fatalf("decoded with views left in the entry: %v, %v; DecodeBatch: %v, %v", lazy, lazyErr, b, err)
+		}
 		if err != nil {
 			if !errors.Is(err, partition.ErrMalformed) && !errors.Is(err, partition.ErrUnknownFormat) {
 				t.Fatalf("DecodeBatch: unexpected error %v", err)
@@ -255,4 +266,43 @@ func strip(p []byte) []byte {
 		p = p[n+m:]
 	}
 	return out
+}
+
+// TestDecodeLazily: the apply path leaves the filter views of sends to
+// topics in the entry until a replica reads one, except a view with more
+// properties than it checks without decoding, and decodes the same batch
+// as DecodeBatch either way.
+func TestDecodeLazily(t *testing.T) {
+	many := &partitionpb.FilterView{Subject: "s", Properties: map[string]*placementpb.RuleValue{}}
+	for i := range 17 {
+		many.Properties[fmt.Sprint("p", i)] = &placementpb.RuleValue{Value: &placementpb.RuleValue_LongValue{LongValue: int64(i)}}
+	}
+	for _, c := range []struct {
+		views []*partitionpb.FilterView
+		lazy  int
+	}{
+		{[]*partitionpb.FilterView{{Subject: "s", Properties: map[string]*placementpb.RuleValue{
+			"a": {Value: &placementpb.RuleValue_StringValue{StringValue: "x"}}, "": {Value: &placementpb.RuleValue_BoolValue{}}}}, {}}, 2},
+		{[]*partitionpb.FilterView{many, {To: "t"}}, 1},
+	} {
+		var msgs []*partitionpb.NewMessage
+		for _, v := range c.views {
+			msgs = append(msgs, &partitionpb.NewMessage{Bare: []byte("b"), FilterView: v})
+		}
+		data, err := partition.EncodeBatch(&partitionpb.Batch{NowMs: 1, Commands: []*partitionpb.Command{pt.Enqueue(10, 0, msgs...)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := partition.DecodeBatch(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, lazy, err := partition.DecodeLazily(data)
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("decoded lazily %v, %v; want %v", got, err, want)
+		}
+		if lazy != c.lazy {
+			t.Errorf("%d views left in the entry, want %d", lazy, c.lazy)
+		}
+	}
 }

@@ -81,6 +81,10 @@ type Machine struct {
 	reqFilter    *store.RequestFilter // Apply's, under mu: ids recorded since load (store/reqfilter.go)
 	lockedStates *store.LockedStates  // Apply's, under mu: state records of locked messages (lockcache.go)
 	subs         subscriptionIndex    // Apply's, under mu: a topic partition's subscriptions (fanout.go)
+	// routes is what the leader's planner reads of subs, published
+	// when they change (plan.go).
+	routes atomic.Pointer[routeTable]
+	plans  planCounts // Apply's, under mu
 
 	// misuse counts pebble's reports of a single delete that met no
 	// write or more than one (store/indexes.go, "Single deletes"); always 0 unless the
@@ -219,8 +223,9 @@ func (m *Machine) load() error {
 		}
 	}
 	m.applied, m.entities = applied, entities
-	m.subs = subscriptionIndex{} // built again on the next send to a topic
-	m.reqFloor = math.MinInt64   // the first entry's pruning finds the oldest
+	m.subs = subscriptionIndex{}
+	m.publishRoutes()
+	m.reqFloor = math.MinInt64 // the first entry's pruning finds the oldest
 	f, err := store.NewRequestFilter(m.db)
 	if err != nil {
 		return err
@@ -313,6 +318,9 @@ func (m *Machine) Apply(entries []Entry) ([][]*partitionpb.Result, error) {
 	if err := m.afterCommit(a); err != nil {
 		return nil, m.fail(err)
 	}
+	if m.subs.changed {
+		m.publishRoutes()
+	}
 	return results, nil
 }
 
@@ -351,6 +359,7 @@ func (m *Machine) newApplier() *applier {
 		lockedStates: m.lockedStates,
 		logs:         m.logs,
 		subs:         &m.subs,
+		plans:        &m.plans,
 	}
 }
 

@@ -154,21 +154,30 @@ func (s *SortedCommit) sortEntries() {
 	for i := range s.buckets {
 		s.buckets[i].entries = s.buckets[i].entries[:0]
 	}
-	used := 0
+	used, last := 0, 0
 	for i, e := range s.entries {
 		p := e.key[:min(len(e.key), bucketPrefix)]
-		j := 0
-		for j < used && !bytes.Equal(s.buckets[j].prefix, p) {
-			j++
+		// The search starts at the bucket after the last entry's and
+		// wraps: a topic's copies go to its subscriptions in turn, one
+		// bucket each, and a search from the first bucket compared
+		// half of them for every copy. Where it starts changes no bucket.
+		j := -1
+		for k := range used {
+			if b := (last + 1 + k) % used; bytes.Equal(s.buckets[b].prefix, p) {
+				j = b
+				break
+			}
 		}
-		if j == used {
+		if j < 0 {
 			if used == len(s.buckets) {
 				s.buckets = append(s.buckets, bucket{})
 			}
 			s.buckets[used].prefix = append(s.buckets[used].prefix[:0], p...)
+			j = used
 			used++
 		}
 		s.buckets[j].entries = append(s.buckets[j].entries, i)
+		last = j
 	}
 	bs := s.buckets[:used]
 	slices.SortFunc(bs, func(x, y bucket) int { return bytes.Compare(x.prefix, y.prefix) })

@@ -1057,7 +1057,15 @@ type Batch struct {
 	// The node whose leader proposed the batch: only its replica answers the
 	// requests inside, so only it reads back the message bodies a result
 	// carries. Every replica applies the same changes either way.
-	Proposer      string `protobuf:"bytes,3,opt,name=proposer,proto3" json:"proposer,omitempty"`
+	Proposer string `protobuf:"bytes,3,opt,name=proposer,proto3" json:"proposer,omitempty"`
+	// The rules the leader evaluated, as it built the batch, for its sends
+	// to topics (partition/plan.go). A replica whose subscriptions and rules
+	// give the same fingerprint, applying at the same time, takes the
+	// outcome instead of evaluating the rules again; any other replica (a
+	// rule changed in between, or a version that ignores this field)
+	// evaluates them itself, to the same result. After the commands, so that
+	// the messages lie where they would without it.
+	TopicPlans    []*TopicPlan `protobuf:"bytes,4,rep,name=topic_plans,json=topicPlans,proto3" json:"topic_plans,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1111,6 +1119,13 @@ func (x *Batch) GetProposer() string {
 		return x.Proposer
 	}
 	return ""
+}
+
+func (x *Batch) GetTopicPlans() []*TopicPlan {
+	if x != nil {
+		return x.TopicPlans
+	}
+	return nil
 }
 
 type Command struct {
@@ -1665,6 +1680,91 @@ func (x *Enqueue) GetMessages() []*NewMessage {
 	return nil
 }
 
+// TopicPlan is which rules matched the messages of an Enqueue to a topic.
+type TopicPlan struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Command uint32                 `protobuf:"varint,5,opt,name=command,proto3" json:"command,omitempty"` // the Enqueue's index in Batch.commands
+	// Of the topic's default time to live and its subscriptions (entity id,
+	// status, rules, dead_lettering_on_filter_evaluation_exceptions), in the
+	// order copies are made, as the leader saw them.
+	Fingerprint uint64 `protobuf:"fixed64,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	NowMs       int64  `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"` // the time the rules were evaluated at
+	// One per message: bit k (k%8 of byte k/8) set when the k-th rule
+	// matched, counting the rules of the subscriptions in entity id order,
+	// each subscription's in its order.
+	Matched [][]byte `protobuf:"bytes,3,rep,name=matched,proto3" json:"matched,omitempty"`
+	// The messages (indexes) whose evaluation failed: a replica evaluates
+	// their rules itself, as it would without a plan.
+	Evaluate      []uint32 `protobuf:"varint,4,rep,packed,name=evaluate,proto3" json:"evaluate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicPlan) Reset() {
+	*x = TopicPlan{}
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicPlan) ProtoMessage() {}
+
+func (x *TopicPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicPlan.ProtoReflect.Descriptor instead.
+func (*TopicPlan) Descriptor() ([]byte, []int) {
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TopicPlan) GetCommand() uint32 {
+	if x != nil {
+		return x.Command
+	}
+	return 0
+}
+
+func (x *TopicPlan) GetFingerprint() uint64 {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return 0
+}
+
+func (x *TopicPlan) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
+
+func (x *TopicPlan) GetMatched() [][]byte {
+	if x != nil {
+		return x.Matched
+	}
+	return nil
+}
+
+func (x *TopicPlan) GetEvaluate() []uint32 {
+	if x != nil {
+		return x.Evaluate
+	}
+	return nil
+}
+
 type NewMessage struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
 	MessageId              string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
@@ -1698,7 +1798,7 @@ type NewMessage struct {
 
 func (x *NewMessage) Reset() {
 	*x = NewMessage{}
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1810,7 @@ func (x *NewMessage) String() string {
 func (*NewMessage) ProtoMessage() {}
 
 func (x *NewMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[8]
+	mi := &file_partitionpb_partition_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1823,7 @@ func (x *NewMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewMessage.ProtoReflect.Descriptor instead.
 func (*NewMessage) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{8}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NewMessage) GetMessageId() string {
@@ -1838,7 +1938,7 @@ type ForwardOrigin struct {
 
 func (x *ForwardOrigin) Reset() {
 	*x = ForwardOrigin{}
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1950,7 @@ func (x *ForwardOrigin) String() string {
 func (*ForwardOrigin) ProtoMessage() {}
 
 func (x *ForwardOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[9]
+	mi := &file_partitionpb_partition_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1963,7 @@ func (x *ForwardOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardOrigin.ProtoReflect.Descriptor instead.
 func (*ForwardOrigin) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{9}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ForwardOrigin) GetEntityId() uint64 {
@@ -1961,7 +2061,7 @@ type FilterView struct {
 
 func (x *FilterView) Reset() {
 	*x = FilterView{}
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2073,7 @@ func (x *FilterView) String() string {
 func (*FilterView) ProtoMessage() {}
 
 func (x *FilterView) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[10]
+	mi := &file_partitionpb_partition_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2086,7 @@ func (x *FilterView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilterView.ProtoReflect.Descriptor instead.
 func (*FilterView) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{10}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FilterView) GetCorrelationId() string {
@@ -2056,7 +2156,7 @@ type StageBody struct {
 
 func (x *StageBody) Reset() {
 	*x = StageBody{}
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2168,7 @@ func (x *StageBody) String() string {
 func (*StageBody) ProtoMessage() {}
 
 func (x *StageBody) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[11]
+	mi := &file_partitionpb_partition_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2181,7 @@ func (x *StageBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageBody.ProtoReflect.Descriptor instead.
 func (*StageBody) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{11}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StageBody) GetEntityId() uint64 {
@@ -2146,7 +2246,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2258,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[12]
+	mi := &file_partitionpb_partition_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2271,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{12}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Lock) GetEntityId() uint64 {
@@ -2246,7 +2346,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2358,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[13]
+	mi := &file_partitionpb_partition_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2371,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{13}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Settle) GetEntityId() uint64 {
@@ -2342,7 +2442,7 @@ type RenewLocks struct {
 
 func (x *RenewLocks) Reset() {
 	*x = RenewLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2454,7 @@ func (x *RenewLocks) String() string {
 func (*RenewLocks) ProtoMessage() {}
 
 func (x *RenewLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[14]
+	mi := &file_partitionpb_partition_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2467,7 @@ func (x *RenewLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocks.ProtoReflect.Descriptor instead.
 func (*RenewLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{14}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RenewLocks) GetEntityId() uint64 {
@@ -2409,7 +2509,7 @@ type ExpireLocks struct {
 
 func (x *ExpireLocks) Reset() {
 	*x = ExpireLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2521,7 @@ func (x *ExpireLocks) String() string {
 func (*ExpireLocks) ProtoMessage() {}
 
 func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[15]
+	mi := &file_partitionpb_partition_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2534,7 @@ func (x *ExpireLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireLocks.ProtoReflect.Descriptor instead.
 func (*ExpireLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{15}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
 }
 
 // ActivateScheduled turns the scheduled messages whose
@@ -2450,7 +2550,7 @@ type ActivateScheduled struct {
 
 func (x *ActivateScheduled) Reset() {
 	*x = ActivateScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2562,7 @@ func (x *ActivateScheduled) String() string {
 func (*ActivateScheduled) ProtoMessage() {}
 
 func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[16]
+	mi := &file_partitionpb_partition_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2575,7 @@ func (x *ActivateScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateScheduled.ProtoReflect.Descriptor instead.
 func (*ActivateScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{16}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
 }
 
 // CancelScheduled deletes scheduled messages by the sequence numbers Enqueue
@@ -2492,7 +2592,7 @@ type CancelScheduled struct {
 
 func (x *CancelScheduled) Reset() {
 	*x = CancelScheduled{}
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2604,7 @@ func (x *CancelScheduled) String() string {
 func (*CancelScheduled) ProtoMessage() {}
 
 func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[17]
+	mi := &file_partitionpb_partition_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2617,7 @@ func (x *CancelScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduled.ProtoReflect.Descriptor instead.
 func (*CancelScheduled) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{17}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelScheduled) GetEntityId() uint64 {
@@ -2566,7 +2666,7 @@ type LockBySequence struct {
 
 func (x *LockBySequence) Reset() {
 	*x = LockBySequence{}
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2678,7 @@ func (x *LockBySequence) String() string {
 func (*LockBySequence) ProtoMessage() {}
 
 func (x *LockBySequence) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[18]
+	mi := &file_partitionpb_partition_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2691,7 @@ func (x *LockBySequence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBySequence.ProtoReflect.Descriptor instead.
 func (*LockBySequence) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{18}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockBySequence) GetEntityId() uint64 {
@@ -2671,7 +2771,7 @@ type AcceptSession struct {
 
 func (x *AcceptSession) Reset() {
 	*x = AcceptSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2783,7 @@ func (x *AcceptSession) String() string {
 func (*AcceptSession) ProtoMessage() {}
 
 func (x *AcceptSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[19]
+	mi := &file_partitionpb_partition_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2796,7 @@ func (x *AcceptSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSession.ProtoReflect.Descriptor instead.
 func (*AcceptSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{19}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AcceptSession) GetEntityId() uint64 {
@@ -2749,7 +2849,7 @@ type RenewSessionLock struct {
 
 func (x *RenewSessionLock) Reset() {
 	*x = RenewSessionLock{}
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2861,7 @@ func (x *RenewSessionLock) String() string {
 func (*RenewSessionLock) ProtoMessage() {}
 
 func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[20]
+	mi := &file_partitionpb_partition_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2874,7 @@ func (x *RenewSessionLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLock.ProtoReflect.Descriptor instead.
 func (*RenewSessionLock) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{20}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RenewSessionLock) GetEntityId() uint64 {
@@ -2820,7 +2920,7 @@ type SetSessionState struct {
 
 func (x *SetSessionState) Reset() {
 	*x = SetSessionState{}
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2932,7 @@ func (x *SetSessionState) String() string {
 func (*SetSessionState) ProtoMessage() {}
 
 func (x *SetSessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[21]
+	mi := &file_partitionpb_partition_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2945,7 @@ func (x *SetSessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionState.ProtoReflect.Descriptor instead.
 func (*SetSessionState) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{21}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetSessionState) GetEntityId() uint64 {
@@ -2898,7 +2998,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3010,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[22]
+	mi := &file_partitionpb_partition_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3023,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{22}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseSession) GetEntityId() uint64 {
@@ -2966,7 +3066,7 @@ type ExpireSessionLocks struct {
 
 func (x *ExpireSessionLocks) Reset() {
 	*x = ExpireSessionLocks{}
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3078,7 @@ func (x *ExpireSessionLocks) String() string {
 func (*ExpireSessionLocks) ProtoMessage() {}
 
 func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[23]
+	mi := &file_partitionpb_partition_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3091,7 @@ func (x *ExpireSessionLocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessionLocks.ProtoReflect.Descriptor instead.
 func (*ExpireSessionLocks) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{23}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
 }
 
 // ExpireMessages removes the unlocked messages of main sub-queues whose
@@ -3008,7 +3108,7 @@ type ExpireMessages struct {
 
 func (x *ExpireMessages) Reset() {
 	*x = ExpireMessages{}
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3120,7 @@ func (x *ExpireMessages) String() string {
 func (*ExpireMessages) ProtoMessage() {}
 
 func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[24]
+	mi := &file_partitionpb_partition_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3133,7 @@ func (x *ExpireMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireMessages.ProtoReflect.Descriptor instead.
 func (*ExpireMessages) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{24}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
 }
 
 // Purge deletes messages of one sub-queue, in sequence order from
@@ -3059,7 +3159,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3171,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[25]
+	mi := &file_partitionpb_partition_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3184,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{25}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Purge) GetEntityId() uint64 {
@@ -3156,7 +3256,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3268,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[26]
+	mi := &file_partitionpb_partition_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3281,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{26}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Redrive) GetEntityId() uint64 {
@@ -3222,7 +3322,7 @@ type RedriveCandidate struct {
 
 func (x *RedriveCandidate) Reset() {
 	*x = RedriveCandidate{}
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3334,7 @@ func (x *RedriveCandidate) String() string {
 func (*RedriveCandidate) ProtoMessage() {}
 
 func (x *RedriveCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[27]
+	mi := &file_partitionpb_partition_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3347,7 @@ func (x *RedriveCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCandidate.ProtoReflect.Descriptor instead.
 func (*RedriveCandidate) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{27}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RedriveCandidate) GetSequenceNumber() uint64 {
@@ -3289,7 +3389,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3401,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[28]
+	mi := &file_partitionpb_partition_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3414,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{28}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Result) GetCode() ResultCode {
@@ -3391,7 +3491,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3503,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[29]
+	mi := &file_partitionpb_partition_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3516,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{29}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaderHint) GetGroupId() uint64 {
@@ -3450,7 +3550,7 @@ type UpsertEntityRequest struct {
 
 func (x *UpsertEntityRequest) Reset() {
 	*x = UpsertEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3562,7 @@ func (x *UpsertEntityRequest) String() string {
 func (*UpsertEntityRequest) ProtoMessage() {}
 
 func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[30]
+	mi := &file_partitionpb_partition_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3575,7 @@ func (x *UpsertEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityRequest.ProtoReflect.Descriptor instead.
 func (*UpsertEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{30}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpsertEntityRequest) GetGroupId() uint64 {
@@ -3500,7 +3600,7 @@ type UpsertEntityResponse struct {
 
 func (x *UpsertEntityResponse) Reset() {
 	*x = UpsertEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3612,7 @@ func (x *UpsertEntityResponse) String() string {
 func (*UpsertEntityResponse) ProtoMessage() {}
 
 func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[31]
+	mi := &file_partitionpb_partition_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3625,7 @@ func (x *UpsertEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertEntityResponse.ProtoReflect.Descriptor instead.
 func (*UpsertEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{31}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
 }
 
 type DeleteEntityRequest struct {
@@ -3540,7 +3640,7 @@ type DeleteEntityRequest struct {
 
 func (x *DeleteEntityRequest) Reset() {
 	*x = DeleteEntityRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3652,7 @@ func (x *DeleteEntityRequest) String() string {
 func (*DeleteEntityRequest) ProtoMessage() {}
 
 func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[32]
+	mi := &file_partitionpb_partition_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3665,7 @@ func (x *DeleteEntityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEntityRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{32}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteEntityRequest) GetGroupId() uint64 {
@@ -3604,7 +3704,7 @@ type DeleteEntityResponse struct {
 
 func (x *DeleteEntityResponse) Reset() {
 	*x = DeleteEntityResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3716,7 @@ func (x *DeleteEntityResponse) String() string {
 func (*DeleteEntityResponse) ProtoMessage() {}
 
 func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[33]
+	mi := &file_partitionpb_partition_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3729,7 @@ func (x *DeleteEntityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEntityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEntityResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{33}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
 }
 
 type SendRequest struct {
@@ -3645,7 +3745,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3757,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[34]
+	mi := &file_partitionpb_partition_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3770,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{34}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SendRequest) GetGroupId() uint64 {
@@ -3717,7 +3817,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3829,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[35]
+	mi := &file_partitionpb_partition_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3842,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{35}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SendResponse) GetResult() *Result {
@@ -3781,7 +3881,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +3893,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[36]
+	mi := &file_partitionpb_partition_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +3906,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{36}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReceiveRequest) GetGroupId() uint64 {
@@ -3895,7 +3995,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +4007,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[37]
+	mi := &file_partitionpb_partition_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4020,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{37}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReceiveResponse) GetResult() *Result {
@@ -3941,7 +4041,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4053,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[38]
+	mi := &file_partitionpb_partition_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4066,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{38}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SettleRequest) GetGroupId() uint64 {
@@ -3999,7 +4099,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4111,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[39]
+	mi := &file_partitionpb_partition_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4124,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{39}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -4044,7 +4144,7 @@ type RenewLocksRequest struct {
 
 func (x *RenewLocksRequest) Reset() {
 	*x = RenewLocksRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4156,7 @@ func (x *RenewLocksRequest) String() string {
 func (*RenewLocksRequest) ProtoMessage() {}
 
 func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[40]
+	mi := &file_partitionpb_partition_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4169,7 @@ func (x *RenewLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksRequest.ProtoReflect.Descriptor instead.
 func (*RenewLocksRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{40}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RenewLocksRequest) GetGroupId() uint64 {
@@ -4095,7 +4195,7 @@ type RenewLocksResponse struct {
 
 func (x *RenewLocksResponse) Reset() {
 	*x = RenewLocksResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4207,7 @@ func (x *RenewLocksResponse) String() string {
 func (*RenewLocksResponse) ProtoMessage() {}
 
 func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[41]
+	mi := &file_partitionpb_partition_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4220,7 @@ func (x *RenewLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLocksResponse.ProtoReflect.Descriptor instead.
 func (*RenewLocksResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{41}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RenewLocksResponse) GetResult() *Result {
@@ -4147,7 +4247,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4259,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[42]
+	mi := &file_partitionpb_partition_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4272,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{42}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DigestRequest) GetGroupId() uint64 {
@@ -4193,7 +4293,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4205,7 +4305,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[43]
+	mi := &file_partitionpb_partition_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4218,7 +4318,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{43}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -4253,7 +4353,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4365,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[44]
+	mi := &file_partitionpb_partition_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4378,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{44}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatsRequest) GetGroupId() uint64 {
@@ -4318,7 +4418,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4430,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[45]
+	mi := &file_partitionpb_partition_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4443,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{45}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatsResponse) GetActiveMessages() uint64 {
@@ -4401,7 +4501,7 @@ type GroupStatsRequest struct {
 
 func (x *GroupStatsRequest) Reset() {
 	*x = GroupStatsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4513,7 @@ func (x *GroupStatsRequest) String() string {
 func (*GroupStatsRequest) ProtoMessage() {}
 
 func (x *GroupStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[46]
+	mi := &file_partitionpb_partition_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4526,7 @@ func (x *GroupStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatsRequest.ProtoReflect.Descriptor instead.
 func (*GroupStatsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{46}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GroupStatsRequest) GetGroupId() uint64 {
@@ -4453,7 +4553,7 @@ type EntityPartitionRef struct {
 
 func (x *EntityPartitionRef) Reset() {
 	*x = EntityPartitionRef{}
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4465,7 +4565,7 @@ func (x *EntityPartitionRef) String() string {
 func (*EntityPartitionRef) ProtoMessage() {}
 
 func (x *EntityPartitionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[47]
+	mi := &file_partitionpb_partition_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4478,7 +4578,7 @@ func (x *EntityPartitionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntityPartitionRef.ProtoReflect.Descriptor instead.
 func (*EntityPartitionRef) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{47}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EntityPartitionRef) GetEntityId() uint64 {
@@ -4504,7 +4604,7 @@ type GroupStatsResponse struct {
 
 func (x *GroupStatsResponse) Reset() {
 	*x = GroupStatsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4616,7 @@ func (x *GroupStatsResponse) String() string {
 func (*GroupStatsResponse) ProtoMessage() {}
 
 func (x *GroupStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[48]
+	mi := &file_partitionpb_partition_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4629,7 @@ func (x *GroupStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatsResponse.ProtoReflect.Descriptor instead.
 func (*GroupStatsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{48}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GroupStatsResponse) GetEntities() []*EntityPartitionStats {
@@ -4550,7 +4650,7 @@ type EntityPartitionStats struct {
 
 func (x *EntityPartitionStats) Reset() {
 	*x = EntityPartitionStats{}
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4562,7 +4662,7 @@ func (x *EntityPartitionStats) String() string {
 func (*EntityPartitionStats) ProtoMessage() {}
 
 func (x *EntityPartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[49]
+	mi := &file_partitionpb_partition_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4575,7 +4675,7 @@ func (x *EntityPartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntityPartitionStats.ProtoReflect.Descriptor instead.
 func (*EntityPartitionStats) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{49}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EntityPartitionStats) GetEntityId() uint64 {
@@ -4621,7 +4721,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4733,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[50]
+	mi := &file_partitionpb_partition_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4746,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{50}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PeekRequest) GetGroupId() uint64 {
@@ -4707,7 +4807,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4719,7 +4819,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[51]
+	mi := &file_partitionpb_partition_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4732,7 +4832,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{51}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PeekResponse) GetMessages() []*Message {
@@ -4752,7 +4852,7 @@ type CancelScheduledRequest struct {
 
 func (x *CancelScheduledRequest) Reset() {
 	*x = CancelScheduledRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +4864,7 @@ func (x *CancelScheduledRequest) String() string {
 func (*CancelScheduledRequest) ProtoMessage() {}
 
 func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[52]
+	mi := &file_partitionpb_partition_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +4877,7 @@ func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{52}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelScheduledRequest) GetGroupId() uint64 {
@@ -4803,7 +4903,7 @@ type CancelScheduledResponse struct {
 
 func (x *CancelScheduledResponse) Reset() {
 	*x = CancelScheduledResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4915,7 @@ func (x *CancelScheduledResponse) String() string {
 func (*CancelScheduledResponse) ProtoMessage() {}
 
 func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[53]
+	mi := &file_partitionpb_partition_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4928,7 @@ func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{53}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CancelScheduledResponse) GetResult() *Result {
@@ -4859,7 +4959,7 @@ type ReceiveDeferredRequest struct {
 
 func (x *ReceiveDeferredRequest) Reset() {
 	*x = ReceiveDeferredRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +4971,7 @@ func (x *ReceiveDeferredRequest) String() string {
 func (*ReceiveDeferredRequest) ProtoMessage() {}
 
 func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[54]
+	mi := &file_partitionpb_partition_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +4984,7 @@ func (x *ReceiveDeferredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{54}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReceiveDeferredRequest) GetGroupId() uint64 {
@@ -4959,7 +5059,7 @@ type ReceiveDeferredResponse struct {
 
 func (x *ReceiveDeferredResponse) Reset() {
 	*x = ReceiveDeferredResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4971,7 +5071,7 @@ func (x *ReceiveDeferredResponse) String() string {
 func (*ReceiveDeferredResponse) ProtoMessage() {}
 
 func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[55]
+	mi := &file_partitionpb_partition_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4984,7 +5084,7 @@ func (x *ReceiveDeferredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveDeferredResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveDeferredResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{55}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReceiveDeferredResponse) GetResult() *Result {
@@ -5032,7 +5132,7 @@ type AcceptSessionRequest struct {
 
 func (x *AcceptSessionRequest) Reset() {
 	*x = AcceptSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5044,7 +5144,7 @@ func (x *AcceptSessionRequest) String() string {
 func (*AcceptSessionRequest) ProtoMessage() {}
 
 func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[56]
+	mi := &file_partitionpb_partition_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5057,7 +5157,7 @@ func (x *AcceptSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionRequest.ProtoReflect.Descriptor instead.
 func (*AcceptSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{56}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AcceptSessionRequest) GetGroupId() uint64 {
@@ -5141,7 +5241,7 @@ type AcceptSessionResponse struct {
 
 func (x *AcceptSessionResponse) Reset() {
 	*x = AcceptSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[57]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5253,7 @@ func (x *AcceptSessionResponse) String() string {
 func (*AcceptSessionResponse) ProtoMessage() {}
 
 func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[57]
+	mi := &file_partitionpb_partition_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5266,7 @@ func (x *AcceptSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptSessionResponse.ProtoReflect.Descriptor instead.
 func (*AcceptSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{57}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AcceptSessionResponse) GetResult() *Result {
@@ -5205,7 +5305,7 @@ type RenewSessionLockRequest struct {
 
 func (x *RenewSessionLockRequest) Reset() {
 	*x = RenewSessionLockRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[58]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5317,7 @@ func (x *RenewSessionLockRequest) String() string {
 func (*RenewSessionLockRequest) ProtoMessage() {}
 
 func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[58]
+	mi := &file_partitionpb_partition_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5330,7 @@ func (x *RenewSessionLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{58}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RenewSessionLockRequest) GetGroupId() uint64 {
@@ -5263,7 +5363,7 @@ type RenewSessionLockResponse struct {
 
 func (x *RenewSessionLockResponse) Reset() {
 	*x = RenewSessionLockResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[59]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5275,7 +5375,7 @@ func (x *RenewSessionLockResponse) String() string {
 func (*RenewSessionLockResponse) ProtoMessage() {}
 
 func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[59]
+	mi := &file_partitionpb_partition_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5288,7 +5388,7 @@ func (x *RenewSessionLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionLockResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionLockResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{59}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RenewSessionLockResponse) GetResult() *Result {
@@ -5313,7 +5413,7 @@ type SetSessionStateRequest struct {
 
 func (x *SetSessionStateRequest) Reset() {
 	*x = SetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[60]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5325,7 +5425,7 @@ func (x *SetSessionStateRequest) String() string {
 func (*SetSessionStateRequest) ProtoMessage() {}
 
 func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[60]
+	mi := &file_partitionpb_partition_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5338,7 +5438,7 @@ func (x *SetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{60}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SetSessionStateRequest) GetGroupId() uint64 {
@@ -5371,7 +5471,7 @@ type SetSessionStateResponse struct {
 
 func (x *SetSessionStateResponse) Reset() {
 	*x = SetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[61]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5383,7 +5483,7 @@ func (x *SetSessionStateResponse) String() string {
 func (*SetSessionStateResponse) ProtoMessage() {}
 
 func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[61]
+	mi := &file_partitionpb_partition_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5396,7 +5496,7 @@ func (x *SetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*SetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{61}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SetSessionStateResponse) GetResult() *Result {
@@ -5421,7 +5521,7 @@ type GetSessionStateRequest struct {
 
 func (x *GetSessionStateRequest) Reset() {
 	*x = GetSessionStateRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[62]
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5433,7 +5533,7 @@ func (x *GetSessionStateRequest) String() string {
 func (*GetSessionStateRequest) ProtoMessage() {}
 
 func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[62]
+	mi := &file_partitionpb_partition_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5446,7 +5546,7 @@ func (x *GetSessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{62}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetSessionStateRequest) GetGroupId() uint64 {
@@ -5494,7 +5594,7 @@ type GetSessionStateResponse struct {
 
 func (x *GetSessionStateResponse) Reset() {
 	*x = GetSessionStateResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5506,7 +5606,7 @@ func (x *GetSessionStateResponse) String() string {
 func (*GetSessionStateResponse) ProtoMessage() {}
 
 func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[63]
+	mi := &file_partitionpb_partition_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5519,7 +5619,7 @@ func (x *GetSessionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionStateResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionStateResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{63}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetSessionStateResponse) GetResult() *Result {
@@ -5551,7 +5651,7 @@ type ReleaseSessionRequest struct {
 
 func (x *ReleaseSessionRequest) Reset() {
 	*x = ReleaseSessionRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5563,7 +5663,7 @@ func (x *ReleaseSessionRequest) String() string {
 func (*ReleaseSessionRequest) ProtoMessage() {}
 
 func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[64]
+	mi := &file_partitionpb_partition_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5576,7 +5676,7 @@ func (x *ReleaseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{64}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReleaseSessionRequest) GetGroupId() uint64 {
@@ -5609,7 +5709,7 @@ type ReleaseSessionResponse struct {
 
 func (x *ReleaseSessionResponse) Reset() {
 	*x = ReleaseSessionResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5621,7 +5721,7 @@ func (x *ReleaseSessionResponse) String() string {
 func (*ReleaseSessionResponse) ProtoMessage() {}
 
 func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[65]
+	mi := &file_partitionpb_partition_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5634,7 +5734,7 @@ func (x *ReleaseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{65}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReleaseSessionResponse) GetResult() *Result {
@@ -5663,7 +5763,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	mi := &file_partitionpb_partition_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +5775,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[66]
+	mi := &file_partitionpb_partition_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +5788,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{66}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListSessionsRequest) GetGroupId() uint64 {
@@ -5742,7 +5842,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[67]
+	mi := &file_partitionpb_partition_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5754,7 +5854,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[67]
+	mi := &file_partitionpb_partition_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5767,7 +5867,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{67}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListSessionsResponse) GetSessionIds() []string {
@@ -5787,7 +5887,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[68]
+	mi := &file_partitionpb_partition_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5799,7 +5899,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[68]
+	mi := &file_partitionpb_partition_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5812,7 +5912,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{68}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PurgeRequest) GetGroupId() uint64 {
@@ -5838,7 +5938,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[69]
+	mi := &file_partitionpb_partition_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5850,7 +5950,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[69]
+	mi := &file_partitionpb_partition_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5863,7 +5963,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{69}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PurgeResponse) GetResult() *Result {
@@ -5883,7 +5983,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_partitionpb_partition_proto_msgTypes[70]
+	mi := &file_partitionpb_partition_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5895,7 +5995,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[70]
+	mi := &file_partitionpb_partition_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5908,7 +6008,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{70}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RedriveRequest) GetGroupId() uint64 {
@@ -5934,7 +6034,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_partitionpb_partition_proto_msgTypes[71]
+	mi := &file_partitionpb_partition_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5946,7 +6046,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_partitionpb_partition_proto_msgTypes[71]
+	mi := &file_partitionpb_partition_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5959,7 +6059,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_partitionpb_partition_proto_rawDescGZIP(), []int{71}
+	return file_partitionpb_partition_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RedriveResponse) GetResult() *Result {
@@ -6065,11 +6165,13 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
 	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
-	"\fforward_hops\x18( \x01(\rR\vforwardHops\"w\n" +
+	"\fforward_hops\x18( \x01(\rR\vforwardHops\"\xbb\x01\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bproposer\x18\x03 \x01(\tR\bproposer\"\xd0\v\n" +
+	"\bproposer\x18\x03 \x01(\tR\bproposer\x12B\n" +
+	"\vtopic_plans\x18\x04 \x03(\v2!.quorumbus.partition.v1.TopicPlanR\n" +
+	"topicPlans\"\xd0\v\n" +
 	"\aCommand\x12K\n" +
 	"\rupsert_entity\x18\x01 \x01(\v2$.quorumbus.partition.v1.UpsertEntityH\x00R\fupsertEntity\x12K\n" +
 	"\rdelete_entity\x18\x02 \x01(\v2$.quorumbus.partition.v1.DeleteEntityH\x00R\fdeleteEntity\x12;\n" +
@@ -6105,7 +6207,13 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\aEnqueue\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12>\n" +
-	"\bmessages\x18\x03 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"\xfe\x03\n" +
+	"\bmessages\x18\x03 \x03(\v2\".quorumbus.partition.v1.NewMessageR\bmessages\"\x94\x01\n" +
+	"\tTopicPlan\x12\x18\n" +
+	"\acommand\x18\x05 \x01(\rR\acommand\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\x06R\vfingerprint\x12\x15\n" +
+	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x18\n" +
+	"\amatched\x18\x03 \x03(\fR\amatched\x12\x1a\n" +
+	"\bevaluate\x18\x04 \x03(\rR\bevaluate\"\xfe\x03\n" +
 	"\n" +
 	"NewMessage\x12\x1d\n" +
 	"\n" +
@@ -6512,7 +6620,7 @@ func file_partitionpb_partition_proto_rawDescGZIP() []byte {
 }
 
 var file_partitionpb_partition_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_partitionpb_partition_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_partitionpb_partition_proto_goTypes = []any{
 	(EntityStatus)(0),                // 0: quorumbus.partition.v1.EntityStatus
 	(SubQueue)(0),                    // 1: quorumbus.partition.v1.SubQueue
@@ -6527,197 +6635,199 @@ var file_partitionpb_partition_proto_goTypes = []any{
 	(*UpsertEntity)(nil),             // 10: quorumbus.partition.v1.UpsertEntity
 	(*DeleteEntity)(nil),             // 11: quorumbus.partition.v1.DeleteEntity
 	(*Enqueue)(nil),                  // 12: quorumbus.partition.v1.Enqueue
-	(*NewMessage)(nil),               // 13: quorumbus.partition.v1.NewMessage
-	(*ForwardOrigin)(nil),            // 14: quorumbus.partition.v1.ForwardOrigin
-	(*FilterView)(nil),               // 15: quorumbus.partition.v1.FilterView
-	(*StageBody)(nil),                // 16: quorumbus.partition.v1.StageBody
-	(*Lock)(nil),                     // 17: quorumbus.partition.v1.Lock
-	(*Settle)(nil),                   // 18: quorumbus.partition.v1.Settle
-	(*RenewLocks)(nil),               // 19: quorumbus.partition.v1.RenewLocks
-	(*ExpireLocks)(nil),              // 20: quorumbus.partition.v1.ExpireLocks
-	(*ActivateScheduled)(nil),        // 21: quorumbus.partition.v1.ActivateScheduled
-	(*CancelScheduled)(nil),          // 22: quorumbus.partition.v1.CancelScheduled
-	(*LockBySequence)(nil),           // 23: quorumbus.partition.v1.LockBySequence
-	(*AcceptSession)(nil),            // 24: quorumbus.partition.v1.AcceptSession
-	(*RenewSessionLock)(nil),         // 25: quorumbus.partition.v1.RenewSessionLock
-	(*SetSessionState)(nil),          // 26: quorumbus.partition.v1.SetSessionState
-	(*ReleaseSession)(nil),           // 27: quorumbus.partition.v1.ReleaseSession
-	(*ExpireSessionLocks)(nil),       // 28: quorumbus.partition.v1.ExpireSessionLocks
-	(*ExpireMessages)(nil),           // 29: quorumbus.partition.v1.ExpireMessages
-	(*Purge)(nil),                    // 30: quorumbus.partition.v1.Purge
-	(*Redrive)(nil),                  // 31: quorumbus.partition.v1.Redrive
-	(*RedriveCandidate)(nil),         // 32: quorumbus.partition.v1.RedriveCandidate
-	(*Result)(nil),                   // 33: quorumbus.partition.v1.Result
-	(*LeaderHint)(nil),               // 34: quorumbus.partition.v1.LeaderHint
-	(*UpsertEntityRequest)(nil),      // 35: quorumbus.partition.v1.UpsertEntityRequest
-	(*UpsertEntityResponse)(nil),     // 36: quorumbus.partition.v1.UpsertEntityResponse
-	(*DeleteEntityRequest)(nil),      // 37: quorumbus.partition.v1.DeleteEntityRequest
-	(*DeleteEntityResponse)(nil),     // 38: quorumbus.partition.v1.DeleteEntityResponse
-	(*SendRequest)(nil),              // 39: quorumbus.partition.v1.SendRequest
-	(*SendResponse)(nil),             // 40: quorumbus.partition.v1.SendResponse
-	(*ReceiveRequest)(nil),           // 41: quorumbus.partition.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),          // 42: quorumbus.partition.v1.ReceiveResponse
-	(*SettleRequest)(nil),            // 43: quorumbus.partition.v1.SettleRequest
-	(*SettleResponse)(nil),           // 44: quorumbus.partition.v1.SettleResponse
-	(*RenewLocksRequest)(nil),        // 45: quorumbus.partition.v1.RenewLocksRequest
-	(*RenewLocksResponse)(nil),       // 46: quorumbus.partition.v1.RenewLocksResponse
-	(*DigestRequest)(nil),            // 47: quorumbus.partition.v1.DigestRequest
-	(*DigestResponse)(nil),           // 48: quorumbus.partition.v1.DigestResponse
-	(*StatsRequest)(nil),             // 49: quorumbus.partition.v1.StatsRequest
-	(*StatsResponse)(nil),            // 50: quorumbus.partition.v1.StatsResponse
-	(*GroupStatsRequest)(nil),        // 51: quorumbus.partition.v1.GroupStatsRequest
-	(*EntityPartitionRef)(nil),       // 52: quorumbus.partition.v1.EntityPartitionRef
-	(*GroupStatsResponse)(nil),       // 53: quorumbus.partition.v1.GroupStatsResponse
-	(*EntityPartitionStats)(nil),     // 54: quorumbus.partition.v1.EntityPartitionStats
-	(*PeekRequest)(nil),              // 55: quorumbus.partition.v1.PeekRequest
-	(*PeekResponse)(nil),             // 56: quorumbus.partition.v1.PeekResponse
-	(*CancelScheduledRequest)(nil),   // 57: quorumbus.partition.v1.CancelScheduledRequest
-	(*CancelScheduledResponse)(nil),  // 58: quorumbus.partition.v1.CancelScheduledResponse
-	(*ReceiveDeferredRequest)(nil),   // 59: quorumbus.partition.v1.ReceiveDeferredRequest
-	(*ReceiveDeferredResponse)(nil),  // 60: quorumbus.partition.v1.ReceiveDeferredResponse
-	(*AcceptSessionRequest)(nil),     // 61: quorumbus.partition.v1.AcceptSessionRequest
-	(*AcceptSessionResponse)(nil),    // 62: quorumbus.partition.v1.AcceptSessionResponse
-	(*RenewSessionLockRequest)(nil),  // 63: quorumbus.partition.v1.RenewSessionLockRequest
-	(*RenewSessionLockResponse)(nil), // 64: quorumbus.partition.v1.RenewSessionLockResponse
-	(*SetSessionStateRequest)(nil),   // 65: quorumbus.partition.v1.SetSessionStateRequest
-	(*SetSessionStateResponse)(nil),  // 66: quorumbus.partition.v1.SetSessionStateResponse
-	(*GetSessionStateRequest)(nil),   // 67: quorumbus.partition.v1.GetSessionStateRequest
-	(*GetSessionStateResponse)(nil),  // 68: quorumbus.partition.v1.GetSessionStateResponse
-	(*ReleaseSessionRequest)(nil),    // 69: quorumbus.partition.v1.ReleaseSessionRequest
-	(*ReleaseSessionResponse)(nil),   // 70: quorumbus.partition.v1.ReleaseSessionResponse
-	(*ListSessionsRequest)(nil),      // 71: quorumbus.partition.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 72: quorumbus.partition.v1.ListSessionsResponse
-	(*PurgeRequest)(nil),             // 73: quorumbus.partition.v1.PurgeRequest
-	(*PurgeResponse)(nil),            // 74: quorumbus.partition.v1.PurgeResponse
-	(*RedriveRequest)(nil),           // 75: quorumbus.partition.v1.RedriveRequest
-	(*RedriveResponse)(nil),          // 76: quorumbus.partition.v1.RedriveResponse
-	nil,                              // 77: quorumbus.partition.v1.FilterView.PropertiesEntry
-	(placementpb.EntityKind)(0),      // 78: quorumbus.placement.v1.EntityKind
-	(*placementpb.Rule)(nil),         // 79: quorumbus.placement.v1.Rule
-	(*placementpb.RuleValue)(nil),    // 80: quorumbus.placement.v1.RuleValue
+	(*TopicPlan)(nil),                // 13: quorumbus.partition.v1.TopicPlan
+	(*NewMessage)(nil),               // 14: quorumbus.partition.v1.NewMessage
+	(*ForwardOrigin)(nil),            // 15: quorumbus.partition.v1.ForwardOrigin
+	(*FilterView)(nil),               // 16: quorumbus.partition.v1.FilterView
+	(*StageBody)(nil),                // 17: quorumbus.partition.v1.StageBody
+	(*Lock)(nil),                     // 18: quorumbus.partition.v1.Lock
+	(*Settle)(nil),                   // 19: quorumbus.partition.v1.Settle
+	(*RenewLocks)(nil),               // 20: quorumbus.partition.v1.RenewLocks
+	(*ExpireLocks)(nil),              // 21: quorumbus.partition.v1.ExpireLocks
+	(*ActivateScheduled)(nil),        // 22: quorumbus.partition.v1.ActivateScheduled
+	(*CancelScheduled)(nil),          // 23: quorumbus.partition.v1.CancelScheduled
+	(*LockBySequence)(nil),           // 24: quorumbus.partition.v1.LockBySequence
+	(*AcceptSession)(nil),            // 25: quorumbus.partition.v1.AcceptSession
+	(*RenewSessionLock)(nil),         // 26: quorumbus.partition.v1.RenewSessionLock
+	(*SetSessionState)(nil),          // 27: quorumbus.partition.v1.SetSessionState
+	(*ReleaseSession)(nil),           // 28: quorumbus.partition.v1.ReleaseSession
+	(*ExpireSessionLocks)(nil),       // 29: quorumbus.partition.v1.ExpireSessionLocks
+	(*ExpireMessages)(nil),           // 30: quorumbus.partition.v1.ExpireMessages
+	(*Purge)(nil),                    // 31: quorumbus.partition.v1.Purge
+	(*Redrive)(nil),                  // 32: quorumbus.partition.v1.Redrive
+	(*RedriveCandidate)(nil),         // 33: quorumbus.partition.v1.RedriveCandidate
+	(*Result)(nil),                   // 34: quorumbus.partition.v1.Result
+	(*LeaderHint)(nil),               // 35: quorumbus.partition.v1.LeaderHint
+	(*UpsertEntityRequest)(nil),      // 36: quorumbus.partition.v1.UpsertEntityRequest
+	(*UpsertEntityResponse)(nil),     // 37: quorumbus.partition.v1.UpsertEntityResponse
+	(*DeleteEntityRequest)(nil),      // 38: quorumbus.partition.v1.DeleteEntityRequest
+	(*DeleteEntityResponse)(nil),     // 39: quorumbus.partition.v1.DeleteEntityResponse
+	(*SendRequest)(nil),              // 40: quorumbus.partition.v1.SendRequest
+	(*SendResponse)(nil),             // 41: quorumbus.partition.v1.SendResponse
+	(*ReceiveRequest)(nil),           // 42: quorumbus.partition.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),          // 43: quorumbus.partition.v1.ReceiveResponse
+	(*SettleRequest)(nil),            // 44: quorumbus.partition.v1.SettleRequest
+	(*SettleResponse)(nil),           // 45: quorumbus.partition.v1.SettleResponse
+	(*RenewLocksRequest)(nil),        // 46: quorumbus.partition.v1.RenewLocksRequest
+	(*RenewLocksResponse)(nil),       // 47: quorumbus.partition.v1.RenewLocksResponse
+	(*DigestRequest)(nil),            // 48: quorumbus.partition.v1.DigestRequest
+	(*DigestResponse)(nil),           // 49: quorumbus.partition.v1.DigestResponse
+	(*StatsRequest)(nil),             // 50: quorumbus.partition.v1.StatsRequest
+	(*StatsResponse)(nil),            // 51: quorumbus.partition.v1.StatsResponse
+	(*GroupStatsRequest)(nil),        // 52: quorumbus.partition.v1.GroupStatsRequest
+	(*EntityPartitionRef)(nil),       // 53: quorumbus.partition.v1.EntityPartitionRef
+	(*GroupStatsResponse)(nil),       // 54: quorumbus.partition.v1.GroupStatsResponse
+	(*EntityPartitionStats)(nil),     // 55: quorumbus.partition.v1.EntityPartitionStats
+	(*PeekRequest)(nil),              // 56: quorumbus.partition.v1.PeekRequest
+	(*PeekResponse)(nil),             // 57: quorumbus.partition.v1.PeekResponse
+	(*CancelScheduledRequest)(nil),   // 58: quorumbus.partition.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil),  // 59: quorumbus.partition.v1.CancelScheduledResponse
+	(*ReceiveDeferredRequest)(nil),   // 60: quorumbus.partition.v1.ReceiveDeferredRequest
+	(*ReceiveDeferredResponse)(nil),  // 61: quorumbus.partition.v1.ReceiveDeferredResponse
+	(*AcceptSessionRequest)(nil),     // 62: quorumbus.partition.v1.AcceptSessionRequest
+	(*AcceptSessionResponse)(nil),    // 63: quorumbus.partition.v1.AcceptSessionResponse
+	(*RenewSessionLockRequest)(nil),  // 64: quorumbus.partition.v1.RenewSessionLockRequest
+	(*RenewSessionLockResponse)(nil), // 65: quorumbus.partition.v1.RenewSessionLockResponse
+	(*SetSessionStateRequest)(nil),   // 66: quorumbus.partition.v1.SetSessionStateRequest
+	(*SetSessionStateResponse)(nil),  // 67: quorumbus.partition.v1.SetSessionStateResponse
+	(*GetSessionStateRequest)(nil),   // 68: quorumbus.partition.v1.GetSessionStateRequest
+	(*GetSessionStateResponse)(nil),  // 69: quorumbus.partition.v1.GetSessionStateResponse
+	(*ReleaseSessionRequest)(nil),    // 70: quorumbus.partition.v1.ReleaseSessionRequest
+	(*ReleaseSessionResponse)(nil),   // 71: quorumbus.partition.v1.ReleaseSessionResponse
+	(*ListSessionsRequest)(nil),      // 72: quorumbus.partition.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 73: quorumbus.partition.v1.ListSessionsResponse
+	(*PurgeRequest)(nil),             // 74: quorumbus.partition.v1.PurgeRequest
+	(*PurgeResponse)(nil),            // 75: quorumbus.partition.v1.PurgeResponse
+	(*RedriveRequest)(nil),           // 76: quorumbus.partition.v1.RedriveRequest
+	(*RedriveResponse)(nil),          // 77: quorumbus.partition.v1.RedriveResponse
+	nil,                              // 78: quorumbus.partition.v1.FilterView.PropertiesEntry
+	(placementpb.EntityKind)(0),      // 79: quorumbus.placement.v1.EntityKind
+	(*placementpb.Rule)(nil),         // 80: quorumbus.placement.v1.Rule
+	(*placementpb.RuleValue)(nil),    // 81: quorumbus.placement.v1.RuleValue
 }
 var file_partitionpb_partition_proto_depIdxs = []int32{
-	78, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
-	79, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
+	79, // 0: quorumbus.partition.v1.EntityConfig.kind:type_name -> quorumbus.placement.v1.EntityKind
+	80, // 1: quorumbus.partition.v1.EntityConfig.rules:type_name -> quorumbus.placement.v1.Rule
 	2,  // 2: quorumbus.partition.v1.StoredMessage.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 3: quorumbus.partition.v1.StoredMessage.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	15, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
+	16, // 4: quorumbus.partition.v1.StoredMessage.action_set:type_name -> quorumbus.partition.v1.FilterView
 	2,  // 5: quorumbus.partition.v1.Message.state:type_name -> quorumbus.partition.v1.MessageState
 	1,  // 6: quorumbus.partition.v1.Message.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	15, // 7: quorumbus.partition.v1.Message.action_set:type_name -> quorumbus.partition.v1.FilterView
+	16, // 7: quorumbus.partition.v1.Message.action_set:type_name -> quorumbus.partition.v1.FilterView
 	9,  // 8: quorumbus.partition.v1.Batch.commands:type_name -> quorumbus.partition.v1.Command
-	10, // 9: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
-	11, // 10: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
-	12, // 11: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
-	17, // 12: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
-	18, // 13: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
-	19, // 14: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
-	20, // 15: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
-	21, // 16: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
-	22, // 17: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
-	23, // 18: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
-	29, // 19: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
-	16, // 20: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
-	24, // 21: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
-	25, // 22: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
-	26, // 23: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
-	27, // 24: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
-	28, // 25: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
-	30, // 26: quorumbus.partition.v1.Command.purge:type_name -> quorumbus.partition.v1.Purge
-	31, // 27: quorumbus.partition.v1.Command.redrive:type_name -> quorumbus.partition.v1.Redrive
-	5,  // 28: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
-	13, // 29: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
-	15, // 30: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
-	14, // 31: quorumbus.partition.v1.NewMessage.forwarded:type_name -> quorumbus.partition.v1.ForwardOrigin
-	1,  // 32: quorumbus.partition.v1.ForwardOrigin.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	15, // 33: quorumbus.partition.v1.ForwardOrigin.action_set:type_name -> quorumbus.partition.v1.FilterView
-	77, // 34: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
-	1,  // 35: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 36: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	3,  // 37: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
-	1,  // 38: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 39: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	1,  // 40: quorumbus.partition.v1.Purge.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	32, // 41: quorumbus.partition.v1.Redrive.candidates:type_name -> quorumbus.partition.v1.RedriveCandidate
-	15, // 42: quorumbus.partition.v1.RedriveCandidate.view:type_name -> quorumbus.partition.v1.FilterView
-	4,  // 43: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
-	7,  // 44: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.Message
-	5,  // 45: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
-	13, // 46: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
-	33, // 47: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 48: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	33, // 49: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
-	18, // 50: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
-	33, // 51: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
-	19, // 52: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
-	33, // 53: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
-	52, // 54: quorumbus.partition.v1.GroupStatsRequest.entities:type_name -> quorumbus.partition.v1.EntityPartitionRef
-	54, // 55: quorumbus.partition.v1.GroupStatsResponse.entities:type_name -> quorumbus.partition.v1.EntityPartitionStats
-	50, // 56: quorumbus.partition.v1.EntityPartitionStats.stats:type_name -> quorumbus.partition.v1.StatsResponse
-	1,  // 57: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	7,  // 58: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.Message
-	22, // 59: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
-	33, // 60: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
-	1,  // 61: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
-	33, // 62: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
-	33, // 63: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	25, // 64: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
-	33, // 65: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
-	26, // 66: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
-	33, // 67: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	33, // 68: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
-	27, // 69: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
-	33, // 70: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
-	30, // 71: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
-	33, // 72: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
-	31, // 73: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
-	33, // 74: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
-	80, // 75: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
-	35, // 76: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
-	37, // 77: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
-	39, // 78: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
-	41, // 79: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
-	43, // 80: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
-	45, // 81: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
-	49, // 82: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
-	51, // 83: quorumbus.partition.v1.PartitionService.GroupStats:input_type -> quorumbus.partition.v1.GroupStatsRequest
-	55, // 84: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
-	57, // 85: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
-	59, // 86: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
-	61, // 87: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
-	63, // 88: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
-	65, // 89: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
-	67, // 90: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
-	69, // 91: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
-	71, // 92: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
-	47, // 93: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
-	73, // 94: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
-	75, // 95: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
-	36, // 96: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
-	38, // 97: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
-	40, // 98: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
-	42, // 99: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
-	44, // 100: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
-	46, // 101: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
-	50, // 102: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
-	53, // 103: quorumbus.partition.v1.PartitionService.GroupStats:output_type -> quorumbus.partition.v1.GroupStatsResponse
-	56, // 104: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
-	58, // 105: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
-	60, // 106: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
-	62, // 107: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
-	64, // 108: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
-	66, // 109: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
-	68, // 110: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
-	70, // 111: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
-	72, // 112: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
-	48, // 113: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
-	74, // 114: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
-	76, // 115: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
-	96, // [96:116] is the sub-list for method output_type
-	76, // [76:96] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	13, // 9: quorumbus.partition.v1.Batch.topic_plans:type_name -> quorumbus.partition.v1.TopicPlan
+	10, // 10: quorumbus.partition.v1.Command.upsert_entity:type_name -> quorumbus.partition.v1.UpsertEntity
+	11, // 11: quorumbus.partition.v1.Command.delete_entity:type_name -> quorumbus.partition.v1.DeleteEntity
+	12, // 12: quorumbus.partition.v1.Command.enqueue:type_name -> quorumbus.partition.v1.Enqueue
+	18, // 13: quorumbus.partition.v1.Command.lock:type_name -> quorumbus.partition.v1.Lock
+	19, // 14: quorumbus.partition.v1.Command.settle:type_name -> quorumbus.partition.v1.Settle
+	20, // 15: quorumbus.partition.v1.Command.renew_locks:type_name -> quorumbus.partition.v1.RenewLocks
+	21, // 16: quorumbus.partition.v1.Command.expire_locks:type_name -> quorumbus.partition.v1.ExpireLocks
+	22, // 17: quorumbus.partition.v1.Command.activate_scheduled:type_name -> quorumbus.partition.v1.ActivateScheduled
+	23, // 18: quorumbus.partition.v1.Command.cancel_scheduled:type_name -> quorumbus.partition.v1.CancelScheduled
+	24, // 19: quorumbus.partition.v1.Command.lock_by_sequence:type_name -> quorumbus.partition.v1.LockBySequence
+	30, // 20: quorumbus.partition.v1.Command.expire_messages:type_name -> quorumbus.partition.v1.ExpireMessages
+	17, // 21: quorumbus.partition.v1.Command.stage_body:type_name -> quorumbus.partition.v1.StageBody
+	25, // 22: quorumbus.partition.v1.Command.accept_session:type_name -> quorumbus.partition.v1.AcceptSession
+	26, // 23: quorumbus.partition.v1.Command.renew_session_lock:type_name -> quorumbus.partition.v1.RenewSessionLock
+	27, // 24: quorumbus.partition.v1.Command.set_session_state:type_name -> quorumbus.partition.v1.SetSessionState
+	28, // 25: quorumbus.partition.v1.Command.release_session:type_name -> quorumbus.partition.v1.ReleaseSession
+	29, // 26: quorumbus.partition.v1.Command.expire_session_locks:type_name -> quorumbus.partition.v1.ExpireSessionLocks
+	31, // 27: quorumbus.partition.v1.Command.purge:type_name -> quorumbus.partition.v1.Purge
+	32, // 28: quorumbus.partition.v1.Command.redrive:type_name -> quorumbus.partition.v1.Redrive
+	5,  // 29: quorumbus.partition.v1.UpsertEntity.config:type_name -> quorumbus.partition.v1.EntityConfig
+	14, // 30: quorumbus.partition.v1.Enqueue.messages:type_name -> quorumbus.partition.v1.NewMessage
+	16, // 31: quorumbus.partition.v1.NewMessage.filter_view:type_name -> quorumbus.partition.v1.FilterView
+	15, // 32: quorumbus.partition.v1.NewMessage.forwarded:type_name -> quorumbus.partition.v1.ForwardOrigin
+	1,  // 33: quorumbus.partition.v1.ForwardOrigin.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	16, // 34: quorumbus.partition.v1.ForwardOrigin.action_set:type_name -> quorumbus.partition.v1.FilterView
+	78, // 35: quorumbus.partition.v1.FilterView.properties:type_name -> quorumbus.partition.v1.FilterView.PropertiesEntry
+	1,  // 36: quorumbus.partition.v1.Lock.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 37: quorumbus.partition.v1.Settle.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	3,  // 38: quorumbus.partition.v1.Settle.disposition:type_name -> quorumbus.partition.v1.Disposition
+	1,  // 39: quorumbus.partition.v1.RenewLocks.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 40: quorumbus.partition.v1.LockBySequence.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	1,  // 41: quorumbus.partition.v1.Purge.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	33, // 42: quorumbus.partition.v1.Redrive.candidates:type_name -> quorumbus.partition.v1.RedriveCandidate
+	16, // 43: quorumbus.partition.v1.RedriveCandidate.view:type_name -> quorumbus.partition.v1.FilterView
+	4,  // 44: quorumbus.partition.v1.Result.code:type_name -> quorumbus.partition.v1.ResultCode
+	7,  // 45: quorumbus.partition.v1.Result.messages:type_name -> quorumbus.partition.v1.Message
+	5,  // 46: quorumbus.partition.v1.UpsertEntityRequest.config:type_name -> quorumbus.partition.v1.EntityConfig
+	14, // 47: quorumbus.partition.v1.SendRequest.messages:type_name -> quorumbus.partition.v1.NewMessage
+	34, // 48: quorumbus.partition.v1.SendResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 49: quorumbus.partition.v1.ReceiveRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	34, // 50: quorumbus.partition.v1.ReceiveResponse.result:type_name -> quorumbus.partition.v1.Result
+	19, // 51: quorumbus.partition.v1.SettleRequest.settle:type_name -> quorumbus.partition.v1.Settle
+	34, // 52: quorumbus.partition.v1.SettleResponse.result:type_name -> quorumbus.partition.v1.Result
+	20, // 53: quorumbus.partition.v1.RenewLocksRequest.renew:type_name -> quorumbus.partition.v1.RenewLocks
+	34, // 54: quorumbus.partition.v1.RenewLocksResponse.result:type_name -> quorumbus.partition.v1.Result
+	53, // 55: quorumbus.partition.v1.GroupStatsRequest.entities:type_name -> quorumbus.partition.v1.EntityPartitionRef
+	55, // 56: quorumbus.partition.v1.GroupStatsResponse.entities:type_name -> quorumbus.partition.v1.EntityPartitionStats
+	51, // 57: quorumbus.partition.v1.EntityPartitionStats.stats:type_name -> quorumbus.partition.v1.StatsResponse
+	1,  // 58: quorumbus.partition.v1.PeekRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	7,  // 59: quorumbus.partition.v1.PeekResponse.messages:type_name -> quorumbus.partition.v1.Message
+	23, // 60: quorumbus.partition.v1.CancelScheduledRequest.cancel:type_name -> quorumbus.partition.v1.CancelScheduled
+	34, // 61: quorumbus.partition.v1.CancelScheduledResponse.result:type_name -> quorumbus.partition.v1.Result
+	1,  // 62: quorumbus.partition.v1.ReceiveDeferredRequest.sub_queue:type_name -> quorumbus.partition.v1.SubQueue
+	34, // 63: quorumbus.partition.v1.ReceiveDeferredResponse.result:type_name -> quorumbus.partition.v1.Result
+	34, // 64: quorumbus.partition.v1.AcceptSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	26, // 65: quorumbus.partition.v1.RenewSessionLockRequest.renew:type_name -> quorumbus.partition.v1.RenewSessionLock
+	34, // 66: quorumbus.partition.v1.RenewSessionLockResponse.result:type_name -> quorumbus.partition.v1.Result
+	27, // 67: quorumbus.partition.v1.SetSessionStateRequest.set:type_name -> quorumbus.partition.v1.SetSessionState
+	34, // 68: quorumbus.partition.v1.SetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	34, // 69: quorumbus.partition.v1.GetSessionStateResponse.result:type_name -> quorumbus.partition.v1.Result
+	28, // 70: quorumbus.partition.v1.ReleaseSessionRequest.release:type_name -> quorumbus.partition.v1.ReleaseSession
+	34, // 71: quorumbus.partition.v1.ReleaseSessionResponse.result:type_name -> quorumbus.partition.v1.Result
+	31, // 72: quorumbus.partition.v1.PurgeRequest.purge:type_name -> quorumbus.partition.v1.Purge
+	34, // 73: quorumbus.partition.v1.PurgeResponse.result:type_name -> quorumbus.partition.v1.Result
+	32, // 74: quorumbus.partition.v1.RedriveRequest.redrive:type_name -> quorumbus.partition.v1.Redrive
+	34, // 75: quorumbus.partition.v1.RedriveResponse.result:type_name -> quorumbus.partition.v1.Result
+	81, // 76: quorumbus.partition.v1.FilterView.PropertiesEntry.value:type_name -> quorumbus.placement.v1.RuleValue
+	36, // 77: quorumbus.partition.v1.PartitionService.UpsertEntity:input_type -> quorumbus.partition.v1.UpsertEntityRequest
+	38, // 78: quorumbus.partition.v1.PartitionService.DeleteEntity:input_type -> quorumbus.partition.v1.DeleteEntityRequest
+	40, // 79: quorumbus.partition.v1.PartitionService.Send:input_type -> quorumbus.partition.v1.SendRequest
+	42, // 80: quorumbus.partition.v1.PartitionService.Receive:input_type -> quorumbus.partition.v1.ReceiveRequest
+	44, // 81: quorumbus.partition.v1.PartitionService.Settle:input_type -> quorumbus.partition.v1.SettleRequest
+	46, // 82: quorumbus.partition.v1.PartitionService.RenewLocks:input_type -> quorumbus.partition.v1.RenewLocksRequest
+	50, // 83: quorumbus.partition.v1.PartitionService.Stats:input_type -> quorumbus.partition.v1.StatsRequest
+	52, // 84: quorumbus.partition.v1.PartitionService.GroupStats:input_type -> quorumbus.partition.v1.GroupStatsRequest
+	56, // 85: quorumbus.partition.v1.PartitionService.Peek:input_type -> quorumbus.partition.v1.PeekRequest
+	58, // 86: quorumbus.partition.v1.PartitionService.CancelScheduled:input_type -> quorumbus.partition.v1.CancelScheduledRequest
+	60, // 87: quorumbus.partition.v1.PartitionService.ReceiveDeferred:input_type -> quorumbus.partition.v1.ReceiveDeferredRequest
+	62, // 88: quorumbus.partition.v1.PartitionService.AcceptSession:input_type -> quorumbus.partition.v1.AcceptSessionRequest
+	64, // 89: quorumbus.partition.v1.PartitionService.RenewSessionLock:input_type -> quorumbus.partition.v1.RenewSessionLockRequest
+	66, // 90: quorumbus.partition.v1.PartitionService.SetSessionState:input_type -> quorumbus.partition.v1.SetSessionStateRequest
+	68, // 91: quorumbus.partition.v1.PartitionService.GetSessionState:input_type -> quorumbus.partition.v1.GetSessionStateRequest
+	70, // 92: quorumbus.partition.v1.PartitionService.ReleaseSession:input_type -> quorumbus.partition.v1.ReleaseSessionRequest
+	72, // 93: quorumbus.partition.v1.PartitionService.ListSessions:input_type -> quorumbus.partition.v1.ListSessionsRequest
+	48, // 94: quorumbus.partition.v1.PartitionService.Digest:input_type -> quorumbus.partition.v1.DigestRequest
+	74, // 95: quorumbus.partition.v1.PartitionService.Purge:input_type -> quorumbus.partition.v1.PurgeRequest
+	76, // 96: quorumbus.partition.v1.PartitionService.Redrive:input_type -> quorumbus.partition.v1.RedriveRequest
+	37, // 97: quorumbus.partition.v1.PartitionService.UpsertEntity:output_type -> quorumbus.partition.v1.UpsertEntityResponse
+	39, // 98: quorumbus.partition.v1.PartitionService.DeleteEntity:output_type -> quorumbus.partition.v1.DeleteEntityResponse
+	41, // 99: quorumbus.partition.v1.PartitionService.Send:output_type -> quorumbus.partition.v1.SendResponse
+	43, // 100: quorumbus.partition.v1.PartitionService.Receive:output_type -> quorumbus.partition.v1.ReceiveResponse
+	45, // 101: quorumbus.partition.v1.PartitionService.Settle:output_type -> quorumbus.partition.v1.SettleResponse
+	47, // 102: quorumbus.partition.v1.PartitionService.RenewLocks:output_type -> quorumbus.partition.v1.RenewLocksResponse
+	51, // 103: quorumbus.partition.v1.PartitionService.Stats:output_type -> quorumbus.partition.v1.StatsResponse
+	54, // 104: quorumbus.partition.v1.PartitionService.GroupStats:output_type -> quorumbus.partition.v1.GroupStatsResponse
+	57, // 105: quorumbus.partition.v1.PartitionService.Peek:output_type -> quorumbus.partition.v1.PeekResponse
+	59, // 106: quorumbus.partition.v1.PartitionService.CancelScheduled:output_type -> quorumbus.partition.v1.CancelScheduledResponse
+	61, // 107: quorumbus.partition.v1.PartitionService.ReceiveDeferred:output_type -> quorumbus.partition.v1.ReceiveDeferredResponse
+	63, // 108: quorumbus.partition.v1.PartitionService.AcceptSession:output_type -> quorumbus.partition.v1.AcceptSessionResponse
+	65, // 109: quorumbus.partition.v1.PartitionService.RenewSessionLock:output_type -> quorumbus.partition.v1.RenewSessionLockResponse
+	67, // 110: quorumbus.partition.v1.PartitionService.SetSessionState:output_type -> quorumbus.partition.v1.SetSessionStateResponse
+	69, // 111: quorumbus.partition.v1.PartitionService.GetSessionState:output_type -> quorumbus.partition.v1.GetSessionStateResponse
+	71, // 112: quorumbus.partition.v1.PartitionService.ReleaseSession:output_type -> quorumbus.partition.v1.ReleaseSessionResponse
+	73, // 113: quorumbus.partition.v1.PartitionService.ListSessions:output_type -> quorumbus.partition.v1.ListSessionsResponse
+	49, // 114: quorumbus.partition.v1.PartitionService.Digest:output_type -> quorumbus.partition.v1.DigestResponse
+	75, // 115: quorumbus.partition.v1.PartitionService.Purge:output_type -> quorumbus.partition.v1.PurgeResponse
+	77, // 116: quorumbus.partition.v1.PartitionService.Redrive:output_type -> quorumbus.partition.v1.RedriveResponse
+	97, // [97:117] is the sub-list for method output_type
+	77, // [77:97] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_partitionpb_partition_proto_init() }
@@ -6752,7 +6862,7 @@ func file_partitionpb_partition_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_partitionpb_partition_proto_rawDesc), len(file_partitionpb_partition_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   73,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
