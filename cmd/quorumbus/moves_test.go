@@ -80,17 +80,20 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	grpcAddrs := freeAddrs(t, plan.nodes)
-	gossipAddrs := freeAddrs(t, plan.nodes)
-	httpAddrs := freeAddrs(t, plan.nodes)
+	// The three that bootstrap get their ports now, since each names
+	// the others; those that join later pick theirs as they start
+	// (startLateNode).
+	ports := make([]nodePorts, plan.nodes)
+	grpcAddrs, gossipAddrs, httpAddrs := freeAddrs(t, 3), freeAddrs(t, 3), freeAddrs(t, 3)
 	var boot []string
 	for i := range 3 {
+		ports[i] = nodePorts{grpc: grpcAddrs[i], gossip: gossipAddrs[i], http: httpAddrs[i]}
 		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
 	}
-	nodeArgs := func(i int) []string {
+	nodeArgs := func(i int, at nodePorts) []string {
 		args := []string{"node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs[:3], ","),
-			"-http-addr", httpAddrs[i], "-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
+			"-grpc-addr", at.grpc, "-gossip-addr", at.gossip, "-join", strings.Join(gossipAddrs, ","),
+			"-http-addr", at.http, "-groups", strconv.Itoa(plan.groups), "-log-level", "error", "-cache-mb", "8", "-wal-segment-mb", "4"}
 		if i < 3 {
 			args = append(args, "-bootstrap", strings.Join(boot, ","))
 		}
@@ -101,7 +104,18 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	}
 	procs := make([]*process, plan.nodes)
 	for i := range 3 {
-		procs[i] = startProcess(t, bin, nodeArgs(i)...)
+		procs[i] = startProcess(t, bin, nodeArgs(i, ports[i])...)
+	}
+	// stopped are the nodes the test stops itself; any other that exits
+	// fails the test at once, naming it, rather than after settled's
+	// three minutes.
+	stopped := make([]bool, plan.nodes)
+	checkRunning := func(what string) {
+		for i, p := range procs {
+			if p != nil && !stopped[i] && p.exited() {
+				t.Fatalf("%s: node n%d exited: %v", what, i+1, p.cmd.ProcessState)
+			}
+		}
 	}
 	amqpAddr := freeAddrs(t, 1)[0]
 	startFrontendProcess(t, bin, dir, amqpAddr, grpcAddrs[:3])
@@ -245,6 +259,7 @@ func scaleRun(t *testing.T, plan scalePlan) {
 			if err, _ := failure.Load().(error); err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
+			checkRunning(what)
 			tb := table()
 			load := map[string]int{}
 			moving := false
@@ -293,7 +308,7 @@ func scaleRun(t *testing.T, plan scalePlan) {
 
 	time.Sleep(2 * time.Second)
 	for i := 3; i < plan.grow; i++ {
-		procs[i] = startProcess(t, bin, nodeArgs(i)...)
+		procs[i], ports[i] = startLateNode(t, bin, func(at nodePorts) []string { return nodeArgs(i, at) })
 	}
 	settled(fmt.Sprintf("grown to %d", plan.grow), ids(1, plan.grow), nil)
 	// The nodes that joined are no members of the meta group, yet ready:
@@ -301,7 +316,7 @@ func scaleRun(t *testing.T, plan scalePlan) {
 	for i := 3; i < plan.grow; i++ {
 		start := time.Now()
 		for {
-			resp, err := http.Get("http://" + httpAddrs[i] + "/readyz")
+			resp, err := http.Get("http://" + ports[i].http + "/readyz")
 			if err == nil {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
@@ -328,11 +343,13 @@ func scaleRun(t *testing.T, plan scalePlan) {
 		drained = append(drained, id)
 		settled(id+" drained", usable, drained)
 		if len(plan.drain) > 1 {
+			stopped[n-1] = true
 			procs[n-1].signal(syscall.SIGTERM) // drained: it may go
 		}
 	}
 	for _, n := range plan.kill {
 		id := fmt.Sprintf("n%d", n)
+		stopped[n-1] = true
 		procs[n-1].kill9()
 		usable = slices.DeleteFunc(usable, func(u string) bool { return u == id })
 		drained = append(drained, id)
