@@ -26,11 +26,27 @@ type Backend interface {
 	CancelScheduled(ctx context.Context, e *placementpb.Entity, c *partitionpb.CancelScheduled) (*partitionpb.Result, error)
 	// ReceiveDeferred locks (or takes) deferred messages by sequence number.
 	ReceiveDeferred(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error)
-	// Serving reports whether the group of the entity's partition is
-	// recorded with a quorum (placement marks a group silent for a few
-	// seconds without one). A hint, never a promise: a group may lose its
-	// quorum after the record said otherwise.
+	// Serving reports whether the group of the entity's partition can be
+	// expected to take a send: it is recorded with a quorum (placement
+	// marks a group silent for a few seconds without one), and the
+	// backend's own latest calls to it found a leader that answered. A
+	// hint, never a promise: a group may lose its quorum after either
+	// said otherwise.
 	Serving(e *placementpb.Entity, partition uint32) bool
+}
+
+// OnceSender is a Backend that can send to a partition without waiting
+// for its group to have a leader: the front-end sends unkeyed messages so,
+// and takes them to another partition when this one cannot take them now
+// (sender.sendUnkeyed).
+type OnceSender interface {
+	// SendOnce is Send that tries the partition group's leader and each
+	// of its other replicas once, without waits, and fails with
+	// ErrUnavailable when none took the request. A send that failed so
+	// may still have been stored, when an attempt ended without an
+	// answer (a node that did not answer in time, a leader that lost its
+	// term after proposing it).
+	SendOnce(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error)
 }
 
 // Errors a Backend returns; errorCondition maps them to what clients see.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -29,9 +30,12 @@ type partBackend struct {
 	msgs    [][]*partitionpb.Message // by partition, in sequence order
 	next    []uint64                 // the next counter of each partition
 	changed chan struct{}
-	// down partitions fail every call with ErrUnavailable; stale keeps
-	// Serving reporting them well, as the catalog does for a few seconds.
+	// down partitions fail every call with ErrUnavailable; hung ones
+	// answer no send until its context ends (a group whose nodes stopped
+	// answering); stale keeps Serving reporting them well, as the catalog
+	// does for a few seconds.
 	down  map[uint32]bool
+	hung  map[uint32]bool
 	stale bool
 	// endless partitions make messages for every receive.
 	endless map[uint32]bool
@@ -57,7 +61,7 @@ func newPartBackend(partitions int) *partBackend {
 		msgs:    make([][]*partitionpb.Message, partitions),
 		next:    make([]uint64, partitions),
 		changed: make(chan struct{}),
-		down:    map[uint32]bool{}, endless: map[uint32]bool{}, peekHold: map[uint32]chan struct{}{},
+		down:    map[uint32]bool{}, hung: map[uint32]bool{}, endless: map[uint32]bool{}, peekHold: map[uint32]chan struct{}{},
 	}
 }
 
@@ -102,9 +106,15 @@ func (b *partBackend) stored() []int {
 	return n
 }
 
-func (b *partBackend) Send(_ context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+func (b *partBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.hung[p] {
+		b.mu.Unlock()
+		<-ctx.Done()
+		b.mu.Lock()
+		return nil, fmt.Errorf("%w: partition %d: %v", frontend.ErrUnavailable, p, ctx.Err())
+	}
 	if b.down[p] {
 		return nil, fmt.Errorf("%w: partition %d has no leader", frontend.ErrUnavailable, p)
 	}
@@ -114,6 +124,12 @@ func (b *partBackend) Send(_ context.Context, e *placementpb.Entity, p uint32, m
 		res.SequenceNumbers = append(res.SequenceNumbers, seq)
 	}
 	return res, nil
+}
+
+// SendOnce is Send: the fake's partitions fail or hang alike at every
+// try (a real group that elects a leader takes a later Send).
+func (b *partBackend) SendOnce(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	return b.Send(ctx, e, p, msgs)
 }
 
 func (b *partBackend) Receive(ctx context.Context, e *placementpb.Entity, req *partitionpb.ReceiveRequest) (*partitionpb.Result, error) {
@@ -247,8 +263,8 @@ func keyFor(p, n uint32) string {
 // cannot take it fails with com.microsoft:timeout, which the SDKs retry
 // (the key names that partition, so no other will do); an unkeyed one
 // passes over the partition that the catalog reports without a quorum and
-// succeeds on another; and while the catalog still reports it well, the
-// Go SDK's retry of an unkeyed send that failed there lands on the next.
+// succeeds on another; and while the catalog still reports it well, an
+// unkeyed send that tries it goes on to the next.
 func TestSendToAPartitionWithoutLeader(t *testing.T) {
 	const parts, down = 4, 2
 	b := newPartBackend(parts)
@@ -276,8 +292,8 @@ func TestSendToAPartitionWithoutLeader(t *testing.T) {
 		t.Fatalf("stored per partition %v: want the %d unkeyed messages outside partition %d", n, unkeyed, down)
 	}
 
-	// The catalog has not noticed yet: the first try may fail there, the
-	// SDK retries com.microsoft:timeout, and the retry goes elsewhere.
+	// The catalog has not noticed yet: a request that tries partition
+	// down there goes on to another.
 	b.mu.Lock()
 	b.stale = true
 	b.mu.Unlock()
@@ -574,4 +590,54 @@ func TestPeekPartitioned(t *testing.T) {
 		t.Fatalf("a peek from partition 7 asked partitions %s", peeked)
 	}
 	close(held)
+}
+
+// TestUnkeyedSendsLeaveAPartitionThatDoesNotAnswer, in virtual time: with
+// one partition whose group does not answer at all and one that has no
+// leader, both still reported serving (the catalog has not noticed), every
+// unkeyed send of a client that does not retry (go-amqp) is accepted, none
+// later than unkeyedTry (5 s) after it was sent, and nothing is stored in
+// the two; a keyed send to the partition that does not answer fails with
+// com.microsoft:timeout, which the SDKs retry, once sendTimeout passed.
+func TestUnkeyedSendsLeaveAPartitionThatDoesNotAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const parts, hung, down = 4, 1, 2
+		b := newPartBackend(parts)
+		b.hung[hung], b.down[down], b.stale = true, true, true
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctx, "pq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const unkeyed = 12
+		for i := range unkeyed {
+			start := time.Now()
+			if err := snd.Send(ctx, goamqp.NewMessage([]byte(fmt.Sprint("unkeyed-", i))), nil); err != nil {
+				t.Fatalf("unkeyed send %d: %v", i, err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("unkeyed send %d took %v", i, took)
+			}
+		}
+		if n := b.stored(); n[hung] != 0 || n[down] != 0 || n[0]+n[3] != unkeyed {
+			t.Fatalf("stored per partition %v: want the %d unkeyed messages in partitions 0 and 3", n, unkeyed)
+		}
+
+		keyed := goamqp.NewMessage([]byte("keyed"))
+		keyed.Annotations = goamqp.Annotations{"x-opt-partition-key": keyFor(hung, parts)}
+		start := time.Now()
+		err = snd.Send(ctx, keyed, nil)
+		var ae *goamqp.Error
+		if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+			t.Fatalf("keyed send to partition %d that does not answer: %v, want com.microsoft:timeout", hung, err)
+		}
+		if took := time.Since(start); took < 30*time.Second {
+			t.Fatalf("keyed send failed after %v, before sendTimeout", took)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -28,6 +29,12 @@ const (
 	// plus a second per MiB it carries: a storage node writes a large
 	// message in pieces, each replicated and fsynced.
 	sendTimeout = 30 * time.Second
+	// unkeyedTry bounds one partition's try at a request of unkeyed
+	// messages before it moves on to another partition (sendUnkeyed).
+	// The router gives up on a node that does not answer after 3 s, and
+	// asks the group's other replicas at once after that, so this bound
+	// ends a try only when no replica answers at all.
+	unkeyedTry = 5 * time.Second
 )
 
 // sender serves a link on which a client sends to an entity. Messages are
@@ -49,8 +56,11 @@ type pendingSend struct {
 	id        uint32
 	settled   bool
 	partition uint32
-	msgs      []*partitionpb.NewMessage
-	bytes     int // of the messages' sections
+	// unkeyed: the worker chose the partition (no message has a key),
+	// and any other would do.
+	unkeyed bool
+	msgs    []*partitionpb.NewMessage
+	bytes   int // of the messages' sections
 }
 
 func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler, error) {
@@ -215,10 +225,10 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 // message, so that a burst of unkeyed sends makes one request rather than
 // one per partition (spread message by message over 16 partitions, sends
 // took twice the server CPU per message). It passes over the partitions
-// whose group is recorded without quorum, unless all are (the catalog has
-// not heard from the groups yet). A send is never retried on another
-// partition instead: one that timed out may have committed, and a second
-// copy elsewhere would be a duplicate. Only the worker (run) calls it.
+// that do not serve (Backend.Serving: recorded without quorum, or no
+// leader answered the router's latest calls), unless none does. A request
+// that its partition cannot take goes on to another (sendUnkeyed). Only
+// the worker (run) calls it.
 func (s *sender) unkeyedPartition() uint32 {
 	n := uint32(len(s.entity.PartitionGroups))
 	for range n {
@@ -259,7 +269,7 @@ func (s *sender) run() {
 				if !picked {
 					unkeyed, picked = s.unkeyedPartition(), true
 				}
-				p.partition = unkeyed
+				p.partition, p.unkeyed = unkeyed, true
 			}
 		}
 		place(&first)
@@ -298,7 +308,13 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 		bytes += it.bytes
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout+time.Duration(bytes>>20)*time.Second)
-	res, err := s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
+	var res *partitionpb.Result
+	var err error
+	if movable(items) && len(s.entity.PartitionGroups) > 1 {
+		res, err = s.sendUnkeyed(ctx, partition, msgs)
+	} else {
+		res, err = s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
+	}
 	s.c.srv.throttle.inFlight(-len(msgs)) // admitted in Message
 	cancel()
 	var state amqp.DeliveryState = amqp.Accepted{}
@@ -322,4 +338,84 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 			it.link.Settle(it.id, state)
 		}
 	}
+}
+
+// movable reports whether every item of a request is unkeyed: only then
+// may the request go to another partition than the one it was packed for.
+func movable(items []pendingSend) bool {
+	for _, it := range items {
+		if !it.unkeyed {
+			return false
+		}
+	}
+	return true
+}
+
+// sendUnkeyed sends a request of unkeyed messages to partition first or,
+// when that partition's group cannot take it now, to another: an unkeyed
+// message skips a partition whose group lost its quorum and succeeds on
+// another (issue 24), also in the seconds before the catalog records the
+// group without quorum.
+//
+// It tries first, then one partition of each other group, those that
+// serve first, each once (OnceSender.SendOnce, within unkeyedTry): a try
+// fails at once when no replica of the group leads, and within the
+// router's attempt timeout when none answers. When none took the request
+// (every group electing at once), it waits as Send does, until ctx ends,
+// at the first of them that serves now.
+//
+// A message is acknowledged only once a partition stored it. A try that
+// ended without an answer may have stored it all the same (its leader
+// proposed it, then lost its term or the answer): the copy that a later
+// partition stores is then a second one, as a client's own retry after a
+// timeout would make. Only unkeyed messages move, and those are the ones
+// Service Bus gives no duplicate detection (with it on, the MessageId is
+// the key): docs/design-notes.md, "Unkeyed sends leave a partition that
+// does not answer".
+func (s *sender) sendUnkeyed(ctx context.Context, first uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	backend := s.c.srv.cfg.Backend
+	once, ok := backend.(OnceSender)
+	if !ok {
+		return backend.Send(ctx, s.entity, first, msgs)
+	}
+	order := s.unkeyedOrder(first)
+	for _, p := range order {
+		tctx, cancel := context.WithTimeout(ctx, unkeyedTry)
+		res, err := once.SendOnce(tctx, s.entity, p, msgs)
+		cancel()
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return res, err
+		}
+	}
+	last := order[0]
+	for _, p := range order {
+		if backend.Serving(s.entity, p) {
+			last = p
+			break
+		}
+	}
+	return backend.Send(ctx, s.entity, last, msgs)
+}
+
+// unkeyedOrder is first, then a partition of each group of the entity
+// that first's is not, cyclically after first: those that serve, then
+// the others.
+func (s *sender) unkeyedOrder(first uint32) []uint32 {
+	groups := s.entity.PartitionGroups
+	n := uint32(len(groups))
+	seen := map[uint64]bool{groups[first]: true}
+	var serving, others []uint32
+	for i := uint32(1); i < n; i++ {
+		p := (first + i) % n
+		if seen[groups[p]] {
+			continue
+		}
+		seen[groups[p]] = true
+		if s.c.srv.cfg.Backend.Serving(s.entity, p) {
+			serving = append(serving, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	return append(append([]uint32{first}, serving...), others...)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/quorumbus/quorumbus/cmd/quorumbus/cluster"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
@@ -29,7 +32,11 @@ import (
 //     issue 24 requires, although the meta leader that watched the
 //     group's health died with it;
 //   - unkeyed sends go on, each accepted at its first attempt (go-amqp does
-//     not retry): the front-end passes over the partitions without quorum;
+//     not retry), from the kill on: before the catalog records the lost
+//     groups, a send that tries one goes on to another partition, and
+//     after, the front-end passes over them;
+//   - a keyed send to a partition of a lost group fails with
+//     com.microsoft:timeout, which the SDKs retry;
 //   - once the two nodes restart, the queue reads Active again within 10 s
 //     of their start;
 //   - every acknowledged message is received.
@@ -134,19 +141,36 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	snd := senderUntil(t, ctx, sess, "pq")
+	var sentMu sync.Mutex
 	sent := map[string]bool{}
+	// sendOne sends one unkeyed message and reports how long it took;
+	// it may run beside other sends.
+	sendOne := func(phase string) time.Duration {
+		sentMu.Lock()
+		body := fmt.Sprintf("m%d", len(sent))
+		sent[body] = false // taken; true once acknowledged
+		sentMu.Unlock()
+		start := time.Now()
+		sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
+		err := snd.Send(sctx, goamqp.NewMessage([]byte(body)), nil)
+		scancel()
+		if err != nil {
+			st, _ := placement.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
+			tb, _ := st.Recv()
+			t.Errorf("%s: send %s: %v\nentity %v\ngroups %v", phase, body, err, entity(), tb.GetGroups())
+			return 0
+		}
+		sentMu.Lock()
+		sent[body] = true
+		sentMu.Unlock()
+		return time.Since(start)
+	}
 	send := func(n int, phase string) {
 		for range n {
-			body := fmt.Sprintf("m%d", len(sent))
-			sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
-			err := snd.Send(sctx, goamqp.NewMessage([]byte(body)), nil)
-			scancel()
-			if err != nil {
-				st, _ := placement.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
-				tb, _ := st.Recv()
-				t.Fatalf("%s: send %s: %v\nentity %v\ngroups %v", phase, body, err, entity(), tb.GetGroups())
+			sendOne(phase)
+			if t.Failed() {
+				t.FailNow()
 			}
-			sent[body] = true
 		}
 	}
 	// placementWait waits until pq reads degraded (or not) and returns
@@ -168,26 +192,69 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 	placementWait("active", false, time.Now(), time.Minute)
 	send(10, "before")
 
+	// A partition of a group that loses its quorum with the victims, and
+	// a key of it.
+	lostPartition := -1
+	for p, id := range e.PartitionGroups {
+		for _, g := range table.Groups {
+			if g.Id == id && lostWith(g, victims) {
+				lostPartition = p
+			}
+		}
+	}
+	if lostPartition < 0 {
+		t.Fatalf("no partition of pq in a group of both victims: %v", table.Groups)
+	}
+	lostKey := keyOfPartition(uint32(lostPartition), uint32(len(e.PartitionGroups)))
+
 	for _, i := range victims {
 		procs[i].kill9()
 	}
-	took := placementWait("degraded", true, time.Now(), 5*time.Second)
+	killed := time.Now()
+	// Unkeyed sends from the kill on, until the catalog has recorded
+	// every lost group and a second more: the seconds in which the lost
+	// groups still read well and a send may try one.
+	caughtUp := make(chan struct{})
+	var early sync.WaitGroup
+	stopEarly := sync.OnceFunc(func() { close(caughtUp); early.Wait() })
+	defer stopEarly() // a failure below ends the test before the sends
+	var earlyCount int
+	var earlyLongest time.Duration
+	early.Add(1)
+	go func() {
+		defer early.Done()
+		for {
+			select {
+			case <-caughtUp:
+				return
+			default:
+			}
+			took := sendOne("right after the kill")
+			if t.Failed() {
+				return
+			}
+			earlyCount++
+			earlyLongest = max(earlyLongest, took)
+		}
+	}()
+	// A keyed send to the lost partition fails, retriably, once the
+	// front-end gave up on its group (sendTimeout, 30 s); it must end
+	// before the victims restart, which would let it succeed.
+	keyedDone := make(chan error, 1)
+	go func() {
+		m := goamqp.NewMessage([]byte("keyed"))
+		m.Annotations = goamqp.Annotations{"x-opt-partition-key": lostKey}
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		keyedDone <- snd.Send(sctx, m, nil)
+	}()
+	took := placementWait("degraded", true, killed, 5*time.Second)
 	t.Logf("killed n%d (the meta leader) and n%d: degraded after %v", victims[0]+1, victims[1]+1, took.Round(time.Millisecond))
 	// Every group with both victims among its replicas has lost its
 	// quorum; the catalog records each once it has been silent (its
 	// leader may have been a survivor, which steps down only when its
 	// lease runs out). Unkeyed sends avoid the groups the catalog records.
-	lost := func(g *placementpb.Group) bool {
-		n := 0
-		for _, r := range g.Replicas {
-			for _, v := range victims {
-				if r.NodeId == fmt.Sprintf("n%d", v+1) {
-					n++
-				}
-			}
-		}
-		return n >= 2
-	}
+	lost := func(g *placementpb.Group) bool { return lostWith(g, victims) }
 	for recorded := false; !recorded; {
 		st, err := placement.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
 		if err != nil {
@@ -209,7 +276,18 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // the front-end's routing table follows the catalog
+	stopEarly()
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("%d unkeyed sends from the kill until the catalog recorded the lost groups, the longest %v", earlyCount, earlyLongest.Round(time.Millisecond))
 	send(30, "degraded")
+	err = <-keyedDone
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+		t.Fatalf("keyed send to partition %d, whose group lost its quorum: %v; want com.microsoft:timeout", lostPartition, err)
+	}
+	t.Logf("keyed send to the lost partition %d failed after %v: %s", lostPartition, time.Since(killed).Round(time.Second), ae.Condition)
 
 	restarted := time.Now()
 	for _, i := range victims {
@@ -234,6 +312,12 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := string(m.GetData())
+		if body == "keyed" {
+			// Refused with a timeout, which says it may have been
+			// stored: its leader may have proposed it before it lost
+			// the quorum, and a restarted victim can commit it.
+			continue
+		}
 		if !sent[body] {
 			t.Fatalf("received %q, never sent", body)
 		}
@@ -263,5 +347,29 @@ func metaLeader(t *testing.T, ctx context.Context, addrs []string) int {
 			t.Fatal("no meta leader")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lostWith reports whether g has two replicas among the victims (node
+// indexes): with three replicas, it lost its quorum when they died.
+func lostWith(g *placementpb.Group, victims []int) bool {
+	n := 0
+	for _, r := range g.Replicas {
+		for _, v := range victims {
+			if r.NodeId == fmt.Sprintf("n%d", v+1) {
+				n++
+			}
+		}
+	}
+	return n >= 2
+}
+
+// keyOfPartition returns a partition key that puts a message in partition
+// p of n.
+func keyOfPartition(p, n uint32) string {
+	for i := 0; ; i++ {
+		if k := fmt.Sprint("key-", i); partitionpb.PartitionForKey(k, n) == p {
+			return k
+		}
 	}
 }

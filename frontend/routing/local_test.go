@@ -21,6 +21,7 @@ import (
 type fakeNode struct {
 	partitionpb.UnimplementedPartitionServiceServer
 	hint        string // not the leader: point here
+	noLeader    bool   // not the leader, and knows none
 	unavailable bool
 	full        bool   // the node's disk is full (node.ErrNoSpace)
 	notFound    int    // answer this many sends with not-found first
@@ -46,7 +47,7 @@ func (f *fakeNode) Send(_ context.Context, req *partitionpb.SendRequest) (*parti
 		return nil, status.Error(codes.Unavailable, "shutting down")
 	case f.full:
 		return nil, status.Error(codes.ResourceExhausted, "node: no space left on the data directory's disk: 0 bytes free")
-	case f.hint != "":
+	case f.hint != "" || f.noLeader:
 		st, err := status.New(codes.FailedPrecondition, "not the leader").WithDetails(&partitionpb.LeaderHint{LeaderId: f.hint})
 		if err != nil {
 			panic(err)

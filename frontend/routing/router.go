@@ -64,6 +64,8 @@ type Router struct {
 	// calls follows each group's leader: hints, retries, attempt
 	// timeouts (proto/groupcall).
 	calls *groupcall.Caller[partitionpb.PartitionServiceClient]
+	// health is what the calls saw of each group's leader (health.go).
+	health leaderHealth
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // by address
@@ -102,6 +104,7 @@ func New(cfg Config) (*Router, error) {
 		Addr:           r.nodeAddr,
 		Dial:           r.client,
 		AttemptTimeout: r.attemptTimeoutOf,
+		OnRetry:        func(group uint64, err error) { r.health.noted(group, err, time.Now()) },
 	})
 	return r, nil
 }
@@ -350,14 +353,25 @@ func (r *Router) HasEntity(name string) bool {
 // id, so that the partition applies a send it cannot tell was applied only
 // once (partition/requests.go).
 func (r *Router) Send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	return r.send(ctx, e, partition, msgs, false)
+}
+
+// send is Send, and with once SendOnce (health.go).
+func (r *Router) send(ctx context.Context, e *placementpb.Entity, partition uint32, msgs []*partitionpb.NewMessage, once bool) (*partitionpb.Result, error) {
+	if int(partition) >= len(e.PartitionGroups) {
+		return nil, fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
+	}
 	id := newRequestID()
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Bare)
 	}
-	return callResult(r, ctx, e, partition, carryTime(size), func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
-		return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs, RequestId: id})
-	})
+	var res *partitionpb.Result
+	err := r.callGroup(ctx, e.PartitionGroups[partition], func() bool { return r.names(e) }, groupcall.CallOptions{Extra: carryTime(size), OneRound: once},
+		resultInto(r, e, &res, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) (resultOf, error) {
+			return c.Send(ctx, &partitionpb.SendRequest{GroupId: group, EntityId: e.Id, Partition: partition, Messages: msgs, RequestId: id})
+		}))
+	return res, err
 }
 
 // remainingWait is what is left of a long-poll's wait at deadline, for an
@@ -369,21 +383,6 @@ func remainingWait(deadline time.Time, waitMs int64) int64 {
 		return waitMs
 	}
 	return max(time.Until(deadline).Milliseconds(), 0)
-}
-
-// Serving implements frontend.Backend: the routing table records the
-// group of the entity's partition with a quorum.
-func (r *Router) Serving(e *placementpb.Entity, partition uint32) bool {
-	if int(partition) >= len(e.PartitionGroups) {
-		return false
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.table == nil {
-		return false
-	}
-	g := r.table.groups[e.PartitionGroups[partition]]
-	return g != nil && g.HasQuorum
 }
 
 // newRequestID returns 16 random bytes: unique enough among the requests
@@ -466,7 +465,7 @@ func (r *Router) Stats(ctx context.Context, e *placementpb.Entity, partition uin
 // confirmation of leadership per entity partition.
 func (r *Router) GroupStats(ctx context.Context, group uint64, refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error) {
 	var out []*partitionpb.EntityPartitionStats
-	err := r.callGroup(ctx, group, func() bool { return r.hasGroup(group) }, 0, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	err := r.callGroup(ctx, group, func() bool { return r.hasGroup(group) }, groupcall.CallOptions{}, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		resp, err := c.GroupStats(ctx, &partitionpb.GroupStatsRequest{GroupId: group, Entities: refs})
 		out = resp.GetEntities()
 		return err
@@ -510,22 +509,28 @@ type resultOf interface{ GetResult() *partitionpb.Result }
 // callResult runs op through call and returns the Result of its response.
 func callResult(r *Router, ctx context.Context, e *placementpb.Entity, partition uint32, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) (*partitionpb.Result, error) {
 	var res *partitionpb.Result
-	err := r.call(ctx, e, partition, extra, func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
+	err := r.call(ctx, e, partition, extra, resultInto(r, e, &res, op))
+	return res, err
+}
+
+// resultInto is the attempt of a call whose response carries a Result:
+// op's, stored in *res.
+func resultInto(r *Router, e *placementpb.Entity, res **partitionpb.Result, op func(context.Context, partitionpb.PartitionServiceClient, uint64) (resultOf, error)) func(context.Context, partitionpb.PartitionServiceClient, uint64) error {
+	return func(ctx context.Context, c partitionpb.PartitionServiceClient, group uint64) error {
 		resp, err := op(ctx, c, group)
 		if err != nil {
 			return err
 		}
-		res = resp.GetResult()
-		if res.GetCode() == partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND && r.names(e) {
+		*res = resp.GetResult()
+		if (*res).GetCode() == partitionpb.ResultCode_RESULT_ENTITY_NOT_FOUND && r.names(e) {
 			// The partition does not know an entity the catalog has: it
 			// was created a moment ago and its partition is still being
 			// configured (or the group is new). Nothing was applied;
 			// call retries while the table names the entity.
-			return status.Error(codes.NotFound, res.GetDescription())
+			return status.Error(codes.NotFound, (*res).GetDescription())
 		}
 		return nil
-	})
-	return res, err
+	}
 }
 
 // maxPartitionMessage bounds one PartitionService request or response.
@@ -555,7 +560,7 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 	if int(partition) >= len(e.PartitionGroups) {
 		return fmt.Errorf("%w: partition %d of %s", frontend.ErrEntityNotFound, partition, e.Name)
 	}
-	return r.callGroup(ctx, e.PartitionGroups[partition], func() bool { return r.names(e) }, extra, op)
+	return r.callGroup(ctx, e.PartitionGroups[partition], func() bool { return r.names(e) }, groupcall.CallOptions{Extra: extra}, op)
 }
 
 // callGroup is call for a group: known tells whether a NOT_FOUND answer
@@ -563,19 +568,17 @@ func (r *Router) call(ctx context.Context, e *placementpb.Entity, partition uint
 // the entity yet) is worth another try: while it holds, call retries.
 // groupcall follows the leader (Router.calls); the answers that end a
 // call become the front-end's errors here.
-func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool, extra time.Duration, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
-	err := r.calls.Call(ctx, group, groupcall.CallOptions{
-		Extra: extra,
-		// The node does not host the group, or the partition does not
-		// know the entity. Both happen for a while after a creation
-		// returned (placement waits a bounded time for the groups to
-		// configure their partitions, and under load they take longer)
-		// and while a routing table is stale. Until the table stops
-		// naming the entity, try again.
-		RetryNotFound: func(*status.Status) bool { return known() },
-	}, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
+func (r *Router) callGroup(ctx context.Context, group uint64, known func() bool, o groupcall.CallOptions, op func(context.Context, partitionpb.PartitionServiceClient, uint64) error) error {
+	// The node does not host the group, or the partition does not know
+	// the entity. Both happen for a while after a creation returned
+	// (placement waits a bounded time for the groups to configure their
+	// partitions, and under load they take longer) and while a routing
+	// table is stale. Until the table stops naming the entity, try again.
+	o.RetryNotFound = func(*status.Status) bool { return known() }
+	err := r.calls.Call(ctx, group, o, func(ctx context.Context, c partitionpb.PartitionServiceClient) error {
 		return op(ctx, c, group)
 	})
+	r.health.noted(group, err, time.Now())
 	if err == nil {
 		return nil
 	}

@@ -88,6 +88,11 @@ type CallOptions struct {
 	// group answers it, and so does a partition that does not know an
 	// entity yet; both are passing while a creation or a move settles.
 	RetryNotFound func(*status.Status) bool
+	// OneRound is Config.OneRound for this call: it ends, GaveUp, once
+	// every replica was tried, without waits between the attempts. The
+	// front-end sends an unkeyed message so, to move it to another
+	// partition when this one's group has no leader that answers.
+	OneRound bool
 }
 
 // GaveUp is the error of a call that ended without an answer: its context
@@ -176,7 +181,8 @@ func (c *Caller[C]) Call(ctx context.Context, group uint64, o CallOptions, op fu
 		silent  string          // the last node that did not answer in time, or at all
 		tried   map[string]bool // OneRound: the nodes tried
 	)
-	if c.cfg.OneRound {
+	oneRound := c.cfg.OneRound || o.OneRound
+	if oneRound {
 		tried = map[string]bool{}
 	}
 	for attempt := 0; ; attempt++ {
@@ -185,7 +191,7 @@ func (c *Caller[C]) Call(ctx context.Context, group uint64, o CallOptions, op fu
 		}
 		r, ok := c.target(group, attempt, silent, tried)
 		switch {
-		case !ok && c.cfg.OneRound:
+		case !ok && oneRound:
 			if lastErr == nil {
 				lastErr = noReplicas(group)
 			}
@@ -237,7 +243,7 @@ func (c *Caller[C]) Call(ctx context.Context, group uint64, o CallOptions, op fu
 		if ctx.Err() != nil {
 			return &GaveUp{Group: group, Last: lastErr}
 		}
-		if c.cfg.OneRound {
+		if oneRound {
 			continue
 		}
 		t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff))))

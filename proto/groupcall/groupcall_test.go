@@ -260,30 +260,35 @@ func TestAttemptTimeout(t *testing.T) {
 	})
 }
 
-// TestOneRound: with OneRound every replica is tried once, a hint to one
-// already tried is not followed back, nothing waits between attempts, and
-// the last answer is what the call gives up with.
+// TestOneRound: with OneRound (the caller's, or one call's) every
+// replica is tried once, a hint to one already tried is not followed
+// back, nothing waits between attempts, and the last answer is what the
+// call gives up with.
 func TestOneRound(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a := &node{id: "a", answers: answers(unavailable)}
-		b := &node{id: "b", answers: answers(hintTo("a", ""))}
-		c := &node{id: "c", answers: answers(func(context.Context) error { return status.Error(codes.DeadlineExceeded, "slow") })}
-		cfg := newCluster("a", a, b, c).config()
-		cfg.OneRound = true
-		caller := groupcall.New(cfg)
-		start := time.Now()
-		err := call(t.Context(), caller, groupcall.CallOptions{})
-		var gaveUp *groupcall.GaveUp
-		if !errors.As(err, &gaveUp) || gaveUp.Group != 7 || status.Code(err) != codes.DeadlineExceeded {
-			t.Fatalf("%v; want to give up on group 7 with c's answer", err)
-		}
-		if a.calls != 1 || b.calls != 1 || c.calls != 1 {
-			t.Fatalf("attempts a %d, b %d, c %d; want one each", a.calls, b.calls, c.calls)
-		}
-		if took := time.Since(start); took != 0 { // virtual time: exact
-			t.Fatalf("one round took %v of waiting", took)
-		}
-	})
+	for name, perCall := range map[string]bool{"config": false, "call": true} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := &node{id: "a", answers: answers(unavailable)}
+				b := &node{id: "b", answers: answers(hintTo("a", ""))}
+				c := &node{id: "c", answers: answers(func(context.Context) error { return status.Error(codes.DeadlineExceeded, "slow") })}
+				cfg := newCluster("a", a, b, c).config()
+				cfg.OneRound = !perCall
+				caller := groupcall.New(cfg)
+				start := time.Now()
+				err := call(t.Context(), caller, groupcall.CallOptions{OneRound: perCall})
+				var gaveUp *groupcall.GaveUp
+				if !errors.As(err, &gaveUp) || gaveUp.Group != 7 || status.Code(err) != codes.DeadlineExceeded {
+					t.Fatalf("%v; want to give up on group 7 with c's answer", err)
+				}
+				if a.calls != 1 || b.calls != 1 || c.calls != 1 {
+					t.Fatalf("attempts a %d, b %d, c %d; want one each", a.calls, b.calls, c.calls)
+				}
+				if took := time.Since(start); took != 0 { // virtual time: exact
+					t.Fatalf("one round took %v of waiting", took)
+				}
+			})
+		})
+	}
 }
 
 // TestNotFound: NOT_FOUND ends a call unless the call says it is worth
