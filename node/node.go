@@ -65,6 +65,9 @@ type Node struct {
 
 	mu     sync.RWMutex
 	groups map[uint64]*group
+	// retired are the replicas closed because their group's leader no
+	// longer counts them as members (retire.go).
+	retired map[uint64]bool
 	// troubles are the groups that failed to open or stopped, with
 	// when the node tries them again (supervise.go).
 	troubles map[uint64]*trouble
@@ -120,6 +123,7 @@ func New(cfg Config) (*Node, error) {
 		lock:           lock,
 		groups:         make(map[uint64]*group),
 		troubles:       make(map[uint64]*trouble),
+		retired:        make(map[uint64]bool),
 		stopSupervisor: make(chan struct{}),
 		supervisorDone: make(chan struct{}),
 		metrics:        newNodeMetrics(),
@@ -293,6 +297,9 @@ func (n *Node) EnsureGroup(id uint64, replicas []Peer) error {
 	}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
+	if n.isRetired(id) {
+		return fmt.Errorf("%w: group %d", ErrRetired, id)
+	}
 	return n.ensureGroup(id, slices.Clone(replicas))
 }
 
@@ -341,6 +348,7 @@ func (n *Node) RemoveGroup(id uint64) error {
 	g := n.groups[id]
 	delete(n.groups, id)
 	delete(n.troubles, id)
+	delete(n.retired, id)
 	n.mu.Unlock()
 	var err error
 	if g != nil {
@@ -434,6 +442,10 @@ type GroupStatus struct {
 	Err error
 	// CommitIndex is the last index the replica knows committed.
 	CommitIndex uint64
+	// Voter: the replica's own latest configuration holds it as a voter
+	// (a replica removed without hearing of it still does; a new learner
+	// does not).
+	Voter bool
 	// LeaderlessSince is, on a replica that knows no leader, since when:
 	// its last contact with a leader (Raft's LastContact: an
 	// AppendEntries, a snapshot, a vote granted, or its own step down),
@@ -488,6 +500,7 @@ func (n *Node) Group(id uint64) (GroupStatus, error) {
 		State:           state,
 		Leader:          Peer{ID: string(lid), Addr: string(addr)},
 		LeaderlessSince: leaderless,
+		Voter:           g.isVoter(),
 		Serving:         state == raft.Leader && g.leadership() != nil,
 		Term:            g.raft.CurrentTerm(),
 		AppliedIndex:    g.machine.AppliedIndex(),

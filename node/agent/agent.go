@@ -4,6 +4,9 @@
 // moved off it, and reports every second which groups the node leads and
 // whether they serve, and which of its groups have been without a leader
 // for long, so that the table's leader hints and group health stay fresh.
+// A replica without a leader that the group's leader no longer counts as
+// a member it retires, so that it stops asking for votes before the table
+// takes it off the node (membership.go).
 //
 // It talks to placement only through PlacementService (proto/placementpb),
 // so node and placement still meet only through proto/ and cmd/
@@ -37,6 +40,11 @@ type Node interface {
 	RemoveGroup(id uint64) error
 	Groups() []uint64
 	Group(id uint64) (node.GroupStatus, error)
+	// Retire closes a replica its group's leader no longer counts as a
+	// member, keeping its data, until Unretire (node/retire.go).
+	Retire(id uint64) error
+	Unretire(id uint64)
+	Retired() []uint64
 }
 
 var _ Node = (*node.Node)(nil)
@@ -105,6 +113,11 @@ type Agent struct {
 	table bool // a routing table arrived
 	any   bool // it has partition groups
 	mine  []uint64
+	// peers are the replicas of each group the latest table places on
+	// this node (membership.go).
+	peers map[uint64][]node.Peer
+	// checking: a membership check runs (checkMembership).
+	checking bool
 	// other: the table comes from another node's placement member, on a
 	// stream open now.
 	other bool
@@ -201,10 +214,10 @@ func (a *Agent) servedByOther(other bool) {
 	a.mu.Unlock()
 }
 
-func (a *Agent) placed(t *placementpb.RoutingTable, mine []uint64) {
+func (a *Agent) placed(t *placementpb.RoutingTable, mine []uint64, peers map[uint64][]node.Peer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.table, a.any, a.mine = true, len(t.Groups) > 0, mine
+	a.table, a.any, a.mine, a.peers = true, len(t.Groups) > 0, mine, peers
 }
 
 // watch follows the routing table from this node's own placement member,
@@ -254,7 +267,8 @@ func (a *Agent) apply(t *placementpb.RoutingTable) {
 		addrs[nd.Id] = nd.GrpcAddr
 	}
 	var placed []uint64
-	defer func() { a.placed(t, placed) }()
+	replicas := map[uint64][]node.Peer{}
+	defer func() { a.placed(t, placed, replicas) }()
 	listed := map[uint64]bool{}
 	for _, g := range t.Groups {
 		var peers []node.Peer
@@ -268,6 +282,7 @@ func (a *Agent) apply(t *placementpb.RoutingTable) {
 			continue
 		}
 		placed = append(placed, g.Id)
+		replicas[g.Id] = peers
 		// The node records and logs a group that fails to open (when
 		// the reason changes) and retries it with backoff; every
 		// routing table would repeat it here.
@@ -280,7 +295,7 @@ func (a *Agent) apply(t *placementpb.RoutingTable) {
 	// has this replica): its data goes. A group the table does not list
 	// at all is left alone; the table may be one of a catalog that lost
 	// it, which is not this node's to judge.
-	for _, id := range n.Groups() {
+	for _, id := range append(n.Groups(), n.Retired()...) {
 		if listed[id] && !slices.Contains(placed, id) {
 			a.log.Info("removing a group moved off this node", "group", id)
 			if err := n.RemoveGroup(id); err != nil {
@@ -307,6 +322,7 @@ func (a *Agent) report(ctx context.Context) {
 		}
 		req := &placementpb.ReportGroupsRequest{NodeId: n.ID()}
 		now := time.Now()
+		var leaderless []uint64
 		for _, id := range n.Groups() {
 			st, err := n.Group(id)
 			switch {
@@ -315,8 +331,14 @@ func (a *Agent) report(ctx context.Context) {
 				req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderId: n.ID(), HasQuorum: st.Serving})
 			case st.Err == nil && st.State != raft.Shutdown && !st.LeaderlessSince.IsZero() && now.Sub(st.LeaderlessSince) >= a.cfg.LeaderlessAfter:
 				req.Groups = append(req.Groups, &placementpb.GroupReport{GroupId: id, LeaderlessMs: uint64(now.Sub(st.LeaderlessSince).Milliseconds())})
+				if st.Voter {
+					// Maybe removed without hearing of it; a learner
+					// waits for the leader that added it.
+					leaderless = append(leaderless, id)
+				}
 			}
 		}
+		a.startMembershipCheck(ctx, leaderless)
 		client, _, err := a.pc.client(attempt)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, reportTimeout)
@@ -353,17 +375,27 @@ func (pc *placementClients) client(attempt int) (_ placementpb.PlacementServiceC
 	}
 	addr := addrs[attempt%len(addrs)]
 	own = addr == pc.own
+	cc, err := pc.conn(addr)
+	if err != nil {
+		return nil, own, err
+	}
+	return placementpb.NewPlacementServiceClient(cc), own, nil
+}
+
+// conn returns the connection to a storage process's gRPC port, dialled
+// once.
+func (pc *placementClients) conn(addr string) (*grpc.ClientConn, error) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	cc := pc.conns[addr]
 	if cc == nil {
 		var err error
 		if cc, err = rpcnet.Dial(addr, pc.creds); err != nil {
-			return nil, own, err
+			return nil, err
 		}
 		pc.conns[addr] = cc
 	}
-	return placementpb.NewPlacementServiceClient(cc), own, nil
+	return cc, nil
 }
 
 func (pc *placementClients) close() {
