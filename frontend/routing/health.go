@@ -18,8 +18,7 @@ import (
 // it (placement's reports and GroupSilence); the router sees it first, in
 // the answers of its own calls: a node that does not answer, or answers
 // that it is no leader and knows none. It notes when a group last failed
-// so and when a call to it last succeeded, and Serving passes over a
-// group whose last failure is the newer, for failedFor: unkeyed sends
+// so, and Serving passes over that group for failedFor: unkeyed sends
 // then avoid it before the catalog says so. A success (of any call)
 // clears it, and so does time, so that a group that recovered with no
 // call to show it gets unkeyed sends again.
@@ -30,44 +29,48 @@ import (
 const failedFor = 10 * time.Second
 
 // leaderHealth is, per group, when a call last failed for want of an
-// answering leader and when one last succeeded. Safe for concurrent use.
+// answering leader, until a call to it succeeds. Safe for concurrent use;
+// a success, every call's outcome, takes only the read lock unless it
+// clears a failure.
 type leaderHealth struct {
-	mu        sync.Mutex
-	failed    map[uint64]time.Time
-	succeeded map[uint64]time.Time
+	mu     sync.RWMutex
+	failed map[uint64]time.Time
 }
 
-// noted records the outcome of an attempt (or a call) at group: success
-// when err is nil, a failure when err says no leader answered.
+// noted records the outcome of an attempt (or a call) at group: a success
+// when err is nil, which clears a failure, and a failure when err says no
+// leader answered. A success of a call that began before the failure
+// clears it too: the group took a request since it failed.
 func (h *leaderHealth) noted(group uint64, err error, now time.Time) {
-	if err != nil && !leaderless(err) {
+	if err == nil {
+		h.mu.RLock()
+		_, failed := h.failed[group]
+		h.mu.RUnlock()
+		if failed {
+			h.mu.Lock()
+			delete(h.failed, group)
+			h.mu.Unlock()
+		}
+		return
+	}
+	if !leaderless(err) {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err == nil {
-		if h.succeeded == nil {
-			h.succeeded = map[uint64]time.Time{}
-		}
-		h.succeeded[group] = now
-		return
-	}
 	if h.failed == nil {
 		h.failed = map[uint64]time.Time{}
 	}
 	h.failed[group] = now
 }
 
-// answering reports whether group has not failed since its last success,
-// or not within failedFor of now.
+// answering reports whether group has not failed since a call to it last
+// succeeded, or not within failedFor of now.
 func (h *leaderHealth) answering(group uint64, now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	failed, ok := h.failed[group]
-	if !ok || now.Sub(failed) >= failedFor {
-		return true
-	}
-	return h.succeeded[group].After(failed)
+	return !ok || now.Sub(failed) >= failedFor
 }
 
 // leaderless reports whether an attempt's error (or the last attempt's,
