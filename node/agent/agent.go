@@ -116,8 +116,10 @@ type Agent struct {
 	// peers are the replicas of each group the latest table places on
 	// this node (membership.go).
 	peers map[uint64][]node.Peer
-	// checking: a membership check runs (checkMembership).
+	// checking: a membership check runs (checkMembership); checks has
+	// it, for Close to wait for.
 	checking bool
+	checks   sync.WaitGroup
 	// other: the table comes from another node's placement member, on a
 	// stream open now.
 	other bool
@@ -155,6 +157,7 @@ func (a *Agent) Start(ctx context.Context) {
 	go func() {
 		defer close(a.done)
 		defer a.pc.close()
+		defer a.checks.Wait() // before the connections close
 		reported := make(chan struct{})
 		go func() {
 			defer close(reported)

@@ -36,8 +36,10 @@ func (a *Agent) startMembershipCheck(ctx context.Context, leaderless []uint64) {
 		return
 	}
 	a.checking = true
+	a.checks.Add(1)
 	a.mu.Unlock()
 	go func() {
+		defer a.checks.Done()
 		defer func() {
 			a.mu.Lock()
 			a.checking = false
