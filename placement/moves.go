@@ -182,11 +182,11 @@ func (s *Service) moveOnce(ctx context.Context, groupID uint64) (done bool, err 
 	if err := change(partitionpb.ReplicaChange_REPLICA_CHANGE_ADD_LEARNER, to, toAddr); err != nil {
 		return false, fmt.Errorf("adding %s as a learner: %w", to, err)
 	}
-	commit, err := s.leaderCommit(ctx, g)
+	commit, applied, err := s.leaderProgress(ctx, g)
 	if err != nil {
 		return false, fmt.Errorf("reading the leader's commit index: %w", err)
 	}
-	if err := s.awaitCatchUp(ctx, g.Id, toAddr, commit); err != nil {
+	if err := s.awaitCatchUp(ctx, g.Id, toAddr, commit, applied); err != nil {
 		return false, err
 	}
 	if err := change(partitionpb.ReplicaChange_REPLICA_CHANGE_PROMOTE, to, toAddr); err != nil {
@@ -203,8 +203,15 @@ func (s *Service) moveOnce(ctx context.Context, groupID uint64) (done bool, err 
 	return true, nil
 }
 
-// awaitCatchUp waits until the replica at addr has applied index.
-func (s *Service) awaitCatchUp(ctx context.Context, group uint64, addr string, index uint64) error {
+// awaitCatchUp waits until the replica at addr holds the group's log up
+// to commit and its state machine has applied what the leader's had,
+// applied. Not until its state machine has applied commit: a state
+// machine sees only command entries, and the last entries of a group's
+// log may be none (a group no entity uses yet holds only configurations
+// and its leaders' no-ops, so its machine's applied index stays 0 on
+// every replica, and a move waiting for commit never ended: make scale
+// stalled so on two groups created as nodes joined).
+func (s *Service) awaitCatchUp(ctx context.Context, group uint64, addr string, commit, applied uint64) error {
 	c, err := s.dial.membership(addr)
 	if err != nil {
 		return err
@@ -213,7 +220,7 @@ func (s *Service) awaitCatchUp(ctx context.Context, group uint64, addr string, i
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		st, err := c.GroupStatus(cctx, &partitionpb.GroupStatusRequest{GroupId: group})
 		cancel()
-		if err == nil && st.AppliedIndex >= index {
+		if err == nil && st.LastIndex >= commit && st.AppliedIndex >= applied {
 			return nil
 		}
 		select {
@@ -364,10 +371,10 @@ func (s *Service) balanceLeaders(ctx context.Context, lb *leaderBalance) {
 }
 
 // readyToLead checks that node's replica of g answers within a second and
-// has applied what the group's leader has committed, give or take a
+// has applied what the group's leader has applied, give or take a
 // moment's entries.
 func (s *Service) readyToLead(ctx context.Context, g *pb.Group, node string) error {
-	commit, err := s.leaderCommit(ctx, g)
+	_, applied, err := s.leaderProgress(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -381,26 +388,26 @@ func (s *Service) readyToLead(ctx context.Context, g *pb.Group, node string) err
 	if err != nil {
 		return fmt.Errorf("%s does not answer: %w", node, err)
 	}
-	if st.AppliedIndex+maxLeadLag < commit {
-		return fmt.Errorf("%s has applied %d of %d", node, st.AppliedIndex, commit)
+	if st.AppliedIndex+maxLeadLag < applied {
+		return fmt.Errorf("%s has applied %d of %d", node, st.AppliedIndex, applied)
 	}
 	return nil
 }
 
-// maxLeadLag is how many entries behind the leader's commit index a
+// maxLeadLag is how many entries behind the leader's applied index a
 // replica may be and still be handed the leadership.
 const maxLeadLag = 64
 
-// leaderCommit is the commit index of g's leader, as the leader reports it.
-func (s *Service) leaderCommit(ctx context.Context, g *pb.Group) (uint64, error) {
-	var commit uint64
-	err := callLeader(ctx, s.membershipCalls, g, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
+// leaderProgress is the commit index of g's leader and its state
+// machine's applied index, as the leader reports them.
+func (s *Service) leaderProgress(ctx context.Context, g *pb.Group) (commit, applied uint64, err error) {
+	err = callLeader(ctx, s.membershipCalls, g, func(ctx context.Context, c partitionpb.GroupMembershipClient) error {
 		st, err := c.GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.Id})
 		if err == nil && st.State != "Leader" {
 			err = fmt.Errorf("%s answered as %s", st.LeaderId, st.State)
 		}
-		commit = st.GetCommitIndex()
+		commit, applied = st.GetCommitIndex(), st.GetAppliedIndex()
 		return err
 	})
-	return commit, err
+	return commit, applied, err
 }

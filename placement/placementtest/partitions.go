@@ -175,7 +175,9 @@ func (n *fakeNode) DeleteEntity(_ context.Context, req *partitionpb.DeleteEntity
 // Membership returns a GroupMembership service of one node that lets
 // every replica move at once: each node answers as every group's leader,
 // with nothing to catch up on, and accepts every change. Cluster registers
-// it with Options.Moves.
+// it with Options.Moves. Its groups report what a real group's replicas
+// do while no entity uses it: a log of configurations and no-ops, of
+// which the state machine, which sees only commands, has applied none.
 func (p *Partitions) Membership(nodeID string) partitionpb.GroupMembershipServer {
 	return &fakeMembership{id: nodeID}
 }
@@ -186,7 +188,7 @@ type fakeMembership struct {
 }
 
 func (m *fakeMembership) GroupStatus(context.Context, *partitionpb.GroupStatusRequest) (*partitionpb.GroupStatusResponse, error) {
-	return &partitionpb.GroupStatusResponse{State: "Leader", LeaderId: m.id}, nil
+	return &partitionpb.GroupStatusResponse{State: "Leader", LeaderId: m.id, CommitIndex: 3, LastIndex: 3, AppliedIndex: 0}, nil
 }
 
 func (m *fakeMembership) ChangeReplica(context.Context, *partitionpb.ChangeReplicaRequest) (*partitionpb.ChangeReplicaResponse, error) {
