@@ -75,7 +75,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"unbatched", queueEntry(`<EnableBatchedOperations>false</EnableBatchedOperations>`), "batches", ErrBadProperty},
 		{"idle delete", queueEntry(`<AutoDeleteOnIdle>PT5M</AutoDeleteOnIdle>`), "idle", ErrBadProperty},
 		{"metadata", queueEntry(`<UserMetadata>` + strings.Repeat("x", 1025) + `</UserMetadata>`), "UserMetadata", ErrBadProperty},
-		{"rules", queueEntry(`<AuthorizationRules><AuthorizationRule/></AuthorizationRules>`), "authorization rules", ErrBadProperty},
+		{"rule without a name", queueEntry(`<AuthorizationRules><AuthorizationRule/></AuthorizationRules>`), "AuthorizationRules: rule 1: no KeyName", ErrBadProperty},
 		{"nested value", queueEntry(`<LockDuration><x/></LockDuration>`), "elements", ErrBadProperty},
 	} {
 		kind, fields, err := DecodeEntry([]byte(tc.body))
@@ -100,7 +100,7 @@ func TestDescribeQueueParsesBack(t *testing.T) {
 		MaxMessageSizeInKilobytes: 256, PartitionCount: 16, EnablePartitioning: true, RequiresSession: true,
 		UserMetadata: " spaced & <escaped> ",
 	}, CreatedAtMs: 1_700_000_000_000, UpdatedAtMs: 1_700_000_000_500}
-	out, err := xml.Marshal(entryOut{NS: atomNS, Content: contentOut{Type: "application/xml", Body: describeQueue(e, &Counts{Active: 3})}})
+	out, err := xml.Marshal(entryOut{NS: atomNS, Content: contentOut{Type: "application/xml", Body: describeQueue(e, &Counts{Active: 3}, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}

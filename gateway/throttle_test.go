@@ -41,6 +41,11 @@ func (c *countingCatalog) DeleteEntity(ctx context.Context, in *placementpb.Dele
 	return &placementpb.DeleteEntityResponse{}, nil
 }
 
+func (c *countingCatalog) ListAuthorizationRules(ctx context.Context, in *placementpb.ListAuthorizationRulesRequest, _ ...grpc.CallOption) (*placementpb.ListAuthorizationRulesResponse, error) {
+	c.calls++
+	return &placementpb.ListAuthorizationRulesResponse{}, nil
+}
+
 func (c *countingCatalog) ListEntities(ctx context.Context, in *placementpb.ListEntitiesRequest, _ ...grpc.CallOption) (*placementpb.ListEntitiesResponse, error) {
 	c.calls++
 	return &placementpb.ListEntitiesResponse{}, nil
@@ -85,8 +90,8 @@ func TestAdminThrottled(t *testing.T) {
 				t.Fatalf("%s %s within the credits: %d, want %d: %s", tc.method, tc.path, w.Code, tc.want, w.Body)
 			}
 		}
-		if cat.calls != 3 {
-			t.Fatalf("%d catalog calls, want 3", cat.calls)
+		if cat.calls != 4 { // a list reads the entities and their authorization rules
+			t.Fatalf("%d catalog calls, want 4", cat.calls)
 		}
 
 		w := do(http.MethodDelete, "/q1", "", token)
@@ -103,7 +108,7 @@ func TestAdminThrottled(t *testing.T) {
 				t.Fatalf("throttled answer lacks %q: %s", want, body)
 			}
 		}
-		if cat.calls != 3 {
+		if cat.calls != 4 {
 			t.Fatal("a throttled delete reached the catalog")
 		}
 		if w := do(http.MethodPut, "/t/Subscriptions/s/Rules/r", "", token); w.Code != http.StatusServiceUnavailable {
