@@ -143,7 +143,12 @@ func TestAtomWriterMatchesEncodingXML(t *testing.T) {
 			ref   any
 		}{e.writeAtom, e}
 	}
-	add("queue", g.entry(q, queue, describeQueue(queue, counts, nil)))
+	authRules := []*placementpb.AuthorizationRule{
+		{Name: "r" + awkward, Entity: queue.Name, Rights: 7, PrimaryKey: "p" + awkward, SecondaryKey: "s" + awkward, CreatedAtMs: 1_700_000_000_001, UpdatedAtMs: 1_700_000_000_002},
+		{Name: "listen", Entity: queue.Name, Rights: 1, PrimaryKey: "k"}, // no secondary key, no times
+	}
+	add("queue", g.entry(q, queue, describeQueue(queue, counts, authRules)))
+	add("topic with rules", g.entryAt(q, topic.Name, topic.Name, 1, 2, describeTopic(topic, figures, authRules)))
 	add("queue without counts", g.entry(q, queue, describeQueue(queue, nil, nil)))
 	add("plain queue", g.entry(q, plain, describeQueue(plain, &Counts{}, nil)))
 	add("topic", g.entryAt(q, topic.Name, topic.Name, 1, 2, describeTopic(topic, figures, nil)))
@@ -160,7 +165,7 @@ func TestAtomWriterMatchesEncodingXML(t *testing.T) {
 	add("namespace info", entryOut{NS: atomNS, ID: "i", Content: contentOut{Type: "application/xml", Body: nsInfo}})
 	feed := &feedOut{NS: atomNS, Title: titleOut{Type: "text", Text: "Queues"}, ID: q.selfLink("$Resources/Queues"), Updated: "u",
 		Links:   []linkOut{{Rel: "self", Href: "h" + awkward}, {Rel: "next", Href: "n"}},
-		Entries: inFeed([]entryOut{g.entry(q, queue, describeQueue(queue, counts, nil)), g.entry(q, plain, describeQueue(plain, nil, nil))})}
+		Entries: inFeed([]entryOut{g.entry(q, queue, describeQueue(queue, counts, authRules)), g.entry(q, plain, describeQueue(plain, nil, nil))})}
 	docs["feed"] = struct {
 		write func(*xmlWriter)
 		ref   any
