@@ -3,7 +3,10 @@ package compat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -243,5 +246,26 @@ func TestAdminEntityAuthorizationRules(t *testing.T) {
 	}
 	if q, err := ac.GetQueue(ctx, "refused", nil); err != nil || q != nil {
 		t.Fatalf("a refused create left a queue: %v, %v", q, err)
+	}
+}
+
+// TestJSAdminEntityAuthorizationRules runs js/adminauth.mjs: the
+// JavaScript admin client creates a queue and a topic with rules, reads
+// their keys, and the JavaScript SDK uses them per their rights, before
+// and after an update that replaces them.
+func TestJSAdminEntityAuthorizationRules(t *testing.T) {
+	t.Parallel()
+	dir := jsDir(t)
+	c := startAdminDev(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
+	defer cancel()
+	conn := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", c.Admin.Addr(), sas.DevKeyName, sas.DevKey)
+	cmd := exec.CommandContext(ctx, "node", "adminauth.mjs", conn, c.AMQPAddr)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+c.AdminCert)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the JavaScript admin script failed: %v", err)
 	}
 }
