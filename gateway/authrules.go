@@ -152,11 +152,11 @@ func decodeAuthorizationRules(f rawField) ([]*placementpb.AuthorizationRule, err
 			}
 			return nil, fmt.Errorf("rule %d: %w", i+1, err)
 		}
-		if k := strings.ToLower(r.Name); names[k] {
+		k := strings.ToLower(r.Name)
+		if names[k] {
 			return nil, fmt.Errorf("rule %q given twice (names ignore case)", r.Name)
-		} else {
-			names[k] = true
 		}
+		names[k] = true
 		out = append(out, r)
 	}
 	return out, nil
