@@ -85,7 +85,9 @@ func receiveOne(ctx context.Context, client *azservicebus.Client, queue, topic, 
 // cannot receive, a Listen rule receives and cannot send, neither works
 // on another queue; an update that gives the reader new keys and drops
 // the sender leaves the old key and the sender refused; a topic's rules
-// serve its subscriptions; what Azure refuses is 400.
+// serve its subscriptions; a rule put as the CLI puts it is one of the
+// topic's and survives an update that sends back what GET answered;
+// what Azure refuses is 400.
 func TestAdminEntityAuthorizationRules(t *testing.T) {
 	t.Parallel()
 	c := startAdminDev(t)
@@ -231,6 +233,26 @@ func TestAdminEntityAuthorizationRules(t *testing.T) {
 	}
 	if _, err := receiveOne(ctx, consumer, "orders", "", ""); !unauthorized(err) {
 		t.Fatalf("the topic's Listen rule on a queue: %v, want unauthorized", err)
+	}
+
+	// A rule made as the CLI makes it (any key) is one of the topic's
+	// rules for the admin client, and survives the client sending back
+	// what it read.
+	if _, err := pc.PutAuthorizationRule(ctx, &placementpb.PutAuthorizationRuleRequest{Rule: &placementpb.AuthorizationRule{
+		Name: "cli-made", Entity: "events", Rights: uint32(sas.Listen), PrimaryKey: "cli-key",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	topic, err = ac.GetTopic(ctx, "events", nil)
+	if err != nil || len(topic.AuthorizationRules) != 3 || *ruleOf(t, topic.AuthorizationRules, "cli-made").PrimaryKey != "cli-key" {
+		t.Fatalf("GetTopic after a CLI rule: %v", err)
+	}
+	if _, err := ac.UpdateTopic(ctx, "events", topic.TopicProperties, nil); err != nil {
+		t.Fatalf("UpdateTopic with what GetTopic answered: %v", err)
+	}
+	inCatalog, err = pc.ListAuthorizationRules(ctx, &placementpb.ListAuthorizationRulesRequest{Entity: "events"})
+	if err != nil || len(inCatalog.GetRules()) != 3 || inCatalog.GetRules()[0].GetName() != "cli-made" || inCatalog.GetRules()[0].GetPrimaryKey() != "cli-key" {
+		t.Fatalf("after the round trip the catalog holds %v, %v", inCatalog.GetRules(), err)
 	}
 
 	// What Azure refuses.
