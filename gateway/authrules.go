@@ -405,6 +405,25 @@ func (g *Gateway) rulesByEntity(ctx context.Context) (map[string][]*placementpb.
 	return out, nil
 }
 
+// async runs f in a goroutine of its own and returns a function that
+// waits for its result. Reads of the rules go so, beside a request's
+// other reads (the entities of a list page, an entity's counts): each is
+// a round trip to the meta leader, which then adds no wait of its own.
+// f must end with the request's context.
+func async[T any](f func() (T, error)) func() (T, error) {
+	var v T
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		v, err = f()
+	}()
+	return func() (T, error) {
+		<-done
+		return v, err
+	}
+}
+
 // applyAuthorizationRules carries out a plan on entity and returns the
 // rules it put, as stored. Deletes go first, so that the entity never
 // holds more than Service Bus's 12 rules on the way, nor a rule the

@@ -343,14 +343,16 @@ func (g *Gateway) getEntity(q request, name string) {
 		g.fail(q, fmt.Errorf("%w: %s is a %s", ErrNotFound, name, e.GetKind()))
 		return
 	}
+	rulesOf := async(func() ([]*placementpb.AuthorizationRule, error) { return g.entityRules(ctx, e.GetName()) })
+	counts := g.counts(ctx, e)
 	// Without its rules the description must not go out: a client that
 	// sends it back in an update would delete them.
-	rules, err := g.entityRules(ctx, e.GetName())
+	rules, err := rulesOf()
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
-	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, g.counts(ctx, e), rules)))
+	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, counts, rules)))
 }
 
 func (g *Gateway) readBody(q request) ([]byte, bool) {
@@ -519,6 +521,7 @@ func (g *Gateway) listQueues(q request) {
 		return
 	}
 	ctx := q.r.Context()
+	rulesOf := async(func() (map[string][]*placementpb.AuthorizationRule, error) { return g.rulesByEntity(ctx) })
 	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
 		// One more than the page, to tell whether a next page exists.
 		Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Skip: uint32(skip), Top: uint32(top + 1),
@@ -528,7 +531,7 @@ func (g *Gateway) listQueues(q request) {
 		return
 	}
 	es, more := page(resp.GetEntities(), top)
-	rules, err := g.rulesByEntity(ctx)
+	rules, err := rulesOf()
 	if err != nil {
 		g.fail(q, err)
 		return

@@ -109,12 +109,14 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, topic string) ([]*placeme
 
 func (g *Gateway) getTopic(q request, e *placementpb.Entity) {
 	ctx := q.r.Context()
-	rules, err := g.entityRules(ctx, e.GetName())
+	rulesOf := async(func() ([]*placementpb.AuthorizationRule, error) { return g.entityRules(ctx, e.GetName()) })
+	figures := g.topicFiguresOf(ctx, e)
+	rules, err := rulesOf()
 	if err != nil {
 		g.fail(q, err) // see getEntity
 		return
 	}
-	body := describeTopic(e, g.topicFiguresOf(ctx, e), rules)
+	body := describeTopic(e, figures, rules)
 	writeEntry(q.w, http.StatusOK, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 }
 
@@ -204,6 +206,7 @@ func (g *Gateway) listTopics(q request) {
 		return
 	}
 	ctx := q.r.Context()
+	rulesOf := async(func() (map[string][]*placementpb.AuthorizationRule, error) { return g.rulesByEntity(ctx) })
 	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
 		Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Skip: uint32(skip), Top: uint32(top + 1),
 	})
@@ -212,7 +215,7 @@ func (g *Gateway) listTopics(q request) {
 		return
 	}
 	es, more := page(resp.GetEntities(), top)
-	rules, err := g.rulesByEntity(ctx)
+	rules, err := rulesOf()
 	if err != nil {
 		g.fail(q, err)
 		return
