@@ -75,7 +75,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"unbatched", queueEntry(`<EnableBatchedOperations>false</EnableBatchedOperations>`), "batches", ErrBadProperty},
 		{"idle delete", queueEntry(`<AutoDeleteOnIdle>PT5M</AutoDeleteOnIdle>`), "idle", ErrBadProperty},
 		{"metadata", queueEntry(`<UserMetadata>` + strings.Repeat("x", 1025) + `</UserMetadata>`), "UserMetadata", ErrBadProperty},
-		{"rules", queueEntry(`<AuthorizationRules><AuthorizationRule/></AuthorizationRules>`), "authorization rules", ErrBadProperty},
+		{"rule without a name", queueEntry(`<AuthorizationRules><AuthorizationRule/></AuthorizationRules>`), "AuthorizationRules: rule 1: no KeyName", ErrBadProperty},
 		{"nested value", queueEntry(`<LockDuration><x/></LockDuration>`), "elements", ErrBadProperty},
 	} {
 		kind, fields, err := DecodeEntry([]byte(tc.body))
@@ -100,7 +100,7 @@ func TestDescribeQueueParsesBack(t *testing.T) {
 		MaxMessageSizeInKilobytes: 256, PartitionCount: 16, EnablePartitioning: true, RequiresSession: true,
 		UserMetadata: " spaced & <escaped> ",
 	}, CreatedAtMs: 1_700_000_000_000, UpdatedAtMs: 1_700_000_000_500}
-	out, err := xml.Marshal(entryOut{NS: atomNS, Content: contentOut{Type: "application/xml", Body: describeQueue(e, &Counts{Active: 3})}})
+	out, err := xml.Marshal(entryOut{NS: atomNS, Content: contentOut{Type: "application/xml", Body: describeQueue(e, &Counts{Active: 3}, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +129,8 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte(queueEntry(`<LockDuration>PT1M</LockDuration><Status>Disabled</Status><ForwardTo i:nil="true"/>`)))
 	f.Add([]byte(`<entry><content><TopicDescription><SupportOrdering>true</SupportOrdering></TopicDescription></content></entry>`))
 	f.Add([]byte(`<?xml version="1.0"?><entry><content><QueueDescription><AuthorizationRules><a/></AuthorizationRules></QueueDescription></content></entry><!-- x -->`))
+	f.Add([]byte(queueEntry(`<AuthorizationRules><AuthorizationRule i:type="SharedAccessAuthorizationRule"><ClaimType>SharedAccessKey</ClaimType><ClaimValue>None</ClaimValue>` +
+		`<Rights><AccessRights>Listen</AccessRights><AccessRights>Send</AccessRights></Rights><KeyName>app</KeyName><PrimaryKey>k</PrimaryKey></AuthorizationRule></AuthorizationRules>`)))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		kind, fields, err := DecodeEntry(body)
 		if err != nil {
@@ -148,6 +150,11 @@ func FuzzDecodeEntry(f *testing.F) {
 			return
 		}
 		_ = q.desc.Properties()
+		// The rules it asks for plan into catalog changes or a 400.
+		have := []*placementpb.AuthorizationRule{{Name: "app", Entity: "q", Rights: 1, PrimaryKey: "k"}}
+		if _, err := planAuthorizationRules("q", q.rules.rules, have); err != nil && !errors.Is(err, ErrBadProperty) {
+			t.Fatalf("unexpected error %v", err)
+		}
 	})
 }
 

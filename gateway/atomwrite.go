@@ -272,7 +272,7 @@ func (d *queueDescriptionOut) writeAtom(x *xmlWriter) {
 		x.elemUint("MessageCount", *d.MessageCount)
 	}
 	x.elemBool("IsAnonymousAccessible", d.IsAnonymousAccessible)
-	x.elem("AuthorizationRules", d.AuthorizationRules)
+	d.AuthorizationRules.writeAtom(x)
 	x.elem("Status", d.Status)
 	x.elem("CreatedAt", d.CreatedAt)
 	x.elem("UpdatedAt", d.UpdatedAt)
@@ -304,7 +304,7 @@ func (d *topicDescriptionOut) writeAtom(x *xmlWriter) {
 	}
 	x.elemBool("FilteringMessagesBeforePublishing", d.FilteringMessagesBeforePublishing)
 	x.elemBool("IsAnonymousAccessible", d.IsAnonymousAccessible)
-	x.elem("AuthorizationRules", d.AuthorizationRules)
+	d.AuthorizationRules.writeAtom(x)
 	x.elem("Status", d.Status)
 	x.elem("CreatedAt", d.CreatedAt)
 	x.elem("UpdatedAt", d.UpdatedAt)

@@ -43,7 +43,7 @@ func BenchmarkQueueFeed(b *testing.B) {
 		q := newRequest(w, r)
 		entries := make([]entryOut, len(es))
 		for i, e := range es {
-			entries[i] = g.entry(q, e, describeQueue(e, &Counts{Active: uint64(i), DeadLetter: 2, Scheduled: 3, SizeBytes: 1234, AccessedAtMs: 1_700_000_200_789}))
+			entries[i] = g.entry(q, e, describeQueue(e, &Counts{Active: uint64(i), DeadLetter: 2, Scheduled: 3, SizeBytes: 1234, AccessedAtMs: 1_700_000_200_789}, nil))
 		}
 		g.writeFeed(q, "Queues", "$Resources/Queues", 0, 10_000, true, entries)
 		b.SetBytes(w.n)
@@ -143,11 +143,16 @@ func TestAtomWriterMatchesEncodingXML(t *testing.T) {
 			ref   any
 		}{e.writeAtom, e}
 	}
-	add("queue", g.entry(q, queue, describeQueue(queue, counts)))
-	add("queue without counts", g.entry(q, queue, describeQueue(queue, nil)))
-	add("plain queue", g.entry(q, plain, describeQueue(plain, &Counts{})))
-	add("topic", g.entryAt(q, topic.Name, topic.Name, 1, 2, describeTopic(topic, figures)))
-	add("topic without figures", g.entryAt(q, topic.Name, topic.Name, 0, 0, describeTopic(topic, topicFigures{})))
+	authRules := []*placementpb.AuthorizationRule{
+		{Name: "r" + awkward, Entity: queue.Name, Rights: 7, PrimaryKey: "p" + awkward, SecondaryKey: "s" + awkward, CreatedAtMs: 1_700_000_000_001, UpdatedAtMs: 1_700_000_000_002},
+		{Name: "listen", Entity: queue.Name, Rights: 1, PrimaryKey: "k"}, // no secondary key, no times
+	}
+	add("queue", g.entry(q, queue, describeQueue(queue, counts, authRules)))
+	add("topic with rules", g.entryAt(q, topic.Name, topic.Name, 1, 2, describeTopic(topic, figures, authRules)))
+	add("queue without counts", g.entry(q, queue, describeQueue(queue, nil, nil)))
+	add("plain queue", g.entry(q, plain, describeQueue(plain, &Counts{}, nil)))
+	add("topic", g.entryAt(q, topic.Name, topic.Name, 1, 2, describeTopic(topic, figures, nil)))
+	add("topic without figures", g.entryAt(q, topic.Name, topic.Name, 0, 0, describeTopic(topic, topicFigures{}, nil)))
 	add("subscription", g.entryAt(q, sub.Name, "s"+awkward, 1, 2, describeSubscription(sub, counts)))
 	add("plain subscription", g.entryAt(q, "t/Subscriptions/s", "s", 1, 2, describeSubscription(plain, nil)))
 	add("sql rule", g.entryAt(q, "r", sqlRule.Name, 1, 1, sqlRule))
@@ -160,7 +165,7 @@ func TestAtomWriterMatchesEncodingXML(t *testing.T) {
 	add("namespace info", entryOut{NS: atomNS, ID: "i", Content: contentOut{Type: "application/xml", Body: nsInfo}})
 	feed := &feedOut{NS: atomNS, Title: titleOut{Type: "text", Text: "Queues"}, ID: q.selfLink("$Resources/Queues"), Updated: "u",
 		Links:   []linkOut{{Rel: "self", Href: "h" + awkward}, {Rel: "next", Href: "n"}},
-		Entries: inFeed([]entryOut{g.entry(q, queue, describeQueue(queue, counts)), g.entry(q, plain, describeQueue(plain, nil))})}
+		Entries: inFeed([]entryOut{g.entry(q, queue, describeQueue(queue, counts, authRules)), g.entry(q, plain, describeQueue(plain, nil, nil))})}
 	docs["feed"] = struct {
 		write func(*xmlWriter)
 		ref   any
@@ -195,7 +200,7 @@ func TestAtomWriterFlushes(t *testing.T) {
 	es := benchQueues(100)
 	feed := &feedOut{NS: atomNS}
 	for _, e := range es {
-		feed.Entries = append(feed.Entries, g.entry(q, e, describeQueue(e, nil)))
+		feed.Entries = append(feed.Entries, g.entry(q, e, describeQueue(e, nil, nil)))
 	}
 	w := &countingWriter{ResponseRecorder: httptest.NewRecorder()}
 	writeDoc(w, 200, feedType, feed.writeAtom)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/quorumbus/quorumbus/proto/placementpb"
@@ -26,6 +27,9 @@ func (g *Gateway) consoleUpdate(ctx context.Context, in consoleAction) (any, err
 	if len(in.Properties) == 0 {
 		return nil, fmt.Errorf("%w: no property to change", ErrBadProperty)
 	}
+	if _, ok := in.Properties["AuthorizationRules"]; ok {
+		return nil, fmt.Errorf("%w: AuthorizationRules: not edited here; use an admin client or quorumbus auth-rule", ErrBadProperty)
+	}
 	e, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: in.Name})
 	if err != nil {
 		return nil, err
@@ -40,7 +44,7 @@ func (g *Gateway) consoleUpdate(ctx context.Context, in consoleAction) (any, err
 func (g *Gateway) updateDescribed(ctx context.Context, e *placementpb.Entity, set map[string]string) (*placementpb.Entity, error) {
 	switch e.GetKind() {
 	case placementpb.EntityKind_ENTITY_KIND_QUEUE:
-		fields, err := patchedFields(describeQueue(e, nil), set)
+		fields, err := patchedFields(describeQueue(e, nil, nil), set)
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +54,7 @@ func (g *Gateway) updateDescribed(ctx context.Context, e *placementpb.Entity, se
 		}
 		return g.replaceQueue(ctx, e.GetName(), req)
 	case placementpb.EntityKind_ENTITY_KIND_TOPIC:
-		fields, err := patchedFields(describeTopic(e, topicFigures{}), set)
+		fields, err := patchedFields(describeTopic(e, topicFigures{}, nil), set)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +79,9 @@ func (g *Gateway) updateDescribed(ctx context.Context, e *placementpb.Entity, se
 
 // patchedFields writes desc as XML and reads its elements back as a
 // request's, with the text of those named in set replaced (or added, for
-// one the description leaves out).
+// one the description leaves out). The description's AuthorizationRules
+// are left out: the console does not read the rules, and an update
+// without the element keeps them, where an empty one would delete them.
 func patchedFields(desc any, set map[string]string) ([]rawField, error) {
 	b, err := xml.Marshal(desc)
 	if err != nil {
@@ -85,6 +91,7 @@ func patchedFields(desc any, set map[string]string) ([]rawField, error) {
 	if err := xml.Unmarshal(b, &d); err != nil {
 		return nil, fmt.Errorf("gateway: reading a description back: %w", err)
 	}
+	d.Fields = slices.DeleteFunc(d.Fields, func(f rawField) bool { return f.XMLName.Local == "AuthorizationRules" })
 	names := make([]string, 0, len(set))
 	for name := range set {
 		names = append(names, name)

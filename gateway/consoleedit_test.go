@@ -17,7 +17,7 @@ func TestPatchedFieldsRoundTrip(t *testing.T) {
 	q := &placementpb.Entity{Name: "q", Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Status: placementpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED,
 		Properties: placementpb.QueueDescription{LockDuration: 45 * time.Second, MaxDeliveryCount: 3, RequiresSession: true,
 			DefaultMessageTimeToLive: time.Hour, UserMetadata: "a < b & c", ForwardTo: "other", MaxSizeInMegabytes: 1024, MaxMessageSizeInKilobytes: 256, DuplicateDetectionHistoryTimeWindow: 10 * time.Minute}.Properties()}
-	fields, err := patchedFields(describeQueue(q, nil), nil)
+	fields, err := patchedFields(describeQueue(q, nil, nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestPatchedFieldsRoundTrip(t *testing.T) {
 	if got := req.desc.Properties(); !proto.Equal(got, q.Properties) || req.status != placementpb.EntityStatus_ENTITY_STATUS_RECEIVE_DISABLED {
 		t.Fatalf("queue read back as %v (status %v), want %v", got, req.status, q.Properties)
 	}
-	fields, err = patchedFields(describeQueue(q, nil), map[string]string{"LockDuration": "PT10S", "UserMetadata": "x <y> & 'z'"})
+	fields, err = patchedFields(describeQueue(q, nil, nil), map[string]string{"LockDuration": "PT10S", "UserMetadata": "x <y> & 'z'"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestPatchedFieldsRoundTrip(t *testing.T) {
 
 	topic := &placementpb.Entity{Name: "t", Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC,
 		Properties: placementpb.TopicDescription{DefaultMessageTimeToLive: time.Minute, MaxSizeInMegabytes: 2048, UserMetadata: "m", MaxMessageSizeInKilobytes: 256, DuplicateDetectionHistoryTimeWindow: 10 * time.Minute}.Properties()}
-	fields, err = patchedFields(describeTopic(topic, topicFigures{}), nil)
+	fields, err = patchedFields(describeTopic(topic, topicFigures{}, nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

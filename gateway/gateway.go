@@ -343,7 +343,16 @@ func (g *Gateway) getEntity(q request, name string) {
 		g.fail(q, fmt.Errorf("%w: %s is a %s", ErrNotFound, name, e.GetKind()))
 		return
 	}
-	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, g.counts(ctx, e))))
+	rulesOf := async(func() ([]*placementpb.AuthorizationRule, error) { return g.entityRules(ctx, e.GetName()) })
+	counts := g.counts(ctx, e)
+	// Without its rules the description must not go out: a client that
+	// sends it back in an update would delete them.
+	rules, err := rulesOf()
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, counts, rules)))
 }
 
 func (g *Gateway) readBody(q request) ([]byte, bool) {
@@ -401,6 +410,11 @@ func (g *Gateway) putEntity(q request, name string) {
 
 func (g *Gateway) createQueue(q request, name string, req queueRequest) {
 	ctx := q.r.Context()
+	rules, err := g.planRules(ctx, name, req.rules, true)
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
 	e, err := g.cfg.Catalog.CreateEntity(ctx, &placementpb.CreateEntityRequest{
 		Name: name, Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Properties: req.desc.Properties(), Status: req.status,
 	})
@@ -408,9 +422,15 @@ func (g *Gateway) createQueue(q request, name string, req queueRequest) {
 		g.fail(q, err)
 		return
 	}
+	put, err := g.applyAuthorizationRules(ctx, e.GetName(), rules)
+	if err != nil {
+		g.undoCreate(ctx, e.GetName(), err)
+		g.fail(q, err)
+		return
+	}
 	// A queue just created holds nothing: its counts are zero without
 	// asking its partitions, which may still be configuring.
-	writeEntry(q.w, http.StatusCreated, g.entry(q, e, describeQueue(e, &Counts{})))
+	writeEntry(q.w, http.StatusCreated, g.entry(q, e, describeQueue(e, &Counts{}, put)))
 }
 
 // immutable are the properties fixed at creation: an update may repeat
@@ -428,15 +448,23 @@ var immutable = []struct {
 // the request leaves out go back to their defaults, except the ones fixed
 // at creation, which keep their value.
 func (g *Gateway) updateQueue(q request, name string, req queueRequest) {
-	e, err := g.replaceQueue(q.r.Context(), name, req)
+	ctx := q.r.Context()
+	e, err := g.replaceQueue(ctx, name, req)
 	if err != nil {
 		g.fail(q, err)
 		return
 	}
-	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, nil)))
+	rules, err := g.entityRules(ctx, e.GetName())
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeEntry(q.w, http.StatusOK, g.entry(q, e, describeQueue(e, nil, rules)))
 }
 
-// replaceQueue is updateQueue's work, shared with the console's edit.
+// replaceQueue is updateQueue's work, shared with the console's edit:
+// the properties, then the authorization rules when the description
+// gives them. Everything is checked before anything changes.
 func (g *Gateway) replaceQueue(ctx context.Context, name string, req queueRequest) (*placementpb.Entity, error) {
 	cur, err := g.cfg.Catalog.GetEntity(ctx, &placementpb.GetEntityRequest{Name: name})
 	if err != nil {
@@ -454,7 +482,18 @@ func (g *Gateway) replaceQueue(ctx context.Context, name string, req queueReques
 	req.desc.RequiresSession = was.RequiresSession
 	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
 	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
-	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	rules, err := g.planRules(ctx, cur.GetName(), req.rules, false)
+	if err != nil {
+		return nil, err
+	}
+	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := g.applyAuthorizationRules(ctx, e.GetName(), rules); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 func (g *Gateway) deleteEntity(q request, name string) {
@@ -482,6 +521,7 @@ func (g *Gateway) listQueues(q request) {
 		return
 	}
 	ctx := q.r.Context()
+	rulesOf := async(func() (map[string][]*placementpb.AuthorizationRule, error) { return g.rulesByEntity(ctx) })
 	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
 		// One more than the page, to tell whether a next page exists.
 		Kind: placementpb.EntityKind_ENTITY_KIND_QUEUE, Skip: uint32(skip), Top: uint32(top + 1),
@@ -491,8 +531,15 @@ func (g *Gateway) listQueues(q request) {
 		return
 	}
 	es, more := page(resp.GetEntities(), top)
+	rules, err := rulesOf()
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
 	entries := make([]entryOut, len(es))
-	g.forEachCounted(ctx, es, func(i int, c *Counts) { entries[i] = g.entry(q, es[i], describeQueue(es[i], c)) })
+	g.forEachCounted(ctx, es, func(i int, c *Counts) {
+		entries[i] = g.entry(q, es[i], describeQueue(es[i], c, rules[strings.ToLower(es[i].GetName())]))
+	})
 	g.writeFeed(q, "Queues", "$Resources/Queues", skip, top, more, entries)
 }
 

@@ -41,7 +41,7 @@ func queueFeed(t testing.TB, n int) []byte {
 	q := newRequest(w, r)
 	entries := make([]entryOut, len(es))
 	for i, e := range es {
-		entries[i] = g.entry(q, e, describeQueue(e, &Counts{Active: uint64(i), DeadLetter: 2, Scheduled: 3, SizeBytes: 1234, AccessedAtMs: 1_700_000_200_789}))
+		entries[i] = g.entry(q, e, describeQueue(e, &Counts{Active: uint64(i), DeadLetter: 2, Scheduled: 3, SizeBytes: 1234, AccessedAtMs: 1_700_000_200_789}, nil))
 	}
 	g.writeFeed(q, "Queues", "$Resources/Queues", 0, n, false, entries)
 	return w.Body.Bytes()

@@ -23,7 +23,8 @@ type queueRequest struct {
 	status placementpb.EntityStatus
 	// set names the properties the request carried (by element name), so
 	// an update can tell "false" from "not said".
-	set map[string]bool
+	set   map[string]bool
+	rules rulesRequest
 }
 
 // statusNames maps Service Bus's EntityStatus onto the catalog's. The
@@ -120,9 +121,8 @@ func DecodeQueue(fields []rawField) (queueRequest, error) {
 				err = errors.New("deleting idle entities is not implemented; only the default (forever) is accepted")
 			}
 		case "AuthorizationRules":
-			if f.hasChildren() {
-				err = errors.New("entity-level authorization rules are not supported yet; use the namespace's rules")
-			}
+			q.rules.given = true
+			q.rules.rules, err = decodeAuthorizationRules(f)
 		case "ForwardTo":
 			q.desc.ForwardTo, err = forwardTarget(text)
 		case "ForwardDeadLetteredMessagesTo":
@@ -194,36 +194,36 @@ func mustBe(s string, want bool, why string) error {
 // in the order Service Bus writes them (the .NET client's deserializer
 // reads them in order).
 type queueDescriptionOut struct {
-	XMLName                             xml.Name         `xml:"QueueDescription"`
-	NS                                  string           `xml:"xmlns,attr"`
-	NSI                                 string           `xml:"xmlns:i,attr"`
-	LockDuration                        string           `xml:"LockDuration"`
-	MaxSizeInMegabytes                  int64            `xml:"MaxSizeInMegabytes"`
-	RequiresDuplicateDetection          bool             `xml:"RequiresDuplicateDetection"`
-	RequiresSession                     bool             `xml:"RequiresSession"`
-	DefaultMessageTimeToLive            string           `xml:"DefaultMessageTimeToLive"`
-	DeadLetteringOnMessageExpiration    bool             `xml:"DeadLetteringOnMessageExpiration"`
-	DuplicateDetectionHistoryTimeWindow string           `xml:"DuplicateDetectionHistoryTimeWindow"`
-	MaxDeliveryCount                    uint32           `xml:"MaxDeliveryCount"`
-	EnableBatchedOperations             bool             `xml:"EnableBatchedOperations"`
-	SizeInBytes                         *uint64          `xml:"SizeInBytes,omitempty"`
-	MessageCount                        *uint64          `xml:"MessageCount,omitempty"`
-	IsAnonymousAccessible               bool             `xml:"IsAnonymousAccessible"`
-	AuthorizationRules                  string           `xml:"AuthorizationRules"`
-	Status                              string           `xml:"Status"`
-	CreatedAt                           string           `xml:"CreatedAt"`
-	UpdatedAt                           string           `xml:"UpdatedAt"`
-	AccessedAt                          string           `xml:"AccessedAt"`
-	SupportOrdering                     bool             `xml:"SupportOrdering"`
-	CountDetails                        *countDetailsOut `xml:"CountDetails,omitempty"`
-	AutoDeleteOnIdle                    string           `xml:"AutoDeleteOnIdle"`
-	EnablePartitioning                  bool             `xml:"EnablePartitioning"`
-	EntityAvailabilityStatus            string           `xml:"EntityAvailabilityStatus"`
-	EnableExpress                       bool             `xml:"EnableExpress"`
-	ForwardTo                           string           `xml:"ForwardTo,omitempty"`
-	UserMetadata                        string           `xml:"UserMetadata,omitempty"`
-	ForwardDeadLetteredMessagesTo       string           `xml:"ForwardDeadLetteredMessagesTo,omitempty"`
-	MaxMessageSizeInKilobytes           int64            `xml:"MaxMessageSizeInKilobytes"`
+	XMLName                             xml.Name              `xml:"QueueDescription"`
+	NS                                  string                `xml:"xmlns,attr"`
+	NSI                                 string                `xml:"xmlns:i,attr"`
+	LockDuration                        string                `xml:"LockDuration"`
+	MaxSizeInMegabytes                  int64                 `xml:"MaxSizeInMegabytes"`
+	RequiresDuplicateDetection          bool                  `xml:"RequiresDuplicateDetection"`
+	RequiresSession                     bool                  `xml:"RequiresSession"`
+	DefaultMessageTimeToLive            string                `xml:"DefaultMessageTimeToLive"`
+	DeadLetteringOnMessageExpiration    bool                  `xml:"DeadLetteringOnMessageExpiration"`
+	DuplicateDetectionHistoryTimeWindow string                `xml:"DuplicateDetectionHistoryTimeWindow"`
+	MaxDeliveryCount                    uint32                `xml:"MaxDeliveryCount"`
+	EnableBatchedOperations             bool                  `xml:"EnableBatchedOperations"`
+	SizeInBytes                         *uint64               `xml:"SizeInBytes,omitempty"`
+	MessageCount                        *uint64               `xml:"MessageCount,omitempty"`
+	IsAnonymousAccessible               bool                  `xml:"IsAnonymousAccessible"`
+	AuthorizationRules                  authorizationRulesOut `xml:"AuthorizationRules"`
+	Status                              string                `xml:"Status"`
+	CreatedAt                           string                `xml:"CreatedAt"`
+	UpdatedAt                           string                `xml:"UpdatedAt"`
+	AccessedAt                          string                `xml:"AccessedAt"`
+	SupportOrdering                     bool                  `xml:"SupportOrdering"`
+	CountDetails                        *countDetailsOut      `xml:"CountDetails,omitempty"`
+	AutoDeleteOnIdle                    string                `xml:"AutoDeleteOnIdle"`
+	EnablePartitioning                  bool                  `xml:"EnablePartitioning"`
+	EntityAvailabilityStatus            string                `xml:"EntityAvailabilityStatus"`
+	EnableExpress                       bool                  `xml:"EnableExpress"`
+	ForwardTo                           string                `xml:"ForwardTo,omitempty"`
+	UserMetadata                        string                `xml:"UserMetadata,omitempty"`
+	ForwardDeadLetteredMessagesTo       string                `xml:"ForwardDeadLetteredMessagesTo,omitempty"`
+	MaxMessageSizeInKilobytes           int64                 `xml:"MaxMessageSizeInKilobytes"`
 }
 
 // Counts are an entity's runtime figures, summed over its partitions.
@@ -234,9 +234,10 @@ type Counts struct {
 	AccessedAtMs int64 `json:"-"`
 }
 
-// describeQueue writes a catalog entity as a QueueDescription; counts nil
-// leaves the runtime figures out (they could not be read).
-func describeQueue(e *placementpb.Entity, counts *Counts) *queueDescriptionOut {
+// describeQueue writes a catalog entity as a QueueDescription with its
+// authorization rules; counts nil leaves the runtime figures out (they
+// could not be read).
+func describeQueue(e *placementpb.Entity, counts *Counts, rules []*placementpb.AuthorizationRule) *queueDescriptionOut {
 	d := placementpb.Describe(e.GetProperties())
 	availability := "Available"
 	if e.GetDegraded() {
@@ -254,6 +255,7 @@ func describeQueue(e *placementpb.Entity, counts *Counts) *queueDescriptionOut {
 		DuplicateDetectionHistoryTimeWindow: placementpb.FormatISODuration(d.DuplicateDetectionHistoryTimeWindow),
 		MaxDeliveryCount:                    d.MaxDeliveryCount,
 		EnableBatchedOperations:             true,
+		AuthorizationRules:                  describeAuthorizationRules(rules),
 		Status:                              statusName(e.GetStatus()),
 		CreatedAt:                           atomTime(msTime(e.GetCreatedAtMs())),
 		UpdatedAt:                           atomTime(msTime(e.GetUpdatedAtMs())),

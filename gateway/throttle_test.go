@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,26 +24,38 @@ import (
 // nothing to get or list, and counts the calls that reached it.
 type countingCatalog struct {
 	placementpb.PlacementServiceClient
+	mu    sync.Mutex // a list reads the entities and their rules at once
 	calls int
 }
 
-func (c *countingCatalog) CreateEntity(ctx context.Context, in *placementpb.CreateEntityRequest, _ ...grpc.CallOption) (*placementpb.Entity, error) {
+func (c *countingCatalog) count() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.calls++
+}
+
+func (c *countingCatalog) CreateEntity(ctx context.Context, in *placementpb.CreateEntityRequest, _ ...grpc.CallOption) (*placementpb.Entity, error) {
+	c.count()
 	return &placementpb.Entity{Name: in.GetName(), Kind: in.GetKind(), Properties: in.GetProperties()}, nil
 }
 
 func (c *countingCatalog) GetEntity(ctx context.Context, in *placementpb.GetEntityRequest, _ ...grpc.CallOption) (*placementpb.Entity, error) {
-	c.calls++
+	c.count()
 	return nil, status.Error(codes.NotFound, "no such entity")
 }
 
 func (c *countingCatalog) DeleteEntity(ctx context.Context, in *placementpb.DeleteEntityRequest, _ ...grpc.CallOption) (*placementpb.DeleteEntityResponse, error) {
-	c.calls++
+	c.count()
 	return &placementpb.DeleteEntityResponse{}, nil
 }
 
+func (c *countingCatalog) ListAuthorizationRules(ctx context.Context, in *placementpb.ListAuthorizationRulesRequest, _ ...grpc.CallOption) (*placementpb.ListAuthorizationRulesResponse, error) {
+	c.count()
+	return &placementpb.ListAuthorizationRulesResponse{}, nil
+}
+
 func (c *countingCatalog) ListEntities(ctx context.Context, in *placementpb.ListEntitiesRequest, _ ...grpc.CallOption) (*placementpb.ListEntitiesResponse, error) {
-	c.calls++
+	c.count()
 	return &placementpb.ListEntitiesResponse{}, nil
 }
 
@@ -85,8 +98,8 @@ func TestAdminThrottled(t *testing.T) {
 				t.Fatalf("%s %s within the credits: %d, want %d: %s", tc.method, tc.path, w.Code, tc.want, w.Body)
 			}
 		}
-		if cat.calls != 3 {
-			t.Fatalf("%d catalog calls, want 3", cat.calls)
+		if cat.calls != 4 { // a list reads the entities and their authorization rules
+			t.Fatalf("%d catalog calls, want 4", cat.calls)
 		}
 
 		w := do(http.MethodDelete, "/q1", "", token)
@@ -103,7 +116,7 @@ func TestAdminThrottled(t *testing.T) {
 				t.Fatalf("throttled answer lacks %q: %s", want, body)
 			}
 		}
-		if cat.calls != 3 {
+		if cat.calls != 4 {
 			t.Fatal("a throttled delete reached the catalog")
 		}
 		if w := do(http.MethodPut, "/t/Subscriptions/s/Rules/r", "", token); w.Code != http.StatusServiceUnavailable {

@@ -108,7 +108,15 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, topic string) ([]*placeme
 }
 
 func (g *Gateway) getTopic(q request, e *placementpb.Entity) {
-	body := describeTopic(e, g.topicFiguresOf(q.r.Context(), e))
+	ctx := q.r.Context()
+	rulesOf := async(func() ([]*placementpb.AuthorizationRule, error) { return g.entityRules(ctx, e.GetName()) })
+	figures := g.topicFiguresOf(ctx, e)
+	rules, err := rulesOf()
+	if err != nil {
+		g.fail(q, err) // see getEntity
+		return
+	}
+	body := describeTopic(e, figures, rules)
 	writeEntry(q.w, http.StatusOK, g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 }
 
@@ -121,6 +129,11 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 	ctx := q.r.Context()
 	var e *placementpb.Entity
 	if q.r.Header.Get("If-Match") == "" {
+		plan, err := g.planRules(ctx, name, req.rules, true)
+		if err != nil {
+			g.fail(q, err)
+			return
+		}
 		e, err = g.cfg.Catalog.CreateEntity(ctx, &placementpb.CreateEntityRequest{
 			Name: name, Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Properties: req.desc.Properties(), Status: req.status,
 		})
@@ -128,7 +141,13 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 			g.fail(q, err)
 			return
 		}
-		body := describeTopic(e, topicFigures{counts: &Counts{}, haveSubscriptions: true})
+		rules, err := g.applyAuthorizationRules(ctx, e.GetName(), plan)
+		if err != nil {
+			g.undoCreate(ctx, e.GetName(), err)
+			g.fail(q, err)
+			return
+		}
+		body := describeTopic(e, topicFigures{counts: &Counts{}, haveSubscriptions: true}, rules)
 		writeEntry(q.w, http.StatusCreated, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), body))
 		return
 	}
@@ -137,7 +156,12 @@ func (g *Gateway) putTopic(q request, name string, fields []rawField) {
 		g.fail(q, err)
 		return
 	}
-	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{})))
+	rules, err := g.entityRules(ctx, e.GetName())
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
+	writeEntry(q.w, http.StatusOK, g.entryAt(q, name, e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, topicFigures{}, rules)))
 }
 
 // replaceTopic replaces a topic's description as a PUT with If-Match
@@ -161,7 +185,18 @@ func (g *Gateway) replaceTopic(ctx context.Context, name string, req topicReques
 	}
 	req.desc.RequiresDuplicateDetection = was.RequiresDuplicateDetection
 	req.desc.EnablePartitioning, req.desc.PartitionCount = was.EnablePartitioning, was.PartitionCount
-	return g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	plan, err := g.planRules(ctx, cur.GetName(), req.rules, false)
+	if err != nil {
+		return nil, err
+	}
+	e, err := g.cfg.Catalog.UpdateEntity(ctx, &placementpb.UpdateEntityRequest{Name: name, Properties: req.desc.Properties(), Status: req.status})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := g.applyAuthorizationRules(ctx, e.GetName(), plan); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 func (g *Gateway) listTopics(q request) {
@@ -171,6 +206,7 @@ func (g *Gateway) listTopics(q request) {
 		return
 	}
 	ctx := q.r.Context()
+	rulesOf := async(func() (map[string][]*placementpb.AuthorizationRule, error) { return g.rulesByEntity(ctx) })
 	resp, err := g.cfg.Catalog.ListEntities(ctx, &placementpb.ListEntitiesRequest{
 		Kind: placementpb.EntityKind_ENTITY_KIND_TOPIC, Skip: uint32(skip), Top: uint32(top + 1),
 	})
@@ -179,12 +215,17 @@ func (g *Gateway) listTopics(q request) {
 		return
 	}
 	es, more := page(resp.GetEntities(), top)
+	rules, err := rulesOf()
+	if err != nil {
+		g.fail(q, err)
+		return
+	}
 	figs := make([]topicFigures, len(es))
 	g.subscriptionFigures(ctx, es, figs)
 	g.forEachCounted(ctx, es, func(i int, c *Counts) { figs[i].counts = c })
 	entries := make([]entryOut, len(es))
 	for i, e := range es {
-		entries[i] = g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, figs[i]))
+		entries[i] = g.entryAt(q, e.GetName(), e.GetName(), e.GetCreatedAtMs(), e.GetUpdatedAtMs(), describeTopic(e, figs[i], rules[strings.ToLower(e.GetName())]))
 	}
 	g.writeFeed(q, "Topics", "$Resources/Topics", skip, top, more, entries)
 }

@@ -58,6 +58,11 @@ func (c *listingCatalog) ListEntities(ctx context.Context, in *placementpb.ListE
 	return &placementpb.ListEntitiesResponse{Entities: all}, nil
 }
 
+// ListAuthorizationRules answers that no entity has rules.
+func (c *listingCatalog) ListAuthorizationRules(context.Context, *placementpb.ListAuthorizationRulesRequest, ...grpc.CallOption) (*placementpb.ListAuthorizationRulesResponse, error) {
+	return &placementpb.ListAuthorizationRulesResponse{}, nil
+}
+
 // zeroStats answers every counter with zeros.
 type zeroStats struct{}
 

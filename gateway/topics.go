@@ -15,6 +15,7 @@ type topicRequest struct {
 	desc   placementpb.TopicDescription
 	status placementpb.EntityStatus
 	set    map[string]bool
+	rules  rulesRequest
 }
 
 // readOnlyTopicFields are what a GET answers and a client may send back.
@@ -43,8 +44,10 @@ func sharedProperty(f rawField, text string) (handled bool, err error) {
 		}
 		return true, err
 	case "AuthorizationRules":
+		// Queues and topics read theirs (authrules.go); a subscription
+		// has its topic's, as on Service Bus.
 		if f.hasChildren() {
-			return true, errors.New("entity-level authorization rules are not supported yet; use the namespace's rules")
+			return true, errors.New("a subscription has its topic's authorization rules and none of its own")
 		}
 		return true, nil
 	case "ForwardTo", "ForwardDeadLetteredMessagesTo":
@@ -107,6 +110,9 @@ func DecodeTopic(fields []rawField) (topicRequest, error) {
 			t.status = s
 		case "UserMetadata":
 			t.desc.UserMetadata, err = userMetadata(f)
+		case "AuthorizationRules":
+			t.rules.given = true
+			t.rules.rules, err = decodeAuthorizationRules(f)
 		default:
 			var handled bool
 			if handled, err = sharedProperty(f, text); !handled {
@@ -123,34 +129,34 @@ func DecodeTopic(fields []rawField) (topicRequest, error) {
 // topicDescriptionOut is a topic as the ATOM API describes it, elements
 // in Service Bus's order.
 type topicDescriptionOut struct {
-	XMLName                             xml.Name         `xml:"TopicDescription"`
-	NS                                  string           `xml:"xmlns,attr"`
-	NSI                                 string           `xml:"xmlns:i,attr"`
-	DefaultMessageTimeToLive            string           `xml:"DefaultMessageTimeToLive"`
-	MaxSizeInMegabytes                  int64            `xml:"MaxSizeInMegabytes"`
-	RequiresDuplicateDetection          bool             `xml:"RequiresDuplicateDetection"`
-	DuplicateDetectionHistoryTimeWindow string           `xml:"DuplicateDetectionHistoryTimeWindow"`
-	EnableBatchedOperations             bool             `xml:"EnableBatchedOperations"`
-	SizeInBytes                         *uint64          `xml:"SizeInBytes,omitempty"`
-	FilteringMessagesBeforePublishing   bool             `xml:"FilteringMessagesBeforePublishing"`
-	IsAnonymousAccessible               bool             `xml:"IsAnonymousAccessible"`
-	AuthorizationRules                  string           `xml:"AuthorizationRules"`
-	Status                              string           `xml:"Status"`
-	CreatedAt                           string           `xml:"CreatedAt"`
-	UpdatedAt                           string           `xml:"UpdatedAt"`
-	AccessedAt                          string           `xml:"AccessedAt"`
-	SupportOrdering                     bool             `xml:"SupportOrdering"`
-	CountDetails                        *countDetailsOut `xml:"CountDetails,omitempty"`
-	SubscriptionCount                   *int             `xml:"SubscriptionCount,omitempty"`
-	SQLFilterCount                      *int             `xml:"SqlFilterCount,omitempty"`
-	CorrelationFilterCount              *int             `xml:"CorrelationFilterCount,omitempty"`
-	AutoDeleteOnIdle                    string           `xml:"AutoDeleteOnIdle"`
-	EnablePartitioning                  bool             `xml:"EnablePartitioning"`
-	EntityAvailabilityStatus            string           `xml:"EntityAvailabilityStatus"`
-	EnableSubscriptionPartitioning      bool             `xml:"EnableSubscriptionPartitioning"`
-	EnableExpress                       bool             `xml:"EnableExpress"`
-	UserMetadata                        string           `xml:"UserMetadata,omitempty"`
-	MaxMessageSizeInKilobytes           int64            `xml:"MaxMessageSizeInKilobytes"`
+	XMLName                             xml.Name              `xml:"TopicDescription"`
+	NS                                  string                `xml:"xmlns,attr"`
+	NSI                                 string                `xml:"xmlns:i,attr"`
+	DefaultMessageTimeToLive            string                `xml:"DefaultMessageTimeToLive"`
+	MaxSizeInMegabytes                  int64                 `xml:"MaxSizeInMegabytes"`
+	RequiresDuplicateDetection          bool                  `xml:"RequiresDuplicateDetection"`
+	DuplicateDetectionHistoryTimeWindow string                `xml:"DuplicateDetectionHistoryTimeWindow"`
+	EnableBatchedOperations             bool                  `xml:"EnableBatchedOperations"`
+	SizeInBytes                         *uint64               `xml:"SizeInBytes,omitempty"`
+	FilteringMessagesBeforePublishing   bool                  `xml:"FilteringMessagesBeforePublishing"`
+	IsAnonymousAccessible               bool                  `xml:"IsAnonymousAccessible"`
+	AuthorizationRules                  authorizationRulesOut `xml:"AuthorizationRules"`
+	Status                              string                `xml:"Status"`
+	CreatedAt                           string                `xml:"CreatedAt"`
+	UpdatedAt                           string                `xml:"UpdatedAt"`
+	AccessedAt                          string                `xml:"AccessedAt"`
+	SupportOrdering                     bool                  `xml:"SupportOrdering"`
+	CountDetails                        *countDetailsOut      `xml:"CountDetails,omitempty"`
+	SubscriptionCount                   *int                  `xml:"SubscriptionCount,omitempty"`
+	SQLFilterCount                      *int                  `xml:"SqlFilterCount,omitempty"`
+	CorrelationFilterCount              *int                  `xml:"CorrelationFilterCount,omitempty"`
+	AutoDeleteOnIdle                    string                `xml:"AutoDeleteOnIdle"`
+	EnablePartitioning                  bool                  `xml:"EnablePartitioning"`
+	EntityAvailabilityStatus            string                `xml:"EntityAvailabilityStatus"`
+	EnableSubscriptionPartitioning      bool                  `xml:"EnableSubscriptionPartitioning"`
+	EnableExpress                       bool                  `xml:"EnableExpress"`
+	UserMetadata                        string                `xml:"UserMetadata,omitempty"`
+	MaxMessageSizeInKilobytes           int64                 `xml:"MaxMessageSizeInKilobytes"`
 }
 
 // topicFigures are a topic's runtime figures: its partitions' counters
@@ -162,7 +168,9 @@ type topicFigures struct {
 	haveSubscriptions               bool
 }
 
-func describeTopic(e *placementpb.Entity, fig topicFigures) *topicDescriptionOut {
+// describeTopic writes a catalog entity as a TopicDescription with its
+// figures and authorization rules.
+func describeTopic(e *placementpb.Entity, fig topicFigures, rules []*placementpb.AuthorizationRule) *topicDescriptionOut {
 	d := placementpb.TopicDescriptionOf(e.GetProperties())
 	ttl := d.DefaultMessageTimeToLive
 	if ttl == 0 {
@@ -175,6 +183,7 @@ func describeTopic(e *placementpb.Entity, fig topicFigures) *topicDescriptionOut
 		RequiresDuplicateDetection:          d.RequiresDuplicateDetection,
 		DuplicateDetectionHistoryTimeWindow: placementpb.FormatISODuration(d.DuplicateDetectionHistoryTimeWindow),
 		EnableBatchedOperations:             true,
+		AuthorizationRules:                  describeAuthorizationRules(rules),
 		Status:                              statusName(e.GetStatus()),
 		CreatedAt:                           atomTime(msTime(e.GetCreatedAtMs())),
 		UpdatedAt:                           atomTime(msTime(e.GetUpdatedAtMs())),

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,10 +85,10 @@ func authRuleCmd(args []string) error {
 		}
 		r := &placementpb.AuthorizationRule{Name: name, Entity: *entity, Rights: uint32(rights), PrimaryKey: *primary, SecondaryKey: *secondary}
 		if r.PrimaryKey == "" {
-			r.PrimaryKey = newKey()
+			r.PrimaryKey = sas.NewKey()
 		}
 		if r.SecondaryKey == "" {
-			r.SecondaryKey = newKey()
+			r.SecondaryKey = sas.NewKey()
 		}
 		got, err := put(r, true)
 		if err != nil {
@@ -110,11 +108,11 @@ func authRuleCmd(args []string) error {
 		}
 		switch *which {
 		case "primary":
-			r.PrimaryKey = newKey()
+			r.PrimaryKey = sas.NewKey()
 		case "secondary":
-			r.SecondaryKey = newKey()
+			r.SecondaryKey = sas.NewKey()
 		case "both":
-			r.PrimaryKey, r.SecondaryKey = newKey(), newKey()
+			r.PrimaryKey, r.SecondaryKey = sas.NewKey(), sas.NewKey()
 		default:
 			return fmt.Errorf("-key %q: want primary, secondary or both", *which)
 		}
@@ -151,13 +149,6 @@ func scopeName(entity string) string {
 		return "the namespace"
 	}
 	return entity
-}
-
-// newKey makes a key as Azure does: 32 random bytes in base64.
-func newKey() string {
-	var b [32]byte
-	rand.Read(b[:])
-	return base64.StdEncoding.EncodeToString(b[:])
 }
 
 func printKeys(r *placementpb.AuthorizationRule, endpoint string) {

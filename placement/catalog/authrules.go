@@ -13,8 +13,9 @@ import (
 )
 
 // MaxRulesPerScope bounds the authorization rules of the namespace and of
-// each entity: Azure allows 12.
-const MaxRulesPerScope = 12
+// each entity: Azure allows 12. The gateway checks a description's rules
+// against the same bound before it asks for any.
+const MaxRulesPerScope = sas.MaxRulesPerScope
 
 // ruleKey identifies a rule: its scope (Key of the entity, "" for the
 // namespace) and its name, ignoring case.
