@@ -40,17 +40,7 @@ func TestOneBudgetAcrossProcesses(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	grpcAddrs := freeAddrs(t, 3)
-	gossipAddrs := freeAddrs(t, 3)
-	var boot []string
-	for i := range 3 {
-		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
-	}
-	for i := range 3 {
-		startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
-			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
-	}
+	_, grpcAddrs, gossipAddrs := startStorageProcesses(t, bin, dir)
 	rules := filepath.Join(dir, "rules.json")
 	if err := cluster.WriteRulesConfig(rules, sas.DevRule()); err != nil {
 		t.Fatal(err)

@@ -351,21 +351,31 @@ type plainCluster struct {
 	amqpAddr  string
 }
 
+// startStorageProcesses starts three `quorumbus node` processes, n1 to
+// n3 under dir, with a plain-text cluster plane, bootstrapped together
+// and joined in one gossip; it returns them with their gRPC and gossip
+// addresses.
+func startStorageProcesses(t *testing.T, bin, dir string) (procs []*process, grpcAddrs, gossipAddrs []string) {
+	t.Helper()
+	grpcAddrs, gossipAddrs = freeAddrs(t, 3), freeAddrs(t, 3)
+	var boot []string
+	for i := range 3 {
+		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
+	}
+	for i := range 3 {
+		procs = append(procs, startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
+			"-bootstrap", strings.Join(boot, ","), "-log-level", "error"))
+	}
+	return procs, grpcAddrs, gossipAddrs
+}
+
 func startPlainCluster(t *testing.T) *plainCluster {
 	t.Helper()
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	c := &plainCluster{grpcAddrs: freeAddrs(t, 3), procs: make([]*process, 3)}
-	gossipAddrs := freeAddrs(t, 3)
-	var boot []string
-	for i := range 3 {
-		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, c.grpcAddrs[i]))
-	}
-	for i := range 3 {
-		c.procs[i] = startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			"-grpc-addr", c.grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
-			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
-	}
+	c := &plainCluster{}
+	c.procs, c.grpcAddrs, _ = startStorageProcesses(t, bin, dir)
 	c.amqpAddr = freeAddrs(t, 1)[0]
 	startFrontendProcess(t, bin, dir, c.amqpAddr, c.grpcAddrs)
 	return c

@@ -30,17 +30,7 @@ func TestGatewayProcess(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 
-	grpcAddrs := freeAddrs(t, 3)
-	gossipAddrs := freeAddrs(t, 3)
-	var boot []string
-	for i := range 3 {
-		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
-	}
-	for i := range 3 {
-		startProcess(t, bin, "node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
-			"-bootstrap", strings.Join(boot, ","), "-log-level", "error")
-	}
+	_, grpcAddrs, _ := startStorageProcesses(t, bin, dir)
 	httpAddr := freeAddrs(t, 1)[0]
 	// The gateway trusts the rules of its file besides the catalog's.
 	const key = "a-key-only-this-test-knows"
