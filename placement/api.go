@@ -324,8 +324,9 @@ func (s *Service) ReportGroups(ctx context.Context, req *pb.ReportGroupsRequest)
 }
 
 // WatchRoutes streams the routing table from this member's own replica of
-// the catalog: at once (or, with after_version, once the table is newer
-// than that), then after every change. A slow reader skips intermediate
+// the catalog: as soon as the member applied a command (or, with
+// after_version, once the table is newer than that), then after every
+// change. A slow reader skips intermediate
 // tables, never the latest one. With changes, every message after the
 // first whole table is what changed since the previous one (routes.go).
 // Any member serves it, leader or not, once it caught up (catchup.go);
@@ -357,7 +358,12 @@ func (s *Service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 		if err := s.fsm.Err(); err != nil {
 			return toStatus(err)
 		}
-		if first || s.fsm.RoutesVersion() > sent {
+		// The first whole table too waits for a version above 0: a
+		// member that applied no command yet has no table worth
+		// sending (no groups), and one sent would leave the watcher at
+		// a version no change starts from, so that its next message
+		// would be a whole table again.
+		if s.fsm.RoutesVersion() > sent {
 			msg, version, err := s.nextRoutes(sent, first || !req.Changes)
 			if err != nil {
 				return toStatus(err)
