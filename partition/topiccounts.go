@@ -1,0 +1,172 @@
+package partition
+
+import (
+	"math"
+
+	"github.com/quorumbus/quorumbus/partition/store"
+)
+
+// A topic partition's counters (issue 23). The topic holds no messages:
+// its subscriptions hold copies, and the topic partition only records
+// where a scheduled message's copies went (topicsched.go). Yet Service
+// Bus reports a topic's size in bytes and its scheduled messages, so the
+// topic's entity counters keep them, in the same apply as the changes
+// they count (no scan of messages; persisted with its entity record, so
+// snapshots and restarts carry them).
+//
+// Size. A message sent to a topic is stored once, whatever the number of
+// its copies (logbodies.go, sharedblobs.go). Each copy carries a share of
+// the message's size (StoredMessage.topic_share): the copies of one
+// message split it between them, the first size%k of k copies one byte
+// more than the others, so that the shares add up to the size. The
+// topic's size is the sum of the shares of the copies its subscriptions
+// hold, scheduled or dead-lettered ones included: each message counted
+// once while all its copies are held, less as subscriptions let theirs go,
+// nothing once none holds one. Every change of a copy goes through
+// applier.count, which takes its share off or puts it on the topic; a
+// copy moved (locked, dead-lettered, activated) takes it off and puts it
+// back, which nets to nothing. A subscription partition keeps the sum of
+// the shares it holds (counts.share), which its delete takes off the
+// topic without reading its messages.
+//
+// Scheduled. The topic's scheduled counter is the number of records of
+// messages scheduled on it (topicsched.go): one more when a send
+// schedules copies, one less when a cancel deletes a record or a record
+// whose time has come is pruned. ActivateScheduled prunes the topics'
+// due records as it activates the subscriptions' copies (their due time
+// is the same), so a message stops counting when its copies become
+// active. Deleting a subscription leaves the count as it is: the message
+// is still scheduled on the topic until its time.
+//
+// Invariants, per topic partition t, after each entry:
+//   - t.n.size is the sum of topic_share over the copies t's
+//     subscription partitions hold, which is also the sum of their
+//     n.share;
+//   - t.n.scheduled is the number of t's 0x1c records;
+//   - t.n.active, dead and locked are 0.
+//
+// Copies added by a version that did not count topics carry no share and
+// never count; a topic's record from such a version has no scheduled
+// counter, and Machine.load counts its records.
+
+// topicShare is the share of the j-th of k copies of a message of size
+// bytes.
+func topicShare(size int64, k, j int) int64 {
+	if k <= 0 {
+		return 0
+	}
+	s := size / int64(k)
+	if int64(j) < size%int64(k) {
+		s++
+	}
+	return s
+}
+
+// topicOf is the key of the topic partition whose sends subscription
+// partition e receives.
+func topicOf(e *entity) ekey {
+	return ekey{ID: e.cfg.GetTopicId(), Part: e.key.Part}
+}
+
+// count counts the message in slot s in (d = +1) or out of (d = -1) e's
+// counters, and its topic share in or out of its topic's size.
+func (a *applier) count(e *entity, s store.Slot, d int64) {
+	e.n.add(s, d)
+	if s.Share != 0 {
+		a.addTopicSize(topicOf(e), d*s.Share)
+	}
+}
+
+// addTopicSize notes a change of topic partition k's size, made at the
+// end of the entry (flushTopicSizes): a lock or a settlement moves a copy
+// out and back in, and the topic's record is written only when its size
+// changed.
+func (a *applier) addTopicSize(k ekey, d int64) {
+	if a.topicSizes == nil {
+		a.topicSizes = map[ekey]int64{}
+	}
+	a.topicSizes[k] += d
+}
+
+// flushTopicSizes adds the size changes of the entry to the topics. A
+// topic partition deleted meanwhile has none to take (its subscriptions
+// go by their own deletes).
+func (a *applier) flushTopicSizes() {
+	for k, d := range a.topicSizes {
+		if t, ok := a.entities[k]; ok && d != 0 && isTopic(t.cfg) {
+			t.n.size += d
+			a.dirty[k] = true
+		}
+	}
+	clear(a.topicSizes)
+}
+
+// releaseShares takes what subscription partition e, being deleted with
+// its messages, held of its topic's size off the topic.
+func (a *applier) releaseShares(e *entity) {
+	if isSubscription(e.cfg) && e.n.share != 0 {
+		a.addTopicSize(topicOf(e), -e.n.share)
+	}
+}
+
+// countTopicScheduled changes topic partition t's scheduled counter by d
+// records.
+func (a *applier) countTopicScheduled(t *entity, d int64) {
+	if d != 0 {
+		t.n.scheduled += d
+		a.dirty[t.key] = true
+	}
+}
+
+// pruneDueTopicScheduled deletes the records of messages scheduled on
+// the group's topics whose time has come, topic by topic in key order, at
+// most budget in all (ActivateScheduled: the subscriptions' copies of
+// those messages are activated by the same command).
+func (a *applier) pruneDueTopicScheduled(budget int) error {
+	for _, k := range sortedKeys(a.entities) {
+		if budget <= 0 {
+			return nil
+		}
+		t := a.entities[k]
+		if !isTopic(t.cfg) || t.topicSchedFloor > a.now {
+			continue
+		}
+		n, err := a.b.PruneTopicScheduled(t.key, a.now, &t.topicSchedFloor, budget)
+		if err != nil {
+			return err
+		}
+		a.countTopicScheduled(t, -int64(n))
+		budget -= n
+	}
+	return nil
+}
+
+// nextTopicScheduledDue is the earliest time a record of a message
+// scheduled on one of the group's topics may come due (the floor below
+// which a topic has none; an unknown floor, after a load, is due at once,
+// and its first prune finds the true one). Call it with m.mu held.
+func (m *Machine) nextTopicScheduledDue() (ms int64, ok bool) {
+	for _, e := range m.entities {
+		if isTopic(e.cfg) && e.topicSchedFloor != math.MaxInt64 && (!ok || e.topicSchedFloor < ms) {
+			ms, ok = e.topicSchedFloor, true
+		}
+	}
+	return ms, ok
+}
+
+// countUncounted sets the scheduled counter of the topic partitions whose
+// entity records were written before topics were counted, from their
+// records (not their messages).
+func (m *Machine) countUncounted() error {
+	for _, e := range m.entities {
+		if !e.uncounted {
+			continue
+		}
+		n, err := store.CountTopicScheduled(m.db, e.key)
+		if err != nil {
+			return err
+		}
+		e.n.scheduled, e.uncounted = n, false
+	}
+	return nil
+}
