@@ -360,6 +360,7 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	}
 	if !ok {
 		e = newEntity(k)
+		e.topicSchedFloor = math.MaxInt64 // a new entity partition holds nothing
 		a.entities[k] = e
 	}
 	e.cfg = cfg // the counters and the next sequence number stay

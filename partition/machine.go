@@ -223,7 +223,7 @@ func (m *Machine) load() error {
 		}
 	}
 	m.applied, m.entities = applied, entities
-	if err := m.countUncounted(); err != nil {
+	if err := m.loadTopics(); err != nil {
 		return err
 	}
 	m.subs = subscriptionIndex{}

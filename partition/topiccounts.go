@@ -142,9 +142,11 @@ func (a *applier) pruneDueTopicScheduled(budget int) error {
 }
 
 // nextTopicScheduledDue is the earliest time a record of a message
-// scheduled on one of the group's topics may come due (the floor below
-// which a topic has none; an unknown floor, after a load, is due at once,
-// and its first prune finds the true one). Call it with m.mu held.
+// scheduled on one of the group's topics may come due: the floor below
+// which a topic has none (Machine.loadTopics sets it, and a prune moves
+// it to the record left first; after a cancel it may be early, and the
+// ActivateScheduled it brings prunes nothing and moves it). Call it with
+// m.mu held.
 func (m *Machine) nextTopicScheduledDue() (ms int64, ok bool) {
 	for _, e := range m.entities {
 		if isTopic(e.cfg) && e.topicSchedFloor != math.MaxInt64 && (!ok || e.topicSchedFloor < ms) {
@@ -154,19 +156,31 @@ func (m *Machine) nextTopicScheduledDue() (ms int64, ok bool) {
 	return ms, ok
 }
 
-// countUncounted sets the scheduled counter of the topic partitions whose
-// entity records were written before topics were counted, from their
-// records (not their messages).
-func (m *Machine) countUncounted() error {
+// loadTopics finds, for each topic partition loaded, the earliest time a
+// record of a scheduled message comes due (so that the leader proposes
+// no ActivateScheduled for nothing after a load), and sets the scheduled
+// counter of those whose entity records were written before topics were
+// counted, from their records (not their messages).
+func (m *Machine) loadTopics() error {
 	for _, e := range m.entities {
-		if !e.uncounted {
+		if !isTopic(e.cfg) {
 			continue
 		}
-		n, err := store.CountTopicScheduled(m.db, e.key)
+		at, ok, err := store.FirstTopicScheduled(m.db, e.key)
 		if err != nil {
 			return err
 		}
-		e.n.scheduled, e.uncounted = n, false
+		e.topicSchedFloor = math.MaxInt64
+		if ok {
+			e.topicSchedFloor = at
+		}
+		if e.uncounted {
+			n, err := store.CountTopicScheduled(m.db, e.key)
+			if err != nil {
+				return err
+			}
+			e.n.scheduled, e.uncounted = n, false
+		}
 	}
 	return nil
 }

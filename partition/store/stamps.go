@@ -154,6 +154,24 @@ func CountTopicScheduled(r Reader, k EntityKey) (int64, error) {
 	return n, CloseIter(it, it.Error())
 }
 
+// FirstTopicScheduled returns the earliest due time of the messages
+// scheduled on topic partition k; ok is false when none is.
+func FirstTopicScheduled(r Reader, k EntityKey) (at int64, ok bool, err error) {
+	prefix := KindPrefix(k, KindTopicSchedTime)
+	it, err := PrefixIter(r, prefix)
+	if err != nil {
+		return 0, false, err
+	}
+	if it.First() {
+		key := it.Key()
+		if len(key) < len(prefix)+8 {
+			return 0, false, CloseIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
+		}
+		at, ok = TimeFromBits(binary.BigEndian.Uint64(key[len(prefix):])), true
+	}
+	return at, ok, CloseIter(it, it.Error())
+}
+
 // DeleteTopicScheduled deletes the record of topic message seq, due at at.
 func (b *Batch) DeleteTopicScheduled(k EntityKey, seq uint64, at int64) error {
 	if err := b.pb.Delete(TopicSchedKey(k, seq), nil); err != nil {
