@@ -362,6 +362,9 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 		e = newEntity(k)
 		e.topicSchedFloor = math.MaxInt64 // a new entity partition holds nothing
 		a.entities[k] = e
+		if isTopic(cfg) {
+			a.countTopicSize(e)
+		}
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
 	e.rules, e.rulesSum = rules, rulesSum(cfg)

@@ -17,8 +17,10 @@ import (
 // Size. A message sent to a topic is stored once, whatever the number of
 // its copies (logbodies.go, sharedblobs.go). Each copy carries a share of
 // the message's size (StoredMessage.topic_share): the copies of one
-// message split it between them, the first size%k of k copies one byte
-// more than the others, so that the shares add up to the size. The
+// message split it between them, the first of k copies taking the
+// remainder of size/k too, so that the shares add up to the size. (The
+// copies after the first then carry the same share, and their state
+// records stay alike: store.Batch.PutNewCopy.) The
 // topic's size is the sum of the shares of the copies its subscriptions
 // hold, scheduled or dead-lettered ones included: each message counted
 // once while all its copies are held, less as subscriptions let theirs go,
@@ -55,11 +57,10 @@ func topicShare(size int64, k, j int) int64 {
 	if k <= 0 {
 		return 0
 	}
-	s := size / int64(k)
-	if int64(j) < size%int64(k) {
-		s++
+	if j == 0 {
+		return size/int64(k) + size%int64(k)
 	}
-	return s
+	return size / int64(k)
 }
 
 // topicOf is the key of the topic partition whose sends subscription
@@ -99,6 +100,22 @@ func (a *applier) flushTopicSizes() {
 		}
 	}
 	clear(a.topicSizes)
+}
+
+// countTopicSize sets the size of topic partition t, created in this
+// entry, from the shares its subscriptions' partitions hold: a topic
+// partition deleted and created again under the same key (which the
+// catalog never does: a topic's delete deletes its subscriptions, and
+// ids are not reused) finds them holding copies. The changes noted for
+// the topic earlier in the entry are in those shares already.
+func (a *applier) countTopicSize(t *entity) {
+	t.n.size = 0
+	for _, s := range a.entities {
+		if isSubscription(s.cfg) && topicOf(s) == t.key {
+			t.n.size += s.n.share
+		}
+	}
+	delete(a.topicSizes, t.key)
 }
 
 // releaseShares takes what subscription partition e, being deleted with
