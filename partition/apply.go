@@ -119,6 +119,9 @@ type applier struct {
 	topicPlans []*partitionpb.TopicPlan
 	cmd        int
 	views      lazyViews // the entry's filter views not decoded yet (decode.go)
+	// topicSizes: the changes of topics' sizes in the entry being
+	// applied, by topic partition (topiccounts.go).
+	topicSizes map[ekey]int64
 
 	format byte // the format of the entry being applied (codec.go)
 }
@@ -166,6 +169,7 @@ func (a *applier) applyEntry(e Entry) ([]*partitionpb.Result, error) {
 		}
 		results[i] = r
 	}
+	a.flushTopicSizes()
 	return results, nil
 }
 
@@ -356,7 +360,11 @@ func (a *applier) upsertEntity(c *partitionpb.UpsertEntity) (*partitionpb.Result
 	}
 	if !ok {
 		e = newEntity(k)
+		e.topicSchedFloor = math.MaxInt64 // a new entity partition holds nothing
 		a.entities[k] = e
+		if isTopic(cfg) {
+			a.countTopicSize(e)
+		}
 	}
 	e.cfg = cfg // the counters and the next sequence number stay
 	e.rules, e.rulesSum = rules, rulesSum(cfg)
@@ -396,6 +404,7 @@ func (a *applier) deleteEntity(c *partitionpb.DeleteEntity) (*partitionpb.Result
 	if err := a.deleteEntityData(e); err != nil {
 		return nil, err
 	}
+	a.releaseShares(e)
 	delete(a.entities, e.key)
 	a.subs.stale()
 	a.dirty[e.key] = true
@@ -431,7 +440,9 @@ func (a *applier) enqueue(c *partitionpb.Enqueue) (*partitionpb.Result, error) {
 		}
 		size += newMessageSize(nm)
 	}
-	if max := e.cfg.MaxSizeBytes; max > 0 && e.n.size+size > max {
+	// A topic's quota is its subscriptions' (publish); its own size,
+	// their shares (topiccounts.go), is reported and not enforced.
+	if max := e.cfg.MaxSizeBytes; max > 0 && !isTopic(e.cfg) && e.n.size+size > max {
 		return nil, fmt.Errorf("%w: %s holds %d bytes, %d more exceed its %d", ErrQuotaExceeded, e.cfg.Name, e.n.size, size, max)
 	}
 	if err := checkForwarded(e, c); err != nil {

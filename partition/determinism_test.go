@@ -415,6 +415,32 @@ func sameResults(t *testing.T, name string, want, got [][]*partitionpb.Result) {
 	}
 }
 
+// recountTopic is what a topic partition's counters must hold
+// (topiccounts.go): the topic shares of the copies its subscriptions'
+// partitions hold, and its records of scheduled messages.
+func recountTopic(t *testing.T, m *partition.Machine, id uint64, part uint32) (size, scheduled uint64) {
+	t.Helper()
+	for _, s := range workloadEntities {
+		if s.cfg.GetTopicId() != id || s.part != part {
+			continue
+		}
+		for _, sub := range []partitionpb.SubQueue{main, dlq} {
+			ms, err := partition.Messages(m, s.id, s.part, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, msg := range ms {
+				size += uint64(msg.TopicShare)
+			}
+		}
+	}
+	n, err := partition.TopicScheduledEntries(m, id, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return size, uint64(n)
+}
+
 // checkCounters recounts every entity's messages and compares with Stats.
 func checkCounters(t *testing.T, m *partition.Machine) {
 	t.Helper()
@@ -445,6 +471,9 @@ func checkCounters(t *testing.T, m *partition.Machine) {
 				}
 				want.SizeBytes += uint64(len(msg.Bare))
 			}
+		}
+		if e.cfg.GetKind() == placementpb.EntityKind_ENTITY_KIND_TOPIC {
+			want.SizeBytes, want.ScheduledMessages = recountTopic(t, m, e.id, e.part)
 		}
 		if !proto.Equal(s, &want) {
 			t.Errorf("%d/%d: stats %v, recounted %v", e.id, e.part, s, &want)

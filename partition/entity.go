@@ -84,6 +84,9 @@ type entity struct {
 	// topicSchedFloor: no scheduled topic message's time entry is
 	// earlier (topicsched.go).
 	topicSchedFloor int64
+	// uncounted: a topic partition loaded from an entity record written
+	// before topics kept their scheduled counter (topiccounts.go).
+	uncounted bool
 }
 
 func newEntity(k ekey) *entity {
@@ -102,9 +105,15 @@ func newEntity(k ekey) *entity {
 // counts are an entity partition's message counters (see StatsResponse).
 // active counts the main sub-queue's active and deferred messages, locked
 // or not; dead counts the dead-letter sub-queue; locked counts locks in
-// either sub-queue; size sums the messages' sizes (see messageSize).
+// either sub-queue; size sums the messages' sizes (see messageSize);
+// share sums their topic shares (a subscription's part of its topic's
+// size, topiccounts.go).
+//
+// A topic partition holds no messages: its size is the sum of the shares
+// of its subscriptions' copies, and scheduled the number of messages
+// scheduled on it (topiccounts.go); its other counters stay 0.
 type counts struct {
-	active, dead, scheduled, locked, size int64
+	active, dead, scheduled, locked, size, share int64
 }
 
 func (e *entity) nextSequence() uint64 {
@@ -156,6 +165,7 @@ func (c *counts) add(s store.Slot, d int64) {
 		c.locked += d
 	}
 	c.size += d * s.Size
+	c.share += d * s.Share
 }
 
 func (c counts) stats() *partitionpb.StatsResponse {
@@ -210,19 +220,23 @@ func normalizeConfig(c *partitionpb.EntityConfig) (*partitionpb.EntityConfig, er
 }
 
 // The entity record: a version byte, the next counter, the counters and
-// fresh, then (from version 3) the access time, then the config in
-// protobuf. Version 2 records, written before the access time was kept,
-// read as never accessed.
+// fresh, then (from version 3) the access time, then (from version 4) the
+// topic shares held, then the config in protobuf. Version 2 records,
+// written before the access time was kept, read as never accessed;
+// records before version 4, written before topics were counted, hold no
+// shares, and a topic's scheduled counter is counted when it loads
+// (Machine.load).
 const (
 	entityRecordV2  = 2
 	entityRecordV3  = 3
-	entityRecordLen = 1 + 8*7 // version 2's fixed part; version 3 adds 8
+	entityRecordV4  = 4
+	entityRecordLen = 1 + 8*7 // version 2's fixed part; version 3 adds 8, version 4 another 8
 )
 
 func (e *entity) record() []byte {
-	b := make([]byte, 0, entityRecordLen+8+marshal.Size(e.cfg))
-	b = append(b, entityRecordV3)
-	for _, v := range []uint64{e.next, uint64(e.n.active), uint64(e.n.dead), uint64(e.n.scheduled), uint64(e.n.locked), uint64(e.n.size), e.fresh, uint64(e.accessed)} {
+	b := make([]byte, 0, entityRecordLen+16+marshal.Size(e.cfg))
+	b = append(b, entityRecordV4)
+	for _, v := range []uint64{e.next, uint64(e.n.active), uint64(e.n.dead), uint64(e.n.scheduled), uint64(e.n.locked), uint64(e.n.size), e.fresh, uint64(e.accessed), uint64(e.n.share)} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
 	b, err := marshal.MarshalAppend(b, e.cfg)
@@ -238,16 +252,21 @@ func parseEntityRecord(k ekey, p []byte) (*entity, error) {
 	case len(p) >= entityRecordLen && p[0] == entityRecordV2:
 	case len(p) >= entityRecordLen+8 && p[0] == entityRecordV3:
 		fixed += 8
+	case len(p) >= entityRecordLen+16 && p[0] == entityRecordV4:
+		fixed += 16
 	default:
 		return nil, fmt.Errorf("%w: entity %s: bad record", ErrCorrupt, k)
 	}
 	u := func(i int) uint64 { return binary.BigEndian.Uint64(p[1+8*i:]) }
 	e := newEntity(k)
 	e.next = u(0)
-	e.n = counts{int64(u(1)), int64(u(2)), int64(u(3)), int64(u(4)), int64(u(5))}
+	e.n = counts{active: int64(u(1)), dead: int64(u(2)), scheduled: int64(u(3)), locked: int64(u(4)), size: int64(u(5))}
 	e.fresh = u(6)
-	if p[0] == entityRecordV3 {
+	if p[0] >= entityRecordV3 {
 		e.accessed = int64(u(7))
+	}
+	if p[0] >= entityRecordV4 {
+		e.n.share = int64(u(8))
 	}
 	e.cfg = new(partitionpb.EntityConfig)
 	if err := proto.Unmarshal(p[fixed:], e.cfg); err != nil {
@@ -259,5 +278,6 @@ func parseEntityRecord(k ekey, p []byte) (*entity, error) {
 		return nil, fmt.Errorf("%w: entity %s: rules: %v", ErrCorrupt, k, err)
 	}
 	e.rules, e.rulesSum = rules, rulesSum(e.cfg)
+	e.uncounted = p[0] < entityRecordV4 && isTopic(e.cfg)
 	return e, nil
 }

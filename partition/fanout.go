@@ -341,8 +341,9 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 		// topic's number (topicsched.go); format 7 on (codec.go).
 		var sched []store.ScheduledCopy
 		var prev copyShape
-		for _, cp := range plans[i] {
-			m, err := a.addCopy(t, cp, nm, i, scratch, &prev)
+		size := newMessageSize(nm)
+		for j, cp := range plans[i] {
+			m, err := a.addCopy(t, cp, nm, i, topicShare(size, len(plans[i]), j), scratch, &prev)
 			if err != nil {
 				return nil, err
 			}
@@ -354,6 +355,7 @@ func (a *applier) publish(t *entity, c *partitionpb.Enqueue) (*partitionpb.Resul
 			if err := a.recordTopicScheduled(t, seq, nm.ScheduledEnqueueTimeMs, sched); err != nil {
 				return nil, err
 			}
+			a.countTopicScheduled(t, +1)
 		}
 		if len(nm.StagedBody) > 0 {
 			// Stored once: the copies share the topic's blob.
@@ -404,17 +406,19 @@ func (a *applier) dropStagedOf(t *entity, nm *partitionpb.NewMessage) error {
 type copyShape struct {
 	plain        bool // no rule action changed it, and it is not dead-lettered
 	ttl, expires int64
+	share        int64
 }
 
 // addCopy adds message i of the Enqueue being applied to a subscription,
-// built in m (which it resets) and returned. prev is the shape of the copy
+// with share bytes of its topic's size (topiccounts.go), built in m (which
+// it resets) and returned. prev is the shape of the copy
 // of message i added before, if any, and becomes this one's: a copy of
 // the same shape as the one before it reuses its record's encoding
 // (store.Batch.PutNewCopy; partition's tests have the store check it).
 // Its time to live is the message's, else the topic's default (the
 // front-end's ttl_ms), capped by the subscription's default, as Service
 // Bus takes the smaller.
-func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int, m *partitionpb.StoredMessage, prev *copyShape) (*partitionpb.StoredMessage, error) {
+func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i int, share int64, m *partitionpb.StoredMessage, prev *copyShape) (*partitionpb.StoredMessage, error) {
 	s := cp.sub
 	m.Reset() // m is the caller's, reused copy after copy
 	m.SequenceNumber = s.nextSequence()
@@ -425,6 +429,7 @@ func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i 
 	m.MessageId, m.SessionId, m.PartitionKey = nm.MessageId, nm.SessionId, nm.PartitionKey
 	m.Header, m.Annotations, m.Bare = nm.Header, nm.Annotations, nm.Bare
 	m.TtlMs = nm.TtlMs
+	m.TopicShare = share
 	if d := s.cfg.DefaultTtlMs; d > 0 && (m.TtlMs == 0 || m.TtlMs > d) {
 		m.TtlMs = d
 	}
@@ -455,7 +460,7 @@ func (a *applier) addCopy(t *entity, cp copyPlan, nm *partitionpb.NewMessage, i 
 			m.ExpiresAtMs = from + m.TtlMs
 		}
 	}
-	shape := copyShape{plain: cp.set == nil && len(cp.removed) == 0 && cp.dead == "", ttl: m.TtlMs, expires: m.ExpiresAtMs}
+	shape := copyShape{plain: cp.set == nil && len(cp.removed) == 0 && cp.dead == "", ttl: m.TtlMs, expires: m.ExpiresAtMs, share: share}
 	like := shape.plain && *prev == shape
 	*prev = shape
 	return m, a.add(s, m, like)

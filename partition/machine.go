@@ -223,6 +223,9 @@ func (m *Machine) load() error {
 		}
 	}
 	m.applied, m.entities = applied, entities
+	if err := m.loadTopics(); err != nil {
+		return err
+	}
 	m.subs = subscriptionIndex{}
 	m.publishRoutes()
 	m.reqFloor = math.MinInt64 // the first entry's pruning finds the oldest

@@ -50,7 +50,7 @@ func (a *applier) indexed(e *entity, m *partitionpb.StoredMessage) error {
 	if err := a.index(e, s, true); err != nil {
 		return err
 	}
-	e.n.add(s, +1)
+	a.count(e, s, +1)
 	a.dirty[e.key] = true
 	return nil
 }
@@ -80,7 +80,7 @@ func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until i
 	if err := a.index(e, old, false); err != nil {
 		return err
 	}
-	e.n.add(old, -1)
+	a.count(e, old, -1)
 	if err := a.b.PutLocked(e.key, old, v); err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (a *applier) lockRecord(e *entity, old store.Slot, p, token []byte, until i
 	if err := a.index(e, s, true); err != nil {
 		return err
 	}
-	e.n.add(s, +1)
+	a.count(e, s, +1)
 	a.dirty[e.key] = true
 	return nil
 }
@@ -135,7 +135,7 @@ func (a *applier) unslot(e *entity, s store.Slot) error {
 	if err := a.b.DeleteState(e.key, s); err != nil {
 		return err
 	}
-	e.n.add(s, -1)
+	a.count(e, s, -1)
 	a.dirty[e.key] = true
 	return nil
 }
@@ -158,7 +158,7 @@ func (a *applier) update(e *entity, old store.Slot, m *partitionpb.StoredMessage
 		if err := a.index(e, old, false); err != nil {
 			return err
 		}
-		e.n.add(old, -1)
+		a.count(e, old, -1)
 	}
 	return a.putState(e, m)
 }

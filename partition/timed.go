@@ -73,6 +73,11 @@ func (a *applier) activateScheduled() (*partitionpb.Result, error) {
 			return nil, err
 		}
 	}
+	// The topics' records of the messages whose copies came due
+	// (topiccounts.go).
+	if err := a.pruneDueTopicScheduled(a.lim.Activated); err != nil {
+		return nil, err
+	}
 	return okResult(), nil
 }
 

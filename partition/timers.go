@@ -82,10 +82,20 @@ func (m *Machine) NextLockExpiry() (ms int64, ok bool) {
 }
 
 // NextScheduledDue returns the earliest scheduled_enqueue_time_ms of any
-// scheduled message in the group; ok is false when none is scheduled. The
-// leader proposes ActivateScheduled once its clock passes it.
+// scheduled message in the group, or of a topic's record of one
+// (topiccounts.go); ok is false when none is scheduled. The leader
+// proposes ActivateScheduled once its clock passes it.
 func (m *Machine) NextScheduledDue() (ms int64, ok bool) {
-	return m.earliest(func(e *entity) *store.TimeIndex { return &e.sched })
+	ms, ok = m.earliest(func(e *entity) *store.TimeIndex { return &e.sched })
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.usable() != nil {
+		return 0, false
+	}
+	if at, has := m.nextTopicScheduledDue(); has && (!ok || at < ms) {
+		ms, ok = at, true
+	}
+	return ms, ok
 }
 
 // NextMessageExpiry returns the earliest expires_at_ms of any message that

@@ -36,7 +36,9 @@ func (a *applier) recordTopicScheduled(t *entity, seq uint64, at int64, copies [
 
 // pruneTopicScheduled deletes up to budget records whose time has come.
 func (a *applier) pruneTopicScheduled(t *entity, budget int) error {
-	return a.b.PruneTopicScheduled(t.key, a.now, &t.topicSchedFloor, budget)
+	n, err := a.b.PruneTopicScheduled(t.key, a.now, &t.topicSchedFloor, budget)
+	a.countTopicScheduled(t, -int64(n))
+	return err
 }
 
 // cancelTopicScheduled cancels the messages scheduled on topic partition
@@ -71,6 +73,7 @@ func (a *applier) cancelTopicScheduled(t *entity, seqs []uint64) error {
 		if err := a.b.DeleteTopicScheduled(t.key, seq, at); err != nil {
 			return err
 		}
+		a.countTopicScheduled(t, -1)
 	}
 	return nil
 }

@@ -32,6 +32,9 @@ type Slot struct {
 	// blobEntity is the topic whose shared blob it is, 0 for the
 	// message's own (sharedblobs.go).
 	BlobEntity uint64
+	// Share is a topic copy's part of its topic's size
+	// (StoredMessage.topic_share).
+	Share int64
 	// session is the message's session id; on an entity that requires
 	// sessions it places a main-queue message in its session's stream
 	// (sessiongo).
@@ -54,6 +57,7 @@ func SlotOf(m *partitionpb.StoredMessage) Slot {
 		BlobEntity: m.BodyBlobEntity,
 
 		Session: m.SessionId,
+		Share:   m.TopicShare,
 	}
 }
 
@@ -166,7 +170,7 @@ func (e *recordEncoder) str(num protowire.Number, v string) {
 
 // StateFields are the field numbers state writes; TestStateEncoding checks
 // that with the sections they are all of StoredMessage's.
-var StateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40, 41}
+var StateFields = []protowire.Number{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40, 41, 42}
 
 // message encodes m's body record (body) or its state record.
 func (e *recordEncoder) message(m *partitionpb.StoredMessage, body bool) {
@@ -225,6 +229,7 @@ func (e *recordEncoder) state(m *partitionpb.StoredMessage) {
 	}
 	e.varint(40, uint64(m.ForwardHops))
 	e.varint(41, m.BodyBlobEntity)
+	e.varint(42, uint64(m.TopicShare))
 	// Fields a newer version wrote, kept as protobuf keeps them: replicas
 	// of two versions must still write the same bytes.
 	if u := m.ProtoReflect().GetUnknown(); len(u) > 0 {
@@ -332,6 +337,8 @@ func UnmarshalState(p []byte, m *partitionpb.StoredMessage) error {
 				m.ForwardHops = uint32(v)
 			case 41:
 				m.BodyBlobEntity = v
+			case 42:
+				m.TopicShare = int64(v)
 			default:
 				known = false
 			}
@@ -440,6 +447,8 @@ func StateSlot(p []byte) (s Slot, token []byte, err error) {
 			s.InLog = v != 0
 		case 41:
 			s.BlobEntity = v
+		case 42:
+			s.Share = int64(v)
 		}
 	}
 	s.Locked = len(token) > 0

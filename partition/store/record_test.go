@@ -120,6 +120,7 @@ func TestStateEncoding(t *testing.T) {
 			DeadLetterSource:       str(),
 			TtlMs:                  i64(),
 			Size:                   i64(),
+			TopicShare:             i64(),
 		}
 		if rng.IntN(2) == 0 {
 			m.LockToken = []byte(str())
@@ -183,7 +184,7 @@ func stateSeeds() [][]byte {
 		SequenceNumber: 7, EnqueuedTimeMs: -5, DeliveryCount: 2, State: 3, SubQueue: 1, LockToken: []byte("0123456789abcdef"),
 		LockedUntilMs: 9, ExpiresAtMs: 10, ScheduledEnqueueTimeMs: 11, MessageId: "id", SessionId: "s", PartitionKey: "k",
 		DeadLetterReason: "r", DeadLetterDescription: "d", DeadLetterSource: "src", TtlMs: 12,
-		ModifiedProperties: [][]byte{{1}, {}, {2, 3}}, Size: 1024, BodyBlob: []byte("b"), BodyBlobEntity: 10,
+		ModifiedProperties: [][]byte{{1}, {}, {2, 3}}, Size: 1024, BodyBlob: []byte("b"), BodyBlobEntity: 10, TopicShare: 13,
 	})
 	var odd []byte
 	odd = protowire.AppendVarint(protowire.AppendTag(odd, 21, protowire.VarintType), 5)

@@ -71,9 +71,10 @@ func (b *Batch) PutDedup(k EntityKey, id string, s Stamp, old *Stamp) error {
 func (b *Batch) PruneDedup(k EntityKey, cutoff int64, floor *int64, budget int) error {
 	// Plain deletes: PutDedup overwrites the record of an id seen again
 	// after its window, so it is not written once between deletes.
-	return b.pruneByTime(KindPrefix(k, KindDedupTime), cutoff, floor, budget, b.delete, func(id []byte) []byte {
+	_, err := b.pruneByTime(KindPrefix(k, KindDedupTime), cutoff, floor, budget, b.delete, func(id []byte) []byte {
 		return DedupKey(k, string(id))
 	})
+	return err
 }
 
 // Forward returns the record of forwarded origin id (the origin's
@@ -91,9 +92,10 @@ func (b *Batch) PutForward(k EntityKey, id []byte, s Stamp, old *Stamp) error {
 
 // PruneForwards deletes up to budget origins taken at or before cutoff.
 func (b *Batch) PruneForwards(k EntityKey, cutoff int64, floor *int64, budget int) error {
-	return b.pruneByTime(KindPrefix(k, KindForwardTime), cutoff, floor, budget, b.delete, func(id []byte) []byte {
+	_, err := b.pruneByTime(KindPrefix(k, KindForwardTime), cutoff, floor, budget, b.delete, func(id []byte) []byte {
 		return ForwardKey(k, id)
 	})
+	return err
 }
 
 // ScheduledCopy is a copy of a message scheduled on a topic: the
@@ -136,6 +138,40 @@ func (b *Batch) TopicScheduled(k EntityKey, seq uint64) (at int64, copies []Sche
 	return at, copies, true, nil
 }
 
+// CountTopicScheduled counts the records of messages scheduled on topic
+// partition k (one key read each, none of the messages): what its
+// scheduled counter holds, for an entity record written before the
+// counter was kept.
+func CountTopicScheduled(r Reader, k EntityKey) (int64, error) {
+	it, err := PrefixIter(r, KindPrefix(k, KindTopicSched))
+	if err != nil {
+		return 0, err
+	}
+	n := int64(0)
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n, CloseIter(it, it.Error())
+}
+
+// FirstTopicScheduled returns the earliest due time of the messages
+// scheduled on topic partition k; ok is false when none is.
+func FirstTopicScheduled(r Reader, k EntityKey) (at int64, ok bool, err error) {
+	prefix := KindPrefix(k, KindTopicSchedTime)
+	it, err := PrefixIter(r, prefix)
+	if err != nil {
+		return 0, false, err
+	}
+	if it.First() {
+		key := it.Key()
+		if len(key) < len(prefix)+8 {
+			return 0, false, CloseIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
+		}
+		at, ok = TimeFromBits(binary.BigEndian.Uint64(key[len(prefix):])), true
+	}
+	return at, ok, CloseIter(it, it.Error())
+}
+
 // DeleteTopicScheduled deletes the record of topic message seq, due at at.
 func (b *Batch) DeleteTopicScheduled(k EntityKey, seq uint64, at int64) error {
 	if err := b.pb.Delete(TopicSchedKey(k, seq), nil); err != nil {
@@ -145,8 +181,8 @@ func (b *Batch) DeleteTopicScheduled(k EntityKey, seq uint64, at int64) error {
 }
 
 // PruneTopicScheduled deletes up to budget records due at or before
-// cutoff.
-func (b *Batch) PruneTopicScheduled(k EntityKey, cutoff int64, floor *int64, budget int) error {
+// cutoff and returns how many it deleted.
+func (b *Batch) PruneTopicScheduled(k EntityKey, cutoff int64, floor *int64, budget int) (int, error) {
 	return b.pruneByTime(KindPrefix(k, KindTopicSchedTime), cutoff, floor, budget, b.delete, func(id []byte) []byte {
 		return append(KindPrefix(k, KindTopicSched), id...)
 	})
@@ -158,7 +194,8 @@ func (b *Batch) PruneRequests(cutoff int64, floor *int64, budget int) error {
 	// Single deletes: partition's recordRequest deletes an expired result
 	// before it writes the id's new one, so each is written once between
 	// deletes.
-	return b.pruneByTime([]byte{PrefixReqTime}, cutoff, floor, budget, b.singleDelete, RequestKey)
+	_, err := b.pruneByTime([]byte{PrefixReqTime}, cutoff, floor, budget, b.singleDelete, RequestKey)
+	return err
 }
 
 func (b *Batch) delete(key []byte) error { return b.pb.Delete(key, nil) }
@@ -176,20 +213,20 @@ func (b *Batch) singleDelete(key []byte) error { return b.pb.SingleDelete(key, n
 // that entry falls out of the window. A scan per entry over an empty
 // range would position an iterator over every level of the store each
 // time.
-func (b *Batch) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget int, del func([]byte) error, recordKey func(id []byte) []byte) error {
+func (b *Batch) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget int, del func([]byte) error, recordKey func(id []byte) []byte) (deleted int, err error) {
 	if *floor > cutoff {
-		return nil
+		return 0, nil
 	}
 	lower := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), TimeBits(*floor))
 	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: PrefixEnd(prefix)})
 	if err != nil {
-		return fmt.Errorf("partition: iterator: %w", err)
+		return 0, fmt.Errorf("partition: iterator: %w", err)
 	}
 	next := int64(math.MaxInt64) // unless an entry is left
 	for valid := it.First(); valid; valid = it.Next() {
 		key := it.Key()
 		if len(key) < len(prefix)+8 {
-			return CloseIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
+			return deleted, CloseIter(it, fmt.Errorf("%w: time index key %x", ErrCorrupt, key))
 		}
 		at := TimeFromBits(binary.BigEndian.Uint64(key[len(prefix):]))
 		if at > cutoff || budget == 0 {
@@ -198,15 +235,16 @@ func (b *Batch) pruneByTime(prefix []byte, cutoff int64, floor *int64, budget in
 		}
 		budget--
 		if err := del(recordKey(key[len(prefix)+8:])); err != nil {
-			return CloseIter(it, err)
+			return deleted, CloseIter(it, err)
 		}
 		if err := del(append([]byte(nil), key...)); err != nil {
-			return CloseIter(it, err)
+			return deleted, CloseIter(it, err)
 		}
+		deleted++
 	}
 	if err := CloseIter(it, it.Error()); err != nil {
-		return err
+		return deleted, err
 	}
 	*floor = next
-	return nil
+	return deleted, nil
 }

@@ -566,7 +566,14 @@ type StoredMessage struct {
 	ActionRemoved []string    `protobuf:"bytes,30,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
 	// How many auto-forwarding hops brought the message here (0: sent to
 	// this entity). Service Bus allows four.
-	ForwardHops   uint32 `protobuf:"varint,40,opt,name=forward_hops,json=forwardHops,proto3" json:"forward_hops,omitempty"`
+	ForwardHops uint32 `protobuf:"varint,40,opt,name=forward_hops,json=forwardHops,proto3" json:"forward_hops,omitempty"`
+	// A copy of a message sent to a topic: its part of the message's size
+	// in its topic's size. The copies of one message split the message's
+	// size between them, so that the topic counts it once while every copy
+	// is held; removing a copy takes its part off the topic
+	// (partition/topiccounts.go). 0 for any other message, and for copies
+	// added by versions that did not count topics.
+	TopicShare    int64 `protobuf:"varint,42,opt,name=topic_share,json=topicShare,proto3" json:"topic_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -821,6 +828,13 @@ func (x *StoredMessage) GetActionRemoved() []string {
 func (x *StoredMessage) GetForwardHops() uint32 {
 	if x != nil {
 		return x.ForwardHops
+	}
+	return 0
+}
+
+func (x *StoredMessage) GetTopicShare() int64 {
+	if x != nil {
+		return x.TopicShare
 	}
 	return 0
 }
@@ -6095,7 +6109,8 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	".dead_lettering_on_filter_evaluation_exceptions\x18\x11 \x01(\bR)deadLetteringOnFilterEvaluationExceptions\x12\x1d\n" +
 	"\n" +
 	"forward_to\x18( \x01(\tR\tforwardTo\x12H\n" +
-	"!forward_dead_lettered_messages_to\x18) \x01(\tR\x1dforwardDeadLetteredMessagesTo\"\xe9\t\n" +
+	"!forward_dead_lettered_messages_to\x18) \x01(\tR\x1dforwardDeadLetteredMessagesTo\"\x8a\n" +
+	"\n" +
 	"\rStoredMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -6136,7 +6151,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
 	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
-	"\fforward_hops\x18( \x01(\rR\vforwardHops\"\xbe\a\n" +
+	"\fforward_hops\x18( \x01(\rR\vforwardHops\x12\x1f\n" +
+	"\vtopic_share\x18* \x01(\x03R\n" +
+	"topicShare\"\xbe\a\n" +
 	"\aMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
