@@ -22,9 +22,8 @@ import (
 )
 
 // A user's admin client runs in a process of its own. In the benchmark's
-// process it shares the heap, the garbage collector and the two cores
-// with the dev cluster, whose heap of 10,000 entities three times over
-// the collector marks again and again while the client decodes. So
+// process it shares the heap, the garbage collector and the scheduler
+// with the dev cluster, and its CPU cannot be told from the cluster's. So
 // BenchmarkAdminListAndScrape also lists from a second process: the
 // helper TestAdminListClientProcess, in this test binary run again, with
 // the Go admin client as KEDA's scaler builds it (no options; the dev
