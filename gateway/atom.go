@@ -77,19 +77,20 @@ func appendDigits(b []byte, v, width int) []byte {
 }
 
 // entryOut is one entity in an answer: the ATOM envelope around its
-// description.
+// description. An entry answered alone is written as Service Bus writes
+// it; an entry of a feed carries less (inFeed).
 type entryOut struct {
 	XMLName xml.Name `xml:"entry"`
 	// NS is the ATOM namespace, declared on an entry answered alone; an
 	// entry of a feed inherits the feed's, as Service Bus writes its
-	// feeds (inFeed).
+	// feeds.
 	NS        string     `xml:"xmlns,attr,omitempty"`
 	ID        string     `xml:"id"`
 	Title     titleOut   `xml:"title"`
 	Published string     `xml:"published,omitempty"`
 	Updated   string     `xml:"updated"`
 	Author    *authorOut `xml:"author,omitempty"`
-	Link      linkOut    `xml:"link"`
+	Link      *linkOut   `xml:"link,omitempty"`
 	Content   contentOut `xml:"content"`
 }
 
@@ -114,11 +115,14 @@ type contentOut struct {
 
 // feedOut is a page of a list.
 type feedOut struct {
-	XMLName xml.Name   `xml:"feed"`
-	NS      string     `xml:"xmlns,attr"`
-	Title   titleOut   `xml:"title"`
-	ID      string     `xml:"id"`
-	Updated string     `xml:"updated"`
+	XMLName xml.Name `xml:"feed"`
+	NS      string   `xml:"xmlns,attr"`
+	Title   titleOut `xml:"title"`
+	ID      string   `xml:"id"`
+	Updated string   `xml:"updated"`
+	// Author is the namespace, once for the entries, which then need
+	// none each (RFC 4287 4.1.2; inFeed).
+	Author  *authorOut `xml:"author,omitempty"`
 	Links   []linkOut  `xml:"link"`
 	Entries []entryOut `xml:"entry"`
 }

@@ -187,12 +187,10 @@ func (e *entryOut) writeAtom(x *xmlWriter) {
 	e.Title.writeAtom(x, "title")
 	x.elemOmit("published", e.Published)
 	x.elem("updated", e.Updated)
-	if e.Author != nil {
-		x.start("author")
-		x.elem("name", e.Author.Name)
-		x.end("author")
+	e.Author.writeAtom(x)
+	if e.Link != nil {
+		e.Link.writeAtom(x)
 	}
-	e.Link.writeAtom(x)
 	x.start("content", "type", e.Content.Type)
 	if e.Content.Body != nil {
 		e.Content.Body.writeAtom(x)
@@ -207,6 +205,16 @@ func (t titleOut) writeAtom(x *xmlWriter, name string) {
 	x.end(name)
 }
 
+// writeAtom writes the author; nil writes nothing (omitempty).
+func (a *authorOut) writeAtom(x *xmlWriter) {
+	if a == nil {
+		return
+	}
+	x.start("author")
+	x.elem("name", a.Name)
+	x.end("author")
+}
+
 func (l linkOut) writeAtom(x *xmlWriter) {
 	x.start("link", "rel", l.Rel, "href", l.Href)
 	x.end("link")
@@ -217,6 +225,7 @@ func (f *feedOut) writeAtom(x *xmlWriter) {
 	f.Title.writeAtom(x, "title")
 	x.elem("id", f.ID)
 	x.elem("updated", f.Updated)
+	f.Author.writeAtom(x)
 	for _, l := range f.Links {
 		l.writeAtom(x)
 	}

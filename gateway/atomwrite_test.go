@@ -164,6 +164,7 @@ func TestAtomWriterMatchesEncodingXML(t *testing.T) {
 	nsInfo := namespaceInfoOut{NS: sbNS, NSI: xsiNS, CreatedTime: "c", ModifiedTime: "m", MessagingSKU: "Standard", Name: awkward, NamespaceType: "Messaging"}
 	add("namespace info", entryOut{NS: atomNS, ID: "i", Content: contentOut{Type: "application/xml", Body: nsInfo}})
 	feed := &feedOut{NS: atomNS, Title: titleOut{Type: "text", Text: "Queues"}, ID: q.selfLink("$Resources/Queues"), Updated: "u",
+		Author:  &authorOut{Name: awkward},
 		Links:   []linkOut{{Rel: "self", Href: "h" + awkward}, {Rel: "next", Href: "n"}},
 		Entries: inFeed([]entryOut{g.entry(q, queue, describeQueue(queue, counts, authRules)), g.entry(q, plain, describeQueue(plain, nil, nil))})}
 	docs["feed"] = struct {

@@ -303,7 +303,7 @@ func (g *Gateway) namespaceInfo(q request) {
 		Title:   titleOut{Type: "text", Text: g.cfg.Namespace},
 		Updated: atomTime(g.cfg.Now()),
 		Author:  &authorOut{Name: g.cfg.Namespace},
-		Link:    linkOut{Rel: "self", Href: q.selfLink("$namespaceinfo")},
+		Link:    &linkOut{Rel: "self", Href: q.selfLink("$namespaceinfo")},
 		Content: contentOut{Type: "application/xml", Body: namespaceInfoOut{
 			NS: sbNS, NSI: xsiNS,
 			CreatedTime: started, ModifiedTime: started,
@@ -322,7 +322,7 @@ func (g *Gateway) entry(q request, e *placementpb.Entity, body atomBody) entryOu
 		Published: atomTime(msTime(e.GetCreatedAtMs())),
 		Updated:   atomTime(msTime(e.GetUpdatedAtMs())),
 		Author:    &authorOut{Name: g.cfg.Namespace},
-		Link:      linkOut{Rel: "self", Href: self},
+		Link:      &linkOut{Rel: "self", Href: self},
 		Content:   contentOut{Type: "application/xml", Body: body},
 	}
 }

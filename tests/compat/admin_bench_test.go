@@ -93,6 +93,16 @@ func BenchmarkAdminListAndScrape(b *testing.B) {
 			}
 		}
 	})
+	// The same list from a process of its own (adminlistclient_test.go),
+	// as a user's client runs: client-wall-ms/op is the time a user
+	// waits, client-cpu-ms/op what the client spends, and cpu-ms/op here
+	// what the cluster and gateway spend (this process). ns/op also
+	// counts the client process's start and its first, unmeasured list.
+	b.Run("list-runtime-client-process", func(b *testing.B) {
+		res := listFromOwnProcess(b, c, n, 100, b.N, func() func() { return costPerOp(b) })
+		b.ReportMetric(float64(res.Wall.Microseconds())/1000/float64(b.N), "client-wall-ms/op")
+		b.ReportMetric(float64(res.CPU.Microseconds())/1000/float64(b.N), "client-cpu-ms/op")
+	})
 	b.Run("list-one-page", func(b *testing.B) {
 		defer costPerOp(b)()
 		for range b.N {

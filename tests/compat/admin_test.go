@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -206,7 +208,13 @@ func TestAdminListQueuesInPages(t *testing.T) {
 	var want []string
 	for i := range 5 {
 		name := fmt.Sprintf("q%d", i)
-		if _, err := ac.CreateQueue(ctx, name, nil); err != nil {
+		var opts *admin.CreateQueueOptions
+		if i == 1 {
+			opts = &admin.CreateQueueOptions{Properties: &admin.QueueProperties{LockDuration: to.Ptr("PT45S"),
+				MaxDeliveryCount: to.Ptr[int32](4), RequiresSession: to.Ptr(true), UserMetadata: to.Ptr("m"),
+				DefaultMessageTimeToLive: to.Ptr("PT1H"), DeadLetteringOnMessageExpiration: to.Ptr(true)}}
+		}
+		if _, err := ac.CreateQueue(ctx, name, opts); err != nil {
 			t.Fatalf("CreateQueue %s: %v", name, err)
 		}
 		want = append(want, name)
@@ -224,6 +232,17 @@ func TestAdminListQueuesInPages(t *testing.T) {
 		}
 		for _, q := range page.Queues {
 			names = append(names, q.QueueName)
+			// A feed's entries carry less than an entry answered
+			// alone; the properties read from them are the same.
+			got, err := ac.GetQueue(ctx, q.QueueName, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(q.QueueProperties, got.QueueProperties) {
+				listed, _ := json.Marshal(q.QueueProperties)
+				alone, _ := json.Marshal(got.QueueProperties)
+				t.Errorf("%s listed as %s, got as %s", q.QueueName, listed, alone)
+			}
 		}
 	}
 	if !slices.Equal(names, want) || pages != 3 {

@@ -66,6 +66,13 @@ try {
   }
   check("list in pages", JSON.stringify(names) === JSON.stringify(["jsq", "jsq-a", "jsq-b", "jsq-c"]) && pages === 2,
     `${JSON.stringify(names)} in ${pages} pages`);
+  // A feed's entries carry less than an entry answered alone; the
+  // properties read from them must be the same.
+  const gotJsq = await admin.getQueue("jsq");
+  const listedJsq = [];
+  for await (const q of admin.listQueues()) if (q.name === "jsq") listedJsq.push(q);
+  check("listed as got", listedJsq.length === 1 && JSON.stringify(listedJsq[0]) === JSON.stringify(gotJsq),
+    `${JSON.stringify(listedJsq)} against ${JSON.stringify(gotJsq)}`);
   const rts = [];
   for await (const q of admin.listQueuesRuntimeProperties()) rts.push(q.name);
   check("list runtime properties", rts.length === 4, JSON.stringify(rts));
