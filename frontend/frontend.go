@@ -128,6 +128,8 @@ type Server struct {
 	amqp     *amqp.Server
 	throttle *throttle // nil: no throttling
 	counters counters  // metrics.go
+	// unkeyed are the cursors of unkeyed sends, by entity (unkeyed.go).
+	unkeyed entityShared[unkeyedCursor]
 }
 
 // New validates cfg and builds a Server.
