@@ -7,7 +7,8 @@ import (
 
 // entityShared keeps one T per entity for the links of this front-end
 // that work on it, as long as one holds it: the unkeyed sends' cursor
-// (unkeyed.go). Keys are entity names, case-insensitive.
+// (unkeyed.go), the receivers' pass rotation (pass.go). Keys are entity
+// names, or an entity's and its sub-queue's, case-insensitive.
 type entityShared[T any] struct {
 	mu      sync.Mutex
 	entries map[string]*sharedEntry[T]
