@@ -128,6 +128,10 @@ type Server struct {
 	amqp     *amqp.Server
 	throttle *throttle // nil: no throttling
 	counters counters  // metrics.go
+	// unkeyed are the cursors of unkeyed sends, by entity (unkeyed.go);
+	// rotations the receivers' pass rotations (pass.go).
+	unkeyed   entityShared[unkeyedCursor]
+	rotations entityShared[passRotation]
 }
 
 // New validates cfg and builds a Server.

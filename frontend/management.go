@@ -333,6 +333,10 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 		return
 	}
 	s := &sender{c: c, entity: e}
+	if len(e.PartitionGroups) > 1 {
+		s.unkeyed = c.srv.unkeyed.hold(e.Name)
+		defer c.srv.unkeyed.release(e.Name, s.unkeyed)
+	}
 	// Every message is checked before any is stored: a refused request
 	// schedules nothing.
 	msgs := make([]*partitionpb.NewMessage, 0, len(list))
@@ -368,11 +372,14 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 	defer func() { th.inFlight(-held) }()
 	seqs := make([]int64, 0, len(list))
 	for i, nm := range msgs {
-		p := parts[i]
+		p, size := parts[i], len(nm.Header)+len(nm.Annotations)+len(nm.Bare)
 		if p == anyPartition {
-			p = s.unkeyedPartition()
+			p = s.unkeyedPartition(size)
 		}
 		res, err := c.srv.cfg.Backend.Send(ctx, e, p, []*partitionpb.NewMessage{nm})
+		if parts[i] == anyPartition {
+			s.unkeyed.done(p, size)
+		}
 		th.inFlight(-1)
 		held--
 		if err != nil && errFailure(err).cond == condServerBusy {

@@ -39,7 +39,8 @@ const concentratedAsk = 512
 //
 // A partition that always has messages thus takes no more than its
 // portion while another has some, and each partition starts a pass once
-// every `partitions` passes: when one took all the credit, the others'
+// every `partitions` passes of the receiver (or, with several receivers of
+// the entity on this front-end, of theirs: passRotation): when one took all the credit, the others'
 // messages waited as long as it had any (a receiver of credit 10 with
 // partition 0 never empty got nothing of partition 5). The caller
 // long-polls when a pass found nothing.
@@ -47,8 +48,7 @@ func (r *receiver) pass(base, partitions, credit uint32) int {
 	if len(r.backlogged) != int(partitions) {
 		r.backlogged = make([]bool, partitions)
 	}
-	start := r.nextStart % partitions
-	r.nextStart++
+	start := r.passStart(partitions)
 	rest := make([]uint32, partitions) // offsets from base not asked yet, in asking order
 	for i := range rest {
 		rest[i] = (start + uint32(i)) % partitions
@@ -129,4 +129,48 @@ func (r *receiver) receiveAll(base uint32, offsets, shares []uint32) []*partitio
 	}
 	wg.Wait()
 	return results
+}
+
+// passStart is the partition r's next pass starts at.
+func (r *receiver) passStart(partitions uint32) uint32 {
+	if r.rotation != nil {
+		return r.rotation.next(r, partitions)
+	}
+	s := r.nextStart % partitions
+	r.nextStart++
+	return s
+}
+
+// passRotation is where the passes of a front-end's receivers of one
+// entity (or of its dead-letter queue) start: at one partition, until a
+// receiver that began a pass there begins another, which moves it on by
+// one. A lone receiver thus starts each pass one partition further, and
+// concurrent receivers start theirs at the same partition, so that their
+// locks, and later their settles, reach one group together and share its
+// Raft entries: each receiver rotating on its own, four receivers' asks
+// went to as many groups as receivers, one entry per request (16-18
+// entries per 1,000 messages against a plain queue's 6).
+type passRotation struct {
+	mu    sync.Mutex
+	start uint32
+	begun []*receiver // the receivers that began a pass at start
+}
+
+// next returns the start of r's next pass.
+func (p *passRotation) next(r *receiver, partitions uint32) uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slices.Contains(p.begun, r) {
+		p.start++
+		p.begun = p.begun[:0]
+	}
+	p.begun = append(p.begun, r)
+	return p.start % partitions
+}
+
+// leave forgets r, which ended.
+func (p *passRotation) leave(r *receiver) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.begun = slices.DeleteFunc(p.begun, func(x *receiver) bool { return x == r })
 }

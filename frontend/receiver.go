@@ -37,6 +37,10 @@ type receiver struct {
 	mu        sync.Mutex
 	tokens    map[uint32][]byte // delivery id -> lock token, until settled
 	nextStart uint32            // partition to poll first, rotating every pass
+	// rotation replaces nextStart for a receiver of a partitioned entity:
+	// shared with the front-end's other receivers of it (pass.go).
+	rotation    *passRotation
+	endRotation func() // leaves and lets go of rotation
 	// backlogged[i] says that partition base+i filled its latest ask in
 	// a pass, so likely has more (pass.go). Only the pump touches it.
 	backlogged []bool
@@ -150,6 +154,14 @@ func (c *conn) newReceiver(l *amqp.Link, e *placementpb.Entity, sub string) (amq
 		go r.acceptSession(sr)
 		return r, nil
 	}
+	if len(e.PartitionGroups) > 1 {
+		key := e.Name + "/" + sub
+		r.rotation = c.srv.rotations.hold(key)
+		r.endRotation = func() {
+			r.rotation.leave(r)
+			c.srv.rotations.release(key, r.rotation)
+		}
+	}
 	go r.pump()
 	go r.settleLoop()
 	return r, nil
@@ -214,6 +226,9 @@ func (r *receiver) Disposition(l *amqp.Link, id uint32, state amqp.DeliveryState
 // pump delivers messages while the client has credit.
 func (r *receiver) pump() {
 	defer func() {
+		if r.endRotation != nil {
+			r.endRotation()
+		}
 		if len(r.held) > 0 {
 			// Taken from the partition (and so deleted there) while the
 			// client had lowered its credit, and the link closed before it

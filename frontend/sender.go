@@ -47,8 +47,10 @@ type sender struct {
 	queue  chan pendingSend
 	done   chan struct{}
 	once   sync.Once
-	rr     uint32          // round-robin cursor for unkeyed messages
-	counts *entityCounters // metrics.go
+	// unkeyed places the link's requests of unkeyed messages (unkeyed.go);
+	// nil for an entity of one partition.
+	unkeyed *unkeyedCursor
+	counts  *entityCounters // metrics.go
 }
 
 type pendingSend struct {
@@ -76,6 +78,9 @@ func (c *conn) newSender(l *amqp.Link, e *placementpb.Entity) (amqp.LinkHandler,
 		l.SetCreditWindow(uint32(w) + 1)
 	}
 	s := &sender{c: c, entity: e, queue: make(chan pendingSend, 4096), done: make(chan struct{}), counts: c.srv.counters.entity(e.Name)}
+	if len(e.PartitionGroups) > 1 {
+		s.unkeyed = c.srv.unkeyed.hold(e.Name)
+	}
 	go s.run()
 	return s, nil
 }
@@ -221,30 +226,31 @@ func (s *sender) partitionFor(m *partitionpb.NewMessage) uint32 {
 }
 
 // unkeyedPartition is the partition of the unkeyed messages of the
-// request being packed: the round-robin moves on per request, not per
-// message, so that a burst of unkeyed sends makes one request rather than
-// one per partition (spread message by message over 16 partitions, sends
-// took twice the server CPU per message). It passes over the partitions
-// that do not serve (Backend.Serving: recorded without quorum, or no
-// leader answered the router's latest calls), unless none does. A request
-// that its partition cannot take goes on to another (sendUnkeyed). Only
-// the worker (run) calls it.
-func (s *sender) unkeyedPartition() uint32 {
-	n := uint32(len(s.entity.PartitionGroups))
-	for range n {
-		s.rr++
-		if p := s.rr % n; s.c.srv.cfg.Backend.Serving(s.entity, p) {
-			return p
-		}
-	}
-	s.rr++
-	return s.rr % n
+// request being packed, of bytes: the cursor moves on per request, not
+// per message, so that a burst of unkeyed sends makes one request rather
+// than one per partition (spread message by message over 16 partitions,
+// sends took twice the server CPU per message), and it is shared with the
+// front-end's other links to the entity, so that their requests meet in
+// one group's entries (unkeyed.go). It passes over the partitions that do
+// not serve (Backend.Serving: recorded without quorum, or no leader
+// answered the router's latest calls), unless none does. A request that
+// its partition cannot take goes on to another (sendUnkeyed). The request
+// is counted in flight until unkeyedDone.
+func (s *sender) unkeyedPartition(bytes int) uint32 {
+	return s.unkeyed.pick(uint32(len(s.entity.PartitionGroups)), bytes, func(p uint32) bool {
+		return s.c.srv.cfg.Backend.Serving(s.entity, p)
+	})
 }
 
 // run packs queued messages into partition requests until the link ends.
 // Requests run concurrently (up to sendsInFlight), so completions may be
 // settled out of send order, as Service Bus allows.
 func (s *sender) run() {
+	defer func() {
+		if s.unkeyed != nil {
+			s.c.srv.unkeyed.release(s.entity.Name, s.unkeyed)
+		}
+	}()
 	slots := make(chan struct{}, sendsInFlight)
 	max, maxBytes := s.c.srv.cfg.SendBatch, s.c.srv.cfg.SendBatchBytes
 	for {
@@ -263,28 +269,39 @@ func (s *sender) run() {
 			s.dropQueued(first)
 			return
 		}
-		unkeyed, picked := uint32(0), false
-		place := func(p *pendingSend) {
+		// Keyed messages go to their partitions; the unkeyed ones make
+		// one request, placed once it is packed.
+		batch := map[uint32][]pendingSend{}
+		var unkeyed []pendingSend
+		unkeyedBytes := 0
+		place := func(p pendingSend) {
 			if p.partition == anyPartition {
-				if !picked {
-					unkeyed, picked = s.unkeyedPartition(), true
-				}
-				p.partition, p.unkeyed = unkeyed, true
+				p.unkeyed = true
+				unkeyed = append(unkeyed, p)
+				unkeyedBytes += p.bytes
+				return
 			}
+			batch[p.partition] = append(batch[p.partition], p)
 		}
-		place(&first)
-		batch := map[uint32][]pendingSend{first.partition: {first}}
+		place(first)
 		n, bytes := len(first.msgs), first.bytes
 	fill:
 		for n < max && bytes < maxBytes {
 			select {
 			case p := <-s.queue:
-				place(&p)
-				batch[p.partition] = append(batch[p.partition], p)
+				place(p)
 				n, bytes = n+len(p.msgs), bytes+p.bytes
 			default:
 				break fill
 			}
+		}
+		picked := anyPartition
+		if len(unkeyed) > 0 {
+			picked = s.unkeyedPartition(unkeyedBytes)
+			for i := range unkeyed {
+				unkeyed[i].partition = picked
+			}
+			batch[picked] = append(batch[picked], unkeyed...)
 		}
 		held := true // the slot taken above serves the first request
 		for part, items := range batch {
@@ -295,6 +312,9 @@ func (s *sender) run() {
 			go func() {
 				defer func() { <-slots }()
 				s.send(part, items)
+				if part == picked {
+					s.unkeyed.done(part, unkeyedBytes)
+				}
 			}()
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,3 +153,61 @@ func (floorFSM) Snapshot() (raft.FSMSnapshot, error) {
 	return nil, fmt.Errorf("floorFSM keeps no state")
 }
 func (floorFSM) Restore(rc io.ReadCloser) error { return rc.Close() }
+
+// BenchmarkFloorGroups applies the same entries to one stock group (as
+// startFloorGroup) and spread over eight, four in flight per group, 1 KiB
+// each, and reports the process's CPU per entry: what a partitioned
+// entity's requests cost when they reach eight groups that cannot pack
+// them, against one group, entry for entry (docs/performance.md,
+// partitioned queues).
+//
+//	go test -run '^$' -bench FloorGroups -benchtime 20000x ./node/
+func BenchmarkFloorGroups(b *testing.B) {
+	for _, groups := range []int{1, 8} {
+		b.Run(fmt.Sprint("groups=", groups), func(b *testing.B) {
+			leaders := make([]*raft.Raft, groups)
+			for i := range leaders {
+				leaders[i] = startFloorGroup(b)
+			}
+			buf := make([]byte, 1024)
+			for _, l := range leaders { // warm the connections and the segment files
+				for range 100 {
+					if err := l.Apply(buf, 5*time.Second).Error(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			const inFlight = 4
+			before := processCPU()
+			b.ResetTimer()
+			done := make(chan error, groups*inFlight)
+			for g, l := range leaders {
+				for w := range inFlight {
+					go func() {
+						for i := g*inFlight + w; i < b.N; i += groups * inFlight {
+							if err := l.Apply(buf, 5*time.Second).Error(); err != nil {
+								done <- err
+								return
+							}
+						}
+						done <- nil
+					}()
+				}
+			}
+			for range groups * inFlight {
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((processCPU()-before).Microseconds())/float64(b.N), "cpu-µs/entry")
+		})
+	}
+}
+
+// processCPU is the user and system CPU time the process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

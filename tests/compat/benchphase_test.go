@@ -20,7 +20,9 @@ import (
 // profile there as <name>.pprof. It also keeps the Raft entries the
 // cluster's leaders proposed per message of each phase: each entry is
 // written and fsynced by three replicas, which is much of what a message
-// costs, and unlike the CPU figure the machine's load hardly moves it.
+// costs, and unlike the CPU figure the machine's load hardly moves it;
+// and the client requests those entries carried (group commit packs
+// many in one), which tell the front-end's part from the node's.
 type benchPhases struct {
 	b        *testing.B
 	c        *cluster.Dev
@@ -28,16 +30,18 @@ type benchPhases struct {
 	profiles string
 	cpu      map[string][]float64
 	entries  map[string][]float64
+	requests map[string][]float64 // client requests those entries carried
 }
 
 func newBenchPhases(b *testing.B, c *cluster.Dev, bench func(args ...string) (loadtool.Figures, error)) *benchPhases {
 	return &benchPhases{b: b, c: c, bench: bench, profiles: os.Getenv("QUORUMBUS_BENCH_PROFILE"),
-		cpu: map[string][]float64{}, entries: map[string][]float64{}}
+		cpu: map[string][]float64{}, entries: map[string][]float64{}, requests: map[string][]float64{}}
 }
 
-// proposedEntries sums quorumbus_raft_proposed_entries_total over the
-// cluster's storage nodes.
-func (p *benchPhases) proposedEntries() float64 {
+// proposed sums quorumbus_raft_proposed_entries_total and
+// quorumbus_raft_proposed_requests_total over the cluster's storage
+// nodes.
+func (p *benchPhases) proposed() (entries, requests float64) {
 	reg := prometheus.NewRegistry()
 	for _, s := range p.c.Storage {
 		if err := reg.Register(s.Node.Collector()); err != nil {
@@ -48,24 +52,31 @@ func (p *benchPhases) proposedEntries() float64 {
 	if err != nil {
 		p.b.Fatal(err)
 	}
-	sum := 0.0
 	for _, f := range families {
-		if f.GetName() != "quorumbus_raft_proposed_entries_total" {
+		sum := &entries
+		switch f.GetName() {
+		case "quorumbus_raft_proposed_entries_total":
+		case "quorumbus_raft_proposed_requests_total":
+			sum = &requests
+		default:
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue()
+			*sum += m.GetCounter().GetValue()
 		}
 	}
-	return sum
+	return entries, requests
 }
 
 // run runs one phase of messages messages with the load tool's args.
 func (p *benchPhases) run(name string, messages int, args ...string) loadtool.Figures {
-	before, entries := loadtool.SelfCPU(), p.proposedEntries()
+	before := loadtool.SelfCPU()
+	entries, requests := p.proposed()
 	defer func() {
 		p.cpu[name] = append(p.cpu[name], float64((loadtool.SelfCPU()-before).Microseconds())/float64(messages))
-		p.entries[name] = append(p.entries[name], (p.proposedEntries()-entries)/float64(messages))
+		e, r := p.proposed()
+		p.entries[name] = append(p.entries[name], (e-entries)/float64(messages))
+		p.requests[name] = append(p.requests[name], (r-requests)/float64(messages))
 	}()
 	if p.profiles != "" {
 		f, err := os.Create(filepath.Join(p.profiles, name+".pprof"))

@@ -27,17 +27,19 @@ var partitionedBenchIterations int
 // cluster (three nodes), 1 KiB messages, driven by the load tool
 // (`quorumbus bench`, go-amqp). The sends use the flags of the cluster's
 // own figures in docs/performance.md (two connections of two links, 1,024
-// in flight per link); the drain is one receiver, one connection of one
-// link (credit 1,000), peek-lock receive + complete. One iteration sends
-// N messages to each and drains each, the plain queue first in every
-// other iteration, counting those of earlier runs of -count (so that
-// -benchtime 1x -count 3 alternates too). It reports the medians over the
-// iterations: each side's send and drain rates, the ratios (the issue's
-// targets: sends at least the plain queue's, the drain at least 80 % of
-// it), the process's CPU (cluster and client) per message of each phase,
-// which the machine's other load changes far less than the rates, and the
-// drains' Raft entries per 1,000 messages (each written and fsynced by
-// three replicas), which it hardly changes at all.
+// in flight per link). Each queue is drained twice, peek-lock receive +
+// complete, of N messages sent just before: by one receiver (one
+// connection of one link, credit 1,000), and by four (two connections of
+// two links, credit 1,000 each), as the sends. One iteration does so to
+// each queue, the plain queue first in every other iteration, counting
+// those of earlier runs of -count (so that -benchtime 1x -count 3
+// alternates too). It reports the medians over the iterations: each
+// side's send and drain rates, the ratios (the issue's targets: sends and
+// the four receivers' drain at least the plain queue's, one receiver's
+// drain at least 80 % of it), the process's CPU (cluster and client) per
+// message of each phase, which the machine's other load changes far less
+// than the rates, and the Raft entries per 1,000 messages (each written
+// and fsynced by three replicas), which it hardly changes at all.
 //
 //	go test ./tests/compat -run XXX -bench PartitionedAgainstPlain -benchtime 1x -count 3
 //
@@ -78,9 +80,12 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 	drain := func(queue string, count int) []string {
 		return []string{"-queue", queue, "-mode", "receive", "-conns", "1", "-links", "1", "-credit", "1000", "-count", strconv.Itoa(count)}
 	}
+	drain4 := func(queue string, count int) []string {
+		return []string{"-queue", queue, "-mode", "receive", "-conns", "2", "-links", "2", "-credit", "1000", "-count", strconv.Itoa(count)}
+	}
 	phases := newBenchPhases(b, c, bench)
 	phase := func(name string, args []string) loadtool.Figures { return phases.run(name, n, args...) }
-	cpu, entries := phases.cpu, phases.entries
+	cpu, entries, requests := phases.cpu, phases.entries, phases.requests
 
 	// Warm up both (and wait until the partitions have their config: the
 	// routing table can know an entity before its partitions do).
@@ -101,43 +106,55 @@ func BenchmarkPartitionedAgainstPlain(b *testing.B) {
 		}
 	}
 
-	var ps, pr, qs, qr []float64
-	plain := func() {
-		ps = append(ps, phase("plain-send", send("plain", n)).SendRate())
-		pr = append(pr, phase("plain-drain", drain("plain", n)).ReceiveRate())
+	// The rates by phase: "send" (two sends an iteration), "drain" (one
+	// receiver), "drain4" (four), each of "plain-" and "partitioned-".
+	rates := map[string][]float64{}
+	side := func(name, queue string) {
+		for _, d := range []struct {
+			phase string
+			args  func(string, int) []string
+		}{{"drain", drain}, {"drain4", drain4}} {
+			rates[name+"-send"] = append(rates[name+"-send"], phase(name+"-send", send(queue, n)).SendRate())
+			rates[name+"-"+d.phase] = append(rates[name+"-"+d.phase], phase(name+"-"+d.phase, d.args(queue, n)).ReceiveRate())
+		}
 	}
-	partitioned := func() {
-		qs = append(qs, phase("partitioned-send", send("pq", n)).SendRate())
-		qr = append(qr, phase("partitioned-drain", drain("pq", n)).ReceiveRate())
-	}
+	last := func(xs []float64) float64 { return xs[len(xs)-1] }
+	// lastSends is the median of an iteration's two sends of a phase.
+	lastSends := func(xs []float64) float64 { return median(xs[len(xs)-2:]) }
 	b.ResetTimer()
-	for i := range b.N {
+	for range b.N {
 		partitionedBenchIterations++
 		first := "plain"
 		if partitionedBenchIterations%2 == 1 {
-			plain()
-			partitioned()
+			side("plain", "plain")
+			side("partitioned", "pq")
 		} else {
 			first = "partitioned"
-			partitioned()
-			plain()
+			side("partitioned", "pq")
+			side("plain", "plain")
 		}
 		phases.profiles = "" // the first iteration's only
-		b.Logf("%s first; sends: plain %.0f, %d partitions %.0f msgs/s (%.0f %%); one receiver's receive + complete: plain %.0f, partitioned %.0f msgs/s (%.0f %%); CPU µs/msg: sends %.1f / %.1f, drains %.1f / %.1f; Raft entries per 1,000 msgs: sends %.0f / %.0f, drains %.0f / %.0f",
-			first, ps[i], parts, qs[i], 100*qs[i]/ps[i], pr[i], qr[i], 100*qr[i]/pr[i],
-			cpu["plain-send"][i], cpu["partitioned-send"][i], cpu["plain-drain"][i], cpu["partitioned-drain"][i],
-			1000*entries["plain-send"][i], 1000*entries["partitioned-send"][i], 1000*entries["plain-drain"][i], 1000*entries["partitioned-drain"][i])
+		ps, qs := lastSends(rates["plain-send"]), lastSends(rates["partitioned-send"])
+		pr, qr := last(rates["plain-drain"]), last(rates["partitioned-drain"])
+		pr4, qr4 := last(rates["plain-drain4"]), last(rates["partitioned-drain4"])
+		b.Logf("%s first; sends: plain %.0f, %d partitions %.0f msgs/s (%.0f %%); receive + complete, one receiver: plain %.0f, partitioned %.0f msgs/s (%.0f %%), four: plain %.0f, partitioned %.0f msgs/s (%.0f %%); "+
+			"CPU µs/msg: sends %.1f / %.1f, drains %.1f / %.1f, by four %.1f / %.1f; Raft entries per 1,000 msgs: sends %.1f / %.1f, drains %.1f / %.1f, by four %.1f / %.1f",
+			first, ps, parts, qs, 100*qs/ps, pr, qr, 100*qr/pr, pr4, qr4, 100*qr4/pr4,
+			lastSends(cpu["plain-send"]), lastSends(cpu["partitioned-send"]), last(cpu["plain-drain"]), last(cpu["partitioned-drain"]), last(cpu["plain-drain4"]), last(cpu["partitioned-drain4"]),
+			1000*lastSends(entries["plain-send"]), 1000*lastSends(entries["partitioned-send"]), 1000*last(entries["plain-drain"]), 1000*last(entries["partitioned-drain"]), 1000*last(entries["plain-drain4"]), 1000*last(entries["partitioned-drain4"]))
+		b.Logf("requests those entries carried, per 1,000 msgs: sends %.1f / %.1f, drains %.1f / %.1f, by four %.1f / %.1f",
+			1000*lastSends(requests["plain-send"]), 1000*lastSends(requests["partitioned-send"]), 1000*last(requests["plain-drain"]), 1000*last(requests["partitioned-drain"]), 1000*last(requests["plain-drain4"]), 1000*last(requests["partitioned-drain4"]))
 	}
-	b.ReportMetric(median(ps), "plain-send/s")
-	b.ReportMetric(median(qs), "partitioned-send/s")
-	b.ReportMetric(median(qs)/median(ps), "send-ratio")
-	b.ReportMetric(median(pr), "plain-drain/s")
-	b.ReportMetric(median(qr), "partitioned-drain/s")
-	b.ReportMetric(median(qr)/median(pr), "drain-ratio")
-	b.ReportMetric(median(cpu["plain-send"]), "plain-send-cpu-µs")
-	b.ReportMetric(median(cpu["partitioned-send"]), "partitioned-send-cpu-µs")
-	b.ReportMetric(median(cpu["plain-drain"]), "plain-drain-cpu-µs")
-	b.ReportMetric(median(cpu["partitioned-drain"]), "partitioned-drain-cpu-µs")
-	b.ReportMetric(1000*median(entries["plain-drain"]), "plain-drain-entries/1000")
-	b.ReportMetric(1000*median(entries["partitioned-drain"]), "partitioned-drain-entries/1000")
+	for _, m := range []struct{ phase, unit string }{
+		{"send", "send"}, {"drain", "drain"}, {"drain4", "drain4"},
+	} {
+		p, q := median(rates["plain-"+m.phase]), median(rates["partitioned-"+m.phase])
+		b.ReportMetric(p, "plain-"+m.unit+"/s")
+		b.ReportMetric(q, "partitioned-"+m.unit+"/s")
+		b.ReportMetric(q/p, m.unit+"-ratio")
+		b.ReportMetric(median(cpu["plain-"+m.phase]), "plain-"+m.unit+"-cpu-µs")
+		b.ReportMetric(median(cpu["partitioned-"+m.phase]), "partitioned-"+m.unit+"-cpu-µs")
+		b.ReportMetric(1000*median(entries["plain-"+m.phase]), "plain-"+m.unit+"-entries/1000")
+		b.ReportMetric(1000*median(entries["partitioned-"+m.phase]), "partitioned-"+m.unit+"-entries/1000")
+	}
 }
