@@ -374,8 +374,6 @@ func (r *receiver) receive(partition, max uint32, wait time.Duration) *partition
 	ctx, cancel := context.WithTimeout(r.ctx, wait+sendTimeout)
 	res, err := r.c.srv.cfg.Backend.Receive(ctx, r.entity, req)
 	cancel()
-	if len(res.GetMessages()) > 0 {
-	}
 	r.c.srv.throttle.charge(int64(len(res.GetMessages())))
 	if err != nil {
 		if r.ctx.Err() == nil {
