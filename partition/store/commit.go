@@ -157,13 +157,15 @@ func (s *SortedCommit) sortEntries() {
 	used, last := 0, 0
 	for i, e := range s.entries {
 		p := e.key[:min(len(e.key), bucketPrefix)]
-		// The search starts at the bucket after the last entry's and
-		// wraps: a topic's copies go to its subscriptions in turn, one
-		// bucket each, and a search from the first bucket compared
-		// half of them for every copy. Where it starts changes no bucket.
+		// The search starts at the last entry's bucket, then the ones
+		// after it, and wraps: a drain writes runs of one subscription's
+		// records (the same bucket again), and a topic's copies go to
+		// its subscriptions in turn (the next bucket); a search from the
+		// first bucket, or from the next one only, compared most of them
+		// for every write. Where it starts changes no bucket.
 		j := -1
 		for k := range used {
-			if b := (last + 1 + k) % used; bytes.Equal(s.buckets[b].prefix, p) {
+			if b := (last + k) % used; bytes.Equal(s.buckets[b].prefix, p) {
 				j = b
 				break
 			}
