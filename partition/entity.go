@@ -57,6 +57,15 @@ type entity struct {
 	// message consumed in order. It only grows; after the 48-bit sequence
 	// counter wraps, new messages sit below it and are indexed.
 	fresh uint64
+	// freshLeft: the last Lock's walk of the fresh messages stopped at
+	// its limits on an available one, and no fresh message has been
+	// changed or removed since (applier.index clears it), so Available
+	// need not read the store to say yes: it read one state record
+	// through every level of the LSM for each receive a node was asked,
+	// and a topic's drain by forty links asks several times a plain
+	// queue's per delivery. In memory only: it changes no record and no
+	// result.
+	freshLeft bool
 
 	// locks follows the lock grants: their earliest end and where scans
 	// of them start (store.LockIndex).

@@ -533,6 +533,9 @@ func (m *Machine) Available(entityID uint64, partition uint32, q partitionpb.Sub
 	if !ok || m.usable() != nil || !validSubQueue(q) {
 		return false
 	}
+	if q == partitionpb.SubQueue_SUB_QUEUE_MAIN && e.freshLeft {
+		return true
+	}
 	var scan store.AvailableScan // the zero scan: nothing indexed
 	if !e.indexEmpty(q) {
 		var err error

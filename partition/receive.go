@@ -129,7 +129,8 @@ func (l *lockPass) indexed(avail *store.AvailableScan, head uint64) (next uint64
 // longer fresh, so fresh moves past it once it has been handled (as
 // fresh).
 func (l *lockPass) fresh() error {
-	for valid := l.cur.SeekState(l.e.fresh); valid && l.more(); valid = l.cur.Next() {
+	valid := l.cur.SeekState(l.e.fresh)
+	for ; valid && l.more(); valid = l.cur.Next() {
 		p, err := l.cur.State()
 		if err != nil {
 			return err
@@ -148,7 +149,18 @@ func (l *lockPass) fresh() error {
 		}
 		l.e.fresh = s.Seq + 1
 	}
-	return l.cur.Error()
+	l.e.freshLeft = false
+	if !valid {
+		return l.cur.Error()
+	}
+	// Stopped at the limits: is the next fresh message available?
+	p, err := l.cur.State()
+	if err != nil {
+		return err
+	}
+	s, _, err := l.cur.Slot(p)
+	l.e.freshLeft = err == nil && s.Available()
+	return err
 }
 
 // take hands out (or drops, when expired) the available message in slot

@@ -178,6 +178,9 @@ func (a *applier) withBody(e *entity, m *partitionpb.StoredMessage) error {
 
 // index sets (or deletes) the index entries of a message in slot s.
 func (a *applier) index(e *entity, s store.Slot, set bool) error {
+	if !set && s.Sub == partitionpb.SubQueue_SUB_QUEUE_MAIN && s.Seq >= e.fresh {
+		e.freshLeft = false // a fresh message changes or goes
+	}
 	session := e.inSession(s)
 	var dAvail, dHeld, dParked int64
 	if s.Available() {

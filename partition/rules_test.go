@@ -585,3 +585,52 @@ func TestFreshMessages(t *testing.T) {
 		t.Fatalf("stats %v", s)
 	}
 }
+
+// TestAvailableAfterPartialLock: a Lock that stops at its count with fresh
+// messages left lets Available say yes without reading them
+// (entity.freshLeft), and whatever changes or removes those messages
+// since (a Lock taking the rest, expiry, purge, a scheduled one next) makes
+// it read again, so that it never says yes with nothing to take.
+func TestAvailableAfterPartialLock(t *testing.T) {
+	d := pt.NewDriver(t, 1000)
+	d.OK(pt.Upsert(pt.Queue(1, 0, "q")))
+	available := func(step string, want bool) {
+		t.Helper()
+		if got := d.M.Available(1, 0, main); got != want {
+			t.Fatalf("%s: Available %v, want %v", step, got, want)
+		}
+	}
+	lock := func(max uint32, want int) {
+		t.Helper()
+		if r := d.OK(pt.Lock(1, 0, main, max, uint64(d.Now))); len(r.Messages) != want {
+			t.Fatalf("locked %d, want %d", len(r.Messages), want)
+		}
+	}
+	d.OK(pt.Enqueue(1, 0, pt.Msg("a"), pt.Msg("b"), pt.Msg("c")))
+	lock(1, 1)
+	available("b and c left", true)
+	lock(5, 2)
+	available("all taken", false)
+
+	short := func(body string) *partitionpb.NewMessage {
+		m := pt.Msg(body)
+		m.TtlMs = 100
+		return m
+	}
+	d.OK(pt.Enqueue(1, 0, pt.Msg("d"), short("e")))
+	lock(1, 1)
+	available("e left", true)
+	d.Now += 1000
+	d.OK(pt.ExpireMessages())
+	available("e expired", false)
+
+	d.OK(pt.Enqueue(1, 0, pt.Msg("f"), pt.Msg("g")))
+	lock(1, 1)
+	available("g left", true)
+	d.OK(pt.Purge(1, 0, main, 0, 100))
+	available("purged", false)
+
+	d.OK(pt.Enqueue(1, 0, pt.Msg("h"), &partitionpb.NewMessage{Bare: []byte("later"), ScheduledEnqueueTimeMs: d.Now + 60_000}))
+	lock(1, 1)
+	available("only a scheduled one left", false)
+}

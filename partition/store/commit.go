@@ -157,13 +157,23 @@ func (s *SortedCommit) sortEntries() {
 	used, last := 0, 0
 	for i, e := range s.entries {
 		p := e.key[:min(len(e.key), bucketPrefix)]
-		// The search starts at the bucket after the last entry's and
-		// wraps: a topic's copies go to its subscriptions in turn, one
-		// bucket each, and a search from the first bucket compared
-		// half of them for every copy. Where it starts changes no bucket.
+		// The search looks at the bucket after the last entry's first,
+		// then at the last entry's, then at the others: a topic's copies
+		// go to its subscriptions in turn (the next bucket), and a drain
+		// writes runs of one subscription's records (the same bucket
+		// again); a search from the first bucket, or from the next one
+		// on, compared most of them for every write. The order changes
+		// no bucket.
 		j := -1
 		for k := range used {
-			if b := (last + 1 + k) % used; bytes.Equal(s.buckets[b].prefix, p) {
+			b := (last + k) % used // k >= 2: the others
+			switch k {
+			case 0:
+				b = (last + 1) % used
+			case 1:
+				b = last
+			}
+			if bytes.Equal(s.buckets[b].prefix, p) {
 				j = b
 				break
 			}

@@ -134,6 +134,16 @@ type LockIndex struct {
 	// Stale: grants changed since min was read (Load); floor may be
 	// below the first grant, never above.
 	Stale bool
+	// top, once topKnown, is at or above the locked_until_ms of every
+	// grant the store holds: no grant ends later. Lock ends grow with the
+	// leader's clock, so a Lock's grant mostly ends after every other and
+	// MarkLock need not look for it in the store: each Lock did a point
+	// read through every level for it, and a topic's drain of many small
+	// Locks paid it per Lock. It only rises (a grant deleted leaves it
+	// where it is), and it lives in memory only, so a replica without it
+	// reads and writes the same.
+	top      int64
+	topKnown bool
 }
 
 // NewLockIndex is the lock index of entity partition k before Load.
@@ -188,34 +198,54 @@ func (x *LockIndex) Load(r pebble.Reader) error {
 	return CloseIter(it, it.Error())
 }
 
+// loadTop sets x.top to the latest end of k's grants in the batch's
+// view, or the least time when there is none.
+func (b *Batch) loadTop(x *LockIndex) error {
+	x.top, x.topKnown = math.MinInt64, true
+	it, err := b.pb.NewIter(&pebble.IterOptions{LowerBound: x.prefix, UpperBound: PrefixEnd(x.prefix)})
+	if err != nil {
+		return fmt.Errorf("partition: iterator: %w", err)
+	}
+	if it.Last() {
+		until, _, _, ok := ParseLockKey(it.Key())
+		if !ok {
+			return CloseIter(it, fmt.Errorf("%w: lock key %x", ErrCorrupt, it.Key()))
+		}
+		x.top = until
+	}
+	return CloseIter(it, it.Error())
+}
+
 // grant returns the grant gk as this batch holds it, read from the
-// batch the first time.
-func (b *Batch) grant(gk grantKey) (*grant, error) {
+// batch the first time unless absent says none is stored.
+func (b *Batch) grant(gk grantKey, absent bool) (*grant, error) {
 	// Consecutive messages of a Lock or a settle mostly share a grant:
 	// the last one found spares hashing the key again for each.
 	if b.lastGrant != nil && b.lastGrantKey == gk {
 		return b.lastGrant, nil
 	}
-	g, err := b.findGrant(gk)
+	g, err := b.findGrant(gk, absent)
 	if err == nil {
 		b.lastGrantKey, b.lastGrant = gk, g
 	}
 	return g, err
 }
 
-func (b *Batch) findGrant(gk grantKey) (*grant, error) {
+func (b *Batch) findGrant(gk grantKey, absent bool) (*grant, error) {
 	if g, ok := b.grants[gk]; ok {
 		return g, nil
 	}
 	g := &grant{}
-	key := gk.key()
-	p, found, err := Get(b.pb, key)
-	if err != nil {
-		return nil, err
-	}
-	if found {
-		if *g, err = decodeGrant(key, p); err != nil {
+	if !absent {
+		key := gk.key()
+		p, found, err := Get(b.pb, key)
+		if err != nil {
 			return nil, err
+		}
+		if found {
+			if *g, err = decodeGrant(key, p); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if b.grants == nil {
@@ -229,9 +259,17 @@ func (b *Batch) findGrant(gk grantKey) (*grant, error) {
 // in slot s, which is locked, in its grant; x is k's lock index.
 func (b *Batch) MarkLock(x *LockIndex, k EntityKey, s Slot, set bool) error {
 	gk := grantKeyOf(k, s.Until, s.Sub, s.Seq)
-	g, err := b.grant(gk)
+	if !x.topKnown {
+		if err := b.loadTop(x); err != nil {
+			return err
+		}
+	}
+	g, err := b.grant(gk, gk.until > x.top)
 	if err != nil {
 		return err
+	}
+	if set {
+		x.top = max(x.top, gk.until)
 	}
 	i := s.Seq - gk.base
 	w, m := i/64, uint64(1)<<(i%64)
