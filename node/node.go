@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -390,12 +391,7 @@ func (n *Node) group(id uint64) (*group, error) {
 func (n *Node) Groups() []uint64 {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	ids := make([]uint64, 0, len(n.groups))
-	for id := range n.groups {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(n.groups))
 }
 
 // TransferLeadership hands the leadership of a group this node leads to

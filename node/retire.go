@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -62,12 +63,7 @@ func (n *Node) Unretire(id uint64) {
 func (n *Node) Retired() []uint64 {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	ids := make([]uint64, 0, len(n.retired))
-	for id := range n.retired {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(n.retired))
 }
 
 // isRetired reports whether group id is retired.
