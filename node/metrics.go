@@ -150,7 +150,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if g, err := n.group(id); err == nil {
 			if g.prop != nil {
-				gauge(descInFlight, float64(len(g.prop.slots)))
+				gauge(descInFlight, float64(g.prop.inFlight.Load()))
 				gauge(descQueued, float64(len(g.prop.in)))
 			}
 			if g.cache != nil {

@@ -81,6 +81,10 @@ type Node struct {
 	metrics *nodeMetrics // metrics.go
 
 	forward forwardHolder // where forwarders send (forward.go); empty: none
+
+	// sharedSlots are the entries in flight beyond one a group that the
+	// groups this node leads share (propose.go).
+	sharedSlots chan struct{}
 }
 
 // New returns a node that listens (on cfg.Listener, or on cfg.Addr) but
@@ -128,6 +132,7 @@ func New(cfg Config) (*Node, error) {
 		stopSupervisor: make(chan struct{}),
 		supervisorDone: make(chan struct{}),
 		metrics:        newNodeMetrics(),
+		sharedSlots:    make(chan struct{}, sharedInFlight),
 	}
 	if n.addr == "" {
 		n.addr = lis.Addr().String()
