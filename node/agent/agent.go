@@ -123,6 +123,8 @@ type Agent struct {
 	// other: the table comes from another node's placement member, on a
 	// stream open now.
 	other bool
+	// born and version name the newest table applied (apply).
+	born, version uint64
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -263,7 +265,23 @@ func (a *Agent) watch(ctx context.Context) {
 
 // apply opens the groups the table (or change: it lists every group and
 // node too) places on this node and removes those it lists elsewhere.
+//
+// A table older than one applied is skipped: a member behind the catalog
+// (the stream moved to another member) may serve one, and it would undo
+// the moves since, removing a replica the group now counts as a voter.
+// Versions compare only within one catalog's birth.
 func (a *Agent) apply(t *placementpb.RoutingTable) {
+	a.mu.Lock()
+	applied := a.version
+	stale := applied != 0 && t.CatalogBornMs == a.born && t.Version < applied
+	if !stale {
+		a.born, a.version = t.CatalogBornMs, t.Version
+	}
+	a.mu.Unlock()
+	if stale {
+		a.log.Info("skipping a routing table older than the one applied", "version", t.Version, "applied", applied)
+		return
+	}
 	n := a.cfg.Node
 	addrs := make(map[string]string, len(t.Nodes))
 	for _, nd := range t.Nodes {

@@ -287,3 +287,39 @@ func TestAgentReportsLeaderlessGroups(t *testing.T) {
 		t.Fatalf("group 2's first report %v: want no leader, no quorum, leaderless for %v at least", g, after)
 	}
 }
+
+// TestAgentSkipsOlderTables: a table older than one applied, as a
+// placement member behind the catalog serves after the stream moved to
+// it, neither removes a group moved onto the node since nor opens one
+// moved off; a table of a catalog born anew counts from its own start.
+func TestAgentSkipsOlderTables(t *testing.T) {
+	own := newFakePlacement()
+	n := startNode(t, own)
+	a := startAgent(t, agent.Config{Node: n})
+
+	own.tables <- table(5, n, group(1, "n1"))
+	nodetest.WaitFor(t, "group 1 placed here", func() bool {
+		mine, err := a.Placed()
+		return err == nil && slices.Equal(mine, []uint64{1})
+	})
+	// Version 4, before group 1 moved here, then 6: the agent applies
+	// tables in order, so once 6 is in, 4 was seen and skipped.
+	own.tables <- table(4, n, group(1, "n9"), group(2, "n1"))
+	own.tables <- table(6, n, group(1, "n1"), group(3, "n1"))
+	nodetest.WaitFor(t, "the table of version 6", func() bool {
+		mine, err := a.Placed()
+		return err == nil && slices.Equal(mine, []uint64{1, 3})
+	})
+	if got := n.Groups(); !slices.Contains(got, 1) || slices.Contains(got, 2) {
+		t.Fatalf("groups after an older table: %v, want 1 kept and 2 never opened", got)
+	}
+
+	// A catalog started over numbers its versions from the start again.
+	reborn := table(2, n, group(1, "n1"), group(4, "n1"))
+	reborn.CatalogBornMs = 99
+	own.tables <- reborn
+	nodetest.WaitFor(t, "the reborn catalog's table", func() bool {
+		mine, err := a.Placed()
+		return err == nil && slices.Equal(mine, []uint64{1, 4})
+	})
+}
