@@ -495,48 +495,57 @@ func (r *receiver) settleLoop() {
 	}
 }
 
-// settleBatch settles simple outcomes (complete, release) together; the
-// others one by one, since they carry per-message details.
+// settleBatch settles simple outcomes (complete, release) together, one
+// command per partition; the others one by one, since they carry
+// per-message details.
 func (r *receiver) settleBatch(batch []settleReq) {
-	groups := map[partitionpb.Disposition][]settleReq{}
+	type key struct {
+		d partitionpb.Disposition
+		p uint32
+	}
+	groups := map[key][]settleReq{}
 	for _, s := range batch {
 		d, simple := simpleDisposition(s.state)
 		if simple {
-			groups[d] = append(groups[d], s)
+			k := key{d, partitionpb.PartitionOfToken(s.token)}
+			groups[k] = append(groups[k], s)
 			continue
 		}
 		r.settleOne(s)
 	}
-	for d, items := range groups {
-		tokens := make([][]byte, len(items))
-		for i, it := range items {
-			tokens[i] = it.token
-		}
-		out := r.settlePartitions(d, tokens, nil)
-		perPartition := map[uint32]int{}
+	// The partitions at once, each answered as soon as its own command
+	// is: waiting for the slowest group would hold the client's
+	// unsettled messages, and with them its credit, that much longer.
+	var wg sync.WaitGroup
+	for k, items := range groups {
+		wg.Go(func() { r.settleRun(k.d, k.p, items) })
+	}
+	wg.Wait()
+}
+
+// settleRun settles items of one partition and disposition in one
+// command and answers them.
+func (r *receiver) settleRun(d partitionpb.Disposition, p uint32, items []settleReq) {
+	tokens := make([][]byte, len(items))
+	for i, it := range items {
+		tokens[i] = it.token
+	}
+	o := r.settlePartition(d, p, tokens, nil)
+	if !o.ok && len(items) > 1 {
+		// One lost lock fails the whole command: settle them one by one
+		// so that the others still succeed.
 		for _, it := range items {
-			perPartition[partitionpb.PartitionOfToken(it.token)]++
+			r.settleOne(it)
 		}
-		done := items[:0:0]
-		for _, it := range items {
-			p := partitionpb.PartitionOfToken(it.token)
-			if o := out[p]; !o.ok && perPartition[p] > 1 {
-				// One lost lock fails its partition's whole command:
-				// settle those one by one so the others still succeed.
-				r.settleOne(it)
-				continue
-			}
-			done = append(done, it)
-		}
-		// In delivery order, so that the engine answers runs of them with
-		// one disposition frame each: a client completing from many
-		// goroutines sends its dispositions a little out of order, and
-		// each frame costs it a read and a dispatch.
-		slices.SortFunc(done, func(a, b settleReq) int { return cmp.Compare(a.id, b.id) })
-		for _, it := range done {
-			o := out[partitionpb.PartitionOfToken(it.token)]
-			r.confirm(it.id, o.f, o.ok)
-		}
+		return
+	}
+	// In delivery order, so that the engine answers runs of them with one
+	// disposition frame each: a client completing from many goroutines
+	// sends its dispositions a little out of order, and each frame costs
+	// it a read and a dispatch.
+	slices.SortFunc(items, func(a, b settleReq) int { return cmp.Compare(a.id, b.id) })
+	for _, it := range items {
+		r.confirm(it.id, o.f, o.ok)
 	}
 }
 
