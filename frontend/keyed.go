@@ -46,6 +46,10 @@ const (
 	// that has been without a leader that long has lost its quorum, and
 	// will not get one back before its nodes do. A client waits at most
 	// about 3 s + 5 s + keyedServingPoll.
+	//
+	// A request gets a second more per MiB it carries, as sendTimeout
+	// does: after a leader change its retry carries it to the new leader
+	// again, and Serving reads false until that call succeeds.
 	keyedUnservedWait = 5 * time.Second
 	// keyedServingPoll is how often a keyed request in flight reads
 	// Serving: a map lookup under a read lock, so its cost is the timer;
@@ -58,8 +62,9 @@ const (
 var errPartitionUnserved = errors.New("partition not serving")
 
 // sendKeyed is Backend.Send to a partition that the request's keys name,
-// given up once the partition has read not serving for keyedUnservedWait
-// in a row (servingWatch): the client gets ErrUnavailable, which is
+// of bytes, given up once the partition has read not serving for
+// keyedUnservedWait (and a second per MiB) in a row (servingWatch): the
+// client gets ErrUnavailable, which is
 // com.microsoft:timeout (errFailure), as a send that ran out of
 // sendTimeout does.
 //
@@ -68,26 +73,27 @@ var errPartitionUnserved = errors.New("partition not serving")
 // group has one again. The client's retry then stores a second copy,
 // unless the entity has duplicate detection (the retry carries the same
 // MessageId), as after any timeout.
-func (s *sender) sendKeyed(ctx context.Context, partition uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+func (s *sender) sendKeyed(ctx context.Context, partition uint32, msgs []*partitionpb.NewMessage, bytes int) (*partitionpb.Result, error) {
 	backend := s.c.srv.cfg.Backend
-	wctx, stop := s.watchServing(ctx, partition)
+	wait := keyedUnservedWait + time.Duration(bytes>>20)*time.Second
+	wctx, stop := s.watchServing(ctx, partition, wait)
 	res, err := backend.Send(wctx, s.entity, partition, msgs)
 	stop()
 	if err != nil && errors.Is(context.Cause(wctx), errPartitionUnserved) && ctx.Err() == nil {
-		return nil, fmt.Errorf("%w: partition %d of %s read not serving for %v: %v", ErrUnavailable, partition, s.entity.Name, keyedUnservedWait, err)
+		return nil, fmt.Errorf("%w: partition %d of %s read not serving for %v: %v", ErrUnavailable, partition, s.entity.Name, wait, err)
 	}
 	return res, err
 }
 
 // watchServing returns a context of ctx that ends, with the cause
 // errPartitionUnserved, once partition has read not serving at every poll
-// for keyedUnservedWait, and a stop that ends the watch (and the
+// for wait, and a stop that ends the watch (and the
 // context). The first read is at once: a partition known not to serve
 // counts from the start.
-func (s *sender) watchServing(ctx context.Context, partition uint32) (context.Context, func()) {
+func (s *sender) watchServing(ctx context.Context, partition uint32, wait time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	serving := func() bool { return s.c.srv.cfg.Backend.Serving(s.entity, partition) }
-	w := &servingWatch{cancel: cancel, serving: serving}
+	w := &servingWatch{cancel: cancel, serving: serving, wait: wait}
 	w.mu.Lock()
 	w.check(time.Now())
 	w.mu.Unlock()
@@ -99,6 +105,7 @@ func (s *sender) watchServing(ctx context.Context, partition uint32) (context.Co
 type servingWatch struct {
 	cancel  context.CancelCauseFunc
 	serving func() bool
+	wait    time.Duration // of not serving in a row, before cancel
 
 	mu      sync.Mutex
 	since   time.Time // when Serving last turned false; zero while it reads true
@@ -117,14 +124,14 @@ func (w *servingWatch) check(now time.Time) {
 		w.since = time.Time{}
 	case w.since.IsZero():
 		w.since = now
-	case now.Sub(w.since) >= keyedUnservedWait:
+	case now.Sub(w.since) >= w.wait:
 		w.cancel(errPartitionUnserved)
 		return
 	}
 	// The last poll falls on the deadline rather than up to a poll after.
 	next := keyedServingPoll
 	if !w.since.IsZero() {
-		next = min(next, max(w.since.Add(keyedUnservedWait).Sub(now), time.Millisecond))
+		next = min(next, max(w.since.Add(w.wait).Sub(now), time.Millisecond))
 	}
 	if w.timer == nil {
 		w.timer = time.AfterFunc(next, w.fire)

@@ -338,7 +338,7 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 	case movable(items):
 		res, err = s.sendUnkeyed(ctx, partition, msgs)
 	default:
-		res, err = s.sendKeyed(ctx, partition, msgs) // keyed.go
+		res, err = s.sendKeyed(ctx, partition, msgs, bytes) // keyed.go
 	}
 	s.c.srv.throttle.inFlight(-len(msgs)) // admitted in Message
 	cancel()
