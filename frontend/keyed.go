@@ -61,18 +61,17 @@ const (
 // gave up on a partition that read not serving for keyedUnservedWait.
 var errPartitionUnserved = errors.New("partition not serving")
 
-// sendKeyed is Backend.Send to a partition that the request's keys name,
-// of bytes, given up once the partition has read not serving for
+// sendKeyed is Backend.Send of a request of bytes to the partition its
+// keys name, given up once the partition has read not serving for
 // keyedUnservedWait (and a second per MiB) in a row (servingWatch): the
-// client gets ErrUnavailable, which is
-// com.microsoft:timeout (errFailure), as a send that ran out of
-// sendTimeout does.
+// client gets ErrUnavailable, com.microsoft:timeout (errFailure), as when
+// a send runs out of sendTimeout.
 //
 // A request given up so may still have been stored: its leader may have
 // proposed it before losing the quorum, and the entry may commit once the
 // group has one again. The client's retry then stores a second copy,
-// unless the entity has duplicate detection (the retry carries the same
-// MessageId), as after any timeout.
+// unless the entity has duplicate detection and the retry carries the
+// same MessageId, as after any timeout.
 func (s *sender) sendKeyed(ctx context.Context, partition uint32, msgs []*partitionpb.NewMessage, bytes int) (*partitionpb.Result, error) {
 	backend := s.c.srv.cfg.Backend
 	wait := keyedUnservedWait + time.Duration(bytes>>20)*time.Second

@@ -66,7 +66,8 @@ func (b *electingBackend) Serving(e *placementpb.Entity, p uint32) bool {
 // sendTimeout (30 s) before: whether the partition read so from the start
 // (the catalog records its group without quorum), or only once the send
 // was under way (the router's calls found no leader). A PartitionKey and a
-// SessionId alike. Unkeyed sends meanwhile succeed elsewhere. A partition
+// SessionId alike; a request of 2 MiB after 7 s. Unkeyed sends meanwhile
+// succeed elsewhere. A partition
 // electing a leader for 4 s, not serving meanwhile, takes its keyed send
 // without an error, once.
 func TestKeyedSendToAPartitionNotServing(t *testing.T) {
@@ -74,6 +75,7 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 		const parts, lost, late, electing = 4, 1, 2, 3
 		b := &electingBackend{partBackend: newPartBackend(parts), leaderAt: map[uint32]time.Time{}}
 		b.elect(lost, time.Now().Add(time.Hour))
+		b.partBackend.e.Properties.MaxMessageSizeInKilobytes = 4 << 10 // for the large send below
 		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
 		ctx := t.Context()
 		sess, err := plainConn(t, f).NewSession(ctx, nil)
@@ -88,6 +90,9 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 		// or with session by its SessionId) and returns what it took.
 		send := func(p uint32, session bool, body string) (time.Duration, error) {
 			m := goamqp.NewMessage([]byte(body))
+			if body == "large" {
+				m = goamqp.NewMessage(make([]byte, 2<<20+1000))
+			}
 			key := keyFor(p, parts)
 			if session {
 				m.Properties = &goamqp.MessageProperties{GroupID: &key}
@@ -114,6 +119,13 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 			took, err := send(lost, session, "keyed")
 			wantTimeout(fmt.Sprintf("keyed send (session %v) to partition %d, not serving", session, lost), took, err, 5*time.Second+keyedServingPollForTest)
 		}
+		// A request of 2 MiB gets two seconds more: after a leader change
+		// it is carried to the new leader again.
+		took, err := send(lost, false, "large")
+		wantTimeout(fmt.Sprintf("keyed send of 2 MiB to partition %d, not serving", lost), took, err, 7*time.Second+keyedServingPollForTest)
+		if took < 7*time.Second {
+			t.Fatalf("keyed send of 2 MiB gave up after %v, before 7 s", took)
+		}
 		for i := range 8 {
 			if err := snd.Send(ctx, goamqp.NewMessage([]byte(fmt.Sprint("unkeyed-", i))), nil); err != nil {
 				t.Fatalf("unkeyed send %d with partition %d not serving: %v", i, lost, err)
@@ -131,7 +143,7 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 			b.partBackend.down[late], b.partBackend.stale = true, false
 			b.partBackend.mu.Unlock()
 		}()
-		took, err := send(late, false, "keyed-late")
+		took, err = send(late, false, "keyed-late")
 		wantTimeout(fmt.Sprintf("keyed send to partition %d, not serving from 2 s into it", late), took, err, 7*time.Second+keyedServingPollForTest)
 		if took < 7*time.Second {
 			t.Fatalf("keyed send to partition %d gave up after %v, before it read not serving for 5 s", late, took)
