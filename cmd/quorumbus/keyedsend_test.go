@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ const keyedTryBound = 12 * time.Second
 //
 //   - keyed sends (PartitionKey, and SessionId) to every partition go on
 //     without an error while the leader of one group is killed (kill -9)
-//     and restarted;
+//     and restarted, and while the next is paused (SIGSTOP) and goes on;
 //   - with two replicas of that group killed, a keyed send to its
 //     partition fails with the retriable timeout code within
 //     keyedTryBound, a PartitionKey and a SessionId alike, at once after
@@ -199,14 +200,16 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 		}
 	}
 
-	// A leader change: keyed sends to every partition of both queues,
-	// one at a time per queue, while the group's leader is killed and
-	// restarted. None may fail.
-	leader := leaderIndex(t, ctx, grpcAddrs, group)
+	// Leader changes: keyed sends to every partition of both queues, one
+	// at a time per queue, while the group's leader is killed and
+	// restarted, then while the next one is paused (SIGSTOP: the router's
+	// attempts at it get no answer until its attempt timeout) and goes
+	// on. None may fail.
+	phase := "kill"
+	longest := map[string]time.Duration{} // by phase and queue; under mu
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var longest [2]time.Duration
-	for qi, q := range []string{"pq", "ps"} {
+	for _, q := range []string{"pq", "ps"} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -217,19 +220,33 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 				default:
 				}
 				took, err := send(q, i%parts)
+				mu.Lock()
+				ph := phase
+				longest[ph+" "+q] = max(longest[ph+" "+q], took)
+				mu.Unlock()
 				if err != nil {
-					t.Errorf("%s: keyed send to partition %d during the leader change: %v", q, i%parts, err)
+					t.Errorf("%s: keyed send to partition %d during the leader change (%s): %v", q, i%parts, ph, err)
 					return
 				}
-				longest[qi] = max(longest[qi], took)
 			}
 		}()
 	}
 	time.Sleep(time.Second)
+	leader := leaderIndex(t, ctx, grpcAddrs, group)
 	procs[leader].kill9()
 	t.Logf("killed n%d, the leader of group %d", leader+1, group)
 	time.Sleep(6 * time.Second)
 	procs[leader] = startProcess(t, bin, nodeArgs(leader)...)
+	awaitReplica(t, ctx, grpcAddrs[leader], group)
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	phase = "pause"
+	mu.Unlock()
+	leader = leaderIndex(t, ctx, grpcAddrs, group)
+	procs[leader].signal(syscall.SIGSTOP)
+	t.Logf("paused n%d, the leader of group %d", leader+1, group)
+	time.Sleep(6 * time.Second)
+	procs[leader].signal(syscall.SIGCONT)
 	awaitReplica(t, ctx, grpcAddrs[leader], group)
 	time.Sleep(2 * time.Second)
 	close(stop)
@@ -237,7 +254,8 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	t.Logf("leader change: keyed sends without an error, the longest %v (pq) and %v (ps)", longest[0].Round(time.Millisecond), longest[1].Round(time.Millisecond))
+	t.Logf("leader changes: keyed sends without an error, the longest %v (pq) and %v (ps) across the kill, %v and %v across the pause",
+		longest["kill pq"].Round(time.Millisecond), longest["kill ps"].Round(time.Millisecond), longest["pause pq"].Round(time.Millisecond), longest["pause ps"].Round(time.Millisecond))
 
 	// The group down: two of its replicas killed.
 	var victims []int
