@@ -28,9 +28,10 @@ import (
 // keyedTryBound is what a keyed send's try may take, through the Go SDK,
 // when its partition's group has lost its quorum: the front-end's wait on
 // a partition that reads not serving (frontend keyedUnservedWait, 5 s),
-// after up to the router's attempt timeout (3 s) before it reads so, and
-// its poll; plus a loaded two-core machine's slack. Before it, the try
-// took the whole send timeout, 30 s.
+// after what it takes to read so (a surviving leader's 1 s lease, or the
+// router's 3 s attempt timeout at a leader that does not answer), and its
+// poll; plus a loaded two-core machine's slack. Before it, the try took
+// the whole send timeout, 30 s.
 const keyedTryBound = 12 * time.Second
 
 // TestKeyedSendsWithAGroupDown runs five `quorumbus node` processes (five
