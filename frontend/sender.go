@@ -330,10 +330,15 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout+time.Duration(bytes>>20)*time.Second)
 	var res *partitionpb.Result
 	var err error
-	if movable(items) && len(s.entity.PartitionGroups) > 1 {
-		res, err = s.sendUnkeyed(ctx, partition, msgs)
-	} else {
+	switch {
+	case len(s.entity.PartitionGroups) <= 1:
+		// One partition: it waits out sendTimeout through anything, as
+		// it always did (sendKeyed is issue 24's, for partitions).
 		res, err = s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
+	case movable(items):
+		res, err = s.sendUnkeyed(ctx, partition, msgs)
+	default:
+		res, err = s.sendKeyed(ctx, partition, msgs, bytes) // keyed.go
 	}
 	s.c.srv.throttle.inFlight(-len(msgs)) // admitted in Message
 	cancel()

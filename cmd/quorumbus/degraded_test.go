@@ -238,7 +238,8 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 		}
 	}()
 	// A keyed send to the lost partition fails, retriably, once the
-	// front-end gave up on its group (sendTimeout, 30 s); it must end
+	// front-end gave up on its group (5 s after the partition read not
+	// serving: TestKeyedSendsWithAGroupDown); it must end
 	// before the victims restart, which would let it succeed.
 	keyedDone := make(chan error, 1)
 	go func() {

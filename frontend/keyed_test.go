@@ -1,0 +1,167 @@
+package frontend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/quorumbus/quorumbus/frontend"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
+
+// electingBackend is partBackend whose partitions may be electing a
+// leader until a time: sends to one wait until then (or until their
+// context ends), and it reads not serving meanwhile, as the router reads
+// a group whose calls found no leader.
+type electingBackend struct {
+	*partBackend
+	mu       sync.Mutex
+	leaderAt map[uint32]time.Time
+}
+
+func (b *electingBackend) elect(p uint32, until time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.leaderAt[p] = until
+}
+
+func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	at := b.leaderAt[p]
+	b.mu.Unlock()
+	if d := time.Until(at); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: partition %d has no leader: %v", frontend.ErrUnavailable, p, ctx.Err())
+		}
+	}
+	return b.partBackend.Send(ctx, e, p, msgs)
+}
+
+func (b *electingBackend) SendOnce(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	return b.Send(ctx, e, p, msgs)
+}
+
+func (b *electingBackend) Serving(e *placementpb.Entity, p uint32) bool {
+	b.mu.Lock()
+	at := b.leaderAt[p]
+	b.mu.Unlock()
+	return !time.Now().Before(at) && b.partBackend.Serving(e, p)
+}
+
+// TestKeyedSendToAPartitionNotServing, in virtual time, through go-amqp
+// (which does not retry): a keyed send to a partition that reads not
+// serving gives up after keyedUnservedWait (5 s) with
+// com.microsoft:timeout, which the SDKs retry, where it waited out
+// sendTimeout (30 s) before: whether the partition read so from the start
+// (the catalog records its group without quorum), or only once the send
+// was under way (the router's calls found no leader). A PartitionKey and a
+// SessionId alike; a request of 2 MiB after 7 s. Unkeyed sends meanwhile
+// succeed elsewhere. A partition
+// electing a leader for 4 s, not serving meanwhile, takes its keyed send
+// without an error, once.
+func TestKeyedSendToAPartitionNotServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const parts, lost, late, electing = 4, 1, 2, 3
+		b := &electingBackend{partBackend: newPartBackend(parts), leaderAt: map[uint32]time.Time{}}
+		b.elect(lost, time.Now().Add(time.Hour))
+		b.partBackend.e.Properties.MaxMessageSizeInKilobytes = 4 << 10 // for the large send below
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctx, "pq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// send sends a message keyed to partition p (by its PartitionKey,
+		// or with session by its SessionId) and returns what it took.
+		send := func(p uint32, session bool, body string) (time.Duration, error) {
+			m := goamqp.NewMessage([]byte(body))
+			if body == "large" {
+				m = goamqp.NewMessage(make([]byte, 2<<20+1000))
+			}
+			key := keyFor(p, parts)
+			if session {
+				m.Properties = &goamqp.MessageProperties{GroupID: &key}
+			} else {
+				m.Annotations = goamqp.Annotations{"x-opt-partition-key": key}
+			}
+			start := time.Now()
+			err := snd.Send(ctx, m, nil)
+			return time.Since(start), err
+		}
+		wantTimeout := func(what string, took time.Duration, err error, bound time.Duration) {
+			t.Helper()
+			var ae *goamqp.Error
+			if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+				t.Fatalf("%s: %v, want com.microsoft:timeout", what, err)
+			}
+			if took > bound {
+				t.Fatalf("%s failed after %v, want within %v", what, took, bound)
+			}
+			t.Logf("%s failed after %v: %s", what, took, ae.Condition)
+		}
+
+		for _, session := range []bool{false, true} {
+			took, err := send(lost, session, "keyed")
+			wantTimeout(fmt.Sprintf("keyed send (session %v) to partition %d, not serving", session, lost), took, err, 5*time.Second+keyedServingPollForTest)
+		}
+		// A request of 2 MiB gets two seconds more: after a leader change
+		// it is carried to the new leader again.
+		took, err := send(lost, false, "large")
+		wantTimeout(fmt.Sprintf("keyed send of 2 MiB to partition %d, not serving", lost), took, err, 7*time.Second+keyedServingPollForTest)
+		if took < 7*time.Second {
+			t.Fatalf("keyed send of 2 MiB gave up after %v, before 7 s", took)
+		}
+		for i := range 8 {
+			if err := snd.Send(ctx, goamqp.NewMessage([]byte(fmt.Sprint("unkeyed-", i))), nil); err != nil {
+				t.Fatalf("unkeyed send %d with partition %d not serving: %v", i, lost, err)
+			}
+		}
+
+		// Serving well, and hanging: it reads not serving 2 s into the
+		// send, and the send gives up 5 s later.
+		b.partBackend.mu.Lock()
+		b.partBackend.hung[late], b.partBackend.stale = true, true
+		b.partBackend.mu.Unlock()
+		go func() {
+			time.Sleep(2 * time.Second)
+			b.partBackend.mu.Lock()
+			b.partBackend.down[late], b.partBackend.stale = true, false
+			b.partBackend.mu.Unlock()
+		}()
+		took, err = send(late, false, "keyed-late")
+		wantTimeout(fmt.Sprintf("keyed send to partition %d, not serving from 2 s into it", late), took, err, 7*time.Second+keyedServingPollForTest)
+		if took < 7*time.Second {
+			t.Fatalf("keyed send to partition %d gave up after %v, before it read not serving for 5 s", late, took)
+		}
+
+		b.elect(electing, time.Now().Add(4*time.Second))
+		if took, err := send(electing, false, "keyed-electing"); err != nil {
+			t.Fatalf("keyed send to partition %d electing for 4 s: %v", electing, err)
+		} else {
+			t.Logf("keyed send to partition %d electing for 4 s accepted after %v", electing, took)
+		}
+		n := b.stored()
+		if total := n[0] + n[1] + n[2] + n[3]; n[lost] != 0 || total != 9 {
+			t.Fatalf("stored per partition %v: want the 8 unkeyed messages and the electing partition's keyed one, each once, none in partition %d", n, lost)
+		}
+	})
+}
+
+// keyedServingPollForTest is frontend's keyedServingPoll: a partition
+// that turns not serving is seen so within a poll.
+const keyedServingPollForTest = 200 * time.Millisecond
