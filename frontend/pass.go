@@ -14,8 +14,12 @@ import (
 // how many messages the entry carries: a credit spread thin over every
 // partition cost a multiple of a plain queue's CPU per message. A plain
 // queue's pass takes the whole credit in one entry, so a partitioned pass
-// asks as few partitions as the credit allows.
-const concentratedAsk = 512
+// asks as few partitions as the credit allows. It exceeds the credit
+// consumers commonly give (the SDKs' prefetch, the load tool's 1,000), so
+// that such a pass asks one partition, as a plain queue's does: at 512 a
+// credit of 1,000 made two asks, and four receivers draining sent 16.4
+// requests per 1,000 messages against 14.8.
+const concentratedAsk = 2048
 
 // pass takes what credit allows from the partitions without waiting and
 // returns how many messages it delivered. It asks in rounds, the
