@@ -92,6 +92,12 @@ type proposer struct {
 	// (run adds, apply takes away); freed wakes run when one is answered.
 	inFlight atomic.Int32
 	freed    chan struct{}
+	// sharedMu guards shared, the node's shared slots this group's
+	// entries hold, and abandoned: the proposer stopped and gave them
+	// back (giveBackShared), so the entries' own releases do not.
+	sharedMu  sync.Mutex
+	shared    int
+	abandoned bool
 	// queued is the bytes of the requests in in, not yet taken into a
 	// batch; admitSend reads it.
 	queued atomic.Int64
@@ -243,6 +249,9 @@ func (p *proposer) awaitSlot(add func(*proposal), full func() bool) (shared, ok 
 		select {
 		case pool <- struct{}{}:
 			p.inFlight.Add(1)
+			p.sharedMu.Lock()
+			p.shared++
+			p.sharedMu.Unlock()
 			return true, true
 		case <-p.freed:
 		case pr := <-in:
@@ -256,7 +265,12 @@ func (p *proposer) awaitSlot(add func(*proposal), full func() bool) (shared, ok 
 // release ends an entry's time in flight (awaitSlot).
 func (p *proposer) release(shared bool) {
 	if shared {
-		<-p.g.node.sharedSlots
+		p.sharedMu.Lock()
+		if !p.abandoned {
+			p.shared--
+			<-p.g.node.sharedSlots
+		}
+		p.sharedMu.Unlock()
 	}
 	p.inFlight.Add(-1)
 	select {
@@ -265,8 +279,23 @@ func (p *proposer) release(shared bool) {
 	}
 }
 
-// drain fails the given and every queued request after stop.
+// giveBackShared returns the node's shared slots this group's entries
+// hold, once the proposer stopped: raft may never answer an entry
+// buffered when the group shut down (hashicorp/raft#498), and its slot
+// would be lost to every other group of the node.
+func (p *proposer) giveBackShared() {
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
+	for ; p.shared > 0; p.shared-- {
+		<-p.g.node.sharedSlots
+	}
+	p.abandoned = true
+}
+
+// drain fails the given and every queued request after stop, and gives
+// back the shared slots.
 func (p *proposer) drain(batch []*proposal) {
+	p.giveBackShared()
 	for _, pr := range batch {
 		pr.done <- proposalResult{err: p.stopErr}
 	}

@@ -91,4 +91,21 @@ func TestProposerSharesSlotsBeyondFirst(t *testing.T) {
 	if _, ok := b.awaitSlot(func(*proposal) {}, never); ok {
 		t.Fatal("awaitSlot after stop: ok")
 	}
+	// A stopped group gives its shared slots back (raft may never answer
+	// its entries), and an entry answered late gives back nothing more.
+	held := len(n.sharedSlots)
+	b.drain(nil)
+	if got := len(n.sharedSlots); got != held-(maxInFlight-1) {
+		t.Fatalf("shared slots taken after group b stopped: %d, want %d", got, held-(maxInFlight-1))
+	}
+	done := make(chan struct{})
+	go func() { b.release(true); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a late release of a stopped group blocked")
+	}
+	if got := len(n.sharedSlots); got != held-(maxInFlight-1) {
+		t.Fatalf("shared slots taken after a late release: %d", got)
+	}
 }
