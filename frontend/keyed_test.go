@@ -165,3 +165,114 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 // keyedServingPollForTest is frontend's keyedServingPoll: a partition
 // that turns not serving is seen so within a poll.
 const keyedServingPollForTest = 200 * time.Millisecond
+
+// TestSendToAQueueNotServing, in virtual time, through go-amqp: a send to
+// an entity of one partition (a plain queue) whose group reads not
+// serving gives up after 5 s with com.microsoft:timeout, as a keyed one
+// does, where it waited out sendTimeout (30 s) before; a group electing a
+// leader for 4 s takes it without an error, and so does the group once
+// it serves again.
+func TestSendToAQueueNotServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &electingBackend{partBackend: newPartBackend(1), leaderAt: map[uint32]time.Time{}}
+		b.elect(0, time.Now().Add(time.Hour))
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctx, "pq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(body string) (time.Duration, error) {
+			start := time.Now()
+			err := snd.Send(ctx, goamqp.NewMessage([]byte(body)), nil)
+			return time.Since(start), err
+		}
+		took, err := send("lost")
+		var ae *goamqp.Error
+		if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+			t.Fatalf("send to a queue whose group does not serve: %v, want com.microsoft:timeout", err)
+		}
+		if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+			t.Fatalf("send to a queue whose group does not serve failed after %v, want 5 s", took)
+		}
+		t.Logf("send to a queue whose group does not serve: %s after %v", ae.Condition, took)
+
+		b.elect(0, time.Now().Add(4*time.Second))
+		if took, err := send("electing"); err != nil {
+			t.Fatalf("send to a queue whose group elects a leader for 4 s: %v after %v", err, took)
+		}
+		if _, err := send("back"); err != nil {
+			t.Fatalf("send to a queue whose group serves again: %v", err)
+		}
+		if n := b.stored(); n[0] != 2 {
+			t.Fatalf("the queue holds %d messages, want the 2 acknowledged", n[0])
+		}
+	})
+}
+
+// onceFailing is electingBackend whose SendOnce fails at once while its
+// partition has no leader, as the router's does when no replica leads.
+type onceFailing struct{ *electingBackend }
+
+func (b onceFailing) SendOnce(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	at := b.leaderAt[p]
+	b.mu.Unlock()
+	if time.Now().Before(at) {
+		return nil, fmt.Errorf("%w: partition %d has no leader", frontend.ErrUnavailable, p)
+	}
+	return b.electingBackend.SendOnce(ctx, e, p, msgs)
+}
+
+// TestUnkeyedSendNoGroupServes, in virtual time: an unkeyed send to a
+// partitioned entity of which no group takes it waits at one partition as
+// a keyed send does: it gives up after 5 s of not serving with
+// com.microsoft:timeout, where it waited out sendTimeout (30 s) before,
+// and succeeds when the groups elect leaders within 3 s.
+func TestUnkeyedSendNoGroupServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const parts = 4
+		b := onceFailing{&electingBackend{partBackend: newPartBackend(parts), leaderAt: map[uint32]time.Time{}}}
+		electAll := func(d time.Duration) {
+			for p := range uint32(parts) {
+				b.elect(p, time.Now().Add(d))
+			}
+		}
+		electAll(time.Hour)
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctx, "pq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = snd.Send(ctx, goamqp.NewMessage([]byte("nowhere")), nil)
+		took := time.Since(start)
+		var ae *goamqp.Error
+		if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+			t.Fatalf("unkeyed send with no group serving: %v, want com.microsoft:timeout", err)
+		}
+		if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+			t.Fatalf("unkeyed send with no group serving failed after %v, want 5 s", took)
+		}
+		t.Logf("unkeyed send with no group serving: %s after %v", ae.Condition, took)
+
+		electAll(3 * time.Second)
+		start = time.Now()
+		if err := snd.Send(ctx, goamqp.NewMessage([]byte("electing")), nil); err != nil {
+			t.Fatalf("unkeyed send with every group electing for 3 s: %v after %v", err, time.Since(start))
+		}
+		n := b.stored()
+		if total := n[0] + n[1] + n[2] + n[3]; total != 1 {
+			t.Fatalf("stored per partition %v, want the one acknowledged", n)
+		}
+	})
+}
