@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -32,7 +33,8 @@ func (b *electingBackend) elect(p uint32, until time.Time) {
 	b.leaderAt[p] = until
 }
 
-func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+// leader waits until partition p has a leader, or ctx ends.
+func (b *electingBackend) leader(ctx context.Context, p uint32) error {
 	b.mu.Lock()
 	at := b.leaderAt[p]
 	b.mu.Unlock()
@@ -42,10 +44,31 @@ func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uin
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: partition %d has no leader: %v", frontend.ErrUnavailable, p, ctx.Err())
+			return fmt.Errorf("%w: partition %d has no leader: %v", frontend.ErrUnavailable, p, ctx.Err())
 		}
 	}
+	return nil
+}
+
+func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, p); err != nil {
+		return nil, err
+	}
 	return b.partBackend.Send(ctx, e, p, msgs)
+}
+
+func (b *electingBackend) Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, s.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.Settle(ctx, e, s)
+}
+
+func (b *electingBackend) RenewLocks(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewLocks) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, r.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.RenewLocks(ctx, e, r)
 }
 
 func (b *electingBackend) SendOnce(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
@@ -273,6 +296,96 @@ func TestUnkeyedSendNoGroupServes(t *testing.T) {
 		n := b.stored()
 		if total := n[0] + n[1] + n[2] + n[3]; total != 1 {
 			t.Fatalf("stored per partition %v, want the one acknowledged", n)
+		}
+	})
+}
+
+// TestManagementSettleNotServing, in virtual time, through $management
+// requests of go-amqp: an update-disposition (a complete by lock token)
+// and a renew-lock of a message whose partition's group reads not
+// serving are answered 503 com.microsoft:timeout, which the SDKs retry,
+// after 5 s, where they were answered after the whole 30 s before; once
+// the group serves again, the complete succeeds.
+func TestManagementSettleNotServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &electingBackend{partBackend: newPartBackend(1), leaderAt: map[uint32]time.Time{}}
+		b.put(0, "locked")
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcv, err := sess.NewReceiver(ctx, "pq", &goamqp.ReceiverOptions{Credit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The delivery tag is the lock token in .NET's byte order (the
+		// first three groups little-endian); $management takes a UUID.
+		var token goamqp.UUID
+		if copy(token[:], m.DeliveryTag) != 16 {
+			t.Fatalf("delivery tag %x is no lock token", m.DeliveryTag)
+		}
+		slices.Reverse(token[0:4])
+		slices.Reverse(token[4:6])
+		slices.Reverse(token[6:8])
+		req, err := sess.NewSender(ctx, "pq/$management", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies, err := sess.NewReceiver(ctx, "pq/$management", &goamqp.ReceiverOptions{TargetAddress: "mgmt-reply", Credit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(op string, body map[string]any) (int32, any, time.Duration) {
+			t.Helper()
+			replyTo := "mgmt-reply"
+			start := time.Now()
+			err := req.Send(ctx, &goamqp.Message{
+				Properties:            &goamqp.MessageProperties{MessageID: op, ReplyTo: &replyTo},
+				ApplicationProperties: map[string]any{"operation": op},
+				Value:                 body,
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := replies.Receive(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			status, _ := resp.ApplicationProperties["status-code"].(int32)
+			return status, resp.ApplicationProperties["error-condition"], time.Since(start)
+		}
+		complete := map[string]any{"lock-tokens": []goamqp.UUID{token}, "disposition-status": "completed"}
+
+		b.elect(0, time.Now().Add(time.Hour))
+		for _, op := range []struct {
+			name string
+			body map[string]any
+		}{
+			{"com.microsoft:update-disposition", complete},
+			{"com.microsoft:renew-lock", map[string]any{"lock-tokens": []goamqp.UUID{token}}},
+		} {
+			status, cond, took := call(op.name, op.body)
+			if status != 503 || fmt.Sprint(cond) != "com.microsoft:timeout" {
+				t.Fatalf("%s of a partition not serving: %d %v, want 503 com.microsoft:timeout", op.name, status, cond)
+			}
+			if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+				t.Fatalf("%s of a partition not serving answered after %v, want 5 s", op.name, took)
+			}
+			t.Logf("%s of a partition not serving: %d %v after %v", op.name, status, cond, took)
+		}
+
+		b.elect(0, time.Now())
+		if status, cond, _ := call("com.microsoft:update-disposition", complete); status != 200 {
+			t.Fatalf("complete once the group serves: %d %v", status, cond)
+		}
+		if n := b.stored(); n[0] != 0 {
+			t.Fatalf("%d messages left after the complete", n[0])
 		}
 	})
 }
