@@ -16,7 +16,8 @@ import (
 // keyed one (a SessionId, a PartitionKey, or a MessageId with duplicate
 // detection names its partition), any request to an entity of one
 // partition (every plain queue and topic), an unkeyed one that no group
-// took (sendUnkeyed), and a settle or lock renewal through $management. A
+// took (sendUnkeyed), and $management's settles, lock renewals, cancels
+// of scheduled messages and deferred receives (management.go). A
 // client then gets com.microsoft:timeout, which every SDK retries at once
 // (in place, no reconnect), within seconds rather than after the whole
 // sendTimeout of silence, and its next try finds the group again once it

@@ -64,6 +64,20 @@ func (b *electingBackend) Settle(ctx context.Context, e *placementpb.Entity, s *
 	return b.partBackend.Settle(ctx, e, s)
 }
 
+func (b *electingBackend) CancelScheduled(ctx context.Context, e *placementpb.Entity, c *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, c.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.CancelScheduled(ctx, e, c)
+}
+
+func (b *electingBackend) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, r *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, r.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.ReceiveDeferred(ctx, e, r)
+}
+
 func (b *electingBackend) RenewLocks(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewLocks) (*partitionpb.Result, error) {
 	if err := b.leader(ctx, r.Partition); err != nil {
 		return nil, err
@@ -84,7 +98,7 @@ func (b *electingBackend) Serving(e *placementpb.Entity, p uint32) bool {
 
 // TestKeyedSendToAPartitionNotServing, in virtual time, through go-amqp
 // (which does not retry): a keyed send to a partition that reads not
-// serving gives up after keyedUnservedWait (5 s) with
+// serving gives up after unservedWait (5 s) with
 // com.microsoft:timeout, which the SDKs retry, where it waited out
 // sendTimeout (30 s) before: whether the partition read so from the start
 // (the catalog records its group without quorum), or only once the send
@@ -185,7 +199,7 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 	})
 }
 
-// keyedServingPollForTest is frontend's keyedServingPoll: a partition
+// keyedServingPollForTest is frontend's servingPoll: a partition
 // that turns not serving is seen so within a poll.
 const keyedServingPollForTest = 200 * time.Millisecond
 
@@ -301,8 +315,9 @@ func TestUnkeyedSendNoGroupServes(t *testing.T) {
 }
 
 // TestManagementSettleNotServing, in virtual time, through $management
-// requests of go-amqp: an update-disposition (a complete by lock token)
-// and a renew-lock of a message whose partition's group reads not
+// requests of go-amqp: an update-disposition (a complete by lock token),
+// a renew-lock, a cancel-scheduled-message and a
+// receive-by-sequence-number of a partition whose group reads not
 // serving are answered 503 com.microsoft:timeout, which the SDKs retry,
 // after 5 s, where they were answered after the whole 30 s before; once
 // the group serves again, the complete succeeds.
@@ -369,6 +384,8 @@ func TestManagementSettleNotServing(t *testing.T) {
 		}{
 			{"com.microsoft:update-disposition", complete},
 			{"com.microsoft:renew-lock", map[string]any{"lock-tokens": []goamqp.UUID{token}}},
+			{"com.microsoft:cancel-scheduled-message", map[string]any{"sequence-numbers": []int64{2}}},
+			{"com.microsoft:receive-by-sequence-number", map[string]any{"sequence-numbers": []int64{1}, "receiver-settle-mode": uint32(1)}},
 		} {
 			status, cond, took := call(op.name, op.body)
 			if status != 503 || fmt.Sprint(cond) != "com.microsoft:timeout" {

@@ -405,7 +405,8 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 }
 
 // cancelScheduled: sequence-numbers → 200. Numbers that name no scheduled
-// message are ignored, as Service Bus does.
+// message are ignored, as Service Bus does. A partition that reads not
+// serving answers 503 after unservedWait (served).
 func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	seqs, ok := sequenceNumbers(body)
 	if !ok {
@@ -413,7 +414,9 @@ func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ par
 		return
 	}
 	for p, ns := range byPartition(seqs) {
-		res, err := c.srv.cfg.Backend.CancelScheduled(ctx, e, &partitionpb.CancelScheduled{Partition: p, SequenceNumbers: ns})
+		res, err := served(c.srv, ctx, e, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			return c.srv.cfg.Backend.CancelScheduled(ctx, e, &partitionpb.CancelScheduled{Partition: p, SequenceNumbers: ns})
+		})
 		if answered(req, res, err) {
 			return
 		}
@@ -593,6 +596,8 @@ wait:
 // 0 receive-and-delete) → 200 {messages: list of {message: bin,
 // lock-token: uuid}}. The Go SDK reads the lock token from the message's
 // x-opt-lock-token annotation, the others from lock-token: both are there.
+// A partition that reads not serving answers 503 after unservedWait
+// (served).
 func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	seqs, ok := sequenceNumbers(body)
 	if !ok {
@@ -631,7 +636,9 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 		if lock != nil {
 			rd.SessionId, rd.SessionToken = lock.id, lock.token
 		}
-		res, err := c.srv.cfg.Backend.ReceiveDeferred(ctx, e, rd)
+		res, err := served(c.srv, ctx, e, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			return c.srv.cfg.Backend.ReceiveDeferred(ctx, e, rd)
+		})
 		if err != nil {
 			req.fail(errFailure(err), "")
 			return
