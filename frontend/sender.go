@@ -311,16 +311,23 @@ func (s *sender) run() {
 			held = false
 			go func() {
 				defer func() { <-slots }()
-				s.send(part, items)
-				if part == picked {
-					s.unkeyed.done(part, unkeyedBytes)
-				}
+				s.send(part, items, func() {
+					if part == picked {
+						s.unkeyed.done(part, unkeyedBytes)
+					}
+				})
 			}()
 		}
 	}
 }
 
-func (s *sender) send(partition uint32, items []pendingSend) {
+// send sends a request of items to partition and settles them with its
+// outcome. ended is called once the partition answered, before any item
+// is settled: a client's next send, which may follow the settle at once,
+// then finds this request no longer in flight (the unkeyed cursor moves
+// on only from a partition with nothing in flight, so a lone synchronous
+// sender goes round-robin).
+func (s *sender) send(partition uint32, items []pendingSend, ended func()) {
 	var msgs []*partitionpb.NewMessage
 	bytes := 0
 	for _, it := range items {
@@ -338,6 +345,7 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 	}
 	s.c.srv.throttle.inFlight(-len(msgs)) // admitted in Message
 	cancel()
+	ended()
 	var state amqp.DeliveryState = amqp.Accepted{}
 	var f failure
 	failed := err != nil
