@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -32,7 +33,8 @@ func (b *electingBackend) elect(p uint32, until time.Time) {
 	b.leaderAt[p] = until
 }
 
-func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+// leader waits until partition p has a leader, or ctx ends.
+func (b *electingBackend) leader(ctx context.Context, p uint32) error {
 	b.mu.Lock()
 	at := b.leaderAt[p]
 	b.mu.Unlock()
@@ -42,10 +44,45 @@ func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uin
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: partition %d has no leader: %v", frontend.ErrUnavailable, p, ctx.Err())
+			return fmt.Errorf("%w: partition %d has no leader: %v", frontend.ErrUnavailable, p, ctx.Err())
 		}
 	}
+	return nil
+}
+
+func (b *electingBackend) Send(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, p); err != nil {
+		return nil, err
+	}
 	return b.partBackend.Send(ctx, e, p, msgs)
+}
+
+func (b *electingBackend) Settle(ctx context.Context, e *placementpb.Entity, s *partitionpb.Settle) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, s.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.Settle(ctx, e, s)
+}
+
+func (b *electingBackend) CancelScheduled(ctx context.Context, e *placementpb.Entity, c *partitionpb.CancelScheduled) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, c.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.CancelScheduled(ctx, e, c)
+}
+
+func (b *electingBackend) ReceiveDeferred(ctx context.Context, e *placementpb.Entity, r *partitionpb.ReceiveDeferredRequest) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, r.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.ReceiveDeferred(ctx, e, r)
+}
+
+func (b *electingBackend) RenewLocks(ctx context.Context, e *placementpb.Entity, r *partitionpb.RenewLocks) (*partitionpb.Result, error) {
+	if err := b.leader(ctx, r.Partition); err != nil {
+		return nil, err
+	}
+	return b.partBackend.RenewLocks(ctx, e, r)
 }
 
 func (b *electingBackend) SendOnce(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
@@ -61,7 +98,7 @@ func (b *electingBackend) Serving(e *placementpb.Entity, p uint32) bool {
 
 // TestKeyedSendToAPartitionNotServing, in virtual time, through go-amqp
 // (which does not retry): a keyed send to a partition that reads not
-// serving gives up after keyedUnservedWait (5 s) with
+// serving gives up after unservedWait (5 s) with
 // com.microsoft:timeout, which the SDKs retry, where it waited out
 // sendTimeout (30 s) before: whether the partition read so from the start
 // (the catalog records its group without quorum), or only once the send
@@ -162,6 +199,210 @@ func TestKeyedSendToAPartitionNotServing(t *testing.T) {
 	})
 }
 
-// keyedServingPollForTest is frontend's keyedServingPoll: a partition
+// keyedServingPollForTest is frontend's servingPoll: a partition
 // that turns not serving is seen so within a poll.
 const keyedServingPollForTest = 200 * time.Millisecond
+
+// TestSendToAQueueNotServing, in virtual time, through go-amqp: a send to
+// an entity of one partition (a plain queue) whose group reads not
+// serving gives up after 5 s with com.microsoft:timeout, as a keyed one
+// does, where it waited out sendTimeout (30 s) before; a group electing a
+// leader for 4 s takes it without an error, and so does the group once
+// it serves again.
+func TestSendToAQueueNotServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &electingBackend{partBackend: newPartBackend(1), leaderAt: map[uint32]time.Time{}}
+		b.elect(0, time.Now().Add(time.Hour))
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctx, "pq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(body string) (time.Duration, error) {
+			start := time.Now()
+			err := snd.Send(ctx, goamqp.NewMessage([]byte(body)), nil)
+			return time.Since(start), err
+		}
+		took, err := send("lost")
+		var ae *goamqp.Error
+		if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+			t.Fatalf("send to a queue whose group does not serve: %v, want com.microsoft:timeout", err)
+		}
+		if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+			t.Fatalf("send to a queue whose group does not serve failed after %v, want 5 s", took)
+		}
+		t.Logf("send to a queue whose group does not serve: %s after %v", ae.Condition, took)
+
+		b.elect(0, time.Now().Add(4*time.Second))
+		if took, err := send("electing"); err != nil {
+			t.Fatalf("send to a queue whose group elects a leader for 4 s: %v after %v", err, took)
+		}
+		if _, err := send("back"); err != nil {
+			t.Fatalf("send to a queue whose group serves again: %v", err)
+		}
+		if n := b.stored(); n[0] != 2 {
+			t.Fatalf("the queue holds %d messages, want the 2 acknowledged", n[0])
+		}
+	})
+}
+
+// onceFailing is electingBackend whose SendOnce fails at once while its
+// partition has no leader, as the router's does when no replica leads.
+type onceFailing struct{ *electingBackend }
+
+func (b onceFailing) SendOnce(ctx context.Context, e *placementpb.Entity, p uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+	b.mu.Lock()
+	at := b.leaderAt[p]
+	b.mu.Unlock()
+	if time.Now().Before(at) {
+		return nil, fmt.Errorf("%w: partition %d has no leader", frontend.ErrUnavailable, p)
+	}
+	return b.electingBackend.SendOnce(ctx, e, p, msgs)
+}
+
+// TestUnkeyedSendNoGroupServes, in virtual time: an unkeyed send to a
+// partitioned entity of which no group takes it waits at one partition as
+// a keyed send does: it gives up after 5 s of not serving with
+// com.microsoft:timeout, where it waited out sendTimeout (30 s) before,
+// and succeeds when the groups elect leaders within 3 s.
+func TestUnkeyedSendNoGroupServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const parts = 4
+		b := onceFailing{&electingBackend{partBackend: newPartBackend(parts), leaderAt: map[uint32]time.Time{}}}
+		electAll := func(d time.Duration) {
+			for p := range uint32(parts) {
+				b.elect(p, time.Now().Add(d))
+			}
+		}
+		electAll(time.Hour)
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snd, err := sess.NewSender(ctx, "pq", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = snd.Send(ctx, goamqp.NewMessage([]byte("nowhere")), nil)
+		took := time.Since(start)
+		var ae *goamqp.Error
+		if !errors.As(err, &ae) || ae.Condition != "com.microsoft:timeout" {
+			t.Fatalf("unkeyed send with no group serving: %v, want com.microsoft:timeout", err)
+		}
+		if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+			t.Fatalf("unkeyed send with no group serving failed after %v, want 5 s", took)
+		}
+		t.Logf("unkeyed send with no group serving: %s after %v", ae.Condition, took)
+
+		electAll(3 * time.Second)
+		start = time.Now()
+		if err := snd.Send(ctx, goamqp.NewMessage([]byte("electing")), nil); err != nil {
+			t.Fatalf("unkeyed send with every group electing for 3 s: %v after %v", err, time.Since(start))
+		}
+		n := b.stored()
+		if total := n[0] + n[1] + n[2] + n[3]; total != 1 {
+			t.Fatalf("stored per partition %v, want the one acknowledged", n)
+		}
+	})
+}
+
+// TestManagementSettleNotServing, in virtual time, through $management
+// requests of go-amqp: an update-disposition (a complete by lock token),
+// a renew-lock, a cancel-scheduled-message and a
+// receive-by-sequence-number of a partition whose group reads not
+// serving are answered 503 com.microsoft:timeout, which the SDKs retry,
+// after 5 s, where they were answered after the whole 30 s before; once
+// the group serves again, the complete succeeds.
+func TestManagementSettleNotServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &electingBackend{partBackend: newPartBackend(1), leaderAt: map[uint32]time.Time{}}
+		b.put(0, "locked")
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcv, err := sess.NewReceiver(ctx, "pq", &goamqp.ReceiverOptions{Credit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The delivery tag is the lock token in .NET's byte order (the
+		// first three groups little-endian); $management takes a UUID.
+		var token goamqp.UUID
+		if copy(token[:], m.DeliveryTag) != 16 {
+			t.Fatalf("delivery tag %x is no lock token", m.DeliveryTag)
+		}
+		slices.Reverse(token[0:4])
+		slices.Reverse(token[4:6])
+		slices.Reverse(token[6:8])
+		req, err := sess.NewSender(ctx, "pq/$management", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies, err := sess.NewReceiver(ctx, "pq/$management", &goamqp.ReceiverOptions{TargetAddress: "mgmt-reply", Credit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(op string, body map[string]any) (int32, any, time.Duration) {
+			t.Helper()
+			replyTo := "mgmt-reply"
+			start := time.Now()
+			err := req.Send(ctx, &goamqp.Message{
+				Properties:            &goamqp.MessageProperties{MessageID: op, ReplyTo: &replyTo},
+				ApplicationProperties: map[string]any{"operation": op},
+				Value:                 body,
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := replies.Receive(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			status, _ := resp.ApplicationProperties["status-code"].(int32)
+			return status, resp.ApplicationProperties["error-condition"], time.Since(start)
+		}
+		complete := map[string]any{"lock-tokens": []goamqp.UUID{token}, "disposition-status": "completed"}
+
+		b.elect(0, time.Now().Add(time.Hour))
+		for _, op := range []struct {
+			name string
+			body map[string]any
+		}{
+			{"com.microsoft:update-disposition", complete},
+			{"com.microsoft:renew-lock", map[string]any{"lock-tokens": []goamqp.UUID{token}}},
+			{"com.microsoft:cancel-scheduled-message", map[string]any{"sequence-numbers": []int64{2}}},
+			{"com.microsoft:receive-by-sequence-number", map[string]any{"sequence-numbers": []int64{1}, "receiver-settle-mode": uint32(1)}},
+		} {
+			status, cond, took := call(op.name, op.body)
+			if status != 503 || fmt.Sprint(cond) != "com.microsoft:timeout" {
+				t.Fatalf("%s of a partition not serving: %d %v, want 503 com.microsoft:timeout", op.name, status, cond)
+			}
+			if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+				t.Fatalf("%s of a partition not serving answered after %v, want 5 s", op.name, took)
+			}
+			t.Logf("%s of a partition not serving: %d %v after %v", op.name, status, cond, took)
+		}
+
+		b.elect(0, time.Now())
+		if status, cond, _ := call("com.microsoft:update-disposition", complete); status != 200 {
+			t.Fatalf("complete once the group serves: %d %v", status, cond)
+		}
+		if n := b.stored(); n[0] != 0 {
+			t.Fatalf("%d messages left after the complete", n[0])
+		}
+	})
+}

@@ -187,7 +187,8 @@ func lockTokens(body amqp.Map) ([][]byte, bool) {
 }
 
 // renewLock: lock-tokens → 200 {expirations: array of timestamps}, one per
-// token in order; 410 if any lock is lost.
+// token in order; 410 if any lock is lost; 503 com.microsoft:timeout once
+// a partition has read not serving for unservedWait (served).
 func (c *conn) renewLock(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	tokens, ok := lockTokens(body)
 	if !ok {
@@ -213,7 +214,9 @@ func (c *conn) renewLock(ctx context.Context, e *placementpb.Entity, q partition
 		for _, i := range idx {
 			rl.LockTokens = append(rl.LockTokens, tokens[i])
 		}
-		res, err := c.srv.cfg.Backend.RenewLocks(ctx, e, rl)
+		res, err := served(c.srv, ctx, e, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			return c.srv.cfg.Backend.RenewLocks(ctx, e, rl)
+		})
 		if answered(req, res, err) {
 			return
 		}
@@ -228,7 +231,9 @@ func (c *conn) renewLock(ctx context.Context, e *placementpb.Entity, q partition
 
 // updateDisposition settles by lock token: what the SDK falls back to when
 // its receive link is gone, and how a lock is settled from any connection
-// (locks belong to the entity).
+// (locks belong to the entity). A partition that has read not serving for
+// unservedWait gets 503 com.microsoft:timeout (served), not 30 s of
+// silence.
 func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	tokens, ok := lockTokens(body)
 	if !ok {
@@ -292,7 +297,9 @@ func (c *conn) updateDisposition(ctx context.Context, e *placementpb.Entity, q p
 			DeadLetterReason: tmpl.DeadLetterReason, DeadLetterDescription: tmpl.DeadLetterDescription,
 			PropertiesToModify: tmpl.PropertiesToModify,
 		}
-		res, err := c.srv.cfg.Backend.Settle(ctx, e, s)
+		res, err := served(c.srv, ctx, e, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			return c.srv.cfg.Backend.Settle(ctx, e, s)
+		})
 		if answered(req, res, err) {
 			return
 		}
@@ -376,7 +383,9 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 		if p == anyPartition {
 			p = s.unkeyedPartition(size)
 		}
-		res, err := c.srv.cfg.Backend.Send(ctx, e, p, []*partitionpb.NewMessage{nm})
+		// Its partition only: the cursor passed over those that do
+		// not serve, unless none does.
+		res, err := s.sendServed(ctx, p, []*partitionpb.NewMessage{nm}, size)
 		if parts[i] == anyPartition {
 			s.unkeyed.done(p, size)
 		}
@@ -396,7 +405,8 @@ func (c *conn) scheduleMessages(ctx context.Context, e *placementpb.Entity, _ pa
 }
 
 // cancelScheduled: sequence-numbers → 200. Numbers that name no scheduled
-// message are ignored, as Service Bus does.
+// message are ignored, as Service Bus does. A partition that reads not
+// serving answers 503 after unservedWait (served).
 func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	seqs, ok := sequenceNumbers(body)
 	if !ok {
@@ -404,7 +414,9 @@ func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ par
 		return
 	}
 	for p, ns := range byPartition(seqs) {
-		res, err := c.srv.cfg.Backend.CancelScheduled(ctx, e, &partitionpb.CancelScheduled{Partition: p, SequenceNumbers: ns})
+		res, err := served(c.srv, ctx, e, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			return c.srv.cfg.Backend.CancelScheduled(ctx, e, &partitionpb.CancelScheduled{Partition: p, SequenceNumbers: ns})
+		})
 		if answered(req, res, err) {
 			return
 		}
@@ -584,6 +596,8 @@ wait:
 // 0 receive-and-delete) → 200 {messages: list of {message: bin,
 // lock-token: uuid}}. The Go SDK reads the lock token from the message's
 // x-opt-lock-token annotation, the others from lock-token: both are there.
+// A partition that reads not serving answers 503 after unservedWait
+// (served).
 func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, body amqp.Map, req *rpcRequest) {
 	seqs, ok := sequenceNumbers(body)
 	if !ok {
@@ -622,7 +636,9 @@ func (c *conn) receiveBySequence(ctx context.Context, e *placementpb.Entity, q p
 		if lock != nil {
 			rd.SessionId, rd.SessionToken = lock.id, lock.token
 		}
-		res, err := c.srv.cfg.Backend.ReceiveDeferred(ctx, e, rd)
+		res, err := served(c.srv, ctx, e, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			return c.srv.cfg.Backend.ReceiveDeferred(ctx, e, rd)
+		})
 		if err != nil {
 			req.fail(errFailure(err), "")
 			return

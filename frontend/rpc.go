@@ -108,15 +108,24 @@ func (rl *replyLink) send(payload []byte) {
 	}
 }
 
-func (rl *replyLink) Flow(l *amqp.Link, credit uint32, _ bool) {
+// Flow sends the responses held for credit, and answers a drain (AMQP
+// 1.0 2.6.7) once none is left to send: the credit that is left is used
+// up (the delivery-count advances by it) and a flow tells the client,
+// which waits for that flow (rhea, Proton, go-amqp's DrainCredit). A
+// response that comes after the drain waits for the next credit. Sends
+// hold rl.mu, so none slips in between the last one here and the drain.
+func (rl *replyLink) Flow(l *amqp.Link, credit uint32, drain bool) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	for len(rl.pending) > 0 && credit > 0 {
 		if _, err := l.Send(nil, rl.pending[0], true); err != nil {
-			return
+			break
 		}
 		rl.pending = rl.pending[1:]
 		credit--
+	}
+	if drain {
+		l.Drain() // a no-op unless the link's latest flow asked to drain
 	}
 }
 

@@ -311,16 +311,23 @@ func (s *sender) run() {
 			held = false
 			go func() {
 				defer func() { <-slots }()
-				s.send(part, items)
-				if part == picked {
-					s.unkeyed.done(part, unkeyedBytes)
-				}
+				s.send(part, items, func() {
+					if part == picked {
+						s.unkeyed.done(part, unkeyedBytes)
+					}
+				})
 			}()
 		}
 	}
 }
 
-func (s *sender) send(partition uint32, items []pendingSend) {
+// send sends a request of items to partition and settles them with its
+// outcome. ended is called once the partition answered, before any item
+// is settled: a client's next send, which may follow the settle at once,
+// then finds this request no longer in flight (the unkeyed cursor moves
+// on only from a partition with nothing in flight, so a lone synchronous
+// sender goes round-robin).
+func (s *sender) send(partition uint32, items []pendingSend, ended func()) {
 	var msgs []*partitionpb.NewMessage
 	bytes := 0
 	for _, it := range items {
@@ -330,18 +337,15 @@ func (s *sender) send(partition uint32, items []pendingSend) {
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout+time.Duration(bytes>>20)*time.Second)
 	var res *partitionpb.Result
 	var err error
-	switch {
-	case len(s.entity.PartitionGroups) <= 1:
-		// One partition: it waits out sendTimeout through anything, as
-		// it always did (sendKeyed is issue 24's, for partitions).
-		res, err = s.c.srv.cfg.Backend.Send(ctx, s.entity, partition, msgs)
-	case movable(items):
-		res, err = s.sendUnkeyed(ctx, partition, msgs)
-	default:
-		res, err = s.sendKeyed(ctx, partition, msgs, bytes) // keyed.go
+	if len(s.entity.PartitionGroups) > 1 && movable(items) {
+		res, err = s.sendUnkeyed(ctx, partition, msgs, bytes)
+	} else {
+		// Keyed, or to an entity of one partition: nowhere else to go.
+		res, err = s.sendServed(ctx, partition, msgs, bytes) // keyed.go
 	}
 	s.c.srv.throttle.inFlight(-len(msgs)) // admitted in Message
 	cancel()
+	ended()
 	var state amqp.DeliveryState = amqp.Accepted{}
 	var f failure
 	failed := err != nil
@@ -386,8 +390,10 @@ func movable(items []pendingSend) bool {
 // serve first, each once (OnceSender.SendOnce, within unkeyedTry): a try
 // fails at once when no replica of the group leads, and within the
 // router's attempt timeout when none answers. When none took the request
-// (every group electing at once), it waits as Send does, until ctx ends,
-// at the first of them that serves now.
+// (every group electing at once, or without quorum), it waits as a keyed
+// request does (sendServed) at the first of them that serves now: until
+// a leader takes it, or that partition has read not serving for
+// unservedWait.
 //
 // A message is acknowledged only once a partition stored it. A try that
 // ended without an answer may have stored it all the same (its leader
@@ -397,11 +403,11 @@ func movable(items []pendingSend) bool {
 // Service Bus gives no duplicate detection (with it on, the MessageId is
 // the key): docs/design-notes.md, "Unkeyed sends leave a partition that
 // does not answer".
-func (s *sender) sendUnkeyed(ctx context.Context, first uint32, msgs []*partitionpb.NewMessage) (*partitionpb.Result, error) {
+func (s *sender) sendUnkeyed(ctx context.Context, first uint32, msgs []*partitionpb.NewMessage, bytes int) (*partitionpb.Result, error) {
 	backend := s.c.srv.cfg.Backend
 	once, ok := backend.(OnceSender)
 	if !ok {
-		return backend.Send(ctx, s.entity, first, msgs)
+		return s.sendServed(ctx, first, msgs, bytes)
 	}
 	order := s.unkeyedOrder(first)
 	for _, p := range order {
@@ -419,7 +425,7 @@ func (s *sender) sendUnkeyed(ctx context.Context, first uint32, msgs []*partitio
 			break
 		}
 	}
-	return backend.Send(ctx, s.entity, last, msgs)
+	return s.sendServed(ctx, last, msgs, bytes)
 }
 
 // unkeyedOrder is first, then a partition of each group of the entity

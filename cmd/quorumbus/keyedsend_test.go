@@ -25,9 +25,10 @@ import (
 	"github.com/quorumbus/quorumbus/proto/placementpb"
 )
 
-// keyedTryBound is what a keyed send's try may take, through the Go SDK,
-// when its partition's group has lost its quorum: the front-end's wait on
-// a partition that reads not serving (frontend keyedUnservedWait, 5 s),
+// keyedTryBound is what a keyed send's try (or any send's to a queue of
+// one partition) may take, through the Go SDK, when its partition's group
+// has lost its quorum: the front-end's wait on a partition that reads not
+// serving (frontend unservedWait, 5 s),
 // after what it takes to read so (a surviving leader's 1 s lease, or the
 // router's 3 s attempt timeout at a leader that does not answer), and its
 // poll; plus a loaded two-core machine's slack. Before it, the try took
@@ -36,19 +37,20 @@ const keyedTryBound = 12 * time.Second
 
 // TestKeyedSendsWithAGroupDown runs five `quorumbus node` processes (five
 // partition groups of three replicas) and a `quorumbus frontend`, with a
-// queue of five partitions and a session queue of five, and talks to them
-// through the Go SDK with retries off, so that every error a try meets
-// reaches the test:
+// queue of five partitions, a session queue of five and a plain queue,
+// and talks to them through the Go SDK with retries off, so that every
+// error a try meets reaches the test:
 //
-//   - keyed sends (PartitionKey, and SessionId) to every partition go on
-//     without an error while the leader of one group is killed (kill -9)
-//     and restarted, and while the next is paused (SIGSTOP) and goes on;
+//   - keyed sends (PartitionKey, and SessionId) to every partition, and
+//     sends to the plain queue, go on without an error while the leader
+//     of the plain queue's group is killed (kill -9) and restarted, and
+//     while the next is paused (SIGSTOP) and goes on;
 //   - with two replicas of that group killed, a keyed send to its
 //     partition fails with the retriable timeout code within
-//     keyedTryBound, a PartitionKey and a SessionId alike, at once after
-//     the kill and later; unkeyed sends, and keyed ones to the other
-//     partitions, succeed;
-//   - once the two restart, keyed sends to the partition succeed again;
+//     keyedTryBound, a PartitionKey and a SessionId alike, and so does a
+//     send to the plain queue, at once after the kill and later; unkeyed
+//     sends, and keyed ones to the other partitions, succeed;
+//   - once the two restart, those sends succeed again;
 //   - every acknowledged message is received, and none twice (a send
 //     that failed may have been stored, so it may be received or not).
 func TestKeyedSendsWithAGroupDown(t *testing.T) {
@@ -83,6 +85,7 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 	queues := []cluster.QueueSpec{
 		{Name: "pq", Props: &placementpb.QueueProperties{PartitionCount: parts, LockDurationMs: 30_000}},
 		{Name: "ps", Props: &placementpb.QueueProperties{PartitionCount: parts, LockDurationMs: 30_000, RequiresSession: true}},
+		{Name: "q", Props: &placementpb.QueueProperties{LockDurationMs: 30_000}},
 	}
 	if err := cluster.CreateQueues(ctx, grpcAddrs, nil, queues, quiet); err != nil {
 		t.Fatal(err)
@@ -104,19 +107,15 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	pq, ps := entity("pq"), entity("ps")
-	// The group that goes down: one that holds a partition of each queue.
-	lostPQ, lostPS := -1, -1
-	for p, g := range pq.PartitionGroups {
-		if q := slices.Index(ps.PartitionGroups, g); q >= 0 {
-			lostPQ, lostPS = p, q
-			break
-		}
+	pq, ps, plain := entity("pq"), entity("ps"), entity("q")
+	// The group that goes down: the plain queue's, which holds a
+	// partition of each partitioned queue too (five partitions spread
+	// over the five groups).
+	group := plain.PartitionGroups[0]
+	lostPQ, lostPS := slices.Index(pq.PartitionGroups, group), slices.Index(ps.PartitionGroups, group)
+	if lostPQ < 0 || lostPS < 0 {
+		t.Fatalf("q's group %d holds no partition of pq (on %v) or ps (on %v)", group, pq.PartitionGroups, ps.PartitionGroups)
 	}
-	if lostPQ < 0 {
-		t.Fatalf("no group with a partition of both queues: pq on %v, ps on %v", pq.PartitionGroups, ps.PartitionGroups)
-	}
-	group := pq.PartitionGroups[lostPQ]
 	var replicas []int // node indexes
 	stream, err := placement.WatchRoutes(ctx, &placementpb.WatchRoutesRequest{})
 	if err != nil {
@@ -136,7 +135,7 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 	if len(replicas) != 3 || slices.Contains(replicas, -1) {
 		t.Fatalf("group %d on nodes %v, want three", group, replicas)
 	}
-	t.Logf("group %d holds partition %d of pq and %d of ps, on nodes %v", group, lostPQ, lostPS, replicas)
+	t.Logf("group %d holds q, partition %d of pq and %d of ps, on nodes %v", group, lostPQ, lostPS, replicas)
 
 	// strict sends with the SDK's retries off: the test sees every error.
 	strict, err := azservicebus.NewClientFromConnectionString(cluster.ConnectionString(amqpAddr), &azservicebus.ClientOptions{
@@ -147,16 +146,16 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 	}
 	defer strict.Close(context.Background())
 	senders := map[string]*azservicebus.Sender{}
-	for _, q := range []string{"pq", "ps"} {
+	for _, q := range []string{"pq", "ps", "q"} {
 		if senders[q], err = strict.NewSender(q, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	// sent: every body sent, true once acknowledged, by queue.
-	sent := map[string]map[string]bool{"pq": {}, "ps": {}}
+	sent := map[string]map[string]bool{"pq": {}, "ps": {}, "q": {}}
 	// send sends one message to queue, keyed to partition p (a SessionId
-	// on ps, a PartitionKey on pq) or unkeyed when p < 0.
+	// on ps, a PartitionKey on pq) or unkeyed when p < 0 (always on q).
 	seq := 0
 	send := func(queue string, p int) (time.Duration, error) {
 		mu.Lock()
@@ -186,7 +185,7 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 		return took, err
 	}
 	// Every group elected, and the front-end has the queues.
-	for _, q := range []string{"pq", "ps"} {
+	for _, q := range []string{"pq", "ps", "q"} {
 		for p := range parts {
 			for {
 				_, err := send(q, p)
@@ -201,16 +200,16 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 		}
 	}
 
-	// Leader changes: keyed sends to every partition of both queues, one
-	// at a time per queue, while the group's leader is killed and
-	// restarted, then while the next one is paused (SIGSTOP: the router's
-	// attempts at it get no answer until its attempt timeout) and goes
-	// on. None may fail.
+	// Leader changes: keyed sends to every partition of both partitioned
+	// queues, and sends to q, one at a time per queue, while the group's
+	// leader is killed and restarted, then while the next one is paused
+	// (SIGSTOP: the router's attempts at it get no answer until its
+	// attempt timeout) and goes on. None may fail.
 	phase := "kill"
 	longest := map[string]time.Duration{} // by phase and queue; under mu
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, q := range []string{"pq", "ps"} {
+	for _, q := range []string{"pq", "ps", "q"} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -220,13 +219,17 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 					return
 				default:
 				}
-				took, err := send(q, i%parts)
+				p := i % parts
+				if q == "q" {
+					p = -1
+				}
+				took, err := send(q, p)
 				mu.Lock()
 				ph := phase
 				longest[ph+" "+q] = max(longest[ph+" "+q], took)
 				mu.Unlock()
 				if err != nil {
-					t.Errorf("%s: keyed send to partition %d during the leader change (%s): %v", q, i%parts, ph, err)
+					t.Errorf("%s: send to partition %d during the leader change (%s): %v", q, p, ph, err)
 					return
 				}
 			}
@@ -255,8 +258,9 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	t.Logf("leader changes: keyed sends without an error, the longest %v (pq) and %v (ps) across the kill, %v and %v across the pause",
-		longest["kill pq"].Round(time.Millisecond), longest["kill ps"].Round(time.Millisecond), longest["pause pq"].Round(time.Millisecond), longest["pause ps"].Round(time.Millisecond))
+	t.Logf("leader changes: sends without an error, the longest %v (pq), %v (ps) and %v (q) across the kill, %v, %v and %v across the pause",
+		longest["kill pq"].Round(time.Millisecond), longest["kill ps"].Round(time.Millisecond), longest["kill q"].Round(time.Millisecond),
+		longest["pause pq"].Round(time.Millisecond), longest["pause ps"].Round(time.Millisecond), longest["pause q"].Round(time.Millisecond))
 
 	// The group down: two of its replicas killed.
 	var victims []int
@@ -286,19 +290,22 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 		t.Logf("%s: %s after %v", what, sbErr.Code, took.Round(time.Millisecond))
 	}
 	for round, when := range []string{"at once after the kill", "again"} {
-		// The two queues' sends run side by side, as two clients would.
+		// The three queues' sends run side by side, as three clients
+		// would.
 		type outcome struct {
 			took time.Duration
 			err  error
 		}
-		var pqOut, psOut outcome
-		var both sync.WaitGroup
-		both.Add(2)
-		go func() { defer both.Done(); pqOut.took, pqOut.err = send("pq", lostPQ) }()
-		go func() { defer both.Done(); psOut.took, psOut.err = send("ps", lostPS) }()
-		both.Wait()
+		var pqOut, psOut, qOut outcome
+		var all sync.WaitGroup
+		all.Add(3)
+		go func() { defer all.Done(); pqOut.took, pqOut.err = send("pq", lostPQ) }()
+		go func() { defer all.Done(); psOut.took, psOut.err = send("ps", lostPS) }()
+		go func() { defer all.Done(); qOut.took, qOut.err = send("q", -1) }()
+		all.Wait()
 		wantTimeout(fmt.Sprintf("PartitionKey send to pq partition %d, %s", lostPQ, when), pqOut.took, pqOut.err)
 		wantTimeout(fmt.Sprintf("SessionId send to ps partition %d, %s", lostPS, when), psOut.took, psOut.err)
+		wantTimeout(fmt.Sprintf("send to the plain queue q, %s", when), qOut.took, qOut.err)
 		// The others go on: unkeyed sends, and keyed ones elsewhere.
 		for i := range 10 {
 			if _, err := send("pq", -1); err != nil {
@@ -319,12 +326,12 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 	for _, v := range victims {
 		procs[v] = startProcess(t, bin, nodeArgs(v)...)
 	}
-	// The first keyed sends may meet the group still electing; once one
+	// The first sends may meet the group still electing; once one
 	// succeeds, the next must too.
 	for _, q := range []struct {
 		queue string
 		p     int
-	}{{"pq", lostPQ}, {"ps", lostPS}} {
+	}{{"pq", lostPQ}, {"ps", lostPS}, {"q", -1}} {
 		failed := 0
 		for {
 			took, err := send(q.queue, q.p)
@@ -337,10 +344,10 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 			}
 			failed++
 		}
-		t.Logf("%s partition %d: a keyed send succeeded %v after the restart, %d tries failed before", q.queue, q.p, time.Since(restarted).Round(time.Millisecond), failed)
+		t.Logf("%s partition %d: a send succeeded %v after the restart, %d tries failed before", q.queue, q.p, time.Since(restarted).Round(time.Millisecond), failed)
 		for i := range 5 {
 			if _, err := send(q.queue, q.p); err != nil {
-				t.Fatalf("%s partition %d: keyed send %d after the group came back: %v", q.queue, q.p, i, err)
+				t.Fatalf("%s partition %d: send %d after the group came back: %v", q.queue, q.p, i, err)
 			}
 		}
 	}
@@ -394,13 +401,16 @@ func TestKeyedSendsWithAGroupDown(t *testing.T) {
 		}
 		t.Logf("%s: %d received, %d acknowledged, %d sent", queue, len(got), acked, len(sent[queue]))
 	}
-	rcv, err := strict.NewReceiverForQueue("pq", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
-	if err != nil {
-		t.Fatal(err)
+	var got map[string]bool
+	for _, q := range []string{"pq", "q"} {
+		rcv, err := strict.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = map[string]bool{}
+		drain(q, rcv, got)
+		check(q, got)
 	}
-	got := map[string]bool{}
-	drain("pq", rcv, got)
-	check("pq", got)
 	got = map[string]bool{}
 	for p := range parts {
 		sr, err := strict.AcceptSessionForQueue(ctx, "ps", keyOfPartition(uint32(p), parts), &azservicebus.SessionReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
