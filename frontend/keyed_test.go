@@ -406,3 +406,44 @@ func TestManagementSettleNotServing(t *testing.T) {
 		}
 	})
 }
+
+// TestLinkSettleNotServing: a complete sent on the receive link, as the
+// SDKs send it, of a message whose partition's group reads not serving
+// is rejected with com.microsoft:timeout after unservedWait rather than
+// sendTimeout, and the message stays locked.
+func TestLinkSettleNotServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &electingBackend{partBackend: newPartBackend(1), leaderAt: map[uint32]time.Time{}}
+		b.put(0, "locked")
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t), ReceiveWait: 500 * time.Millisecond})
+		ctx := t.Context()
+		sess, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcv, err := sess.NewReceiver(ctx, "pq", &goamqp.ReceiverOptions{Credit: 1, SettlementMode: goamqp.ReceiverSettleModeSecond.Ptr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.elect(0, time.Now().Add(time.Hour))
+		start := time.Now()
+		err = rcv.AcceptMessage(ctx, m)
+		took := time.Since(start)
+		var amqpErr *goamqp.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Condition != "com.microsoft:timeout" {
+			t.Fatalf("complete of a partition not serving: %v, want com.microsoft:timeout", err)
+		}
+		if took < 5*time.Second || took > 5*time.Second+keyedServingPollForTest {
+			t.Fatalf("complete of a partition not serving answered after %v, want 5 s", took)
+		}
+		// Not completed: it stays locked, and comes back when its lock
+		// ends, as after any failed complete.
+		if n := b.stored(); n[0] != 1 {
+			t.Fatalf("%d messages left after the failed complete, want 1", n[0])
+		}
+	})
+}

@@ -660,7 +660,12 @@ func (r *receiver) settlePartition(d partitionpb.Disposition, p uint32, ts [][]b
 	}
 	s.Partition, s.SubQueue, s.LockTokens, s.Disposition = p, r.subQueue, ts, d
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-	res, err := r.c.srv.cfg.Backend.Settle(ctx, r.entity, s)
+	// A group without a quorum answers in unservedWait rather than
+	// sendTimeout: the client's complete fails retriably, and the lock
+	// outlives that wait, so the retry can still settle.
+	res, err := served(r.c.srv, ctx, r.entity, p, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+		return r.c.srv.cfg.Backend.Settle(ctx, r.entity, s)
+	})
 	cancel()
 	if err != nil {
 		if d == partitionpb.Disposition_DISPOSITION_RELEASE {
