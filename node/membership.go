@@ -26,7 +26,7 @@ const changeTimeout = 10 * time.Second
 func (m *membership) GroupStatus(ctx context.Context, req *partitionpb.GroupStatusRequest) (*partitionpb.GroupStatusResponse, error) {
 	g, err := m.n.group(req.GroupId)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, m.n.notOpenStatus(req.GroupId, err)
 	}
 	_, leader := g.raft.LeaderWithID()
 	commit, _ := strconv.ParseUint(g.raft.Stats()["commit_index"], 10, 64)

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -79,7 +83,7 @@ type rejoin struct {
 	// votes for (rule 2); "" when the group's first replica joined by a
 	// move, and so bootstraps nothing.
 	bootstrapper raft.ServerID
-	stable       *raftboltdb.BoltStore
+	stable       raft.StableStore
 	log          *slog.Logger
 
 	active atomic.Bool // rule 1 holds
@@ -88,7 +92,7 @@ type rejoin struct {
 // openRejoin returns the rejoin state of a replica opened with or without
 // Raft state (hasState), or nil when it votes as Raft says. It marks a
 // replica that opens empty before its raft starts.
-func openRejoin(stable *raftboltdb.BoltStore, hasState bool, replicas []Peer, log *slog.Logger) (*rejoin, error) {
+func openRejoin(stable raft.StableStore, hasState bool, replicas []Peer, log *slog.Logger) (*rejoin, error) {
 	marked, err := stable.Get(rejoinKey)
 	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
 		return nil, fmt.Errorf("read the rejoin mark: %w", err)
@@ -223,6 +227,8 @@ func (g *group) probePeers(replicas []Peer) (empty int, exists bool, who string)
 		st, err := partitionpb.NewGroupMembershipClient(cc).GroupStatus(ctx, &partitionpb.GroupStatusRequest{GroupId: g.id})
 		cancel()
 		switch {
+		case err != nil && absent(err):
+			empty++
 		case err != nil:
 			if status.Code(err) != codes.NotFound {
 				g.log.Debug("asking a peer whether the group exists", "peer", p.ID, "err", err)
@@ -234,4 +240,44 @@ func (g *group) probePeers(replicas []Peer) (empty int, exists bool, who string)
 		}
 	}
 	return empty, false, ""
+}
+
+// absentState is the State of the GroupStatusResponse that a node
+// attaches to its refusal of GroupStatus for a group it has not open and
+// holds no Raft state of on disk (notOpenStatus).
+const absentState = "Absent"
+
+// notOpenStatus is GroupStatus's answer for group id, which this node
+// has not open (err says why). When the node holds no stable store of
+// the group on disk, the answer carries a GroupStatusResponse of
+// absentState: the replica holds no Raft state, which is what a peer
+// deciding whether to bootstrap asks (bootstrapWhenNew). A replica that
+// failed to open because its directory cannot be made is such a one; one
+// whose files exist and cannot be read is not known to be empty. The code
+// stays what it was, for the callers that only look at it.
+func (n *Node) notOpenStatus(id uint64, err error) error {
+	serr := toStatus(err)
+	if id == MetaGroup || n.isRetired(id) {
+		return serr
+	}
+	_, statErr := os.Stat(filepath.Join(raftDir(n.groupDir(id)), "stable.db"))
+	if !errors.Is(statErr, fs.ErrNotExist) && !errors.Is(statErr, syscall.ENOTDIR) {
+		return serr
+	}
+	st := status.Convert(serr)
+	if with, derr := st.WithDetails(&partitionpb.GroupStatusResponse{State: absentState}); derr == nil {
+		return with.Err()
+	}
+	return serr
+}
+
+// absent tells whether a GroupStatus refusal says the replica holds no
+// Raft state (notOpenStatus).
+func absent(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if st, ok := d.(*partitionpb.GroupStatusResponse); ok && st.GetState() == absentState {
+			return true
+		}
+	}
+	return false
 }
