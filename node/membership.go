@@ -24,6 +24,11 @@ type membership struct {
 const changeTimeout = 10 * time.Second
 
 func (m *membership) GroupStatus(ctx context.Context, req *partitionpb.GroupStatusRequest) (*partitionpb.GroupStatusResponse, error) {
+	if req.GroupId == MetaGroup {
+		if mg := m.n.metaGuard.Load(); mg != nil {
+			return mg.status()
+		}
+	}
 	g, err := m.n.group(req.GroupId)
 	if err != nil {
 		return nil, m.n.notOpenStatus(req.GroupId, err)
