@@ -235,9 +235,9 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		return nil, fmt.Errorf("node: group %d: %w", id, err)
 	}
 
-	// A replica that opens without Raft state rejoins (rejoin.go); the
-	// bootstrapper of a group of one has nobody to rejoin and bootstraps
-	// at once, as does the first open of such a group.
+	// A replica that opens without Raft state rejoins (rejoin.go). A
+	// group's only replica has nobody to catch up from: it bootstraps at
+	// once, as before, and votes.
 	single := len(replicas) == 1 && replicas[0].ID == n.cfg.ID
 	bootstrap := !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID && !replicas[0].Joined
 	g.rejoin, err = openRejoin(g.stable, hasState, replicas, g.log)

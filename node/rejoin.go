@@ -70,8 +70,8 @@ import (
 // before its raft starts, emptied once it has caught up.
 var rejoinKey = []byte("quorumbus/rejoining")
 
-// bootstrapProbe bounds the backoff between two rounds of asking the
-// peers whether the group exists (rule 3).
+// Bounds of the backoff between two rounds of asking the peers whether
+// the group exists (rule 3).
 const (
 	bootstrapProbeMin = 50 * time.Millisecond
 	bootstrapProbeMax = time.Second
