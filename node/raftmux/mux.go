@@ -249,6 +249,11 @@ func (s *server) dispatch(ctx context.Context, group uint64, cmd any, data io.Re
 	if t == nil {
 		return nil, status.Errorf(codes.NotFound, "%v: %d", ErrGroupNotFound, group)
 	}
+	return s.dispatchTo(ctx, t, cmd, data, heartbeat)
+}
+
+// dispatchTo is dispatch to a group's transport the caller looked up.
+func (s *server) dispatchTo(ctx context.Context, t *Transport, cmd any, data io.Reader, heartbeat bool) (any, error) {
 	respCh := make(chan raft.RPCResponse, 1)
 	rpc := raft.RPC{Command: cmd, Reader: data, RespChan: respCh}
 	if err := t.deliver(ctx, rpc, heartbeat); err != nil {
@@ -279,15 +284,17 @@ func ballot(h *raftpb.Header, lastLogIndex, lastLogTerm uint64) Ballot {
 }
 
 func (s *server) AppendEntries(ctx context.Context, pb *raftpb.AppendEntriesRequest) (*raftpb.AppendEntriesResponse, error) {
+	t := s.m.transport(pb.GroupId)
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "%v: %d", ErrGroupNotFound, pb.GroupId)
+	}
 	req := appendEntriesRequestFromPB(pb)
-	resp, err := s.dispatch(ctx, pb.GroupId, req, nil, isHeartbeat(req))
+	resp, err := s.dispatchTo(ctx, t, req, nil, isHeartbeat(req))
 	if err != nil {
 		return nil, err
 	}
 	ar := resp.(*raft.AppendEntriesResponse)
-	if t := s.m.transport(pb.GroupId); t != nil {
-		t.observeAppend(req, ar)
-	}
+	t.observeAppend(req, ar)
 	return appendEntriesResponseToPB(ar), nil
 }
 
