@@ -3,6 +3,7 @@ package node_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -218,5 +219,29 @@ func TestNewAndMovedReplicasElect(t *testing.T) {
 	}
 	if _, err := send(ctxFor(t), cl, "after the move"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBootstrapCountsAReplicaWithoutFiles: the bootstrapper waits for
+// every peer to say it holds no Raft state for the group; a peer on which
+// the group cannot even be created (a file where its directory goes)
+// says so by refusing GroupStatus with the group absent, so the other two
+// still form the group.
+func TestBootstrapCountsAReplicaWithoutFiles(t *testing.T) {
+	c := nodetest.Start(t, nodetest.Options{Configure: fastElections})
+	bad := filepath.Join(c.Dir(2), "groups", fmt.Sprint(group))
+	if err := os.WriteFile(bad, []byte("not a directory"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(2).EnsureGroup(group, c.Peers()); err == nil {
+		t.Fatal("the group opened on n2 over a file")
+	}
+	for i := range 2 {
+		if err := c.Node(i).EnsureGroup(group, c.Peers()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Leader(group); got == 2 {
+		t.Fatalf("n%d leads without the group open", got)
 	}
 }
