@@ -80,6 +80,7 @@ type group struct {
 	trans   *raftmux.Transport // the group's raft transport: followers' progress
 	logs    io.Closer
 	cache   *logCache                 // the log, through its cache
+	rejoin  *rejoin                   // nil unless the replica rejoins (rejoin.go)
 	ahead   *aheadLog                 // the raft-wal log; nil with raft-boltdb
 	raftRef atomic.Pointer[raft.Raft] // raft for the log's goroutines, which start before it
 	stable  *raftboltdb.BoltStore
@@ -153,7 +154,8 @@ func restoreIfBehind(m replicated, snaps raft.SnapshotStore, log *slog.Logger) e
 
 // openGroup opens (or creates) group id in dir and starts its raft. If the
 // group has no Raft state yet and this node is replicas[0], it bootstraps
-// the group with all replicas as voters.
+// the group with all replicas as voters once its peers show the group is
+// new (rejoin.go); any other replica opened without Raft state rejoins.
 func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err error) {
 	g := &group{
 		id:       id,
@@ -233,6 +235,16 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		return nil, fmt.Errorf("node: group %d: %w", id, err)
 	}
 
+	// A replica that opens without Raft state rejoins (rejoin.go). A
+	// group's only replica has nobody to catch up from: it bootstraps at
+	// once, as before, and votes.
+	single := len(replicas) == 1 && replicas[0].ID == n.cfg.ID
+	bootstrap := !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID && !replicas[0].Joined
+	g.rejoin, err = openRejoin(g.stable, hasState, replicas, g.log)
+	if err != nil {
+		return nil, fmt.Errorf("node: group %d: %w", id, err)
+	}
+
 	trans := n.mux.Transport(id, raft.ServerAddress(n.Addr()))
 	g.trans = trans
 	if g.ahead != nil {
@@ -240,7 +252,10 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 			trans.Close()
 			return nil, fmt.Errorf("node: group %d: %w", id, err)
 		}
-		trans.WithholdVotes(g.ahead.withholding)
+	}
+	trans.WithholdVotes(g.votes)
+	if g.rejoin != nil {
+		trans.ObserveAppends(g.rejoin.appended)
 	}
 	g.raft, err = raft.NewRaft(n.raftConfig(g, hlog), &fsm{g: g}, cached, g.stable, snaps, trans)
 	if err != nil {
@@ -251,19 +266,23 @@ func (n *Node) openGroup(id uint64, dir string, replicas []Peer) (_ *group, err 
 		g.raftRef.Store(g.raft)
 		g.countVoters()
 	}
-	if !hasState && len(replicas) > 0 && replicas[0].ID == n.cfg.ID && !replicas[0].Joined {
-		servers := make([]raft.Server, len(replicas))
-		for i, p := range replicas {
-			servers[i] = raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)}
-		}
+	if bootstrap && single {
+		servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.ID), Address: raft.ServerAddress(replicas[0].Addr)}}
 		if err := g.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
 			g.raft.Shutdown().Error()
 			return nil, fmt.Errorf("node: group %d: bootstrap: %w", id, err)
 		}
 		g.log.Info("bootstrapped group", "replicas", len(replicas))
 	}
+	if single && g.rejoin != nil {
+		g.rejoin.finish("the group's only replica")
+	}
 
 	g.prop = newProposer(g)
+	if bootstrap && !single {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.bootstrapWhenNew(replicas) }()
+	}
 	g.wg.Add(4)
 	go func() { defer g.wg.Done(); g.prop.run() }()
 	go func() { defer g.wg.Done(); g.watchLogBytes(snaps) }()

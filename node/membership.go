@@ -24,9 +24,14 @@ type membership struct {
 const changeTimeout = 10 * time.Second
 
 func (m *membership) GroupStatus(ctx context.Context, req *partitionpb.GroupStatusRequest) (*partitionpb.GroupStatusResponse, error) {
+	if req.GroupId == MetaGroup {
+		if mg := m.n.metaGuard.Load(); mg != nil {
+			return mg.status()
+		}
+	}
 	g, err := m.n.group(req.GroupId)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, m.n.notOpenStatus(req.GroupId, err)
 	}
 	_, leader := g.raft.LeaderWithID()
 	commit, _ := strconv.ParseUint(g.raft.Stats()["commit_index"], 10, 64)

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -63,6 +64,9 @@ type Node struct {
 
 	// lock is the data directory's lock file, held until Close.
 	lock *os.File
+
+	// metaGuard answers the peers' GroupStatus for MetaGroup (metaguard.go).
+	metaGuard atomic.Pointer[MetaGuard]
 
 	mu     sync.RWMutex
 	groups map[uint64]*group

@@ -194,7 +194,8 @@ func (m *membership) CheckReach(ctx context.Context, req *partitionpb.CheckReach
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Group 0 (MetaGroup) is never one the node runs itself: the answer
-	// is NotFound, which proves the node answered.
+	// is NotFound, or the meta member's status (metaguard.go); either
+	// proves the node answered.
 	_, err = partitionpb.NewGroupMembershipClient(cc).GroupStatus(pctx, &partitionpb.GroupStatusRequest{GroupId: 0})
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,23 @@ type changeNotifier interface {
 	Changed() <-chan struct{}
 }
 
+// Guard keeps a member that opens the meta group without Raft state (one
+// added by the meta leader, one whose disk was lost, or a first voter
+// that has not bootstrapped yet) out of the group's elections until a
+// leader has brought it up to date, and tells a first voter whether the
+// group exists already; node.MetaGuard is one, and cmd wires it.
+type Guard interface {
+	// Open is called before Raft starts, with whether the stores hold
+	// Raft state, and the stores.
+	Open(hasState bool, stable raft.StableStore, logs raft.LogStore) error
+	// Exists tells whether the group exists on the other voters listed:
+	// true once one of them holds an entry past the bootstrap entry,
+	// false once every one holds no more; an error until it can tell.
+	Exists(ctx context.Context, voters []raft.Server) (bool, error)
+	// Bootstrapped is told that this member bootstrapped a new group.
+	Bootstrapped()
+}
+
 // Config configures one member of the meta group. The zero value of every
 // optional field is a working default.
 type Config struct {
@@ -56,6 +74,13 @@ type Config struct {
 	// DataDir holds no Raft state. Empty: join a group that exists, once
 	// its leader adds this member.
 	Bootstrap []raft.Server
+	// Guard, when set, keeps a member without Raft state out of elections
+	// until it has caught up, and makes a first voter without Raft state
+	// bootstrap only once every other one in Bootstrap has shown the
+	// group is new; when one shows it exists, the member joins it instead
+	// of bootstrapping a second one (bootstrap.go). Nil: a first voter
+	// without Raft state bootstraps at once, and votes at once.
+	Guard Guard
 
 	// Groups is how many partition groups the meta leader creates once
 	// ReplicationFactor storage nodes are alive, whatever the entities.

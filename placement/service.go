@@ -156,20 +156,23 @@ func (s *Service) start() error {
 	rc.CommitTimeout = idleCommitTimeout
 	rc.Logger = hl
 
-	if len(s.cfg.Bootstrap) > 0 {
-		exists, err := raft.HasExistingState(logs, store, snaps)
-		if err != nil {
+	hasState, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("placement: %w", err)
+	}
+	if g := s.cfg.Guard; g != nil {
+		if err := g.Open(hasState, store, logs); err != nil {
 			store.Close()
 			return fmt.Errorf("placement: %w", err)
 		}
-		if !exists {
-			conf := raft.Configuration{Servers: s.cfg.Bootstrap}
-			if err := raft.BootstrapCluster(rc, logs, store, snaps, s.cfg.Transport, conf); err != nil {
-				store.Close()
-				return fmt.Errorf("placement: bootstrapping the meta group: %w", err)
-			}
-			s.log.Info("bootstrapped the meta group", "voters", len(conf.Servers))
+	} else if len(s.cfg.Bootstrap) > 0 && !hasState {
+		conf := raft.Configuration{Servers: s.cfg.Bootstrap}
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, s.cfg.Transport, conf); err != nil {
+			store.Close()
+			return fmt.Errorf("placement: bootstrapping the meta group: %w", err)
 		}
+		s.log.Info("bootstrapped the meta group", "voters", len(conf.Servers))
 	}
 	r, err := raft.NewRaft(rc, raftFSM{s.fsm}, logs, store, snaps, s.cfg.Transport)
 	if err != nil {
@@ -179,6 +182,10 @@ func (s *Service) start() error {
 	s.store, s.logs = store, logs
 	s.startedAt = time.Now()
 	s.raft.Store(r)
+	if s.cfg.Guard != nil && len(s.cfg.Bootstrap) > 0 && !hasState {
+		s.wg.Add(1)
+		go s.bootstrapWhenNew(r)
+	}
 	s.wg.Add(3)
 	go s.supervise(r)
 	go s.failStop(r)

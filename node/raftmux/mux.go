@@ -249,6 +249,11 @@ func (s *server) dispatch(ctx context.Context, group uint64, cmd any, data io.Re
 	if t == nil {
 		return nil, status.Errorf(codes.NotFound, "%v: %d", ErrGroupNotFound, group)
 	}
+	return s.dispatchTo(ctx, t, cmd, data, heartbeat)
+}
+
+// dispatchTo is dispatch to a group's transport the caller looked up.
+func (s *server) dispatchTo(ctx context.Context, t *Transport, cmd any, data io.Reader, heartbeat bool) (any, error) {
 	respCh := make(chan raft.RPCResponse, 1)
 	rpc := raft.RPC{Command: cmd, Reader: data, RespChan: respCh}
 	if err := t.deliver(ctx, rpc, heartbeat); err != nil {
@@ -264,23 +269,33 @@ func (s *server) dispatch(ctx context.Context, group uint64, cmd any, data io.Re
 	return resp.Response, nil
 }
 
-// withheld refuses a vote request from a candidate whose last log entry
-// is of term lastLogTerm, or a leadership transfer (0), to a replica that
-// withholds it (Transport.WithholdVotes).
-func (s *server) withheld(group, lastLogTerm uint64) error {
+// withheld refuses a vote request, or a leadership transfer
+// (Ballot.Self), to a replica that withholds it (Transport.WithholdVotes).
+func (s *server) withheld(group uint64, b Ballot) error {
 	if t := s.m.transport(group); t != nil {
-		return t.withheld(lastLogTerm)
+		return t.withheld(b)
 	}
 	return nil
 }
 
+// ballot is the vote a request asks for.
+func ballot(h *raftpb.Header, lastLogIndex, lastLogTerm uint64) Ballot {
+	return Ballot{Candidate: raft.ServerID(h.GetId()), LastLogIndex: lastLogIndex, LastLogTerm: lastLogTerm}
+}
+
 func (s *server) AppendEntries(ctx context.Context, pb *raftpb.AppendEntriesRequest) (*raftpb.AppendEntriesResponse, error) {
+	t := s.m.transport(pb.GroupId)
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "%v: %d", ErrGroupNotFound, pb.GroupId)
+	}
 	req := appendEntriesRequestFromPB(pb)
-	resp, err := s.dispatch(ctx, pb.GroupId, req, nil, isHeartbeat(req))
+	resp, err := s.dispatchTo(ctx, t, req, nil, isHeartbeat(req))
 	if err != nil {
 		return nil, err
 	}
-	return appendEntriesResponseToPB(resp.(*raft.AppendEntriesResponse)), nil
+	ar := resp.(*raft.AppendEntriesResponse)
+	t.observeAppend(req, ar)
+	return appendEntriesResponseToPB(ar), nil
 }
 
 // Heartbeats answers one group's heartbeats from one leader, in order. An
@@ -305,7 +320,7 @@ func (s *server) Heartbeats(stream grpc.BidiStreamingServer[raftpb.AppendEntries
 }
 
 func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest) (*raftpb.RequestVoteResponse, error) {
-	if err := s.withheld(pb.GroupId, pb.LastLogTerm); err != nil {
+	if err := s.withheld(pb.GroupId, ballot(pb.Header, pb.LastLogIndex, pb.LastLogTerm)); err != nil {
 		return nil, err
 	}
 	resp, err := s.dispatch(ctx, pb.GroupId, requestVoteRequestFromPB(pb), nil, false)
@@ -316,7 +331,7 @@ func (s *server) RequestVote(ctx context.Context, pb *raftpb.RequestVoteRequest)
 }
 
 func (s *server) RequestPreVote(ctx context.Context, pb *raftpb.RequestPreVoteRequest) (*raftpb.RequestPreVoteResponse, error) {
-	if err := s.withheld(pb.GroupId, pb.LastLogTerm); err != nil {
+	if err := s.withheld(pb.GroupId, ballot(pb.Header, pb.LastLogIndex, pb.LastLogTerm)); err != nil {
 		return nil, err
 	}
 	resp, err := s.dispatch(ctx, pb.GroupId, requestPreVoteRequestFromPB(pb), nil, false)
@@ -327,7 +342,7 @@ func (s *server) RequestPreVote(ctx context.Context, pb *raftpb.RequestPreVoteRe
 }
 
 func (s *server) TimeoutNow(ctx context.Context, pb *raftpb.TimeoutNowRequest) (*raftpb.TimeoutNowResponse, error) {
-	if err := s.withheld(pb.GroupId, 0); err != nil {
+	if err := s.withheld(pb.GroupId, Ballot{Self: true}); err != nil {
 		return nil, err
 	}
 	resp, err := s.dispatch(ctx, pb.GroupId, timeoutNowRequestFromPB(pb), nil, false)
@@ -386,7 +401,9 @@ func (s *server) AppendEntriesPipeline(stream grpc.BidiStreamingServer[raftpb.Ap
 		if resp.Error != nil {
 			out = &raftpb.AppendEntriesResponse{Error: resp.Error.Error()}
 		} else {
-			out = appendEntriesResponseToPB(resp.Response.(*raft.AppendEntriesResponse))
+			ar := resp.Response.(*raft.AppendEntriesResponse)
+			p.t.observeAppend(p.req, ar)
+			out = appendEntriesResponseToPB(ar)
 		}
 		if err := stream.Send(out); err != nil {
 			return err
@@ -398,6 +415,7 @@ func (s *server) AppendEntriesPipeline(stream grpc.BidiStreamingServer[raftpb.Ap
 // pipelined is a request of a pipelined flow that raft has been given.
 type pipelined struct {
 	t      *Transport
+	req    *raft.AppendEntriesRequest
 	respCh chan raft.RPCResponse
 }
 
@@ -415,11 +433,12 @@ func (s *server) receivePipelined(ctx context.Context, stream grpc.BidiStreaming
 			return status.Errorf(codes.NotFound, "%v: %d", ErrGroupNotFound, pb.GroupId)
 		}
 		respCh := make(chan raft.RPCResponse, 1)
-		if err := t.deliver(ctx, raft.RPC{Command: appendEntriesRequestFromPB(pb), RespChan: respCh}, false); err != nil {
+		req := appendEntriesRequestFromPB(pb)
+		if err := t.deliver(ctx, raft.RPC{Command: req, RespChan: respCh}, false); err != nil {
 			return err
 		}
 		select {
-		case queue <- pipelined{t: t, respCh: respCh}:
+		case queue <- pipelined{t: t, req: req, respCh: respCh}:
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}

@@ -452,8 +452,8 @@ func TestWithholdVotes(t *testing.T) {
 	ta, tb := a.mux.Transport(1, a.addr), b.mux.Transport(1, b.addr)
 	defer ta.Close()
 	defer tb.Close()
-	withhold := func(lastLogTerm uint64) error {
-		if lastLogTerm <= 5 {
+	withhold := func(b Ballot) error {
+		if b.Self || b.LastLogTerm <= 5 {
 			return errors.New("caught up only past term 5")
 		}
 		return nil
@@ -484,7 +484,7 @@ func TestWithholdVotes(t *testing.T) {
 	if err := ta.TimeoutNow("b", b.addr, &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(a.addr)}}, &tresp); !refused(err) {
 		t.Fatalf("leadership transfer to the withholding replica: %v, want it refused", err)
 	}
-	tb.WithholdVotes(func(uint64) error { return nil })
+	tb.WithholdVotes(func(Ballot) error { return nil })
 	if err := vote(5); err != nil {
 		t.Fatalf("vote after withholding ended: %v", err)
 	}

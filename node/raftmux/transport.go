@@ -36,10 +36,13 @@ type Transport struct {
 	hbMu        sync.Mutex
 	heartbeatFn func(raft.RPC)
 
-	// withholding, when set, says whether this replica may vote for a
-	// candidate whose last log entry has the given term (0: this replica
-	// itself, or a leadership transfer to it); an error says why not.
-	withholding atomic.Pointer[func(lastLogTerm uint64) error]
+	// withholding, when set, says whether this replica may vote in the
+	// ballot it is given (Ballot.Self: for itself, or take a leadership
+	// transfer); an error says why not.
+	withholding atomic.Pointer[func(Ballot) error]
+	// appended, when set, is told of every AppendEntries this replica
+	// answered with success (ObserveAppends).
+	appended atomic.Pointer[func(*raft.AppendEntriesRequest, *raft.AppendEntriesResponse)]
 
 	streamsMu  sync.Mutex
 	heartbeats map[raft.ServerAddress]*heartbeatStream // by follower
@@ -87,24 +90,48 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	t.hbMu.Unlock()
 }
 
+// Ballot is a vote this replica is asked for, or would ask for itself.
+type Ballot struct {
+	// Self: this replica's own vote request (or pre-vote), or a
+	// leadership transfer to it; the other fields are then zero.
+	Self bool
+	// Candidate is the candidate's server id, from the request's header.
+	Candidate raft.ServerID
+	// LastLogIndex and LastLogTerm are the candidate's last log entry.
+	LastLogIndex, LastLogTerm uint64
+}
+
 // WithholdVotes keeps this replica out of elections as far as why says:
-// while why(0) returns an error, the replica's own vote requests fail
-// with it and leadership transfers to it are refused; a vote request from
-// a candidate whose last log entry is of term t is refused while why(t)
-// returns an error.
-func (t *Transport) WithholdVotes(why func(lastLogTerm uint64) error) {
+// while why(Ballot{Self: true}) returns an error, the replica's own vote
+// requests fail with it and leadership transfers to it are refused; a
+// candidate's vote request is refused while why returns an error for it.
+func (t *Transport) WithholdVotes(why func(Ballot) error) {
 	t.withholding.Store(&why)
 }
 
-// withheld returns why this replica does not vote for a candidate whose
-// last log entry is of term lastLogTerm (0: itself), or nil.
-func (t *Transport) withheld(lastLogTerm uint64) error {
+// withheld returns why this replica does not vote in b, or nil.
+func (t *Transport) withheld(b Ballot) error {
 	if p := t.withholding.Load(); p != nil {
-		if err := (*p)(lastLogTerm); err != nil {
+		if err := (*p)(b); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "raftmux: group %d: %v", t.group, err)
 		}
 	}
 	return nil
+}
+
+// ObserveAppends has fn told of every AppendEntries request (heartbeats
+// and pipelined ones included) that this replica's raft answered with
+// success, after raft stored its entries. fn runs on the RPC's goroutine
+// and must be quick.
+func (t *Transport) ObserveAppends(fn func(*raft.AppendEntriesRequest, *raft.AppendEntriesResponse)) {
+	t.appended.Store(&fn)
+}
+
+// observeAppend hands a successful AppendEntries to the observer, if any.
+func (t *Transport) observeAppend(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+	if p := t.appended.Load(); p != nil && resp.Success {
+		(*p)(req, resp)
+	}
 }
 
 // EncodePeer implements raft.Transport: a peer is its gRPC address.
@@ -296,7 +323,7 @@ func (h *heartbeatStream) call(t *Transport, target raft.ServerAddress, req *raf
 
 // RequestVote implements raft.Transport.
 func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if err := t.withheld(0); err != nil {
+	if err := t.withheld(Ballot{Self: true}); err != nil {
 		return err
 	}
 	out, err := call(t, target, t.mux.cfg.Timeout, requestVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestVote)
@@ -309,7 +336,7 @@ func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args
 
 // RequestPreVote implements raft.WithPreVote.
 func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if err := t.withheld(0); err != nil {
+	if err := t.withheld(Ballot{Self: true}); err != nil {
 		return err
 	}
 	out, err := call(t, target, t.mux.cfg.Timeout, requestPreVoteRequestToPB(t.group, args), raftpb.RaftClient.RequestPreVote)

@@ -105,11 +105,21 @@ func StartStorage(ctx context.Context, o StorageOptions) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The guard keeps a meta member on an empty disk out of elections
+	// until it has caught up, and a first voter on one from bootstrapping
+	// a second catalog (node/metaguard.go).
+	metaTrans := n.RaftTransport(node.MetaGroup)
+	guard, err := n.MetaGuard(metaTrans)
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
 	p, err := placement.New(placement.Config{
 		Creds:              o.Creds,
 		NodeID:             o.ID,
 		DataDir:            filepath.Join(o.DataDir, "meta"),
-		Transport:          n.RaftTransport(node.MetaGroup),
+		Transport:          metaTrans,
+		Guard:              guard,
 		Bootstrap:          o.Bootstrap,
 		Members:            o.Members,
 		Groups:             o.Groups,
