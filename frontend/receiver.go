@@ -277,39 +277,33 @@ func (r *receiver) pump() {
 			r.link.Drain()
 			continue
 		}
-		if partitions > 1 {
-			// Wait on every partition at once and take from whichever
-			// has a message first, in the pass above.
-			r.awaitAnyPartition(partitions)
-			continue
-		}
-		if r.fetch(base, credit, r.c.srv.cfg.ReceiveWait) == 0 {
-			// Nothing arrived: check for new credit or a drain before
-			// polling again.
-			select {
-			case <-r.wake:
-			case <-r.ctx.Done():
-				return
-			default:
-			}
-		}
+		// Wait on every partition at once (the session's, for a session
+		// receiver) and take from whichever has a message first, in the
+		// pass above.
+		r.awaitAnyPartition(base, partitions)
 	}
 }
 
-// awaitAnyPartition long-polls every partition of the entity with
+// awaitAnyPartition long-polls partitions base.. base+partitions-1 with
 // wait-only receives (max_count 0: they take nothing) and returns when one
 // of them has a message, when the wait is over, or when the client gives
 // credit or asks to drain. Because the polls take nothing, cancelling the
 // ones still waiting loses nothing; a long poll that took messages could
 // not be cancelled safely, which is why a single taking poll used to wait
-// on one partition while another had messages.
-func (r *receiver) awaitAnyPartition(partitions uint32) {
+// on one partition while another had messages, and answered a drain only
+// when it ended (the JS SDK drains when its receive's wait is over, and
+// closes the link when the answer is late).
+func (r *receiver) awaitAnyPartition(base, partitions uint32) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	wait := r.c.srv.cfg.ReceiveWait
 	answers := make(chan error, partitions)
 	for p := range partitions {
 		go func() {
-			req := &partitionpb.ReceiveRequest{Partition: p, SubQueue: r.subQueue, WaitMs: wait.Milliseconds()}
+			req := &partitionpb.ReceiveRequest{Partition: base + p, SubQueue: r.subQueue, WaitMs: wait.Milliseconds()}
+			if r.session != nil {
+				// Wake for the session's messages, not its partition's.
+				req.SessionId, req.SessionToken = r.session.id, r.session.token
+			}
 			cctx, ccancel := context.WithTimeout(ctx, wait+sendTimeout)
 			_, err := r.c.srv.cfg.Backend.Receive(cctx, r.entity, req)
 			ccancel()

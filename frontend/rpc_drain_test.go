@@ -436,3 +436,42 @@ func (d *rawDecoder) value() any {
 	}
 	return nil
 }
+
+// TestReceiverDrainDuringLongPoll, in virtual time, in raw frames: a
+// client that gives a queue's receiver credit, then asks to drain with
+// that credit left (the JS SDK does so when its receive's wait is over,
+// and closes the link when the answer is late) while the front-end long-
+// polls the empty queue, gets the flow that uses the credit up at once,
+// not when the poll ends. Before, the poll took messages and could not be
+// cancelled, so the drain waited for it.
+func TestReceiverDrainDuringLongPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const wait = 20 * time.Second
+		f := serveInMemory(t, frontend.Config{Backend: newMemBackend("q"), Rules: devRules(t), ReceiveWait: wait})
+		nc, err := f.ln.DialContext(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		c := &rawClient{t: t, nc: nc}
+		c.handshake()
+		frames := make(chan rawFrame, 64)
+		go c.readFrames(frames)
+
+		const link = 0
+		c.write(rawAttach("rcv", link, true, "q", ""))
+		c.write(rawFlow(link, 0, 3, false))
+		time.Sleep(time.Second) // into the long poll
+		synctest.Wait()
+		for len(frames) > 0 {
+			<-frames
+		}
+		asked := time.Now()
+		c.write(rawFlow(link, 0, 3, true))
+		synctest.Wait()
+		fl, ok := lastFlow(frames, link)
+		if !ok || fl.deliveryCount != 3 || fl.credit != 0 {
+			t.Fatalf("%v after a drain of credit 3 during a long poll: flow %+v (found %v); want delivery-count 3, link-credit 0 at once", time.Since(asked), fl, ok)
+		}
+	})
+}

@@ -73,8 +73,11 @@ func (b *memBackend) Receive(ctx context.Context, e *placementpb.Entity, req *pa
 		res := &partitionpb.Result{}
 		now := b.now()
 		kept := b.msgs[e.Id][:0]
+		available := false // a wait-only receive (max_count 0) returns once one is
 		for _, m := range b.msgs[e.Id] {
-			if len(res.Messages) < int(req.MaxCount) && (len(m.LockToken) == 0 || m.LockedUntilMs <= now.UnixMilli()) {
+			free := len(m.LockToken) == 0 || m.LockedUntilMs <= now.UnixMilli()
+			available = available || free
+			if len(res.Messages) < int(req.MaxCount) && free {
 				if len(m.LockToken) > 0 { // lock expired
 					m.DeliveryCount++
 				}
@@ -91,7 +94,7 @@ func (b *memBackend) Receive(ctx context.Context, e *placementpb.Entity, req *pa
 		b.msgs[e.Id] = kept
 		changed := b.changed
 		b.mu.Unlock()
-		if len(res.Messages) > 0 || req.WaitMs == 0 {
+		if len(res.Messages) > 0 || req.WaitMs == 0 || (req.MaxCount == 0 && available) {
 			return res, nil
 		}
 		select {
