@@ -33,24 +33,47 @@ const (
 // anything was cut. It never changes bare; when nothing is cut it returns
 // bare itself.
 func cutBody(bare []byte, prefix int) ([]byte, bool) {
-	var out []byte
-	left := prefix
-	cut := false
-	for pos := 0; pos < len(bare); {
-		code, valueAt, ok := sectionAt(bare, pos)
-		if !ok {
-			return bare, false
+	out, cut, _ := cutHead(bare, true, prefix)
+	return out, cut
+}
+
+// cutHead is cutBody of a bare message of which head holds all (complete)
+// or only the first bytes, as read from a staged blob, so that a preview
+// of a 100 MB message reads a little more than the preview. ok is false
+// when head holds too little to decide: the caller reads the message
+// whole and cuts that; it is always true when complete.
+func cutHead(head []byte, complete bool, prefix int) (out []byte, cut, ok bool) {
+	malformed := func() ([]byte, bool, bool) {
+		if complete {
+			return head, false, true // left as it is
 		}
-		end, ok := valueEnd(bare, valueAt)
-		if !ok {
-			return bare, false
+		return nil, false, false
+	}
+	left := prefix
+	for pos := 0; pos < len(head); {
+		code, valueAt, good := sectionAt(head, pos)
+		if !good {
+			return malformed()
+		}
+		end, good := declaredEnd(head, valueAt)
+		if !good {
+			return malformed()
+		}
+		if end > len(head) {
+			if complete {
+				return malformed()
+			}
+			// The section runs on past what was read, the last one read.
+			out, cut, ok = cutPartial(head, out, code, pos, valueAt, end, left, cut)
+			return out, cut, ok
 		}
 		switch code {
 		case sectionData:
-			payload, ok := binaryValue(bare[valueAt:end])
-			if !ok {
-				return bare, false
+			start, n, text, isBytes := bytesAt(head, valueAt)
+			if !isBytes || text {
+				return malformed()
 			}
+			payload := head[start : start+n]
 			if len(payload) > left {
 				payload, cut = payload[:left], true
 			}
@@ -59,44 +82,87 @@ func cutBody(bare []byte, prefix int) ([]byte, bool) {
 			}
 			left -= len(payload)
 		case sectionValue:
-			s, text, isBytes := stringOrBinary(bare[valueAt:end])
+			start, n, text, isBytes := bytesAt(head, valueAt)
 			switch {
-			case isBytes && len(s) <= left:
-				out = append(out, bare[pos:end]...)
-				left -= len(s)
+			case isBytes && n <= left:
+				out = append(out, head[pos:end]...)
+				left -= n
 			case isBytes:
-				cut, s = true, s[:left]
+				s := head[start : start+left]
 				if text {
 					s = wholeRunes(s)
 				}
-				out = appendValue(out, s, text)
+				out, cut = appendValue(out, s, text), true
 				left -= len(s)
 			case end-pos <= left:
-				out = append(out, bare[pos:end]...)
+				out = append(out, head[pos:end]...)
 				left -= end - pos
 			default:
 				cut = true
 			}
 		case sectionSequence:
 			if end-pos <= left && !cut {
-				out = append(out, bare[pos:end]...)
+				out = append(out, head[pos:end]...)
 				left -= end - pos
 			} else {
 				cut = true
 			}
 		case sectionFooter:
 			if !cut {
-				out = append(out, bare[pos:end]...)
+				out = append(out, head[pos:end]...)
 			}
 		default: // properties, application-properties and the like
-			out = append(out, bare[pos:end]...)
+			out = append(out, head[pos:end]...)
 		}
 		pos = end
 	}
-	if !cut {
-		return bare, false
+	switch {
+	case !complete && !cut:
+		// What follows head may be more body: only the whole message says.
+		return nil, false, false
+	case !cut:
+		return head, false, true
 	}
-	return out, true
+	return out, true, true
+}
+
+// cutPartial ends cutHead at a section of which head holds only the
+// start (pos to len(head), of a section that ends at end): a body
+// section whose kept part head holds is cut there; one that does not fit
+// what is left of the prefix is left out, as is a footer after a cut;
+// anything else needs the whole message.
+func cutPartial(head, out []byte, code uint64, pos, valueAt, end, left int, cut bool) ([]byte, bool, bool) {
+	switch code {
+	case sectionData, sectionValue:
+		start, n, text, isBytes := bytesAt(head, valueAt)
+		switch {
+		case isBytes && code == sectionData && text:
+			return nil, false, false
+		case isBytes && n > left && len(head)-start >= left:
+			s := head[start : start+left]
+			if code == sectionData {
+				if len(s) > 0 {
+					out = appendData(out, s)
+				}
+				return out, true, true
+			}
+			if text {
+				s = wholeRunes(s)
+			}
+			return appendValue(out, s, text), true, true
+		case !isBytes && code == sectionValue && end-pos > left:
+			return out, true, true
+		}
+	case sectionSequence:
+		if end-pos > left || cut {
+			return out, true, true
+		}
+	case sectionFooter:
+		if cut {
+			return out, true, true
+		}
+	}
+	return nil, false, false
 }
 
 // sectionAt parses the descriptor of the section at pos: a described
@@ -118,21 +184,23 @@ func sectionAt(b []byte, pos int) (code uint64, valueAt int, ok bool) {
 	return 0, 0, false
 }
 
-// valueEnd returns where the encoded AMQP value at pos ends. The
-// constructor's high nibble gives its width (AMQP 1.0, 1.6.1): fixed
-// widths of 0, 1, 2, 4, 8 or 16 bytes, or a 1- or 4-byte length (or size)
-// before the bytes; 0x00 is a described value (descriptor, then value).
-func valueEnd(b []byte, pos int) (int, bool) {
+// declaredEnd returns where the encoded AMQP value at pos ends, as its
+// encoding declares: past len(b) when b holds only its start (ok is false
+// only when b does not hold enough to tell). The constructor's high
+// nibble gives its width (AMQP 1.0, 1.6.1): fixed widths of 0, 1, 2, 4, 8
+// or 16 bytes, or a 1- or 4-byte length (or size) before the bytes; 0x00
+// is a described value (a descriptor, then the value).
+func declaredEnd(b []byte, pos int) (int, bool) {
 	if pos >= len(b) {
 		return 0, false
 	}
 	c := b[pos]
 	if c == 0x00 {
-		d, ok := valueEnd(b, pos+1)
-		if !ok {
+		d, ok := declaredEnd(b, pos+1)
+		if !ok || d > len(b) {
 			return 0, false
 		}
-		return valueEnd(b, d)
+		return declaredEnd(b, d)
 	}
 	var n int
 	switch c >> 4 {
@@ -158,39 +226,36 @@ func valueEnd(b []byte, pos int) (int, bool) {
 			return 0, false
 		}
 		l := binary.BigEndian.Uint32(b[pos+1:])
-		if uint64(l) > uint64(len(b)) {
+		if uint64(l) > 1<<32-16 { // keeps the sum below in range
 			return 0, false
 		}
 		n = 4 + int(l)
 	default:
 		return 0, false
 	}
-	end := pos + 1 + n
-	if end > len(b) {
-		return 0, false
-	}
-	return end, true
+	return pos + 1 + n, true
 }
 
-// binaryValue returns the bytes of an encoded binary (vbin8, vbin32).
-func binaryValue(v []byte) ([]byte, bool) {
-	s, text, ok := stringOrBinary(v)
-	return s, ok && !text
-}
-
-// stringOrBinary returns the bytes of an encoded string or binary, and
-// whether it is a string.
-func stringOrBinary(v []byte) (s []byte, text bool, ok bool) {
-	if len(v) == 0 {
-		return nil, false, false
+// bytesAt parses the encoded string or binary at pos (str8, str32,
+// vbin8, vbin32): where its bytes start, how many it declares (head may
+// hold fewer), and whether it is a string.
+func bytesAt(b []byte, pos int) (start, n int, text, ok bool) {
+	if pos >= len(b) {
+		return 0, 0, false, false
 	}
-	switch v[0] {
+	switch c := b[pos]; c {
 	case 0xa0, 0xa1: // vbin8, str8-utf8
-		return v[2:], v[0] == 0xa1, true
+		if pos+2 > len(b) {
+			return 0, 0, false, false
+		}
+		return pos + 2, int(b[pos+1]), c == 0xa1, true
 	case 0xb0, 0xb1: // vbin32, str32-utf8
-		return v[5:], v[0] == 0xb1, true
+		if pos+5 > len(b) {
+			return 0, 0, false, false
+		}
+		return pos + 5, int(binary.BigEndian.Uint32(b[pos+1:])), c == 0xb1, true
 	}
-	return nil, false, false
+	return 0, 0, false, false
 }
 
 // appendData appends a data section holding payload.

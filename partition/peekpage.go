@@ -73,16 +73,25 @@ func (p *peekPage) add(r store.Reader, logs *logReader, k ekey, msg *partitionpb
 	if len(p.out) > 0 && p.prefix == 0 && p.size+msg.Size > p.limit {
 		return false, nil
 	}
-	if err := readBody(r, logs, k, msg); err != nil {
-		return false, err
+	var bare []byte
+	var cut bool
+	if p.prefix == 0 {
+		if err := readBody(r, logs, k, msg); err != nil {
+			return false, err
+		}
+		bare = msg.Bare
+		if msg.Size == 0 { // the state record always has it; this is cheap insurance
+			msg.Size = int64(len(msg.Header) + len(msg.Annotations) + len(msg.Bare))
+		}
+	} else {
+		var err error
+		if bare, cut, err = previewBody(r, logs, k, msg, p.prefix); err != nil {
+			return false, err
+		}
 	}
-	whole := int64(len(msg.Header) + len(msg.Annotations) + len(msg.Bare))
 	unlock(msg)
 	out := handOut(msg)
-	out.Size = whole
-	if p.prefix > 0 {
-		out.Bare, out.BodyTruncated = cutBody(msg.Bare, p.prefix)
-	}
+	out.Size, out.Bare, out.BodyTruncated = msg.Size, bare, cut
 	cost := int64(len(out.Header) + len(out.Annotations) + len(out.Bare))
 	if len(p.out) > 0 && p.size+cost > p.limit {
 		return false, nil
@@ -90,4 +99,47 @@ func (p *peekPage) add(r store.Reader, logs *logReader, k ekey, msg *partitionpb
 	p.out = append(p.out, out)
 	p.size += cost
 	return true, nil
+}
+
+// previewSlack is what a preview reads of a staged bare message beyond
+// the prefix, for the sections before its body: Service Bus bounds a
+// message's properties and application properties to 64 KB.
+const previewSlack = 64 << 10
+
+// previewBody reads msg's sections with its bare message cut to prefix
+// bytes of body (cutHead), and returns the cut bare message. Of a staged
+// bare message (up to 100 MB) it reads only the first prefix +
+// previewSlack bytes, and the rest only when they do not hold the
+// sections before the body.
+func previewBody(r store.Reader, logs *logReader, k ekey, msg *partitionpb.StoredMessage, prefix int) ([]byte, bool, error) {
+	complete := true
+	switch {
+	case msg.BodyIndex != 0:
+		if err := logs.sections(msg); err != nil {
+			return nil, false, err
+		}
+	default:
+		if err := store.ReadBodyRecord(r, k, msg); err != nil {
+			return nil, false, err
+		}
+		if len(msg.BodyBlob) == 0 {
+			break
+		}
+		n := uint64(prefix) + previewSlack
+		complete = n >= msg.BodyBlobLength
+		if err := store.ReadBlobPrefix(r, k, msg, n); err != nil {
+			return nil, false, err
+		}
+	}
+	if msg.Size == 0 && complete {
+		msg.Size = int64(len(msg.Header) + len(msg.Annotations) + len(msg.Bare))
+	}
+	if bare, cut, ok := cutHead(msg.Bare, complete, prefix); ok {
+		return bare, cut, nil
+	}
+	if err := readBlob(r, k, msg); err != nil {
+		return nil, false, err
+	}
+	bare, cut := cutBody(msg.Bare, prefix)
+	return bare, cut, nil
 }
