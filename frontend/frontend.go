@@ -91,9 +91,10 @@ type Config struct {
 }
 
 // DefaultPeekMaxBytes is Config.PeekMaxBytes's default. A peek's answer
-// is one AMQP message on the management reply link, which the Go SDK
-// takes whatever its size (its go-amqp receiver announces no
-// max-message-size there), and the front-end holds it about three times while
+// is one AMQP message on the management reply link, which the Go and
+// JavaScript SDKs take whatever its size (their go-amqp and rhea
+// receivers announce no max-message-size there), and the front-end holds
+// it about three times while
 // it answers (the partition's answer, each message encoded, the response
 // encoded): 4 MiB makes that 12 MiB a peek in flight, small beside the
 // 1 GiB budget of incoming messages (docs/operations.md, "Memory"), and
