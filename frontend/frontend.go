@@ -80,7 +80,27 @@ type Config struct {
 	// for a session when the client names no com.microsoft:timeout.
 	// Default DefaultSessionAcceptWait.
 	SessionAcceptWait time.Duration
+	// PeekMaxBytes bounds the messages of one peek's answer
+	// (com.microsoft:peek-message): a partition stops before the message
+	// that would take them past it, and answers one larger message alone,
+	// so a client paging on from the last number gets fewer messages a
+	// page, never none. Default DefaultPeekMaxBytes; a storage node caps
+	// it at 8 MiB (partition.MaxPeekBytes), and one that predates the
+	// bound answers up to that.
+	PeekMaxBytes int
 }
+
+// DefaultPeekMaxBytes is Config.PeekMaxBytes's default. A peek's answer
+// is one AMQP message on the management reply link, which the Go and
+// JavaScript SDKs take whatever its size (their go-amqp and rhea
+// receivers announce no max-message-size there), and the front-end holds
+// it about three times while
+// it answers (the partition's answer, each message encoded, the response
+// encoded): 4 MiB makes that 12 MiB a peek in flight, small beside the
+// 1 GiB budget of incoming messages (docs/operations.md, "Memory"), and
+// it is what one Raft entry of sends holds, so a page still carries
+// dozens of messages at the Standard tier's 256 KB.
+const DefaultPeekMaxBytes = 4 << 20
 
 func (c *Config) validate() error {
 	if c.Backend == nil {
@@ -109,6 +129,9 @@ func (c *Config) validate() error {
 	}
 	if c.SendBatchBytes == 0 {
 		c.SendBatchBytes = 1 << 20
+	}
+	if c.PeekMaxBytes <= 0 {
+		c.PeekMaxBytes = DefaultPeekMaxBytes
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = 5000

@@ -427,6 +427,13 @@ func (c *conn) cancelScheduled(ctx context.Context, e *placementpb.Entity, _ par
 // maxPeek bounds one peek request.
 const maxPeek = 1000
 
+// peekProbePrefix cuts the bodies of the one message each partition of a
+// partitioned entity is first asked for (peekPartitions): the probes only
+// say which partition answers, so that N partitions holding messages of
+// 100 MB cost the front-end N × 64 KiB, not N × 100 MB. A probe's message
+// that came back whole is the answer to a peek of one message.
+const peekProbePrefix = 64 << 10
+
 // peekLowerWait is how long a peek of a partitioned entity waits, once a
 // partition answered with messages, for the lower partitions it asked
 // that have not answered yet (docs/design-notes.md).
@@ -461,18 +468,20 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 		}
 	}
 	var found []*partitionpb.Message
+	bound := uint64(c.srv.cfg.PeekMaxBytes)
 	switch {
 	case sid != "":
 		p := partitionpb.PartitionForKey(sid, partitions)
 		found, err = c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{
 			Partition: p, SubQueue: q, FromSequenceNumber: max(uint64(from), partitionpb.SequenceNumber(p, 0)), MaxCount: uint32(count), SessionId: sid,
+			MaxBytes: bound,
 		})
 	case partitions == 1:
 		if partitionpb.PartitionOfSequence(uint64(from)) == 0 {
-			found, err = c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{SubQueue: q, FromSequenceNumber: uint64(from), MaxCount: uint32(count)})
+			found, err = c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{SubQueue: q, FromSequenceNumber: uint64(from), MaxCount: uint32(count), MaxBytes: bound})
 		}
 	default:
-		found, err = c.peekPartitions(ctx, e, q, uint64(from), uint32(count), partitions)
+		found, err = c.peekPartitions(ctx, e, q, uint64(from), uint32(count), partitions, bound)
 	}
 	if err != nil {
 		req.fail(errFailure(err), "")
@@ -487,6 +496,10 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 	}
 	list := make([]any, 0, len(found))
 	for _, m := range found {
+		if m.BodyTruncated { // a preview is never a client's message
+			req.fail(failInternal, "a peeked message came back cut")
+			return
+		}
 		payload, err := outgoing(nil, m, false)
 		if err != nil {
 			req.fail(failInternal, err.Error())
@@ -504,7 +517,8 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 // for a lower one that has not answered yet at most peekLowerWait after
 // the first answer with messages, then passing over it. The partitions
 // are first asked for one message each, so that a large count is read
-// from the chosen partition only. Lowest rather than first: a client
+// from the chosen partition only, and with their bodies cut
+// (peekProbePrefix). Lowest rather than first: a client
 // pages on from the last number it saw, so a page from a higher partition
 // would skip for good what the partitions below it hold; this way a
 // client paging until an empty answer sees every partition's messages,
@@ -512,7 +526,7 @@ func (c *conn) peekMessages(ctx context.Context, e *placementpb.Entity, q partit
 // when every partition answered without messages, and the first failure
 // when none had messages and some failed (an empty answer would end the
 // client's paging).
-func (c *conn) peekPartitions(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, from uint64, count, partitions uint32) ([]*partitionpb.Message, error) {
+func (c *conn) peekPartitions(ctx context.Context, e *placementpb.Entity, q partitionpb.SubQueue, from uint64, count, partitions uint32, bound uint64) ([]*partitionpb.Message, error) {
 	first := partitionpb.PartitionOfSequence(from)
 	if first >= partitions {
 		return nil, nil
@@ -532,7 +546,7 @@ func (c *conn) peekPartitions(ctx context.Context, e *placementpb.Entity, q part
 	replies := make(chan reply, partitions-first)
 	for p := first; p < partitions; p++ {
 		go func() {
-			msgs, err := c.srv.cfg.Backend.Peek(probes, e, &partitionpb.PeekRequest{Partition: p, SubQueue: q, FromSequenceNumber: start(p), MaxCount: 1})
+			msgs, err := c.srv.cfg.Backend.Peek(probes, e, &partitionpb.PeekRequest{Partition: p, SubQueue: q, FromSequenceNumber: start(p), MaxCount: 1, BodyPrefixBytes: peekProbePrefix})
 			replies <- reply{p, answer{msgs, err, true}}
 		}()
 	}
@@ -581,15 +595,25 @@ wait:
 	}
 	cancel()
 	page := answers[best].msgs
-	if count > 1 {
-		p := first + uint32(best)
-		// The chosen partition's page; should it fail or find the
-		// message gone since, the one message it answered is the page.
-		if more, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{Partition: p, SubQueue: q, FromSequenceNumber: start(p), MaxCount: count}); err == nil && len(more) > 0 {
-			page = more
-		}
+	probe := page[0]
+	if count == 1 && !probe.BodyTruncated {
+		return page, nil
 	}
-	return page, nil
+	p := first + uint32(best)
+	// The chosen partition's page, whole; should it fail or find the
+	// message gone since, the probe's message is the page if it came
+	// back whole, else the request fails and the client retries (an
+	// empty answer would end its paging).
+	more, err := c.srv.cfg.Backend.Peek(ctx, e, &partitionpb.PeekRequest{Partition: p, SubQueue: q, FromSequenceNumber: start(p), MaxCount: count, MaxBytes: bound})
+	switch {
+	case err == nil && len(more) > 0:
+		return more, nil
+	case !probe.BodyTruncated:
+		return page, nil
+	case err == nil:
+		err = fmt.Errorf("%w: partition %d's first message went while it was peeked", ErrUnavailable, p)
+	}
+	return nil, err
 }
 
 // receiveBySequence: sequence-numbers, receiver-settle-mode (1 peek-lock,

@@ -169,7 +169,11 @@ type messageJSON struct {
 	DeadLetterSource string         `json:"deadLetterSource,omitempty"`
 }
 
-// bodyPreview bounds the body the console shows of a message.
+// bodyPreview bounds the body the console shows of a message. The
+// partitions are asked for bodies cut to it (PeekRequest.
+// body_prefix_bytes), with the whole size beside them, so that a page of
+// large messages costs the gateway and the node a page of previews; a
+// node that predates the cut answers whole messages, cut here.
 const bodyPreview = 4096
 
 // consoleMessages peeks an entity's messages (or its dead-letter
@@ -210,7 +214,9 @@ func (g *Gateway) consoleMessages(ctx context.Context, r *http.Request) (any, er
 	}
 	out := []messageJSON{}
 	for p := range e.GetPartitionGroups() {
-		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{Partition: uint32(p), SubQueue: sub, FromSequenceNumber: from[uint32(p)], MaxCount: uint32(n)})
+		msgs, err := g.cfg.Messages.Peek(ctx, e, &partitionpb.PeekRequest{
+			Partition: uint32(p), SubQueue: sub, FromSequenceNumber: from[uint32(p)], MaxCount: uint32(n), BodyPrefixBytes: bodyPreview,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -226,8 +232,12 @@ func messageOf(m *partitionpb.Message) messageJSON {
 		SequenceNumber: m.SequenceNumber, Partition: partitionpb.PartitionOfSequence(m.SequenceNumber),
 		EnqueuedTime:  time.UnixMilli(m.EnqueuedTimeMs).UTC().Format(time.RFC3339Nano),
 		State:         strings.ToLower(strings.TrimPrefix(m.State.String(), "MESSAGE_STATE_")),
-		DeliveryCount: m.DeliveryCount, MessageID: m.MessageId, SessionID: m.SessionId, Size: int64(len(m.Header) + len(m.Annotations) + len(m.Bare)),
+		DeliveryCount: m.DeliveryCount, MessageID: m.MessageId, SessionID: m.SessionId, Size: m.Size,
 		DeadLetterReason: m.DeadLetterReason, DeadLetterDesc: m.DeadLetterDescription, DeadLetterSource: m.DeadLetterSource,
+		BodyTruncated: m.BodyTruncated,
+	}
+	if out.Size == 0 { // a node that predates Message.size: the message is whole
+		out.Size = int64(len(m.Header) + len(m.Annotations) + len(m.Bare))
 	}
 	var am amqp.Message
 	if err := am.UnmarshalBinary(m.Bare); err != nil {
@@ -266,7 +276,9 @@ func messageOf(m *partitionpb.Message) messageJSON {
 		if len(body) > bodyPreview {
 			body, out.BodyTruncated = body[:bodyPreview], true
 		}
-		if utf8.Valid(body) {
+		if text := wholeRunes(body); out.BodyTruncated && utf8.Valid(text) {
+			out.Body, out.BodyEncoding = string(text), "text"
+		} else if utf8.Valid(body) {
 			out.Body, out.BodyEncoding = string(body), "text"
 		} else {
 			out.Body, out.BodyEncoding = base64.StdEncoding.EncodeToString(body), "base64"
@@ -375,4 +387,16 @@ func (g *Gateway) consoleCreate(ctx context.Context, in consoleAction) (any, err
 		return nil, err
 	}
 	return entityOf(e, &Counts{}), nil
+}
+
+// wholeRunes drops the start of a UTF-8 character that a cut left at the
+// end of b, so that a text body cut for its preview still reads as text.
+func wholeRunes(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax-1 && len(b) > 0; i++ {
+		if r, n := utf8.DecodeLastRune(b); r != utf8.RuneError || n > 1 {
+			break
+		}
+		b = b[:len(b)-1]
+	}
+	return b
 }

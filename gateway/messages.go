@@ -95,6 +95,12 @@ const DefaultRedriveRate = 100
 // redriveBatch bounds one Redrive command's candidates (and one peek).
 const redriveBatch = 250
 
+// candidateBodyBytes is the body a re-drive's peek asks of each
+// candidate: a filter reads the properties, which a cut body keeps, and
+// the Redrive command moves the message whole inside the partition, so
+// the gateway needs none of it (0 would ask for it whole).
+const candidateBodyBytes = 1
+
 // Redrive moves dead-lettered messages of an entity back to it, on every
 // partition, at most opt.Rate a second. Each Redrive command moves its
 // messages in one Raft entry (the copy in the main queue and the removal
@@ -132,6 +138,7 @@ func Redrive(ctx context.Context, m Messages, e *placementpb.Entity, opt Redrive
 				msgs, err := m.Peek(ctx, e, &partitionpb.PeekRequest{
 					Partition: uint32(p), SubQueue: partitionpb.SubQueue_SUB_QUEUE_DEAD_LETTER,
 					FromSequenceNumber: from, MaxCount: uint32(min(batch, left())),
+					BodyPrefixBytes: candidateBodyBytes,
 				})
 				if err != nil {
 					return moved, fmt.Errorf("re-driving %s partition %d after %d messages: %w", e.GetName(), p, moved, err)

@@ -207,7 +207,7 @@ func awaitAvailable(ctx context.Context, g *group, lead context.Context, req *pa
 type reader interface {
 	Stats(entityID uint64, partition uint32) (*partitionpb.StatsResponse, error)
 	GroupStats(refs []*partitionpb.EntityPartitionRef) ([]*partitionpb.EntityPartitionStats, error)
-	Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.Message, error)
+	PeekBounded(req *partitionpb.PeekRequest, nowMs int64) ([]*partitionpb.Message, error)
 	Available(entityID uint64, partition uint32, q partitionpb.SubQueue) bool
 	Changed(entityID uint64, partition uint32, q partitionpb.SubQueue) <-chan struct{}
 	HasEntity(entityID uint64, partition uint32) bool
@@ -333,18 +333,14 @@ func (s *service) GroupStats(ctx context.Context, req *partitionpb.GroupStatsReq
 }
 
 // Peek reads the leader's own state machine, like Stats, and locks
-// nothing. Expiry is judged by the leader's clock.
+// nothing. Expiry is judged by the leader's clock; the answer keeps to the
+// request's bounds in bytes (max_bytes, body_prefix_bytes).
 func (s *service) Peek(ctx context.Context, req *partitionpb.PeekRequest) (*partitionpb.PeekResponse, error) {
 	g, err := s.reader(req.GroupId)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	var msgs []*partitionpb.Message
-	if req.SessionId != "" {
-		msgs, err = g.machine.PeekSession(req.EntityId, req.Partition, req.FromSequenceNumber, req.MaxCount, g.node.wallMs(), req.SessionId)
-	} else {
-		msgs, err = g.machine.Peek(req.EntityId, req.Partition, req.SubQueue, req.FromSequenceNumber, req.MaxCount, g.node.wallMs())
-	}
+	msgs, err := g.machine.PeekBounded(req, g.node.wallMs())
 	if err != nil {
 		return nil, toStatus(err)
 	}

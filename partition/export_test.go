@@ -400,3 +400,11 @@ func PlanCounts(m *Machine) (taken, stale uint64) {
 	defer m.mu.RUnlock()
 	return m.plans.taken, m.plans.stale
 }
+
+// CutBody is cutBody (bodycut.go).
+func CutBody(bare []byte, prefix int) ([]byte, bool) { return cutBody(bare, prefix) }
+
+// CutHead is cutHead (bodycut.go).
+func CutHead(head []byte, complete bool, prefix int) ([]byte, bool, bool) {
+	return cutHead(head, complete, prefix)
+}

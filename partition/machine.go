@@ -607,7 +607,10 @@ func lockToken(seq uint64, seed []byte) []byte { return partitionpb.LockToken(se
 // Bounds of one Peek.
 const (
 	MaxPeekCount = 1000
-	MaxPeekBytes = 8 << 20 // stops once the messages reach this size, but returns at least one
+	// MaxPeekBytes: a message that would take the answer's messages past
+	// it ends the answer, unless it is the first (PeekBounds.MaxBytes may
+	// ask for less).
+	MaxPeekBytes = 8 << 20
 )
 
 // Peek returns the messages of a sub-queue with sequence number >= from,
@@ -616,10 +619,10 @@ const (
 // tokens. Messages expired by nowMs, the reader's clock, are left out
 // (ExpireMessages will end them). It locks nothing and changes nothing.
 func (m *Machine) Peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64) ([]*partitionpb.Message, error) {
-	return m.peek(entityID, partition, q, from, max, nowMs, "")
+	return m.peek(entityID, partition, q, from, max, nowMs, "", PeekBounds{})
 }
 
-func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.Message, error) {
+func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue, from uint64, max uint32, nowMs int64, sessionID string, b PeekBounds) ([]*partitionpb.Message, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if err := m.usable(); err != nil {
@@ -632,17 +635,15 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 	if err := checkSubQueue(q); err != nil {
 		return nil, err
 	}
-	want := int(min(max, MaxPeekCount))
-	if want == 0 {
+	page := newPeekPage(max, b)
+	if page.want == 0 {
 		return nil, nil
 	}
 	c, err := store.NewCursor(m.db, k, q, from, false)
 	if err != nil {
 		return nil, err
 	}
-	var out []*partitionpb.Message
-	var size int64
-	for valid := c.First(); valid && len(out) < want && size < MaxPeekBytes; valid = c.Next() {
+	for valid := c.First(); valid && !page.full(); valid = c.Next() {
 		msg, err := c.Message()
 		if err != nil {
 			return nil, c.Close(err)
@@ -651,15 +652,16 @@ func (m *Machine) peek(entityID uint64, partition uint32, q partitionpb.SubQueue
 			!sessionOf(msg, sessionID) {
 			continue
 		}
-		if err := readBody(m.db, m.logs, k, msg); err != nil {
+		more, err := page.add(m.db, m.logs, k, msg)
+		if err != nil {
 			return nil, c.Close(err)
 		}
-		unlock(msg)
-		out = append(out, handOut(msg))
-		size += msg.Size
+		if !more {
+			break
+		}
 	}
 	if err := c.Close(c.Error()); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return page.out, nil
 }

@@ -105,12 +105,16 @@ func (m *Machine) SessionAvailable(entityID uint64, partition uint32, sid string
 // does not grow with the other sessions' messages; elsewhere it filters
 // the entity partition's messages.
 func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string) ([]*partitionpb.Message, error) {
+	return m.peekSession(entityID, partition, from, max, nowMs, sessionID, PeekBounds{})
+}
+
+func (m *Machine) peekSession(entityID uint64, partition uint32, from uint64, max uint32, nowMs int64, sessionID string, b PeekBounds) ([]*partitionpb.Message, error) {
 	m.mu.RLock()
 	e, ok := m.entities[ekey{ID: entityID, Part: partition}]
 	indexed := ok && e.cfg.RequiresSession
 	m.mu.RUnlock()
 	if !indexed {
-		return m.peek(entityID, partition, partitionpb.SubQueue_SUB_QUEUE_MAIN, from, max, nowMs, sessionID)
+		return m.peek(entityID, partition, partitionpb.SubQueue_SUB_QUEUE_MAIN, from, max, nowMs, sessionID, b)
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -124,8 +128,8 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 	if err := checkSessionID(sessionID); err != nil {
 		return nil, err
 	}
-	want := int(min(max, MaxPeekCount))
-	if want == 0 {
+	page := newPeekPage(max, b)
+	if page.want == 0 {
 		return nil, nil
 	}
 	scan, err := store.ScanSession(m.db, e.key, sessionID, from)
@@ -133,9 +137,7 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 		return nil, err
 	}
 	defer scan.Close()
-	var out []*partitionpb.Message
-	var size int64
-	for len(out) < want && size < MaxPeekBytes {
+	for !page.full() {
 		seq, ok, err := scan.Next()
 		if err != nil {
 			return nil, err
@@ -153,14 +155,15 @@ func (m *Machine) PeekSession(entityID uint64, partition uint32, from uint64, ma
 		if msg.State != partitionpb.MessageState_MESSAGE_STATE_SCHEDULED && expired(msg, nowMs) {
 			continue
 		}
-		if err := readBody(m.db, m.logs, e.key, msg); err != nil {
+		more, err := page.add(m.db, m.logs, e.key, msg)
+		if err != nil {
 			return nil, err
 		}
-		unlock(msg)
-		out = append(out, handOut(msg))
-		size += msg.Size
+		if !more {
+			break
+		}
 	}
-	return out, nil
+	return page.out, nil
 }
 
 // sessionOf reports whether a peeked message belongs to the session a

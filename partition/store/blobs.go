@@ -155,6 +155,44 @@ func ReadBlob(r pebble.Reader, k EntityKey, m *partitionpb.StoredMessage) error 
 	return nil
 }
 
+// ReadBlobPrefix reads the first n bytes of m's blob (all of it when it
+// is shorter) into m.Bare, from the chunks that hold them, for a preview
+// (a peek's body_prefix_bytes) of a message of up to 100 MB. The chunks
+// read must tile the prefix; the CRC covers the whole blob and is checked
+// only by ReadBlob.
+func ReadBlobPrefix(r pebble.Reader, k EntityKey, m *partitionpb.StoredMessage, n uint64) error {
+	if n >= m.BodyBlobLength {
+		return ReadBlob(r, k, m)
+	}
+	if m.BodyBlobEntity != 0 { // a topic's, shared
+		k = EntityKey{ID: m.BodyBlobEntity, Part: k.Part}
+	}
+	p := BlobPrefix(k, m.BodyBlob)
+	it, err := PrefixIter(r, p)
+	if err != nil {
+		return err
+	}
+	bare := make([]byte, 0, n)
+	for valid := it.First(); valid && uint64(len(bare)) < n; valid = it.Next() {
+		v, err := IterValue(it)
+		if err != nil {
+			return CloseIter(it, err)
+		}
+		if off := binary.BigEndian.Uint64(it.Key()[len(p):]); off != uint64(len(bare)) || uint64(len(bare)+len(v)) > m.BodyBlobLength {
+			return CloseIter(it, fmt.Errorf("%w: blob %x of message %d of %s: chunk at %d after %d bytes", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, off, len(bare)))
+		}
+		bare = append(bare, v[:min(uint64(len(v)), n-uint64(len(bare)))]...)
+	}
+	if err := CloseIter(it, it.Error()); err != nil {
+		return err
+	}
+	if uint64(len(bare)) != n {
+		return fmt.Errorf("%w: blob %x of message %d of %s: %d bytes of %d", ErrCorrupt, m.BodyBlob, m.SequenceNumber, k, len(bare), m.BodyBlobLength)
+	}
+	m.Bare = bare
+	return nil
+}
+
 // Shared blobs. Invariants:
 //   - a shared blob's chunks exist while its count does, and the count is
 //     the sum of the subscriptions' counts, which is the number of their

@@ -869,8 +869,16 @@ type Message struct {
 	ActionSet              *FilterView            `protobuf:"bytes,29,opt,name=action_set,json=actionSet,proto3" json:"action_set,omitempty"`
 	ActionRemoved          []string               `protobuf:"bytes,30,rep,name=action_removed,json=actionRemoved,proto3" json:"action_removed,omitempty"`
 	ForwardHops            uint32                 `protobuf:"varint,40,opt,name=forward_hops,json=forwardHops,proto3" json:"forward_hops,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Set in a Peek's answer only (0 elsewhere, and from a node that
+	// predates it): the size of the whole message, header, annotations and
+	// bare, also when body_truncated says the bare message here is cut.
+	Size int64 `protobuf:"varint,21,opt,name=size,proto3" json:"size,omitempty"`
+	// The bare message's body was cut to a Peek's body_prefix_bytes: bare
+	// holds its properties and application properties whole and only the
+	// start of its body. Never set on a message a client is handed.
+	BodyTruncated bool `protobuf:"varint,43,opt,name=body_truncated,json=bodyTruncated,proto3" json:"body_truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -1062,6 +1070,20 @@ func (x *Message) GetForwardHops() uint32 {
 		return x.ForwardHops
 	}
 	return 0
+}
+
+func (x *Message) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Message) GetBodyTruncated() bool {
+	if x != nil {
+		return x.BodyTruncated
+	}
+	return false
 }
 
 type Batch struct {
@@ -4715,9 +4737,13 @@ func (x *EntityPartitionStats) GetStats() *StatsResponse {
 
 // Peek reads the leader's own state machine, like Stats, and locks nothing:
 // the messages of a sub-queue with sequence number >= from_sequence_number,
-// in order, at most max_count (capped at 1000, and about 8 MiB of messages,
-// at least one). Active (locked or not), deferred and scheduled messages
-// are returned, expired ones are not. Lock tokens are left out.
+// in order, at most max_count (capped at 1000) and at most max_bytes of
+// messages (capped at 8 MiB), always at least one. Active (locked or not),
+// deferred and scheduled messages are returned, expired ones are not. Lock
+// tokens are left out. A node that predates max_bytes and
+// body_prefix_bytes ignores them: it answers whole messages, up to its own
+// bound, which a reader must take (fewer messages than asked is always a
+// correct answer; a reader pages on from the last number).
 type PeekRequest struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	GroupId            uint64                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -4728,9 +4754,20 @@ type PeekRequest struct {
 	MaxCount           uint32                 `protobuf:"varint,6,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
 	// Only the messages of this session, when set (a session receiver's
 	// peek).
-	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SessionId string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The answer's bound in bytes (each message's header, annotations and
+	// bare as answered): a message that would take the answer past it ends
+	// the answer, unless it is the first. 0: the partition's own bound,
+	// which caps it.
+	MaxBytes uint64 `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// When > 0, a preview: each message's body is cut to this many bytes
+	// (the data sections' bytes, or an amqp-value string or binary; any
+	// other body section larger than it is left out), the message marked
+	// body_truncated with its whole size in size; its other sections stay
+	// whole, so it decodes. 0: whole messages.
+	BodyPrefixBytes uint32 `protobuf:"varint,9,opt,name=body_prefix_bytes,json=bodyPrefixBytes,proto3" json:"body_prefix_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PeekRequest) Reset() {
@@ -4810,6 +4847,20 @@ func (x *PeekRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *PeekRequest) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetBodyPrefixBytes() uint32 {
+	if x != nil {
+		return x.BodyPrefixBytes
+	}
+	return 0
 }
 
 type PeekResponse struct {
@@ -6153,7 +6204,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
 	"\fforward_hops\x18( \x01(\rR\vforwardHops\x12\x1f\n" +
 	"\vtopic_share\x18* \x01(\x03R\n" +
-	"topicShare\"\xbe\a\n" +
+	"topicShare\"\xf9\a\n" +
 	"\aMessage\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12(\n" +
 	"\x10enqueued_time_ms\x18\x02 \x01(\x03R\x0eenqueuedTimeMs\x12%\n" +
@@ -6182,7 +6233,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\n" +
 	"action_set\x18\x1d \x01(\v2\".quorumbus.partition.v1.FilterViewR\tactionSet\x12%\n" +
 	"\x0eaction_removed\x18\x1e \x03(\tR\ractionRemoved\x12!\n" +
-	"\fforward_hops\x18( \x01(\rR\vforwardHops\"\xbb\x01\n" +
+	"\fforward_hops\x18( \x01(\rR\vforwardHops\x12\x12\n" +
+	"\x04size\x18\x15 \x01(\x03R\x04size\x12%\n" +
+	"\x0ebody_truncated\x18+ \x01(\bR\rbodyTruncated\"\xbb\x01\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12;\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1f.quorumbus.partition.v1.CommandR\bcommands\x12\x1a\n" +
@@ -6472,7 +6525,7 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x14EntityPartitionStats\x12\x1b\n" +
 	"\tentity_id\x18\x01 \x01(\x04R\bentityId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12;\n" +
-	"\x05stats\x18\x03 \x01(\v2%.quorumbus.partition.v1.StatsResponseR\x05stats\"\x90\x02\n" +
+	"\x05stats\x18\x03 \x01(\v2%.quorumbus.partition.v1.StatsResponseR\x05stats\"\xd9\x02\n" +
 	"\vPeekRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1b\n" +
 	"\tentity_id\x18\x02 \x01(\x04R\bentityId\x12\x1c\n" +
@@ -6481,7 +6534,9 @@ const file_partitionpb_partition_proto_rawDesc = "" +
 	"\x14from_sequence_number\x18\x05 \x01(\x04R\x12fromSequenceNumber\x12\x1b\n" +
 	"\tmax_count\x18\x06 \x01(\rR\bmaxCount\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"K\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tmax_bytes\x18\b \x01(\x04R\bmaxBytes\x12*\n" +
+	"\x11body_prefix_bytes\x18\t \x01(\rR\x0fbodyPrefixBytes\"K\n" +
 	"\fPeekResponse\x12;\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1f.quorumbus.partition.v1.MessageR\bmessages\"t\n" +
 	"\x16CancelScheduledRequest\x12\x19\n" +

@@ -93,6 +93,8 @@ type DevOptions struct {
 	// SessionAcceptWait is frontend.Config.SessionAcceptWait (0: its
 	// default).
 	SessionAcceptWait time.Duration
+	// PeekMaxBytes is frontend.Config.PeekMaxBytes (0: its default).
+	PeekMaxBytes int
 	// FrontendOverGRPC makes the front-end reach the storage nodes over
 	// gRPC, as a `quorumbus frontend` process does, instead of calling the
 	// in-process PartitionService directly.
@@ -216,7 +218,7 @@ func StartDev(ctx context.Context, o DevOptions) (_ *Dev, err error) {
 		return nil, err
 	}
 	c.Router.Start(ctx)
-	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits, SessionAcceptWait: o.SessionAcceptWait,
+	if c.Frontend, err = frontend.New(frontend.Config{Backend: c.Router, Rules: c.Router, Logger: log.With("part", "frontend"), MaxConnections: o.MaxConnections, ThrottleCredits: o.ThrottleCredits, SessionAcceptWait: o.SessionAcceptWait, PeekMaxBytes: o.PeekMaxBytes,
 		// As the emulator and Service Bus: the JS SDK with a SharedAccessSignature connection string skips SASL.
 		AllowNoSASL: true}); err != nil {
 		return nil, err
