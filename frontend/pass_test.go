@@ -1,6 +1,11 @@
 package frontend
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"github.com/quorumbus/quorumbus/proto/placementpb"
+)
 
 // TestPassRotation: a lone receiver starts each pass one partition
 // further, as when every receiver rotated on its own; concurrent
@@ -33,5 +38,21 @@ func TestPassRotation(t *testing.T) {
 	p.leave(rs[0])
 	if got := p.next(rs[0], n); got != 3 {
 		t.Fatalf("a receiver that left and came back started at %d, want 3 (it began no pass there since)", got)
+	}
+}
+
+// TestPartitionOrderKeepsGroupsTogether: passes go round the partitions
+// of one group one after another, the groups in the order of their first
+// partition; without the groups (or with a count that does not match)
+// in partition order.
+func TestPartitionOrderKeepsGroupsTogether(t *testing.T) {
+	r := &receiver{entity: &placementpb.Entity{PartitionGroups: []uint64{7, 8, 9, 7, 8, 9, 7, 8}}}
+	want := []uint32{0, 3, 6, 1, 4, 7, 2, 5}
+	if got := r.partitionOrder(8); !slices.Equal(got, want) {
+		t.Fatalf("order over groups %v: %v, want %v", r.entity.PartitionGroups, got, want)
+	}
+	plain := &receiver{entity: &placementpb.Entity{}}
+	if got := plain.partitionOrder(4); !slices.Equal(got, []uint32{0, 1, 2, 3}) {
+		t.Fatalf("order without groups: %v", got)
 	}
 }

@@ -44,6 +44,8 @@ type receiver struct {
 	// backlogged[i] says that partition base+i filled its latest ask in
 	// a pass, so likely has more (pass.go). Only the pump touches it.
 	backlogged []bool
+	// order is the order passes go round the partitions (partitionOrder).
+	order []uint32
 	// held are receive-and-delete messages taken from a partition (and so
 	// deleted there) that the link had no credit for: the peer lowered its
 	// credit while they were fetched. They go out first when credit

@@ -54,11 +54,16 @@ func startBenchDev(b *testing.B, queues ...cluster.QueueSpec) (*cluster.Dev, *az
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	c, err := cluster.StartDev(ctx, cluster.DevOptions{
+	opts := cluster.DevOptions{
 		DataDir: b.TempDir(), AMQPAddr: "127.0.0.1:0", Nodes: 3, Groups: 3, CacheMB: devCacheMB, LogLevel: "error",
 		// What `quorumbus dev` does: a partitioned queue gets groups of its own.
 		MaxReplicasPerNode: cluster.DefaultMaxReplicasPerNode,
-	})
+	}
+	if n := envInt("QUORUMBUS_BENCH_GROUPS", 0); n > 0 {
+		// A floor: every entity, every partition, in n fixed groups.
+		opts.Groups, opts.MaxReplicasPerNode = n, 0
+	}
+	c, err := cluster.StartDev(ctx, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
