@@ -240,7 +240,7 @@ func messageOf(m *partitionpb.Message) messageJSON {
 		out.Size = int64(len(m.Header) + len(m.Annotations) + len(m.Bare))
 	}
 	var am amqp.Message
-	if err := am.UnmarshalBinary(m.Bare); err != nil {
+	if err := decodeMessage(&am, m.Bare); err != nil {
 		out.Body, out.BodyEncoding = "(the message does not decode: "+err.Error()+")", "value"
 		return out
 	}

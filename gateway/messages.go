@@ -200,12 +200,26 @@ func resultErr(r *partitionpb.Result) error {
 
 var errRejected = errors.New("gateway: rejected by the partition")
 
+// decodeMessage is go-amqp's UnmarshalBinary, with its panics turned
+// into errors: the front-end stores what its own decoder accepts, and
+// go-amqp panics on some bytes of that kind (seen by fuzzing); a stored
+// message must not bring the gateway down when someone views it or a
+// re-drive reads it.
+func decodeMessage(m *amqp.Message, bare []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the message does not decode: %v", r)
+		}
+	}()
+	return m.UnmarshalBinary(bare)
+}
+
 // FilterViewOf decodes what a re-drive filter reads of a bare message
 // (its properties and application properties), as a front-end does for
 // a message sent to a topic.
 func FilterViewOf(bare []byte) (*partitionpb.FilterView, error) {
 	var m amqp.Message
-	if err := m.UnmarshalBinary(bare); err != nil {
+	if err := decodeMessage(&m, bare); err != nil {
 		return nil, fmt.Errorf("gateway: decoding a message: %w", err)
 	}
 	v := &partitionpb.FilterView{}
