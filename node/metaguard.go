@@ -113,10 +113,7 @@ func (m *MetaGuard) Exists(ctx context.Context, voters []raft.Server) (bool, err
 		if err != nil {
 			continue
 		}
-		// A log compacted after a snapshot may be empty; its term then
-		// shows the member heard from a leader (a first voter that has
-		// not bootstrapped withholds its vote, and its term stays 0).
-		if st.LastIndex > 1 || (st.LastIndex == 0 && st.Term > 0) {
+		if metaFormed(st) {
 			return true, nil
 		}
 		answered++
@@ -125,6 +122,20 @@ func (m *MetaGuard) Exists(ctx context.Context, voters []raft.Server) (bool, err
 		return false, fmt.Errorf("%w (%d of %d)", ErrUndecided, answered, others)
 	}
 	return false, nil
+}
+
+// metaFormed tells from a first voter's status whether the meta group
+// formed: its log holds an entry past the bootstrap entry, which only a
+// leader writes. A log compacted after a snapshot may be empty; its term
+// then tells: a leader's term is 2 at least (bootstrapping sets term 1,
+// and the first election raises it), and a first voter that has not
+// bootstrapped withholds its vote, so its term stays 0. Term 1 with an
+// empty log is a voter halfway through bootstrapping (hashicorp/raft
+// writes the term before the bootstrap entry): counted formed, two first
+// voters that asked it then each gave up bootstrapping, withheld their
+// votes from the third, and the group never elected a leader.
+func metaFormed(st *partitionpb.GroupStatusResponse) bool {
+	return st.LastIndex > 1 || (st.LastIndex == 0 && st.Term > 1)
 }
 
 // status is what GroupStatus answers for MetaGroup: the member's current

@@ -9,6 +9,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/quorumbus/quorumbus/node/raftmux"
+	"github.com/quorumbus/quorumbus/proto/partitionpb"
 )
 
 func openTestStable(t *testing.T, path string) *raftboltdb.BoltStore {
@@ -83,5 +84,26 @@ func TestRejoinRules(t *testing.T) {
 	defer s.Close()
 	if r, err = openRejoin(s, true, replicas, quiet); err != nil || r != nil {
 		t.Fatalf("reopened after catching up: %v, %v; want it voting", r, err)
+	}
+}
+
+// TestMetaFormed: what a first voter's status says of whether the meta
+// group formed. A voter halfway through bootstrapping (term 1 written,
+// the bootstrap entry not yet) says it did not.
+func TestMetaFormed(t *testing.T) {
+	for _, c := range []struct {
+		term, last uint64
+		want       bool
+	}{
+		{0, 0, false}, // not bootstrapped
+		{1, 0, false}, // halfway through bootstrapping
+		{1, 1, false}, // bootstrapped
+		{7, 1, false}, // bootstrapped, campaigning without votes
+		{2, 2, true},  // a leader wrote past the bootstrap entry
+		{3, 0, true},  // a log compacted after a snapshot
+	} {
+		if got := metaFormed(&partitionpb.GroupStatusResponse{Term: c.term, LastIndex: c.last}); got != c.want {
+			t.Errorf("term %d, last index %d: formed %v, want %v", c.term, c.last, got, c.want)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,26 +47,8 @@ func TestPartitionedQueueWithAGroupDown(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	const nodes = 5
-	bin := buildBinary(t)
-	dir := t.TempDir()
-	grpcAddrs := freeAddrs(t, nodes)
-	gossipAddrs := freeAddrs(t, nodes)
-	var boot []string
-	for i := range nodes {
-		boot = append(boot, fmt.Sprintf("n%d=%s", i+1, grpcAddrs[i]))
-	}
-	nodeArgs := func(i int) []string {
-		return []string{"node", "-plain-cluster", "-id", fmt.Sprintf("n%d", i+1), "-data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			"-grpc-addr", grpcAddrs[i], "-gossip-addr", gossipAddrs[i], "-join", strings.Join(gossipAddrs, ","),
-			"-bootstrap", strings.Join(boot, ","), "-groups", "5", "-replicas", "3", "-log-level", "error",
-			"-cache-mb", "8", "-wal-segment-mb", "4"}
-	}
-	procs := make([]*process, nodes)
-	for i := range nodes {
-		procs[i] = startProcess(t, bin, nodeArgs(i)...)
-	}
-	amqpAddr := freeAddrs(t, 1)[0]
-	startFrontendProcess(t, bin, dir, amqpAddr, grpcAddrs)
+	pc := startProcessCluster(t, nodes)
+	bin, grpcAddrs, nodeArgs, procs, amqpAddr := pc.bin, pc.grpcAddrs, pc.nodeArgs, pc.procs, pc.amqpAddr
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
