@@ -284,7 +284,11 @@ func (r *receiver) acceptSession(sr sessionRequest) {
 		}
 		part = partitionpb.PartitionForKey(sr.id, partitions)
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		res, token, err = sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: part, SessionId: sr.id})
+		res, err = served(r.c.srv, ctx, e, part, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+			res, t, err := sb.AcceptSession(ctx, e, &partitionpb.AcceptSessionRequest{Partition: part, SessionId: sr.id})
+			token = t
+			return res, err
+		})
 		cancel()
 	} else {
 		res, token, part, err = r.acceptNext(sb, partitions, sr.deadline)
@@ -550,8 +554,10 @@ func (c *conn) renewSessionLock(ctx context.Context, e *placementpb.Entity, _ pa
 	if !ok {
 		return
 	}
-	res, err := c.sessions().RenewSessionLock(ctx, e, &partitionpb.RenewSessionLock{
-		Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+	res, err := served(c.srv, ctx, e, lock.partition, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+		return c.sessions().RenewSessionLock(ctx, e, &partitionpb.RenewSessionLock{
+			Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+		})
 	})
 	if answered(req, res, err) {
 		return
@@ -571,8 +577,13 @@ func (c *conn) getSessionState(ctx context.Context, e *placementpb.Entity, _ par
 	if !ok {
 		return
 	}
-	res, state, err := c.sessions().GetSessionState(ctx, e, &partitionpb.GetSessionStateRequest{
-		Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+	var state []byte
+	res, err := served(c.srv, ctx, e, lock.partition, 0, func(ctx context.Context) (*partitionpb.Result, error) {
+		res, s, err := c.sessions().GetSessionState(ctx, e, &partitionpb.GetSessionStateRequest{
+			Partition: lock.partition, SessionId: lock.id, Token: lock.token,
+		})
+		state = s
+		return res, err
 	})
 	if answered(req, res, err) {
 		return
@@ -604,8 +615,10 @@ func (c *conn) setSessionState(ctx context.Context, e *placementpb.Entity, _ par
 		req.fail(failBadField, fmt.Sprintf("a session state of %d bytes exceeds the entity's maximum message size of %d bytes", len(state), max))
 		return
 	}
-	res, err := c.sessions().SetSessionState(ctx, e, &partitionpb.SetSessionState{
-		Partition: lock.partition, SessionId: lock.id, Token: lock.token, State: state,
+	res, err := served(c.srv, ctx, e, lock.partition, len(state), func(ctx context.Context) (*partitionpb.Result, error) {
+		return c.sessions().SetSessionState(ctx, e, &partitionpb.SetSessionState{
+			Partition: lock.partition, SessionId: lock.id, Token: lock.token, State: state,
+		})
 	})
 	if answered(req, res, err) {
 		return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -78,4 +79,16 @@ func (b *lateSessions) GetSessionState(context.Context, *placementpb.Entity, *pa
 
 func (b *lateSessions) ListSessions(context.Context, *placementpb.Entity, *partitionpb.ListSessionsRequest) ([]string, error) {
 	return nil, errors.New("not used")
+}
+
+// unservedSessions is a session backend whose only group has no leader:
+// Serving reads false, and an accept waits for one until its context ends,
+// as the router's calls do.
+type unservedSessions struct{ *lateSessions }
+
+func (b *unservedSessions) Serving(*placementpb.Entity, uint32) bool { return false }
+
+func (b *unservedSessions) AcceptSession(ctx context.Context, _ *placementpb.Entity, _ *partitionpb.AcceptSessionRequest) (*partitionpb.Result, []byte, error) {
+	<-ctx.Done()
+	return nil, nil, fmt.Errorf("%w: no leader", frontend.ErrUnavailable)
 }

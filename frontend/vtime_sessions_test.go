@@ -121,3 +121,31 @@ func TestAcceptNextDefaultWaitInVirtualTime(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionAcceptNotServingInVirtualTime: accepting a named session
+// whose partition's group has no quorum is refused with
+// com.microsoft:timeout, which the SDKs retry, once the partition has read
+// not serving for 5 s, not after sendTimeout (30 s).
+func TestSessionAcceptNotServingInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &unservedSessions{newLateSessions(0, "s")}
+		f := serveInMemory(t, frontend.Config{Backend: b, Rules: devRules(t)})
+		ctx := t.Context()
+		s, err := plainConn(t, f).NewSession(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = s.NewReceiver(ctx, "sq", &goamqp.ReceiverOptions{
+			Filters: []goamqp.LinkFilter{goamqp.NewLinkFilter("com.microsoft:session-filter", 0x137000000C, "s")},
+		})
+		took := time.Since(start)
+		var amqpErr *goamqp.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Condition != "com.microsoft:timeout" {
+			t.Fatalf("accepting a session of a partition not serving: %v, want com.microsoft:timeout", err)
+		}
+		if took < 5*time.Second || took > 6*time.Second {
+			t.Fatalf("accepting a session of a partition not serving was refused after %v, want 5 s", took)
+		}
+	})
+}
