@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -390,10 +391,9 @@ func movable(items []pendingSend) bool {
 // serve first, each once (OnceSender.SendOnce, within unkeyedTry): a try
 // fails at once when no replica of the group leads, and within the
 // router's attempt timeout when none answers. When none took the request
-// (every group electing at once, or without quorum), it waits as a keyed
-// request does (sendServed) at the first of them that serves now: until
-// a leader takes it, or that partition has read not serving for
-// unservedWait.
+// (every group electing at once, or without quorum), it tries them all
+// again every servingPoll, until one takes it or none of them has read
+// serving for unservedWait.
 //
 // A message is acknowledged only once a partition stored it. A try that
 // ended without an answer may have stored it all the same (its leader
@@ -410,22 +410,37 @@ func (s *sender) sendUnkeyed(ctx context.Context, first uint32, msgs []*partitio
 		return s.sendServed(ctx, first, msgs, bytes)
 	}
 	order := s.unkeyedOrder(first)
-	for _, p := range order {
-		tctx, cancel := context.WithTimeout(ctx, unkeyedTry)
-		res, err := once.SendOnce(tctx, s.entity, p, msgs)
-		cancel()
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			return res, err
+	// Rounds of one try at each group, until one takes the request, or
+	// none has read serving for unservedWait (a second more per MiB), or
+	// ctx ends. Waiting at one partition instead gave up on its group
+	// while another came back (right after a kill, every group can fail
+	// one try and read not serving for a moment).
+	wait := unservedWait + time.Duration(bytes>>20)*time.Second
+	served := time.Now()
+	for {
+		var err error
+		for _, p := range order {
+			tctx, cancel := context.WithTimeout(ctx, unkeyedTry)
+			var res *partitionpb.Result
+			res, err = once.SendOnce(tctx, s.entity, p, msgs)
+			cancel()
+			if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+				return res, err
+			}
+		}
+		now := time.Now()
+		if slices.ContainsFunc(order, func(p uint32) bool { return backend.Serving(s.entity, p) }) {
+			served = now
+		}
+		if now.Sub(served) >= wait {
+			return nil, fmt.Errorf("%w: no partition of %s read serving for %v: %v", ErrUnavailable, s.entity.Name, wait, err)
+		}
+		select {
+		case <-time.After(servingPoll):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	last := order[0]
-	for _, p := range order {
-		if backend.Serving(s.entity, p) {
-			last = p
-			break
-		}
-	}
-	return s.sendServed(ctx, last, msgs, bytes)
 }
 
 // unkeyedOrder is first, then a partition of each group of the entity
